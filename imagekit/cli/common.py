@@ -1,0 +1,102 @@
+"""Shared CLI plumbing: error rendering, consoles, selector options, loading the matrix."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from imagekit import compat, matrix
+from imagekit.compat import CompatData
+from imagekit.errors import ImagekitError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def err_console() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def out(text: str) -> None:
+    """Data goes to stdout, exactly as given."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def out_json(doc: object) -> None:
+    out(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def handles_errors(fn: F) -> F:
+    """Turn ImagekitError into `error:`/`hint:` on stderr and its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ImagekitError as exc:
+            sys.stderr.write(exc.render() + "\n")
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+MatrixOpt = Annotated[
+    Path | None,
+    typer.Option("--matrix", "-m", help="Matrix TOML file (default: ./pyproject.toml [tool.imagekit], else the shipped default).",
+                 dir_okay=False),
+]
+CudaOpt = Annotated[list[str] | None, typer.Option("--cuda", help="CUDA variant, e.g. 11.8 or cu118 (repeatable).")]
+TorchOpt = Annotated[list[str] | None, typer.Option("--torch", help="torch version or prefix, e.g. 2.5 (repeatable).")]
+TfOpt = Annotated[list[str] | None, typer.Option("--transformers", help="transformers version or prefix (repeatable).")]
+PyOpt = Annotated[list[str] | None, typer.Option("--python", help="Python version, e.g. 3.11 (repeatable).")]
+CellOpt = Annotated[list[str] | None, typer.Option("--cell", help="Exact cell id (repeatable).")]
+SourceOpt = Annotated[
+    str,
+    typer.Option("--source", help="Which cells by where torch comes from: all, pypi (PyPI default variant) or pytorch "
+                                  "(needs the PyTorch index)."),
+]
+
+
+def selector(cuda: list[str] | None, torch: list[str] | None, transformers: list[str] | None,
+             python: list[str] | None, cells: list[str] | None = None) -> matrix.Selector:
+    from imagekit import validate
+
+    return matrix.Selector(
+        cuda=tuple(validate.cuda(c) for c in cuda or ()),
+        torch=tuple(torch or ()),
+        transformers=tuple(transformers or ()),
+        python=tuple(validate.python(p) for p in python or ()),
+        ids=tuple(cells or ()),
+    )
+
+
+def load(matrix_path: Path | None) -> tuple[CompatData, matrix.MatrixConfig]:
+    data = compat.load()
+    return data, matrix.load_file(matrix_path, data)
+
+
+def by_source(cells: list[matrix.EvaluatedCell], source: str, data: CompatData) -> list[matrix.EvaluatedCell]:
+    if source not in ("all", "pypi", "pytorch"):
+        raise UsageError(f"invalid --source {source!r}", "use all, pypi or pytorch")
+    if source == "all":
+        return cells
+    want_pypi = source == "pypi"
+    return [c for c in cells if (c.cell.variant == data.torch_minor(c.cell.torch).pypi_default) == want_pypi]
+
+
+def selected_compatible(matrix_path: Path | None, sel: matrix.Selector, source: str = "all",
+                        ) -> tuple[CompatData, matrix.MatrixConfig, list[matrix.EvaluatedCell]]:
+    """The compatible cells of the matrix that the selectors pick; an empty pick is a usage error."""
+    data, config = load(matrix_path)
+    cells = [c for c in matrix.select(matrix.evaluate(config, data), sel) if c.verdict.compatible]
+    cells = by_source(cells, source, data)
+    if not cells:
+        raise UsageError("no compatible cell of the matrix matches the selection",
+                         "`imagekit matrix --explain` lists the cells and why some are excluded")
+    return data, config, cells

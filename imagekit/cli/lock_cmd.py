@@ -1,0 +1,87 @@
+"""`imagekit lock`: one hash-pinned lockfile per cell, resolved for the image's platform."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit import locking, validate
+from imagekit.cli.common import (
+    CellOpt, CudaOpt, MatrixOpt, PyOpt, SourceOpt, TfOpt, TorchOpt, err_console, handles_errors, out_json,
+    selected_compatible, selector,
+)
+from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK, UsageError
+from imagekit.services import lock as lock_service
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "lock",
+        epilog="Examples: imagekit lock --cuda 12.4 --torch 2.5.1; imagekit lock --check --source pypi; "
+               "imagekit lock --cell cu124-torch2.5.1-py3.11-tf4.48.2 --upgrade-package transformers",
+    )
+    @handles_errors
+    def lock(
+        matrix_file: MatrixOpt = None,
+        cuda: CudaOpt = None,
+        torch: TorchOpt = None,
+        transformers: TfOpt = None,
+        python: PyOpt = None,
+        cell: CellOpt = None,
+        source: SourceOpt = "all",
+        directory: Annotated[Path, typer.Option("--dir", help="Where lockfiles live.")] = Path("lockfiles"),
+        check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 naming each stale or missing lock.")] = False,
+        upgrade_package: Annotated[list[str] | None, typer.Option("--upgrade-package", "-P", help="Let NAME move to its newest allowed version (repeatable).")] = None,
+        upgrade: Annotated[bool, typer.Option("--upgrade", "-U", help="Re-resolve everything from scratch.")] = False,
+        index_url: Annotated[str, typer.Option(help="Main index (a company proxy/mirror).")] = locking.PYPI,
+        extra_index_url: Annotated[list[str] | None, typer.Option(help="Additional index (repeatable).")] = None,
+        torch_index_url: Annotated[str, typer.Option(help="Base of the PyTorch per-variant indexes (+ /cu118).")] = locking.PYTORCH_INDEX,
+        exclude_newer: Annotated[str | None, typer.Option(help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution.")] = None,
+        resolver: Annotated[str, typer.Option(help="uv (default) or pip-tools (only where host == image).")] = "uv",
+        jobs: Annotated[int, typer.Option(help="Cells resolved at once.")] = 4,
+        as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
+    ) -> None:
+        """Resolve each selected compatible cell into lockfiles/<cell id>.txt (torch layer + app layer)."""
+        if resolver not in ("uv", "pip-tools"):
+            raise UsageError(f"invalid --resolver {resolver!r}", "use uv or pip-tools")
+        settings = locking.LockSettings(
+            index_url=index_url,
+            extra_index_urls=tuple(extra_index_url or ()),
+            torch_index_base=torch_index_url,
+            exclude_newer=exclude_newer,
+            resolver=resolver,
+        )
+        data, _config, cells = selected_compatible(matrix_file, selector(cuda, torch, transformers, python, cell), source)
+        plain = [c.cell for c in cells]
+        console = err_console()
+        if check:
+            results = lock_service.check_cells(plain, directory, settings, data)
+        else:
+            names = tuple(validate.package_name(n) for n in upgrade_package or ())
+
+            def show(r: lock_service.LockResult) -> None:
+                style = {"locked": "green", "up-to-date": "dim", "failed": "red"}.get(r.status, "yellow")
+                console.print(f"[{style}]{r.status:>10}[/] {r.cell.id}" + (f" ({r.lock.short_hash})" if r.lock and r.status != "failed" else ""))
+                if r.error:
+                    console.print("  " + r.error.render().replace("\n", "\n  "), markup=False)
+
+            results = lock_service.lock_cells(plain, directory, settings, data,
+                                              matrix=str(matrix_file) if matrix_file else None,
+                                              upgrade=names, upgrade_all=upgrade, jobs=jobs, on_result=show)
+        if as_json:
+            out_json([{"cell": r.cell.id, "status": r.status, "path": str(r.path),
+                       "lock_hash": r.lock.content_hash if r.lock and r.status != "failed" else None,
+                       "error": r.error.render() if r.error else None} for r in results])
+        if check:
+            bad = [r for r in results if r.status != "up-to-date"]
+            for r in bad:
+                console.print(f"[red]{r.status}[/]: {r.path}")
+            if not bad:
+                console.print(f"{len(results)} lock(s) up to date")
+            raise typer.Exit(EXIT_NO if bad else EXIT_OK)
+        failed = [r for r in results if r.status == "failed"]
+        if failed:
+            codes = {r.error.exit_code for r in failed if r.error}
+            raise typer.Exit(EXIT_ENV if EXIT_ENV in codes else max(codes))

@@ -1,0 +1,74 @@
+"""`imagekit matrix`: the cells after the rules, as a table, JSON, Markdown, a GitHub matrix or a bake file."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from imagekit import matrix as matrix_mod
+from imagekit import outputs
+from imagekit.cli.common import (
+    CellOpt, CudaOpt, MatrixOpt, PyOpt, SourceOpt, TfOpt, TorchOpt, by_source, err_console, handles_errors, load,
+    out, out_json, selector,
+)
+from imagekit.errors import UsageError
+
+FORMATS = ("table", "json", "markdown", "grid", "github", "bake")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "matrix",
+        epilog="Examples: imagekit matrix --explain; imagekit matrix --format github > matrix.json; "
+               "imagekit matrix --format grid >> README.md",
+    )
+    @handles_errors
+    def matrix(
+        matrix_file: MatrixOpt = None,
+        cuda: CudaOpt = None,
+        torch: TorchOpt = None,
+        transformers: TfOpt = None,
+        python: PyOpt = None,
+        cell: CellOpt = None,
+        source: SourceOpt = "all",
+        explain: Annotated[bool, typer.Option("--explain", help="Also list excluded cells and the rule behind each.")] = False,
+        fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown, grid (torch × CUDA), github, bake.")] = "table",
+        shard: Annotated[str | None, typer.Option(help="For --format github: take slice I of N (I/N).")] = None,
+        context_root: Annotated[str, typer.Option(help="For --format bake: the folder `imagekit render --out` wrote.")] = "build",
+    ) -> None:
+        """List the matrix's cells after the compatibility rules."""
+        if fmt not in FORMATS:
+            raise UsageError(f"invalid --format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+        data, config = load(matrix_file)
+        cells = matrix_mod.select(matrix_mod.evaluate(config, data), selector(cuda, torch, transformers, python, cell))
+        cells = by_source(cells, source, data)
+        shown = cells if explain else [c for c in cells if c.verdict.compatible]
+        if fmt == "json":
+            out_json([outputs.cell_row(c, data) for c in shown])
+        elif fmt == "markdown":
+            out(outputs.markdown_cells(shown, data))
+        elif fmt == "grid":
+            out(outputs.markdown_grid(config, data))
+        elif fmt == "github":
+            out_json(outputs.github_matrix(cells, data, shard))
+        elif fmt == "bake":
+            out_json(outputs.bake(cells, config, context_root))
+        else:
+            _table(shown, data, config.origin)
+
+    def _table(cells: list[matrix_mod.EvaluatedCell], data, origin: str) -> None:  # noqa: ANN001
+        console = err_console()
+        table = Table(title=f"imagekit matrix ({origin})", show_lines=False)
+        for col in ("cell", "torch from", "archs", "min driver", "status"):
+            table.add_column(col)
+        for e in cells:
+            r = outputs.cell_row(e, data)
+            status = "[green]ok[/]" if e.verdict.compatible else "[red]excluded[/]: " + "; ".join(
+                f"{v.rule}: {v.message}" for v in e.verdict.violations)
+            table.add_row(r["id"], r["torch_source"], " ".join(r["archs"]), r["min_driver"], status)
+        Console(highlight=False).print(table)
+        ok = sum(1 for e in cells if e.verdict.compatible)
+        console.print(f"{ok} compatible cell(s)" + (f", {len(cells) - ok} excluded" if len(cells) != ok else ""))

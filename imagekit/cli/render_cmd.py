@@ -1,0 +1,54 @@
+"""`imagekit render`: one build-context folder per cell, deterministic; `--check` finds hand edits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit import render as render_mod
+from imagekit.cli.common import (
+    CellOpt, CudaOpt, MatrixOpt, PyOpt, SourceOpt, TfOpt, TorchOpt, err_console, handles_errors, selected_compatible,
+    selector,
+)
+from imagekit.effects.files import write_tree_atomic
+from imagekit.errors import EXIT_NO
+from imagekit.services.plans import plans_for
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "render",
+        epilog="Examples: imagekit render --cuda 12.4 --out build; imagekit render --source pypi --out build --check",
+    )
+    @handles_errors
+    def render(
+        out_dir: Annotated[Path, typer.Option("--out", help="Folder to write <cell id>/Dockerfile and its context into.")],
+        matrix_file: MatrixOpt = None,
+        cuda: CudaOpt = None,
+        torch: TorchOpt = None,
+        transformers: TfOpt = None,
+        python: PyOpt = None,
+        cell: CellOpt = None,
+        source: SourceOpt = "all",
+        lock_dir: Annotated[Path, typer.Option("--lock-dir", help="Where lockfiles live.")] = Path("lockfiles"),
+        check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 if --out differs from a fresh render.")] = False,
+    ) -> None:
+        """Render Dockerfiles (and their build context) for the selected cells from their locks."""
+        data, config, cells = selected_compatible(matrix_file, selector(cuda, torch, transformers, python, cell), source)
+        plans = plans_for([c.cell for c in cells], config, lock_dir, data)
+        files = render_mod.render_many(plans, data)
+        console = err_console()
+        if check:
+            problems = render_mod.diff_tree(out_dir, files)
+            for p in problems:
+                console.print(f"[red]{p}[/]")
+            if problems:
+                console.print("hint: run the same `imagekit render` without --check to regenerate")
+                raise typer.Exit(EXIT_NO)
+            console.print(f"{len(plans)} cell(s) match {out_dir}")
+            return
+        write_tree_atomic(out_dir, {k: v[0] for k, v in files.items()}, {k: v[1] for k, v in files.items()})
+        for plan in plans:
+            console.print(f"rendered {out_dir / plan.cell.id}/Dockerfile")

@@ -1,0 +1,1 @@
+"""Effects: the only modules that touch processes, files, the network, Docker and registries."""

@@ -1,0 +1,59 @@
+"""Errors carry what went wrong, how to fix it, and the process exit code.
+
+Exit codes: 0 ok; 1 the check/test/build said no; 2 bad usage or config; 3 the environment failed.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_NO = 1
+EXIT_USAGE = 2
+EXIT_ENV = 3
+
+
+class ImagekitError(Exception):
+    """Base error: ``message`` (what), ``hint`` (how to fix), ``exit_code``."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        text = f"error: {self.message}"
+        if self.hint:
+            text += f"\nhint: {self.hint}"
+        return text
+
+
+class UsageError(ImagekitError):
+    """Bad input: a flag, a value, a config file."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """A matrix file with one or more problems, all reported at once."""
+
+    def __init__(self, problems: list[str], hint: str | None = None) -> None:
+        self.problems = problems
+        message = "invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems)
+        super().__init__(message, hint)
+
+
+class UnknownVersionError(UsageError):
+    """A version the compatibility data does not know: never guess."""
+
+
+class CheckFailed(ImagekitError):
+    """The check, test or build said no."""
+
+    exit_code = EXIT_NO
+
+
+class EnvironmentFailure(ImagekitError):
+    """Something outside imagekit failed: Docker down, an index unreachable."""
+
+    exit_code = EXIT_ENV

@@ -1,0 +1,173 @@
+"""Lockfiles: pip-tools-format requirements with hashes, split into a torch layer and an app layer. Pure.
+
+A lock is one file, ``lockfiles/<cell id>.txt``: a header (the command that regenerates it, the input hash),
+then ``# --- layer: torch ---`` (torch and everything it pulls in) and ``# --- layer: app ---`` (the rest).
+Both sections come from one resolution; the whole file installs with
+``pip install --require-hashes --no-deps -r``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from packaging.utils import canonicalize_name
+
+from imagekit.errors import UsageError
+
+TORCH_MARK = "# --- layer: torch ---"
+APP_MARK = "# --- layer: app ---"
+_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<version>[A-Za-z0-9.+!_-]+)(?:\s*;\s*(?P<marker>.+?))?\s*(\\)?$")
+_HASH = re.compile(r"--hash=(?P<algo>sha256):(?P<digest>[0-9a-f]{64})")
+_META = re.compile(r"^# imagekit-(?P<key>[a-z-]+): (?P<value>.*)$")
+# Packages of the torch family: they come from the PyTorch index for a non-default variant.
+TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    name: str  # canonical
+    version: str
+    hashes: tuple[str, ...]  # "sha256:<hex>", sorted
+    via: tuple[str, ...] = ()
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    def render(self) -> str:
+        lines = [self.pin + (" \\" if self.hashes else "")]
+        for i, h in enumerate(self.hashes):
+            lines.append(f"    --hash={h}" + (" \\" if i < len(self.hashes) - 1 else ""))
+        if self.via:
+            if len(self.via) == 1:
+                lines.append(f"    # via {self.via[0]}")
+            else:
+                lines.append("    # via")
+                lines.extend(f"    #   {v}" for v in self.via)
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Lock:
+    torch: tuple[LockEntry, ...]
+    app: tuple[LockEntry, ...]
+    meta: dict[str, str] = field(default_factory=dict)  # header "# imagekit-<key>: <value>" lines
+    header: tuple[str, ...] = ()  # the free-text header lines (regeneration command)
+
+    @property
+    def entries(self) -> tuple[LockEntry, ...]:
+        return self.torch + self.app
+
+    def pins(self) -> dict[str, str]:
+        return {e.name: e.version for e in self.entries}
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 over what gets installed (pins and hashes of both layers), independent of comments."""
+        body = "\n".join(f"{layer}:{e.pin}:{','.join(e.hashes)}" for layer, part in (("torch", self.torch), ("app", self.app)) for e in part)
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    @property
+    def short_hash(self) -> str:
+        return self.content_hash[:12]
+
+    def layer_text(self, layer: str) -> str:
+        entries = self.torch if layer == "torch" else self.app
+        return "".join(e.render() + "\n" for e in entries)
+
+    def render(self) -> str:
+        lines = list(self.header)
+        lines += [f"# imagekit-{k}: {v}" for k, v in sorted(self.meta.items())]
+        lines += ["#", TORCH_MARK]
+        text = "\n".join(lines) + "\n" + self.layer_text("torch") + APP_MARK + "\n" + self.layer_text("app")
+        return text
+
+
+def parse_requirements(text: str, origin: str = "<lock>") -> list[LockEntry]:
+    """Entries of a pip-tools/uv ``requirements.txt`` (pins, hashes, via annotations), in file order."""
+    entries: list[LockEntry] = []
+    name = version = None
+    hashes: list[str] = []
+    via: list[str] = []
+    in_via = False
+
+    def flush() -> None:
+        if name is not None:
+            entries.append(LockEntry(canonicalize_name(name), version or "", tuple(sorted(hashes)), tuple(via)))
+
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if raw[:1] not in (" ", "\t") and not line.startswith("#"):
+            if line.startswith("-"):
+                continue  # options such as --index-url
+            m = _PIN.match(line)
+            if not m:
+                raise UsageError(f"{origin}:{lineno}: not an exact pin: {line!r}", "locks contain only name==version lines")
+            flush()
+            name, version, hashes, via, in_via = m["name"], m["version"], [], [], False
+            continue
+        if line.startswith("--hash="):
+            hm = _HASH.match(line)
+            if not hm:
+                raise UsageError(f"{origin}:{lineno}: bad hash {line!r}", "only sha256 hashes are accepted")
+            hashes.append(f"sha256:{hm['digest']}")
+        elif line.startswith("# via") and name is not None:
+            rest = line[len("# via"):].strip()
+            in_via = not rest
+            if rest:
+                via.append(rest)
+        elif line.startswith("#   ") and in_via or (line.startswith("#") and in_via and raw.startswith("    #   ")):
+            via.append(line.lstrip("#").strip())
+        elif line.startswith("#") and raw[:1] not in (" ", "\t"):
+            in_via = False
+    flush()
+    return entries
+
+
+def parse(text: str, origin: str = "<lock>") -> Lock:
+    """Parse an imagekit lock (with layer marks)."""
+    if TORCH_MARK not in text or APP_MARK not in text:
+        raise UsageError(f"{origin}: not an imagekit lock (no layer marks)", "regenerate it with `imagekit lock`")
+    head, rest = text.split(TORCH_MARK, 1)
+    torch_text, app_text = rest.split(APP_MARK, 1)
+    meta, header = {}, []
+    for line in head.splitlines():
+        m = _META.match(line)
+        if m:
+            meta[m["key"]] = m["value"]
+        elif line != "#" or header:
+            header.append(line)
+    while header and header[-1] == "#":
+        header.pop()
+    return Lock(tuple(parse_requirements(torch_text, origin)), tuple(parse_requirements(app_text, origin)), meta, tuple(header))
+
+
+def torch_closure(entries: list[LockEntry]) -> set[str]:
+    """Names reachable from the torch family through the `# via` graph (torch and everything it pulls in)."""
+    needed_by: dict[str, set[str]] = {}
+    for e in entries:
+        for parent in e.via:
+            pname = canonicalize_name(parent.split(" ")[0]) if not parent.startswith("-r ") else ""
+            if pname:
+                needed_by.setdefault(pname, set()).add(e.name)
+    roots = {e.name for e in entries if e.name in TORCH_FAMILY}
+    seen, stack = set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(needed_by.get(n, ()))
+    return seen
+
+
+def split(entries: list[LockEntry]) -> tuple[tuple[LockEntry, ...], tuple[LockEntry, ...]]:
+    """(torch closure, the rest), each sorted by name."""
+    closure = torch_closure(entries)
+    torch_part = sorted((e for e in entries if e.name in closure), key=lambda e: e.name)
+    app_part = sorted((e for e in entries if e.name not in closure), key=lambda e: e.name)
+    return tuple(torch_part), tuple(app_part)

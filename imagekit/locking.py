@@ -1,0 +1,197 @@
+"""Lock planning and verification: what to ask the resolver, and whether its answer tells the truth. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from packaging.version import Version
+
+from imagekit import __version__
+from imagekit.compat import CompatData
+from imagekit.errors import CheckFailed
+from imagekit.lockfile import TORCH_FAMILY, Lock, LockEntry, split
+from imagekit.model import Cell
+
+LOCK_FORMAT = 1
+PYPI = "https://pypi.org/simple"
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+_FROM = re.compile(r"^\s*# from (?P<url>\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class LockSettings:
+    index_url: str = PYPI
+    extra_index_urls: tuple[str, ...] = ()
+    torch_index_base: str = PYTORCH_INDEX  # + "/cu118"
+    exclude_newer: str | None = None
+    resolver: str = "uv"
+
+    def public(self) -> dict[str, object]:
+        """Settings with credentials removed: what goes into hashes and headers."""
+        return {
+            "index_url": redact(self.index_url),
+            "extra_index_urls": [redact(u) for u in self.extra_index_urls],
+            "torch_index_base": redact(self.torch_index_base),
+            "exclude_newer": self.exclude_newer,
+            "resolver": self.resolver,
+        }
+
+
+def redact(url: str) -> str:
+    """Drop ``user:password@`` from a URL so credentials never reach a lockfile or a log."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+@dataclass(frozen=True)
+class LockRequest:
+    cell: Cell
+    settings: LockSettings
+    routed: bool  # torch family from the PyTorch index (non-default variant)
+    torch_index: str | None
+    platform: str
+    input_hash: str
+    requirements: tuple[str, ...]
+
+    def pyproject(self) -> str:
+        """The throwaway project uv resolves: direct requirements, and the torch index pinned per package."""
+        deps = ",\n".join(f"    {json.dumps(r)}" for r in self.requirements)
+        text = (
+            "[project]\nname = \"imagekit-cell\"\nversion = \"0\"\n"
+            f"requires-python = \"=={self.cell.python}.*\"\ndependencies = [\n{deps},\n]\n"
+        )
+        if self.routed:
+            text += "\n[tool.uv.sources]\n"
+            for name in sorted(TORCH_FAMILY):
+                text += f"{name} = {{ index = \"pytorch\" }}\n"
+            text += f"\n[[tool.uv.index]]\nname = \"pytorch\"\nurl = {json.dumps(self.torch_index)}\nexplicit = true\n"
+        return text
+
+    def uv_args(self) -> list[str]:
+        args = [
+            "pip", "compile", "pyproject.toml", "--generate-hashes", "--emit-index-annotation", "--no-header",
+            "--python-version", self.cell.python, "--python-platform", self.platform,
+            "--index-url", self.settings.index_url, "--no-config",
+        ]
+        for url in self.settings.extra_index_urls:
+            args += ["--extra-index-url", url]
+        if self.settings.exclude_newer:
+            args += ["--exclude-newer", self.settings.exclude_newer]
+        return args
+
+    def regenerate_command(self, matrix: str | None) -> str:
+        c = self.cell
+        argv = ["imagekit", "lock", "--cuda", c.cuda, "--torch", c.torch, "--transformers", c.transformers,
+                "--python", c.python]
+        if matrix:
+            argv += ["--matrix", matrix]
+        return shlex.join(argv)
+
+
+def request(cell: Cell, settings: LockSettings, data: CompatData) -> LockRequest:
+    tm = data.torch_minor(cell.torch)
+    routed = cell.variant != tm.pypi_default
+    base = data.bases.get(cell.python)
+    platform = "x86_64-manylinux_2_28" if base is None or Version(base.glibc) >= Version("2.28") else "x86_64-manylinux_2_17"
+    torch_pin = f"torch=={cell.torch}+{cell.variant}" if routed else f"torch=={cell.torch}"
+    requirements = (torch_pin, f"transformers=={cell.transformers}", *cell.packages)
+    torch_index = f"{settings.torch_index_base.rstrip('/')}/{cell.variant}" if routed else None
+    doc = {
+        "format": LOCK_FORMAT,
+        "cell": cell.to_json(),
+        "requirements": list(requirements),
+        "settings": settings.public(),
+        "torch_index": redact(torch_index) if torch_index else None,
+        "platform": platform,
+        "data_version": data.data_version,
+    }
+    input_hash = "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    return LockRequest(cell, settings, routed, torch_index, platform, input_hash, requirements)
+
+
+def index_of_entries(uv_output: str) -> dict[str, str]:
+    """name -> index URL from uv's ``# from`` annotations."""
+    out, current = {}, None
+    for line in uv_output.splitlines():
+        if line and not line.startswith((" ", "#", "-")):
+            current = line.split("==")[0].strip().lower().replace("_", "-")
+        m = _FROM.match(line)
+        if m and current:
+            out[current] = m["url"]
+    return out
+
+
+def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str], data: CompatData) -> None:
+    """Refuse a resolution whose torch is not the build the cell names (the "tag says cu128, has cu124" bug)."""
+    pins = {e.name: e for e in entries}
+    torch = pins.get("torch")
+    cell = req.cell
+    if torch is None:
+        raise CheckFailed(f"{cell.id}: the resolution has no torch", "check the index settings")
+    missing_hashes = [e.name for e in entries if not e.hashes]
+    if missing_hashes:
+        raise CheckFailed(f"{cell.id}: no hashes for {', '.join(missing_hashes)}", "the index must publish sha256 hashes")
+    if req.routed:
+        want = f"{cell.torch}+{cell.variant}"
+        if torch.version != want:
+            raise CheckFailed(f"{cell.id}: resolved torch {torch.version}, expected {want}",
+                              f"the index {redact(req.torch_index or '')} does not serve {want}")
+        for name in TORCH_FAMILY & pins.keys():
+            src = sources.get(name, "")
+            if redact(src).rstrip("/") != redact(req.torch_index or "").rstrip("/"):
+                raise CheckFailed(f"{cell.id}: {name} came from {redact(src) or 'an unknown index'}, not the PyTorch index",
+                                  "torch-family packages must come from the variant's index")
+        return
+    if torch.version != cell.torch:
+        raise CheckFailed(f"{cell.id}: resolved torch {torch.version}, expected {cell.torch} (PyPI default {cell.variant})",
+                          "an extra index supplied a different torch build; remove it or pin the variant")
+    runtime = [e for e in entries if re.fullmatch(r"nvidia-cuda-runtime-cu\d+|cuda-toolkit", e.name)]
+    if not runtime:
+        raise CheckFailed(f"{cell.id}: torch {torch.version} pulled no CUDA runtime", "is this a CPU-only torch build?")
+    got = ".".join(runtime[0].version.split(".")[:2])
+    if got != cell.cuda:
+        raise CheckFailed(f"{cell.id}: torch {torch.version} brings CUDA runtime {runtime[0].version}, not {cell.cuda}",
+                          "the PyPI default variant changed; run `imagekit compat refresh` and pick the right --cuda")
+
+
+def header(req: LockRequest, matrix: str | None, data: CompatData, uv_version: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    lines = (
+        "#",
+        f"# This file is autogenerated by imagekit {__version__} ({uv_version}) for {req.cell.id}.",
+        "# To update, run:",
+        "#",
+        f"#    {req.regenerate_command(matrix)}",
+        "#",
+        "# Install with: pip install --require-hashes --no-deps -r <this file>",
+        "#",
+    )
+    meta = {
+        "cell": req.cell.id,
+        "input-hash": req.input_hash,
+        "index": redact(req.settings.index_url),
+        "torch-index": redact(req.torch_index) if req.torch_index else f"PyPI default ({req.cell.variant})",
+        "platform": req.platform,
+        "python": req.cell.python,
+        "data-version": data.data_version,
+    }
+    return lines, meta
+
+
+def build_lock(req: LockRequest, uv_output: str, matrix: str | None, data: CompatData, uv_version: str) -> Lock:
+    from imagekit.lockfile import parse_requirements
+
+    entries = parse_requirements(uv_output, f"uv output for {req.cell.id}")
+    verify(req, entries, index_of_entries(uv_output), data)
+    torch_part, app_part = split(entries)
+    lines, meta = header(req, matrix, data, uv_version)
+    return Lock(torch_part, app_part, meta, lines)

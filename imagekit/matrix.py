@@ -1,0 +1,239 @@
+"""Matrix config -> cells -> evaluated cells. Parsing reports every problem at once. Pure except `load_file`."""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from imagekit import rules, validate
+from imagekit.compat import CompatData
+from imagekit.errors import ConfigError, UnknownVersionError, UsageError
+from imagekit.model import Cell, Query, Targets, Verdict
+
+AXES = ("cuda", "torch", "transformers", "python")
+DEFAULT_REPOSITORY = "127.0.0.1:5000/imagekit/train"
+_VALIDATORS = {
+    "cuda": validate.cuda,
+    "torch": lambda v: validate.version(v, "torch version"),
+    "transformers": lambda v: validate.version(v, "transformers version"),
+    "python": validate.python,
+}
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    cells: tuple[Cell, ...]
+    targets: Targets = Targets()
+    repository: str = DEFAULT_REPOSITORY
+    origin: str = "<default>"
+
+
+@dataclass(frozen=True)
+class EvaluatedCell:
+    cell: Cell
+    verdict: Verdict = field(default_factory=Verdict)
+
+
+class _Problems:
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.items: list[str] = []
+
+    def check(self, key: str, fn, value):  # noqa: ANN001, ANN202 - small local helper
+        try:
+            return fn(value)
+        except UsageError as exc:
+            self.items.append(f"{self.origin}: {key}: {exc.message}")
+            return None
+
+    def add(self, key: str, message: str) -> None:
+        self.items.append(f"{self.origin}: {key}: {message}")
+
+
+def _string_list(p: _Problems, key: str, value: object, fn) -> list:  # noqa: ANN001
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        p.add(key, f"expected a list, got {type(value).__name__}")
+        return []
+    out = [p.check(f"{key}[{i}]", fn, v) for i, v in enumerate(value)]
+    return [v for v in out if v is not None]
+
+
+def _cell_dict(p: _Problems, key: str, entry: object, *, partial: bool, packages: tuple[str, ...]) -> dict | None:
+    if not isinstance(entry, dict):
+        p.add(key, f"expected a table like {{cuda = '12.4', torch = '2.5.1', ...}}, got {type(entry).__name__}")
+        return None
+    out: dict = {}
+    for k, v in entry.items():
+        if k in _VALIDATORS:
+            out[k] = p.check(f"{key}.{k}", _VALIDATORS[k], v)
+        elif k == "packages" and not partial:
+            out[k] = tuple(sorted(_string_list(p, f"{key}.packages", v, validate.requirement)))
+        else:
+            allowed = ", ".join(AXES) + ("" if partial else ", packages")
+            p.add(f"{key}.{k}", f"unknown key (allowed: {allowed})")
+    if not partial:
+        missing = [a for a in AXES if a not in entry]
+        if missing:
+            p.add(key, f"missing {', '.join(missing)}")
+            return None
+        out.setdefault("packages", packages)
+    return out
+
+
+def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
+    """Parse a matrix document (the TOML's top level, or pyproject's [tool.imagekit])."""
+    p = _Problems(origin)
+    known_top = {"matrix", "targets", "image"}
+    for k in doc:
+        if k not in known_top:
+            p.add(k, f"unknown section (allowed: {', '.join(sorted(known_top))})")
+    m = doc.get("matrix", {})
+    if not isinstance(m, dict):
+        p.add("matrix", "expected a table")
+        m = {}
+    for k in m:
+        if k not in (*AXES, "packages", "include", "exclude"):
+            p.add(f"matrix.{k}", "unknown key (allowed: cuda, torch, transformers, python, packages, include, exclude)")
+    axes = {a: _string_list(p, f"matrix.{a}", m.get(a), _VALIDATORS[a]) for a in AXES}
+    packages = tuple(sorted(_string_list(p, "matrix.packages", m.get("packages"), validate.requirement)))
+    excludes = [
+        _cell_dict(p, f"matrix.exclude[{i}]", e, partial=True, packages=packages)
+        for i, e in enumerate(m.get("exclude", []) or [])
+    ]
+    includes = [
+        _cell_dict(p, f"matrix.include[{i}]", e, partial=False, packages=packages)
+        for i, e in enumerate(m.get("include", []) or [])
+    ]
+    t = doc.get("targets", {}) or {}
+    archs: list[str] = []
+    min_driver = None
+    if not isinstance(t, dict):
+        p.add("targets", "expected a table")
+    else:
+        for k in t:
+            if k not in ("gpus", "archs", "min_driver"):
+                p.add(f"targets.{k}", "unknown key (allowed: gpus, archs, min_driver)")
+        archs += _string_list(p, "targets.gpus", t.get("gpus"), lambda v: _gpu(v, data))
+        archs += _string_list(p, "targets.archs", t.get("archs"), validate.arch)
+        if "min_driver" in t:
+            min_driver = p.check("targets.min_driver", validate.driver, t["min_driver"])
+    image = doc.get("image", {}) or {}
+    repository = DEFAULT_REPOSITORY
+    if isinstance(image, dict) and "repository" in image:
+        repository = p.check("image.repository", validate.repository, image["repository"]) or DEFAULT_REPOSITORY
+    if p.items:
+        raise ConfigError(p.items, "fix the keys above; `imagekit matrix --help` shows the file format")
+
+    cells: dict[str, Cell] = {}
+    if all(axes[a] for a in AXES):
+        for combo in itertools.product(*(axes[a] for a in AXES)):
+            values = dict(zip(AXES, combo))
+            if any(all(values.get(k) == v for k, v in ex.items()) for ex in excludes if ex):
+                continue
+            cell = Cell(**values, packages=packages)
+            cells.setdefault(cell.id, cell)
+    elif any(axes[a] for a in AXES):
+        named = [a for a in AXES if axes[a]]
+        raise ConfigError([f"{origin}: matrix: axes {', '.join(named)} are set but "
+                           f"{', '.join(a for a in AXES if not axes[a])} are not"],
+                          "give all four axes, or list cells under [[matrix.include]]")
+    for inc in includes:
+        if inc:
+            cell = Cell(**inc)
+            cells[cell.id] = cell
+    if not cells:
+        raise ConfigError([f"{origin}: matrix: no cells"], "give the four axes or [[matrix.include]] entries")
+    return MatrixConfig(
+        cells=tuple(sorted(cells.values(), key=lambda c: c.id)),
+        targets=Targets(tuple(dict.fromkeys(archs)), min_driver),
+        repository=repository,
+        origin=origin,
+    )
+
+
+def _gpu(value: object, data: CompatData) -> str:
+    if not isinstance(value, str) or value.lower() not in {k.lower() for k in data.gpus}:
+        raise UsageError(f"unknown GPU {value!r} (known: {', '.join(sorted(data.gpus))})",
+                         "name the compute capability under targets.archs instead")
+    return validate.arch(value, data.gpus)
+
+
+def default_document() -> dict:
+    return tomllib.loads(resources.files("imagekit.data").joinpath("default-matrix.toml").read_text())
+
+
+def load_file(path: Path | None, data: CompatData) -> MatrixConfig:
+    """Read --matrix FILE, else ./pyproject.toml's [tool.imagekit] when present, else the shipped default."""
+    if path is None:
+        pyproject = Path("pyproject.toml")
+        if pyproject.is_file():
+            doc = _read_toml(pyproject)
+            tool = doc.get("tool", {}).get("imagekit")
+            if tool is not None:
+                return parse(tool, f"{pyproject} [tool.imagekit]", data)
+        return parse(default_document(), "<default matrix>", data)
+    doc = _read_toml(path)
+    if path.name == "pyproject.toml":
+        tool = doc.get("tool", {}).get("imagekit")
+        if tool is None:
+            raise ConfigError([f"{path}: no [tool.imagekit] table"], "add [tool.imagekit.matrix] to pyproject.toml")
+        return parse(tool, f"{path} [tool.imagekit]", data)
+    return parse(doc, str(path), data)
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"matrix file {path} does not exist", "pass an existing TOML file to --matrix") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"], "fix the TOML syntax") from None
+
+
+def evaluate(config: MatrixConfig, data: CompatData) -> list[EvaluatedCell]:
+    """Every cell with its verdict; unknown versions are collected into one error."""
+    out, unknown = [], []
+    for cell in config.cells:
+        base = data.bases.get(cell.python)
+        try:
+            verdict = rules.evaluate(Query.of(cell, config.targets, base.glibc if base else None), data)
+        except UnknownVersionError as exc:
+            unknown.append(f"{config.origin}: {cell.id}: {exc.message}")
+            continue
+        out.append(EvaluatedCell(cell, verdict))
+    if unknown:
+        err = UnknownVersionError("\n".join(unknown), "run `imagekit compat refresh` (or upgrade imagekit)")
+        raise err
+    return out
+
+
+@dataclass(frozen=True)
+class Selector:
+    """--cuda/--torch/--transformers/--python filters (prefix match on versions: --torch 2.5 matches 2.5.1)."""
+
+    cuda: tuple[str, ...] = ()
+    torch: tuple[str, ...] = ()
+    transformers: tuple[str, ...] = ()
+    python: tuple[str, ...] = ()
+    ids: tuple[str, ...] = ()
+
+    def matches(self, cell: Cell) -> bool:
+        def ok(wanted: tuple[str, ...], have: str) -> bool:
+            return not wanted or any(have == w or have.startswith(w + ".") for w in wanted)
+
+        return (
+            ok(self.cuda, cell.cuda)
+            and ok(self.torch, cell.torch)
+            and ok(self.transformers, cell.transformers)
+            and ok(self.python, cell.python)
+            and (not self.ids or cell.id in self.ids)
+        )
+
+
+def select(cells: list[EvaluatedCell], selector: Selector) -> list[EvaluatedCell]:
+    return [c for c in cells if selector.matches(c.cell)]

@@ -1,0 +1,77 @@
+"""Plain frozen data handed from one step to the next."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One image: a torch CUDA variant, torch, transformers and Python, plus extra pinned packages."""
+
+    cuda: str  # "12.4": the CUDA version of the torch wheel variant
+    torch: str
+    transformers: str
+    python: str
+    packages: tuple[str, ...] = ()  # canonical requirement strings, sorted
+
+    @property
+    def variant(self) -> str:
+        return "cu" + self.cuda.replace(".", "")
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant}-torch{self.torch}-py{self.python}-tf{self.transformers}"
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "packages": list(self.packages), "id": self.id, "variant": self.variant}
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The fleet images must run on: compute capabilities (``sm_80``) and the oldest host driver."""
+
+    archs: tuple[str, ...] = ()
+    min_driver: str | None = None
+
+
+@dataclass(frozen=True)
+class Query:
+    """What `explain` checks: any axis may be omitted and then goes unchecked."""
+
+    cuda: str | None = None
+    torch: str | None = None
+    transformers: str | None = None
+    python: str | None = None
+    packages: tuple[str, ...] = ()
+    archs: tuple[str, ...] = ()
+    driver: str | None = None
+    base_glibc: str | None = None
+
+    @classmethod
+    def of(cls, cell: Cell, targets: Targets, base_glibc: str | None = None) -> Query:
+        return cls(cell.cuda, cell.torch, cell.transformers, cell.python, cell.packages, targets.archs,
+                   targets.min_driver, base_glibc)
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+    source: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"rule": self.rule, "message": self.message, "source": self.source}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    violations: tuple[Violation, ...] = ()
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def compatible(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, object]:
+        return {"compatible": self.compatible, "violations": [v.to_json() for v in self.violations]}

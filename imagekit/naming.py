@@ -1,0 +1,48 @@
+"""Cell -> tags and OCI labels. Pure."""
+
+from __future__ import annotations
+
+from imagekit import validate
+from imagekit.model import Cell
+
+
+def alias_tag(repository: str, cell: Cell) -> str:
+    return f"{repository}:{cell.id}"
+
+
+def immutable_tag(repository: str, cell: Cell, lock_short_hash: str) -> str:
+    return f"{repository}:{cell.id}-{lock_short_hash}"
+
+
+def split_reference(ref: str) -> tuple[str, str | None, str | None]:
+    """``repo:tag@digest`` -> (repo, tag, digest), using the OCI grammar (a registry port is not a tag)."""
+    m = validate.IMAGE_REF.fullmatch(validate.image_ref(ref))
+    assert m is not None
+    return m["name"], m["tag"], m["digest"]
+
+
+def labels(manifest: dict) -> dict[str, str]:
+    """OCI labels carrying the manifest's facts (``org.opencontainers.image.*`` plus ``imagekit.*``)."""
+    cell = manifest["cell"]
+    return {
+        "org.opencontainers.image.title": f"imagekit {cell['id']}",
+        "org.opencontainers.image.description": (
+            f"torch {cell['torch']}+{cell['variant']}, transformers {cell['transformers']}, Python {cell['python']}"
+        ),
+        "org.opencontainers.image.version": f"{cell['id']}-{manifest['lock']['hash'][:12]}",
+        "org.opencontainers.image.revision": manifest["source_revision"],
+        "org.opencontainers.image.base.name": manifest["base"]["reference"],
+        "org.opencontainers.image.base.digest": manifest["base"]["digest"] or "",
+        "org.opencontainers.image.vendor": "imagekit",
+        "imagekit.cell": cell["id"],
+        "imagekit.cuda": cell["cuda"],
+        "imagekit.torch": cell["torch"],
+        "imagekit.torch.version": manifest["torch"]["version"],
+        "imagekit.torch.cuda": manifest["torch"]["cuda"],
+        "imagekit.transformers": cell["transformers"],
+        "imagekit.python": cell["python"],
+        "imagekit.lock.hash": manifest["lock"]["hash"],
+        "imagekit.archs": ",".join(manifest["torch"]["archs"]) + (f",{manifest['torch']['ptx']}+PTX" if manifest["torch"]["ptx"] else ""),
+        "imagekit.driver.min": manifest["driver"]["minimum"],
+        "imagekit.version": manifest["imagekit_version"],
+    }

@@ -1,0 +1,108 @@
+"""Matrix -> machine-readable outputs: JSON, GitHub Actions matrix, Docker Buildx Bake, Markdown grid. Pure."""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from imagekit import naming, rules
+from imagekit.compat import CompatData
+from imagekit.errors import UsageError
+from imagekit.matrix import EvaluatedCell, MatrixConfig
+from imagekit.model import Query
+
+GITHUB_JOB_LIMIT = 256
+
+
+def cell_row(e: EvaluatedCell, data: CompatData) -> dict:
+    c = e.cell
+    archs, ptx = rules.supported_archs(data, c.torch, c.cuda)
+    source = "pypi" if c.variant == data.torch_minor(c.torch).pypi_default else "pytorch"
+    return {
+        **c.to_json(),
+        "compatible": e.verdict.compatible,
+        "violations": [v.to_json() for v in e.verdict.violations],
+        "torch_source": source,
+        "archs": archs + ([f"{ptx}+PTX"] if ptx else []),
+        "min_driver": rules.driver_floor(data, c.cuda).minimum,
+    }
+
+
+def shard(items: list, spec: str | None) -> list:
+    """``--shard 2/3``: the second of three near-equal slices, for matrices over the job limit."""
+    if not spec:
+        return items
+    try:
+        index, total = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise UsageError(f"invalid --shard {spec!r}", "use I/N, e.g. 1/2") from None
+    if not 1 <= index <= total:
+        raise UsageError(f"invalid --shard {spec!r}: I must be between 1 and N", "use I/N, e.g. 1/2")
+    return items[index - 1 :: total]
+
+
+def github_matrix(cells: list[EvaluatedCell], data: CompatData, shard_spec: str | None = None) -> dict:
+    """A `strategy.matrix` object for `fromJSON`: compatible cells only, under GitHub's 256-job limit."""
+    rows = shard([e for e in cells if e.verdict.compatible], shard_spec)
+    if len(rows) > GITHUB_JOB_LIMIT:
+        need = -(-len(rows) // GITHUB_JOB_LIMIT)
+        raise UsageError(f"{len(rows)} cells exceed GitHub Actions' {GITHUB_JOB_LIMIT}-job matrix limit",
+                         f"split into {need} jobs with --shard 1/{need} ... --shard {need}/{need}")
+    include = []
+    for e in rows:
+        c = e.cell
+        include.append({"cell": c.id, "cuda": c.cuda, "torch": c.torch, "transformers": c.transformers,
+                        "python": c.python, "torch_source": cell_row(e, data)["torch_source"]})
+    return {"include": include}
+
+
+def bake(cells: list[EvaluatedCell], config: MatrixConfig, context_root: str = "build") -> dict:
+    """docker-bake.json: one target per compatible cell, over `imagekit render --out <context_root>`."""
+    targets = {}
+    for e in cells:
+        if not e.verdict.compatible:
+            continue
+        c = e.cell
+        name = c.id.replace(".", "-")
+        targets[name] = {
+            "context": f"{context_root}/{c.id}",
+            "dockerfile": "Dockerfile",
+            "tags": [naming.alias_tag(config.repository, c)],
+            "network": "host",
+            "args": {"IMAGEKIT_WHEELS": "http://127.0.0.1:8765/"},
+        }
+    return {"group": {"default": {"targets": sorted(targets)}}, "target": targets}
+
+
+def markdown_cells(cells: list[EvaluatedCell], data: CompatData) -> str:
+    lines = ["| cell | torch | CUDA | transformers | Python | torch from | min driver | status |",
+             "|---|---|---|---|---|---|---|---|"]
+    for e in cells:
+        r = cell_row(e, data)
+        status = "✓" if e.verdict.compatible else "✗ " + "; ".join(f"{v.rule}: {v.message}" for v in e.verdict.violations)
+        lines.append(f"| `{r['id']}` | {r['torch']} | {r['cuda']} | {r['transformers']} | {r['python']} | "
+                     f"{r['torch_source']} | {r['min_driver']} | {status} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
+    """torch × CUDA for the matrix's torch releases and variants, checked against its fleet and driver."""
+    torches = sorted({c.torch for c in config.cells}, key=Version)
+    cudas = sorted({c.cuda for c in config.cells}, key=Version)
+    head = "| torch \\ CUDA | " + " | ".join(f"cu{c.replace('.', '')}" for c in cudas) + " |"
+    lines = [head, "|---|" + "---|" * len(cudas)]
+    for t in torches:
+        row = [f"**{t}**"]
+        for c in cudas:
+            verdict = rules.evaluate(Query(cuda=c, torch=t, archs=config.targets.archs, driver=config.targets.min_driver), data)
+            if verdict.compatible:
+                pypi = " (PyPI)" if f"cu{c.replace('.', '')}" == data.torch_minor(t).pypi_default else ""
+                row.append("✓" + pypi)
+            else:
+                row.append("✗ " + "; ".join(sorted({v.rule for v in verdict.violations})))
+        lines.append("| " + " | ".join(row) + " |")
+    fleet = ", ".join(config.targets.archs) or "any GPU"
+    driver = config.targets.min_driver or "any driver"
+    lines.append("")
+    lines.append(f"Fleet: {fleet}; oldest host driver: {driver}. ✓ (PyPI) marks the variant `pip install torch` gets; "
+                 "`imagekit explain --cuda X --torch Y` gives each reason with its source.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,82 @@
+"""BuildPlan: everything one image needs, decided before any effect runs; and the manifest it bakes in. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from imagekit import __version__, rules
+from imagekit.compat import BaseSpec, CompatData
+from imagekit.lockfile import Lock
+from imagekit.model import Cell
+
+DEFAULT_SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01T00:00:00Z; any fixed value makes builds repeatable
+DEFAULT_WHEELS_URL = "http://127.0.0.1:8765/"
+BOOTSTRAP_PACKAGES = ("ca-certificates", "python3", "python3-venv")
+
+
+@dataclass(frozen=True)
+class BaseRef:
+    """The image a cell starts FROM: a registry reference by digest, or a locally bootstrapped base."""
+
+    name: str  # e.g. debian-bookworm
+    reference: str  # what FROM names
+    digest: str | None  # sha256:... when known (registry digest, or the imported image id)
+    python: str
+    glibc: str
+
+    @property
+    def python_bin(self) -> str:
+        return f"/usr/bin/python{self.python}"
+
+
+def bootstrap_key(spec: BaseSpec, epoch: int) -> str:
+    """A stable id for a bootstrap's inputs: identical inputs give a byte-identical tarball."""
+    text = f"{spec.vendor}|{spec.suite}|{spec.mirror}|{','.join(BOOTSTRAP_PACKAGES)}|{epoch}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def bootstrap_base(spec: BaseSpec, epoch: int = DEFAULT_SOURCE_DATE_EPOCH, digest: str | None = None) -> BaseRef:
+    return BaseRef(spec.name, f"imagekit/base:{spec.name}-{bootstrap_key(spec, epoch)}", digest, spec.python, spec.glibc)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    cell: Cell
+    lock: Lock
+    base: BaseRef
+    repository: str
+    source_revision: str = "unknown"
+    source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+    wheels_url: str = DEFAULT_WHEELS_URL
+
+
+def manifest(plan: BuildPlan, data: CompatData) -> dict:
+    """The facts baked into /etc/imagekit/manifest.json and mirrored in OCI labels."""
+    cell = plan.cell
+    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda)
+    floor = rules.driver_floor(data, cell.cuda)
+    pins = plan.lock.pins()
+    return {
+        "schema": 1,
+        "imagekit_version": __version__,
+        "cell": cell.to_json(),
+        "lock": {
+            "hash": plan.lock.content_hash,
+            "input_hash": plan.lock.meta.get("input-hash", ""),
+            "torch_layer": [e.name for e in plan.lock.torch],
+        },
+        "distributions": dict(sorted(pins.items())),
+        "torch": {
+            "version": pins.get("torch", cell.torch),
+            "cuda": cell.cuda,
+            "variant": cell.variant,
+            "archs": archs,
+            "ptx": ptx,
+        },
+        "driver": {"minimum": floor.minimum, "full_feature": floor.full},
+        "python": {"version": cell.python, "executable": "/opt/venv/bin/python"},
+        "base": {"name": plan.base.name, "reference": plan.base.reference, "digest": plan.base.digest},
+        "source_revision": plan.source_revision,
+        "source_date_epoch": plan.source_date_epoch,
+    }

@@ -1,0 +1,131 @@
+"""BuildPlan -> build-context files (Dockerfile, split requirements, manifest, in-image scripts). Pure: never writes.
+
+Templates live in the repository's ``templates/`` and ``Dockerfile.base`` (shipped in the wheel as
+``imagekit/_templates``). The Jinja environment is strict: an undefined name fails, and the only way a value
+enters a Dockerfile is through a filter that refuses anything that could start a new instruction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from imagekit import __version__, naming
+from imagekit.compat import CompatData
+from imagekit.errors import UsageError
+from imagekit.plan import BuildPlan, manifest
+
+_LABEL_SAFE = re.compile(r"[A-Za-z0-9 ._:/@+,()=<>~!*%-]*", re.ASCII)
+EXECUTABLE = 0o755
+
+
+def _dq(value: object) -> str:
+    """Double-quote a value for LABEL/ENV; refuse quotes, backslashes, `$` and line breaks outright."""
+    text = str(value)
+    if not _LABEL_SAFE.fullmatch(text):
+        raise UsageError(f"refusing to render {text!r} into a Dockerfile", "values must be printable ASCII without quotes, '$' or '\\'")
+    return f'"{text}"'
+
+
+def template_root() -> Path:
+    """Installed wheel: imagekit/_templates; source checkout: the repository root."""
+    packaged = resources.files("imagekit").joinpath("_templates")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent
+
+
+@cache
+def environment() -> jinja2.Environment:
+    root = template_root()
+    templates = root / "templates"
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(templates), str(root)]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+    env.filters["dq"] = _dq
+    return env
+
+
+def _context_files() -> dict[str, tuple[bytes, int]]:
+    """Scripts that run inside the image, shipped as real files: bin/ from templates, doctor/ from the package."""
+    root = template_root() / "templates" / "context"
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            out[f"imagekit/{path.relative_to(root).as_posix()}"] = (path.read_bytes(), EXECUTABLE)
+    doctor = resources.files("imagekit").joinpath("doctor")
+    for entry in sorted(doctor.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".py"):
+            out[f"imagekit/doctor/{entry.name}"] = (entry.read_bytes(), 0o644)
+    return out
+
+
+def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int]]:
+    """The build context of one cell: relative path -> (bytes, mode)."""
+    facts = manifest(plan, data)
+    labels = naming.labels(facts)
+    env = environment()
+    dockerfile = env.get_template("Dockerfile.j2").render(
+        imagekit_version=__version__,
+        cell=plan.cell,
+        base=plan.base,
+        lock_hash=plan.lock.content_hash,
+        source_date_epoch=int(plan.source_date_epoch),
+        wheels_url=_url(plan.wheels_url),
+        torch_count=len(plan.lock.torch),
+        app_count=len(plan.lock.app),
+        labels=labels,
+    )
+    files = {
+        "Dockerfile": (dockerfile.encode(), 0o644),
+        "requirements-torch.txt": (plan.lock.layer_text("torch").encode(), 0o644),
+        "requirements-app.txt": (plan.lock.layer_text("app").encode(), 0o644),
+        "manifest.json": ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644),
+    }
+    files.update(_context_files())
+    return files
+
+
+def _url(value: str) -> str:
+    if not re.fullmatch(r"(https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?|/[A-Za-z0-9._/-]+)", value, re.ASCII):
+        raise UsageError(f"invalid wheelhouse location {value!r}", "use an http(s) URL or an absolute path")
+    return value
+
+
+def render_many(plans: list[BuildPlan], data: CompatData) -> dict[str, tuple[bytes, int]]:
+    """One folder per cell: ``<cell id>/<file>``."""
+    out = {}
+    for plan in sorted(plans, key=lambda p: p.cell.id):
+        for rel, content in render_plan(plan, data).items():
+            out[f"{plan.cell.id}/{rel}"] = content
+    return out
+
+
+def diff_tree(root: Path, expected: dict[str, tuple[bytes, int]]) -> list[str]:
+    """Paths under ``root`` that differ from ``expected`` (changed, missing, or extra within rendered folders)."""
+    problems = []
+    for rel, (content, _mode) in sorted(expected.items()):
+        path = root / rel
+        if not path.is_file():
+            problems.append(f"missing: {rel}")
+        elif path.read_bytes() != content:
+            problems.append(f"differs: {rel}")
+    cell_dirs = {rel.split("/", 1)[0] for rel in expected}
+    for cell_dir in sorted(cell_dirs):
+        base = root / cell_dir
+        if base.is_dir():
+            for path in sorted(base.rglob("*")):
+                rel = path.relative_to(root).as_posix()
+                if path.is_file() and rel not in expected:
+                    problems.append(f"extra: {rel}")
+    return problems

@@ -1,0 +1,222 @@
+"""Compatibility rules: a query (cell, fleet, driver) -> violations, each citing its source. Pure.
+
+Rules only check the axes a query names; versions the data does not know raise UnknownVersionError (exit 2)
+instead of being guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from imagekit.compat import ArchEntry, CompatData
+from imagekit.errors import UnknownVersionError
+from imagekit.model import Query, Verdict, Violation
+from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
+
+PYPI_META = "[PYPI] wheel METADATA on PyPI"
+
+
+def variant_of(cuda: str) -> str:
+    return "cu" + cuda.replace(".", "")
+
+
+def cuda_major(cuda: str) -> int:
+    return int(cuda.split(".")[0])
+
+
+@dataclass(frozen=True)
+class DriverFloor:
+    minimum: str  # minor-version-compatibility floor of the CUDA major family
+    full: str | None  # the toolkit's own GA driver: full feature set, PTX JIT
+    source: str
+
+
+def driver_floor(data: CompatData, cuda: str) -> DriverFloor:
+    major = cuda_major(cuda)
+    if major not in data.driver_families:
+        raise UnknownVersionError(
+            f"CUDA {cuda}: no driver floor known for CUDA {major}.x (data version {data.data_version})",
+            "run `imagekit compat refresh` or upgrade imagekit",
+        )
+    minimum, src = data.driver_families[major]
+    return DriverFloor(minimum, data.toolkit_drivers.get(cuda), data.source(src))
+
+
+def how_arch_runs(entry: ArchEntry, target: str) -> str | None:
+    """"cubin sm_80" when a same-major cubin not newer than the GPU exists, "ptx" when only PTX JIT can run it."""
+    tmaj, tmin = arch_key(target)
+    cubins = [tuple(int(x) for x in a.split(".")) for a in entry.archs]
+    same_major = [c for c in cubins if c[0] == tmaj and c[1] <= tmin]
+    if same_major:
+        best = max(same_major)
+        return f"cubin sm_{best[0]}{best[1]}"
+    if entry.ptx and tuple(int(x) for x in entry.ptx.split(".")) <= (tmaj, tmin):
+        return "ptx"
+    return None
+
+
+def _torch_known(q: Query, data: CompatData) -> None:
+    if q.torch:
+        data.torch_minor(q.torch)
+
+
+def rule_cuda_variant(q: Query, data: CompatData) -> list[Violation]:
+    if not (q.cuda and q.torch):
+        return []
+    tm = data.torch_minor(q.torch)
+    if variant_of(q.cuda) in tm.variants:
+        return []
+    return [Violation(
+        "cuda-variant",
+        f"torch {q.torch} has no {variant_of(q.cuda)} wheels; its CUDA variants are {', '.join(tm.variants)}",
+        data.source(tm.variants_source),
+    )]
+
+
+def rule_python_torch(q: Query, data: CompatData) -> list[Violation]:
+    if not (q.python and q.torch):
+        return []
+    data.torch_minor(q.torch)
+    pythons = data.torch_releases[q.torch]["python"]
+    if q.python in pythons:
+        return []
+    return [Violation(
+        "python-torch",
+        f"torch {q.torch} publishes Linux x86_64 wheels for Python {pythons[0]}–{pythons[-1]}, not {q.python}",
+        f"{PYPI_META} (torch {q.torch} wheel tags)",
+    )]
+
+
+def _release_checks(q: Query, data: CompatData, name: str, version: str) -> list[Violation]:
+    """Requires-Python, requirements on other pinned packages, and yanked status of one pinned release."""
+    rel = data.package(name, version)
+    out: list[Violation] = []
+    src = f"{PYPI_META} ({name} {version})"
+    if q.python and rel.requires_python and not SpecifierSet(rel.requires_python).contains(q.python + ".0"):
+        rule = "python-transformers" if name == "transformers" else "package-python"
+        out.append(Violation(rule, f"{name} {version} requires Python {rel.requires_python}, not {q.python}", src))
+    pinned = {"torch": q.torch, "transformers": q.transformers}
+    for req in q.packages:
+        pinned[requirement_name(req)] = pinned_version(req)
+    for dep, spec in sorted(rel.requires.items()):
+        have = pinned.get(dep)
+        if not have or not spec or SpecifierSet(spec).contains(have, prereleases=True):
+            continue
+        rule = "transformers-torch" if (name, dep) == ("transformers", "torch") else "package-requires"
+        out.append(Violation(rule, f"{name} {version} requires {dep}{spec}, not {dep} {have}", src))
+    if rel.yanked:
+        out.append(Violation("package-yanked", f"{name} {version} is yanked on PyPI", src))
+    return out
+
+
+def rule_transformers(q: Query, data: CompatData) -> list[Violation]:
+    if not q.transformers:
+        return []
+    if q.torch:
+        data.torch_minor(q.torch)
+    return _release_checks(q, data, "transformers", q.transformers)
+
+
+def rule_packages(q: Query, data: CompatData) -> list[Violation]:
+    out: list[Violation] = []
+    for req in q.packages:
+        name, version = requirement_name(req), pinned_version(req)
+        if version is None or name not in data.packages or name == "torch":
+            continue  # unpinned or not a package the data watches: the resolver decides
+        out.extend(_release_checks(q, data, name, version))
+    return out
+
+
+def rule_driver(q: Query, data: CompatData) -> list[Violation]:
+    if not (q.cuda and q.driver):
+        return []
+    floor = driver_floor(data, q.cuda)
+    if driver_key(q.driver) >= driver_key(floor.minimum):
+        return []
+    return [Violation(
+        "driver-floor",
+        f"{variant_of(q.cuda)} wheels need an NVIDIA driver >= {floor.minimum} (CUDA {cuda_major(q.cuda)}.x "
+        f"minor-version compatibility); the oldest host driver is {q.driver}",
+        floor.source,
+    )]
+
+
+def rule_gpu_arch(q: Query, data: CompatData) -> list[Violation]:
+    if not (q.archs and q.cuda and q.torch):
+        return []
+    data.torch_minor(q.torch)
+    entry = data.arch_entry(q.torch, variant_of(q.cuda))
+    if entry is None:
+        return []  # no such variant: rule_cuda_variant already says so
+    out = []
+    have = ", ".join(cc_to_sm(a) for a in entry.archs) + (f" + PTX {cc_to_sm(entry.ptx)}" if entry.ptx else "")
+    for target in q.archs:
+        how = how_arch_runs(entry, target)
+        src = f"[{entry.source}] ({entry.confidence}) " + data.source(entry.source).split("] ", 1)[-1]
+        if how is None:
+            out.append(Violation(
+                "gpu-arch",
+                f"torch {q.torch}+{variant_of(q.cuda)} has no kernels for {target} ({have}): "
+                "'no kernel image is available for execution on the device'",
+                src,
+            ))
+        elif how == "ptx" and q.driver:
+            full = driver_floor(data, q.cuda).full
+            if full and driver_key(q.driver) < driver_key(full):
+                out.append(Violation(
+                    "ptx-jit-driver",
+                    f"{target} runs torch {q.torch}+{variant_of(q.cuda)} only by JIT-compiling its PTX, which needs a "
+                    f"driver >= {full} (CUDA {q.cuda} GA); the oldest host driver is {q.driver}",
+                    f"{data.source('NV')} (I: PTX JIT needs a driver at least as new as the toolkit)",
+                ))
+    return out
+
+
+def rule_glibc(q: Query, data: CompatData) -> list[Violation]:
+    if not (q.torch and q.base_glibc):
+        return []
+    tm = data.torch_minor(q.torch)
+    if Version(q.base_glibc) >= Version(tm.glibc):
+        return []
+    return [Violation(
+        "glibc",
+        f"torch {q.torch} wheels need glibc >= {tm.glibc}; the base image has {q.base_glibc}",
+        data.source(tm.glibc_source),
+    )]
+
+
+RULES: tuple[Callable[[Query, CompatData], list[Violation]], ...] = (
+    rule_cuda_variant,
+    rule_python_torch,
+    rule_transformers,
+    rule_packages,
+    rule_driver,
+    rule_gpu_arch,
+    rule_glibc,
+)
+RULE_IDS = (
+    "cuda-variant", "python-torch", "python-transformers", "transformers-torch", "package-python",
+    "package-requires", "package-yanked", "driver-floor", "gpu-arch", "ptx-jit-driver", "glibc",
+)
+
+
+def evaluate(q: Query, data: CompatData) -> Verdict:
+    _torch_known(q, data)
+    if q.cuda:
+        driver_floor(data, q.cuda)
+    violations: list[Violation] = []
+    for rule in RULES:
+        violations.extend(rule(q, data))
+    return Verdict(tuple(violations))
+
+
+def supported_archs(data: CompatData, torch: str, cuda: str) -> tuple[list[str], str | None]:
+    """(cubin archs as sm_XY, PTX arch or None) compiled into torch's ``cuda`` variant."""
+    entry = data.arch_entry(torch, variant_of(cuda))
+    if entry is None:
+        return [], None
+    return [cc_to_sm(a) for a in entry.archs], (cc_to_sm(entry.ptx) if entry.ptx else None)

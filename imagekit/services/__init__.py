@@ -1,0 +1,1 @@
+"""Use cases: each wires pure planning to the effects it needs."""

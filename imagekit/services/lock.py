@@ -1,0 +1,100 @@
+"""Lock use case: resolve each selected cell (concurrently), skipping cells whose inputs are unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagekit import lockfile, locking
+from imagekit.compat import CompatData
+from imagekit.effects import resolver
+from imagekit.effects.files import write_atomic
+from imagekit.errors import ImagekitError, UsageError
+from imagekit.lockfile import Lock
+from imagekit.model import Cell
+
+
+@dataclass(frozen=True)
+class LockResult:
+    cell: Cell
+    status: str  # up-to-date | locked | stale | missing | failed
+    path: Path
+    lock: Lock | None = None
+    error: ImagekitError | None = None
+
+
+def lock_path(directory: Path, cell: Cell) -> Path:
+    return directory / f"{cell.id}.txt"
+
+
+def read_lock(path: Path) -> Lock | None:
+    try:
+        return lockfile.parse(path.read_text(), str(path))
+    except FileNotFoundError:
+        return None
+    except UsageError:
+        return None
+
+
+def _preferences(directory: Path, cell: Cell, existing: Lock | None) -> str | None:
+    """The earlier lock of this cell, else a sibling with the same torch build: pins that need not move stay."""
+    if existing is not None:
+        return existing.layer_text("torch") + existing.layer_text("app")
+    prefix = f"{cell.variant}-torch{cell.torch}-py{cell.python}-"
+    for sibling in sorted(directory.glob(f"{prefix}*.txt")):
+        lock = read_lock(sibling)
+        if lock is not None:
+            return lock.layer_text("torch")
+    return None
+
+
+def status_of(directory: Path, cell: Cell, settings: locking.LockSettings, data: CompatData) -> LockResult:
+    path = lock_path(directory, cell)
+    existing = read_lock(path)
+    if existing is None:
+        return LockResult(cell, "missing", path)
+    req = locking.request(cell, settings, data)
+    if existing.meta.get("input-hash") != req.input_hash:
+        return LockResult(cell, "stale", path, existing)
+    return LockResult(cell, "up-to-date", path, existing)
+
+
+def lock_one(cell: Cell, directory: Path, settings: locking.LockSettings, data: CompatData, *,
+             matrix: str | None = None, upgrade: tuple[str, ...] = (), upgrade_all: bool = False) -> LockResult:
+    path = lock_path(directory, cell)
+    req = locking.request(cell, settings, data)
+    existing = read_lock(path)
+    if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
+        return LockResult(cell, "up-to-date", path, existing)
+    try:
+        if settings.resolver == "pip-tools":
+            output = resolver.compile_pip_tools(req)
+            version = "pip-tools"
+        else:
+            prefs = None if upgrade_all else _preferences(directory, cell, existing)
+            output = resolver.compile_uv(req, prefs, upgrade, upgrade_all)
+            version = resolver.uv_version()
+        lock = locking.build_lock(req, output, matrix, data, version)
+    except ImagekitError as exc:
+        return LockResult(cell, "failed", path, existing, exc)
+    write_atomic(path, lock.render())
+    return LockResult(cell, "locked", path, lock)
+
+
+def lock_cells(cells: list[Cell], directory: Path, settings: locking.LockSettings, data: CompatData, *,
+               matrix: str | None = None, upgrade: tuple[str, ...] = (), upgrade_all: bool = False,
+               jobs: int = 4, on_result: Callable[[LockResult], None] | None = None) -> list[LockResult]:
+    def work(cell: Cell) -> LockResult:
+        result = lock_one(cell, directory, settings, data, matrix=matrix, upgrade=upgrade, upgrade_all=upgrade_all)
+        if on_result:
+            on_result(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(work, cells))
+
+
+def check_cells(cells: list[Cell], directory: Path, settings: locking.LockSettings, data: CompatData) -> list[LockResult]:
+    return [status_of(directory, c, settings, data) for c in cells]

@@ -1,0 +1,166 @@
+"""Validation of every value that can reach a template, a lockfile or a command line. Pure.
+
+Each validator returns the canonical value or raises UsageError; nothing is "cleaned up" silently, so a value
+that is not already canonical (surrounding whitespace, a newline, a non-normalised version) is refused.
+"""
+
+from __future__ import annotations
+
+import re
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from imagekit.errors import UsageError
+
+_CUDA = re.compile(r"\d{1,2}\.\d{1,2}", re.ASCII)
+_PYTHON = re.compile(r"3\.\d{1,2}", re.ASCII)
+_DRIVER = re.compile(r"\d{2,4}(\.\d{1,4}){1,2}", re.ASCII)
+_SM = re.compile(r"sm_(\d{1,2})(\d)([af]?)", re.ASCII)
+_CC = re.compile(r"(\d{1,2})\.(\d)([af]?)", re.ASCII)
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
+_SAFE_TEXT = re.compile(r"[\x20-\x7e]*", re.ASCII)
+
+# OCI distribution reference grammar (github.com/distribution/reference, regexp.go).
+_ALNUM = r"[a-z0-9]+"
+_SEP = r"(?:[._]|__|[-]+)"
+_PATH_COMPONENT = rf"{_ALNUM}(?:{_SEP}{_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_NAME_RE = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REF = re.compile(rf"(?P<name>{_NAME_RE})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?", re.ASCII)
+REPOSITORY = re.compile(_NAME_RE, re.ASCII)
+TAG = re.compile(_TAG, re.ASCII)
+
+
+def _bad(what: str, value: object, expected: str, hint: str | None = None) -> UsageError:
+    return UsageError(f"invalid {what} {value!r}: expected {expected}", hint)
+
+
+def version(value: object, what: str = "version") -> str:
+    """A PEP 440 version, already in canonical form (``4.48.2``, ``2.5.1``)."""
+    if not isinstance(value, str):
+        raise _bad(what, value, "a version string such as '2.5.1'")
+    try:
+        canonical = str(Version(value))
+    except InvalidVersion:
+        raise _bad(what, value, "a PEP 440 version such as '2.5.1'") from None
+    if canonical != value:
+        raise _bad(what, value, f"the canonical form {canonical!r}", "write versions without spaces or prefixes")
+    return value
+
+
+def cuda(value: object) -> str:
+    """A CUDA variant version, ``major.minor`` (``12.4``); ``cu124`` is accepted and normalised."""
+    if isinstance(value, str) and re.fullmatch(r"cu\d{3,4}", value, re.ASCII):
+        digits = value[2:]
+        value = f"{digits[:-1]}.{digits[-1]}"
+    if not isinstance(value, str) or not _CUDA.fullmatch(value):
+        raise _bad("CUDA version", value, "major.minor such as '12.4' (or 'cu124')")
+    major, minor = value.split(".")
+    return f"{int(major)}.{int(minor)}"
+
+
+def python(value: object) -> str:
+    if not isinstance(value, str) or not _PYTHON.fullmatch(value):
+        raise _bad("Python version", value, "major.minor such as '3.11'")
+    return value
+
+
+def driver(value: object) -> str:
+    if not isinstance(value, str) or not _DRIVER.fullmatch(value):
+        raise _bad("driver version", value, "an NVIDIA driver version such as '535.104.05'")
+    return value
+
+
+def driver_key(value: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in value.split("."))
+
+
+def arch(value: object, gpus: dict[str, str] | None = None) -> str:
+    """A compute capability as ``sm_XY`` from ``sm_90``, ``9.0``, ``90`` or a known GPU name (``H100``)."""
+    if not isinstance(value, str):
+        raise _bad("GPU architecture", value, "a compute capability such as 'sm_90'")
+    if gpus:
+        by_name = {k.lower(): v for k, v in gpus.items()}
+        if value.lower() in by_name:
+            value = by_name[value.lower()]
+    m = _SM.fullmatch(value) or _CC.fullmatch(value)
+    if m is None and re.fullmatch(r"\d{2,3}", value, re.ASCII):
+        m = _SM.fullmatch(f"sm_{value}")
+    if m is None:
+        known = f"; known GPU names: {', '.join(sorted(gpus))}" if gpus else ""
+        raise _bad("GPU architecture", value, f"a compute capability such as 'sm_90' or '9.0'{known}")
+    return f"sm_{int(m[1])}{m[2]}{m[3]}"
+
+
+def arch_key(value: str) -> tuple[int, int]:
+    """``sm_120`` -> (12, 0); ``sm_90a`` -> (9, 0)."""
+    m = _SM.fullmatch(value)
+    if m is None:
+        raise _bad("GPU architecture", value, "'sm_XY'")
+    return int(m[1]), int(m[2])
+
+
+def cc_to_sm(cc: str) -> str:
+    major, minor = cc.split(".")
+    return f"sm_{int(major)}{int(minor)}"
+
+
+def requirement(value: object) -> str:
+    """A requirement string (``accelerate==1.2.1``) in canonical form; no URLs, no control characters."""
+    if not isinstance(value, str) or not value or not _SAFE_TEXT.fullmatch(value):
+        raise _bad("requirement", value, "a single-line requirement such as 'accelerate==1.2.1'")
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        raise _bad("requirement", value, f"a PEP 508 requirement ({exc})") from None
+    if req.url:
+        raise _bad("requirement", value, "a requirement on an index package", "direct URL requirements cannot be hash-locked reproducibly here")
+    return str(req)
+
+
+def requirement_name(value: str) -> str:
+    return canonicalize_name(Requirement(value).name)
+
+
+def pinned_version(value: str) -> str | None:
+    """The exact version of an ``name==X`` requirement, else None."""
+    req = Requirement(value)
+    pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+    return pins[0] if len(req.specifier) == 1 and pins and "*" not in pins[0] else None
+
+
+def package_name(value: object) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise _bad("package name", value, "a distribution name such as 'transformers'")
+    return canonicalize_name(value)
+
+
+def image_ref(value: object, what: str = "image reference") -> str:
+    """An OCI image reference (``registry:5000/team/img:tag@sha256:...``) by the distribution grammar."""
+    if not isinstance(value, str) or len(value) > 512 or not IMAGE_REF.fullmatch(value):
+        raise _bad(what, value, "an OCI reference such as 'registry.example.com/team/image:tag'")
+    return value
+
+
+def repository(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 255 or not REPOSITORY.fullmatch(value):
+        raise _bad("image repository", value, "an OCI repository such as '127.0.0.1:5000/imagekit/train'")
+    return value
+
+
+def tag(value: object) -> str:
+    if not isinstance(value, str) or not TAG.fullmatch(value):
+        raise _bad("image tag", value, "up to 128 characters of [A-Za-z0-9_.-], not starting with '.' or '-'")
+    return value
+
+
+def label_text(value: object, what: str = "label value") -> str:
+    """Free text that may appear in a label: printable ASCII on one line."""
+    if not isinstance(value, str) or not _SAFE_TEXT.fullmatch(value):
+        raise _bad(what, value, "printable ASCII on a single line")
+    return value

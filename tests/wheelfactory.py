@@ -1,0 +1,90 @@
+"""Build small but real wheels and serve them from a real PEP 503 index on loopback (for routing tests)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import http.server
+import io
+import threading
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+FIXED_TIME = (2025, 1, 1, 0, 0, 0)
+
+
+def build_wheel(out: Path, name: str, version: str, requires: list[str] = (), tag: str = "py3-none-any",
+                requires_python: str | None = None, payload: str = "") -> Path:
+    """Write ``{name}-{version}-{tag}.whl`` (deterministic bytes) and return its path."""
+    dist = name.replace("-", "_")
+    dist_info = f"{dist}-{version}.dist-info"
+    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    if requires_python:
+        meta.append(f"Requires-Python: {requires_python}")
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    files = {
+        f"{dist}/__init__.py": f'__version__ = "{version}"\n{payload}'.encode(),
+        f"{dist_info}/METADATA": ("\n".join(meta) + "\n\n").encode(),
+        f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: imagekit-tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    out.mkdir(parents=True, exist_ok=True)
+    wheel = out / f"{dist}-{version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, data in files.items():
+            info = zipfile.ZipInfo(path, FIXED_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    return wheel
+
+
+def write_simple_index(root: Path, wheels: list[Path]) -> None:
+    """Lay out ``root/simple/<project>/index.html`` (PEP 503) with sha256 fragments, wheels under ``root/files``."""
+    files_dir = root / "files"
+    files_dir.mkdir(parents=True, exist_ok=True)
+    by_project: dict[str, list[Path]] = {}
+    for w in wheels:
+        target = files_dir / w.name
+        target.write_bytes(w.read_bytes())
+        by_project.setdefault(canonicalize_name(w.name.split("-")[0]), []).append(target)
+    simple = root / "simple"
+    simple.mkdir(parents=True, exist_ok=True)
+    links = []
+    for project, paths in sorted(by_project.items()):
+        (simple / project).mkdir(exist_ok=True)
+        rows = []
+        for p in sorted(paths):
+            digest = hashlib.sha256(p.read_bytes()).hexdigest()
+            rows.append(f'<a href="../../files/{html.escape(p.name)}#sha256={digest}">{html.escape(p.name)}</a><br>')
+        (simple / project / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(rows) + "\n</body></html>\n")
+        links.append(f'<a href="{project}/">{project}</a><br>')
+    (simple / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:  # noqa: D401 - silence
+        pass
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """Serve ``root`` over HTTP on 127.0.0.1 (a free port); yields the base URL."""
+    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
