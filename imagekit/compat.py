@@ -127,7 +127,9 @@ def parse(curated: dict, metadata: dict) -> CompatData:
         for t in curated["torch"]
     }
     archs = tuple(
-        ArchEntry(tuple(a["torch"]), tuple(a["variants"]), tuple(a["archs"]), a.get("ptx"), a["source"], a["confidence"])
+        ArchEntry(
+            tuple(a["torch"]), tuple(a["variants"]), tuple(a["archs"]), a.get("ptx"), a["source"], a["confidence"]
+        )
         for a in curated["arch"]
     )
     gpus = dict(curated["gpus"])

@@ -18,7 +18,9 @@ from imagekit.errors import UsageError
 
 TORCH_MARK = "# --- layer: torch ---"
 APP_MARK = "# --- layer: app ---"
-_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<version>[A-Za-z0-9.+!_-]+)(?:\s*;\s*(?P<marker>.+?))?\s*(\\)?$")
+_PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<version>[A-Za-z0-9.+!_-]+)(?:\s*;\s*(?P<marker>.+?))?\s*(\\)?$"
+)
 _HASH = re.compile(r"--hash=(?P<algo>sha256):(?P<digest>[0-9a-f]{64})")
 _META = re.compile(r"^# imagekit-(?P<key>[a-z-]+): (?P<value>.*)$")
 # Packages of the torch family: they come from the PyTorch index for a non-default variant.
@@ -66,7 +68,11 @@ class Lock:
     @property
     def content_hash(self) -> str:
         """sha256 over what gets installed (pins and hashes of both layers), independent of comments."""
-        body = "\n".join(f"{layer}:{e.pin}:{','.join(e.hashes)}" for layer, part in (("torch", self.torch), ("app", self.app)) for e in part)
+        body = "\n".join(
+            f"{layer}:{e.pin}:{','.join(e.hashes)}"
+            for layer, part in (("torch", self.torch), ("app", self.app))
+            for e in part
+        )
         return hashlib.sha256(body.encode()).hexdigest()
 
     @property
@@ -106,7 +112,9 @@ def parse_requirements(text: str, origin: str = "<lock>") -> list[LockEntry]:
                 continue  # options such as --index-url
             m = _PIN.match(line)
             if not m:
-                raise UsageError(f"{origin}:{lineno}: not an exact pin: {line!r}", "locks contain only name==version lines")
+                raise UsageError(
+                    f"{origin}:{lineno}: not an exact pin: {line!r}", "locks contain only name==version lines"
+                )
             flush()
             name, version, hashes, via, in_via = m["name"], m["version"], [], [], False
             continue
@@ -116,11 +124,11 @@ def parse_requirements(text: str, origin: str = "<lock>") -> list[LockEntry]:
                 raise UsageError(f"{origin}:{lineno}: bad hash {line!r}", "only sha256 hashes are accepted")
             hashes.append(f"sha256:{hm['digest']}")
         elif line.startswith("# via") and name is not None:
-            rest = line[len("# via"):].strip()
+            rest = line[len("# via") :].strip()
             in_via = not rest
             if rest:
                 via.append(rest)
-        elif line.startswith("#   ") and in_via or (line.startswith("#") and in_via and raw.startswith("    #   ")):
+        elif (line.startswith("#   ") and in_via) or (line.startswith("#") and in_via and raw.startswith("    #   ")):
             via.append(line.lstrip("#").strip())
         elif line.startswith("#") and raw[:1] not in (" ", "\t"):
             in_via = False
@@ -143,7 +151,9 @@ def parse(text: str, origin: str = "<lock>") -> Lock:
             header.append(line)
     while header and header[-1] == "#":
         header.pop()
-    return Lock(tuple(parse_requirements(torch_text, origin)), tuple(parse_requirements(app_text, origin)), meta, tuple(header))
+    return Lock(
+        tuple(parse_requirements(torch_text, origin)), tuple(parse_requirements(app_text, origin)), meta, tuple(header)
+    )
 
 
 def torch_closure(entries: list[LockEntry]) -> set[str]:

@@ -67,21 +67,31 @@ class LockRequest:
         """The throwaway project uv resolves: direct requirements, and the torch index pinned per package."""
         deps = ",\n".join(f"    {json.dumps(r)}" for r in self.requirements)
         text = (
-            "[project]\nname = \"imagekit-cell\"\nversion = \"0\"\n"
-            f"requires-python = \"=={self.cell.python}.*\"\ndependencies = [\n{deps},\n]\n"
+            '[project]\nname = "imagekit-cell"\nversion = "0"\n'
+            f'requires-python = "=={self.cell.python}.*"\ndependencies = [\n{deps},\n]\n'
         )
         if self.routed:
             text += "\n[tool.uv.sources]\n"
             for name in sorted(TORCH_FAMILY):
-                text += f"{name} = {{ index = \"pytorch\" }}\n"
-            text += f"\n[[tool.uv.index]]\nname = \"pytorch\"\nurl = {json.dumps(self.torch_index)}\nexplicit = true\n"
+                text += f'{name} = {{ index = "pytorch" }}\n'
+            text += f'\n[[tool.uv.index]]\nname = "pytorch"\nurl = {json.dumps(self.torch_index)}\nexplicit = true\n'
         return text
 
     def uv_args(self) -> list[str]:
         args = [
-            "pip", "compile", "pyproject.toml", "--generate-hashes", "--emit-index-annotation", "--no-header",
-            "--python-version", self.cell.python, "--python-platform", self.platform,
-            "--index-url", self.settings.index_url, "--no-config",
+            "pip",
+            "compile",
+            "pyproject.toml",
+            "--generate-hashes",
+            "--emit-index-annotation",
+            "--no-header",
+            "--python-version",
+            self.cell.python,
+            "--python-platform",
+            self.platform,
+            "--index-url",
+            self.settings.index_url,
+            "--no-config",
         ]
         for url in self.settings.extra_index_urls:
             args += ["--extra-index-url", url]
@@ -91,8 +101,18 @@ class LockRequest:
 
     def regenerate_command(self, matrix: str | None) -> str:
         c = self.cell
-        argv = ["imagekit", "lock", "--cuda", c.cuda, "--torch", c.torch, "--transformers", c.transformers,
-                "--python", c.python]
+        argv = [
+            "imagekit",
+            "lock",
+            "--cuda",
+            c.cuda,
+            "--torch",
+            c.torch,
+            "--transformers",
+            c.transformers,
+            "--python",
+            c.python,
+        ]
         if matrix:
             argv += ["--matrix", matrix]
         return shlex.join(argv)
@@ -102,7 +122,9 @@ def request(cell: Cell, settings: LockSettings, data: CompatData) -> LockRequest
     tm = data.torch_minor(cell.torch)
     routed = cell.variant != tm.pypi_default
     base = data.bases.get(cell.python)
-    platform = "x86_64-manylinux_2_28" if base is None or Version(base.glibc) >= Version("2.28") else "x86_64-manylinux_2_17"
+    platform = (
+        "x86_64-manylinux_2_28" if base is None or Version(base.glibc) >= Version("2.28") else "x86_64-manylinux_2_17"
+    )
     torch_pin = f"torch=={cell.torch}+{cell.variant}" if routed else f"torch=={cell.torch}"
     requirements = (torch_pin, f"transformers=={cell.transformers}", *cell.packages)
     torch_index = f"{settings.torch_index_base.rstrip('/')}/{cell.variant}" if routed else None
@@ -140,31 +162,43 @@ def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str], 
         raise CheckFailed(f"{cell.id}: the resolution has no torch", "check the index settings")
     missing_hashes = [e.name for e in entries if not e.hashes]
     if missing_hashes:
-        raise CheckFailed(f"{cell.id}: no hashes for {', '.join(missing_hashes)}", "the index must publish sha256 hashes")
+        raise CheckFailed(
+            f"{cell.id}: no hashes for {', '.join(missing_hashes)}", "the index must publish sha256 hashes"
+        )
     if req.routed:
         want = f"{cell.torch}+{cell.variant}"
         if torch.version != want:
-            raise CheckFailed(f"{cell.id}: resolved torch {torch.version}, expected {want}",
-                              f"the index {redact(req.torch_index or '')} does not serve {want}")
+            raise CheckFailed(
+                f"{cell.id}: resolved torch {torch.version}, expected {want}",
+                f"the index {redact(req.torch_index or '')} does not serve {want}",
+            )
         for name in TORCH_FAMILY & pins.keys():
             src = sources.get(name, "")
             if redact(src).rstrip("/") != redact(req.torch_index or "").rstrip("/"):
-                raise CheckFailed(f"{cell.id}: {name} came from {redact(src) or 'an unknown index'}, not the PyTorch index",
-                                  "torch-family packages must come from the variant's index")
+                raise CheckFailed(
+                    f"{cell.id}: {name} came from {redact(src) or 'an unknown index'}, not the PyTorch index",
+                    "torch-family packages must come from the variant's index",
+                )
         return
     if torch.version != cell.torch:
-        raise CheckFailed(f"{cell.id}: resolved torch {torch.version}, expected {cell.torch} (PyPI default {cell.variant})",
-                          "an extra index supplied a different torch build; remove it or pin the variant")
+        raise CheckFailed(
+            f"{cell.id}: resolved torch {torch.version}, expected {cell.torch} (PyPI default {cell.variant})",
+            "an extra index supplied a different torch build; remove it or pin the variant",
+        )
     runtime = [e for e in entries if re.fullmatch(r"nvidia-cuda-runtime-cu\d+|cuda-toolkit", e.name)]
     if not runtime:
         raise CheckFailed(f"{cell.id}: torch {torch.version} pulled no CUDA runtime", "is this a CPU-only torch build?")
     got = ".".join(runtime[0].version.split(".")[:2])
     if got != cell.cuda:
-        raise CheckFailed(f"{cell.id}: torch {torch.version} brings CUDA runtime {runtime[0].version}, not {cell.cuda}",
-                          "the PyPI default variant changed; run `imagekit compat refresh` and pick the right --cuda")
+        raise CheckFailed(
+            f"{cell.id}: torch {torch.version} brings CUDA runtime {runtime[0].version}, not {cell.cuda}",
+            "the PyPI default variant changed; run `imagekit compat refresh` and pick the right --cuda",
+        )
 
 
-def header(req: LockRequest, matrix: str | None, data: CompatData, uv_version: str) -> tuple[tuple[str, ...], dict[str, str]]:
+def header(
+    req: LockRequest, matrix: str | None, data: CompatData, uv_version: str
+) -> tuple[tuple[str, ...], dict[str, str]]:
     lines = (
         "#",
         f"# This file is autogenerated by imagekit {__version__} ({uv_version}) for {req.cell.id}.",

@@ -26,7 +26,7 @@ _VALIDATORS = {
 @dataclass(frozen=True)
 class MatrixConfig:
     cells: tuple[Cell, ...]
-    targets: Targets = Targets()
+    targets: Targets = field(default_factory=Targets)
     repository: str = DEFAULT_REPOSITORY
     origin: str = "<default>"
 
@@ -42,7 +42,7 @@ class _Problems:
         self.origin = origin
         self.items: list[str] = []
 
-    def check(self, key: str, fn, value):  # noqa: ANN001, ANN202 - small local helper
+    def check(self, key: str, fn, value):
         try:
             return fn(value)
         except UsageError as exc:
@@ -53,7 +53,7 @@ class _Problems:
         self.items.append(f"{self.origin}: {key}: {message}")
 
 
-def _string_list(p: _Problems, key: str, value: object, fn) -> list:  # noqa: ANN001
+def _string_list(p: _Problems, key: str, value: object, fn) -> list:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -132,16 +132,20 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     cells: dict[str, Cell] = {}
     if all(axes[a] for a in AXES):
         for combo in itertools.product(*(axes[a] for a in AXES)):
-            values = dict(zip(AXES, combo))
+            values = dict(zip(AXES, combo, strict=True))
             if any(all(values.get(k) == v for k, v in ex.items()) for ex in excludes if ex):
                 continue
             cell = Cell(**values, packages=packages)
             cells.setdefault(cell.id, cell)
     elif any(axes[a] for a in AXES):
         named = [a for a in AXES if axes[a]]
-        raise ConfigError([f"{origin}: matrix: axes {', '.join(named)} are set but "
-                           f"{', '.join(a for a in AXES if not axes[a])} are not"],
-                          "give all four axes, or list cells under [[matrix.include]]")
+        raise ConfigError(
+            [
+                f"{origin}: matrix: axes {', '.join(named)} are set but "
+                f"{', '.join(a for a in AXES if not axes[a])} are not"
+            ],
+            "give all four axes, or list cells under [[matrix.include]]",
+        )
     for inc in includes:
         if inc:
             cell = Cell(**inc)
@@ -158,8 +162,10 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
 
 def _gpu(value: object, data: CompatData) -> str:
     if not isinstance(value, str) or value.lower() not in {k.lower() for k in data.gpus}:
-        raise UsageError(f"unknown GPU {value!r} (known: {', '.join(sorted(data.gpus))})",
-                         "name the compute capability under targets.archs instead")
+        raise UsageError(
+            f"unknown GPU {value!r} (known: {', '.join(sorted(data.gpus))})",
+            "name the compute capability under targets.archs instead",
+        )
     return validate.arch(value, data.gpus)
 
 

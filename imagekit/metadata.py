@@ -58,7 +58,10 @@ class PackageMeta:
     cuda_runtime: str | None = None  # torch only: nvidia-cuda-runtime-cuXX pin
 
     def to_json(self) -> dict[str, object]:
-        data: dict[str, object] = {"requires_python": self.requires_python, "requires": dict(sorted(self.requires.items()))}
+        data: dict[str, object] = {
+            "requires_python": self.requires_python,
+            "requires": dict(sorted(self.requires.items())),
+        }
         if self.cuda_runtime:
             data["cuda_runtime"] = self.cuda_runtime
         return data

@@ -50,8 +50,16 @@ class Query:
 
     @classmethod
     def of(cls, cell: Cell, targets: Targets, base_glibc: str | None = None) -> Query:
-        return cls(cell.cuda, cell.torch, cell.transformers, cell.python, cell.packages, targets.archs,
-                   targets.min_driver, base_glibc)
+        return cls(
+            cell.cuda,
+            cell.torch,
+            cell.transformers,
+            cell.python,
+            cell.packages,
+            targets.archs,
+            targets.min_driver,
+            base_glibc,
+        )
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ def labels(manifest: dict) -> dict[str, str]:
         "imagekit.transformers": cell["transformers"],
         "imagekit.python": cell["python"],
         "imagekit.lock.hash": manifest["lock"]["hash"],
-        "imagekit.archs": ",".join(manifest["torch"]["archs"]) + (f",{manifest['torch']['ptx']}+PTX" if manifest["torch"]["ptx"] else ""),
+        "imagekit.archs": ",".join(manifest["torch"]["archs"])
+        + (f",{manifest['torch']['ptx']}+PTX" if manifest["torch"]["ptx"] else ""),
         "imagekit.driver.min": manifest["driver"]["minimum"],
         "imagekit.version": manifest["imagekit_version"],
     }

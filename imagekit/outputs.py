@@ -45,13 +45,23 @@ def github_matrix(cells: list[EvaluatedCell], data: CompatData, shard_spec: str 
     rows = shard([e for e in cells if e.verdict.compatible], shard_spec)
     if len(rows) > GITHUB_JOB_LIMIT:
         need = -(-len(rows) // GITHUB_JOB_LIMIT)
-        raise UsageError(f"{len(rows)} cells exceed GitHub Actions' {GITHUB_JOB_LIMIT}-job matrix limit",
-                         f"split into {need} jobs with --shard 1/{need} ... --shard {need}/{need}")
+        raise UsageError(
+            f"{len(rows)} cells exceed GitHub Actions' {GITHUB_JOB_LIMIT}-job matrix limit",
+            f"split into {need} jobs with --shard 1/{need} ... --shard {need}/{need}",
+        )
     include = []
     for e in rows:
         c = e.cell
-        include.append({"cell": c.id, "cuda": c.cuda, "torch": c.torch, "transformers": c.transformers,
-                        "python": c.python, "torch_source": cell_row(e, data)["torch_source"]})
+        include.append(
+            {
+                "cell": c.id,
+                "cuda": c.cuda,
+                "torch": c.torch,
+                "transformers": c.transformers,
+                "python": c.python,
+                "torch_source": cell_row(e, data)["torch_source"],
+            }
+        )
     return {"include": include}
 
 
@@ -74,13 +84,19 @@ def bake(cells: list[EvaluatedCell], config: MatrixConfig, context_root: str = "
 
 
 def markdown_cells(cells: list[EvaluatedCell], data: CompatData) -> str:
-    lines = ["| cell | torch | CUDA | transformers | Python | torch from | min driver | status |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| cell | torch | CUDA | transformers | Python | torch from | min driver | status |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for e in cells:
         r = cell_row(e, data)
-        status = "✓" if e.verdict.compatible else "✗ " + "; ".join(f"{v.rule}: {v.message}" for v in e.verdict.violations)
-        lines.append(f"| `{r['id']}` | {r['torch']} | {r['cuda']} | {r['transformers']} | {r['python']} | "
-                     f"{r['torch_source']} | {r['min_driver']} | {status} |")
+        status = (
+            "✓" if e.verdict.compatible else "✗ " + "; ".join(f"{v.rule}: {v.message}" for v in e.verdict.violations)
+        )
+        lines.append(
+            f"| `{r['id']}` | {r['torch']} | {r['cuda']} | {r['transformers']} | {r['python']} | "
+            f"{r['torch_source']} | {r['min_driver']} | {status} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -93,7 +109,9 @@ def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
     for t in torches:
         row = [f"**{t}**"]
         for c in cudas:
-            verdict = rules.evaluate(Query(cuda=c, torch=t, archs=config.targets.archs, driver=config.targets.min_driver), data)
+            verdict = rules.evaluate(
+                Query(cuda=c, torch=t, archs=config.targets.archs, driver=config.targets.min_driver), data
+            )
             if verdict.compatible:
                 pypi = " (PyPI)" if f"cu{c.replace('.', '')}" == data.torch_minor(t).pypi_default else ""
                 row.append("✓" + pypi)
@@ -103,6 +121,8 @@ def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
     fleet = ", ".join(config.targets.archs) or "any GPU"
     driver = config.targets.min_driver or "any driver"
     lines.append("")
-    lines.append(f"Fleet: {fleet}; oldest host driver: {driver}. ✓ (PyPI) marks the variant `pip install torch` gets; "
-                 "`imagekit explain --cuda X --torch Y` gives each reason with its source.")
+    lines.append(
+        f"Fleet: {fleet}; oldest host driver: {driver}. ✓ (PyPI) marks the variant `pip install torch` gets; "
+        "`imagekit explain --cuda X --torch Y` gives each reason with its source."
+    )
     return "\n".join(lines) + "\n"

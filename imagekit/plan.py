@@ -37,7 +37,9 @@ def bootstrap_key(spec: BaseSpec, epoch: int) -> str:
 
 
 def bootstrap_base(spec: BaseSpec, epoch: int = DEFAULT_SOURCE_DATE_EPOCH, digest: str | None = None) -> BaseRef:
-    return BaseRef(spec.name, f"imagekit/base:{spec.name}-{bootstrap_key(spec, epoch)}", digest, spec.python, spec.glibc)
+    return BaseRef(
+        spec.name, f"imagekit/base:{spec.name}-{bootstrap_key(spec, epoch)}", digest, spec.python, spec.glibc
+    )
 
 
 @dataclass(frozen=True)

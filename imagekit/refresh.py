@@ -40,7 +40,7 @@ def _metadata_for(index_json: dict, versions: list[str]) -> dict[str, dict]:
     picks = {v: pick_metadata_wheel(files, v) for v in versions}
     urls = [(v, w.url + ".metadata") for v, w in picks.items() if w is not None]
     texts = http.map_concurrently(_fetch_metadata, [u for _, u in urls])
-    return {v: parse_metadata(t).to_json() for (v, _), t in zip(urls, texts)}
+    return {v: parse_metadata(t).to_json() for (v, _), t in zip(urls, texts, strict=True)}
 
 
 def build_metadata(index: str = DEFAULT_INDEX) -> dict:
@@ -52,8 +52,7 @@ def build_metadata(index: str = DEFAULT_INDEX) -> dict:
         "generated_by": "imagekit compat refresh",
         "source": "PYPI",
         "torch": {
-            v: {"python": list(r.pythons), "glibc": r.glibc, **torch_meta.get(v, {})}
-            for v, r in sorted(torch.items())
+            v: {"python": list(r.pythons), "glibc": r.glibc, **torch_meta.get(v, {})} for v, r in sorted(torch.items())
         },
         "packages": {},
     }

@@ -28,7 +28,10 @@ def _dq(value: object) -> str:
     """Double-quote a value for LABEL/ENV; refuse quotes, backslashes, `$` and line breaks outright."""
     text = str(value)
     if not _LABEL_SAFE.fullmatch(text):
-        raise UsageError(f"refusing to render {text!r} into a Dockerfile", "values must be printable ASCII without quotes, '$' or '\\'")
+        raise UsageError(
+            f"refusing to render {text!r} into a Dockerfile",
+            "values must be printable ASCII without quotes, '$' or '\\'",
+        )
     return f'"{text}"'
 
 

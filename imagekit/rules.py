@@ -47,7 +47,7 @@ def driver_floor(data: CompatData, cuda: str) -> DriverFloor:
 
 
 def how_arch_runs(entry: ArchEntry, target: str) -> str | None:
-    """"cubin sm_80" when a same-major cubin not newer than the GPU exists, "ptx" when only PTX JIT can run it."""
+    """ "cubin sm_80" when a same-major cubin not newer than the GPU exists, "ptx" when only PTX JIT can run it."""
     tmaj, tmin = arch_key(target)
     cubins = [tuple(int(x) for x in a.split(".")) for a in entry.archs]
     same_major = [c for c in cubins if c[0] == tmaj and c[1] <= tmin]
@@ -70,11 +70,13 @@ def rule_cuda_variant(q: Query, data: CompatData) -> list[Violation]:
     tm = data.torch_minor(q.torch)
     if variant_of(q.cuda) in tm.variants:
         return []
-    return [Violation(
-        "cuda-variant",
-        f"torch {q.torch} has no {variant_of(q.cuda)} wheels; its CUDA variants are {', '.join(tm.variants)}",
-        data.source(tm.variants_source),
-    )]
+    return [
+        Violation(
+            "cuda-variant",
+            f"torch {q.torch} has no {variant_of(q.cuda)} wheels; its CUDA variants are {', '.join(tm.variants)}",
+            data.source(tm.variants_source),
+        )
+    ]
 
 
 def rule_python_torch(q: Query, data: CompatData) -> list[Violation]:
@@ -84,11 +86,13 @@ def rule_python_torch(q: Query, data: CompatData) -> list[Violation]:
     pythons = data.torch_releases[q.torch]["python"]
     if q.python in pythons:
         return []
-    return [Violation(
-        "python-torch",
-        f"torch {q.torch} publishes Linux x86_64 wheels for Python {pythons[0]}–{pythons[-1]}, not {q.python}",
-        f"{PYPI_META} (torch {q.torch} wheel tags)",
-    )]
+    return [
+        Violation(
+            "python-torch",
+            f"torch {q.torch} publishes Linux x86_64 wheels for Python {pythons[0]}–{pythons[-1]}, not {q.python}",
+            f"{PYPI_META} (torch {q.torch} wheel tags)",
+        )
+    ]
 
 
 def _release_checks(q: Query, data: CompatData, name: str, version: str) -> list[Violation]:
@@ -137,12 +141,14 @@ def rule_driver(q: Query, data: CompatData) -> list[Violation]:
     floor = driver_floor(data, q.cuda)
     if driver_key(q.driver) >= driver_key(floor.minimum):
         return []
-    return [Violation(
-        "driver-floor",
-        f"{variant_of(q.cuda)} wheels need an NVIDIA driver >= {floor.minimum} (CUDA {cuda_major(q.cuda)}.x "
-        f"minor-version compatibility); the oldest host driver is {q.driver}",
-        floor.source,
-    )]
+    return [
+        Violation(
+            "driver-floor",
+            f"{variant_of(q.cuda)} wheels need an NVIDIA driver >= {floor.minimum} (CUDA {cuda_major(q.cuda)}.x "
+            f"minor-version compatibility); the oldest host driver is {q.driver}",
+            floor.source,
+        )
+    ]
 
 
 def rule_gpu_arch(q: Query, data: CompatData) -> list[Violation]:
@@ -158,21 +164,25 @@ def rule_gpu_arch(q: Query, data: CompatData) -> list[Violation]:
         how = how_arch_runs(entry, target)
         src = f"[{entry.source}] ({entry.confidence}) " + data.source(entry.source).split("] ", 1)[-1]
         if how is None:
-            out.append(Violation(
-                "gpu-arch",
-                f"torch {q.torch}+{variant_of(q.cuda)} has no kernels for {target} ({have}): "
-                "'no kernel image is available for execution on the device'",
-                src,
-            ))
+            out.append(
+                Violation(
+                    "gpu-arch",
+                    f"torch {q.torch}+{variant_of(q.cuda)} has no kernels for {target} ({have}): "
+                    "'no kernel image is available for execution on the device'",
+                    src,
+                )
+            )
         elif how == "ptx" and q.driver:
             full = driver_floor(data, q.cuda).full
             if full and driver_key(q.driver) < driver_key(full):
-                out.append(Violation(
-                    "ptx-jit-driver",
-                    f"{target} runs torch {q.torch}+{variant_of(q.cuda)} only by JIT-compiling its PTX, which needs a "
-                    f"driver >= {full} (CUDA {q.cuda} GA); the oldest host driver is {q.driver}",
-                    f"{data.source('NV')} (I: PTX JIT needs a driver at least as new as the toolkit)",
-                ))
+                out.append(
+                    Violation(
+                        "ptx-jit-driver",
+                        f"{target} runs torch {q.torch}+{variant_of(q.cuda)} only by JIT-compiling PTX, which needs a "
+                        f"driver >= {full} (CUDA {q.cuda} GA); the oldest host driver is {q.driver}",
+                        f"{data.source('NV')} (I: PTX JIT needs a driver at least as new as the toolkit)",
+                    )
+                )
     return out
 
 
@@ -182,11 +192,13 @@ def rule_glibc(q: Query, data: CompatData) -> list[Violation]:
     tm = data.torch_minor(q.torch)
     if Version(q.base_glibc) >= Version(tm.glibc):
         return []
-    return [Violation(
-        "glibc",
-        f"torch {q.torch} wheels need glibc >= {tm.glibc}; the base image has {q.base_glibc}",
-        data.source(tm.glibc_source),
-    )]
+    return [
+        Violation(
+            "glibc",
+            f"torch {q.torch} wheels need glibc >= {tm.glibc}; the base image has {q.base_glibc}",
+            data.source(tm.glibc_source),
+        )
+    ]
 
 
 RULES: tuple[Callable[[Query, CompatData], list[Violation]], ...] = (
@@ -199,8 +211,17 @@ RULES: tuple[Callable[[Query, CompatData], list[Violation]], ...] = (
     rule_glibc,
 )
 RULE_IDS = (
-    "cuda-variant", "python-torch", "python-transformers", "transformers-torch", "package-python",
-    "package-requires", "package-yanked", "driver-floor", "gpu-arch", "ptx-jit-driver", "glibc",
+    "cuda-variant",
+    "python-torch",
+    "python-transformers",
+    "transformers-torch",
+    "package-python",
+    "package-requires",
+    "package-yanked",
+    "driver-floor",
+    "gpu-arch",
+    "ptx-jit-driver",
+    "glibc",
 )
 
 

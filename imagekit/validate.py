@@ -119,7 +119,12 @@ def requirement(value: object) -> str:
     except InvalidRequirement as exc:
         raise _bad("requirement", value, f"a PEP 508 requirement ({exc})") from None
     if req.url:
-        raise _bad("requirement", value, "a requirement on an index package", "direct URL requirements cannot be hash-locked reproducibly here")
+        raise _bad(
+            "requirement",
+            value,
+            "a requirement on an index package",
+            "direct URL requirements cannot be hash-locked reproducibly here",
+        )
     return str(req)
 
 
@@ -140,15 +145,24 @@ def package_name(value: object) -> str:
     return canonicalize_name(value)
 
 
+def _domain_ok(name: str) -> bool:
+    """Docker's normalisation: a first component without '.' or ':' (and not localhost) is a path, so lowercase."""
+    first, _, rest = name.partition("/")
+    if not rest or "." in first or ":" in first or first == "localhost" or first.startswith("["):
+        return True
+    return re.fullmatch(_PATH_COMPONENT, first, re.ASCII) is not None
+
+
 def image_ref(value: object, what: str = "image reference") -> str:
     """An OCI image reference (``registry:5000/team/img:tag@sha256:...``) by the distribution grammar."""
-    if not isinstance(value, str) or len(value) > 512 or not IMAGE_REF.fullmatch(value):
+    m = IMAGE_REF.fullmatch(value) if isinstance(value, str) and len(value) <= 512 else None
+    if m is None or not _domain_ok(m["name"]):
         raise _bad(what, value, "an OCI reference such as 'registry.example.com/team/image:tag'")
     return value
 
 
 def repository(value: object) -> str:
-    if not isinstance(value, str) or len(value) > 255 or not REPOSITORY.fullmatch(value):
+    if not isinstance(value, str) or len(value) > 255 or not REPOSITORY.fullmatch(value) or not _domain_ok(value):
         raise _bad("image repository", value, "an OCI repository such as '127.0.0.1:5000/imagekit/train'")
     return value
 

@@ -6,7 +6,6 @@ import base64
 import hashlib
 import html
 import http.server
-import io
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -18,19 +17,28 @@ from packaging.utils import canonicalize_name
 FIXED_TIME = (2025, 1, 1, 0, 0, 0)
 
 
-def build_wheel(out: Path, name: str, version: str, requires: list[str] = (), tag: str = "py3-none-any",
-                requires_python: str | None = None, payload: str = "") -> Path:
+def build_wheel(
+    out: Path,
+    name: str,
+    version: str,
+    requires: list[str] = (),
+    tag: str = "py3-none-any",
+    requires_python: str | None = None,
+    payload: str = "",
+) -> Path:
     """Write ``{name}-{version}-{tag}.whl`` (deterministic bytes) and return its path."""
     dist = name.replace("-", "_")
     dist_info = f"{dist}-{version}.dist-info"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     if requires_python:
         meta.append(f"Requires-Python: {requires_python}")
     meta += [f"Requires-Dist: {r}" for r in requires]
     files = {
         f"{dist}/__init__.py": f'__version__ = "{version}"\n{payload}'.encode(),
         f"{dist_info}/METADATA": ("\n".join(meta) + "\n\n").encode(),
-        f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: imagekit-tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
+        f"{dist_info}/WHEEL": (
+            f"Wheel-Version: 1.0\nGenerator: imagekit-tests\nRoot-Is-Purelib: true\nTag: {tag}\n"
+        ).encode(),
     }
     record = []
     for path, data in files.items():
@@ -66,13 +74,15 @@ def write_simple_index(root: Path, wheels: list[Path]) -> None:
         for p in sorted(paths):
             digest = hashlib.sha256(p.read_bytes()).hexdigest()
             rows.append(f'<a href="../../files/{html.escape(p.name)}#sha256={digest}">{html.escape(p.name)}</a><br>')
-        (simple / project / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(rows) + "\n</body></html>\n")
+        (simple / project / "index.html").write_text(
+            "<!DOCTYPE html><html><body>\n" + "\n".join(rows) + "\n</body></html>\n"
+        )
         links.append(f'<a href="{project}/">{project}</a><br>')
     (simple / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:  # noqa: D401 - silence
+    def log_message(self, *args: object) -> None:
         pass
 
 

@@ -18,16 +18,19 @@ def build_app() -> typer.Typer:
 
     app = typer.Typer(
         name="imagekit",
-        help="Build pinned, tested GPU training images: matrix -> rules -> lock -> render -> build -> test -> publish.\n\n"
-             "Exit codes: 0 ok; 1 the check/test/build said no; 2 bad usage or config; 3 the environment failed.",
+        help="Build pinned, tested GPU training images: matrix, rules, lock, render, build, test, publish.\n\n"
+        "Exit codes: 0 ok; 1 the check/test/build said no; 2 bad usage or config; 3 the environment failed.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
     )
 
     @app.callback()
-    def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")) -> None:
+    def root(
+        version: bool = typer.Option(
+            False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ) -> None:
         """imagekit."""
 
     for module in (matrix_cmd, explain_cmd, lock_cmd, render_cmd):

@@ -48,8 +48,12 @@ def handles_errors(fn: F) -> F:
 
 MatrixOpt = Annotated[
     Path | None,
-    typer.Option("--matrix", "-m", help="Matrix TOML file (default: ./pyproject.toml [tool.imagekit], else the shipped default).",
-                 dir_okay=False),
+    typer.Option(
+        "--matrix",
+        "-m",
+        help="Matrix TOML file (default: ./pyproject.toml [tool.imagekit], else the shipped default).",
+        dir_okay=False,
+    ),
 ]
 CudaOpt = Annotated[list[str] | None, typer.Option("--cuda", help="CUDA variant, e.g. 11.8 or cu118 (repeatable).")]
 TorchOpt = Annotated[list[str] | None, typer.Option("--torch", help="torch version or prefix, e.g. 2.5 (repeatable).")]
@@ -58,13 +62,21 @@ PyOpt = Annotated[list[str] | None, typer.Option("--python", help="Python versio
 CellOpt = Annotated[list[str] | None, typer.Option("--cell", help="Exact cell id (repeatable).")]
 SourceOpt = Annotated[
     str,
-    typer.Option("--source", help="Which cells by where torch comes from: all, pypi (PyPI default variant) or pytorch "
-                                  "(needs the PyTorch index)."),
+    typer.Option(
+        "--source",
+        help="Which cells by where torch comes from: all, pypi (PyPI default variant) or pytorch "
+        "(needs the PyTorch index).",
+    ),
 ]
 
 
-def selector(cuda: list[str] | None, torch: list[str] | None, transformers: list[str] | None,
-             python: list[str] | None, cells: list[str] | None = None) -> matrix.Selector:
+def selector(
+    cuda: list[str] | None,
+    torch: list[str] | None,
+    transformers: list[str] | None,
+    python: list[str] | None,
+    cells: list[str] | None = None,
+) -> matrix.Selector:
     from imagekit import validate
 
     return matrix.Selector(
@@ -90,13 +102,18 @@ def by_source(cells: list[matrix.EvaluatedCell], source: str, data: CompatData) 
     return [c for c in cells if (c.cell.variant == data.torch_minor(c.cell.torch).pypi_default) == want_pypi]
 
 
-def selected_compatible(matrix_path: Path | None, sel: matrix.Selector, source: str = "all",
-                        ) -> tuple[CompatData, matrix.MatrixConfig, list[matrix.EvaluatedCell]]:
+def selected_compatible(
+    matrix_path: Path | None,
+    sel: matrix.Selector,
+    source: str = "all",
+) -> tuple[CompatData, matrix.MatrixConfig, list[matrix.EvaluatedCell]]:
     """The compatible cells of the matrix that the selectors pick; an empty pick is a usage error."""
     data, config = load(matrix_path)
     cells = [c for c in matrix.select(matrix.evaluate(config, data), sel) if c.verdict.compatible]
     cells = by_source(cells, source, data)
     if not cells:
-        raise UsageError("no compatible cell of the matrix matches the selection",
-                         "`imagekit matrix --explain` lists the cells and why some are excluded")
+        raise UsageError(
+            "no compatible cell of the matrix matches the selection",
+            "`imagekit matrix --explain` lists the cells and why some are excluded",
+        )
     return data, config, cells

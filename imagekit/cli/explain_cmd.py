@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "explain",
         epilog="Example: imagekit explain --cuda 12.4 --torch 2.5.1 --transformers 4.48.2 --python 3.11 "
-               "--arch sm_90 --driver 535.104.05 --json",
+        "--arch sm_90 --driver 535.104.05 --json",
     )
     @handles_errors
     def explain(
@@ -23,9 +23,13 @@ def register(app: typer.Typer) -> None:
         torch: Annotated[str | None, typer.Option(help="torch version, e.g. 2.5.1.")] = None,
         transformers: Annotated[str | None, typer.Option(help="transformers version, e.g. 4.48.2.")] = None,
         python: Annotated[str | None, typer.Option(help="Python version, e.g. 3.11.")] = None,
-        arch: Annotated[list[str] | None, typer.Option(help="Target GPU: sm_90, 9.0 or a name such as H100 (repeatable).")] = None,
+        arch: Annotated[
+            list[str] | None, typer.Option(help="Target GPU: sm_90, 9.0 or a name such as H100 (repeatable).")
+        ] = None,
         driver: Annotated[str | None, typer.Option(help="Oldest host driver, e.g. 535.104.05.")] = None,
-        package: Annotated[list[str] | None, typer.Option(help="Extra pinned package, e.g. accelerate==1.2.1 (repeatable).")] = None,
+        package: Annotated[
+            list[str] | None, typer.Option(help="Extra pinned package, e.g. accelerate==1.2.1 (repeatable).")
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the JSON contract on stdout.")] = False,
     ) -> None:
         """Check one combination against the cited compatibility rules. Omitted axes are not checked.
@@ -47,9 +51,20 @@ def register(app: typer.Typer) -> None:
             out_json(verdict.to_json())
         else:
             console = err_console()
-            named = ", ".join(f"{k} {v}" for k, v in (("cuda", query.cuda), ("torch", query.torch),
-                              ("transformers", query.transformers), ("python", query.python),
-                              ("driver", query.driver)) if v) or "nothing"
+            named = (
+                ", ".join(
+                    f"{k} {v}"
+                    for k, v in (
+                        ("cuda", query.cuda),
+                        ("torch", query.torch),
+                        ("transformers", query.transformers),
+                        ("python", query.python),
+                        ("driver", query.driver),
+                    )
+                    if v
+                )
+                or "nothing"
+            )
             if query.archs:
                 named += ", archs " + " ".join(query.archs)
             if verdict.compatible:

@@ -9,8 +9,18 @@ import typer
 
 from imagekit import locking, validate
 from imagekit.cli.common import (
-    CellOpt, CudaOpt, MatrixOpt, PyOpt, SourceOpt, TfOpt, TorchOpt, err_console, handles_errors, out_json,
-    selected_compatible, selector,
+    CellOpt,
+    CudaOpt,
+    MatrixOpt,
+    PyOpt,
+    SourceOpt,
+    TfOpt,
+    TorchOpt,
+    err_console,
+    handles_errors,
+    out_json,
+    selected_compatible,
+    selector,
 )
 from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK, UsageError
 from imagekit.services import lock as lock_service
@@ -20,7 +30,7 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "lock",
         epilog="Examples: imagekit lock --cuda 12.4 --torch 2.5.1; imagekit lock --check --source pypi; "
-               "imagekit lock --cell cu124-torch2.5.1-py3.11-tf4.48.2 --upgrade-package transformers",
+        "imagekit lock --cell cu124-torch2.5.1-py3.11-tf4.48.2 --upgrade-package transformers",
     )
     @handles_errors
     def lock(
@@ -32,13 +42,25 @@ def register(app: typer.Typer) -> None:
         cell: CellOpt = None,
         source: SourceOpt = "all",
         directory: Annotated[Path, typer.Option("--dir", help="Where lockfiles live.")] = Path("lockfiles"),
-        check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 naming each stale or missing lock.")] = False,
-        upgrade_package: Annotated[list[str] | None, typer.Option("--upgrade-package", "-P", help="Let NAME move to its newest allowed version (repeatable).")] = None,
+        check: Annotated[
+            bool, typer.Option("--check", help="Write nothing; exit 1 naming each stale or missing lock.")
+        ] = False,
+        upgrade_package: Annotated[
+            list[str] | None,
+            typer.Option("--upgrade-package", "-P", help="Let NAME move to its newest allowed version (repeatable)."),
+        ] = None,
         upgrade: Annotated[bool, typer.Option("--upgrade", "-U", help="Re-resolve everything from scratch.")] = False,
         index_url: Annotated[str, typer.Option(help="Main index (a company proxy/mirror).")] = locking.PYPI,
         extra_index_url: Annotated[list[str] | None, typer.Option(help="Additional index (repeatable).")] = None,
-        torch_index_url: Annotated[str, typer.Option(help="Base of the PyTorch per-variant indexes (+ /cu118).")] = locking.PYTORCH_INDEX,
-        exclude_newer: Annotated[str | None, typer.Option(help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution.")] = None,
+        torch_index_url: Annotated[
+            str, typer.Option(help="Base of the PyTorch per-variant indexes (+ /cu118).")
+        ] = locking.PYTORCH_INDEX,
+        exclude_newer: Annotated[
+            str | None,
+            typer.Option(
+                help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution."
+            ),
+        ] = None,
         resolver: Annotated[str, typer.Option(help="uv (default) or pip-tools (only where host == image).")] = "uv",
         jobs: Annotated[int, typer.Option(help="Cells resolved at once.")] = 4,
         as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
@@ -53,7 +75,9 @@ def register(app: typer.Typer) -> None:
             exclude_newer=exclude_newer,
             resolver=resolver,
         )
-        data, _config, cells = selected_compatible(matrix_file, selector(cuda, torch, transformers, python, cell), source)
+        data, _config, cells = selected_compatible(
+            matrix_file, selector(cuda, torch, transformers, python, cell), source
+        )
         plain = [c.cell for c in cells]
         console = err_console()
         if check:
@@ -63,17 +87,37 @@ def register(app: typer.Typer) -> None:
 
             def show(r: lock_service.LockResult) -> None:
                 style = {"locked": "green", "up-to-date": "dim", "failed": "red"}.get(r.status, "yellow")
-                console.print(f"[{style}]{r.status:>10}[/] {r.cell.id}" + (f" ({r.lock.short_hash})" if r.lock and r.status != "failed" else ""))
+                console.print(
+                    f"[{style}]{r.status:>10}[/] {r.cell.id}"
+                    + (f" ({r.lock.short_hash})" if r.lock and r.status != "failed" else "")
+                )
                 if r.error:
                     console.print("  " + r.error.render().replace("\n", "\n  "), markup=False)
 
-            results = lock_service.lock_cells(plain, directory, settings, data,
-                                              matrix=str(matrix_file) if matrix_file else None,
-                                              upgrade=names, upgrade_all=upgrade, jobs=jobs, on_result=show)
+            results = lock_service.lock_cells(
+                plain,
+                directory,
+                settings,
+                data,
+                matrix=str(matrix_file) if matrix_file else None,
+                upgrade=names,
+                upgrade_all=upgrade,
+                jobs=jobs,
+                on_result=show,
+            )
         if as_json:
-            out_json([{"cell": r.cell.id, "status": r.status, "path": str(r.path),
-                       "lock_hash": r.lock.content_hash if r.lock and r.status != "failed" else None,
-                       "error": r.error.render() if r.error else None} for r in results])
+            out_json(
+                [
+                    {
+                        "cell": r.cell.id,
+                        "status": r.status,
+                        "path": str(r.path),
+                        "lock_hash": r.lock.content_hash if r.lock and r.status != "failed" else None,
+                        "error": r.error.render() if r.error else None,
+                    }
+                    for r in results
+                ]
+            )
         if check:
             bad = [r for r in results if r.status != "up-to-date"]
             for r in bad:

@@ -11,8 +11,20 @@ from rich.table import Table
 from imagekit import matrix as matrix_mod
 from imagekit import outputs
 from imagekit.cli.common import (
-    CellOpt, CudaOpt, MatrixOpt, PyOpt, SourceOpt, TfOpt, TorchOpt, by_source, err_console, handles_errors, load,
-    out, out_json, selector,
+    CellOpt,
+    CudaOpt,
+    MatrixOpt,
+    PyOpt,
+    SourceOpt,
+    TfOpt,
+    TorchOpt,
+    by_source,
+    err_console,
+    handles_errors,
+    load,
+    out,
+    out_json,
+    selector,
 )
 from imagekit.errors import UsageError
 
@@ -23,7 +35,7 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "matrix",
         epilog="Examples: imagekit matrix --explain; imagekit matrix --format github > matrix.json; "
-               "imagekit matrix --format grid >> README.md",
+        "imagekit matrix --format grid >> README.md",
     )
     @handles_errors
     def matrix(
@@ -34,10 +46,16 @@ def register(app: typer.Typer) -> None:
         python: PyOpt = None,
         cell: CellOpt = None,
         source: SourceOpt = "all",
-        explain: Annotated[bool, typer.Option("--explain", help="Also list excluded cells and the rule behind each.")] = False,
-        fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown, grid (torch × CUDA), github, bake.")] = "table",
+        explain: Annotated[
+            bool, typer.Option("--explain", help="Also list excluded cells and the rule behind each.")
+        ] = False,
+        fmt: Annotated[
+            str, typer.Option("--format", "-f", help="table, json, markdown, grid (torch × CUDA), github, bake.")
+        ] = "table",
         shard: Annotated[str | None, typer.Option(help="For --format github: take slice I of N (I/N).")] = None,
-        context_root: Annotated[str, typer.Option(help="For --format bake: the folder `imagekit render --out` wrote.")] = "build",
+        context_root: Annotated[
+            str, typer.Option(help="For --format bake: the folder `imagekit render --out` wrote.")
+        ] = "build",
     ) -> None:
         """List the matrix's cells after the compatibility rules."""
         if fmt not in FORMATS:
@@ -59,15 +77,19 @@ def register(app: typer.Typer) -> None:
         else:
             _table(shown, data, config.origin)
 
-    def _table(cells: list[matrix_mod.EvaluatedCell], data, origin: str) -> None:  # noqa: ANN001
+    def _table(cells: list[matrix_mod.EvaluatedCell], data, origin: str) -> None:
         console = err_console()
         table = Table(title=f"imagekit matrix ({origin})", show_lines=False)
-        for col in ("cell", "torch from", "archs", "min driver", "status"):
+        table.add_column("cell", no_wrap=True)
+        for col in ("torch from", "archs", "min driver", "status"):
             table.add_column(col)
         for e in cells:
             r = outputs.cell_row(e, data)
-            status = "[green]ok[/]" if e.verdict.compatible else "[red]excluded[/]: " + "; ".join(
-                f"{v.rule}: {v.message}" for v in e.verdict.violations)
+            status = (
+                "[green]ok[/]"
+                if e.verdict.compatible
+                else "[red]excluded[/]: " + "; ".join(f"{v.rule}: {v.message}" for v in e.verdict.violations)
+            )
             table.add_row(r["id"], r["torch_source"], " ".join(r["archs"]), r["min_driver"], status)
         Console(highlight=False).print(table)
         ok = sum(1 for e in cells if e.verdict.compatible)

@@ -9,7 +9,16 @@ import typer
 
 from imagekit import render as render_mod
 from imagekit.cli.common import (
-    CellOpt, CudaOpt, MatrixOpt, PyOpt, SourceOpt, TfOpt, TorchOpt, err_console, handles_errors, selected_compatible,
+    CellOpt,
+    CudaOpt,
+    MatrixOpt,
+    PyOpt,
+    SourceOpt,
+    TfOpt,
+    TorchOpt,
+    err_console,
+    handles_errors,
+    selected_compatible,
     selector,
 )
 from imagekit.effects.files import write_tree_atomic
@@ -24,7 +33,9 @@ def register(app: typer.Typer) -> None:
     )
     @handles_errors
     def render(
-        out_dir: Annotated[Path, typer.Option("--out", help="Folder to write <cell id>/Dockerfile and its context into.")],
+        out_dir: Annotated[
+            Path, typer.Option("--out", help="Folder to write <cell id>/Dockerfile and its context into.")
+        ],
         matrix_file: MatrixOpt = None,
         cuda: CudaOpt = None,
         torch: TorchOpt = None,
@@ -33,10 +44,14 @@ def register(app: typer.Typer) -> None:
         cell: CellOpt = None,
         source: SourceOpt = "all",
         lock_dir: Annotated[Path, typer.Option("--lock-dir", help="Where lockfiles live.")] = Path("lockfiles"),
-        check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 if --out differs from a fresh render.")] = False,
+        check: Annotated[
+            bool, typer.Option("--check", help="Write nothing; exit 1 if --out differs from a fresh render.")
+        ] = False,
     ) -> None:
         """Render Dockerfiles (and their build context) for the selected cells from their locks."""
-        data, config, cells = selected_compatible(matrix_file, selector(cuda, torch, transformers, python, cell), source)
+        data, config, cells = selected_compatible(
+            matrix_file, selector(cuda, torch, transformers, python, cell), source
+        )
         plans = plans_for([c.cell for c in cells], config, lock_dir, data)
         files = render_mod.render_many(plans, data)
         console = err_console()

@@ -22,13 +22,20 @@ class Result:
         return self.returncode == 0
 
 
-def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
-        timeout: float | None = None, input_text: str | None = None) -> Result:
+def run(
+    argv: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    input_text: str | None = None,
+) -> Result:
     """Run ``argv`` and capture its output; a missing program or a timeout is an environment failure."""
     full_env = {**os.environ, **(env or {})}
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
-                              input=input_text, check=False)
+        proc = subprocess.run(
+            argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, input=input_text, check=False
+        )
     except FileNotFoundError:
         raise EnvironmentFailure(f"{argv[0]} is not installed", f"install {Path(argv[0]).name} and retry") from None
     except subprocess.TimeoutExpired:

@@ -14,7 +14,9 @@ def _range(url: str, spec: str) -> bytes:
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             if resp.status != 206:
-                raise EnvironmentFailure(f"{url} ignores HTTP range requests", "use an index that serves PEP 658 metadata")
+                raise EnvironmentFailure(
+                    f"{url} ignores HTTP range requests", "use an index that serves PEP 658 metadata"
+                )
             return resp.read()
     except OSError as exc:
         raise EnvironmentFailure(f"cannot read {url}: {exc}", "check network access to the package index") from exc
@@ -30,10 +32,10 @@ def read_member(url: str, suffix: str) -> bytes:
     directory = _range(url, f"{cd_offset}-{cd_offset + cd_size - 1}")
     pos = 0
     while pos + 46 <= len(directory) and directory[pos : pos + 4] == b"PK\x01\x02":
-        method, = struct.unpack("<H", directory[pos + 10 : pos + 12])
-        csize, = struct.unpack("<I", directory[pos + 20 : pos + 24])
+        (method,) = struct.unpack("<H", directory[pos + 10 : pos + 12])
+        (csize,) = struct.unpack("<I", directory[pos + 20 : pos + 24])
         nlen, elen, clen = struct.unpack("<HHH", directory[pos + 28 : pos + 34])
-        local, = struct.unpack("<I", directory[pos + 42 : pos + 46])
+        (local,) = struct.unpack("<I", directory[pos + 42 : pos + 46])
         name = directory[pos + 46 : pos + 46 + nlen].decode()
         pos += 46 + nlen + elen + clen
         if not name.endswith(suffix):

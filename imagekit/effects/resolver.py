@@ -13,8 +13,17 @@ from imagekit.effects import process
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.locking import LockRequest, redact
 
-_NETWORK_SIGNS = ("Failed to fetch", "error sending request", "dns error", "Could not connect", "failed to lookup",
-                  "Connection refused", "timed out", "Name or service not known", "tcp connect error")
+_NETWORK_SIGNS = (
+    "Failed to fetch",
+    "error sending request",
+    "dns error",
+    "Could not connect",
+    "failed to lookup",
+    "Connection refused",
+    "timed out",
+    "Name or service not known",
+    "tcp connect error",
+)
 
 
 def uv_binary() -> str:
@@ -46,15 +55,24 @@ def _fail(req: LockRequest, stderr: str) -> Exception:
     if any(sign in text for sign in _NETWORK_SIGNS):
         index = redact(req.torch_index) if req.torch_index and (req.torch_index.split("/")[2] in text) else None
         index = index or redact(req.settings.index_url)
-        hint = (f"the index {index} is unreachable from here; cells on the {req.cell.variant} variant need it. "
-                "Run `imagekit lock` where it is reachable (CI with index access), or point --torch-index-url / "
-                "--index-url at a reachable mirror")
+        hint = (
+            f"the index {index} is unreachable from here; cells on the {req.cell.variant} variant need it. "
+            "Run `imagekit lock` where it is reachable (CI with index access), or point --torch-index-url / "
+            "--index-url at a reachable mirror"
+        )
         return EnvironmentFailure(f"{req.cell.id}: cannot reach the package index:\n{tail}", hint)
-    return CheckFailed(f"{req.cell.id}: no resolution:\n{tail}", "the cell's pins conflict; `imagekit explain` may say why")
+    return CheckFailed(
+        f"{req.cell.id}: no resolution:\n{tail}", "the cell's pins conflict; `imagekit explain` may say why"
+    )
 
 
-def compile_uv(req: LockRequest, preferences: str | None = None, upgrade: tuple[str, ...] = (),
-               upgrade_all: bool = False, timeout: float = 900) -> str:
+def compile_uv(
+    req: LockRequest,
+    preferences: str | None = None,
+    upgrade: tuple[str, ...] = (),
+    upgrade_all: bool = False,
+    timeout: float = 900,
+) -> str:
     """Resolve ``req`` with uv; ``preferences`` (an earlier lock's text) keeps pins that need not move."""
     with tempfile.TemporaryDirectory(prefix="imagekit-lock-") as tmp:
         work = Path(tmp)
@@ -76,19 +94,33 @@ def compile_pip_tools(req: LockRequest, timeout: float = 3600) -> str:
     """pip-compile, for teams that require it: only where the host is the target (it cannot cross-resolve)."""
     host = f"{sys.version_info.major}.{sys.version_info.minor}"
     if req.routed:
-        raise UsageError(f"{req.cell.id}: --resolver pip-tools cannot pin torch to the PyTorch index",
-                         "use the default uv resolver for non-default CUDA variants")
+        raise UsageError(
+            f"{req.cell.id}: --resolver pip-tools cannot pin torch to the PyTorch index",
+            "use the default uv resolver for non-default CUDA variants",
+        )
     if host != req.cell.python or sys.platform != "linux":
-        raise UsageError(f"{req.cell.id}: pip-tools resolves for the host (Python {host}, {sys.platform}), "
-                         f"not the image (Python {req.cell.python}, Linux)", "use the default uv resolver")
+        raise UsageError(
+            f"{req.cell.id}: pip-tools resolves for the host (Python {host}, {sys.platform}), "
+            f"not the image (Python {req.cell.python}, Linux)",
+            "use the default uv resolver",
+        )
     pip_compile = Path(sysconfig.get_path("scripts")) / "pip-compile"
     if not pip_compile.is_file():
         raise EnvironmentFailure("pip-compile is not installed", "pip install 'imagekit[pip-tools]'")
     with tempfile.TemporaryDirectory(prefix="imagekit-lock-") as tmp:
         work = Path(tmp)
         (work / "requirements.in").write_text("\n".join(req.requirements) + "\n")
-        args = [str(pip_compile), "--generate-hashes", "--no-header", "--quiet", "--index-url",
-                req.settings.index_url, "-o", "out.txt", "requirements.in"]
+        args = [
+            str(pip_compile),
+            "--generate-hashes",
+            "--no-header",
+            "--quiet",
+            "--index-url",
+            req.settings.index_url,
+            "-o",
+            "out.txt",
+            "requirements.in",
+        ]
         res = process.run(args, cwd=work, timeout=timeout)
         if not res.ok:
             raise _fail(req, res.stderr)

@@ -61,8 +61,16 @@ def status_of(directory: Path, cell: Cell, settings: locking.LockSettings, data:
     return LockResult(cell, "up-to-date", path, existing)
 
 
-def lock_one(cell: Cell, directory: Path, settings: locking.LockSettings, data: CompatData, *,
-             matrix: str | None = None, upgrade: tuple[str, ...] = (), upgrade_all: bool = False) -> LockResult:
+def lock_one(
+    cell: Cell,
+    directory: Path,
+    settings: locking.LockSettings,
+    data: CompatData,
+    *,
+    matrix: str | None = None,
+    upgrade: tuple[str, ...] = (),
+    upgrade_all: bool = False,
+) -> LockResult:
     path = lock_path(directory, cell)
     req = locking.request(cell, settings, data)
     existing = read_lock(path)
@@ -83,9 +91,18 @@ def lock_one(cell: Cell, directory: Path, settings: locking.LockSettings, data: 
     return LockResult(cell, "locked", path, lock)
 
 
-def lock_cells(cells: list[Cell], directory: Path, settings: locking.LockSettings, data: CompatData, *,
-               matrix: str | None = None, upgrade: tuple[str, ...] = (), upgrade_all: bool = False,
-               jobs: int = 4, on_result: Callable[[LockResult], None] | None = None) -> list[LockResult]:
+def lock_cells(
+    cells: list[Cell],
+    directory: Path,
+    settings: locking.LockSettings,
+    data: CompatData,
+    *,
+    matrix: str | None = None,
+    upgrade: tuple[str, ...] = (),
+    upgrade_all: bool = False,
+    jobs: int = 4,
+    on_result: Callable[[LockResult], None] | None = None,
+) -> list[LockResult]:
     def work(cell: Cell) -> LockResult:
         result = lock_one(cell, directory, settings, data, matrix=matrix, upgrade=upgrade, upgrade_all=upgrade_all)
         if on_result:
@@ -96,5 +113,7 @@ def lock_cells(cells: list[Cell], directory: Path, settings: locking.LockSetting
         return list(pool.map(work, cells))
 
 
-def check_cells(cells: list[Cell], directory: Path, settings: locking.LockSettings, data: CompatData) -> list[LockResult]:
+def check_cells(
+    cells: list[Cell], directory: Path, settings: locking.LockSettings, data: CompatData
+) -> list[LockResult]:
     return [status_of(directory, c, settings, data) for c in cells]

@@ -15,22 +15,29 @@ from imagekit.services.lock import lock_path, read_lock
 def base_for(cell: Cell, data: CompatData, digest: str | None = None) -> BaseRef:
     spec = data.bases.get(cell.python)
     if spec is None:
-        raise UsageError(f"{cell.id}: no base image known for Python {cell.python}",
-                         f"known: {', '.join(sorted(data.bases))}")
+        raise UsageError(
+            f"{cell.id}: no base image known for Python {cell.python}", f"known: {', '.join(sorted(data.bases))}"
+        )
     return bootstrap_base(spec, digest=digest)
 
 
-def plans_for(cells: list[Cell], config: MatrixConfig, lock_dir: Path, data: CompatData,
-              revision: str = "unknown") -> list[BuildPlan]:
+def plans_for(
+    cells: list[Cell], config: MatrixConfig, lock_dir: Path, data: CompatData, revision: str = "unknown"
+) -> list[BuildPlan]:
     missing, plans = [], []
     for cell in cells:
         lock = read_lock(lock_path(lock_dir, cell))
         if lock is None:
             missing.append(cell.id)
             continue
-        plans.append(BuildPlan(cell=cell, lock=lock, base=base_for(cell, data), repository=config.repository,
-                               source_revision=revision))
+        plans.append(
+            BuildPlan(
+                cell=cell, lock=lock, base=base_for(cell, data), repository=config.repository, source_revision=revision
+            )
+        )
     if missing:
-        raise UsageError(f"no lock for {', '.join(missing)} in {lock_dir}",
-                         "run `imagekit lock` for them first, or narrow the selection (e.g. --source pypi)")
+        raise UsageError(
+            f"no lock for {', '.join(missing)} in {lock_dir}",
+            "run `imagekit lock` for them first, or narrow the selection (e.g. --source pypi)",
+        )
     return plans

@@ -1,0 +1,62 @@
+# Rendered by imagekit 0.1.0 for cu121-torch2.1.2-py3.11-tf4.48.2 (lock ff2c6d657866).
+# Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
+# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-8f95d202a848) ----
+FROM imagekit/base:debian-bookworm-8f95d202a848 AS base
+ARG SOURCE_DATE_EPOCH=1735689600
+ENV LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    HF_HOME=/workspace/.cache/huggingface \
+    IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json
+COPY imagekit/bin/finalize-layer /opt/imagekit/bin/finalize-layer
+RUN /usr/bin/python3.11 -m venv /opt/venv \
+ && /opt/venv/bin/python -m pip --version \
+ && groupadd --gid 1000 imagekit \
+ && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash imagekit \
+ && mkdir -p /workspace /etc/imagekit \
+ && chown imagekit:imagekit /workspace \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit
+WORKDIR /workspace
+ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
+CMD ["bash"]
+
+
+# ---- cell stage: cu121-torch2.1.2-py3.11-tf4.48.2 ----
+FROM base AS image
+ARG SOURCE_DATE_EPOCH=1735689600
+ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/
+# Layer 1: the torch closure (22 distributions). A transformers bump leaves it byte-identical.
+COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
+# Layer 2: everything else (17 distributions).
+COPY requirements-app.txt /opt/imagekit/requirements-app.txt
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
+# The doctor and the entrypoint (small; changing them never invalidates the layers above).
+COPY imagekit/ /opt/imagekit/
+COPY manifest.json /etc/imagekit/manifest.json
+LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
+      "imagekit.cell"="cu121-torch2.1.2-py3.11-tf4.48.2" \
+      "imagekit.cuda"="12.1" \
+      "imagekit.driver.min"="525.60.13" \
+      "imagekit.lock.hash"="ff2c6d657866707aff0dfb8bc43d82447685fa659a8db7827aad066403e1f9e2" \
+      "imagekit.python"="3.11" \
+      "imagekit.torch"="2.1.2" \
+      "imagekit.torch.cuda"="12.1" \
+      "imagekit.torch.version"="2.1.2" \
+      "imagekit.transformers"="4.48.2" \
+      "imagekit.version"="0.1.0" \
+      "org.opencontainers.image.base.digest"="" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-8f95d202a848" \
+      "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
+      "org.opencontainers.image.revision"="unknown" \
+      "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \
+      "org.opencontainers.image.vendor"="imagekit" \
+      "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-ff2c6d657866"
+USER 1000:1000

@@ -1,0 +1,62 @@
+# Rendered by imagekit 0.1.0 for cu130-torch2.14.1-py3.13-tf5.24.0 (lock 3d647479912f).
+# Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
+# ---- base stage: debian-trixie (imagekit/base:debian-trixie-6c02cff75f51) ----
+FROM imagekit/base:debian-trixie-6c02cff75f51 AS base
+ARG SOURCE_DATE_EPOCH=1735689600
+ENV LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    HF_HOME=/workspace/.cache/huggingface \
+    IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json
+COPY imagekit/bin/finalize-layer /opt/imagekit/bin/finalize-layer
+RUN /usr/bin/python3.13 -m venv /opt/venv \
+ && /opt/venv/bin/python -m pip --version \
+ && groupadd --gid 1000 imagekit \
+ && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash imagekit \
+ && mkdir -p /workspace /etc/imagekit \
+ && chown imagekit:imagekit /workspace \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit
+WORKDIR /workspace
+ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
+CMD ["bash"]
+
+
+# ---- cell stage: cu130-torch2.14.1-py3.13-tf5.24.0 ----
+FROM base AS image
+ARG SOURCE_DATE_EPOCH=1735689600
+ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/
+# Layer 1: the torch closure (29 distributions). A transformers bump leaves it byte-identical.
+COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
+# Layer 2: everything else (30 distributions).
+COPY requirements-app.txt /opt/imagekit/requirements-app.txt
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
+# The doctor and the entrypoint (small; changing them never invalidates the layers above).
+COPY imagekit/ /opt/imagekit/
+COPY manifest.json /etc/imagekit/manifest.json
+LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,sm_120+PTX" \
+      "imagekit.cell"="cu130-torch2.14.1-py3.13-tf5.24.0" \
+      "imagekit.cuda"="13.0" \
+      "imagekit.driver.min"="580.65.06" \
+      "imagekit.lock.hash"="3d647479912faa50a672acff91d335e2e5530b8fe04f799c8346ea6d3f28f080" \
+      "imagekit.python"="3.13" \
+      "imagekit.torch"="2.14.1" \
+      "imagekit.torch.cuda"="13.0" \
+      "imagekit.torch.version"="2.14.1" \
+      "imagekit.transformers"="5.24.0" \
+      "imagekit.version"="0.1.0" \
+      "org.opencontainers.image.base.digest"="" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-6c02cff75f51" \
+      "org.opencontainers.image.description"="torch 2.14.1+cu130, transformers 5.24.0, Python 3.13" \
+      "org.opencontainers.image.revision"="unknown" \
+      "org.opencontainers.image.title"="imagekit cu130-torch2.14.1-py3.13-tf5.24.0" \
+      "org.opencontainers.image.vendor"="imagekit" \
+      "org.opencontainers.image.version"="cu130-torch2.14.1-py3.13-tf5.24.0-3d647479912f"
+USER 1000:1000

@@ -1,0 +1,157 @@
+"""The CLI through typer's runner: contracts, formats, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+EXAMPLE = ["--cuda", "12.4", "--torch", "2.5.1", "--transformers", "4.48.2", "--python", "3.11"]
+
+
+def test_every_command_has_help_with_an_example(app, runner):
+    for cmd in (["matrix"], ["explain"], ["lock"], ["render"], ["compat", "refresh"]):
+        res = runner.invoke(app, [*cmd, "--help"])
+        assert res.exit_code == 0, cmd
+        assert "Example" in res.output, cmd
+
+
+def test_explain_json_contract_compatible(app, runner):
+    res = runner.invoke(app, ["explain", *EXAMPLE, "--arch", "sm_90", "--driver", "535.104.05", "--json"])
+    assert res.exit_code == 0
+    assert json.loads(res.stdout) == {"compatible": True, "violations": []}
+
+
+def test_explain_json_contract_incompatible(app, runner):
+    res = runner.invoke(
+        app,
+        [
+            "explain",
+            "--cuda",
+            "12.6",
+            "--torch",
+            "2.6.0",
+            "--transformers",
+            "5.24.0",
+            "--python",
+            "3.10",
+            "--arch",
+            "B200",
+            "--driver",
+            "520.61.05",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert doc["compatible"] is False
+    assert all(set(v) == {"rule", "message", "source"} for v in doc["violations"])
+    assert {v["rule"] for v in doc["violations"]} == {"python-transformers", "gpu-arch", "driver-floor"}
+
+
+def test_explain_omitted_axes_are_not_checked(app, runner):
+    assert runner.invoke(app, ["explain", "--torch", "2.1.2", "--json"]).exit_code == 0
+    assert runner.invoke(app, ["explain", "--python", "3.14", "--json"]).exit_code == 0
+
+
+def test_explain_readable_output(app, runner):
+    res = runner.invoke(app, ["explain", "--cuda", "11.8", "--torch", "2.8.0"])
+    assert res.exit_code == 1
+    assert "cuda-variant" in res.output and "source:" in res.output
+
+
+@pytest.mark.parametrize("args", [["--torch", "2.15.0"], ["--torch", "2.5.9"], ["--transformers", "9.0.0"]])
+def test_explain_unknown_versions_exit_2_with_refresh_hint(app, runner, args):
+    res = runner.invoke(app, ["explain", *args, "--json"])
+    assert res.exit_code == 2
+    assert "hint:" in res.output and "compat refresh" in res.output
+
+
+def test_matrix_github_is_valid_json_of_compatible_cells(app, runner, data, in_tmp):
+    from imagekit import rules
+    from imagekit.model import Query
+
+    res = runner.invoke(app, ["matrix", "--format", "github"])
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    assert set(doc) == {"include"} and 10 <= len(doc["include"]) <= 256
+    for row in doc["include"]:
+        q = Query(cuda=row["cuda"], torch=row["torch"], transformers=row["transformers"], python=row["python"])
+        assert rules.evaluate(q, data).compatible, row
+        assert (
+            row["cell"]
+            == f"cu{row['cuda'].replace('.', '')}-torch{row['torch']}-py{row['python']}-tf{row['transformers']}"
+        )
+
+
+def test_matrix_github_shards(app, runner, in_tmp):
+    whole = json.loads(runner.invoke(app, ["matrix", "--format", "github"]).stdout)["include"]
+    parts = [
+        json.loads(runner.invoke(app, ["matrix", "--format", "github", "--shard", f"{i}/3"]).stdout)["include"]
+        for i in (1, 2, 3)
+    ]
+    assert sorted(r["cell"] for p in parts for r in p) == sorted(r["cell"] for r in whole)
+
+
+def test_matrix_over_github_limit_says_how_to_shard(app, runner, data, in_tmp):
+    from packaging.specifiers import SpecifierSet
+
+    versions = sorted(
+        v
+        for v, r in data.packages["transformers"].items()
+        if not r.yanked
+        and SpecifierSet(r.requires.get("torch", "")).contains("2.5.1")
+        and SpecifierSet(r.requires_python).contains("3.10.0")
+    )
+    (in_tmp / "big.toml").write_text(
+        '[matrix]\ncuda = ["11.8", "12.1", "12.4"]\ntorch = ["2.5.1"]\npython = ["3.10", "3.11", "3.12"]\n'
+        "transformers = [" + ", ".join(f'"{v}"' for v in versions) + "]\n"
+    )
+    res = runner.invoke(app, ["matrix", "--matrix", "big.toml", "--format", "github"])
+    assert res.exit_code == 2
+    assert "256-job" in res.output and "--shard 1/" in res.output
+    total = len(versions) * 9
+    need = -(-total // 256)
+    parts = [
+        json.loads(
+            runner.invoke(
+                app, ["matrix", "--matrix", "big.toml", "--format", "github", "--shard", f"{i}/{need}"]
+            ).stdout
+        )["include"]
+        for i in range(1, need + 1)
+    ]
+    assert sum(len(p) for p in parts) == total and all(len(p) <= 256 for p in parts)
+
+
+def test_matrix_explain_lists_excluded_with_rule(app, runner, in_tmp):
+    res = runner.invoke(app, ["matrix", "--explain", "--format", "json"])
+    rows = json.loads(res.stdout)
+    excluded = [r for r in rows if not r["compatible"]]
+    assert excluded and all(r["violations"][0]["rule"] and r["violations"][0]["source"] for r in excluded)
+    plain = json.loads(runner.invoke(app, ["matrix", "--format", "json"]).stdout)
+    assert all(r["compatible"] for r in plain) and len(plain) == len(rows) - len(excluded)
+
+
+def test_matrix_filters_and_table(app, runner, in_tmp):
+    res = runner.invoke(app, ["matrix", "--cuda", "11.8"])
+    assert res.exit_code == 0 and "cu118-torch2.5.1-py3.11-tf4.48.2" in res.output and "cu124-" not in res.output
+
+
+def test_markdown_grid(app, runner, in_tmp):
+    res = runner.invoke(app, ["matrix", "--format", "grid"])
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("| torch \\ CUDA | cu118")
+    row = next(line for line in lines if line.startswith("| **2.8.0**"))
+    assert "✗ cuda-variant" in row and "✓ (PyPI)" in row
+
+
+def test_bake_targets_match_compatible_cells(app, runner, in_tmp):
+    bake = json.loads(runner.invoke(app, ["matrix", "--format", "bake"]).stdout)
+    github = json.loads(runner.invoke(app, ["matrix", "--format", "github"]).stdout)["include"]
+    assert len(bake["target"]) == len(github) == len(bake["group"]["default"]["targets"])
+
+
+def test_bad_format_is_usage_error(app, runner):
+    res = runner.invoke(app, ["matrix", "--format", "yaml"])
+    assert res.exit_code == 2 and "error: invalid --format" in res.output

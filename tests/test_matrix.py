@@ -1,0 +1,110 @@
+"""Matrix files: product/exclude/include semantics, every error at once, pyproject's [tool.imagekit]."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagekit import matrix
+from imagekit.errors import ConfigError
+
+
+def test_product_exclude_include(data):
+    doc = {
+        "matrix": {
+            "cuda": ["11.8", "12.4"],
+            "torch": ["2.5.1"],
+            "transformers": ["4.48.2"],
+            "python": ["3.10", "3.11"],
+            "exclude": [{"cuda": "11.8", "python": "3.10"}],
+            "include": [
+                {
+                    "cuda": "12.6",
+                    "torch": "2.7.1",
+                    "transformers": "5.9.0",
+                    "python": "3.12",
+                    "packages": ["accelerate==1.10.1"],
+                }
+            ],
+            "packages": ["accelerate==1.2.1"],
+        }
+    }
+    config = matrix.parse(doc, "m.toml", data)
+    ids = {c.id: c for c in config.cells}
+    assert set(ids) == {
+        "cu118-torch2.5.1-py3.11-tf4.48.2",
+        "cu124-torch2.5.1-py3.10-tf4.48.2",
+        "cu124-torch2.5.1-py3.11-tf4.48.2",
+        "cu126-torch2.7.1-py3.12-tf5.9.0",
+    }
+    assert ids["cu124-torch2.5.1-py3.10-tf4.48.2"].packages == ("accelerate==1.2.1",)
+    assert ids["cu126-torch2.7.1-py3.12-tf5.9.0"].packages == ("accelerate==1.10.1",)
+
+
+def test_every_error_at_once_with_file_and_key(data):
+    doc = {
+        "matrix": {
+            "cuda": ["12.4", "twelve"],
+            "torch": ["2.5.1\nRUN x"],
+            "transformers": "4.48.2",
+            "python": ["3.11"],
+            "colour": "blue",
+            "include": [{"cuda": "12.4"}],
+        },
+        "targets": {"gpus": ["H100", "Z9000"], "min_driver": "new"},
+        "image": {"repository": "Bad Repo"},
+        "extra": {},
+    }
+    with pytest.raises(ConfigError) as exc:
+        matrix.parse(doc, "team.toml", data)
+    problems = exc.value.problems
+    text = "\n".join(problems)
+    for key in (
+        "matrix.cuda[1]",
+        "matrix.torch[0]",
+        "matrix.transformers",
+        "matrix.colour",
+        "matrix.include[0]",
+        "targets.gpus[1]",
+        "targets.min_driver",
+        "image.repository",
+        "extra",
+    ):
+        assert f"team.toml: {key}" in text, key
+    assert len(problems) >= 9
+
+
+def test_default_matrix_is_curated_and_mostly_compatible(data):
+    config = matrix.parse(matrix.default_document(), "<default>", data)
+    cells = matrix.evaluate(config, data)
+    ok = [c for c in cells if c.verdict.compatible]
+    assert 10 <= len(ok) <= 40
+    torches = {c.cell.torch.rsplit(".", 1)[0] for c in ok}
+    assert {"2.1", "2.5", "2.8", "2.14"} <= torches
+    assert {"3.10", "3.11", "3.12", "3.13"} == {c.cell.python for c in ok}
+    assert any(c.cell.cuda == "11.8" for c in ok)
+    assert {c.cell.transformers.split(".")[0] for c in ok} == {"4", "5"}
+    assert len(ok) < len(cells)  # the defaults also show the rules at work
+
+
+def test_pyproject_tool_imagekit(data, in_tmp):
+    (in_tmp / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[tool.imagekit.matrix]\n'
+        'include = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", python = "3.11"}]\n'
+        '[tool.imagekit.targets]\narchs = ["sm_90"]\n'
+    )
+    config = matrix.load_file(None, data)
+    assert [c.id for c in config.cells] == ["cu124-torch2.5.1-py3.11-tf4.48.2"]
+    assert config.targets.archs == ("sm_90",)
+
+
+def test_broken_toml_names_the_file(data, in_tmp):
+    (in_tmp / "bad.toml").write_text("[matrix\n")
+    with pytest.raises(ConfigError) as exc:
+        matrix.load_file(in_tmp / "bad.toml", data)
+    assert "bad.toml" in exc.value.message
+
+
+def test_selector_prefix_matching(data):
+    config = matrix.parse(matrix.default_document(), "<default>", data)
+    cells = matrix.select(matrix.evaluate(config, data), matrix.Selector(cuda=("11.8",), torch=("2.5",)))
+    assert [c.cell.id for c in cells] == ["cu118-torch2.5.1-py3.11-tf4.48.2"]

@@ -1,0 +1,171 @@
+"""Rendering: deterministic trees, golden Dockerfiles, `--check`, and what every Dockerfile must contain."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+REPRESENTATIVE = [
+    "cu121-torch2.1.2-py3.11-tf4.48.2",
+    "cu124-torch2.5.1-py3.11-tf4.48.2",
+    "cu130-torch2.14.1-py3.13-tf5.24.0",
+]
+
+
+def _render_cli(app, runner, out, *extra):
+    res = runner.invoke(app, ["render", "--lock-dir", str(ROOT / "lockfiles"), "--out", str(out), *extra])
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def _tree(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_render_twice_gives_identical_trees(app, runner, tmp_path, in_tmp):
+    _render_cli(app, runner, tmp_path / "a", "--source", "pypi")
+    _render_cli(app, runner, tmp_path / "b", "--source", "pypi")
+    a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
+    assert a == b and len(a) > 20
+
+
+def test_check_detects_hand_edit_and_missing_and_extra(app, runner, tmp_path, in_tmp):
+    out = tmp_path / "ctx"
+    _render_cli(app, runner, out, "--cuda", "12.4", "--torch", "2.5")
+    assert (
+        runner.invoke(
+            app,
+            [
+                "render",
+                "--lock-dir",
+                str(ROOT / "lockfiles"),
+                "--out",
+                str(out),
+                "--cuda",
+                "12.4",
+                "--torch",
+                "2.5",
+                "--check",
+            ],
+        ).exit_code
+        == 0
+    )
+    dockerfile = out / REPRESENTATIVE[1] / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("USER 1000:1000", "USER root"))
+    res = runner.invoke(
+        app,
+        [
+            "render",
+            "--lock-dir",
+            str(ROOT / "lockfiles"),
+            "--out",
+            str(out),
+            "--cuda",
+            "12.4",
+            "--torch",
+            "2.5",
+            "--check",
+        ],
+    )
+    assert res.exit_code == 1 and f"differs: {REPRESENTATIVE[1]}/Dockerfile" in res.output
+    (out / REPRESENTATIVE[1] / "stray.txt").write_text("x")
+    (out / REPRESENTATIVE[1] / "manifest.json").unlink()
+    res = runner.invoke(
+        app,
+        [
+            "render",
+            "--lock-dir",
+            str(ROOT / "lockfiles"),
+            "--out",
+            str(out),
+            "--cuda",
+            "12.4",
+            "--torch",
+            "2.5",
+            "--check",
+        ],
+    )
+    assert "extra:" in res.output and "missing:" in res.output
+
+
+@pytest.mark.parametrize("cell_id", REPRESENTATIVE)
+def test_golden_dockerfiles(app, runner, tmp_path, in_tmp, cell_id, update_golden):
+    _render_cli(app, runner, tmp_path, "--cell", cell_id)
+    got = (tmp_path / cell_id / "Dockerfile").read_text()
+    golden = GOLDEN / f"{cell_id}.Dockerfile"
+    if update_golden:
+        GOLDEN.mkdir(exist_ok=True)
+        golden.write_text(got)
+    assert got == golden.read_text(), "golden differs: review, then `pytest --update-golden`"
+
+
+def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
+    cell_id = REPRESENTATIVE[1]
+    _render_cli(app, runner, tmp_path, "--cell", cell_id)
+    ctx = tmp_path / cell_id
+    text = (ctx / "Dockerfile").read_text()
+    torch_at = text.index("requirements-torch.txt /opt")
+    app_at = text.index("requirements-app.txt /opt")
+    assert torch_at < app_at  # torch layer first
+    assert "-m venv /opt/venv" in text
+    assert "NVIDIA_VISIBLE_DEVICES=all" in text and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
+    assert "--require-hashes" in text and "--no-deps" in text and "--no-cache-dir" in text
+    assert "finalize-layer" in text and "/etc/imagekit/manifest.json" in text
+    assert '"org.opencontainers.image.version"=' in text and '"imagekit.lock.hash"=' in text
+    manifest = json.loads((ctx / "manifest.json").read_text())
+    assert manifest["cell"]["id"] == cell_id
+    assert manifest["torch"]["archs"][-1] == "sm_90" and manifest["driver"]["minimum"] == "525.60.13"
+    assert manifest["distributions"]["torch"] == "2.5.1"
+    assert set(manifest["distributions"]) == {
+        line.split("==")[0]
+        for name in ("requirements-torch.txt", "requirements-app.txt")
+        for line in (ctx / name).read_text().splitlines()
+        if "==" in line
+    }
+    torch_req = (ctx / "requirements-torch.txt").read_text()
+    assert "torch==2.5.1" in torch_req and "transformers==" not in torch_req
+
+
+def test_missing_lock_is_a_clear_error(app, runner, tmp_path, in_tmp):
+    res = runner.invoke(
+        app,
+        [
+            "render",
+            "--lock-dir",
+            str(tmp_path / "none"),
+            "--out",
+            str(tmp_path / "o"),
+            "--cuda",
+            "12.4",
+            "--torch",
+            "2.5",
+        ],
+    )
+    assert res.exit_code == 2 and "no lock for" in res.output and "hint:" in res.output
+
+
+@pytest.mark.network
+def test_templates_ship_in_the_wheel(tmp_path):
+    """An installed wheel carries templates/ and Dockerfile.base as package data (imagekit/_templates)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from imagekit.effects.resolver import uv_binary
+
+    subprocess.run(
+        [uv_binary(), "build", "--wheel", "--out-dir", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        env={**__import__("os").environ, "UV_PYTHON": sys.executable},
+    )
+    wheel = next(tmp_path.glob("imagekit-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "imagekit/_templates/Dockerfile.base" in names
+    assert "imagekit/_templates/templates/Dockerfile.j2" in names
+    assert "imagekit/_templates/templates/context/bin/entrypoint" in names
+    assert "imagekit/data/compat.toml" in names and "imagekit/data/pypi-metadata.json" in names
