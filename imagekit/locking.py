@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit, urlunsplit
 
 from packaging.version import Version
@@ -14,7 +14,7 @@ from packaging.version import Version
 from imagekit import __version__
 from imagekit.compat import CompatData
 from imagekit.errors import CheckFailed
-from imagekit.lockfile import TORCH_FAMILY, Lock, LockEntry, split
+from imagekit.lockfile import TORCH_FAMILY, Lock, LockEntry, split, torch_closure
 from imagekit.model import Cell
 
 LOCK_FORMAT = 1
@@ -62,17 +62,26 @@ class LockRequest:
     platform: str
     input_hash: str
     requirements: tuple[str, ...]
+    # Torch-closure packages found by a first pass (nvidia-*, triton...): uv applies an index source only to
+    # direct dependencies, so these are named directly to pin them to the PyTorch index too.
+    routed_extra: tuple[str, ...] = ()
+
+    def with_routed(self, names: set[str]) -> LockRequest:
+        return replace(self, routed_extra=tuple(sorted(set(self.routed_extra) | names)))
+
+    def routed_names(self) -> list[str]:
+        return sorted(TORCH_FAMILY | set(self.routed_extra))
 
     def pyproject(self) -> str:
         """The throwaway project uv resolves: direct requirements, and the torch index pinned per package."""
-        deps = ",\n".join(f"    {json.dumps(r)}" for r in self.requirements)
+        deps = ",\n".join(f"    {json.dumps(r)}" for r in (*self.requirements, *self.routed_extra))
         text = (
             '[project]\nname = "imagekit-cell"\nversion = "0"\n'
             f'requires-python = "=={self.cell.python}.*"\ndependencies = [\n{deps},\n]\n'
         )
         if self.routed:
             text += "\n[tool.uv.sources]\n"
-            for name in sorted(TORCH_FAMILY):
+            for name in self.routed_names():
                 text += f'{name} = {{ index = "pytorch" }}\n'
             text += f'\n[[tool.uv.index]]\nname = "pytorch"\nurl = {json.dumps(self.torch_index)}\nexplicit = true\n'
         return text
@@ -153,6 +162,32 @@ def index_of_entries(uv_output: str) -> dict[str, str]:
     return out
 
 
+def is_torch_family(name: str) -> bool:
+    return name in TORCH_FAMILY or name.startswith(("nvidia-", "cuda-"))
+
+
+def misrouted(req: LockRequest, uv_output: str) -> set[str]:
+    """Torch-closure packages of a routed cell that did not come from the PyTorch index (first pass)."""
+    from imagekit.lockfile import parse_requirements
+
+    if not req.routed:
+        return set()
+    entries = parse_requirements(uv_output)
+    sources = index_of_entries(uv_output)
+    want = redact(req.torch_index or "").rstrip("/")
+    return {n for n in torch_closure(entries) if is_torch_family(n) and redact(sources.get(n, "")).rstrip("/") != want}
+
+
+def missing_family_package(req: LockRequest, uv_error: str) -> str | None:
+    """A torch-family package uv could not find on the default index (only the PyTorch index has it)."""
+    if not req.routed:
+        return None
+    for name in re.findall(r"([A-Za-z0-9._-]+) was not found in the package registry", uv_error):
+        if is_torch_family(name) and name not in req.routed_extra:
+            return name
+    return None
+
+
 def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str], data: CompatData) -> None:
     """Refuse a resolution whose torch is not the build the cell names (the "tag says cu128, has cu124" bug)."""
     pins = {e.name: e for e in entries}
@@ -172,7 +207,8 @@ def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str], 
                 f"{cell.id}: resolved torch {torch.version}, expected {want}",
                 f"the index {redact(req.torch_index or '')} does not serve {want}",
             )
-        for name in TORCH_FAMILY & pins.keys():
+        closure = torch_closure(entries)
+        for name in sorted(n for n in closure if is_torch_family(n)):
             src = sources.get(name, "")
             if redact(src).rstrip("/") != redact(req.torch_index or "").rstrip("/"):
                 raise CheckFailed(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -18,6 +19,12 @@ from imagekit.model import Query, Verdict, Violation
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
 PYPI_META = "[PYPI] wheel METADATA on PyPI"
+
+
+@lru_cache(maxsize=4096)
+def _allows(spec: str, version: str) -> bool:
+    """Cached `SpecifierSet(spec).contains(version)`: matrices repeat the same few pairs thousands of times."""
+    return SpecifierSet(spec).contains(version, prereleases=True)
 
 
 def variant_of(cuda: str) -> str:
@@ -100,7 +107,7 @@ def _release_checks(q: Query, data: CompatData, name: str, version: str) -> list
     rel = data.package(name, version)
     out: list[Violation] = []
     src = f"{PYPI_META} ({name} {version})"
-    if q.python and rel.requires_python and not SpecifierSet(rel.requires_python).contains(q.python + ".0"):
+    if q.python and rel.requires_python and not _allows(rel.requires_python, q.python + ".0"):
         rule = "python-transformers" if name == "transformers" else "package-python"
         out.append(Violation(rule, f"{name} {version} requires Python {rel.requires_python}, not {q.python}", src))
     pinned = {"torch": q.torch, "transformers": q.transformers}
@@ -108,7 +115,7 @@ def _release_checks(q: Query, data: CompatData, name: str, version: str) -> list
         pinned[requirement_name(req)] = pinned_version(req)
     for dep, spec in sorted(rel.requires.items()):
         have = pinned.get(dep)
-        if not have or not spec or SpecifierSet(spec).contains(have, prereleases=True):
+        if not have or not spec or _allows(spec, have):
             continue
         rule = "transformers-torch" if (name, dep) == ("transformers", "torch") else "package-requires"
         out.append(Violation(rule, f"{name} {version} requires {dep}{spec}, not {dep} {have}", src))

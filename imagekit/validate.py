@@ -7,6 +7,7 @@ that is not already canonical (surrounding whitespace, a newline, a non-normalis
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -128,10 +129,12 @@ def requirement(value: object) -> str:
     return str(req)
 
 
+@lru_cache(maxsize=4096)
 def requirement_name(value: str) -> str:
     return canonicalize_name(Requirement(value).name)
 
 
+@lru_cache(maxsize=4096)
 def pinned_version(value: str) -> str | None:
     """The exact version of an ``name==X`` requirement, else None."""
     req = Requirement(value)

@@ -7,6 +7,7 @@ import hashlib
 import html
 import http.server
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,14 +83,22 @@ def write_simple_index(root: Path, wheels: list[Path]) -> None:
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
+    delay = 0.0
+
     def log_message(self, *args: object) -> None:
         pass
 
+    def do_GET(self) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+        super().do_GET()
+
 
 @contextmanager
-def serve(root: Path) -> Iterator[str]:
-    """Serve ``root`` over HTTP on 127.0.0.1 (a free port); yields the base URL."""
-    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)  # noqa: E731
+def serve(root: Path, delay: float = 0.0) -> Iterator[str]:
+    """Serve ``root`` over HTTP on 127.0.0.1 (a free port), each answer ``delay`` s late; yields the base URL."""
+    handler_cls = type("Handler", (_Quiet,), {"delay": delay})
+    handler = lambda *a, **kw: handler_cls(*a, directory=str(root), **kw)  # noqa: E731
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -11,7 +11,7 @@ from imagekit import lockfile, locking
 from imagekit.compat import CompatData
 from imagekit.effects import resolver
 from imagekit.effects.files import write_atomic
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.errors import CheckFailed, ImagekitError, UsageError
 from imagekit.lockfile import Lock
 from imagekit.model import Cell
 
@@ -50,6 +50,31 @@ def _preferences(directory: Path, cell: Cell, existing: Lock | None) -> str | No
     return None
 
 
+def _resolve_routed(req: locking.LockRequest, prefs: str | None, upgrade: tuple[str, ...],
+                    upgrade_all: bool) -> tuple[locking.LockRequest, str]:
+    """Resolve; for a routed cell, repeat while torch-closure packages (nvidia-*, triton) came from elsewhere.
+
+    uv applies an index source only to direct dependencies, so each pass names the strays directly.
+    """
+    if req.routed and prefs:
+        req = req.with_routed({e.name for e in lockfile.parse_requirements(prefs) if locking.is_torch_family(e.name)})
+    for _ in range(4):
+        try:
+            output = resolver.compile_uv(req, prefs, upgrade, upgrade_all)
+        except CheckFailed as exc:
+            missing = locking.missing_family_package(req, exc.message)
+            if not missing:
+                raise
+            req = req.with_routed({missing})
+            continue
+        extra = locking.misrouted(req, output)
+        if not extra:
+            return req, output
+        req = req.with_routed(extra)
+    raise CheckFailed(f"{req.cell.id}: torch-family packages keep resolving outside the PyTorch index",
+                      "check the index settings")
+
+
 def status_of(directory: Path, cell: Cell, settings: locking.LockSettings, data: CompatData) -> LockResult:
     path = lock_path(directory, cell)
     existing = read_lock(path)
@@ -82,7 +107,7 @@ def lock_one(
             version = "pip-tools"
         else:
             prefs = None if upgrade_all else _preferences(directory, cell, existing)
-            output = resolver.compile_uv(req, prefs, upgrade, upgrade_all)
+            req, output = _resolve_routed(req, prefs, upgrade, upgrade_all)
             version = resolver.uv_version()
         lock = locking.build_lock(req, output, matrix, data, version)
     except ImagekitError as exc:
