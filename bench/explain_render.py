@@ -21,13 +21,20 @@ from imagekit.services.plans import plans_for  # noqa: E402
 
 
 def synthetic(data: compat.CompatData) -> dict:
-    torches = sorted((v for v in data.torch_releases if ".".join(v.split(".")[:2]) in data.torch_minors), key=Version)[-25:]
+    torches = sorted((v for v in data.torch_releases if ".".join(v.split(".")[:2]) in data.torch_minors), key=Version)[
+        -25:
+    ]
     tfs = sorted(data.packages["transformers"], key=Version)[-10:]
     cudas = ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0", "13.2"]
     pythons = ["3.9", "3.10", "3.11", "3.12", "3.13"]
     return {
-        "matrix": {"cuda": cudas, "torch": torches, "transformers": tfs, "python": pythons,
-                   "packages": ["accelerate==1.2.1"]},
+        "matrix": {
+            "cuda": cudas,
+            "torch": torches,
+            "transformers": tfs,
+            "python": pythons,
+            "packages": ["accelerate==1.2.1"],
+        },
         "targets": {"gpus": ["A100", "H100", "B200"], "min_driver": "570.124.06"},
     }
 
@@ -47,8 +54,10 @@ def main() -> None:
     config = matrix.parse(doc, "<synthetic>", data)
     t_explain, cells = timed(lambda: matrix.evaluate(matrix.parse(doc, "<synthetic>", data), data))
     ok = sum(1 for c in cells if c.verdict.compatible)
-    print(f"explain: {len(config.cells)} cells ({ok} compatible) in {t_explain:.3f} s "
-          f"(median of 5; goal < 2 s; {t_explain / 2:.2f}x of budget)")
+    print(
+        f"explain: {len(config.cells)} cells ({ok} compatible) in {t_explain:.3f} s "
+        f"(median of 5; goal < 2 s; {t_explain / 2:.2f}x of budget)"
+    )
 
     default = matrix.parse(matrix.default_document(), "<default>", data)
     evaluated = [c for c in matrix.evaluate(default, data) if c.verdict.compatible]
@@ -64,8 +73,10 @@ def main() -> None:
         return len(files)
 
     t_render, nfiles = timed(render_default)
-    print(f"render: {len(cells_with_locks)} locked default-matrix cells ({nfiles} files written) in {t_render:.3f} s "
-          f"(median of 5; goal < 2 s; {t_render / 2:.2f}x of budget)")
+    print(
+        f"render: {len(cells_with_locks)} locked default-matrix cells ({nfiles} files written) in {t_render:.3f} s "
+        f"(median of 5; goal < 2 s; {t_render / 2:.2f}x of budget)"
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from imagekit.model import Cell
 
 DEFAULT_SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01T00:00:00Z; any fixed value makes builds repeatable
 DEFAULT_WHEELS_URL = "http://127.0.0.1:8765/"
-BOOTSTRAP_PACKAGES = ("ca-certificates", "python3", "python3-venv")
+BOOTSTRAP_PACKAGES = ("ca-certificates", "passwd", "python3", "python3-venv")
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,10 @@ def _pypi_wheels(out: Path, *, runtime: str = "12.4.127", extra: list[tuple[str,
 
 def _torch_index(root: Path) -> None:
     """download.pytorch.org's layout: one index per variant, torch builds with local labels, and a decoy numpy."""
-    for variant, runtime in (("cu118", "nvidia-cuda-runtime-cu11==11.8.89"), ("cu121", "nvidia-cuda-runtime-cu12==12.1.105")):
+    for variant, runtime in (
+        ("cu118", "nvidia-cuda-runtime-cu11==11.8.89"),
+        ("cu121", "nvidia-cuda-runtime-cu12==12.1.105"),
+    ):
         wheels = [
             build_wheel(root / "w" / variant, "torch", f"2.5.1+{variant}", ["filelock", runtime]),
             build_wheel(root / "w" / variant, runtime.split("==")[0], runtime.split("==")[1]),
@@ -174,10 +177,25 @@ def test_check_names_stale_and_missing_and_writes_nothing(indexes, data, tmp_pat
     assert {p.name: p.read_bytes() for p in locks.iterdir()} == before
     # the CLI: exit 1 and each path named
     matrix_file = tmp_path / "m.toml"
-    matrix_file.write_text('[matrix]\ninclude = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", python = "3.11"},'
-                           ' {cuda = "11.8", torch = "2.5.1", transformers = "4.48.2", python = "3.11"}]\n')
-    res = runner.invoke(app, ["lock", "--matrix", str(matrix_file), "--dir", str(locks), "--check",
-                              "--index-url", indexes["pypi"], "--torch-index-url", indexes["torch"]])
+    matrix_file.write_text(
+        '[matrix]\ninclude = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", python = "3.11"},'
+        ' {cuda = "11.8", torch = "2.5.1", transformers = "4.48.2", python = "3.11"}]\n'
+    )
+    res = runner.invoke(
+        app,
+        [
+            "lock",
+            "--matrix",
+            str(matrix_file),
+            "--dir",
+            str(locks),
+            "--check",
+            "--index-url",
+            indexes["pypi"],
+            "--torch-index-url",
+            indexes["torch"],
+        ],
+    )
     assert res.exit_code == 1
     assert "missing" in res.output and "cu118-torch2.5.1-py3.11-tf4.48.2.txt" in res.output
 
@@ -201,9 +219,26 @@ def test_the_lock_installs_with_plain_pip_require_hashes(indexes, data, tmp_path
     res = lock_service.lock_one(CELL_118, tmp_path / "locks", _settings(indexes), data)
     target = tmp_path / "site"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes", "--target", str(target),
-         "--index-url", indexes["pypi"], "--extra-index-url", indexes["torch"] + "/cu118", "-r", str(res.path)],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--require-hashes",
+            "--target",
+            str(target),
+            "--index-url",
+            indexes["pypi"],
+            "--extra-index-url",
+            indexes["torch"] + "/cu118",
+            "-r",
+            str(res.path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (target / "torch" / "__init__.py").read_text().startswith('__version__ = "2.5.1+cu118"')
 
@@ -215,13 +250,28 @@ def test_a_killed_lock_leaves_the_old_file(indexes, data, tmp_path):
     path = lock_service.lock_path(locks, CELL_124)
     before = path.read_bytes()
     matrix_file = tmp_path / "m.toml"
-    matrix_file.write_text('[matrix]\ninclude = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", '
-                           'python = "3.11", packages = ["numpy==1.26.4"]}]\n')
+    matrix_file.write_text(
+        '[matrix]\ninclude = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", '
+        'python = "3.11", packages = ["numpy==1.26.4"]}]\n'
+    )
     with serve(indexes["pypi_root"], delay=1.0) as slow:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "imagekit", "lock", "--matrix", str(matrix_file), "--dir", str(locks),
-             "--index-url", f"{slow}/simple"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+            [
+                sys.executable,
+                "-m",
+                "imagekit",
+                "lock",
+                "--matrix",
+                str(matrix_file),
+                "--dir",
+                str(locks),
+                "--index-url",
+                f"{slow}/simple",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+        )
         time.sleep(2.5)
         assert proc.poll() is None, proc.communicate()
         os.kill(proc.pid, signal.SIGKILL)
@@ -246,9 +296,13 @@ def test_write_atomic_leaves_no_partial_file(tmp_path):
 
 def test_json_summary(indexes, tmp_path, app, runner):
     matrix_file = tmp_path / "m.toml"
-    matrix_file.write_text('[matrix]\ninclude = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", python = "3.11"}]\n')
-    res = runner.invoke(app, ["lock", "--matrix", str(matrix_file), "--dir", str(tmp_path / "l"), "--json",
-                              "--index-url", indexes["pypi"]])
+    matrix_file.write_text(
+        '[matrix]\ninclude = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", python = "3.11"}]\n'
+    )
+    res = runner.invoke(
+        app,
+        ["lock", "--matrix", str(matrix_file), "--dir", str(tmp_path / "l"), "--json", "--index-url", indexes["pypi"]],
+    )
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert rows[0]["status"] == "locked" and len(rows[0]["lock_hash"]) == 64

@@ -50,8 +50,9 @@ def _preferences(directory: Path, cell: Cell, existing: Lock | None) -> str | No
     return None
 
 
-def _resolve_routed(req: locking.LockRequest, prefs: str | None, upgrade: tuple[str, ...],
-                    upgrade_all: bool) -> tuple[locking.LockRequest, str]:
+def _resolve_routed(
+    req: locking.LockRequest, prefs: str | None, upgrade: tuple[str, ...], upgrade_all: bool
+) -> tuple[locking.LockRequest, str]:
     """Resolve; for a routed cell, repeat while torch-closure packages (nvidia-*, triton) came from elsewhere.
 
     uv applies an index source only to direct dependencies, so each pass names the strays directly.
@@ -71,8 +72,9 @@ def _resolve_routed(req: locking.LockRequest, prefs: str | None, upgrade: tuple[
         if not extra:
             return req, output
         req = req.with_routed(extra)
-    raise CheckFailed(f"{req.cell.id}: torch-family packages keep resolving outside the PyTorch index",
-                      "check the index settings")
+    raise CheckFailed(
+        f"{req.cell.id}: torch-family packages keep resolving outside the PyTorch index", "check the index settings"
+    )
 
 
 def status_of(directory: Path, cell: Cell, settings: locking.LockSettings, data: CompatData) -> LockResult:

@@ -1,7 +1,7 @@
-# Rendered by imagekit 0.1.0 for cu121-torch2.1.2-py3.11-tf4.48.2 (lock ff2c6d657866).
+# Rendered by imagekit 0.1.0 for cu121-torch2.1.2-py3.11-tf4.48.2 (lock 53f0b543e4f4).
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
-# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-8f95d202a848) ----
-FROM imagekit/base:debian-bookworm-8f95d202a848 AS base
+# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-dbb2abb59a87) ----
+FROM imagekit/base:debian-bookworm-dbb2abb59a87 AS base
 ARG SOURCE_DATE_EPOCH=1735689600
 ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
@@ -45,7 +45,7 @@ LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
       "imagekit.cell"="cu121-torch2.1.2-py3.11-tf4.48.2" \
       "imagekit.cuda"="12.1" \
       "imagekit.driver.min"="525.60.13" \
-      "imagekit.lock.hash"="ff2c6d657866707aff0dfb8bc43d82447685fa659a8db7827aad066403e1f9e2" \
+      "imagekit.lock.hash"="53f0b543e4f4b685d6454f288a1198ae19a3d718164325bbfc5647de8ba1bc6e" \
       "imagekit.python"="3.11" \
       "imagekit.torch"="2.1.2" \
       "imagekit.torch.cuda"="12.1" \
@@ -53,10 +53,10 @@ LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
       "imagekit.transformers"="4.48.2" \
       "imagekit.version"="0.1.0" \
       "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-8f95d202a848" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-dbb2abb59a87" \
       "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
       "org.opencontainers.image.revision"="unknown" \
       "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \
       "org.opencontainers.image.vendor"="imagekit" \
-      "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-ff2c6d657866"
+      "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-53f0b543e4f4"
 USER 1000:1000

@@ -1,7 +1,7 @@
 # Rendered by imagekit 0.1.0 for cu124-torch2.5.1-py3.11-tf4.48.2 (lock 34218a6e940c).
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
-# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-8f95d202a848) ----
-FROM imagekit/base:debian-bookworm-8f95d202a848 AS base
+# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-dbb2abb59a87) ----
+FROM imagekit/base:debian-bookworm-dbb2abb59a87 AS base
 ARG SOURCE_DATE_EPOCH=1735689600
 ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
@@ -53,7 +53,7 @@ LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
       "imagekit.transformers"="4.48.2" \
       "imagekit.version"="0.1.0" \
       "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-8f95d202a848" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-dbb2abb59a87" \
       "org.opencontainers.image.description"="torch 2.5.1+cu124, transformers 4.48.2, Python 3.11" \
       "org.opencontainers.image.revision"="unknown" \
       "org.opencontainers.image.title"="imagekit cu124-torch2.5.1-py3.11-tf4.48.2" \

@@ -1,7 +1,7 @@
 # Rendered by imagekit 0.1.0 for cu130-torch2.14.1-py3.13-tf5.24.0 (lock 3d647479912f).
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
-# ---- base stage: debian-trixie (imagekit/base:debian-trixie-6c02cff75f51) ----
-FROM imagekit/base:debian-trixie-6c02cff75f51 AS base
+# ---- base stage: debian-trixie (imagekit/base:debian-trixie-63a8e2c63784) ----
+FROM imagekit/base:debian-trixie-63a8e2c63784 AS base
 ARG SOURCE_DATE_EPOCH=1735689600
 ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
@@ -53,7 +53,7 @@ LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,sm_120+PTX" \
       "imagekit.transformers"="5.24.0" \
       "imagekit.version"="0.1.0" \
       "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-6c02cff75f51" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-63a8e2c63784" \
       "org.opencontainers.image.description"="torch 2.14.1+cu130, transformers 5.24.0, Python 3.13" \
       "org.opencontainers.image.revision"="unknown" \
       "org.opencontainers.image.title"="imagekit cu130-torch2.14.1-py3.13-tf5.24.0" \

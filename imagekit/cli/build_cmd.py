@@ -1,0 +1,234 @@
+"""`imagekit build`, `fetch`, `base bootstrap`, `runpod-template`: the product's main job and its helpers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from imagekit import locking, runpod
+from imagekit.cli.common import (
+    CellOpt,
+    CudaOpt,
+    MatrixOpt,
+    PyOpt,
+    SourceOpt,
+    TfOpt,
+    TorchOpt,
+    err_console,
+    handles_errors,
+    out_json,
+    selected_compatible,
+    selector,
+)
+from imagekit.errors import EXIT_NO, UsageError
+from imagekit.validate import repository as validate_repository
+
+ReleaseIndexOpt = Annotated[
+    Path,
+    typer.Option(
+        "--release-index", help="Release index JSON (tag, digest, manifest, self-test report per published image)."
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "build",
+        epilog="Examples: imagekit build --cuda 11.8; imagekit build --cell cu121-torch2.1.2-py3.11-tf4.48.2 --push "
+        "--registry 127.0.0.1:5000/imagekit/train",
+    )
+    @handles_errors
+    def build(
+        matrix_file: MatrixOpt = None,
+        cuda: CudaOpt = None,
+        torch: TorchOpt = None,
+        transformers: TfOpt = None,
+        python: PyOpt = None,
+        cell: CellOpt = None,
+        source: SourceOpt = "all",
+        push: Annotated[bool, typer.Option("--push", help="Publish images whose self-test passed.")] = False,
+        registry: Annotated[
+            str | None, typer.Option(help="REGISTRY/REPO to tag and push (default: the matrix's [image] repository).")
+        ] = None,
+        lock_dir: Annotated[Path, typer.Option("--lock-dir")] = Path("lockfiles"),
+        state_dir: Annotated[
+            Path, typer.Option("--state-dir", help="Build contexts, wheelhouse links, reports.")
+        ] = Path(".imagekit"),
+        release_index: ReleaseIndexOpt = Path("releases/index.json"),
+        no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every layer again.")] = False,
+        gpus: Annotated[
+            str, typer.Option(help="Self-test with GPUs: auto (when the engine has the NVIDIA runtime), on, off.")
+        ] = "auto",
+        require_gpu: Annotated[
+            bool, typer.Option("--require-gpu", help="Fail the self-test when no GPU is there.")
+        ] = False,
+        keep_going: Annotated[bool, typer.Option("--keep-going", help="Continue past a failing cell.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="JSON summary on stdout.")] = False,
+        index_url: Annotated[str, typer.Option(help="Main index for locking stale cells.")] = locking.PYPI,
+        torch_index_url: Annotated[str, typer.Option(help="PyTorch per-variant index base.")] = locking.PYTORCH_INDEX,
+    ) -> None:
+        """For each selected cell: lock (if stale), fetch wheels, render, docker build, self-test, and publish."""
+        from imagekit.services.build import BuildOptions, build_cells
+
+        if gpus not in ("auto", "on", "off"):
+            raise UsageError(f"invalid --gpus {gpus!r}", "use auto, on or off")
+        data, config, cells = selected_compatible(
+            matrix_file, selector(cuda, torch, transformers, python, cell), source
+        )
+        repo = validate_repository(registry) if registry else config.repository
+        opts = BuildOptions(
+            repository=repo,
+            lock_dir=lock_dir,
+            state_dir=state_dir,
+            release_index=release_index,
+            push=push,
+            nocache=no_cache,
+            gpus=gpus,
+            require_gpu=require_gpu,
+            settings=locking.LockSettings(index_url=index_url, torch_index_base=torch_index_url),
+            username=os.environ.get("IMAGEKIT_REGISTRY_USER"),
+            password=os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
+        )
+        console = err_console()
+        from imagekit.effects.docker import Engine
+
+        engine = Engine()
+        for note in engine.capabilities().notes:
+            console.print(f"[dim]engine: {note}[/]")
+        results = build_cells(
+            [c.cell for c in cells],
+            opts,
+            data,
+            lambda cid, msg: console.print(f"[cyan]{cid}[/] {msg}", markup=True, highlight=False),
+            keep_going=keep_going,
+            engine=engine,
+        )
+        for r in results:
+            if r.error:
+                console.print(f"[red]{r.cell.id}[/] failed at {r.step}:")
+                console.print(r.error.render(), markup=False)
+        table = Table(title="imagekit build")
+        for col in ("cell", "result", "size", "digest", "time"):
+            table.add_column(col, no_wrap=col == "cell")
+        for r in results:
+            style = {"published": "green", "passed": "green"}.get(r.status, "red")
+            table.add_row(
+                r.cell.id,
+                f"[{style}]{r.status}[/]" + ("" if r.status != "failed" else f" ({r.step})"),
+                f"{r.size / 1e9:.2f} GB" if r.size else "-",
+                (r.digest or "-")[:19],
+                f"{r.seconds:.0f} s",
+            )
+        Console(stderr=True).print(table)
+        if as_json:
+            out_json([r.to_json() for r in results])
+        if any(r.status == "failed" for r in results) or len(results) < len(cells):
+            raise typer.Exit(EXIT_NO)
+
+    @app.command("fetch", epilog="Example: imagekit fetch --cuda 12.4 --torch 2.5.1")
+    @handles_errors
+    def fetch(
+        matrix_file: MatrixOpt = None,
+        cuda: CudaOpt = None,
+        torch: TorchOpt = None,
+        transformers: TfOpt = None,
+        python: PyOpt = None,
+        cell: CellOpt = None,
+        source: SourceOpt = "all",
+        lock_dir: Annotated[Path, typer.Option("--lock-dir")] = Path("lockfiles"),
+    ) -> None:
+        """Download every locked wheel once into the wheel cache, verifying each sha256."""
+        from imagekit.services import fetch as fetch_service
+        from imagekit.services.lock import lock_path, read_lock
+
+        data, _config, cells = selected_compatible(
+            matrix_file, selector(cuda, torch, transformers, python, cell), source
+        )
+        console = err_console()
+        for e in cells:
+            lock = read_lock(lock_path(lock_dir, e.cell))
+            if lock is None:
+                raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
+            glibc = data.bases[e.cell.python].glibc if e.cell.python in data.bases else "2.28"
+            got = fetch_service.fetch_lock(lock, e.cell.python, glibc, log=console.print)
+            size = sum(w.path.stat().st_size for w in got)
+            console.print(
+                f"{e.cell.id}: {len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
+                f"({sum(w.downloaded for w in got)} downloaded)"
+            )
+
+    base_app = typer.Typer(
+        help="Base images: bootstrap from Debian/Ubuntu packages (no registry needed).", no_args_is_help=True
+    )
+
+    @base_app.command("bootstrap", epilog="Example: imagekit base bootstrap --python 3.11")
+    @handles_errors
+    def bootstrap(
+        python: Annotated[
+            list[str] | None,
+            typer.Option("--python", help="Which base (by its Python), repeatable; default: all bootstrappable bases."),
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """Build the base with mmdebstrap (SOURCE_DATE_EPOCH: identical inputs, identical tarball) and import it."""
+        from imagekit import compat
+        from imagekit.effects.docker import Engine
+        from imagekit.services.base import ensure_base
+
+        data = compat.load()
+        wanted = python or sorted(data.bases)
+        unknown = [p for p in wanted if p not in data.bases]
+        if unknown:
+            raise UsageError(f"no base for Python {', '.join(unknown)}", f"known: {', '.join(sorted(data.bases))}")
+        engine, console, done = Engine(), err_console(), []
+        for py in wanted:
+            ref = ensure_base(data.bases[py], engine, log=console.print)
+            console.print(f"{ref.reference} ({ref.digest})")
+            done.append({"python": py, "reference": ref.reference, "digest": ref.digest})
+        if as_json:
+            out_json(done)
+
+    app.add_typer(base_app, name="base")
+
+    @app.command(
+        "runpod-template",
+        epilog="Examples: imagekit runpod-template cu121-torch2.1.2-py3.11-tf4.48.2; "
+        "RUNPOD_API_KEY=... imagekit runpod-template CELL --create",
+    )
+    @handles_errors
+    def runpod_template(
+        ref: Annotated[str, typer.Argument(help="A cell id, or a published tag from the release index.")],
+        release_index: ReleaseIndexOpt = Path("releases/index.json"),
+        digest: Annotated[bool, typer.Option("--digest", help="Pin imageName with @sha256 as well.")] = False,
+        volume_gb: Annotated[int, typer.Option(help="Volume size mounted at /workspace.")] = 50,
+        create: Annotated[bool, typer.Option("--create", help="Call RunPod's API (needs RUNPOD_API_KEY).")] = False,
+        api_url: Annotated[str, typer.Option(help="RunPod GraphQL endpoint.")] = "https://api.runpod.io/graphql",
+    ) -> None:
+        """Print the RunPod template (saveTemplate input) for a published image; --create saves it on RunPod."""
+        from imagekit.effects import runpod_api
+        from imagekit.services.publish import read_index
+
+        images = read_index(release_index).get("images", {})
+        matches = [
+            e
+            for tag, e in sorted(images.items())
+            if tag == ref or e["alias"] == ref or e["manifest"]["cell"]["id"] == ref
+        ]
+        if not matches:
+            raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
+        entry = max(matches, key=lambda e: e.get("published_at", ""))
+        body = runpod.mutation(runpod.template(entry, with_digest=digest, volume_gb=volume_gb))
+        if not create:
+            out_json(body)
+            return
+        key = os.environ.get("RUNPOD_API_KEY")
+        if not key:
+            raise UsageError("--create needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
+        doc = runpod_api.post(body, key, api_url)
+        out_json(doc.get("data", {}))
+        err_console().print(f"created RunPod template for {entry['tag']}")

@@ -1,0 +1,122 @@
+"""GPU checks that need torch: run by the image self-test, the doctor's standard-tier probe and on GPU hosts.
+
+No imagekit imports: this file runs as a plain script inside any image (``python gpu_checks.py --json``).
+A CPU fallback is never a warning here: GPUs visible to the driver while torch sees none is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+
+
+def check(cid, status, message, fix="", evidence=None):
+    return {"id": cid, "status": status, "message": message, "fix": fix, "evidence": evidence or {}}
+
+
+def visible_gpus():
+    """GPUs the driver exposes to this process, without torch: nvidia-smi, else /proc/driver/nvidia."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+            gpus = [line for line in out.stdout.splitlines() if line.startswith("GPU ")]
+            return gpus, (out.stdout + out.stderr).strip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return [], str(exc)
+    proc = "/proc/driver/nvidia/gpus"
+    if os.path.isdir(proc):
+        return sorted(os.listdir(proc)), "from /proc/driver/nvidia/gpus"
+    return [], "no nvidia-smi and no /proc/driver/nvidia"
+
+
+def arch_supported(cap, arch_list):
+    """(ok, how): a same-major cubin not newer than the GPU, or PTX at or below it."""
+    major, minor = cap
+    best = None
+    for entry in arch_list:
+        m = re.fullmatch(r"(sm|compute)_(\d+?)(\d)[a-z]?", entry)
+        if not m:
+            continue
+        amaj, amin = int(m.group(2)), int(m.group(3))
+        if m.group(1) == "sm" and amaj == major and amin <= minor:
+            best = best or entry
+        if m.group(1) == "compute" and (amaj, amin) <= (major, minor):
+            best = best or (entry + " (PTX JIT)")
+    return best is not None, best
+
+
+def run_gpu_checks(require_gpu=False):
+    """The GPU part of the self-test. Returns a list of checks (status pass/fail/skip)."""
+    import torch
+
+    out = []
+    gpus, smi_text = visible_gpus()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()
+    warning_text = " | ".join(str(w.message) for w in caught)
+    evidence = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "visible_gpus": gpus,
+                "nvidia_smi": smi_text[-500:], "warnings": warning_text[-1000:]}
+    if not available:
+        if gpus:
+            out.append(check("gpu-cuda-available", "fail",
+                             f"{len(gpus)} GPU(s) visible to the driver but torch.cuda.is_available() is False: "
+                             "training would silently run on the CPU",
+                             "run the doctor for the cause (driver too old, CPU-only wheel, forward-compat error)",
+                             evidence))
+        elif require_gpu:
+            out.append(check("gpu-cuda-available", "fail", "no GPU visible and --require-gpu was given",
+                             "run on a GPU host with the NVIDIA runtime (docker run --gpus all)", evidence))
+        else:
+            out.append(check("gpu-cuda-available", "skip", "no GPU visible: GPU checks skipped", "", evidence))
+        return out
+    count = torch.cuda.device_count()
+    out.append(check("gpu-cuda-available", "pass", f"torch sees {count} GPU(s)", "", evidence))
+    arch_list = torch.cuda.get_arch_list()
+    for i in range(count):
+        cap = torch.cuda.get_device_capability(i)
+        name = torch.cuda.get_device_name(i)
+        ok, how = arch_supported(cap, arch_list)
+        ev = {"device": i, "name": name, "capability": f"{cap[0]}.{cap[1]}", "arch_list": arch_list, "via": how}
+        if not ok:
+            out.append(check("gpu-arch", "fail", f"{name} is sm_{cap[0]}{cap[1]}; this torch has kernels for "
+                             f"{' '.join(arch_list)}: 'no kernel image is available for execution on the device'",
+                             "use a torch CUDA variant built for this GPU (imagekit explain --arch)", ev))
+            continue
+        out.append(check("gpu-arch", "pass", f"{name} (sm_{cap[0]}{cap[1]}) runs via {how}", "", ev))
+        torch.manual_seed(0)
+        a = torch.randn(256, 256)
+        b = torch.randn(256, 256)
+        ref = a @ b
+        dtypes = [torch.float16]
+        if torch.cuda.is_bf16_supported():
+            dtypes.insert(0, torch.bfloat16)
+        for dtype in dtypes:
+            got = (a.to(f"cuda:{i}", dtype) @ b.to(f"cuda:{i}", dtype)).float().cpu()
+            torch.cuda.synchronize(i)
+            rel = float((got - ref).abs().max() / ref.abs().max())
+            tol = 0.05 if dtype == torch.bfloat16 else 0.01
+            status = "pass" if rel < tol else "fail"
+            out.append(check(f"gpu-matmul-{str(dtype).split('.')[-1]}", status,
+                             f"{name}: {str(dtype).split('.')[-1]} matmul vs CPU float32, max relative error {rel:.2e} "
+                             f"(tolerance {tol})", "" if status == "pass" else "the GPU computes wrong results: "
+                             "check the driver and the hardware", {"device": i, "max_rel_error": rel}))
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    checks = run_gpu_checks(require_gpu="--require-gpu" in argv)
+    failed = any(c["status"] == "fail" for c in checks)
+    print(json.dumps({"checks": checks, "passed": not failed}, indent=2, sort_keys=True))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,698 @@
+"""imagekit doctor: prove the environment is the pinned one, and block a launch when it is not.
+
+Standard library only (this file runs as-is inside every image, under any Python >= 3.8), no network except the
+--deep tier, no telemetry. Tiers: quick (no torch import, no CUDA context), standard (adds one probe of the
+target interpreter in a child process with a timeout), deep (adds Hugging Face access checks).
+
+Exit codes: 0 ok; 1 a blocker (or a warning under --strict); 2 bad usage; 3 a check could not run.
+Usage: `imagekit_doctor.py [--tier quick|standard|deep] [--expect FILE] [--python PATH] [--json] [--strict]
+[--require-gpu] [--path DIR ...] [--hf-repo ORG/NAME ...]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+DEFAULT_MANIFEST = "/etc/imagekit/manifest.json"
+VENV_SEEDS = {"pip", "setuptools", "wheel"}
+EPHEMERAL_FS = {"overlay", "tmpfs", "aufs", "fuse-overlayfs", "ramfs", "squashfs"}
+TIERS = ("quick", "standard", "deep")
+
+# Torch's own texts when CUDA cannot be used, and what each means (quoted from PyTorch / NVIDIA sources).
+CUDA_CAUSES = [
+    ("driver-too-old", r"The NVIDIA driver on your system is too old",
+     "the host driver is older than this torch build's CUDA needs", "use a host with a newer driver, or an image "
+     "with an older CUDA variant (imagekit explain --driver <version>)"),
+    ("forward-compat-804", r"Error 804|forward compatibility was attempted on non supported HW",
+     "CUDA forward compatibility was attempted on a GPU that does not support it (error 804)",
+     "use a torch CUDA variant the host driver supports natively; remove cuda-compat libraries from the image"),
+    ("driver-combination-803", r"Error 803|unsupported display driver / cuda driver combination",
+     "the user-mode CUDA driver and the kernel driver do not match (error 803)",
+     "restart the pod, or remove mismatched libcuda from the image"),
+    ("no-driver", r"Found no NVIDIA driver on your system",
+     "no NVIDIA driver is visible inside the container", "start the container with the NVIDIA runtime (--gpus all)"),
+    ("no-kernel-image", r"no kernel image is available for execution on the device",
+     "this torch build has no kernels for this GPU's architecture", "use a torch CUDA variant built for this GPU"),
+]
+SMI_FAILURES = [
+    (r"Driver/library version mismatch", "the NVIDIA kernel module and user libraries differ (driver upgraded "
+     "without reboot)", "reboot the host or reload the nvidia kernel module"),
+    (r"couldn't communicate with the NVIDIA driver", "nvidia-smi cannot talk to the driver",
+     "check that the NVIDIA driver is loaded on the host and the container runs with --gpus"),
+    (r"No devices were found", "the driver is loaded but no GPU is attached", "check the GPU allocation"),
+]
+PROVIDERS = [
+    ("runpod", "RUNPOD_POD_ID", "on RunPod, only the volume at /workspace (or a network volume) survives a stop"),
+    ("vast", "VAST_CONTAINERLABEL", "on Vast.ai, data outside the instance's disk is lost when it is destroyed"),
+    ("lambda", "LAMBDA_INSTANCE_ID", "on Lambda, keep data on an attached filesystem"),
+]
+
+
+def canon(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def is_torch_family(name):
+    return name in ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton") or name.startswith(
+        ("nvidia-", "cuda-"))
+
+
+def result(cid, status, message, fix="", evidence=None):
+    return {"id": cid, "status": status, "message": message, "fix": fix, "evidence": evidence or {}}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What is expected
+# ---------------------------------------------------------------------------------------------------------
+def load_expectation(path):
+    """A manifest (JSON) or a lockfile (pins with ==), as {"distributions": {...}, ...}."""
+    with open(path) as fh:
+        text = fh.read()
+    if text.lstrip().startswith("{"):
+        doc = json.loads(text)
+        if "distributions" not in doc:
+            raise ValueError(f"{path}: a JSON file without 'distributions' is not an imagekit manifest")
+        return doc
+    pins = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", line)
+        if m:
+            pins[canon(m.group(1))] = m.group(2)
+    if not pins:
+        raise ValueError(f"{path}: neither an imagekit manifest nor a lockfile with name==version pins")
+    return {"distributions": pins, "source": path}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The target interpreter
+# ---------------------------------------------------------------------------------------------------------
+ENV_DUMP = r"""
+import json, sys, site, os
+try:
+    from importlib import metadata
+except ImportError:
+    import importlib_metadata as metadata
+dists = {}
+for d in metadata.distributions():
+    name = d.metadata["Name"]
+    if name:
+        loc = str(getattr(d, "_path", ""))
+        dists.setdefault(name, {"version": d.version, "location": loc})
+user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else ""
+print(json.dumps({"prefix": sys.prefix, "executable": sys.executable, "version": sys.version.split()[0],
+                  "dists": dists, "user_site": user_site, "enable_user_site": bool(site.ENABLE_USER_SITE),
+                  "path": sys.path}))
+"""
+
+
+def describe_interpreter(python):
+    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable:
+        ns = {}
+        from io import StringIO
+
+        buf, old = StringIO(), sys.stdout
+        sys.stdout = buf
+        try:
+            exec(ENV_DUMP, ns)  # noqa: S102 - our own constant
+        finally:
+            sys.stdout = old
+        return json.loads(buf.getvalue())
+    res = subprocess.run([python, "-c", ENV_DUMP], capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise RuntimeError(f"{python} could not describe itself: {res.stderr.strip()[-500:]}")
+    return json.loads(res.stdout)
+
+
+def check_interpreter_identity(env, manifest):
+    prefix = env["prefix"]
+    bindir = os.path.join(prefix, "bin")
+    pinned = {canon(k) for k in (manifest or {}).get("distributions", {})}
+    problems, evidence = [], {"prefix": prefix}
+    for tool, dist in (("python", None), ("python3", None), ("pip", "pip"), ("accelerate", "accelerate"),
+                       ("torchrun", "torch")):
+        path = shutil.which(tool)
+        if path is None:
+            if dist is None or dist in pinned:
+                problems.append(f"`{tool}` is not on PATH")
+            continue
+        target = os.path.realpath(path)
+        if tool.startswith("python"):
+            res = subprocess.run([path, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
+                                 timeout=30)
+            owner = res.stdout.strip()
+        else:
+            owner = _script_prefix(path)
+        evidence[tool] = {"path": path, "resolves_to": target, "prefix": owner}
+        if owner != prefix:
+            problems.append(f"`{tool}` -> {path} belongs to {owner or 'another installation'}, not {prefix}")
+    if problems:
+        return result("interpreter-identity", "fail", "; ".join(problems),
+                      f"put {bindir} first on PATH (export PATH={bindir}:$PATH)", evidence)
+    return result("interpreter-identity", "pass", f"python, python3, pip (and accelerate/torchrun) are {prefix}",
+                  "", evidence)
+
+
+def _script_prefix(path):
+    """The prefix of the interpreter named in a console script's shebang."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    if not first.startswith("#!"):
+        return ""
+    words = first[2:].strip().split()
+    interp = words[0] if words else ""
+    if os.path.basename(interp) == "env" and len(words) > 1:
+        interp = shutil.which(words[1]) or ""
+    if not os.path.basename(interp).startswith("python"):
+        return ""  # a wrapper (pyenv shim, shell script): not a pinned environment's entry point
+    return os.path.dirname(os.path.dirname(interp))
+
+
+def check_shadowing(env, manifest):
+    evidence = {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "user_site": env.get("user_site")}
+    pinned = {canon(k) for k in (manifest or {}).get("distributions", {})}
+    shadows = []
+    user_site = env.get("user_site") or ""
+    for name, info in env["dists"].items():
+        loc = info.get("location", "")
+        if user_site and loc.startswith(user_site) and canon(name) in pinned:
+            shadows.append(f"{name} {info['version']} in {user_site}")
+    if os.environ.get("PYTHONPATH"):
+        for entry in os.environ["PYTHONPATH"].split(os.pathsep):
+            if entry and os.path.isdir(entry) and any(
+                    os.path.exists(os.path.join(entry, n.replace("-", "_"))) for n in pinned):
+                shadows.append(f"PYTHONPATH entry {entry} holds a pinned package")
+    if shadows:
+        return result("shadowing", "fail", "packages shadow the pinned environment: " + "; ".join(shadows),
+                      "remove them (pip uninstall --user ...), or unset PYTHONPATH; run with PYTHONNOUSERSITE=1",
+                      evidence)
+    if os.environ.get("PYTHONPATH"):
+        return result("shadowing", "warn", f"PYTHONPATH is set ({os.environ['PYTHONPATH']})",
+                      "unset PYTHONPATH unless you mean it", evidence)
+    return result("shadowing", "pass", "no ~/.local or PYTHONPATH shadowing", "", evidence)
+
+
+def check_drift(env, manifest):
+    want = {canon(k): v for k, v in manifest["distributions"].items()}
+    have = {canon(k): v["version"] for k, v in env["dists"].items()}
+    missing = sorted(set(want) - set(have))
+    extra = sorted(set(have) - set(want) - VENV_SEEDS)
+    different = sorted(n for n in set(want) & set(have) if want[n] != have[n])
+    lines = [f"{n} {have[n]} (pinned {want[n]})" for n in different] + [f"{n} missing (pinned {want[n]})" for n in missing]
+    evidence = {"different": {n: {"installed": have[n], "pinned": want[n]} for n in different}, "missing": missing,
+                "extra": {n: have[n] for n in extra}}
+    if len(lines) > 8:
+        lines = lines[:8] + [f"and {len(lines) - 8} more"]
+    if lines:
+        torch_drift = [n for n in different + missing if is_torch_family(n)]
+        head = "torch-family drift (the GPU stack is not the tested one): " if torch_drift else "drift from the lock: "
+        return result("lock-drift", "fail", head + "; ".join(lines),
+                      "rebuild or re-pull the image; never `pip install -U` over a pinned environment", evidence)
+    if extra:
+        return result("lock-drift", "warn", "not in the lock: " + ", ".join(f"{n} {have[n]}" for n in extra),
+                      "extra packages are untested with this stack; add them to the matrix's packages", evidence)
+    return result("lock-drift", "pass", f"{len(want)} distributions match the lock exactly (local labels included)",
+                  "", evidence)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# NVIDIA driver and GPUs (no torch)
+# ---------------------------------------------------------------------------------------------------------
+def parse_smi_query(text):
+    """`nvidia-smi --query-gpu=index,name,driver_version,compute_cap,memory.total --format=csv,noheader`."""
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4 and re.match(r"^\d+$", parts[0]):
+            gpus.append({"index": int(parts[0]), "name": parts[1], "driver": parts[2], "compute_cap": parts[3],
+                         "memory": parts[4] if len(parts) > 4 else ""})
+    return gpus
+
+
+def classify_smi_failure(text):
+    for pattern, what, fix in SMI_FAILURES:
+        if re.search(pattern, text, re.I):
+            return what, fix
+    return None
+
+
+def query_gpus():
+    """(gpus, error text or None, ran) from nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return [], None, False
+    try:
+        res = subprocess.run([smi, "--query-gpu=index,name,driver_version,compute_cap,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], str(exc), True
+    if res.returncode != 0:
+        return [], (res.stdout + res.stderr).strip(), True
+    return parse_smi_query(res.stdout), None, True
+
+
+def version_key(v):
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def check_gpus(gpu_state, manifest, require_gpu):
+    gpus, error, ran = gpu_state
+    if error:
+        cls = classify_smi_failure(error)
+        what, fix = cls if cls else ("nvidia-smi failed", "check the NVIDIA driver on the host")
+        return [result("nvidia-driver", "fail", f"{what}: {error[-300:]}", fix, {"nvidia_smi": error[-1000:]})]
+    if not gpus:
+        status = "fail" if require_gpu else "skip"
+        why = "nvidia-smi is not available" if not ran else "nvidia-smi lists no GPU"
+        return [result("nvidia-driver", status, f"no GPU: {why}",
+                       "run with the NVIDIA runtime (docker run --gpus all)" if require_gpu else "", {})]
+    out = [result("nvidia-driver", "pass", f"{len(gpus)} GPU(s), driver {gpus[0]['driver']}: "
+                  + ", ".join(g["name"] for g in gpus), "", {"gpus": gpus})]
+    if manifest and "driver" in manifest:
+        floor = manifest["driver"]["minimum"]
+        driver = gpus[0]["driver"]
+        ev = {"driver": driver, "minimum": floor, "variant": manifest.get("torch", {}).get("variant")}
+        if version_key(driver) < version_key(floor):
+            out.append(result("driver-floor", "fail", f"driver {driver} is below {floor}, the floor of this image's "
+                              f"{ev['variant']} torch: CUDA init will fail and training would fall back to the CPU",
+                              "pick a host with a newer driver or an image with an older CUDA variant", ev))
+        else:
+            out.append(result("driver-floor", "pass", f"driver {driver} >= {floor}", "", ev))
+    if manifest and manifest.get("torch", {}).get("archs"):
+        archs = manifest["torch"]["archs"]
+        ptx = manifest["torch"].get("ptx")
+        for g in gpus:
+            ok, how = arch_runs(g["compute_cap"], archs, ptx)
+            ev = {"gpu": g["name"], "compute_cap": g["compute_cap"], "archs": archs, "ptx": ptx, "via": how}
+            if ok:
+                out.append(result("gpu-arch", "pass", f"{g['name']} (sm_{g['compute_cap'].replace('.', '')}) runs "
+                                  f"via {how}", "", ev))
+            else:
+                out.append(result("gpu-arch", "fail", f"{g['name']} is sm_{g['compute_cap'].replace('.', '')} but this "
+                                  f"torch has kernels for {' '.join(archs)}: 'no kernel image is available'",
+                                  "use an image whose torch CUDA variant supports this GPU", ev))
+    return out
+
+
+def arch_runs(cc, archs, ptx):
+    m = re.match(r"(\d+)\.(\d+)", cc or "")
+    if not m:
+        return False, None
+    major, minor = int(m.group(1)), int(m.group(2))
+    best = None
+    for a in archs:
+        am = re.match(r"sm_(\d+?)(\d)[a-z]?$", a)
+        if am and int(am.group(1)) == major and int(am.group(2)) <= minor:
+            best = a
+    if best:
+        return True, f"cubin {best}"
+    if ptx:
+        pm = re.match(r"sm_(\d+?)(\d)", ptx)
+        if pm and (int(pm.group(1)), int(pm.group(2))) <= (major, minor):
+            return True, f"PTX JIT from {ptx}"
+    return False, None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Standard tier: one torch probe in a child process
+# ---------------------------------------------------------------------------------------------------------
+TORCH_PROBE = r"""
+import json, warnings
+out = {}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        import torch
+    except Exception as exc:
+        print(json.dumps({"import_error": repr(exc)})); raise SystemExit(0)
+    out["version"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    try:
+        out["available"] = torch.cuda.is_available()
+        out["count"] = torch.cuda.device_count() if out["available"] else 0
+    except Exception as exc:
+        out["available"] = False; out["init_error"] = repr(exc)
+    if out.get("available"):
+        out["arch_list"] = torch.cuda.get_arch_list()
+        try:
+            x = torch.ones(1024, device="cuda")
+            out["kernel_sum"] = float((x * 2).sum().item())
+        except Exception as exc:
+            out["kernel_error"] = repr(exc)
+out["warnings"] = [str(w.message) for w in caught]
+print(json.dumps(out))
+"""
+
+
+def classify_cuda_failure(text, torch_cuda):
+    if torch_cuda is None:
+        return ("cpu-only-wheel", "this torch is a CPU-only build (torch.version.cuda is None)",
+                "install the CUDA build the image pins; a CPU wheel replaced it")
+    for cid, pattern, what, fix in CUDA_CAUSES:
+        if re.search(pattern, text or "", re.I):
+            return cid, what, fix
+    return ("unknown", "CUDA could not be initialised", "read the warnings in the evidence")
+
+
+def check_torch_probe(python, gpu_state, timeout):
+    gpus = gpu_state[0]
+    try:
+        res = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return result("torch-probe", "error", f"the torch probe did not finish in {timeout} s",
+                      "a hung CUDA init often means a wedged GPU; check nvidia-smi", {})
+    try:
+        probe = json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return result("torch-probe", "error", f"the torch probe crashed: {res.stderr.strip()[-500:]}", "", {})
+    if "import_error" in probe:
+        return result("torch-probe", "fail", f"import torch failed: {probe['import_error']}",
+                      "the environment is broken; rebuild or re-pull the image", probe)
+    text = " ".join(probe.get("warnings", [])) + " " + probe.get("init_error", "") + " " + probe.get("kernel_error", "")
+    if probe.get("available"):
+        if "kernel_error" in probe:
+            cid, what, fix = classify_cuda_failure(text, probe.get("cuda"))
+            return result("torch-probe", "fail", f"a CUDA kernel failed: {what}", fix, probe)
+        return result("torch-probe", "pass", f"torch {probe['version']} sees {probe['count']} GPU(s); a kernel ran",
+                      "", probe)
+    if gpus:
+        cid, what, fix = classify_cuda_failure(text, probe.get("cuda"))
+        probe["cause"] = cid
+        return result("cpu-fallback", "fail", f"{len(gpus)} GPU(s) visible to the driver but torch sees none: "
+                      f"{what}. Training would silently run on the CPU", fix, probe)
+    return result("torch-probe", "skip", f"torch {probe['version']} imports; no GPU to probe", "", probe)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Accelerate config, persistent paths, disk, shm, provider
+# ---------------------------------------------------------------------------------------------------------
+def hf_home():
+    return os.path.expanduser(os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"))
+
+
+def find_accelerate_config(explicit=None):
+    """As accelerate finds it: --config_file, else $HF_HOME/accelerate/default_config.yaml (or .json)."""
+    if explicit:
+        return explicit
+    base = os.path.join(hf_home(), "accelerate")
+    for name in ("default_config.yaml", "default_config.json"):
+        if os.path.isfile(os.path.join(base, name)):
+            return os.path.join(base, name)
+    return None
+
+
+def parse_flat_config(text):
+    """The top-level scalars of an accelerate YAML (or JSON) config, without a YAML library."""
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*?)\s*$", line)
+        if not m:
+            continue
+        value = m.group(2).strip("'\"")
+        if value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        elif re.fullmatch(r"-?\d+", value):
+            value = int(value)
+        elif value in ("", "null", "~"):
+            value = None
+        out[m.group(1)] = value
+    return out
+
+
+def check_accelerate(path, gpu_count):
+    if not path:
+        return result("accelerate-config", "skip", "no accelerate config found", "", {"searched": hf_home()})
+    try:
+        with open(path) as fh:
+            cfg = parse_flat_config(fh.read())
+    except (OSError, ValueError) as exc:
+        return result("accelerate-config", "fail", f"cannot read {path}: {exc}", "rewrite it with `accelerate config`")
+    ev = {"path": path, "num_processes": cfg.get("num_processes"), "use_cpu": cfg.get("use_cpu"),
+          "distributed_type": cfg.get("distributed_type"), "gpus": gpu_count, "num_machines": cfg.get("num_machines")}
+    procs = cfg.get("num_processes")
+    machines = cfg.get("num_machines") or 1
+    if cfg.get("use_cpu"):
+        return result("accelerate-config", "warn", f"{path} sets use_cpu: true: training runs on the CPU",
+                      "set use_cpu: false (accelerate config)", ev)
+    if isinstance(procs, int) and machines == 1:
+        if procs > gpu_count:
+            return result("accelerate-config", "fail", f"{path} asks for num_processes: {procs} but this machine has "
+                          f"{gpu_count} GPU(s): the launch would hang waiting for ranks",
+                          f"set num_processes: {max(gpu_count, 1)} or pass --num_processes", ev)
+        if procs < gpu_count:
+            return result("accelerate-config", "warn", f"num_processes: {procs} uses {procs} of {gpu_count} GPU(s)",
+                          f"set num_processes: {gpu_count} to use them all", ev)
+    return result("accelerate-config", "pass", f"{path}: num_processes {procs} on {gpu_count} GPU(s)", "", ev)
+
+
+def parse_mountinfo(text):
+    """(mount point, fstype, source) from /proc/self/mountinfo lines."""
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields = left.split()
+        rfields = right.split()
+        if len(fields) >= 5 and rfields:
+            point = fields[4].replace("\\040", " ")
+            mounts.append((point, rfields[0], rfields[1] if len(rfields) > 1 else ""))
+    return mounts
+
+
+def mount_of(path, mounts):
+    path = os.path.realpath(path)
+    best = None
+    for point, fstype, source in mounts:
+        if path == point or path.startswith(point.rstrip("/") + "/") or point == "/":
+            if best is None or len(point) > len(best[0]):
+                best = (point, fstype, source)
+    return best
+
+
+def existing_parent(path):
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path or "/"
+
+
+def check_paths(paths, mountinfo_text, provider_hint):
+    mounts = parse_mountinfo(mountinfo_text)
+    out = []
+    for label, path in paths:
+        probe = existing_parent(path)
+        m = mount_of(probe, mounts)
+        ev = {"path": path, "checked": probe, "mount": m[0] if m else None, "fstype": m[1] if m else None}
+        if m is None:
+            out.append(result(f"persistent-{label}", "error", f"{path}: mount not found in mountinfo", "", ev))
+        elif m[1] in EPHEMERAL_FS:
+            out.append(result(f"persistent-{label}", "warn", f"{path} is on {m[1]} ({m[0]}): lost when the pod stops",
+                              provider_hint or "put it on a persistent volume (e.g. /workspace)", ev))
+        else:
+            out.append(result(f"persistent-{label}", "pass", f"{path} is on {m[1]} mounted at {m[0]}", "", ev))
+    return out
+
+
+def check_disk(paths, min_free_gb=10.0):
+    out = []
+    seen = set()
+    for label, path in paths:
+        probe = existing_parent(path)
+        st = os.statvfs(probe)
+        key = st.f_fsid if hasattr(st, "f_fsid") else probe
+        if key in seen:
+            continue
+        seen.add(key)
+        free_gb = st.f_bavail * st.f_frsize / 1e9
+        inodes = st.f_favail / st.f_files if st.f_files else 1.0
+        ev = {"path": probe, "free_gb": round(free_gb, 2), "inodes_free_fraction": round(inodes, 4)}
+        if free_gb < 1 or inodes < 0.01:
+            out.append(result(f"disk-{label}", "fail", f"{probe}: {free_gb:.1f} GB free, {inodes:.1%} inodes free",
+                              "free space or attach a larger volume before training", ev))
+        elif free_gb < min_free_gb or inodes < 0.05:
+            out.append(result(f"disk-{label}", "warn", f"{probe}: only {free_gb:.1f} GB free ({inodes:.1%} inodes)",
+                              "checkpoints and model downloads need tens of GB", ev))
+        else:
+            out.append(result(f"disk-{label}", "pass", f"{probe}: {free_gb:.0f} GB free", "", ev))
+    return out
+
+
+def check_shm(min_bytes=1 << 30):
+    if not os.path.isdir("/dev/shm"):
+        return result("shm", "skip", "no /dev/shm")
+    st = os.statvfs("/dev/shm")
+    size = st.f_blocks * st.f_frsize
+    ev = {"bytes": size}
+    if size < min_bytes:
+        return result("shm", "warn", f"/dev/shm is {size / 2**20:.0f} MiB: DataLoader workers crash with 'bus error'",
+                      "start the container with --shm-size=8g (or --ipc=host)", ev)
+    return result("shm", "pass", f"/dev/shm is {size / 2**30:.1f} GiB", "", ev)
+
+
+def detect_provider(environ=None):
+    environ = os.environ if environ is None else environ
+    for name, var, hint in PROVIDERS:
+        if environ.get(var):
+            return name, hint
+    return None, None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Deep tier: Hugging Face access (network)
+# ---------------------------------------------------------------------------------------------------------
+def check_hf_repo(repo, endpoint, token, timeout=15):
+    url = f"{endpoint.rstrip('/')}/{repo}/resolve/main/config.json"
+    req = urllib.request.Request(url, method="HEAD", headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            code = resp.status
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        return result(f"hf-access:{repo}", "error", f"cannot reach {endpoint}: {exc}", "check network access", {})
+    ev = {"url": url, "status": code, "token": "set" if token else "absent"}
+    if code in (200, 302, 307):
+        return result(f"hf-access:{repo}", "pass", f"{repo}: readable", "", ev)
+    if code == 401:
+        why = "no token was sent" if not token else "the token was rejected (expired or revoked)"
+        return result(f"hf-access:{repo}", "fail", f"{repo}: HTTP 401, {why}",
+                      "set HF_TOKEN to a valid token (huggingface.co/settings/tokens)", ev)
+    if code == 403:
+        return result(f"hf-access:{repo}", "fail", f"{repo}: HTTP 403, the licence is not accepted for this account, "
+                      "or a fine-grained token lacks gated-repo access",
+                      f"accept the licence on the model page, or enable 'public gated repos' on the token", ev)
+    if code == 404:
+        return result(f"hf-access:{repo}", "fail", f"{repo}: HTTP 404, no such repo (or private and not yours)",
+                      "check the repo id", ev)
+    return result(f"hf-access:{repo}", "error", f"{repo}: unexpected HTTP {code}", "", ev)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running it
+# ---------------------------------------------------------------------------------------------------------
+def run_checks(args):
+    checks = []
+    manifest = None
+    expect = args.expect or (DEFAULT_MANIFEST if os.path.isfile(DEFAULT_MANIFEST) else None)
+    if expect:
+        try:
+            manifest = load_expectation(expect)
+            checks.append(result("manifest", "pass", f"expecting {expect}", "",
+                                 {"cell": (manifest.get("cell") or {}).get("id"), "count": len(manifest["distributions"])}))
+        except (OSError, ValueError) as exc:
+            checks.append(result("manifest", "error", f"cannot read {expect}: {exc}", "pass --expect FILE"))
+    else:
+        checks.append(result("manifest", "warn", f"no manifest at {DEFAULT_MANIFEST} and no --expect",
+                             "pass --expect MANIFEST_OR_LOCKFILE to check drift"))
+    python = args.python or (manifest or {}).get("python", {}).get("executable")
+    if python and not os.path.exists(python):
+        python = None
+    python = python or sys.executable
+    try:
+        env = describe_interpreter(python if python != sys.executable else None)
+        checks.append(check_interpreter_identity(env, manifest))
+        checks.append(check_shadowing(env, manifest))
+        if manifest:
+            checks.append(check_drift(env, manifest))
+    except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+        checks.append(result("interpreter", "error", f"cannot inspect {python}: {exc}", "pass --python PATH"))
+    gpu_state = query_gpus()
+    checks += check_gpus(gpu_state, manifest, args.require_gpu or os.environ.get("IMAGEKIT_REQUIRE_GPU") == "1")
+    provider, provider_hint = detect_provider()
+    checks.append(result("provider", "pass" if provider else "skip",
+                         f"provider: {provider}" if provider else "no known GPU cloud detected", provider_hint or ""))
+    checks.append(check_accelerate(find_accelerate_config(args.accelerate_config), len(gpu_state[0])))
+    paths = [("hf-home", hf_home())]
+    for p in args.path or (["/workspace"] if os.path.isdir("/workspace") else []):
+        paths.append(("output" if p != "/workspace" else "workspace", p))
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            checks += check_paths(paths, fh.read(), provider_hint)
+    except OSError:
+        checks.append(result("persistent-paths", "skip", "no /proc/self/mountinfo (not Linux)"))
+    checks += check_disk(paths)
+    checks.append(check_shm())
+    if args.tier in ("standard", "deep"):
+        checks.append(check_torch_probe(python, gpu_state, args.timeout))
+    if args.tier == "deep":
+        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+        token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+        for repo in args.hf_repo or []:
+            checks.append(check_hf_repo(repo, endpoint, token))
+    return checks
+
+
+def exit_code(checks, strict):
+    statuses = {c["status"] for c in checks}
+    if "fail" in statuses or (strict and "warn" in statuses):
+        return 1
+    if "error" in statuses:
+        return 3
+    return 0
+
+
+MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip", "error": "ERR "}
+
+
+def render_text(checks, verbose=True):
+    lines = []
+    for c in checks:
+        if not verbose and c["status"] in ("pass", "skip"):
+            continue
+        lines.append(f"[{MARK[c['status']]}] {c['id']}: {c['message']}")
+        if c["fix"] and c["status"] in ("warn", "fail", "error"):
+            lines.append(f"       fix: {c['fix']}")
+    return "\n".join(lines)
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="imagekit doctor", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tier", choices=TIERS, default="standard")
+    p.add_argument("--deep", action="store_const", const="deep", dest="tier", help="same as --tier deep")
+    p.add_argument("--expect", help="manifest JSON or lockfile to compare against (default: the image's manifest)")
+    p.add_argument("--python", help="interpreter whose environment to check (default: the pinned one)")
+    p.add_argument("--json", action="store_true", help="print every check as JSON")
+    p.add_argument("--strict", action="store_true", help="warnings fail too")
+    p.add_argument("--require-gpu", action="store_true", help="no GPU is a blocker")
+    p.add_argument("--path", action="append", help="an output path that must be persistent (repeatable)")
+    p.add_argument("--hf-repo", action="append", help="deep tier: a Hugging Face repo that must be readable")
+    p.add_argument("--accelerate-config", help="accelerate config file (default: where accelerate looks)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds for the torch probe")
+    p.add_argument("--entrypoint", action="store_true", help="quiet unless something is wrong (image entrypoint)")
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    start = time.time()
+    checks = run_checks(args)
+    code = exit_code(checks, args.strict)
+    if args.json:
+        print(json.dumps({"tier": args.tier, "exit_code": code, "seconds": round(time.time() - start, 3),
+                          "checks": checks}, indent=2, sort_keys=True))
+    else:
+        text = render_text(checks, verbose=not args.entrypoint)
+        if text:
+            print(text, file=sys.stderr if args.entrypoint else sys.stdout)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""The image self-test: run inside a built image before anything is published.
+
+Checks: installed distributions equal the lock exactly (local labels included, nothing extra), `pip check`,
+torch's CUDA version, `python`/`python3` identity, numpy interop, a tiny transformers model's forward and
+backward pass, and (gpu_checks) the GPU when there is one. Prints a JSON report; exit 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gpu_checks import check, run_gpu_checks  # noqa: E402
+
+VENV_SEEDS = {"pip", "setuptools", "wheel"}
+
+
+def canon(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed():
+    from importlib import metadata
+
+    out = {}
+    for dist in metadata.distributions(path=[p for p in sys.path if p.startswith(sys.prefix)]):
+        name = dist.metadata["Name"]
+        if name:
+            out[canon(name)] = dist.version
+    return out
+
+
+def check_distributions(manifest):
+    want = {canon(k): v for k, v in manifest["distributions"].items()}
+    have = installed()
+    missing = sorted(set(want) - set(have))
+    extra = sorted(set(have) - set(want) - VENV_SEEDS)
+    different = sorted(f"{n} {have[n]} (lock {want[n]})" for n in set(want) & set(have) if have[n] != want[n])
+    ev = {"missing": missing, "extra": extra, "different": different, "count": len(have)}
+    if missing or extra or different:
+        parts = []
+        if different:
+            parts.append("different: " + ", ".join(different))
+        if missing:
+            parts.append("missing: " + ", ".join(missing))
+        if extra:
+            parts.append("not in the lock: " + ", ".join(extra))
+        return check("dists-match-lock", "fail", "; ".join(parts), "rebuild from the lock; never pip install over it", ev)
+    return check("dists-match-lock", "pass", f"{len(want)} distributions match the lock exactly", "", ev)
+
+
+def check_pip():
+    res = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    text = (res.stdout + res.stderr).strip()
+    if res.returncode == 0:
+        return check("pip-check", "pass", text or "pip check: ok")
+    return check("pip-check", "fail", text[-1500:], "the lock's requirements conflict; re-lock the cell")
+
+
+def check_python_identity():
+    """`python` and `python3` on PATH must be this environment (same sys.prefix), not merely the same binary."""
+    ev = {"sys.prefix": sys.prefix}
+    bad = []
+    for name in ("python", "python3"):
+        path = shutil.which(name)
+        if not path:
+            bad.append(f"{name}: not on PATH")
+            continue
+        res = subprocess.run([path, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+        prefix = res.stdout.strip()
+        ev[name] = {"path": path, "prefix": prefix}
+        if prefix != sys.prefix:
+            bad.append(f"{name} -> {path} (prefix {prefix})")
+    if bad:
+        return check("python-identity", "fail", "; ".join(bad) + f"; the pinned environment is {sys.prefix}",
+                     f"put {sys.prefix}/bin first on PATH", ev)
+    return check("python-identity", "pass", f"python and python3 are the pinned environment {sys.prefix}", "", ev)
+
+
+def check_torch_cuda(manifest):
+    import torch
+
+    want = manifest["torch"]["cuda"]
+    got = torch.version.cuda
+    ev = {"torch": torch.__version__, "torch.version.cuda": got, "manifest": want}
+    if got and ".".join(got.split(".")[:2]) == want:
+        return check("torch-cuda-version", "pass", f"torch {torch.__version__} is built for CUDA {got}", "", ev)
+    return check("torch-cuda-version", "fail", f"torch {torch.__version__} is built for CUDA {got}, the cell says {want}",
+                 "the image does not match its name; rebuild from the lock", ev)
+
+
+def check_numpy_interop():
+    try:
+        import numpy
+    except ImportError:
+        return check("numpy-interop", "skip", "numpy is not installed")
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            total = int(torch.from_numpy(numpy.arange(4)).sum())
+        except Exception as exc:  # noqa: BLE001 - any failure here is the finding
+            return check("numpy-interop", "fail", f"torch {torch.__version__} cannot use numpy {numpy.__version__}: {exc}",
+                         "pin a numpy this torch was built against (e.g. numpy<2 for older torch) in the cell's packages")
+    noisy = [str(w.message) for w in caught if "numpy" in str(w.message).lower()]
+    if total != 6 or noisy:
+        return check("numpy-interop", "fail", f"numpy {numpy.__version__} with torch {torch.__version__}: "
+                     + ("; ".join(noisy)[:500] or f"wrong sum {total}"),
+                     "pin a numpy this torch was built against in the cell's packages")
+    return check("numpy-interop", "pass", f"torch.from_numpy works with numpy {numpy.__version__}")
+
+
+def check_tiny_model():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=128, n_positions=32)
+    model = GPT2LMHeadModel(config).to(device)
+    ids = torch.randint(0, 128, (2, 16), device=device)
+    start = time.time()
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    ok = bool(torch.isfinite(loss)) and grads and all(bool(torch.isfinite(g).all()) for g in grads)
+    ev = {"device": device, "loss": float(loss), "params_with_grad": len(grads), "seconds": round(time.time() - start, 3)}
+    if ok:
+        return check("tiny-model", "pass", f"GPT-2 (1 layer, from config) forward+backward on {device}: loss {float(loss):.3f}",
+                     "", ev)
+    return check("tiny-model", "fail", f"forward/backward on {device} gave non-finite values", "", ev)
+
+
+def guarded(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - a crash is a failed check, with its text as evidence
+        return check(fn.__name__.replace("check_", "").replace("_", "-"), "fail", f"{type(exc).__name__}: {exc}"[:1500])
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    manifest_path = os.environ.get("IMAGEKIT_MANIFEST", "/etc/imagekit/manifest.json")
+    with open(manifest_path) as fh:
+        manifest = json.load(fh)
+    checks = [
+        guarded(check_distributions, manifest),
+        guarded(check_pip),
+        guarded(check_python_identity),
+        guarded(check_torch_cuda, manifest),
+        guarded(check_numpy_interop),
+        guarded(check_tiny_model),
+    ]
+    try:
+        checks += run_gpu_checks(require_gpu="--require-gpu" in argv)
+    except Exception as exc:  # noqa: BLE001
+        checks.append(check("gpu", "fail", f"{type(exc).__name__}: {exc}"[:1500]))
+    failed = [c["id"] for c in checks if c["status"] == "fail"]
+    report = {"cell": manifest["cell"]["id"], "lock_hash": manifest["lock"]["hash"], "python": sys.version.split()[0],
+              "checks": checks, "failed": failed, "passed": not failed}
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

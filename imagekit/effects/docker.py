@@ -1,0 +1,240 @@
+"""The one module that talks to the Docker engine (docker-py, plus the CLI only to detect buildx)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagekit.effects import process
+from imagekit.errors import CheckFailed, EnvironmentFailure
+
+LineFn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    server_version: str
+    api_version: str
+    buildx: str | None  # buildx version, when the CLI plugin exists
+    builder: str  # "buildx" or "legacy"
+    gpu_runtime: bool
+    notes: tuple[str, ...] = field(default=())
+
+
+def _client():
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+        return client
+    except DockerException as exc:
+        raise EnvironmentFailure(
+            f"the Docker engine is not reachable: {exc}", "start Docker (systemctl start docker) or set DOCKER_HOST"
+        ) from None
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.client = _client()
+        self.api = self.client.api
+
+    # -- capabilities ---------------------------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        info = self.client.info()
+        version = self.client.version()
+        res = process.run(["docker", "buildx", "version"], timeout=30) if _has_cli() else None
+        buildx = res.stdout.strip() if res is not None and res.ok else None
+        notes = []
+        if buildx:
+            builder = "buildx"
+            notes.append(f"buildx found ({buildx}); BuildKit >= 0.13 rewrite-timestamp gives bit-for-bit images")
+        else:
+            builder = "legacy"
+            notes.append(
+                "no buildx: building with the engine's legacy builder through the API. Lost: BuildKit's "
+                "rewrite-timestamp (bit-for-bit identical image configs need BuildKit >= 0.13). Kept: identical "
+                "layers from identical inputs (SOURCE_DATE_EPOCH, mtimes clamped inside each RUN, no caches)"
+            )
+        runtimes = info.get("Runtimes") or {}
+        return Capabilities(
+            version.get("Version", "?"),
+            version.get("ApiVersion", "?"),
+            buildx,
+            builder,
+            "nvidia" in runtimes,
+            tuple(notes),
+        )
+
+    # -- images -----------------------------------------------------------------------------------------
+    def image(self, ref: str) -> dict | None:
+        from docker.errors import ImageNotFound
+
+        try:
+            return self.api.inspect_image(ref)
+        except ImageNotFound:
+            return None
+
+    def import_tarball(self, tarball: Path, repository: str, tag: str) -> str:
+        res = self.api.import_image_from_file(str(tarball), repository=repository, tag=tag)
+        text = res if isinstance(res, str) else json.dumps(res)
+        if "error" in text.lower():
+            raise EnvironmentFailure(f"docker import failed: {text}")
+        found = self.image(f"{repository}:{tag}")
+        if not found:
+            raise EnvironmentFailure(f"docker import of {tarball} produced no image")
+        return found["Id"]
+
+    def build(
+        self,
+        context: Path,
+        tags: list[str],
+        buildargs: dict[str, str],
+        *,
+        nocache: bool = False,
+        on_line: LineFn | None = None,
+    ) -> str:
+        """Build with the legacy builder (docker-py); returns the image id. Errors in the stream raise."""
+        image_id = None
+        log: list[str] = []
+        stream = self.api.build(
+            path=str(context),
+            tag=tags[0],
+            buildargs=buildargs,
+            network_mode="host",
+            nocache=nocache,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+        )
+        for chunk in stream:
+            if "error" in chunk or "errorDetail" in chunk:
+                detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error")
+                tail = "".join(log[-25:])
+                raise CheckFailed(f"docker build failed: {detail}\n{tail}".rstrip(), _build_hint(detail + tail))
+            line = chunk.get("stream")
+            if line:
+                log.append(line)
+                if on_line and line.strip():
+                    on_line(line.rstrip())
+            aux = chunk.get("aux")
+            if isinstance(aux, dict) and "ID" in aux:
+                image_id = aux["ID"]
+        if image_id is None:
+            found = self.image(tags[0])
+            image_id = found["Id"] if found else None
+        if image_id is None:
+            raise CheckFailed("docker build produced no image", "see the build log above")
+        for extra in tags[1:]:
+            repo, tag = extra.rsplit(":", 1)
+            self.api.tag(image_id, repo, tag)
+        return image_id
+
+    def layers(self, ref: str) -> list[str]:
+        found = self.image(ref)
+        return list(found["RootFS"]["Layers"]) if found else []
+
+    def history(self, ref: str) -> list[dict]:
+        return self.api.history(ref)
+
+    def remove(self, ref: str) -> None:
+        from docker.errors import ImageNotFound
+
+        try:
+            self.api.remove_image(ref, force=True)
+        except ImageNotFound:
+            pass
+
+    # -- containers -----------------------------------------------------------------------------------
+    def run(
+        self,
+        image: str,
+        argv: list[str],
+        *,
+        entrypoint: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        gpus: bool = False,
+        user: str | None = None,
+        timeout: int = 900,
+    ) -> tuple[int, str, str]:
+        """Run a container to completion; returns (exit code, stdout, stderr). The container is removed."""
+        from docker.types import DeviceRequest
+
+        device_requests = [DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
+        container = self.client.containers.create(
+            image,
+            argv,
+            entrypoint=entrypoint,
+            environment=env or {},
+            device_requests=device_requests,
+            user=user,
+            network_mode="none",
+        )
+        try:
+            container.start()
+            result = container.wait(timeout=timeout)
+            out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+            err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+            return int(result.get("StatusCode", 1)), out, err
+        finally:
+            container.remove(force=True)
+
+    # -- registry -------------------------------------------------------------------------------------
+    def push(self, repository: str, tag: str, auth: dict | None = None, on_line: LineFn | None = None) -> str:
+        """Push and return the manifest digest; docker-py does not raise on failure, so read the stream."""
+        digest = None
+        for chunk in self.api.push(repository, tag=tag, stream=True, decode=True, auth_config=auth):
+            if "error" in chunk or "errorDetail" in chunk:
+                detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error")
+                hint = (
+                    "check the credentials (IMAGEKIT_REGISTRY_USER / IMAGEKIT_REGISTRY_PASSWORD or docker login)"
+                    if re.search(r"unauthori|authentication|denied", detail or "", re.I)
+                    else "is the registry up? retry once it is; nothing was recorded as published"
+                )
+                raise EnvironmentFailure(f"push of {repository}:{tag} failed: {detail}", hint)
+            aux = chunk.get("aux")
+            if isinstance(aux, dict) and "Digest" in aux:
+                digest = aux["Digest"]
+            status = chunk.get("status", "")
+            m = re.search(r"digest: (sha256:[0-9a-f]{64})", status)
+            if m:
+                digest = m[1]
+            if on_line and status and chunk.get("progressDetail") is None:
+                on_line(status)
+        if not digest:
+            raise EnvironmentFailure(f"push of {repository}:{tag} reported no digest", "retry the push")
+        return digest
+
+    def pull(self, reference: str, auth: dict | None = None) -> str:
+        from docker.errors import APIError
+
+        repo, _, digest = reference.partition("@")
+        try:
+            for chunk in self.api.pull(repo, tag=digest or None, stream=True, decode=True, auth_config=auth):
+                if "error" in chunk:
+                    raise EnvironmentFailure(f"pull of {reference} failed: {chunk['error']}")
+        except APIError as exc:
+            raise EnvironmentFailure(f"pull of {reference} failed: {exc}") from None
+        found = self.image(reference)
+        if not found:
+            raise EnvironmentFailure(f"pull of {reference} left no image")
+        return found["Id"]
+
+
+def _build_hint(text: str) -> str:
+    if "THESE PACKAGES DO NOT MATCH THE HASHES" in text or "do not match the hashes" in text.lower():
+        return "a wheel's bytes differ from the lock (tampered cache or index); `imagekit fetch` re-verifies"
+    if "Could not find a version" in text or "No matching distribution" in text:
+        return "the wheelhouse lacks a locked wheel; run `imagekit fetch` for this cell"
+    return "see the build log above"
+
+
+def _has_cli() -> bool:
+    import shutil
+
+    return shutil.which("docker") is not None

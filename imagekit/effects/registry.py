@@ -1,0 +1,108 @@
+"""Registry HTTP API v2: what a tag points at, read straight from the registry (Basic and Bearer auth)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+from imagekit.errors import EnvironmentFailure
+
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.index.v1+json",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Remote:
+    registry: str  # host[:port]
+    name: str  # path inside the registry
+
+    @classmethod
+    def parse(cls, repository: str) -> Remote:
+        first, _, rest = repository.partition("/")
+        if rest and ("." in first or ":" in first or first == "localhost"):
+            return cls(first, rest)
+        return cls("registry-1.docker.io", repository if "/" in repository else f"library/{repository}")
+
+    @property
+    def base(self) -> str:
+        host = self.registry.split(":")[0]
+        scheme = "http" if host in ("localhost", "127.0.0.1") or host.startswith("127.") else "https"
+        return f"{scheme}://{self.registry}/v2/{self.name}"
+
+
+@dataclass(frozen=True)
+class ManifestInfo:
+    digest: str
+    config_digest: str | None
+
+
+class RegistryClient:
+    def __init__(self, username: str | None = None, password: str | None = None) -> None:
+        self.username = username
+        self.password = password
+
+    def _basic(self) -> str | None:
+        if self.username is None:
+            return None
+        token = base64.b64encode(f"{self.username}:{self.password or ''}".encode()).decode()
+        return f"Basic {token}"
+
+    def _request(self, url: str, method: str = "GET", auth: str | None = None) -> tuple[int, dict, bytes]:
+        headers = {"Accept": MANIFEST_TYPES}
+        if auth:
+            headers["Authorization"] = auth
+        req = urllib.request.Request(url, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), exc.read()
+        except (urllib.error.URLError, OSError) as exc:
+            raise EnvironmentFailure(
+                f"registry {url.split('/v2/')[0]} is unreachable: {exc}", "start the registry, or check --registry"
+            ) from None
+
+    def _bearer(self, challenge: str) -> str | None:
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        if "realm" not in params:
+            return None
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if k in ("service", "scope")})
+        status, _, body = self._request(f"{params['realm']}?{query}", auth=self._basic())
+        if status != 200:
+            return None
+        doc = json.loads(body)
+        token = doc.get("token") or doc.get("access_token")
+        return f"Bearer {token}" if token else None
+
+    def manifest(self, remote: Remote, reference: str) -> ManifestInfo | None:
+        """The manifest a tag or digest names, or None when the registry does not have it."""
+        url = f"{remote.base}/manifests/{reference}"
+        status, headers, body = self._request(url, auth=self._basic())
+        if status == 401:
+            challenge = {k.lower(): v for k, v in headers.items()}.get("www-authenticate", "")
+            auth = self._bearer(challenge) if challenge.lower().startswith("bearer") else None
+            if auth is None:
+                raise EnvironmentFailure(
+                    f"registry {remote.registry} refused the credentials (HTTP 401)",
+                    "set IMAGEKIT_REGISTRY_USER and IMAGEKIT_REGISTRY_PASSWORD",
+                )
+            status, headers, body = self._request(url, auth=auth)
+        if status == 404:
+            return None
+        if status != 200:
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {reference}")
+        lowered = {k.lower(): v for k, v in headers.items()}
+        doc = json.loads(body)
+        config = doc.get("config", {}).get("digest")
+        return ManifestInfo(lowered.get("docker-content-digest", ""), config)

@@ -1,0 +1,97 @@
+"""Bases: bootstrap a Debian/Ubuntu root filesystem with mmdebstrap and import it into the engine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from imagekit.compat import BaseSpec
+from imagekit.effects import process
+from imagekit.effects.cache import cache_root
+from imagekit.effects.docker import Engine
+from imagekit.effects.files import write_atomic
+from imagekit.errors import EnvironmentFailure
+from imagekit.plan import BOOTSTRAP_PACKAGES, DEFAULT_SOURCE_DATE_EPOCH, BaseRef, bootstrap_base
+
+_NET = ("Could not resolve", "Temporary failure resolving", "Failed to fetch", "Connection failed", "unable to connect")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path) -> str:
+    """Run mmdebstrap (deterministic with SOURCE_DATE_EPOCH); returns the tarball's sha256."""
+    keyring = []
+    if spec.vendor == "ubuntu":
+        keyring = ["--keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg", "--components=main,universe"]
+    tmp = out.with_name(out.stem + ".partial.tar")
+    argv = [
+        "mmdebstrap",
+        "--quiet",
+        "--format=tar",
+        "--variant=apt",
+        f"--include={','.join(BOOTSTRAP_PACKAGES)}",
+        *keyring,
+        spec.suite,
+        str(tmp),
+        spec.mirror,
+    ]
+    res = process.run(argv, env={"SOURCE_DATE_EPOCH": str(epoch)}, timeout=1800)
+    if not res.ok:
+        tmp.unlink(missing_ok=True)
+        text = (res.stderr or res.stdout)[-2000:]
+        if any(sign in text for sign in _NET):
+            raise EnvironmentFailure(
+                f"mmdebstrap could not reach {spec.mirror}:\n{text}",
+                f"the {spec.vendor} archive must be reachable to bootstrap {spec.name}; "
+                "or use a base from a registry by digest",
+            )
+        raise EnvironmentFailure(
+            f"mmdebstrap failed for {spec.name}:\n{text}", "apt-get install mmdebstrap (root needed)"
+        )
+    digest = _sha256(tmp)
+    os.replace(tmp, out)
+    return digest
+
+
+def ensure_base(
+    spec: BaseSpec, engine: Engine, epoch: int = DEFAULT_SOURCE_DATE_EPOCH, log: Callable[[str], None] = lambda _: None
+) -> BaseRef:
+    """The bootstrapped base for ``spec``: reused from the engine, else imported from the cached tarball, else built."""
+    ref = bootstrap_base(spec, epoch)
+    repo, tag = ref.reference.rsplit(":", 1)
+    state = cache_root() / "bases" / f"{tag}.json"
+    tarball = cache_root() / "bases" / f"{tag}.tar"
+    meta = json.loads(state.read_text()) if state.is_file() else None
+    image = engine.image(ref.reference)
+    if image is not None and meta and image["RootFS"]["Layers"] == [f"sha256:{meta['sha256']}"]:
+        return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}")
+    if not (meta and tarball.is_file()):
+        log(f"bootstrapping {spec.name} ({spec.suite}) with mmdebstrap")
+        tarball.parent.mkdir(parents=True, exist_ok=True)
+        digest = bootstrap_tarball(spec, epoch, tarball)
+        meta = {
+            "sha256": digest,
+            "suite": spec.suite,
+            "mirror": spec.mirror,
+            "packages": list(BOOTSTRAP_PACKAGES),
+            "source_date_epoch": epoch,
+        }
+        write_atomic(state, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    log(f"importing {tarball.name} as {ref.reference}")
+    engine.import_tarball(tarball, repo, tag)
+    layers = engine.layers(ref.reference)
+    if layers != [f"sha256:{meta['sha256']}"]:
+        raise EnvironmentFailure(
+            f"imported base {ref.reference} has layers {layers}, expected sha256:{meta['sha256']}",
+            f"delete {tarball} and bootstrap again",
+        )
+    return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}")

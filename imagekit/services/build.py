@@ -1,0 +1,196 @@
+"""Build use case, per cell: lock (if stale) -> fetch wheels -> render -> docker build -> self-test -> publish."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagekit import locking, naming, render
+from imagekit.compat import CompatData
+from imagekit.effects import process, wheelserver
+from imagekit.effects.docker import Engine
+from imagekit.effects.files import write_atomic, write_tree_atomic
+from imagekit.effects.registry import RegistryClient
+from imagekit.errors import CheckFailed, ImagekitError
+from imagekit.model import Cell
+from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BuildPlan, manifest
+from imagekit.services import fetch, publish, selftest
+from imagekit.services import lock as lock_service
+from imagekit.services.base import ensure_base
+
+Log = Callable[[str, str], None]  # (cell id, message)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    repository: str
+    lock_dir: Path = Path("lockfiles")
+    state_dir: Path = Path(".imagekit")
+    release_index: Path = Path("releases/index.json")
+    settings: locking.LockSettings = field(default_factory=locking.LockSettings)
+    push: bool = False
+    nocache: bool = False
+    gpus: str = "auto"  # auto | on | off
+    require_gpu: bool = False
+    wheel_port: int = 8765
+    username: str | None = None
+    password: str | None = None
+    source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+
+    @property
+    def auth(self) -> dict | None:
+        return {"username": self.username, "password": self.password or ""} if self.username else None
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    status: str = "pending"  # passed | published | failed
+    step: str = "lock"
+    image_id: str | None = None
+    tag: str | None = None
+    size: int | None = None
+    digest: str | None = None
+    seconds: float = 0.0
+    report: dict | None = None
+    error: ImagekitError | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "cell": self.cell.id,
+            "status": self.status,
+            "step": self.step,
+            "image_id": self.image_id,
+            "tag": self.tag,
+            "size_bytes": self.size,
+            "digest": self.digest,
+            "seconds": round(self.seconds, 1),
+            "selftest_failed": (self.report or {}).get("failed"),
+            "error": self.error.render() if self.error else None,
+        }
+
+
+def source_revision() -> str:
+    res = process.run(["git", "rev-parse", "--short=12", "HEAD"], timeout=10) if shutil.which("git") else None
+    return res.stdout.strip() if res is not None and res.ok else "unknown"
+
+
+def clamp_mtimes(root: Path, epoch: int) -> None:
+    """COPY keeps a file's mtime: clamp the context so identical inputs give identical layers."""
+    for path in sorted(root.rglob("*"), reverse=True):
+        os.utime(path, (epoch, epoch), follow_symlinks=False)
+    os.utime(root, (epoch, epoch))
+
+
+def build_cell(cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData, log: Log) -> CellResult:
+    result = CellResult(cell)
+    start = time.time()
+    say = lambda msg: log(cell.id, msg)  # noqa: E731
+    try:
+        locked = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data)
+        if locked.error:
+            raise locked.error
+        lock = locked.lock
+        say(f"lock {locked.status} ({lock.short_hash})")
+        result.step = "base"
+        base = ensure_base(data.bases[cell.python], engine, opts.source_date_epoch, say)
+        result.step = "fetch"
+        wheels = fetch.fetch_lock(lock, cell.python, base.glibc, log=say)
+        say(f"{len(wheels)} wheels ready ({sum(1 for w in wheels if w.downloaded)} downloaded)")
+        result.step = "render"
+        plan = BuildPlan(
+            cell=cell,
+            lock=lock,
+            base=base,
+            repository=opts.repository,
+            source_revision=source_revision(),
+            source_date_epoch=opts.source_date_epoch,
+            wheels_url=f"http://127.0.0.1:{opts.wheel_port}/",
+        )
+        files = render.render_plan(plan, data)
+        context = opts.state_dir / "build" / cell.id
+        shutil.rmtree(context, ignore_errors=True)
+        write_tree_atomic(context, {k: v[0] for k, v in files.items()}, {k: v[1] for k, v in files.items()})
+        clamp_mtimes(context, opts.source_date_epoch)
+        result.step = "build"
+        alias = naming.alias_tag(opts.repository, cell)
+        immutable = naming.immutable_tag(opts.repository, cell, lock.short_hash)
+        house = fetch.wheelhouse(wheels, opts.state_dir / "wheelhouse" / cell.id)
+        with wheelserver.serve(house, opts.wheel_port):
+            result.image_id = engine.build(
+                context,
+                [immutable, alias],
+                {},
+                nocache=opts.nocache,
+                on_line=lambda line: say(line) if line.startswith("Step") else None,
+            )
+        result.tag = immutable
+        result.size = int(engine.image(immutable)["Size"])
+        say(f"built {immutable} ({result.size / 1e9:.2f} GB)")
+        result.step = "self-test"
+        caps = engine.capabilities()
+        gpus = opts.gpus == "on" or (opts.gpus == "auto" and caps.gpu_runtime)
+        report = selftest.run(engine, immutable, gpus=gpus, require_gpu=opts.require_gpu)
+        result.report = report.report
+        write_atomic(opts.state_dir / "reports" / f"{cell.id}.json", json.dumps(report.report, indent=2) + "\n")
+        if not report.passed:
+            raise CheckFailed(
+                f"self-test failed: {', '.join(report.failed)}",
+                f"details in {opts.state_dir / 'reports' / (cell.id + '.json')}; nothing was pushed",
+            )
+        result.status = "passed"
+        if opts.push:
+            result.step = "publish"
+            repo, tag = immutable.rsplit(":", 1)
+            published = publish.publish(
+                engine,
+                RegistryClient(opts.username, opts.password),
+                image_id=result.image_id,
+                repository=repo,
+                immutable_tag=tag,
+                alias_tag=cell.id,
+                report=report,
+                auth=opts.auth,
+                log=say,
+            )
+            result.digest = published.digest
+            publish.record(
+                opts.release_index,
+                published,
+                lock_hash=lock.content_hash,
+                manifest=manifest(plan, data),
+                report=report.report,
+                size=result.size,
+            )
+            result.status = "published"
+            say(f"published {published.immutable}@{published.digest}")
+        result.step = "done"
+    except ImagekitError as exc:
+        result.status = "failed"
+        result.error = exc
+    finally:
+        result.seconds = time.time() - start
+    return result
+
+
+def build_cells(
+    cells: list[Cell],
+    opts: BuildOptions,
+    data: CompatData,
+    log: Log,
+    keep_going: bool = False,
+    engine: Engine | None = None,
+) -> list[CellResult]:
+    engine = engine or Engine()
+    results = []
+    for cell in cells:
+        res = build_cell(cell, opts, engine, data, log)
+        results.append(res)
+        if res.status == "failed" and not keep_going:
+            break
+    return results

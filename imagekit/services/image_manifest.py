@@ -1,0 +1,64 @@
+"""Read /etc/imagekit/manifest.json out of an image: from the local engine, else from its registry."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import tarfile
+import urllib.request
+
+from imagekit.effects.registry import RegistryClient, Remote
+from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.naming import split_reference
+
+MANIFEST_PATH = "etc/imagekit/manifest.json"
+
+
+def _from_tar(data: bytes) -> dict | None:
+    try:
+        raw = gzip.decompress(data)
+    except OSError:
+        raw = data
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        for member in tar.getmembers():
+            if member.name.lstrip("./") == MANIFEST_PATH:
+                fh = tar.extractfile(member)
+                return json.loads(fh.read()) if fh else None
+    return None
+
+
+def read_manifest(reference: str) -> dict:
+    try:
+        from imagekit.effects.docker import Engine
+
+        engine = Engine()
+        if engine.image(reference):
+            container = engine.client.containers.create(reference, ["true"], entrypoint=[])
+            try:
+                stream, _ = container.get_archive("/" + MANIFEST_PATH)
+                found = _from_tar(b"".join(stream))
+            finally:
+                container.remove(force=True)
+            if found:
+                return found
+    except EnvironmentFailure:
+        pass
+    repo, tag, digest = split_reference(reference)
+    remote = Remote.parse(repo)
+    client = RegistryClient()
+    info = client.manifest(remote, digest or tag or "latest")
+    if info is None:
+        raise UsageError(f"{reference}: not in the local engine nor in its registry", "pull or publish it first")
+    req = urllib.request.Request(
+        f"{remote.base}/manifests/{info.digest}",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        layers = json.loads(resp.read())["layers"]
+    for layer in reversed(layers[-4:]):
+        with urllib.request.urlopen(f"{remote.base}/blobs/{layer['digest']}", timeout=120) as resp:
+            found = _from_tar(resp.read())
+        if found:
+            return found
+    raise UsageError(f"{reference} has no {MANIFEST_PATH}: not an imagekit image", "pass --expect FILE instead")

@@ -1,0 +1,46 @@
+"""Which wheel of a locked distribution the image installs: tag compatibility for the image's platform. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging import tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+
+@dataclass(frozen=True)
+class Candidate:
+    filename: str
+    url: str
+    sha256: str
+
+
+def supported_tags(python: str, glibc: str = "2.28") -> list[tags.Tag]:
+    """Tags a CPython ``python`` on Linux x86_64 with ``glibc`` accepts, most preferred first."""
+    major, minor = (int(x) for x in python.split("."))
+    gmaj, gmin = (int(x) for x in glibc.split("."))
+    plats = [f"manylinux_{gmaj}_{m}_x86_64" for m in range(gmin, 4, -1)]
+    legacy = {17: "manylinux2014_x86_64", 12: "manylinux2010_x86_64", 5: "manylinux1_x86_64"}
+    plats += [legacy[m] for m in (17, 12, 5) if m <= gmin]
+    plats.append("linux_x86_64")
+    out = list(tags.cpython_tags((major, minor), platforms=plats))
+    out += list(tags.compatible_tags((major, minor), f"cp{major}{minor}", plats))
+    return out
+
+
+def pick(candidates: list[Candidate], hashes: tuple[str, ...], supported: list[tags.Tag]) -> Candidate | None:
+    """The most preferred wheel whose sha256 the lock allows."""
+    rank = {t: i for i, t in enumerate(supported)}
+    allowed = {h.split(":", 1)[1] for h in hashes}
+    best: tuple[int, Candidate] | None = None
+    for c in candidates:
+        if c.sha256 not in allowed or not c.filename.endswith(".whl"):
+            continue
+        try:
+            _, _, _, wheel_tags = parse_wheel_filename(c.filename)
+        except InvalidWheelFilename:
+            continue
+        score = min((rank[t] for t in wheel_tags if t in rank), default=None)
+        if score is not None and (best is None or score < best[0]):
+            best = (score, c)
+    return best[1] if best else None
