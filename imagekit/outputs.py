@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from packaging.version import Version
 
 from imagekit import naming, rules
@@ -100,6 +102,19 @@ def markdown_cells(cells: list[EvaluatedCell], data: CompatData) -> str:
     return "\n".join(lines) + "\n"
 
 
+def short_reason(rule: str, message: str) -> str:
+    """A grid-sized reason: 'no wheels', 'driver >= 580.65.06', 'no sm_70'."""
+    if rule == "cuda-variant":
+        return "no such wheels"
+    if rule == "driver-floor":
+        m = re.search(r">= (\S+)", message)
+        return f"needs driver >= {m[1]}" if m else rule
+    if rule == "gpu-arch":
+        m = re.search(r"no kernels for (sm_\w+)", message)
+        return f"no {m[1]} kernels" if m else rule
+    return rule
+
+
 def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
     """torch × CUDA for the matrix's torch releases and variants, checked against its fleet and driver."""
     torches = sorted({c.torch for c in config.cells}, key=Version)
@@ -116,7 +131,7 @@ def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
                 pypi = " (PyPI)" if f"cu{c.replace('.', '')}" == data.torch_minor(t).pypi_default else ""
                 row.append("✓" + pypi)
             else:
-                row.append("✗ " + "; ".join(sorted({v.rule for v in verdict.violations})))
+                row.append("✗ " + "; ".join(sorted({short_reason(v.rule, v.message) for v in verdict.violations})))
         lines.append("| " + " | ".join(row) + " |")
     fleet = ", ".join(config.targets.archs) or "any GPU"
     driver = config.targets.min_driver or "any driver"

@@ -16,7 +16,7 @@ from imagekit import lockfile, locking
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.model import Cell
 from imagekit.services import lock as lock_service
-from tests.wheelfactory import build_wheel, serve, write_simple_index
+from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 
 CELL_118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")
 CELL_124 = Cell("12.4", "2.5.1", "4.48.2", "3.11")
@@ -25,19 +25,6 @@ CELL_124 = Cell("12.4", "2.5.1", "4.48.2", "3.11")
 @pytest.fixture(autouse=True)
 def _no_uv_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-
-
-def _pypi_wheels(out: Path, *, runtime: str = "12.4.127", extra: list[tuple[str, str, list[str]]] = ()) -> list[Path]:
-    specs = [
-        ("torch", "2.5.1", ["filelock", f"nvidia-cuda-runtime-cu12=={runtime}"]),
-        ("nvidia-cuda-runtime-cu12", runtime, []),
-        ("filelock", "3.16.1", []),
-        ("numpy", "1.26.4", []),
-        ("transformers", "4.48.2", ["numpy>=1.17", "filelock"]),
-        ("transformers", "4.49.0", ["numpy>=1.17", "filelock"]),
-        *extra,
-    ]
-    return [build_wheel(out, n, v, reqs) for n, v, reqs in specs]
 
 
 def _torch_index(root: Path) -> None:
@@ -66,7 +53,7 @@ def _torch_index(root: Path) -> None:
 @pytest.fixture
 def indexes(tmp_path):
     pypi_root, torch_root = tmp_path / "pypi", tmp_path / "pytorch"
-    write_simple_index(pypi_root, _pypi_wheels(tmp_path / "pw"))
+    write_simple_index(pypi_root, fake_pypi_wheels(tmp_path / "pw"))
     _torch_index(torch_root)
     with serve(pypi_root) as pypi_url, serve(torch_root) as torch_url:
         yield {"pypi": f"{pypi_url}/simple", "torch": f"{torch_url}/whl", "pypi_root": pypi_root, "tmp": tmp_path}
@@ -104,7 +91,7 @@ def test_pypi_default_variant_resolves_from_pypi_alone(indexes, data, tmp_path):
 
 def test_pypi_torch_with_the_wrong_cuda_runtime_fails_loudly(tmp_path, data):
     root = tmp_path / "pypi"
-    write_simple_index(root, _pypi_wheels(tmp_path / "w", runtime="12.1.105"))
+    write_simple_index(root, fake_pypi_wheels(tmp_path / "w", runtime="12.1.105"))
     with serve(root) as url:
         settings = locking.LockSettings(index_url=f"{url}/simple")
         res = lock_service.lock_one(CELL_124, tmp_path / "locks", settings, data)
@@ -122,7 +109,7 @@ def test_index_without_the_variant_build_is_refused(tmp_path, data):
     (root / "simple").rename(root / "whl" / "cu118")
     (root / "files").rename(root / "whl" / "files")
     pypi = tmp_path / "pypi"
-    write_simple_index(pypi, _pypi_wheels(tmp_path / "pw"))
+    write_simple_index(pypi, fake_pypi_wheels(tmp_path / "pw"))
     with serve(pypi) as pypi_url, serve(root) as torch_url:
         settings = locking.LockSettings(index_url=f"{pypi_url}/simple", torch_index_base=f"{torch_url}/whl")
         res = lock_service.lock_one(CELL_118, tmp_path / "locks", settings, data)
@@ -206,7 +193,7 @@ def test_transformers_bump_leaves_the_torch_layer_byte_identical(indexes, data, 
     old = lock_service.lock_one(CELL_124, locks, settings, data).lock
     # a newer filelock appears on the index; the bumped cell must still get the same torch layer
     extra = [("filelock", "3.99.0", [])]
-    write_simple_index(indexes["pypi_root"], _pypi_wheels(indexes["tmp"] / "pw2", extra=extra))
+    write_simple_index(indexes["pypi_root"], fake_pypi_wheels(indexes["tmp"] / "pw2", extra=extra))
     bumped = lock_service.lock_one(Cell("12.4", "2.5.1", "4.49.0", "3.11"), locks, settings, data).lock
     assert bumped.layer_text("torch") == old.layer_text("torch")
     assert bumped.pins()["transformers"] == "4.49.0"

@@ -57,6 +57,22 @@ def build_wheel(
     return wheel
 
 
+def fake_pypi_wheels(
+    out: Path, *, runtime: str = "12.4.127", extra: list[tuple[str, str, list[str]]] = ()
+) -> list[Path]:
+    """A small PyPI look-alike: torch 2.5.1 (cu124 default) with its runtime, transformers, numpy, filelock."""
+    specs = [
+        ("torch", "2.5.1", ["filelock", f"nvidia-cuda-runtime-cu12=={runtime}"]),
+        ("nvidia-cuda-runtime-cu12", runtime, []),
+        ("filelock", "3.16.1", []),
+        ("numpy", "1.26.4", []),
+        ("transformers", "4.48.2", ["numpy>=1.17", "filelock"]),
+        ("transformers", "4.49.0", ["numpy>=1.17", "filelock"]),
+        *extra,
+    ]
+    return [build_wheel(out, n, v, reqs) for n, v, reqs in specs]
+
+
 def write_simple_index(root: Path, wheels: list[Path]) -> None:
     """Lay out ``root/simple/<project>/index.html`` (PEP 503) with sha256 fragments, wheels under ``root/files``."""
     files_dir = root / "files"

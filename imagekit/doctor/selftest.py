@@ -141,11 +141,11 @@ def check_tiny_model():
     return check("tiny-model", "fail", f"forward/backward on {device} gave non-finite values", "", ev)
 
 
-def guarded(fn, *args):
+def guarded(cid, fn, *args):
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - a crash is a failed check, with its text as evidence
-        return check(fn.__name__.replace("check_", "").replace("_", "-"), "fail", f"{type(exc).__name__}: {exc}"[:1500])
+        return check(cid, "fail", f"{type(exc).__name__}: {exc}"[:1500])
 
 
 def main(argv=None):
@@ -154,17 +154,17 @@ def main(argv=None):
     with open(manifest_path) as fh:
         manifest = json.load(fh)
     checks = [
-        guarded(check_distributions, manifest),
-        guarded(check_pip),
-        guarded(check_python_identity),
-        guarded(check_torch_cuda, manifest),
-        guarded(check_numpy_interop),
-        guarded(check_tiny_model),
+        guarded("dists-match-lock", check_distributions, manifest),
+        guarded("pip-check", check_pip),
+        guarded("python-identity", check_python_identity),
+        guarded("torch-cuda-version", check_torch_cuda, manifest),
+        guarded("numpy-interop", check_numpy_interop),
+        guarded("tiny-model", check_tiny_model),
     ]
     try:
         checks += run_gpu_checks(require_gpu="--require-gpu" in argv)
     except Exception as exc:  # noqa: BLE001
-        checks.append(check("gpu", "fail", f"{type(exc).__name__}: {exc}"[:1500]))
+        checks.append(check("gpu-cuda-available", "fail", f"{type(exc).__name__}: {exc}"[:1500]))
     failed = [c["id"] for c in checks if c["status"] == "fail"]
     report = {"cell": manifest["cell"]["id"], "lock_hash": manifest["lock"]["hash"], "python": sys.version.split()[0],
               "checks": checks, "failed": failed, "passed": not failed}

@@ -161,6 +161,7 @@ class Engine:
         gpus: bool = False,
         user: str | None = None,
         timeout: int = 900,
+        volumes: dict[str, dict] | None = None,
     ) -> tuple[int, str, str]:
         """Run a container to completion; returns (exit code, stdout, stderr). The container is removed."""
         from docker.types import DeviceRequest
@@ -174,6 +175,7 @@ class Engine:
             device_requests=device_requests,
             user=user,
             network_mode="none",
+            volumes=volumes or {},
         )
         try:
             container.start()

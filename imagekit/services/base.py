@@ -72,8 +72,9 @@ def ensure_base(
     tarball = cache_root() / "bases" / f"{tag}.tar"
     meta = json.loads(state.read_text()) if state.is_file() else None
     image = engine.image(ref.reference)
-    if image is not None and meta and image["RootFS"]["Layers"] == [f"sha256:{meta['sha256']}"]:
-        return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}")
+    if image is not None and len(image["RootFS"]["Layers"]) == 1:
+        # the tag is named by the bootstrap's inputs and its one layer's diff id is the tarball's sha256
+        return bootstrap_base(spec, epoch, digest=image["RootFS"]["Layers"][0])
     if not (meta and tarball.is_file()):
         log(f"bootstrapping {spec.name} ({spec.suite}) with mmdebstrap")
         tarball.parent.mkdir(parents=True, exist_ok=True)

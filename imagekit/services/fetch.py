@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import urllib.error
@@ -10,8 +11,9 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin
 
 from imagekit import wheels
 from imagekit.effects import http
@@ -40,13 +42,35 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.hrefs.append(href)
+
+
 def _candidates(index: str, name: str) -> list[wheels.Candidate]:
-    page = http.get_json(f"{index.rstrip('/')}/{name}/", accept=http.SIMPLE_JSON + ", text/html;q=0.1")
+    """Files of a project from a PEP 691 (JSON) or PEP 503 (HTML, sha256 in the URL fragment) index page."""
     base = f"{index.rstrip('/')}/{name}/"
-    return [
-        wheels.Candidate(f["filename"], urljoin(base, f["url"]), f.get("hashes", {}).get("sha256", ""))
-        for f in page.get("files", [])
-    ]
+    raw = http.get(base, accept=http.SIMPLE_JSON + ", text/html;q=0.1")
+    if raw.lstrip().startswith(b"{"):
+        page = json.loads(raw)
+        return [
+            wheels.Candidate(f["filename"], urljoin(base, f["url"]), f.get("hashes", {}).get("sha256", ""))
+            for f in page.get("files", [])
+        ]
+    parser = _Links()
+    parser.feed(raw.decode("utf-8", "replace"))
+    out = []
+    for href in parser.hrefs:
+        url, _, fragment = href.partition("#")
+        sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else ""
+        out.append(wheels.Candidate(unquote(url.rsplit("/", 1)[-1]), urljoin(base, url), sha))
+    return out
 
 
 def _download(url: str, dest: Path, sha256: str) -> None:

@@ -1,0 +1,36 @@
+# Fresh machine (Debian, root, Docker running):  make demo   |   make test
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := mmdebstrap docker-registry curl
+DEMO_CELL ?= cu121-torch2.1.2-py3.11-tf4.48.2
+
+.PHONY: setup registry demo test lint bench
+
+setup: $(VENV)/.installed
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,pip-tools]'
+	touch $@
+
+registry: setup
+	tools/local-registry
+
+# The main job on the embedded defaults: default matrix, locally bootstrapped base, local registry.
+demo: registry
+	$(VENV)/bin/imagekit build --cell $(DEMO_CELL) --push --registry 127.0.0.1:5000/imagekit/train
+	$(VENV)/bin/imagekit runpod-template $(DEMO_CELL)
+	docker run --rm 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) python /opt/imagekit/doctor/imagekit_doctor.py --tier standard
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check imagekit tests bench && $(VENV)/bin/ruff format --check imagekit tests bench
+
+bench: setup
+	$(PY) bench/explain_render.py && $(PY) bench/lock.py && $(PY) bench/doctor.py

@@ -1,0 +1,330 @@
+"""Real engine, real registry, real wheels: build -> self-test -> publish -> pull by digest -> doctor, and faults.
+
+The real torch cell (torch 2.1.2 from PyPI with its nvidia-* wheels, ~2.7 GB of wheels, a 5.3 GB image) is built
+once per session; its layers and the wheel cache stay on disk between runs, so reruns do not re-download.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+
+from imagekit import compat, locking, naming, render
+from imagekit.effects import wheelserver
+from imagekit.effects.docker import Engine
+from imagekit.effects.registry import RegistryClient, Remote
+from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.model import Cell
+from imagekit.plan import BuildPlan
+from imagekit.services import fetch, publish, selftest
+from imagekit.services import lock as lock_service
+from imagekit.services.base import ensure_base
+from imagekit.services.build import BuildOptions, build_cell, clamp_mtimes
+from tests.conftest import ROOT
+from tests.registry import Registry, free_port
+from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
+
+pytestmark = [pytest.mark.docker]
+
+REAL_CELL = Cell("12.1", "2.1.2", "4.48.2", "3.11", ("accelerate==1.2.1", "numpy<2"))
+REPO = "imagekit-test/train"
+
+
+def _log(cid: str, msg: str) -> None:
+    print(f"{cid}: {msg}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    return Engine()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    reg = Registry(tmp_path_factory.mktemp("registry"), free_port()).start()
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture(scope="session")
+def real_build(engine, registry, tmp_path_factory):
+    """The real torch cell, built, self-tested and published once for the session."""
+    state = tmp_path_factory.mktemp("state")
+    opts = BuildOptions(
+        repository=f"{registry.address}/{REPO}",
+        lock_dir=ROOT / "lockfiles",
+        state_dir=state,
+        release_index=state / "releases.json",
+        push=True,
+    )
+    result = build_cell(REAL_CELL, opts, engine, compat.load(), _log)
+    assert result.status == "published", result.error and result.error.render()
+    return result, opts
+
+
+@pytest.mark.slow
+def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, registry):
+    result, opts = real_build
+    checks = {c["id"]: c["status"] for c in result.report["checks"]}
+    assert checks["dists-match-lock"] == "pass" and checks["pip-check"] == "pass"
+    assert checks["torch-cuda-version"] == "pass" and checks["tiny-model"] == "pass"
+    assert checks["python-identity"] == "pass" and checks["numpy-interop"] == "pass"
+    assert checks["gpu-cuda-available"] == "skip"  # no GPU on this machine: reported, not silently passed
+    index = json.loads(opts.release_index.read_text())["images"]
+    entry = index[result.tag]
+    assert entry["digest"] == result.digest and entry["selftest"]["passed"]
+    assert entry["manifest"]["distributions"]["torch"] == "2.1.2"
+    # the registry serves exactly this image under the immutable tag, and the alias points at it too
+    remote = Remote.parse(f"{registry.address}/{REPO}")
+    tag = result.tag.rsplit(":", 1)[1]
+    assert RegistryClient().manifest(remote, tag).digest == result.digest
+    assert RegistryClient().manifest(remote, REAL_CELL.id).digest == result.digest
+    # labels tell the truth
+    labels = engine.image(result.tag)["Config"]["Labels"]
+    assert labels["imagekit.torch"] == "2.1.2" and labels["imagekit.cuda"] == "12.1"
+    assert labels["imagekit.lock.hash"] == entry["lock_hash"]
+    # pull by digest and run the doctor through the image's own entrypoint
+    ref = f"{registry.address}/{REPO}@{result.digest}"
+    assert engine.pull(ref) == result.image_id
+    code, out, err = engine.run(
+        ref, ["/opt/venv/bin/python", "/opt/imagekit/doctor/imagekit_doctor.py", "--json", "--tier", "standard"]
+    )
+    report = json.loads(out)
+    assert code == 0, (out, err)
+    status = {c["id"]: c["status"] for c in report["checks"]}
+    assert status["lock-drift"] == "pass" and status["interpreter-identity"] == "pass"
+    assert status["torch-probe"] == "skip"  # torch imports; no GPU here to probe
+
+
+@pytest.mark.slow
+def test_doctor_in_the_image_fails_after_pip_install_naming_the_package(real_build, engine, tmp_path):
+    result, _ = real_build
+    wheel = build_wheel(tmp_path / "w", "tqdm", "9.9.9")
+    code, out, err = engine.run(
+        result.tag,
+        [
+            "pip install -q --no-deps --no-index /wheels/"
+            + wheel.name
+            + " && python /opt/imagekit/doctor/imagekit_doctor.py --tier quick"
+        ],
+        entrypoint=["/bin/sh", "-c"],
+        user="0",
+        volumes={str(wheel.parent): {"bind": "/wheels", "mode": "ro"}},
+    )
+    assert code == 1, (out, err)
+    assert "lock-drift" in out and "tqdm 9.9.9 (pinned 4.70.1)" in out
+
+
+@pytest.mark.slow
+def test_entrypoint_refuses_to_start_on_a_blocker(real_build, engine):
+    result, _ = real_build
+    code, out, err = engine.run(result.tag, ["echo", "training"], env={"IMAGEKIT_REQUIRE_GPU": "1"})
+    assert code == 1 and "training" not in out
+    assert "no GPU" in err and "not starting" in err
+    code, out, _ = engine.run(
+        result.tag, ["echo", "training"], env={"IMAGEKIT_REQUIRE_GPU": "1", "IMAGEKIT_SKIP_DOCTOR": "1"}
+    )
+    assert code == 0 and out.strip() == "training"
+    code, out, _ = engine.run(result.tag, ["echo", "training"])
+    assert code == 0 and out.strip() == "training"
+
+
+@pytest.mark.slow
+def test_an_immutable_tag_never_moves(real_build, engine, registry):
+    result, _ = real_build
+    passed = selftest.SelfTestReport(result.tag, True, result.report)
+    other = engine.image(ensure_base(compat.load().bases["3.11"], engine).reference)["Id"]
+    tag = result.tag.rsplit(":", 1)[1]
+    with pytest.raises(CheckFailed, match="already exists with other contents"):
+        publish.publish(
+            engine,
+            RegistryClient(),
+            image_id=other,
+            repository=f"{registry.address}/{REPO}",
+            immutable_tag=tag,
+            alias_tag=REAL_CELL.id,
+            report=passed,
+        )
+    remote = Remote.parse(f"{registry.address}/{REPO}")
+    assert RegistryClient().manifest(remote, tag).digest == result.digest
+
+
+@pytest.mark.slow
+def test_wrong_credentials_publish_nothing(real_build, engine, tmp_path):
+    result, _ = real_build
+    reg = Registry(tmp_path / "auth-registry", free_port(), auth=("ci", "right-password")).start()
+    try:
+        repo = f"{reg.address}/{REPO}"
+        engine.api.tag(result.image_id, repo, "wrong-creds")
+        passed = selftest.SelfTestReport(result.tag, True, result.report)
+        with pytest.raises(EnvironmentFailure) as exc:
+            publish.publish(
+                engine,
+                RegistryClient("ci", "wrong"),
+                image_id=result.image_id,
+                repository=repo,
+                immutable_tag="wrong-creds",
+                alias_tag="wrong-creds-alias",
+                report=passed,
+                auth={"username": "ci", "password": "wrong"},
+            )
+        assert "credentials" in exc.value.render() or "401" in exc.value.render()
+        assert RegistryClient("ci", "right-password").manifest(Remote.parse(repo), "wrong-creds") is None
+    finally:
+        reg.stop()
+        engine.remove(f"{reg.address}/{REPO}:wrong-creds")
+
+
+@pytest.mark.slow
+def test_registry_stopped_mid_push_then_retry(real_build, engine, tmp_path):
+    """Kill the registry during the push: clear error, release index unchanged; the retry succeeds."""
+    result, _ = real_build
+    root = tmp_path / "flaky-registry"
+    port = free_port()
+    reg = Registry(root, port).start()
+    repo = f"{reg.address}/{REPO}"
+    tag = result.tag.rsplit(":", 1)[1]
+    engine.api.tag(result.image_id, repo, tag)
+    passed = selftest.SelfTestReport(result.tag, True, result.report)
+    index = tmp_path / "releases.json"
+    index.write_text('{"images": {}, "schema": 1}\n')
+    before = index.read_bytes()
+    killer = threading.Timer(8.0, reg.stop)
+    killer.start()
+    try:
+        with pytest.raises(EnvironmentFailure) as exc:
+            published = publish.publish(
+                engine,
+                RegistryClient(),
+                image_id=result.image_id,
+                repository=repo,
+                immutable_tag=tag,
+                alias_tag=REAL_CELL.id,
+                report=passed,
+            )
+            publish.record(index, published, lock_hash="x", manifest={}, report={}, size=0)
+        assert "push" in exc.value.message or "unreachable" in exc.value.message
+    finally:
+        killer.cancel()
+    assert index.read_bytes() == before
+    reg = Registry(root, port).start()
+    try:
+        published = publish.publish(
+            engine,
+            RegistryClient(),
+            image_id=result.image_id,
+            repository=repo,
+            immutable_tag=tag,
+            alias_tag=REAL_CELL.id,
+            report=passed,
+        )
+        publish.record(
+            index, published, lock_hash=result.report["lock_hash"], manifest={}, report=result.report, size=1
+        )
+        assert published.digest == result.digest  # same content, same manifest digest as the first registry
+        assert json.loads(index.read_text())["images"][f"{repo}:{tag}"]["digest"] == result.digest
+    finally:
+        reg.stop()
+        engine.remove(f"{repo}:{tag}")
+        engine.remove(f"{repo}:{REAL_CELL.id}")
+
+
+# ---- small cells from wheels the tests build (fast; the faults before publishing) ------------------------
+@pytest.fixture
+def fake_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    root = tmp_path / "pypi"
+    write_simple_index(root, fake_pypi_wheels(tmp_path / "w"))
+    with serve(root) as url:
+        yield f"{url}/simple"
+
+
+def _fake_opts(tmp_path, index_url, repository, push=True):
+    return BuildOptions(
+        repository=repository,
+        lock_dir=tmp_path / "locks",
+        state_dir=tmp_path / "state",
+        release_index=tmp_path / "releases.json",
+        push=push,
+        settings=locking.LockSettings(index_url=index_url),
+    )
+
+
+def test_failing_selftest_pushes_nothing(engine, registry, fake_index, tmp_path):
+    cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
+    repo = f"{registry.address}/imagekit-test/fake"
+    res = build_cell(cell, _fake_opts(tmp_path, fake_index, repo), engine, compat.load(), _log)
+    assert res.status == "failed" and res.step == "self-test", res.error and res.error.render()
+    assert "torch-cuda-version" in res.report["failed"] and "tiny-model" in res.report["failed"]
+    assert res.report["checks"][0]["id"] == "dists-match-lock" and res.report["checks"][0]["status"] == "pass"
+    assert RegistryClient().manifest(Remote.parse(repo), res.tag.rsplit(":", 1)[1]) is None
+    assert RegistryClient().manifest(Remote.parse(repo), cell.id) is None
+    assert not (tmp_path / "releases.json").exists()
+
+
+def test_tampered_cached_wheel_fails_the_build(engine, registry, fake_index, tmp_path):
+    cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
+    opts = _fake_opts(tmp_path, fake_index, f"{registry.address}/imagekit-test/fake", push=False)
+    data = compat.load()
+    lock = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data).lock
+    wheels = fetch.fetch_lock(lock, "3.11", "2.36")
+    victim = next(w.path for w in wheels if w.name == "transformers")
+    victim.write_bytes(victim.read_bytes() + b"tampered")
+    res = build_cell(cell, opts, engine, data, _log)
+    assert res.status == "failed" and res.step == "fetch"
+    assert "does not match its hash" in res.error.message
+
+
+def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index, tmp_path):
+    """Past the fetch check: pip's --require-hashes inside the Dockerfile refuses a swapped wheel."""
+    cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
+    data = compat.load()
+    opts = _fake_opts(tmp_path, fake_index, "imagekit-test/fake", push=False)
+    lock = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data).lock
+    wheels = fetch.fetch_lock(lock, "3.11", "2.36")
+    base = ensure_base(data.bases["3.11"], engine)
+    port = free_port()
+    plan = BuildPlan(
+        cell=cell, lock=lock, base=base, repository="imagekit-test/fake", wheels_url=f"http://127.0.0.1:{port}/"
+    )
+    context = tmp_path / "ctx"
+    files = render.render_plan(plan, data)
+    for rel, (content, mode) in files.items():
+        (context / rel).parent.mkdir(parents=True, exist_ok=True)
+        (context / rel).write_bytes(content)
+        (context / rel).chmod(mode)
+    clamp_mtimes(context, plan.source_date_epoch)
+    house = tmp_path / "house"
+    house.mkdir()
+    for w in wheels:
+        if w.name == "numpy":
+            swapped = build_wheel(tmp_path / "swap", "numpy", "1.26.4", payload="# not the locked bytes\n")
+            shutil.copy(swapped, house / w.path.name)
+        else:
+            shutil.copy(w.path, house / w.path.name)
+    with wheelserver.serve(house, port), pytest.raises(CheckFailed) as exc:
+        engine.build(context, ["imagekit-test/fake:swapped"], {}, nocache=True)
+    assert "differ from the lock" in (exc.value.hint or "")
+    assert engine.image("imagekit-test/fake:swapped") is None
+
+
+def test_engine_capabilities_say_what_is_lost(engine):
+    caps = engine.capabilities()
+    assert caps.server_version
+    if caps.builder == "legacy":
+        assert any("rewrite-timestamp" in n for n in caps.notes)
+
+
+def test_base_bootstrap_is_reproducible_and_cached(engine):
+    spec = compat.load().bases["3.11"]
+    first = ensure_base(spec, engine)
+    start = time.time()
+    again = ensure_base(spec, engine)
+    assert again == first and time.time() - start < 5
+    assert engine.layers(first.reference) == [first.digest]
+    assert naming.split_reference(first.reference)[1].startswith("debian-bookworm-")
