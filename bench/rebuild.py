@@ -65,7 +65,8 @@ def main() -> None:
 
             ra, ta, ba = timed(A, opts)
             print(
-                f"A cold (--no-cache) build+test+push: {ta:.0f} s, pushed {ba / 1e9:.2f} GB, image {ra.size / 1e9:.2f} GB"
+                f"A cold (--no-cache) build+test+push: {ta:.0f} s, pushed {ba / 1e9:.2f} GB, "
+                f"image {ra.size / 1e9:.2f} GB"
             )
             rb, tb, bb = timed(B, replace(opts, nocache=False))
             print(

@@ -251,7 +251,7 @@ def test_gpu_checks_from_nvidia_smi_query():
     status = {c["id"]: c["status"] for c in bad}
     assert status["gpu-arch"] == "fail" and status["driver-floor"] == "fail"
     ptx = doc.check_gpus((blackwell, None, True), _manifest(["sm_90", "sm_100"], ptx="sm_100"), False)
-    assert [c for c in ptx if c["id"] == "gpu-arch"][0]["status"] == "pass"
+    assert next(c for c in ptx if c["id"] == "gpu-arch")["status"] == "pass"
 
 
 def test_no_gpu_is_a_skip_unless_required():
