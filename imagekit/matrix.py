@@ -12,6 +12,7 @@ from imagekit import rules, validate
 from imagekit.compat import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
 from imagekit.model import Cell, Query, Targets, Verdict
+from imagekit.plan import BaseRef
 
 AXES = ("cuda", "torch", "transformers", "python")
 DEFAULT_REPOSITORY = "127.0.0.1:5000/imagekit/train"
@@ -29,6 +30,7 @@ class MatrixConfig:
     targets: Targets = field(default_factory=Targets)
     repository: str = DEFAULT_REPOSITORY
     origin: str = "<default>"
+    bases: dict[str, BaseRef] = field(default_factory=dict)  # Python version -> a registry base by digest
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def _cell_dict(p: _Problems, key: str, entry: object, *, partial: bool, packages
 def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     """Parse a matrix document (the TOML's top level, or pyproject's [tool.imagekit])."""
     p = _Problems(origin)
-    known_top = {"matrix", "targets", "image"}
+    known_top = {"matrix", "targets", "image", "bases"}
     for k in doc:
         if k not in known_top:
             p.add(k, f"unknown section (allowed: {', '.join(sorted(known_top))})")
@@ -126,6 +128,7 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     repository = DEFAULT_REPOSITORY
     if isinstance(image, dict) and "repository" in image:
         repository = p.check("image.repository", validate.repository, image["repository"]) or DEFAULT_REPOSITORY
+    bases = _bases(p, doc.get("bases", {}))
     if p.items:
         raise ConfigError(p.items, "fix the keys above; `imagekit matrix --help` shows the file format")
 
@@ -157,7 +160,35 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         targets=Targets(tuple(dict.fromkeys(archs)), min_driver),
         repository=repository,
         origin=origin,
+        bases=bases,
     )
+
+
+def _bases(p: _Problems, table: object) -> dict[str, BaseRef]:
+    """`[bases."3.12"]`: `reference = "REG/NAME@sha256:..."`, `glibc = "2.36"`, optional `python = "/usr/..."`."""
+    if not isinstance(table, dict):
+        p.add("bases", "expected a table keyed by Python version")
+        return {}
+    out = {}
+    for py, entry in table.items():
+        key = f"bases.{py}"
+        py_ok = p.check(key, validate.python, py)
+        if not isinstance(entry, dict):
+            p.add(key, "expected a table with reference, glibc and optionally python")
+            continue
+        unknown = set(entry) - {"reference", "glibc", "python"}
+        if unknown:
+            p.add(key, f"unknown keys {', '.join(sorted(unknown))} (allowed: reference, glibc, python)")
+        ref = p.check(f"{key}.reference", validate.image_ref, entry.get("reference"))
+        if ref and "@sha256:" not in ref:
+            p.add(f"{key}.reference", "a registry base must be referenced by digest (NAME@sha256:...)")
+            ref = None
+        glibc = p.check(f"{key}.glibc", validate.glibc, entry.get("glibc"))
+        exe = p.check(f"{key}.python", validate.abs_path, entry["python"]) if "python" in entry else None
+        if py_ok and ref and glibc:
+            name = ref.split("@")[0].rsplit("/", 1)[-1].replace(":", "-")
+            out[py_ok] = BaseRef(name, ref, ref.split("@", 1)[1], py_ok, glibc, exe, registry=True)
+    return out
 
 
 def _gpu(value: object, data: CompatData) -> str:
@@ -205,7 +236,7 @@ def evaluate(config: MatrixConfig, data: CompatData) -> list[EvaluatedCell]:
     """Every cell with its verdict; unknown versions are collected into one error."""
     out, unknown = [], []
     for cell in config.cells:
-        base = data.bases.get(cell.python)
+        base = config.bases.get(cell.python) or data.bases.get(cell.python)
         try:
             verdict = rules.evaluate(Query.of(cell, config.targets, base.glibc if base else None), data)
         except UnknownVersionError as exc:

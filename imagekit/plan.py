@@ -24,10 +24,12 @@ class BaseRef:
     digest: str | None  # sha256:... when known (registry digest, or the imported image id)
     python: str
     glibc: str
+    python_exe: str | None = None  # where the base's interpreter lives, when not /usr/bin/pythonX.Y
+    registry: bool = False  # pulled by digest from a registry (else bootstrapped locally)
 
     @property
     def python_bin(self) -> str:
-        return f"/usr/bin/python{self.python}"
+        return self.python_exe or f"/usr/bin/python{self.python}"
 
 
 def bootstrap_key(spec: BaseSpec, epoch: int) -> str:

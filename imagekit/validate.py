@@ -77,6 +77,18 @@ def driver(value: object) -> str:
     return value
 
 
+def glibc(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"2\.\d{1,2}", value, re.ASCII):
+        raise _bad("glibc version", value, "major.minor such as '2.36'")
+    return value
+
+
+def abs_path(value: object) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"/[A-Za-z0-9._/-]+", value, re.ASCII):
+        raise _bad("path", value, "an absolute path such as '/usr/local/bin/python3.12'")
+    return value
+
+
 def driver_key(value: str) -> tuple[int, ...]:
     return tuple(int(p) for p in value.split("."))
 

@@ -108,3 +108,38 @@ def test_selector_prefix_matching(data):
     config = matrix.parse(matrix.default_document(), "<default>", data)
     cells = matrix.select(matrix.evaluate(config, data), matrix.Selector(cuda=("11.8",), torch=("2.5",)))
     assert [c.cell.id for c in cells] == ["cu118-torch2.5.1-py3.11-tf4.48.2"]
+
+
+def test_registry_bases_by_digest(data, app, runner, in_tmp):
+    digest = "sha256:" + "ab" * 32
+    (in_tmp / "m.toml").write_text(
+        '[matrix]\ninclude = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", python = "3.12"}]\n'
+        f'[bases."3.12"]\nreference = "registry.example.com/base/python@{digest}"\nglibc = "2.36"\n'
+        'python = "/usr/local/bin/python3.12"\n'
+    )
+    config = matrix.load_file(in_tmp / "m.toml", data)
+    base = config.bases["3.12"]
+    assert base.digest == digest and base.registry and base.python_bin == "/usr/local/bin/python3.12"
+    from tests.conftest import ROOT
+
+    res = runner.invoke(app, ["render", "--matrix", "m.toml", "--lock-dir", str(ROOT / "lockfiles"), "--out", "o"])
+    assert res.exit_code == 2 and "no lock for cu124-torch2.5.1-py3.12-tf4.48.2" in res.output
+
+
+def test_registry_base_without_digest_is_refused(data):
+    doc = {
+        "matrix": {"include": [{"cuda": "12.4", "torch": "2.5.1", "transformers": "4.48.2", "python": "3.12"}]},
+        "bases": {"3.12": {"reference": "python:3.12-slim", "glibc": "2.36"}},
+    }
+    with pytest.raises(ConfigError) as exc:
+        matrix.parse(doc, "m.toml", data)
+    assert "by digest" in exc.value.message
+
+
+def test_registry_base_glibc_feeds_the_rules(data):
+    doc = {
+        "matrix": {"include": [{"cuda": "12.6", "torch": "2.7.1", "transformers": "5.9.0", "python": "3.12"}]},
+        "bases": {"3.12": {"reference": "old/base@sha256:" + "0" * 64, "glibc": "2.17"}},
+    }
+    cells = matrix.evaluate(matrix.parse(doc, "m.toml", data), data)
+    assert [v.rule for v in cells[0].verdict.violations] == ["glibc"]

@@ -169,3 +169,27 @@ def test_templates_ship_in_the_wheel(tmp_path):
     assert "imagekit/_templates/templates/Dockerfile.j2" in names
     assert "imagekit/_templates/templates/context/bin/entrypoint" in names
     assert "imagekit/data/compat.toml" in names and "imagekit/data/pypi-metadata.json" in names
+
+
+def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
+    from imagekit import render
+    from imagekit.model import Cell
+    from imagekit.plan import BaseRef, BuildPlan
+    from imagekit.services.lock import read_lock
+
+    digest = "sha256:" + "cd" * 32
+    base = BaseRef(
+        "python",
+        f"registry.example.com/base/python@{digest}",
+        digest,
+        "3.11",
+        "2.36",
+        "/usr/local/bin/python3.11",
+        registry=True,
+    )
+    lock = read_lock(ROOT / "lockfiles" / f"{REPRESENTATIVE[1]}.txt")
+    plan = BuildPlan(Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",)), lock, base, "r.example.com/x")
+    text = render.render_plan(plan, data)["Dockerfile"][0].decode()
+    assert f"FROM registry.example.com/base/python@{digest} AS base" in text
+    assert "RUN /usr/local/bin/python3.11 -m venv /opt/venv" in text
+    assert f'"org.opencontainers.image.base.digest"="{digest}"' in text

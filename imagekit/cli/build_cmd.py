@@ -91,6 +91,7 @@ def register(app: typer.Typer) -> None:
             gpus=gpus,
             require_gpu=require_gpu,
             settings=locking.LockSettings(index_url=index_url, torch_index_base=torch_index_url),
+            bases=config.bases,
             username=os.environ.get("IMAGEKIT_REGISTRY_USER"),
             password=os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
         )

@@ -18,7 +18,7 @@ from imagekit.effects.files import write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient
 from imagekit.errors import CheckFailed, ImagekitError
 from imagekit.model import Cell
-from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BuildPlan, manifest
+from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, manifest
 from imagekit.services import fetch, publish, selftest
 from imagekit.services import lock as lock_service
 from imagekit.services.base import ensure_base
@@ -41,6 +41,7 @@ class BuildOptions:
     username: str | None = None
     password: str | None = None
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+    bases: dict[str, BaseRef] = field(default_factory=dict)  # registry bases from the matrix, by Python version
 
     @property
     def auth(self) -> dict | None:
@@ -98,7 +99,12 @@ def build_cell(cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData,
         lock = locked.lock
         say(f"lock {locked.status} ({lock.short_hash})")
         result.step = "base"
-        base = ensure_base(data.bases[cell.python], engine, opts.source_date_epoch, say)
+        if cell.python in opts.bases:
+            base = opts.bases[cell.python]
+            say(f"pulling base {base.reference}")
+            engine.pull(base.reference)
+        else:
+            base = ensure_base(data.bases[cell.python], engine, opts.source_date_epoch, say)
         result.step = "fetch"
         wheels = fetch.fetch_lock(lock, cell.python, base.glibc, log=say)
         say(f"{len(wheels)} wheels ready ({sum(1 for w in wheels if w.downloaded)} downloaded)")

@@ -12,7 +12,10 @@ from imagekit.plan import BaseRef, BuildPlan, bootstrap_base
 from imagekit.services.lock import lock_path, read_lock
 
 
-def base_for(cell: Cell, data: CompatData, digest: str | None = None) -> BaseRef:
+def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: MatrixConfig | None = None) -> BaseRef:
+    """The matrix's registry base for this Python, else the bootstrapped one."""
+    if config is not None and cell.python in config.bases:
+        return config.bases[cell.python]
     spec = data.bases.get(cell.python)
     if spec is None:
         raise UsageError(
@@ -32,7 +35,11 @@ def plans_for(
             continue
         plans.append(
             BuildPlan(
-                cell=cell, lock=lock, base=base_for(cell, data), repository=config.repository, source_revision=revision
+                cell=cell,
+                lock=lock,
+                base=base_for(cell, data, config=config),
+                repository=config.repository,
+                source_revision=revision,
             )
         )
     if missing:
