@@ -135,6 +135,9 @@ class Engine:
             self.api.tag(image_id, repo, tag)
         return image_id
 
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        self.api.tag(image_id, repository, tag, force=True)
+
     def layers(self, ref: str) -> list[str]:
         found = self.image(ref)
         return list(found["RootFS"]["Layers"]) if found else []

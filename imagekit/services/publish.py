@@ -55,6 +55,8 @@ def publish(
             f"this build {image_id})",
             "immutable tags never move; change the lock (and so the tag) or delete it by hand",
         )
+    for tag in (immutable_tag, alias_tag):
+        engine.tag(image_id, repository, tag)
     if existing is not None:
         digest, reused = existing.digest, True
         log(f"{repository}:{immutable_tag} already published as {digest}")
