@@ -128,7 +128,7 @@ def parse_requirements(text: str, origin: str = "<lock>") -> list[LockEntry]:
             in_via = not rest
             if rest:
                 via.append(rest)
-        elif (line.startswith("#   ") and in_via) or (line.startswith("#") and in_via and raw.startswith("    #   ")):
+        elif in_via and line.startswith("#   "):  # a multi-line "# via" list
             via.append(line.lstrip("#").strip())
         elif line.startswith("#") and raw[:1] not in (" ", "\t"):
             in_via = False
