@@ -147,10 +147,10 @@ def parse(text: str, origin: str = "<lock>") -> Lock:
         m = _META.match(line)
         if m:
             meta[m["key"]] = m["value"]
-        elif line != "#" or header:
+        else:
             header.append(line)
-    while header and header[-1] == "#":
-        header.pop()
+    if header and header[-1] == "#":
+        header.pop()  # the separator render() writes before the torch mark
     return Lock(
         tuple(parse_requirements(torch_text, origin)), tuple(parse_requirements(app_text, origin)), meta, tuple(header)
     )
