@@ -30,8 +30,15 @@ for name, argv in cmds.items():
     times = []
     for _ in range(5):
         t = time.perf_counter()
-        subprocess.run(argv, capture_output=True)
+        res = subprocess.run(argv, capture_output=True, text=True)
         times.append(time.perf_counter() - t)
+    if name.startswith("doctor"):
+        report = json.loads(res.stdout)  # a crashed doctor must not pass for a fast one
+        assert report["tier"] == name.split()[1], report
+        ids = [c["id"] for c in report["checks"]]
+        assert ("torch-probe" in ids) == (name == "doctor standard"), ids
+    elif res.returncode != 0:
+        raise SystemExit(res.stderr)
     out[name] = statistics.median(times)
 print(json.dumps(out))
 """
