@@ -10,8 +10,9 @@ def alias_tag(repository: str, cell: Cell) -> str:
     return f"{repository}:{cell.id}"
 
 
-def immutable_tag(repository: str, cell: Cell, lock_short_hash: str) -> str:
-    return f"{repository}:{cell.id}-{lock_short_hash}"
+def immutable_tag(repository: str, cell: Cell, build_hash: str) -> str:
+    """``<cell id>-<12 hex>``: the hash covers the lock and everything else the image is built from."""
+    return f"{repository}:{cell.id}-{build_hash[:12]}"
 
 
 def split_reference(ref: str) -> tuple[str, str | None, str | None]:

@@ -7,6 +7,7 @@ enters a Dockerfile is through a filter that refuses anything that could start a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from functools import cache
@@ -103,6 +104,15 @@ def _url(value: str) -> str:
     if not re.fullmatch(r"(https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?|/[A-Za-z0-9._/-]+)", value, re.ASCII):
         raise UsageError(f"invalid wheelhouse location {value!r}", "use an http(s) URL or an absolute path")
     return value
+
+
+def context_digest(files: dict[str, tuple[bytes, int]]) -> str:
+    """sha256 over a build context (paths, modes, bytes): the lock, the base digest, templates, doctor, labels."""
+    h = hashlib.sha256()
+    for rel, (content, mode) in sorted(files.items()):
+        h.update(f"{rel}\0{mode:o}\0{len(content)}\0".encode())
+        h.update(content)
+    return h.hexdigest()
 
 
 def render_many(plans: list[BuildPlan], data: CompatData) -> dict[str, tuple[bytes, int]]:

@@ -58,11 +58,20 @@ class RegistryClient:
         token = base64.b64encode(f"{self.username}:{self.password or ''}".encode()).decode()
         return f"Basic {token}"
 
-    def _request(self, url: str, method: str = "GET", auth: str | None = None) -> tuple[int, dict, bytes]:
+    def _request(
+        self,
+        url: str,
+        method: str = "GET",
+        auth: str | None = None,
+        data: bytes | None = None,
+        content_type: str | None = None,
+    ) -> tuple[int, dict, bytes]:
         headers = {"Accept": MANIFEST_TYPES}
         if auth:
             headers["Authorization"] = auth
-        req = urllib.request.Request(url, method=method, headers=headers)
+        if content_type:
+            headers["Content-Type"] = content_type
+        req = urllib.request.Request(url, method=method, headers=headers, data=data)
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 return resp.status, dict(resp.headers), resp.read()
@@ -85,19 +94,44 @@ class RegistryClient:
         token = doc.get("token") or doc.get("access_token")
         return f"Bearer {token}" if token else None
 
-    def manifest(self, remote: Remote, reference: str) -> ManifestInfo | None:
-        """The manifest a tag or digest names, or None when the registry does not have it."""
-        url = f"{remote.base}/manifests/{reference}"
-        status, headers, body = self._request(url, auth=self._basic())
+    def _authed(
+        self, url: str, method: str = "GET", data: bytes | None = None, content_type: str | None = None
+    ) -> tuple[int, dict, bytes]:
+        status, headers, body = self._request(url, method, self._basic(), data, content_type)
         if status == 401:
             challenge = {k.lower(): v for k, v in headers.items()}.get("www-authenticate", "")
             auth = self._bearer(challenge) if challenge.lower().startswith("bearer") else None
             if auth is None:
                 raise EnvironmentFailure(
-                    f"registry {remote.registry} refused the credentials (HTTP 401)",
+                    f"registry {url.split('/v2/')[0]} refused the credentials (HTTP 401)",
                     "set IMAGEKIT_REGISTRY_USER and IMAGEKIT_REGISTRY_PASSWORD",
                 )
-            status, headers, body = self._request(url, auth=auth)
+            status, headers, body = self._request(url, method, auth, data, content_type)
+        return status, headers, body
+
+    def copy_tag(self, remote: Remote, digest: str, tag: str) -> None:
+        """Point ``tag`` at the manifest ``digest`` (the same bytes, so the same digest)."""
+        status, headers, body = self._authed(f"{remote.base}/manifests/{digest}")
+        if status != 200:
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {digest}")
+        media = {k.lower(): v for k, v in headers.items()}.get("content-type") or json.loads(body).get("mediaType")
+        status, _, answer = self._authed(f"{remote.base}/manifests/{tag}", "PUT", body, media)
+        if status not in (200, 201):
+            raise EnvironmentFailure(
+                f"registry {remote.registry} refused tagging {tag} (HTTP {status}): {answer[:300]!r}",
+                "retry; check push rights",
+            )
+
+    def blob_json(self, remote: Remote, digest: str) -> dict:
+        """A JSON blob (an image config) by digest."""
+        status, _, body = self._authed(f"{remote.base}/blobs/{digest}")
+        if status != 200:
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
+        return json.loads(body)
+
+    def manifest(self, remote: Remote, reference: str) -> ManifestInfo | None:
+        """The manifest a tag or digest names, or None when the registry does not have it."""
+        status, headers, body = self._authed(f"{remote.base}/manifests/{reference}")
         if status == 404:
             return None
         if status != 200:

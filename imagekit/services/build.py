@@ -125,7 +125,7 @@ def build_cell(cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData,
         clamp_mtimes(context, opts.source_date_epoch)
         result.step = "build"
         alias = naming.alias_tag(opts.repository, cell)
-        immutable = naming.immutable_tag(opts.repository, cell, lock.short_hash)
+        immutable = naming.immutable_tag(opts.repository, cell, render.context_digest(files))
         house = fetch.wheelhouse(wheels, opts.state_dir / "wheelhouse" / cell.id)
         with wheelserver.serve(house, opts.wheel_port):
             result.image_id = engine.build(

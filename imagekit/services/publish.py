@@ -29,6 +29,19 @@ def read_index(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def _same_contents(
+    engine: Engine, registry: RegistryClient, remote: Remote, config_digest: str | None, image_id: str
+) -> bool:
+    """Same layers and labels (a rebuild differing only in creation times), so the published image stands."""
+    if not config_digest:
+        return False
+    remote_config = registry.blob_json(remote, config_digest)
+    local = engine.image(image_id) or {}
+    return remote_config.get("rootfs", {}).get("diff_ids") == local.get("RootFS", {}).get(
+        "Layers"
+    ) and remote_config.get("config", {}).get("Labels") == local.get("Config", {}).get("Labels")
+
+
 def publish(
     engine: Engine,
     registry: RegistryClient,
@@ -49,14 +62,17 @@ def publish(
         )
     remote = Remote.parse(repository)
     existing = registry.manifest(remote, immutable_tag)
-    if existing is not None and existing.config_digest != image_id:
+    if (
+        existing is not None
+        and existing.config_digest != image_id
+        and not _same_contents(engine, registry, remote, existing.config_digest, image_id)
+    ):
         raise CheckFailed(
             f"{repository}:{immutable_tag} already exists with other contents (config {existing.config_digest}, "
             f"this build {image_id})",
             "immutable tags never move; change the lock (and so the tag) or delete it by hand",
         )
-    for tag in (immutable_tag, alias_tag):
-        engine.tag(image_id, repository, tag)
+    engine.tag(image_id, repository, immutable_tag)
     if existing is not None:
         digest, reused = existing.digest, True
         log(f"{repository}:{immutable_tag} already published as {digest}")
@@ -65,11 +81,12 @@ def publish(
         digest = engine.push(repository, immutable_tag, auth, on_line=log)
         reused = False
     check = registry.manifest(remote, digest)
-    if check is None or check.config_digest != image_id:
+    expected = existing.config_digest if existing is not None else image_id
+    if check is None or check.config_digest != expected:
         raise EnvironmentFailure(
             f"the registry does not serve {digest} with this image's config after the push", "retry the push"
         )
-    engine.push(repository, alias_tag, auth)
+    registry.copy_tag(remote, digest, alias_tag)  # the alias names exactly the published manifest
     return Published(f"{repository}:{immutable_tag}", f"{repository}:{alias_tag}", digest, reused)
 
 
