@@ -10,7 +10,18 @@ EXAMPLE = ["--cuda", "12.4", "--torch", "2.5.1", "--transformers", "4.48.2", "--
 
 
 def test_every_command_has_help_with_an_example(app, runner):
-    for cmd in (["matrix"], ["explain"], ["lock"], ["render"], ["compat", "refresh"]):
+    for cmd in (
+        ["matrix"],
+        ["explain"],
+        ["lock"],
+        ["render"],
+        ["compat", "refresh"],
+        ["build"],
+        ["fetch"],
+        ["base", "bootstrap"],
+        ["runpod-template"],
+        ["doctor"],
+    ):
         res = runner.invoke(app, [*cmd, "--help"])
         assert res.exit_code == 0, cmd
         assert "Example" in res.output, cmd

@@ -328,3 +328,19 @@ def test_base_bootstrap_is_reproducible_and_cached(engine):
     assert again == first and time.time() - start < 5
     assert engine.layers(first.reference) == [first.digest]
     assert naming.split_reference(first.reference)[1].startswith("debian-bookworm-")
+
+
+@pytest.mark.slow
+def test_doctor_expect_image_ref_reads_the_manifest(real_build, registry, app, runner):
+    from imagekit.services import image_manifest
+
+    result, _ = real_build
+    ref = f"{registry.address}/{REPO}@{result.digest}"
+    from_registry = image_manifest.from_registry(ref)
+    assert from_registry == image_manifest.from_engine(result.tag)
+    assert from_registry["cell"]["id"] == REAL_CELL.id and from_registry["lock"]["hash"] == result.report["lock_hash"]
+    res = runner.invoke(app, ["doctor", "--tier", "quick", "--expect", ref, "--json"])
+    report = json.loads(res.stdout)
+    checks = {c["id"]: c for c in report["checks"]}
+    assert checks["manifest"]["evidence"]["cell"] == REAL_CELL.id
+    assert res.exit_code == 1 and checks["lock-drift"]["status"] == "fail"  # this host is not the image

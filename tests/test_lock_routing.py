@@ -293,3 +293,21 @@ def test_json_summary(indexes, tmp_path, app, runner):
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert rows[0]["status"] == "locked" and len(rows[0]["lock_hash"]) == 64
+
+
+def test_pip_tools_backend_where_host_is_target(indexes, data, tmp_path):
+    settings = locking.LockSettings(index_url=indexes["pypi"], resolver="pip-tools")
+    host = f"{sys.version_info.major}.{sys.version_info.minor}"
+    res = lock_service.lock_one(Cell("12.4", "2.5.1", "4.48.2", host), tmp_path / "locks", settings, data)
+    assert res.status == "locked", res.error and res.error.render()
+    assert res.lock.pins()["torch"] == "2.5.1" and all(e.hashes for e in res.lock.entries)
+    assert {e.name for e in res.lock.torch} == {"torch", "filelock", "nvidia-cuda-runtime-cu12"}
+
+
+def test_pip_tools_backend_refuses_what_it_cannot_do(indexes, data, tmp_path):
+    settings = locking.LockSettings(index_url=indexes["pypi"], resolver="pip-tools")
+    routed = lock_service.lock_one(CELL_118, tmp_path / "locks", settings, data)
+    assert routed.status == "failed" and "PyTorch index" in routed.error.message
+    other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
+    cross = lock_service.lock_one(Cell("12.4", "2.5.1", "4.48.2", other), tmp_path / "locks", settings, data)
+    assert cross.status == "failed" and "resolves for the host" in cross.error.message

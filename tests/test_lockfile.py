@@ -47,4 +47,6 @@ def test_content_hash_ignores_comments_but_not_pins():
     text = (ROOT / "lockfiles" / "cu124-torch2.5.1-py3.11-tf4.48.2.txt").read_text()
     lock = lockfile.parse(text)
     assert lockfile.parse(text.replace("# To update, run:", "# changed comment")).content_hash == lock.content_hash
-    assert lockfile.parse(text.replace("transformers==4.48.2", "transformers==4.48.3")).content_hash != lock.content_hash
+    assert (
+        lockfile.parse(text.replace("transformers==4.48.2", "transformers==4.48.3")).content_hash != lock.content_hash
+    )

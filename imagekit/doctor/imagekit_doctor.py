@@ -663,7 +663,10 @@ def render_text(checks, verbose=True):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="imagekit doctor", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="imagekit doctor", description=__doc__.split("\n\n")[0],
+        epilog="Examples: imagekit doctor && python train.py; imagekit doctor --expect lockfiles/CELL.txt "
+        "--python .venv/bin/python --json; imagekit doctor --deep --hf-repo meta-llama/Llama-3.2-1B")
     p.add_argument("--tier", choices=TIERS, default="standard")
     p.add_argument("--deep", action="store_const", const="deep", dest="tier", help="same as --tier deep")
     p.add_argument("--expect", help="manifest JSON or lockfile to compare against (default: the image's manifest)")

@@ -28,22 +28,22 @@ def _from_tar(data: bytes) -> dict | None:
     return None
 
 
-def read_manifest(reference: str) -> dict:
-    try:
-        from imagekit.effects.docker import Engine
+def from_engine(reference: str) -> dict | None:
+    from imagekit.effects.docker import Engine
 
-        engine = Engine()
-        if engine.image(reference):
-            container = engine.client.containers.create(reference, ["true"], entrypoint=[])
-            try:
-                stream, _ = container.get_archive("/" + MANIFEST_PATH)
-                found = _from_tar(b"".join(stream))
-            finally:
-                container.remove(force=True)
-            if found:
-                return found
-    except EnvironmentFailure:
-        pass
+    engine = Engine()
+    if not engine.image(reference):
+        return None
+    container = engine.client.containers.create(reference, ["true"], entrypoint=[])
+    try:
+        stream, _ = container.get_archive("/" + MANIFEST_PATH)
+        return _from_tar(b"".join(stream))
+    finally:
+        container.remove(force=True)
+
+
+def from_registry(reference: str) -> dict:
+    """The manifest file out of the image's top layers, read over the registry API (no engine needed)."""
     repo, tag, digest = split_reference(reference)
     remote = Remote.parse(repo)
     client = RegistryClient()
@@ -62,3 +62,14 @@ def read_manifest(reference: str) -> dict:
         if found:
             return found
     raise UsageError(f"{reference} has no {MANIFEST_PATH}: not an imagekit image", "pass --expect FILE instead")
+
+
+def read_manifest(reference: str) -> dict:
+    """From the local engine when it has the image, else from its registry."""
+    try:
+        found = from_engine(reference)
+        if found:
+            return found
+    except EnvironmentFailure:
+        pass
+    return from_registry(reference)
