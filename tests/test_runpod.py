@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+from typing import ClassVar
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_template_is_pinned_to_the_immutable_tag(app, runner, index):
 
 
 class _RunPod(http.server.BaseHTTPRequestHandler):
-    seen: list = []
+    seen: ClassVar[list] = []
 
     def log_message(self, *args):
         pass
