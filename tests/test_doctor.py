@@ -338,3 +338,14 @@ def test_cli_doctor_passes_through(app, runner, tmp_path, lock):
     res = runner.invoke(app, ["doctor", "--tier", "quick", "--expect", str(lock), "--json"])
     report = json.loads(res.stdout)
     assert res.exit_code == report["exit_code"] and by_id(report)["lock-drift"]["status"] == "fail"
+
+
+def test_container_overlay_rootfs_is_ephemeral():
+    mountinfo = "1 0 0:1 / / rw - fuse.fuse-overlayfs fuse-overlayfs rw\n2 1 0:2 / /workspace rw - ext4 /dev/vda rw\n"
+    checks = doc.check_paths(
+        [("hf-home", "/root/.cache/huggingface"), ("workspace", "/workspace/out")],
+        mountinfo,
+        "on RunPod, only the volume at /workspace survives",
+    )
+    assert [c["status"] for c in checks] == ["warn", "pass"]
+    assert "RunPod" in checks[0]["fix"]

@@ -502,7 +502,7 @@ def check_paths(paths, mountinfo_text, provider_hint):
         ev = {"path": path, "checked": probe, "mount": m[0] if m else None, "fstype": m[1] if m else None}
         if m is None:
             out.append(result(f"persistent-{label}", "error", f"{path}: mount not found in mountinfo", "", ev))
-        elif m[1] in EPHEMERAL_FS:
+        elif m[1] in EPHEMERAL_FS or "overlay" in m[1]:  # also fuse.fuse-overlayfs: a container's own layer
             out.append(result(f"persistent-{label}", "warn", f"{path} is on {m[1]} ({m[0]}): lost when the pod stops",
                               provider_hint or "put it on a persistent volume (e.g. /workspace)", ev))
         else:
