@@ -497,9 +497,8 @@ def check_paths(paths, mountinfo_text, provider_hint):
     mounts = parse_mountinfo(mountinfo_text)
     out = []
     for label, path in paths:
-        probe = existing_parent(path)
-        m = mount_of(probe, mounts)
-        ev = {"path": path, "checked": probe, "mount": m[0] if m else None, "fstype": m[1] if m else None}
+        m = mount_of(path, mounts)  # by path prefix: a folder not created yet still lands on its mount
+        ev = {"path": path, "mount": m[0] if m else None, "fstype": m[1] if m else None}
         if m is None:
             out.append(result(f"persistent-{label}", "error", f"{path}: mount not found in mountinfo", "", ev))
         elif m[1] in EPHEMERAL_FS or "overlay" in m[1]:  # also fuse.fuse-overlayfs: a container's own layer
