@@ -30,6 +30,11 @@ def _sha256(path: Path) -> str:
 def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path) -> str:
     """Run mmdebstrap (deterministic with SOURCE_DATE_EPOCH); returns the tarball's sha256."""
     keyring = []
+    if spec.vendor == "ubuntu" and not Path("/usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file():
+        raise EnvironmentFailure(
+            f"bootstrapping {spec.name} needs Ubuntu's archive keyring",
+            "apt-get install ubuntu-keyring (and network access to the Ubuntu archive)",
+        )
     if spec.vendor == "ubuntu":
         keyring = ["--keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg", "--components=main,universe"]
     tmp = out.with_name(out.stem + ".partial.tar")
