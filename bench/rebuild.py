@@ -33,6 +33,7 @@ B = replace(A, transformers="4.49.0")
 
 
 def stored_bytes(root: Path) -> int:
+    root.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(["du", "-sb", str(root)], capture_output=True, text=True, check=True).stdout
     return int(out.split()[0])
 
