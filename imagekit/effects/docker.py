@@ -50,16 +50,17 @@ class Engine:
         res = process.run(["docker", "buildx", "version"], timeout=30) if _has_cli() else None
         buildx = res.stdout.strip() if res is not None and res.ok else None
         notes = []
+        lost = (
+            "Lost: BuildKit's rewrite-timestamp (bit-for-bit identical image configs need BuildKit >= 0.13). Kept: "
+            "identical layers from identical inputs (SOURCE_DATE_EPOCH, mtimes clamped inside each RUN, no caches)"
+        )
         if buildx:
-            builder = "buildx"
-            notes.append(f"buildx found ({buildx}); BuildKit >= 0.13 rewrite-timestamp gives bit-for-bit images")
-        else:
-            builder = "legacy"
             notes.append(
-                "no buildx: building with the engine's legacy builder through the API. Lost: BuildKit's "
-                "rewrite-timestamp (bit-for-bit identical image configs need BuildKit >= 0.13). Kept: identical "
-                "layers from identical inputs (SOURCE_DATE_EPOCH, mtimes clamped inside each RUN, no caches)"
+                f"buildx found ({buildx}), but imagekit builds through the API with the legacy builder. {lost}"
             )
+        else:
+            notes.append(f"no buildx: building with the engine's legacy builder through the API. {lost}")
+        builder = "legacy"
         runtimes = info.get("Runtimes") or {}
         return Capabilities(
             version.get("Version", "?"),
