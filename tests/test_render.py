@@ -35,61 +35,23 @@ def test_render_twice_gives_identical_trees(app, runner, tmp_path, in_tmp):
 
 def test_check_detects_hand_edit_and_missing_and_extra(app, runner, tmp_path, in_tmp):
     out = tmp_path / "ctx"
-    _render_cli(app, runner, out, "--cuda", "12.4", "--torch", "2.5")
-    assert (
-        runner.invoke(
-            app,
-            [
-                "render",
-                "--lock-dir",
-                str(ROOT / "lockfiles"),
-                "--out",
-                str(out),
-                "--cuda",
-                "12.4",
-                "--torch",
-                "2.5",
-                "--check",
-            ],
-        ).exit_code
-        == 0
-    )
+    select = ["--cuda", "12.4", "--torch", "2.5"]
+    _render_cli(app, runner, out, *select)
+
+    def check():
+        return runner.invoke(
+            app, ["render", "--lock-dir", str(ROOT / "lockfiles"), "--out", str(out), *select, "--check"]
+        )
+
+    assert check().exit_code == 0
     dockerfile = out / REPRESENTATIVE[1] / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace("USER 1000:1000", "USER root"))
-    res = runner.invoke(
-        app,
-        [
-            "render",
-            "--lock-dir",
-            str(ROOT / "lockfiles"),
-            "--out",
-            str(out),
-            "--cuda",
-            "12.4",
-            "--torch",
-            "2.5",
-            "--check",
-        ],
-    )
+    res = check()
     assert res.exit_code == 1 and f"differs: {REPRESENTATIVE[1]}/Dockerfile" in res.output
     (out / REPRESENTATIVE[1] / "stray.txt").write_text("x")
     (out / REPRESENTATIVE[1] / "manifest.json").unlink()
-    res = runner.invoke(
-        app,
-        [
-            "render",
-            "--lock-dir",
-            str(ROOT / "lockfiles"),
-            "--out",
-            str(out),
-            "--cuda",
-            "12.4",
-            "--torch",
-            "2.5",
-            "--check",
-        ],
-    )
-    assert "extra:" in res.output and "missing:" in res.output
+    res = check()
+    assert res.exit_code == 1 and "extra:" in res.output and "missing:" in res.output
 
 
 @pytest.mark.parametrize("cell_id", REPRESENTATIVE)
