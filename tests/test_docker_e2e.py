@@ -44,10 +44,14 @@ def engine() -> Engine:
 
 
 @pytest.fixture(scope="session")
-def registry(tmp_path_factory):
+def registry(tmp_path_factory, engine):
     reg = Registry(tmp_path_factory.mktemp("registry"), free_port()).start()
     yield reg
     reg.stop()
+    for image in engine.client.images.list():  # drop this session's tags; the layers stay cached
+        for tag in image.tags:
+            if tag.startswith(f"{reg.address}/"):
+                engine.remove(tag)
 
 
 @pytest.fixture(scope="session")
