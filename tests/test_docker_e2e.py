@@ -67,6 +67,7 @@ def real_build(engine, registry, tmp_path_factory):
     )
     result = build_cell(REAL_CELL, opts, engine, compat.load(), _log)
     assert result.status == "published", result.error and result.error.render()
+    engine.tag(result.image_id, "imagekit-test/train", REAL_CELL.id)  # a stable local tag keeps the layer cache
     return result, opts
 
 
