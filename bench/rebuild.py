@@ -7,6 +7,7 @@
 
 Bytes pushed = growth of the registry's blob storage (compressed, what went over the wire).
 Run: .venv/bin/python bench/rebuild.py   (about 15 minutes on 2 cores; wheels come from the cache)
+     .venv/bin/python bench/rebuild.py --against IMAGE   (step 3 only, against an earlier build of cell A)
 """
 
 from __future__ import annotations
@@ -38,9 +39,41 @@ def stored_bytes(root: Path) -> int:
     return int(out.split()[0])
 
 
+def reproducibility_only(engine: Engine, data: compat.CompatData, against: str) -> None:
+    """Build A with --no-cache and compare its torch and app layers with an earlier, independent build."""
+    before = engine.layers(against)
+    if not before:
+        sys.exit(f"error: {against} is not in the engine\nhint: build the cell first (make demo)")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpd = Path(tmp)
+        opts = BuildOptions(
+            repository="bench/repro",
+            lock_dir=ROOT / "lockfiles",
+            state_dir=tmpd / "state",
+            release_index=tmpd / "releases.json",
+            push=False,
+            nocache=True,
+        )
+        t = time.time()
+        r = build_cell(A, opts, engine, data, lambda cid, msg: None)
+        assert r.status == "passed", r.error and r.error.render()
+        again = engine.layers(r.tag)
+        torch_i, app_i = len(again) - 5, len(again) - 3
+        print(
+            f"A rebuilt with --no-cache in {time.time() - t:.0f} s; against {against}: torch layer identical: "
+            f"{before[torch_i] == again[torch_i]} ({again[torch_i][:19]}), app layer identical: "
+            f"{before[app_i] == again[app_i]} ({again[app_i][:19]}); "
+            f"{sum(x == y for x, y in zip(before, again, strict=False))} of {len(again)} layers identical"
+        )
+        engine.remove(r.tag)
+
+
 def main() -> None:
     data = compat.load()
     engine = Engine()
+    if len(sys.argv) > 2 and sys.argv[1] == "--against":
+        reproducibility_only(engine, data, sys.argv[2])
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmpd = Path(tmp)
         locks = tmpd / "locks"
@@ -61,7 +94,7 @@ def main() -> None:
                 before = stored_bytes(reg.root / "data")
                 t = time.time()
                 r = build_cell(cell, o, engine, data, log)
-                assert r.status == "published", r.error and r.error.render()
+                assert r.status in ("published", "passed"), r.error and r.error.render()
                 return r, time.time() - t, stored_bytes(reg.root / "data") - before
 
             ra, ta, ba = timed(A, opts)
