@@ -22,7 +22,7 @@ def _from_tar(data: bytes) -> dict | None:
         raw = data
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         for member in tar.getmembers():
-            if member.name.lstrip("./") == MANIFEST_PATH:
+            if member.name.lstrip("./") in (MANIFEST_PATH, "manifest.json"):  # layer path, or get_archive's
                 fh = tar.extractfile(member)
                 return json.loads(fh.read()) if fh else None
     return None
