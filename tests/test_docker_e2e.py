@@ -48,6 +48,7 @@ def registry(tmp_path_factory, engine):
     reg = Registry(tmp_path_factory.mktemp("registry"), free_port()).start()
     yield reg
     reg.stop()
+    shutil.rmtree(reg.root, ignore_errors=True)  # gigabytes of pushed blobs: pytest keeps its last tmp dirs
     for image in engine.client.images.list():  # drop this session's tags; the layers stay cached
         for tag in image.tags:
             if tag.startswith(f"{reg.address}/"):
@@ -234,6 +235,7 @@ def test_registry_stopped_mid_push_then_retry(real_build, engine, tmp_path):
         assert json.loads(index.read_text())["images"][f"{repo}:{tag}"]["digest"] == result.digest
     finally:
         reg.stop()
+        shutil.rmtree(root, ignore_errors=True)
         engine.remove(f"{repo}:{tag}")
         engine.remove(f"{repo}:{REAL_CELL.id}")
 
