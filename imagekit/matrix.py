@@ -12,7 +12,7 @@ from imagekit import rules, validate
 from imagekit.compat import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
 from imagekit.model import Cell, Query, Targets, Verdict
-from imagekit.plan import BaseRef
+from imagekit.plan import BaseRef, ImageOptions
 
 AXES = ("cuda", "torch", "transformers", "python")
 DEFAULT_REPOSITORY = "127.0.0.1:5000/imagekit/train"
@@ -31,6 +31,7 @@ class MatrixConfig:
     repository: str = DEFAULT_REPOSITORY
     origin: str = "<default>"
     bases: dict[str, BaseRef] = field(default_factory=dict)  # Python version -> a registry base by digest
+    options: ImageOptions = field(default_factory=ImageOptions)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     repository = DEFAULT_REPOSITORY
     if isinstance(image, dict) and "repository" in image:
         repository = p.check("image.repository", validate.repository, image["repository"]) or DEFAULT_REPOSITORY
+    options = _image_options(p, image)
     bases = _bases(p, doc.get("bases", {}))
     if p.items:
         raise ConfigError(p.items, "fix the keys above; `imagekit matrix --help` shows the file format")
@@ -153,6 +155,8 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         if inc:
             cell = Cell(**inc)
             cells[cell.id] = cell
+    if options.jupyter:  # JupyterLab is locked and hashed like any other package
+        cells = {k: _with_jupyter(c) for k, c in cells.items()}
     if not cells:
         raise ConfigError([f"{origin}: matrix: no cells"], "give the four axes or [[matrix.include]] entries")
     return MatrixConfig(
@@ -161,7 +165,32 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         repository=repository,
         origin=origin,
         bases=bases,
+        options=options,
     )
+
+
+def _image_options(p: _Problems, image: object) -> ImageOptions:
+    if not isinstance(image, dict):
+        p.add("image", "expected a table")
+        return ImageOptions()
+    for k in image:
+        if k not in ("repository", "jupyter", "compiler"):
+            p.add(f"image.{k}", "unknown key (allowed: repository, jupyter, compiler)")
+    flags = {}
+    for k in ("jupyter", "compiler"):
+        if k in image:
+            if isinstance(image[k], bool):
+                flags[k] = image[k]
+            else:
+                p.add(f"image.{k}", f"expected true or false, got {image[k]!r}")
+    return ImageOptions(**flags)
+
+
+def _with_jupyter(cell: Cell) -> Cell:
+    names = {validate.requirement_name(r) for r in cell.packages}
+    if "jupyterlab" in names:
+        return cell
+    return Cell(cell.cuda, cell.torch, cell.transformers, cell.python, tuple(sorted((*cell.packages, "jupyterlab"))))
 
 
 def _bases(p: _Problems, table: object) -> dict[str, BaseRef]:

@@ -13,6 +13,23 @@ from imagekit.model import Cell
 DEFAULT_SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01T00:00:00Z; any fixed value makes builds repeatable
 DEFAULT_WHEELS_URL = "http://127.0.0.1:8765/"
 BOOTSTRAP_PACKAGES = ("ca-certificates", "passwd", "python3", "python3-venv")
+# What a pod needs (design.md, "Pod runtime contract"): an SSH server with scp/sftp/rsync, and tini as PID 1.
+POD_PACKAGES = ("openssh-server", "rsync", "tini")
+# torch.compile: Inductor compiles C++ on the CPU, Triton builds its launcher with a C compiler and Python.h.
+COMPILER_PACKAGES = ("g++", "gcc", "python3-dev")
+
+
+def base_packages(compiler: bool = True) -> tuple[str, ...]:
+    """The Debian packages a bootstrapped base is made of (sorted, so the bootstrap key is stable)."""
+    return tuple(sorted({*BOOTSTRAP_PACKAGES, *POD_PACKAGES, *(COMPILER_PACKAGES if compiler else ())}))
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """`[image]` switches that change what an image holds beyond its lock."""
+
+    jupyter: bool = False  # JupyterLab locked into the app layer, started when JUPYTER_PASSWORD is set
+    compiler: bool = True  # gcc/g++ and the Python headers, so torch.compile works (about 200 MB)
 
 
 @dataclass(frozen=True)
@@ -26,21 +43,30 @@ class BaseRef:
     glibc: str
     python_exe: str | None = None  # where the base's interpreter lives, when not /usr/bin/pythonX.Y
     registry: bool = False  # pulled by digest from a registry (else bootstrapped locally)
+    compiler: bool | None = None  # has gcc/g++ and Python headers (None: a registry base, not known)
 
     @property
     def python_bin(self) -> str:
         return self.python_exe or f"/usr/bin/python{self.python}"
 
 
-def bootstrap_key(spec: BaseSpec, epoch: int) -> str:
+def bootstrap_key(spec: BaseSpec, epoch: int, compiler: bool = True) -> str:
     """A stable id for a bootstrap's inputs: identical inputs give a byte-identical tarball."""
-    text = f"{spec.vendor}|{spec.suite}|{spec.mirror}|{','.join(BOOTSTRAP_PACKAGES)}|{epoch}"
+    text = f"{spec.vendor}|{spec.suite}|{spec.mirror}|{','.join(base_packages(compiler))}|{epoch}|no-host-keys"
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def bootstrap_base(spec: BaseSpec, epoch: int = DEFAULT_SOURCE_DATE_EPOCH, digest: str | None = None) -> BaseRef:
+def bootstrap_base(
+    spec: BaseSpec, epoch: int = DEFAULT_SOURCE_DATE_EPOCH, digest: str | None = None, compiler: bool = True
+) -> BaseRef:
+    name = spec.name if compiler else f"{spec.name}-nocc"
     return BaseRef(
-        spec.name, f"imagekit/base:{spec.name}-{bootstrap_key(spec, epoch)}", digest, spec.python, spec.glibc
+        name,
+        f"imagekit/base:{name}-{bootstrap_key(spec, epoch, compiler)}",
+        digest,
+        spec.python,
+        spec.glibc,
+        compiler=compiler,
     )
 
 
@@ -81,6 +107,14 @@ def manifest(plan: BuildPlan, data: CompatData) -> dict:
         "driver": {"minimum": floor.minimum, "full_feature": floor.full},
         "python": {"version": cell.python, "executable": "/opt/venv/bin/python"},
         "base": {"name": plan.base.name, "reference": plan.base.reference, "digest": plan.base.digest},
+        "image": {
+            "user": "root",
+            "workspace": "/workspace",
+            "ssh": True,
+            "jupyter": "jupyterlab" in pins,
+            "compiler": plan.base.compiler,
+            "ports": ["22/tcp", *(["8888/http"] if "jupyterlab" in pins else [])],
+        },
         "source_revision": plan.source_revision,
         "source_date_epoch": plan.source_date_epoch,
     }

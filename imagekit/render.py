@@ -66,7 +66,8 @@ def _context_files() -> dict[str, tuple[bytes, int]]:
     out = {}
     for path in sorted(root.rglob("*")):
         if path.is_file():
-            out[f"imagekit/{path.relative_to(root).as_posix()}"] = (path.read_bytes(), EXECUTABLE)
+            rel = path.relative_to(root).as_posix()
+            out[f"imagekit/{rel}"] = (path.read_bytes(), EXECUTABLE if rel.startswith("bin/") else 0o644)
     doctor = resources.files("imagekit").joinpath("doctor")
     for entry in sorted(doctor.iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".py"):

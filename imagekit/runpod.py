@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 
 SAVE_TEMPLATE = (
@@ -10,19 +11,49 @@ SAVE_TEMPLATE = (
 )
 
 
+_PRIVATE_SUFFIXES = (".local", ".localhost", ".internal", ".lan", ".home.arpa")
+
+
+def registry_host(image: str) -> str:
+    """The registry a pod would pull ``image`` from (Docker's rule: a first component with '.' or ':' or
+    'localhost' names a registry; otherwise Docker Hub)."""
+    first = image.split("/", 1)[0] if "/" in image else ""
+    if first and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def unreachable_registry(image: str) -> str | None:
+    """Why no pod could pull ``image`` (a loopback, private or link-local registry), or None."""
+    host = registry_host(image)
+    name = host[1:].split("]")[0] if host.startswith("[") else host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if name == "localhost" or name.endswith(_PRIVATE_SUFFIXES):
+        return f"{host} is a local name"
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return None
+    if ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified:
+        return f"{host} is a {'loopback' if ip.is_loopback else 'private'} address"
+    return None
+
+
 def template(
     entry: dict,
     *,
     with_digest: bool = False,
     volume_gb: int = 50,
-    ports: str = "8888/http,22/tcp",
     require_gpu: bool = True,
 ) -> dict:
-    """From a release-index entry: pinned to the immutable tag (optionally @digest), disk sized from the image."""
+    """From a release-index entry: pinned to the immutable tag (optionally @digest), disk sized from the image,
+    listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it)."""
     image = entry["tag"] + (f"@{entry['digest']}" if with_digest else "")
     size_gb = entry.get("size_bytes", 0) / 1e9
     container_disk = max(20, math.ceil(size_gb * 1.5 + 10))
     cell = entry["manifest"]["cell"]
+    features = entry["manifest"].get("image") or {}
+    jupyter = bool(features.get("jupyter"))
+    ports = ",".join(features.get("ports") or ["22/tcp"])
     env = [
         {"key": "HF_HOME", "value": "/workspace/.cache/huggingface"},
         {"key": "IMAGEKIT_REQUIRE_GPU", "value": "1" if require_gpu else "0"},
@@ -37,13 +68,32 @@ def template(
         "env": env,
         "isServerless": False,
         "dockerArgs": "",
-        "readme": (
-            f"torch {cell['torch']}+{cell['variant']}, transformers {cell['transformers']}, Python {cell['python']}. "
-            f"Needs an NVIDIA driver >= {entry['manifest']['driver']['minimum']}; GPUs: "
-            f"{', '.join(entry['manifest']['torch']['archs'])}. The entrypoint runs `imagekit doctor` (quick tier) "
-            "and refuses to start on a blocker."
-        ),
+        "readme": readme(entry, jupyter),
     }
+
+
+def readme(entry: dict, jupyter: bool) -> str:
+    m = entry["manifest"]
+    cell = m["cell"]
+    lines = [
+        f"# imagekit {cell['id']}",
+        f"torch {cell['torch']}+{cell['variant']}, transformers {cell['transformers']}, Python {cell['python']}; "
+        f"every package pinned by hash (image {entry['tag']}, digest {entry.get('digest', '?')}).",
+        f"Needs an NVIDIA driver >= {m['driver']['minimum']}; GPU architectures: {', '.join(m['torch']['archs'])}.",
+        "",
+        "SSH: add your public key to the account (PUBLIC_KEY); the image runs sshd on 22/tcp with key-only root "
+        "login. Use the direct TCP port for `ssh root@IP -p PORT 'cmd'`, scp, sftp and rsync (the proxied gateway "
+        "is a console only). Host key fingerprints are in the pod's logs.",
+        "Jupyter: JupyterLab on 8888/http, serving /workspace, password JUPYTER_PASSWORD."
+        if jupyter
+        else "Jupyter: not in this image (build it with `[image] jupyter = true`).",
+        "Volume: /workspace is the persistent volume; HF_HOME=/workspace/.cache/huggingface keeps model downloads. "
+        "Everything else is lost when the pod stops.",
+        "Start check: the pod checks the environment and torch's CUDA before anything runs; on a blocker it stays "
+        "up and the logs and login banner say what to fix. Launch with `imagekit-doctor && accelerate launch "
+        "train.py` so training never starts on a broken pod or silently on the CPU.",
+    ]
+    return "\n".join(lines)
 
 
 def mutation(template_input: dict) -> dict:

@@ -3,11 +3,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import shutil
+
 import pytest
 from typer.testing import CliRunner
 
 from imagekit import compat
 from imagekit.cli import build_app
+from imagekit.model import Cell
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -42,3 +45,54 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="session")
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden")) or os.environ.get("IMAGEKIT_UPDATE_GOLDEN") == "1"
+
+
+# ---- the real torch image, built, self-tested and published once per session (docker tests) -------------
+REAL_CELL = Cell("12.1", "2.1.2", "4.48.2", "3.11", ("accelerate==1.2.1", "numpy<2"))
+REPO = "imagekit-test/train"
+
+
+def _log(cid: str, msg: str) -> None:
+    print(f"{cid}: {msg}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from imagekit.effects.docker import Engine
+
+    return Engine()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory, engine):
+    from tests.registry import Registry, free_port
+
+    reg = Registry(tmp_path_factory.mktemp("registry"), free_port()).start()
+    yield reg
+    reg.stop()
+    shutil.rmtree(reg.root, ignore_errors=True)  # gigabytes of pushed blobs: pytest keeps its last tmp dirs
+    for image in engine.client.images.list():  # drop this session's tags; the layers stay cached
+        for tag in image.tags:
+            if tag.startswith(f"{reg.address}/"):
+                engine.remove(tag)
+
+
+@pytest.fixture(scope="session")
+def real_build(engine, registry, tmp_path_factory):
+    """The real torch cell, built, self-tested and published once for the session."""
+    state = tmp_path_factory.mktemp("state")
+    from imagekit.services.build import BuildOptions, build_cell
+
+    opts = BuildOptions(
+        repository=f"{registry.address}/{REPO}",
+        lock_dir=ROOT / "lockfiles",
+        state_dir=state,
+        release_index=state / "releases.json",
+        push=True,
+    )
+    result = build_cell(REAL_CELL, opts, engine, compat.load(), _log)
+    assert result.status == "published", result.error and result.error.render()
+    engine.tag(result.image_id, "imagekit-test/train", REAL_CELL.id)  # a stable local tag keeps the layer cache
+    return result, opts
+
+

@@ -24,53 +24,11 @@ from imagekit.services import fetch, publish, selftest
 from imagekit.services import lock as lock_service
 from imagekit.services.base import ensure_base
 from imagekit.services.build import BuildOptions, build_cell, clamp_mtimes
-from tests.conftest import ROOT
+from tests.conftest import REAL_CELL, REPO, ROOT, _log
 from tests.registry import Registry, free_port
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 
 pytestmark = [pytest.mark.docker]
-
-REAL_CELL = Cell("12.1", "2.1.2", "4.48.2", "3.11", ("accelerate==1.2.1", "numpy<2"))
-REPO = "imagekit-test/train"
-
-
-def _log(cid: str, msg: str) -> None:
-    print(f"{cid}: {msg}", flush=True)
-
-
-@pytest.fixture(scope="session")
-def engine() -> Engine:
-    return Engine()
-
-
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory, engine):
-    reg = Registry(tmp_path_factory.mktemp("registry"), free_port()).start()
-    yield reg
-    reg.stop()
-    shutil.rmtree(reg.root, ignore_errors=True)  # gigabytes of pushed blobs: pytest keeps its last tmp dirs
-    for image in engine.client.images.list():  # drop this session's tags; the layers stay cached
-        for tag in image.tags:
-            if tag.startswith(f"{reg.address}/"):
-                engine.remove(tag)
-
-
-@pytest.fixture(scope="session")
-def real_build(engine, registry, tmp_path_factory):
-    """The real torch cell, built, self-tested and published once for the session."""
-    state = tmp_path_factory.mktemp("state")
-    opts = BuildOptions(
-        repository=f"{registry.address}/{REPO}",
-        lock_dir=ROOT / "lockfiles",
-        state_dir=state,
-        release_index=state / "releases.json",
-        push=True,
-    )
-    result = build_cell(REAL_CELL, opts, engine, compat.load(), _log)
-    assert result.status == "published", result.error and result.error.render()
-    engine.tag(result.image_id, "imagekit-test/train", REAL_CELL.id)  # a stable local tag keeps the layer cache
-    return result, opts
-
 
 @pytest.mark.slow
 def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, registry):

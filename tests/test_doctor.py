@@ -267,48 +267,123 @@ def test_provider_detection():
     assert doc.detect_provider({})[0] is None
 
 
-class _Hub(http.server.BaseHTTPRequestHandler):
-    """Answers like the Hub's resolve endpoint: public 200, gated 403 with a token, 401 without, unknown 404."""
+# The Hub's answers, as huggingface_hub users meet them: repo info from /api/{models,datasets}/ID (public for gated
+# repos, 401 for private ones without access), files from /ID/resolve/main/FILE (LFS files redirect to a CDN), and
+# a gated file refused with 401 (no token) or 403 with the reason in X-Error-Message.
+LICENCE_403 = "Access to model org/gated is restricted and you are not in the authorized list. Visit https://huggingface.co/org/gated to ask for access."
+FINE_GRAINED_403 = "Access to model org/gated is restricted. Please enable access to public gated repositories in your fine-grained token settings to view this repository."
+TOKENS = {"Bearer accepted": "ok", "Bearer not-accepted": "licence", "Bearer fine-grained": "scope"}
+REPOS = {
+    "models/org/public": {"gated": False, "siblings": ["config.json", "model.safetensors"]},
+    "models/org/adapter": {"gated": False, "siblings": ["adapter_config.json", "adapter_model.safetensors"]},
+    "models/org/gguf": {"gated": "manual", "siblings": ["model-q4.gguf"]},
+    "models/org/gated": {"gated": "manual", "siblings": [".gitattributes", "config.json"]},
+    "models/org/private": {"gated": False, "private": True, "siblings": ["config.json"]},
+    "datasets/org/data": {"gated": False, "siblings": ["train.parquet"]},
+}
 
+
+class _Hub(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def do_HEAD(self):
-        token = self.headers.get("Authorization", "")
-        if self.path.startswith("/org/public/"):
-            code = 200
-        elif self.path.startswith("/org/gated/"):
-            code = 401 if not token else (200 if token == "Bearer accepted" else 403)
-        elif self.path.startswith("/org/private/"):
-            code = 401 if token in ("", "Bearer revoked") else 200
-        else:
-            code = 404
+    def _send(self, code, body=b"", headers=()):
         self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        token = self.headers.get("Authorization", "")
+        self.server.seen.append((self.path, token))
+        if self.path.startswith("/api/"):
+            kind, _, repo = self.path[len("/api/") :].partition("/")
+            info = REPOS.get(f"{kind}/{repo}")
+            if info is None or (info.get("private") and token != "Bearer accepted"):
+                return self._send(401 if info or not token else 404, b'{"error": "Repository not found"}')
+            doc = {**info, "siblings": [{"rfilename": f} for f in info["siblings"]]}
+            return self._send(200, json.dumps(doc).encode(), [("Content-Type", "application/json")])
+        path = self.path.lstrip("/")
+        repo_key = "models/" + path.split("/resolve/")[0] if not path.startswith("datasets/") else path.split("/resolve/")[0]
+        info = REPOS.get(repo_key)
+        if info is None:
+            return self._send(404)
+        if info.get("gated"):
+            who = TOKENS.get(token)
+            if not token:
+                return self._send(401, b"", [("X-Error-Code", "GatedRepo"), ("X-Error-Message", "Access restricted")])
+            if who == "licence":
+                return self._send(403, b"", [("X-Error-Code", "GatedRepo"), ("X-Error-Message", LICENCE_403)])
+            if who == "scope":
+                return self._send(403, b"", [("X-Error-Code", "GatedRepo"), ("X-Error-Message", FINE_GRAINED_403)])
+        if path.endswith((".safetensors", ".gguf")):  # LFS: a redirect to another origin, never followed
+            return self._send(302, b"", [("Location", "http://127.0.0.2:9/cdn")])
+        return self._send(206, b"{")
 
 
 @pytest.fixture
-def hub():
+def hub_server():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    server.seen = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield server
     server.shutdown()
+
+
+@pytest.fixture
+def hub(hub_server):
+    return f"http://127.0.0.1:{hub_server.server_address[1]}"
 
 
 @pytest.mark.parametrize(
     ("repo", "token", "status", "needle"),
     [
         ("org/public", None, "pass", "readable"),
+        ("org/adapter", None, "pass", "readable"),  # no config.json: still a repo
+        ("datasets/org/data", None, "pass", "readable"),
         ("org/gated", None, "fail", "no token was sent"),
         ("org/gated", "not-accepted", "fail", "licence is not accepted"),
-        ("org/gated", "accepted", "pass", "readable"),
+        ("org/gated", "fine-grained", "fail", "fine-grained and lacks access to public gated repos"),
+        ("org/gated", "accepted", "pass", "this token has access"),
+        ("org/gguf", "accepted", "pass", "this token has access"),  # a redirect means access; never followed
         ("org/private", "revoked", "fail", "rejected"),
+        ("org/private", "accepted", "pass", "private"),
         ("org/missing", "x", "fail", "404"),
     ],
 )
-def test_deep_hf_access(hub, repo, token, status, needle):
+def test_deep_hf_access(hub, hub_server, repo, token, status, needle):
     result = doc.check_hf_repo(repo, hub, token)
-    assert result["status"] == status and needle in result["message"]
+    assert result["status"] == status and needle in result["message"], result
+    assert all(path.startswith(("/api/", f"/{repo}", "/org/")) for path, _ in hub_server.seen)
+
+
+def test_hf_403_causes_from_the_hubs_messages():
+    assert doc.classify_hf_403(LICENCE_403)[0] == "licence"
+    assert doc.classify_hf_403(FINE_GRAINED_403)[0] == "token-scope"
+    assert doc.classify_hf_403("")[0] == "unknown"
+
+
+def test_hf_token_from_the_login_file(tmp_path, hub, hub_server):
+    """`hf auth login` saves $HF_HOME/token: a logged-in user is not told 'no token was sent'."""
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "token").write_text("accepted\n")
+    token, source = doc.hf_token({"HF_HOME": str(tmp_path / "hf")})
+    assert token == "accepted" and source == str(tmp_path / "hf" / "token")
+    assert doc.hf_token({"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": "env"}) == ("env", "HF_TOKEN")
+    (tmp_path / "elsewhere").write_text("not-accepted")
+    assert doc.hf_token({"HF_TOKEN_PATH": str(tmp_path / "elsewhere")})[0] == "not-accepted"
+    assert doc.hf_token({"HF_HOME": str(tmp_path / "empty")}) == (None, None)
+    venv = Path(sys.prefix)
+    res = subprocess.run(
+        [sys.executable, str(DOCTOR), "--tier", "deep", "--json", "--hf-repo", "org/gated"],
+        capture_output=True, text=True,
+        env={"PATH": str(venv / "bin"), "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub},
+    )
+    check = by_id(json.loads(res.stdout))["hf-access:org/gated"]
+    assert check["status"] == "pass" and check["evidence"]["token"] == str(tmp_path / "hf" / "token")
+    assert ("/org/gated/resolve/main/config.json", "Bearer accepted") in hub_server.seen
 
 
 def test_deep_tier_end_to_end(tmp_path, wheels, lock, hub):
@@ -349,3 +424,167 @@ def test_container_overlay_rootfs_is_ephemeral():
     )
     assert [c["status"] for c in checks] == ["warn", "pass"]
     assert "RunPod" in checks[0]["fix"]
+
+
+# ---- requirements with ranges ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("have", "spec", "ok"),
+    [
+        ("4.48.2", ">=4.48.0", True),
+        ("4.47.1", ">=4.48.0", False),
+        ("2.1.2+cu121", "==2.1.2", True),  # a local label satisfies the public version
+        ("2.1.2+cu121", "==2.1.2+cu118", False),
+        ("2.5.1", "~=2.5.0", True),
+        ("2.6.0", "~=2.5.0", False),
+        ("1.26.4", "<2", True),
+        ("2.0.0rc1", "<2", True),
+        ("2.0.0", "<2", False),
+        ("2.5.1", "==2.5.*", True),
+        ("2.50.1", "==2.5.*", False),
+        ("1.0.post1", ">1.0", True),
+        ("1.0.dev1", ">=1.0", False),
+        ("1.0", "!=1.0.0", False),
+    ],
+)
+def test_version_specifiers_with_the_standard_library(have, spec, ok):
+    (clauses,) = [c for _, _, c, _ in doc.parse_requirements(f"pkg{spec}\n")]
+    assert all(doc.version_satisfies(have, op, want) for op, want in clauses) is ok
+
+
+def test_expect_a_requirements_file_with_ranges(tmp_path, wheels):
+    venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0", "gamma==0.1")
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("# what the training code needs\nalpha>=1.0,<2\nbeta>=2.0  # ModernBERT-style floor\n")
+    code, report, _ = run_doctor(venv, tmp_path, "--expect", str(reqs))
+    check = by_id(report)["requirements"]
+    assert code == 0 and check["status"] == "pass" and "lock-drift" not in by_id(report)  # extras are not drift
+    reqs.write_text("alpha>=2.0\nbeta>=2.0\ndelta==1.0\nepsilon>=1; python_version < '3'\n")
+    code, report, _ = run_doctor(venv, tmp_path, "--expect", str(reqs))
+    check = by_id(report)["requirements"]
+    assert code == 1 and check["status"] == "fail"
+    assert "alpha>=2.0: 1.0 is installed" in check["message"] and "delta==1.0: not installed" in check["message"]
+    assert check["evidence"]["not_checked_markers"] == ["epsilon>=1; python_version < '3'"]
+    reqs.write_text("alpha>=>1\n")
+    code, report, _ = run_doctor(venv, tmp_path, "--expect", str(reqs))
+    assert code == 3 and "line 1" in by_id(report)["manifest"]["message"]
+
+
+# ---- writability -----------------------------------------------------------------------------------------
+def test_writability_is_a_blocker_with_a_fix(tmp_path):
+    ok = tmp_path / "vol"
+    ok.mkdir()
+    assert doc.check_writable([("workspace", str(ok / "not-yet" / "hf"))])[0]["status"] == "pass"
+    if os.geteuid() == 0:  # root ignores modes: drop to nobody in a child, as a non-root pod user would be
+        locked = tmp_path / "root-owned"
+        locked.mkdir(mode=0o755)
+        code = (
+            "import json, os, sys; sys.path.insert(0, %r); import imagekit_doctor as d; os.setgid(65534); "
+            "os.setuid(65534); print(json.dumps(d.check_writable([('workspace', %r)])))"
+            % (str(DOCTOR.parent), str(locked / "hf"))
+        )
+        tmp_path.chmod(0o755)
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        (check,) = json.loads(res.stdout)
+        assert check["status"] == "fail" and "uid 65534" in check["message"]
+        assert "chown -R 65534" in check["fix"] and check["evidence"]["owner_uid"] == 0
+
+
+# ---- GPUs the process can use, launch commands --------------------------------------------------------------
+def test_usable_gpus_follow_cuda_visible_devices():
+    gpus = doc.parse_smi_query((GPU / "nvidia-smi-query-h100x2.csv").read_text())
+    gpus[0]["uuid"], gpus[1]["uuid"] = "GPU-aaaa-1111", "GPU-bbbb-2222"
+    assert doc.usable_gpu_count(gpus, None) == 2
+    assert doc.usable_gpu_count(gpus, "1") == 1
+    assert doc.usable_gpu_count(gpus, "") == 0 and doc.usable_gpu_count(gpus, "-1") == 0
+    assert doc.usable_gpu_count(gpus, "0,7,1") == 1  # CUDA stops at the first entry naming no GPU
+    assert doc.usable_gpu_count(gpus, "GPU-bbbb") == 1
+
+
+def test_launch_command_options_override_the_config(tmp_path):
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\nuse_cpu: false\n")
+    launch = doc.launch_options(["accelerate", "launch", "--config_file", str(cfg), "train.py"])
+    assert launch["config_file"] == str(cfg)
+    assert doc.check_accelerate(None, 1, launch)["status"] == "fail"  # a 2-GPU config on 1 GPU hangs
+    launch = doc.launch_options(["accelerate", "launch", f"--config_file={cfg}", "--num_processes", "1", "t.py"])
+    assert doc.check_accelerate(None, 1, launch)["status"] == "pass"
+    launch = doc.launch_options(["torchrun", "--nproc_per_node=4", "train.py"])
+    assert launch["num_processes"] == 4 and doc.check_accelerate(None, 2, launch)["status"] == "fail"
+    assert doc.launch_options(["python", "train.py"]) == {}
+
+
+def test_doctor_guards_a_launch_command(tmp_path, wheels, lock):
+    venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text("num_processes: 2\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    accelerate = fake / "accelerate"
+    accelerate.write_text(  # a console script of the checked environment, as pip would write it
+        f"#!{venv}/bin/python\nimport sys\nopen({str(tmp_path / 'ran')!r}, 'w').write(' '.join(sys.argv[1:]))\n"
+    )
+    accelerate.chmod(0o755)
+    path = [venv / "bin", fake]
+    args = ["--expect", str(lock), "--", "accelerate", "launch", "--config_file", str(cfg), "train.py"]
+    res = subprocess.run(
+        [str(venv / "bin" / "python"), str(DOCTOR), "--tier", "quick", *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.pathsep.join(map(str, path)), "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf")},
+    )
+    assert res.returncode == 1 and "num_processes: 2" in res.stderr and "not launching" in res.stderr
+    assert not (tmp_path / "ran").exists()
+    args[args.index(str(cfg))] = str(tmp_path / "none.yaml")
+    cfg.rename(tmp_path / "none.yaml")
+    (tmp_path / "none.yaml").write_text("num_processes: 1\n")
+    res = subprocess.run(
+        [str(venv / "bin" / "python"), str(DOCTOR), "--tier", "quick", *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.pathsep.join(map(str, path)), "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf")},
+    )
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "ran").read_text().startswith("launch --config_file")
+
+
+# ---- the start check's CUDA probe ---------------------------------------------------------------------------
+def test_cuda_visible_devices_empty_is_classified():
+    quoted = json.loads((GPU / "torch-warnings.json").read_text())
+    assert doc.classify_cuda_failure("", "12.1", "")[0] == "cuda-visible-devices"
+    assert doc.classify_cuda_failure("", "12.1", "-1")[0] == "cuda-visible-devices"
+    assert doc.classify_cuda_failure(quoted["forward-compat-804"], "12.1", "0")[0] == "forward-compat-804"
+    assert doc.classify_cuda_failure(quoted["driver-combination-803"], "12.1", None)[0] == "driver-combination-803"
+
+
+def _fake_torch(root: Path, init_error: str) -> Path:
+    """A `torch` module whose CUDA is as broken as the quoted text says (the probe runs it in a child process)."""
+    pkg = root / "torch"
+    (pkg / "cuda").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "import types\n__version__ = '2.1.2+cu121'\nversion = types.SimpleNamespace(cuda='12.1')\nfrom . import cuda\n"
+    )
+    (pkg / "cuda" / "__init__.py").write_text(
+        f"def is_available():\n    return False\ndef init():\n    raise RuntimeError({init_error!r})\n"
+    )
+    return root
+
+
+@pytest.mark.parametrize(
+    ("env", "cause"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": ""}, "cuda-visible-devices"),
+        ({"IMAGEKIT_QUOTE": "forward-compat-804"}, "forward-compat-804"),
+        ({"IMAGEKIT_QUOTE": "no-driver"}, "no-driver"),
+    ],
+)
+def test_start_tier_probes_torch_when_a_gpu_is_required(tmp_path, wheels, env, cause):
+    quoted = json.loads((GPU / "torch-warnings.json").read_text())
+    site = _fake_torch(tmp_path / "site", quoted.get(env.get("IMAGEKIT_QUOTE", ""), "CUDA unavailable"))
+    venv = make_venv(tmp_path / "v", wheels)
+    base = {"PYTHONPATH": str(site)}
+    code, report, _ = run_doctor(venv, tmp_path, "--tier", "start", env={**base, **env})
+    assert "cpu-fallback" not in by_id(report) and "torch-probe" not in by_id(report)  # no GPU expected: no probe
+    code, report, _ = run_doctor(venv, tmp_path, "--tier", "start", env={**base, **env, "IMAGEKIT_REQUIRE_GPU": "1"})
+    check = by_id(report)["cpu-fallback"]
+    assert code == 1 and check["status"] == "fail" and check["evidence"]["cause"] == cause
+    assert "silently run on the CPU" in check["message"] and check["fix"]

@@ -11,15 +11,15 @@ import pytest
 
 KEY = "rp_secret_key_123"
 CELL = "cu121-torch2.1.2-py3.11-tf4.48.2"
-TAG = f"127.0.0.1:5000/imagekit/train:{CELL}-0123456789ab"
+TAG = f"ghcr.io/acme/train:{CELL}-0123456789ab"
+LOCAL_TAG = f"127.0.0.1:5000/imagekit/train:{CELL}-0123456789ab"
 DIGEST = "sha256:" + "a" * 64
 
 
-@pytest.fixture
-def index(tmp_path):
+def _write_index(path, tag, image=None):
     entry = {
-        "tag": TAG,
-        "alias": f"127.0.0.1:5000/imagekit/train:{CELL}",
+        "tag": tag,
+        "alias": tag.rsplit("-", 1)[0],
         "digest": DIGEST,
         "size_bytes": 5_318_482_994,
         "lock_hash": "b" * 64,
@@ -29,11 +29,16 @@ def index(tmp_path):
             "cell": {"id": CELL, "torch": "2.1.2", "variant": "cu121", "transformers": "4.48.2", "python": "3.11"},
             "driver": {"minimum": "525.60.13"},
             "torch": {"archs": ["sm_80", "sm_90"]},
+            **({"image": image} if image else {}),
         },
     }
-    path = tmp_path / "index.json"
-    path.write_text(json.dumps({"schema": 1, "images": {TAG: entry}}))
+    path.write_text(json.dumps({"schema": 1, "images": {tag: entry}}))
     return path
+
+
+@pytest.fixture
+def index(tmp_path):
+    return _write_index(tmp_path / "index.json", TAG, {"ports": ["22/tcp"], "jupyter": False})
 
 
 def test_template_is_pinned_to_the_immutable_tag(app, runner, index):
@@ -46,6 +51,8 @@ def test_template_is_pinned_to_the_immutable_tag(app, runner, index):
     assert tpl["containerDiskInGb"] >= 18  # sized from the 5.3 GB image
     assert {"key": "HF_HOME", "value": "/workspace/.cache/huggingface"} in tpl["env"]
     assert {"key": "IMAGEKIT_REQUIRE_GPU", "value": "1"} in tpl["env"]
+    assert tpl["ports"] == "22/tcp"  # only what the image serves: no Jupyter in it
+    assert "PUBLIC_KEY" in tpl["readme"] and "/workspace" in tpl["readme"] and "not in this image" in tpl["readme"]
     res = runner.invoke(app, ["runpod-template", TAG, "--release-index", str(index), "--digest"])
     assert json.loads(res.stdout)["variables"]["input"]["imageName"] == f"{TAG}@{DIGEST}"
 
@@ -108,3 +115,48 @@ def test_create_without_a_key_is_usage_error(app, runner, index, monkeypatch):
 def test_unpublished_cell_is_refused(app, runner, index):
     res = runner.invoke(app, ["runpod-template", "cu999-torch9-py3.99-tf0", "--release-index", str(index)])
     assert res.exit_code == 2 and "hint:" in res.output
+
+
+def test_jupyter_image_lists_its_port(app, runner, tmp_path):
+    path = _write_index(tmp_path / "i.json", TAG, {"ports": ["22/tcp", "8888/http"], "jupyter": True})
+    tpl = json.loads(runner.invoke(app, ["runpod-template", CELL, "--release-index", str(path)]).stdout)
+    tpl = tpl["variables"]["input"]
+    assert tpl["ports"] == "22/tcp,8888/http" and "JUPYTER_PASSWORD" in tpl["readme"]
+
+
+@pytest.mark.parametrize(
+    ("image", "why"),
+    [
+        ("127.0.0.1:5000/imagekit/train:x", "loopback"),
+        ("localhost:5000/train:x", "local name"),
+        ("192.168.1.20:5000/train:x", "private"),
+        ("10.0.0.5/train:x", "private"),
+        ("[::1]:5000/train:x", "loopback"),
+        ("registry.internal/train:x", "local name"),
+    ],
+)
+def test_unreachable_registries(image, why):
+    from imagekit import runpod
+
+    assert why in runpod.unreachable_registry(image)
+
+
+@pytest.mark.parametrize("image", ["ghcr.io/acme/train:x", "acme/train:x", "train:x", "docker.io/acme/train:x"])
+def test_public_registries(image):
+    from imagekit import runpod
+
+    assert runpod.unreachable_registry(image) is None
+
+
+def test_create_refuses_a_loopback_registry(app, runner, tmp_path, runpod, monkeypatch):
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    path = _write_index(tmp_path / "i.json", LOCAL_TAG)
+    args = ["runpod-template", CELL, "--release-index", str(path), "--create", "--api-url", runpod]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "no pod can pull" in res.output and "hint:" in res.output
+    assert _RunPod.seen == []  # nothing was sent
+    printed = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(path)])
+    assert printed.exit_code == 0 and "warning: no pod can pull" in printed.stderr
+    res = runner.invoke(app, [*args, "--allow-private-registry"])
+    assert res.exit_code == 0 and _RunPod.seen[0]["body"]["variables"]["input"]["imageName"] == LOCAL_TAG
+    assert res.exit_code == 0

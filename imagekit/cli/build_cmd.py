@@ -92,6 +92,7 @@ def register(app: typer.Typer) -> None:
             require_gpu=require_gpu,
             settings=locking.LockSettings(index_url=index_url, torch_index_base=torch_index_url),
             bases=config.bases,
+            options=config.options,
             username=os.environ.get("IMAGEKIT_REGISTRY_USER"),
             password=os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
         )
@@ -209,6 +210,12 @@ def register(app: typer.Typer) -> None:
         volume_gb: Annotated[int, typer.Option(help="Volume size mounted at /workspace.")] = 50,
         create: Annotated[bool, typer.Option("--create", help="Call RunPod's API (needs RUNPOD_API_KEY).")] = False,
         api_url: Annotated[str, typer.Option(help="RunPod GraphQL endpoint.")] = "https://api.runpod.io/graphql",
+        allow_private_registry: Annotated[
+            bool,
+            typer.Option(
+                "--allow-private-registry", help="Create it even though the image is on a loopback/private registry."
+            ),
+        ] = False,
     ) -> None:
         """Print the RunPod template (saveTemplate input) for a published image; --create saves it on RunPod."""
         from imagekit.effects import runpod_api
@@ -224,9 +231,18 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
         entry = max(matches, key=lambda e: e.get("published_at", ""))
         body = runpod.mutation(runpod.template(entry, with_digest=digest, volume_gb=volume_gb))
+        unreachable = runpod.unreachable_registry(entry["tag"])
+        hint = (
+            "publish to a registry pods can pull from (`imagekit build --push --registry ghcr.io/ORG/REPO`), "
+            "or pass --allow-private-registry if your pods reach it"
+        )
         if not create:
+            if unreachable:
+                err_console().print(f"warning: no pod can pull {entry['tag']}: {unreachable}\nhint: {hint}")
             out_json(body)
             return
+        if unreachable and not allow_private_registry:
+            raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", hint)
         key = os.environ.get("RUNPOD_API_KEY")
         if not key:
             raise UsageError("--create needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")

@@ -1,12 +1,13 @@
 """imagekit doctor: prove the environment is the pinned one, and block a launch when it is not.
 
 Standard library only (this file runs as-is inside every image, under any Python >= 3.8), no network except the
---deep tier, no telemetry. Tiers: quick (no torch import, no CUDA context), standard (adds one probe of the
-target interpreter in a child process with a timeout), deep (adds Hugging Face access checks).
+--deep tier, no telemetry. Tiers: quick (no torch import, no CUDA context), start (quick, plus the torch CUDA probe
+whenever a GPU is expected: the image's start check), standard (the probe always, in a child process with a
+timeout), deep (adds Hugging Face access checks).
 
 Exit codes: 0 ok; 1 a blocker (or a warning under --strict); 2 bad usage; 3 a check could not run.
-Usage: `imagekit_doctor.py [--tier quick|standard|deep] [--expect FILE] [--python PATH] [--json] [--strict]
-[--require-gpu] [--path DIR ...] [--hf-repo ORG/NAME ...]`.
+Usage: `imagekit_doctor.py [--tier quick|start|standard|deep] [--expect FILE] [--python PATH] [--json] [--strict]
+[--require-gpu] [--path DIR ...] [--hf-repo ORG/NAME ...] [-- LAUNCH COMMAND ...]`.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 DEFAULT_MANIFEST = "/etc/imagekit/manifest.json"
 VENV_SEEDS = {"pip", "setuptools", "wheel"}
 EPHEMERAL_FS = {"overlay", "tmpfs", "aufs", "fuse-overlayfs", "ramfs", "squashfs"}
-TIERS = ("quick", "standard", "deep")
+TIERS = ("quick", "start", "standard", "deep")
 
 # Torch's own texts when CUDA cannot be used, and what each means (quoted from PyTorch / NVIDIA sources).
 CUDA_CAUSES = [
@@ -73,8 +76,34 @@ def result(cid, status, message, fix="", evidence=None):
 # ---------------------------------------------------------------------------------------------------------
 # What is expected
 # ---------------------------------------------------------------------------------------------------------
+REQUIREMENT = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?\s*([^;]*?)\s*(;.*)?$")
+CLAUSE = re.compile(r"^\s*(===|==|!=|~=|>=|<=|>|<)\s*([A-Za-z0-9.*+!_-]+)\s*$")
+
+
+def parse_requirements(text, path="<requirements>"):
+    """[(name, specifier text, [(op, version)], marker)] from a requirements/lock file (hashes and options skipped)."""
+    out = []
+    logical = re.sub(r"\\\r?\n", " ", text)
+    for number, raw in enumerate(logical.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        line = re.sub(r"\s--hash[= ]\S+", "", line).strip()
+        if not line or line.startswith("-"):
+            continue
+        m = REQUIREMENT.match(line)
+        if not m:
+            raise ValueError(f"{path}: line {number}: not a requirement: {line!r}")
+        clauses = []
+        for part in [p for p in m.group(2).split(",") if p.strip()]:
+            c = CLAUSE.match(part)
+            if not c or (c.group(1) != "===" and parse_version(c.group(2).rstrip(".*")) is None):
+                raise ValueError(f"{path}: line {number}: cannot read the version specifier {part.strip()!r}")
+            clauses.append((c.group(1), c.group(2)))
+        out.append((canon(m.group(1)), m.group(2).replace(" ", ""), clauses, (m.group(3) or "")[1:].strip()))
+    return out
+
+
 def load_expectation(path):
-    """A manifest (JSON) or a lockfile (pins with ==), as {"distributions": {...}, ...}."""
+    """A manifest (JSON), a lockfile (every line name==version), or a requirements file with ranges."""
     with open(path) as fh:
         text = fh.read()
     if text.lstrip().startswith("{"):
@@ -82,14 +111,100 @@ def load_expectation(path):
         if "distributions" not in doc:
             raise ValueError(f"{path}: a JSON file without 'distributions' is not an imagekit manifest")
         return doc
-    pins = {}
-    for line in text.splitlines():
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", line)
-        if m:
-            pins[canon(m.group(1))] = m.group(2)
-    if not pins:
-        raise ValueError(f"{path}: neither an imagekit manifest nor a lockfile with name==version pins")
-    return {"distributions": pins, "source": path}
+    reqs = parse_requirements(text, path)
+    if not reqs:
+        raise ValueError(f"{path}: neither an imagekit manifest nor a requirements/lock file")
+    exact = all(len(c) == 1 and c[0][0] == "==" and "*" not in c[0][1] and not marker for _, _, c, marker in reqs)
+    if exact:
+        return {"distributions": {name: c[0][1] for name, _, c, _ in reqs}, "source": path}
+    return {"requirements": reqs, "source": path}
+
+
+# PEP 440 ordering with the standard library only (the doctor cannot assume `packaging` is installed).
+VERSION = re.compile(
+    r"^v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
+    r"(?:-(\d+)|[-_.]?(post|rev|r)[-_.]?(\d*))?(?:[-_.]?(dev)[-_.]?(\d*))?(?:\+([a-z0-9]+(?:[-_.][a-z0-9]+)*))?$",
+    re.I,
+)
+PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+
+
+def parse_version(text):
+    """(sort key, release tuple, local label) or None."""
+    m = VERSION.match((text or "").strip())
+    if not m:
+        return None
+    release = tuple(int(x) for x in m.group(2).split("."))
+    trimmed = list(release)
+    while len(trimmed) > 1 and trimmed[-1] == 0:
+        trimmed.pop()
+    pre = (PRE[m.group(3).lower()], int(m.group(4) or 0)) if m.group(3) else None
+    post = int(m.group(5)) if m.group(5) else (int(m.group(7) or 0) if m.group(6) else None)
+    dev = int(m.group(9) or 0) if m.group(8) else None
+    if pre is None and post is None and dev is not None:
+        pre_key = (-1, 0, 0)
+    elif pre is None:
+        pre_key = (1, 0, 0)
+    else:
+        pre_key = (0,) + pre
+    key = (int(m.group(1) or 0), tuple(trimmed), pre_key, (-1, 0) if post is None else (0, post),
+           (1, 0) if dev is None else (0, dev))
+    return key, release, (m.group(10) or "").lower()
+
+
+def version_satisfies(have, op, want):
+    """Does installed version `have` meet `op want`? (Pre-releases count: the question is what is installed.)"""
+    if op == "===":
+        return have == want
+    h = parse_version(have)
+    if h is None:
+        return False
+    if want.endswith(".*") and op in ("==", "!="):
+        prefix = tuple(int(x) for x in want[:-2].split("."))
+        match = h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
+        return match if op == "==" else not match
+    w = parse_version(want)
+    if w is None:
+        return False
+    hk = h[0]
+    if op in ("==", "!="):
+        same = hk == w[0] and (not w[2] or h[2] == w[2])
+        return same if op == "==" else not same
+    if op == ">=":
+        return hk >= w[0]
+    if op == "<=":
+        return hk <= w[0]
+    if op == ">":
+        return hk > w[0]
+    if op == "<":
+        return hk < w[0]
+    if op == "~=":
+        prefix = w[1][:-1] if len(w[1]) > 1 else w[1]
+        return hk >= w[0] and h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
+    return False
+
+
+def check_requirements(env, expectation):
+    """Each requirement of a requirements file (ranges allowed) against what is installed."""
+    have = {canon(k): v["version"] for k, v in env["dists"].items()}
+    broken, skipped, ok = [], [], 0
+    for name, spec, clauses, marker in expectation["requirements"]:
+        if marker:
+            skipped.append(f"{name}{spec}; {marker}")
+            continue
+        if name not in have:
+            broken.append(f"{name}{spec}: not installed")
+        elif not all(version_satisfies(have[name], op, want) for op, want in clauses):
+            broken.append(f"{name}{spec}: {have[name]} is installed")
+        else:
+            ok += 1
+    ev = {"source": expectation.get("source"), "broken": broken, "not_checked_markers": skipped, "satisfied": ok}
+    if broken:
+        return result("requirements", "fail", f"the environment breaks {len(broken)} requirement(s) of "
+                      f"{expectation.get('source')}: " + "; ".join(broken[:8]),
+                      "install what the requirements ask for, or use an image built for them", ev)
+    return result("requirements", "pass", f"{ok} requirement(s) of {expectation.get('source')} are satisfied"
+                  + (f" ({len(skipped)} with environment markers not checked)" if skipped else ""), "", ev)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -230,14 +345,34 @@ def check_drift(env, manifest):
 # NVIDIA driver and GPUs (no torch)
 # ---------------------------------------------------------------------------------------------------------
 def parse_smi_query(text):
-    """`nvidia-smi --query-gpu=index,name,driver_version,compute_cap,memory.total --format=csv,noheader`."""
+    """`nvidia-smi --query-gpu=index,name,driver_version,compute_cap,memory.total,uuid --format=csv,noheader`."""
     gpus = []
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 4 and re.match(r"^\d+$", parts[0]):
             gpus.append({"index": int(parts[0]), "name": parts[1], "driver": parts[2], "compute_cap": parts[3],
-                         "memory": parts[4] if len(parts) > 4 else ""})
+                         "memory": parts[4] if len(parts) > 4 else "", "uuid": parts[5] if len(parts) > 5 else ""})
     return gpus
+
+
+def usable_gpu_count(gpus, cuda_visible_devices):
+    """GPUs a CUDA process can use: CUDA_VISIBLE_DEVICES (indices or GPU-/MIG- UUID prefixes) filters the driver's
+    list, and CUDA stops reading it at the first entry that names no GPU (so "" or "-1" hides them all)."""
+    if cuda_visible_devices is None:
+        return len(gpus)
+    seen = []
+    for entry in cuda_visible_devices.split(","):
+        entry = entry.strip()
+        if re.fullmatch(r"\d+", entry):
+            match = [g for g in gpus if g["index"] == int(entry)]
+        elif entry.startswith(("GPU-", "MIG-")):
+            match = [g for g in gpus if g.get("uuid") and g["uuid"].startswith(entry)]
+        else:
+            match = []
+        if len(match) != 1 or match[0]["index"] in seen:
+            break
+        seen.append(match[0]["index"])
+    return len(seen)
 
 
 def classify_smi_failure(text):
@@ -253,7 +388,7 @@ def query_gpus():
     if not smi:
         return [], None, False
     try:
-        res = subprocess.run([smi, "--query-gpu=index,name,driver_version,compute_cap,memory.total",
+        res = subprocess.run([smi, "--query-gpu=index,name,driver_version,compute_cap,memory.total,uuid",
                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [], str(exc), True
@@ -343,6 +478,11 @@ with warnings.catch_warnings(record=True) as caught:
         out["count"] = torch.cuda.device_count() if out["available"] else 0
     except Exception as exc:
         out["available"] = False; out["init_error"] = repr(exc)
+    if not out.get("available") and "init_error" not in out and out["cuda"]:
+        try:
+            torch.cuda.init()  # is_available() hides why; init() raises torch's own text
+        except Exception as exc:
+            out["init_error"] = repr(exc)
     if out.get("available"):
         out["arch_list"] = torch.cuda.get_arch_list()
         try:
@@ -355,18 +495,26 @@ print(json.dumps(out))
 """
 
 
-def classify_cuda_failure(text, torch_cuda):
+HIDING_CVD = ("", "-1", "none", "void", "nodevfiles")
+
+
+def classify_cuda_failure(text, torch_cuda, cuda_visible_devices=None):
     if torch_cuda is None:
         return ("cpu-only-wheel", "this torch is a CPU-only build (torch.version.cuda is None)",
                 "install the CUDA build the image pins; a CPU wheel replaced it")
+    if cuda_visible_devices is not None and cuda_visible_devices.strip().lower() in HIDING_CVD:
+        return ("cuda-visible-devices", f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} hides every GPU from torch",
+                "unset CUDA_VISIBLE_DEVICES, or list the GPUs to use (e.g. CUDA_VISIBLE_DEVICES=0,1)")
     for cid, pattern, what, fix in CUDA_CAUSES:
         if re.search(pattern, text or "", re.I):
             return cid, what, fix
     return ("unknown", "CUDA could not be initialised", "read the warnings in the evidence")
 
 
-def check_torch_probe(python, gpu_state, timeout):
+def check_torch_probe(python, gpu_state, timeout, gpu_required=False):
+    """The torch CUDA probe. GPUs visible to the driver (or required) while torch sees none is a blocker."""
     gpus = gpu_state[0]
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     try:
         res = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -382,15 +530,17 @@ def check_torch_probe(python, gpu_state, timeout):
     text = " ".join(probe.get("warnings", [])) + " " + probe.get("init_error", "") + " " + probe.get("kernel_error", "")
     if probe.get("available"):
         if "kernel_error" in probe:
-            cid, what, fix = classify_cuda_failure(text, probe.get("cuda"))
+            cid, what, fix = classify_cuda_failure(text, probe.get("cuda"), cvd)
             return result("torch-probe", "fail", f"a CUDA kernel failed: {what}", fix, probe)
         return result("torch-probe", "pass", f"torch {probe['version']} sees {probe['count']} GPU(s); a kernel ran",
                       "", probe)
-    if gpus:
-        cid, what, fix = classify_cuda_failure(text, probe.get("cuda"))
+    if gpus or gpu_required:
+        cid, what, fix = classify_cuda_failure(text, probe.get("cuda"), cvd)
         probe["cause"] = cid
-        return result("cpu-fallback", "fail", f"{len(gpus)} GPU(s) visible to the driver but torch sees none: "
-                      f"{what}. Training would silently run on the CPU", fix, probe)
+        probe["cuda_visible_devices"] = cvd
+        seen = f"{len(gpus)} GPU(s) visible to the driver" if gpus else "a GPU is required (IMAGEKIT_REQUIRE_GPU=1)"
+        return result("cpu-fallback", "fail", f"{seen} but torch sees none: {what}. Training would silently run "
+                      "on the CPU", fix, probe)
     return result("torch-probe", "skip", f"torch {probe['version']} imports; no GPU to probe", "", probe)
 
 
@@ -433,23 +583,61 @@ def parse_flat_config(text):
     return out
 
 
-def check_accelerate(path, gpu_count):
-    if not path:
+def launch_options(command):
+    """What a launch command decides for itself: accelerate's --config_file/--num_processes/--num_machines/--cpu,
+    torchrun's --nproc_per_node. {} for other commands."""
+    argv = list(command or [])
+    words = [os.path.basename(a) for a in argv[:4]]
+    if "accelerate" in words and "launch" in argv[:4]:
+        names = {"--config_file": "config_file", "--num_processes": "num_processes",
+                 "--num_machines": "num_machines", "--cpu": "use_cpu"}
+    elif any(w in ("torchrun", "torch.distributed.run") for w in argv[:4]):
+        names = {"--nproc_per_node": "num_processes", "--nproc-per-node": "num_processes",
+                 "--nnodes": "num_machines"}
+    else:
+        return {}
+    opts = {"tool": "accelerate" if "use_cpu" in names.values() else "torchrun"}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        key, _, inline = word.partition("=")
+        if key in names:
+            if names[key] == "use_cpu":
+                opts["use_cpu"] = True
+            else:
+                value = inline if inline else (argv[i + 1] if i + 1 < len(argv) else "")
+                i += 0 if inline else 1
+                opts[names[key]] = int(value) if re.fullmatch(r"\d+", value) else value
+        i += 1
+    return opts
+
+
+def check_accelerate(path, gpu_count, launch=None):
+    launch = launch or {}
+    if launch.get("config_file"):
+        path = launch["config_file"]
+    if not path and not launch.get("num_processes"):
         return result("accelerate-config", "skip", "no accelerate config found", "", {"searched": hf_home()})
-    try:
-        with open(path) as fh:
-            cfg = parse_flat_config(fh.read())
-    except (OSError, ValueError) as exc:
-        return result("accelerate-config", "fail", f"cannot read {path}: {exc}", "rewrite it with `accelerate config`")
+    cfg = {}
+    if path:
+        try:
+            with open(path) as fh:
+                cfg = parse_flat_config(fh.read())
+        except (OSError, ValueError) as exc:
+            return result("accelerate-config", "fail", f"cannot read {path}: {exc}",
+                          "rewrite it with `accelerate config`")
+    cfg.update({k: v for k, v in launch.items() if k in ("num_processes", "num_machines", "use_cpu")})
+    path = path or "the launch command"
     ev = {"path": path, "num_processes": cfg.get("num_processes"), "use_cpu": cfg.get("use_cpu"),
-          "distributed_type": cfg.get("distributed_type"), "gpus": gpu_count, "num_machines": cfg.get("num_machines")}
+          "distributed_type": cfg.get("distributed_type"), "gpus": gpu_count, "num_machines": cfg.get("num_machines"),
+          "launch": launch}
     procs = cfg.get("num_processes")
     machines = cfg.get("num_machines") or 1
     if cfg.get("use_cpu"):
         return result("accelerate-config", "warn", f"{path} sets use_cpu: true: training runs on the CPU",
                       "set use_cpu: false (accelerate config)", ev)
     if isinstance(procs, int) and machines == 1:
-        if procs > gpu_count:
+        if procs > max(gpu_count, 1):  # one process never waits for ranks
             return result("accelerate-config", "fail", f"{path} asks for num_processes: {procs} but this machine has "
                           f"{gpu_count} GPU(s): the launch would hang waiting for ranks",
                           f"set num_processes: {max(gpu_count, 1)} or pass --num_processes", ev)
@@ -509,6 +697,33 @@ def check_paths(paths, mountinfo_text, provider_hint):
     return out
 
 
+def check_writable(paths):
+    """The runtime user must be able to write each path (or the folder it will be created in): a root-owned volume
+    on /workspace refuses a non-root user, and HF downloads and the first checkpoint save then fail mid-run."""
+    out = []
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    for label, path in paths:
+        probe = existing_parent(path)
+        ev = {"path": path, "probe": probe, "uid": uid}
+        try:
+            st = os.stat(probe)
+            ev.update(owner_uid=st.st_uid, mode=oct(st.st_mode & 0o7777))
+            fd, tmp = tempfile.mkstemp(prefix=".imagekit-write-test-", dir=probe)
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as exc:
+            if exc.errno == 30:  # EROFS
+                fix = f"mount the volume at {probe} read-write"
+            else:
+                fix = (f"run as root (pod platforms mount volumes root-owned), or give uid {uid} the folder: "
+                       f"chown -R {uid} {probe}")
+            out.append(result(f"writable-{label}", "fail", f"{path}: the runtime user (uid {uid}) cannot write "
+                              f"{probe}: {exc.strerror}", fix, ev))
+            continue
+        out.append(result(f"writable-{label}", "pass", f"{path} is writable (uid {uid})", "", ev))
+    return out
+
+
 def check_disk(paths, min_free_gb=10.0):
     out = []
     seen = set()
@@ -556,31 +771,116 @@ def detect_provider(environ=None):
 # ---------------------------------------------------------------------------------------------------------
 # Deep tier: Hugging Face access (network)
 # ---------------------------------------------------------------------------------------------------------
-def check_hf_repo(repo, endpoint, token, timeout=15):
-    url = f"{endpoint.rstrip('/')}/{repo}/resolve/main/config.json"
-    req = urllib.request.Request(url, method="HEAD", headers={"Authorization": f"Bearer {token}"} if token else {})
+def hf_token(environ=None):
+    """(token, where it came from) as huggingface_hub finds it: HF_TOKEN, else the file `hf auth login` saved
+    ($HF_TOKEN_PATH, default $HF_HOME/token)."""
+    env = os.environ if environ is None else environ
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        if env.get(var, "").strip():
+            return env[var].strip(), var
+    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface")
+    path = os.path.expanduser(env.get("HF_TOKEN_PATH") or os.path.join(home, "token"))
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            code = resp.status
+        with open(path) as fh:
+            token = fh.read().strip()
+    except OSError:
+        return None, None
+    return (token, path) if token else (None, None)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: the token must not travel to another origin, and a redirect already means access."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def _hub_get(url, token, timeout, extra=None):
+    """(status, headers, body text) without following redirects."""
+    headers = dict(extra or {})
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, headers=headers)
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            return resp.status, resp.headers, resp.read(1 << 20).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
-        code = exc.code
-    except (urllib.error.URLError, OSError) as exc:
-        return result(f"hf-access:{repo}", "error", f"cannot reach {endpoint}: {exc}", "check network access", {})
-    ev = {"url": url, "status": code, "token": "set" if token else "absent"}
-    if code in (200, 302, 307):
-        return result(f"hf-access:{repo}", "pass", f"{repo}: readable", "", ev)
+        body = exc.read(1 << 16).decode("utf-8", "replace") if exc.fp else ""
+        return exc.code, exc.headers, body
+
+
+def _hub_message(headers, body):
+    text = (headers.get("X-Error-Message") if headers else None) or ""
+    if not text:
+        try:
+            text = json.loads(body).get("error", "")
+        except (ValueError, AttributeError):
+            text = body
+    return (text or "").strip()[:300]
+
+
+def classify_hf_403(message):
+    """The two 403s users meet on gated repos, told apart by the Hub's own message."""
+    m = message.lower()
+    if "fine-grained" in m or "public gated repositories" in m or ("token" in m and "scope" in m):
+        return ("token-scope", "the token is fine-grained and lacks access to public gated repos",
+                "enable 'Read access to contents of all public gated repos you can access' on the token "
+                "(huggingface.co/settings/tokens), or use a read token")
+    if any(k in m for k in ("authorized list", "awaiting", "accept", "ask for access", "request access",
+                            "restricted", "gated")):
+        return ("licence", "the licence is not accepted (or the access request is pending) for this account",
+                "accept the licence on the repo's page with the account that owns the token")
+    return ("unknown", "the licence is not accepted for this account, or a fine-grained token lacks gated-repo access",
+            "accept the licence on the repo's page, or enable 'public gated repos' on the token")
+
+
+def check_hf_repo(repo, endpoint, token, timeout=15, token_source=None):
+    """Can this token read the repo? Models, `datasets/ORG/NAME` and `spaces/ORG/NAME`; any files (adapters and
+    GGUF repos have no config.json). The repo's info first, then, for a gated repo, one of its files."""
+    cid = f"hf-access:{repo}"
+    kind, name, prefix = "models", repo, ""
+    for plural in ("datasets", "spaces"):
+        if repo.startswith(plural + "/"):
+            kind, name, prefix = plural, repo[len(plural) + 1:], plural + "/"
+    base = endpoint.rstrip("/")
+    sent = token_source or ("set" if token else "absent")
+    ev = {"repo": repo, "token": sent}
+    try:
+        code, headers, body = _hub_get(f"{base}/api/{kind}/{name}", token, timeout)
+        ev["info_status"] = code
+        if code == 200:
+            info = json.loads(body or "{}")
+            ev["gated"] = info.get("gated", False)
+            if not info.get("gated"):
+                return result(cid, "pass", f"{repo}: readable" + (" (private, the token has access)"
+                                                                 if info.get("private") else ""), "", ev)
+            files = [f.get("rfilename") for f in info.get("siblings") or [] if f.get("rfilename")]
+            pick = next((f for f in ("config.json", "README.md", ".gitattributes") if f in files),
+                        files[0] if files else ".gitattributes")
+            url = f"{base}/{prefix}{name}/resolve/main/{urllib.parse.quote(pick)}"
+            code, headers, body = _hub_get(url, token, timeout, {"Range": "bytes=0-0"})
+            ev.update(file=pick, file_status=code)
+            if code in (200, 206, 301, 302, 303, 307, 308):
+                return result(cid, "pass", f"{repo}: gated, and this token has access", "", ev)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return result(cid, "error", f"cannot reach {endpoint}: {exc}", "check network access", ev)
+    message = _hub_message(headers, body)
+    ev.update(status=code, hub_message=message)
     if code == 401:
-        why = "no token was sent" if not token else "the token was rejected (expired or revoked)"
-        return result(f"hf-access:{repo}", "fail", f"{repo}: HTTP 401, {why}",
-                      "set HF_TOKEN to a valid token (huggingface.co/settings/tokens)", ev)
+        if not token:
+            return result(cid, "fail", f"{repo}: HTTP 401, no token was sent (gated or private)",
+                          "log in (`hf auth login`) or set HF_TOKEN (huggingface.co/settings/tokens)", ev)
+        return result(cid, "fail", f"{repo}: HTTP 401, the token from {sent} was rejected (expired or revoked), "
+                      "or the repo is private and not yours", "create a new token and `hf auth login` again", ev)
     if code == 403:
-        return result(f"hf-access:{repo}", "fail", f"{repo}: HTTP 403, the licence is not accepted for this account, "
-                      "or a fine-grained token lacks gated-repo access",
-                      f"accept the licence on the model page, or enable 'public gated repos' on the token", ev)
+        cause, what, fix = classify_hf_403(message)
+        ev["cause"] = cause
+        return result(cid, "fail", f"{repo}: HTTP 403, {what}" + (f" (Hub: {message})" if message else ""), fix, ev)
     if code == 404:
-        return result(f"hf-access:{repo}", "fail", f"{repo}: HTTP 404, no such repo (or private and not yours)",
-                      "check the repo id", ev)
-    return result(f"hf-access:{repo}", "error", f"{repo}: unexpected HTTP {code}", "", ev)
+        return result(cid, "fail", f"{repo}: HTTP 404, no such repo (or private and not yours)", "check the repo id",
+                      ev)
+    return result(cid, "error", f"{repo}: unexpected HTTP {code}", "", ev)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -594,7 +894,7 @@ def run_checks(args):
         try:
             manifest = load_expectation(expect)
             checks.append(result("manifest", "pass", f"expecting {expect}", "",
-                                 {"cell": (manifest.get("cell") or {}).get("id"), "count": len(manifest["distributions"])}))
+                                 {"cell": (manifest.get("cell") or {}).get("id"), "count": len(manifest.get("distributions") or manifest.get("requirements") or ())}))
         except (OSError, ValueError) as exc:
             checks.append(result("manifest", "error", f"cannot read {expect}: {exc}", "pass --expect FILE"))
     else:
@@ -608,16 +908,22 @@ def run_checks(args):
         env = describe_interpreter(python if python != sys.executable else None)
         checks.append(check_interpreter_identity(env, manifest))
         checks.append(check_shadowing(env, manifest))
-        if manifest:
+        if manifest and manifest.get("distributions"):
             checks.append(check_drift(env, manifest))
+        if manifest and manifest.get("requirements"):
+            checks.append(check_requirements(env, manifest))
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
         checks.append(result("interpreter", "error", f"cannot inspect {python}: {exc}", "pass --python PATH"))
     gpu_state = query_gpus()
-    checks += check_gpus(gpu_state, manifest, args.require_gpu or os.environ.get("IMAGEKIT_REQUIRE_GPU") == "1")
+    require_gpu = args.require_gpu or os.environ.get("IMAGEKIT_REQUIRE_GPU") == "1"
+    gpu_checks = check_gpus(gpu_state, manifest, require_gpu)
+    checks += gpu_checks
     provider, provider_hint = detect_provider()
     checks.append(result("provider", "pass" if provider else "skip",
                          f"provider: {provider}" if provider else "no known GPU cloud detected", provider_hint or ""))
-    checks.append(check_accelerate(find_accelerate_config(args.accelerate_config), len(gpu_state[0])))
+    launch = launch_options(args.command)
+    usable = usable_gpu_count(gpu_state[0], os.environ.get("CUDA_VISIBLE_DEVICES"))
+    checks.append(check_accelerate(find_accelerate_config(args.accelerate_config), usable, launch))
     paths = [("hf-home", hf_home())]
     for p in args.path or (["/workspace"] if os.path.isdir("/workspace") else []):
         paths.append(("output" if p != "/workspace" else "workspace", p))
@@ -626,15 +932,24 @@ def run_checks(args):
             checks += check_paths(paths, fh.read(), provider_hint)
     except OSError:
         checks.append(result("persistent-paths", "skip", "no /proc/self/mountinfo (not Linux)"))
+    checks += check_writable(paths)
     checks += check_disk(paths)
     checks.append(check_shm())
-    if args.tier in ("standard", "deep"):
-        checks.append(check_torch_probe(python, gpu_state, args.timeout))
+    gpu_expected = require_gpu or bool(gpu_state[0])
+    if args.tier in ("standard", "deep") or (args.tier == "start" and gpu_expected):
+        probe = check_torch_probe(python, gpu_state, args.timeout, require_gpu)
+        checks.append(probe)
+        driver = gpu_checks[0]
+        if probe["status"] == "pass" and driver["status"] == "fail" and not gpu_state[2]:
+            # no nvidia-smi in the container (NVIDIA_DRIVER_CAPABILITIES without utility), yet torch runs kernels
+            driver.update(status="warn", message=f"nvidia-smi is not available, but torch sees "
+                          f"{probe['evidence'].get('count')} GPU(s)",
+                          fix="add utility to NVIDIA_DRIVER_CAPABILITIES to get driver and architecture checks")
     if args.tier == "deep":
         endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-        token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+        token, source = hf_token()
         for repo in args.hf_repo or []:
-            checks.append(check_hf_repo(repo, endpoint, token))
+            checks.append(check_hf_repo(repo, endpoint, token, token_source=source))
     return checks
 
 
@@ -665,7 +980,9 @@ def parser():
     p = argparse.ArgumentParser(
         prog="imagekit doctor", description=__doc__.split("\n\n")[0],
         epilog="Examples: imagekit doctor && python train.py; imagekit doctor --expect lockfiles/CELL.txt "
-        "--python .venv/bin/python --json; imagekit doctor --deep --hf-repo meta-llama/Llama-3.2-1B")
+        "--python .venv/bin/python --json; imagekit doctor --expect requirements.txt (ranges allowed); "
+        "imagekit doctor --deep --hf-repo meta-llama/Llama-3.2-1B; "
+        "imagekit-doctor -- accelerate launch --config_file cfg.yaml train.py (check, then launch)")
     p.add_argument("--tier", choices=TIERS, default="standard")
     p.add_argument("--deep", action="store_const", const="deep", dest="tier", help="same as --tier deep")
     p.add_argument("--expect", help="manifest JSON or lockfile to compare against (default: the image's manifest)")
@@ -678,11 +995,16 @@ def parser():
     p.add_argument("--accelerate-config", help="accelerate config file (default: where accelerate looks)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for the torch probe")
     p.add_argument("--entrypoint", action="store_true", help="quiet unless something is wrong (image entrypoint)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="after --: a launch command (accelerate launch / torchrun) to check with its own options and "
+                   "run when nothing blocks it")
     return p
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
     start = time.time()
     checks = run_checks(args)
     code = exit_code(checks, args.strict)
@@ -692,7 +1014,17 @@ def main(argv=None):
     else:
         text = render_text(checks, verbose=not args.entrypoint)
         if text:
-            print(text, file=sys.stderr if args.entrypoint else sys.stdout)
+            print(text, file=sys.stderr if args.entrypoint or args.command else sys.stdout)
+    if args.command:
+        if code != 0:
+            print(f"imagekit doctor: not launching `{' '.join(args.command)}` (exit {code})", file=sys.stderr)
+            return code
+        sys.stdout.flush()
+        try:
+            os.execvp(args.command[0], args.command)
+        except OSError as exc:
+            print(f"imagekit doctor: cannot run {args.command[0]}: {exc.strerror}", file=sys.stderr)
+            return 127
     return code
 
 

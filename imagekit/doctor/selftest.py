@@ -141,6 +141,36 @@ def check_tiny_model():
     return check("tiny-model", "fail", f"forward/backward on {device} gave non-finite values", "", ev)
 
 
+def check_torch_compile(manifest):
+    """torch.compile of a tiny function: Inductor's C++ on the CPU, Triton on a GPU; both need a C compiler and
+    Python's headers at run time."""
+    if (manifest.get("image") or {}).get("compiler") is False:
+        return check("torch-compile", "skip", "built without a compiler ([image] compiler = false): "
+                     "torch.compile is not available in this image")
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    backend = "Triton" if device == "cuda" else "Inductor C++"
+
+    def f(x):
+        return torch.sin(x) * 2 + torch.cos(x)
+
+    start = time.time()
+    try:
+        x = torch.randn(256, device=device)
+        got = torch.compile(f)(x)
+        ok = bool(torch.allclose(got, f(x), atol=1e-5))
+    except Exception as exc:  # noqa: BLE001 - InvalidCxxCompiler, "Failed to find C compiler", ...
+        return check("torch-compile", "fail", f"torch.compile on {device} ({backend}) failed: "
+                     f"{type(exc).__name__}: {exc}"[:1500],
+                     "the image needs gcc/g++ and the Python headers ([image] compiler = true, the default)")
+    ev = {"device": device, "backend": backend, "seconds": round(time.time() - start, 2)}
+    if not ok:
+        return check("torch-compile", "fail", f"torch.compile on {device} gave results that differ from eager", "", ev)
+    return check("torch-compile", "pass", f"torch.compile ran a compiled function on {device} ({backend}) in "
+                 f"{ev['seconds']} s", "", ev)
+
+
 def guarded(cid, fn, *args):
     try:
         return fn(*args)
@@ -160,6 +190,7 @@ def main(argv=None):
         guarded("torch-cuda-version", check_torch_cuda, manifest),
         guarded("numpy-interop", check_numpy_interop),
         guarded("tiny-model", check_tiny_model),
+        guarded("torch-compile", check_torch_compile, manifest),
     ]
     try:
         checks += run_gpu_checks(require_gpu="--require-gpu" in argv)

@@ -14,7 +14,7 @@ from imagekit.effects.cache import cache_root
 from imagekit.effects.docker import Engine
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
-from imagekit.plan import BOOTSTRAP_PACKAGES, DEFAULT_SOURCE_DATE_EPOCH, BaseRef, bootstrap_base
+from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, base_packages, bootstrap_base
 
 _NET = ("Could not resolve", "Temporary failure resolving", "Failed to fetch", "Connection failed", "unable to connect")
 
@@ -27,7 +27,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path) -> str:
+def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = True) -> str:
     """Run mmdebstrap (deterministic with SOURCE_DATE_EPOCH); returns the tarball's sha256."""
     keyring = []
     if spec.vendor == "ubuntu" and not Path("/usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file():
@@ -43,7 +43,10 @@ def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path) -> str:
         "--quiet",
         "--format=tar",
         "--variant=apt",
-        f"--include={','.join(BOOTSTRAP_PACKAGES)}",
+        f"--include={','.join(base_packages(compiler))}",
+        # openssh-server's postinst makes host keys: two pods of one image must never share them (and random
+        # bytes would break the byte-identical tarball). The entrypoint generates them at a container's first start.
+        "--customize-hook=rm -f \"$1\"/etc/ssh/ssh_host_*",
         *keyring,
         spec.suite,
         str(tmp),
@@ -68,10 +71,14 @@ def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path) -> str:
 
 
 def ensure_base(
-    spec: BaseSpec, engine: Engine, epoch: int = DEFAULT_SOURCE_DATE_EPOCH, log: Callable[[str], None] = lambda _: None
+    spec: BaseSpec,
+    engine: Engine,
+    epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
+    log: Callable[[str], None] = lambda _: None,
+    compiler: bool = True,
 ) -> BaseRef:
     """The bootstrapped base for ``spec``: reused from the engine, else imported from the cached tarball, else built."""
-    ref = bootstrap_base(spec, epoch)
+    ref = bootstrap_base(spec, epoch, compiler=compiler)
     repo, tag = ref.reference.rsplit(":", 1)
     state = cache_root() / "bases" / f"{tag}.json"
     tarball = cache_root() / "bases" / f"{tag}.tar"
@@ -79,16 +86,16 @@ def ensure_base(
     image = engine.image(ref.reference)
     if image is not None and len(image["RootFS"]["Layers"]) == 1:
         # the tag is named by the bootstrap's inputs and its one layer's diff id is the tarball's sha256
-        return bootstrap_base(spec, epoch, digest=image["RootFS"]["Layers"][0])
+        return bootstrap_base(spec, epoch, digest=image["RootFS"]["Layers"][0], compiler=compiler)
     if not (meta and tarball.is_file()):
         log(f"bootstrapping {spec.name} ({spec.suite}) with mmdebstrap")
         tarball.parent.mkdir(parents=True, exist_ok=True)
-        digest = bootstrap_tarball(spec, epoch, tarball)
+        digest = bootstrap_tarball(spec, epoch, tarball, compiler)
         meta = {
             "sha256": digest,
             "suite": spec.suite,
             "mirror": spec.mirror,
-            "packages": list(BOOTSTRAP_PACKAGES),
+            "packages": list(base_packages(compiler)),
             "source_date_epoch": epoch,
         }
         write_atomic(state, json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -100,4 +107,4 @@ def ensure_base(
             f"imported base {ref.reference} has layers {layers}, expected sha256:{meta['sha256']}",
             f"delete {tarball} and bootstrap again",
         )
-    return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}")
+    return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}", compiler=compiler)

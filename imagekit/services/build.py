@@ -18,7 +18,7 @@ from imagekit.effects.files import write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient
 from imagekit.errors import CheckFailed, ImagekitError
 from imagekit.model import Cell
-from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, manifest
+from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
 from imagekit.services import fetch, publish, selftest
 from imagekit.services import lock as lock_service
 from imagekit.services.base import ensure_base
@@ -42,6 +42,7 @@ class BuildOptions:
     password: str | None = None
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
     bases: dict[str, BaseRef] = field(default_factory=dict)  # registry bases from the matrix, by Python version
+    options: ImageOptions = field(default_factory=ImageOptions)  # the matrix's [image] switches
 
     @property
     def auth(self) -> dict | None:
@@ -104,7 +105,9 @@ def build_cell(cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData,
             say(f"pulling base {base.reference}")
             engine.pull(base.reference)
         else:
-            base = ensure_base(data.bases[cell.python], engine, opts.source_date_epoch, say)
+            base = ensure_base(
+                data.bases[cell.python], engine, opts.source_date_epoch, say, compiler=opts.options.compiler
+            )
         result.step = "fetch"
         wheels = fetch.fetch_lock(lock, cell.python, base.glibc, log=say)
         say(f"{len(wheels)} wheels ready ({sum(1 for w in wheels if w.downloaded)} downloaded)")

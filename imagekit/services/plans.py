@@ -21,7 +21,7 @@ def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: Ma
         raise UsageError(
             f"{cell.id}: no base image known for Python {cell.python}", f"known: {', '.join(sorted(data.bases))}"
         )
-    return bootstrap_base(spec, digest=digest)
+    return bootstrap_base(spec, digest=digest, compiler=config.options.compiler if config is not None else True)
 
 
 def plans_for(

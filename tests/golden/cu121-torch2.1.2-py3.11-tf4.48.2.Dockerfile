@@ -1,7 +1,7 @@
 # Rendered by imagekit 0.1.0 for cu121-torch2.1.2-py3.11-tf4.48.2 (lock 53f0b543e4f4).
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
-# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-dbb2abb59a87) ----
-FROM imagekit/base:debian-bookworm-dbb2abb59a87 AS base
+# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-da84ebe2aec5) ----
+FROM imagekit/base:debian-bookworm-da84ebe2aec5 AS base
 ARG SOURCE_DATE_EPOCH=1735689600
 ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
@@ -18,12 +18,16 @@ RUN /usr/bin/python3.11 -m venv /opt/venv \
  && /opt/venv/bin/python -m pip --version \
  && groupadd --gid 1000 imagekit \
  && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash imagekit \
- && mkdir -p /workspace /etc/imagekit \
- && chown imagekit:imagekit /workspace \
- && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit
+ && mkdir -p /workspace /etc/imagekit /run/imagekit \
+ && install -d -m 700 /root/.ssh \
+ && ln -s /opt/imagekit/etc/profile.sh /etc/profile.d/imagekit.sh \
+ && ln -s /opt/imagekit/bin/imagekit-doctor /usr/local/bin/imagekit-doctor \
+ && printf '\n# imagekit: interactive shells are the image environment too\nif [ -r /opt/imagekit/etc/profile.sh ]; then . /opt/imagekit/etc/profile.sh; fi\n' >> /etc/bash.bashrc \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit /root /run /usr/local
+# Runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned.
 WORKDIR /workspace
 ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
-CMD ["bash"]
+CMD []
 
 
 # ---- cell stage: cu121-torch2.1.2-py3.11-tf4.48.2 ----
@@ -38,7 +42,7 @@ RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-che
 COPY requirements-app.txt /opt/imagekit/requirements-app.txt
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# The doctor and the entrypoint (small; changing them never invalidates the layers above).
+# The doctor, the entrypoint and the shell/sshd settings (small; changing them never invalidates the layers above).
 COPY imagekit/ /opt/imagekit/
 COPY manifest.json /etc/imagekit/manifest.json
 LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
@@ -53,10 +57,9 @@ LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
       "imagekit.transformers"="4.48.2" \
       "imagekit.version"="0.1.0" \
       "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-dbb2abb59a87" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-da84ebe2aec5" \
       "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
       "org.opencontainers.image.revision"="unknown" \
       "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \
       "org.opencontainers.image.vendor"="imagekit" \
       "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-53f0b543e4f4"
-USER 1000:1000

@@ -1,7 +1,7 @@
 # Rendered by imagekit 0.1.0 for cu130-torch2.14.1-py3.13-tf5.24.0 (lock 3d647479912f).
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
-# ---- base stage: debian-trixie (imagekit/base:debian-trixie-63a8e2c63784) ----
-FROM imagekit/base:debian-trixie-63a8e2c63784 AS base
+# ---- base stage: debian-trixie (imagekit/base:debian-trixie-95dbe8dcd843) ----
+FROM imagekit/base:debian-trixie-95dbe8dcd843 AS base
 ARG SOURCE_DATE_EPOCH=1735689600
 ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
@@ -18,12 +18,16 @@ RUN /usr/bin/python3.13 -m venv /opt/venv \
  && /opt/venv/bin/python -m pip --version \
  && groupadd --gid 1000 imagekit \
  && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash imagekit \
- && mkdir -p /workspace /etc/imagekit \
- && chown imagekit:imagekit /workspace \
- && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit
+ && mkdir -p /workspace /etc/imagekit /run/imagekit \
+ && install -d -m 700 /root/.ssh \
+ && ln -s /opt/imagekit/etc/profile.sh /etc/profile.d/imagekit.sh \
+ && ln -s /opt/imagekit/bin/imagekit-doctor /usr/local/bin/imagekit-doctor \
+ && printf '\n# imagekit: interactive shells are the image environment too\nif [ -r /opt/imagekit/etc/profile.sh ]; then . /opt/imagekit/etc/profile.sh; fi\n' >> /etc/bash.bashrc \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit /root /run /usr/local
+# Runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned.
 WORKDIR /workspace
 ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
-CMD ["bash"]
+CMD []
 
 
 # ---- cell stage: cu130-torch2.14.1-py3.13-tf5.24.0 ----
@@ -38,7 +42,7 @@ RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-che
 COPY requirements-app.txt /opt/imagekit/requirements-app.txt
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# The doctor and the entrypoint (small; changing them never invalidates the layers above).
+# The doctor, the entrypoint and the shell/sshd settings (small; changing them never invalidates the layers above).
 COPY imagekit/ /opt/imagekit/
 COPY manifest.json /etc/imagekit/manifest.json
 LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,sm_120+PTX" \
@@ -53,10 +57,9 @@ LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,sm_120+PTX" \
       "imagekit.transformers"="5.24.0" \
       "imagekit.version"="0.1.0" \
       "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-63a8e2c63784" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-95dbe8dcd843" \
       "org.opencontainers.image.description"="torch 2.14.1+cu130, transformers 5.24.0, Python 3.13" \
       "org.opencontainers.image.revision"="unknown" \
       "org.opencontainers.image.title"="imagekit cu130-torch2.14.1-py3.13-tf5.24.0" \
       "org.opencontainers.image.vendor"="imagekit" \
       "org.opencontainers.image.version"="cu130-torch2.14.1-py3.13-tf5.24.0-3d647479912f"
-USER 1000:1000

@@ -1,0 +1,314 @@
+"""What an imagekit image does when it starts (standard library only, Python >= 3.8; run by the entrypoint).
+
+No command: **pod mode**, the way RunPod and Vast.ai start an image (detached, no TTY, env injected, a root-owned
+volume on /workspace, restarted whenever it exits): save the env for SSH sessions and shells, run /pre_start.sh,
+the start check, sshd when PUBLIC_KEY is set, JupyterLab when JUPYTER_PASSWORD is set, /post_start.sh, then stay
+up. A blocker never exits a pod (that would be a restart loop with no way in): the logs and a login banner say what
+is wrong and how to fix it, and `imagekit-doctor` exits 1 until it is fixed.
+
+A command: **job mode**: the start check, then exec the command; a blocker exits 1 with the report.
+The start check is the doctor's `start` tier: the quick checks, plus torch's CUDA probe whenever a GPU is expected
+(IMAGEKIT_REQUIRE_GPU=1 or GPUs visible to the driver), so a silent CPU fallback is caught before training starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STATE_DIR = "/run/imagekit"
+BLOCKED = os.path.join(STATE_DIR, "blocked")
+ENV_SH = "/etc/imagekit/env.sh"
+SSH_DIR = "/root/.ssh"
+SSHD = "/usr/sbin/sshd"
+SSHD_CONFIG = "/opt/imagekit/etc/sshd_config"
+SSHD_LOG = "/var/log/imagekit-sshd.log"
+JUPYTER = "/opt/venv/bin/jupyter-lab"
+JUPYTER_LOG = "/var/log/imagekit-jupyter.log"
+HOOKS = ("/pre_start.sh", "/post_start.sh")
+# Per-session variables a login sets itself; everything else the container was given reaches SSH sessions.
+SESSION_VARS = {"HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "TERM", "_", "SHELL", "USER", "LOGNAME", "MAIL"}
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+KEY = re.compile(r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)"
+                 r"@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\r\n]*)?$")
+
+
+def log(message):
+    print(f"imagekit: {message}", file=sys.stderr, flush=True)
+
+
+def write_private(path, text, mode=0o600):
+    """Atomically, readable by root only: the env holds secrets (HF_TOKEN, JUPYTER_PASSWORD)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The container's env, for shells and SSH sessions
+# ---------------------------------------------------------------------------------------------------------
+def env_files(environ):
+    """(shell script for profile.sh, ~/.ssh/environment) from the container's env."""
+    sh, ssh = ["# the container's env, saved by the imagekit entrypoint for shells and SSH sessions"], []
+    for name in sorted(environ):
+        if name in SESSION_VARS or not NAME.match(name):
+            continue
+        value = environ[name]
+        sh.append(f"export {name}={shlex.quote(value)}")
+        if "\n" not in value and "\r" not in value:  # ~/.ssh/environment is one NAME=value per line
+            ssh.append(f"{name}={value}")
+    return "\n".join(sh) + "\n", "\n".join(ssh) + "\n"
+
+
+def save_env(environ, env_sh=ENV_SH, ssh_dir=SSH_DIR):
+    sh, ssh = env_files(environ)
+    write_private(env_sh, sh)
+    os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
+    os.chmod(ssh_dir, 0o700)
+    write_private(os.path.join(ssh_dir, "environment"), ssh)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SSH
+# ---------------------------------------------------------------------------------------------------------
+def public_keys(text):
+    """(valid keys, count of rejected lines) from PUBLIC_KEY: one key a line (a literal \\n separates too)."""
+    lines = [ln.strip() for ln in (text or "").replace("\\n", "\n").splitlines() if ln.strip()]
+    good = [ln for ln in lines if KEY.match(ln)]
+    return good, len(lines) - len(good)
+
+
+def add_authorized_keys(keys, ssh_dir=SSH_DIR):
+    os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
+    os.chmod(ssh_dir, 0o700)
+    path = os.path.join(ssh_dir, "authorized_keys")
+    have = []
+    if os.path.isfile(path):
+        with open(path) as fh:
+            have = [ln.rstrip("\n") for ln in fh if ln.strip()]
+    merged = have + [k for k in keys if k not in have]
+    write_private(path, "\n".join(merged) + "\n")
+    return path
+
+
+def host_key_fingerprints():
+    out = []
+    for name in sorted(os.listdir("/etc/ssh")):
+        if name.startswith("ssh_host_") and name.endswith("_key.pub"):
+            res = subprocess.run(["ssh-keygen", "-lf", os.path.join("/etc/ssh", name)], capture_output=True,
+                                 text=True)
+            if res.returncode == 0:
+                out.append(res.stdout.strip())
+    return out
+
+
+def start_ssh(environ):
+    keys, rejected = public_keys(environ.get("PUBLIC_KEY", ""))
+    if rejected:
+        log(f"SSH: ignored {rejected} line(s) of PUBLIC_KEY that are not OpenSSH public keys")
+    if not keys:
+        log("SSH: off (set PUBLIC_KEY to an OpenSSH public key to log in as root on port 22)")
+        return False
+    if not os.access(SSHD, os.X_OK):
+        log(f"SSH: PUBLIC_KEY is set but this image has no {SSHD} (a base without openssh-server)")
+        return False
+    add_authorized_keys(keys)
+    if not any(n.startswith("ssh_host_") and n.endswith("_key") for n in os.listdir("/etc/ssh")):
+        res = subprocess.run(["ssh-keygen", "-A"], capture_output=True, text=True)  # this container's own keys
+        if res.returncode != 0:
+            log(f"SSH: could not generate host keys: {res.stderr.strip()}")
+            return False
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    res = subprocess.run([SSHD, "-f", SSHD_CONFIG, "-E", SSHD_LOG], capture_output=True, text=True)
+    if res.returncode != 0:
+        log(f"SSH: sshd did not start: {(res.stderr or res.stdout).strip()} (see {SSHD_LOG})")
+        return False
+    log(f"SSH: sshd listening on port 22 for root ({len(keys)} key(s)); host key fingerprints:")
+    for line in host_key_fingerprints():
+        log(f"  {line}")
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# JupyterLab
+# ---------------------------------------------------------------------------------------------------------
+def jupyter_argv():
+    return [JUPYTER, "--allow-root", "--no-browser", "--ip=0.0.0.0", "--port=8888",
+            "--ServerApp.root_dir=/workspace", "--ServerApp.allow_origin=*"]
+
+
+def start_jupyter(environ):
+    password = environ.get("JUPYTER_PASSWORD")
+    if not password:
+        return False
+    if not os.access(JUPYTER, os.X_OK):
+        log("Jupyter: JUPYTER_PASSWORD is set but this image has no JupyterLab (build it with [image] jupyter = true)")
+        return False
+    env = {k: v for k, v in environ.items() if k != "JUPYTER_PASSWORD"}
+    env["JUPYTER_TOKEN"] = password  # read from the env, so the password is not on a command line
+    spawn_detached(jupyter_argv(), JUPYTER_LOG, env, cwd="/workspace" if os.path.isdir("/workspace") else "/")
+    log(f"Jupyter: JupyterLab starting on port 8888, serving /workspace (log: {JUPYTER_LOG})")
+    return True
+
+
+def spawn_detached(argv, logfile, env, cwd="/"):
+    """Double fork: the service is re-parented to PID 1 (tini), which reaps it."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                fd = os.open(logfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.chdir(cwd)
+                os.execve(argv[0], argv, env)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The start check
+# ---------------------------------------------------------------------------------------------------------
+def start_check(environ):
+    """(exit code, report text, seconds, checks) of the doctor's start tier, run in this process."""
+    if environ.get("IMAGEKIT_SKIP_DOCTOR") == "1":
+        log("start check skipped (IMAGEKIT_SKIP_DOCTOR=1)")
+        return 0, "", 0.0, []
+    sys.path.insert(0, HERE)
+    import imagekit_doctor as doctor
+
+    begin = time.time()
+    checks = doctor.run_checks(doctor.parser().parse_args(["--tier", "start"]))
+    code = doctor.exit_code(checks, False)
+    return code, doctor.render_text(checks, verbose=False), time.time() - begin, checks
+
+
+def summary(checks, seconds):
+    probe = next((c for c in checks if c["id"] in ("torch-probe", "cpu-fallback")), None)
+    what = f"torch CUDA probe: {probe['status']}" if probe else "no GPU expected, torch CUDA probe not needed"
+    return f"start check took {seconds:.2f} s ({what})"
+
+
+def banner(report):
+    return (
+        "\n"
+        "==== imagekit: this pod has a blocker; training would fail or run on the CPU ====\n"
+        f"{report}\n"
+        "Fix it, then run `imagekit-doctor`: it exits 1 until the blocker is gone, so\n"
+        "`imagekit-doctor && accelerate launch train.py` refuses to launch.\n"
+        "==================================================================================\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Modes
+# ---------------------------------------------------------------------------------------------------------
+def run_hook(path):
+    if os.path.isfile(path):
+        log(f"running {path}")
+        code = subprocess.call(["bash", path] if os.path.exists("/bin/bash") else ["sh", path])
+        if code != 0:
+            log(f"{path} exited {code}")
+
+
+def cell_name():
+    try:
+        import json
+
+        with open(os.environ.get("IMAGEKIT_MANIFEST", "/etc/imagekit/manifest.json")) as fh:
+            return json.load(fh)["cell"]["id"]
+    except (OSError, ValueError, KeyError):
+        return "unknown cell"
+
+
+def job(argv, environ):
+    code, report, seconds, checks = start_check(environ)
+    if code == 1:
+        print(report, file=sys.stderr)
+        log(f"the start check found a blocker; not starting `{shlex.join(argv)}`. "
+            "Set IMAGEKIT_SKIP_DOCTOR=1 to start anyway.")
+        return 1
+    if code == 3:
+        print(report, file=sys.stderr)
+        log("a start check could not run (above); starting anyway")
+    if checks:
+        log(summary(checks, seconds))
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        log(f"cannot run {argv[0]}: {exc.strerror}")
+        return 127
+
+
+def pod(environ):
+    log(f"pod mode ({cell_name()})")
+    os.makedirs(STATE_DIR, exist_ok=True)
+    if os.path.exists(BLOCKED):
+        os.unlink(BLOCKED)
+    save_env(environ)
+    run_hook(HOOKS[0])
+    code, report, seconds, checks = start_check(environ)
+    if code == 1:
+        text = banner(report)
+        write_private(BLOCKED, text, 0o644)
+        print(text, file=sys.stderr, flush=True)
+        log("BLOCKED: the pod stays up so you can log in and fix it; `imagekit-doctor` exits 1 until then")
+    elif code == 3:
+        print(report, file=sys.stderr)
+        log("a start check could not run (above)")
+    if checks:
+        log(summary(checks, seconds))
+    start_ssh(environ)
+    start_jupyter(environ)
+    run_hook(HOOKS[1])
+    log("ready" + (" (blocked: see above)" if code == 1 else ""))
+    stay_up()
+
+
+def stay_up():
+    """Under tini (PID 1) a `sleep infinity` is enough; as PID 1 ourselves, reap children and stop on SIGTERM."""
+    if os.getpid() != 1:
+        os.execvp("sleep", ["sleep", "infinity"])
+
+    def stop(signum, _frame):
+        log(f"signal {signum}: stopping")
+        try:
+            os.kill(-1, signal.SIGTERM)
+        except OSError:
+            pass
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            signal.pause()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    environ = dict(os.environ)
+    if argv:
+        return job(argv, environ)
+    pod(environ)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

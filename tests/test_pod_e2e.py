@@ -1,0 +1,241 @@
+"""The real torch image started the way a pod platform starts it, and used the way people use a pod.
+
+Detached, no TTY, no command, env injected (PUBLIC_KEY from a key this test makes, RUNPOD_*, HF_TOKEN), a root-owned
+folder bind-mounted on /workspace, port 22 published on 127.0.0.1; then the real OpenSSH client, scp, sftp and
+rsync against the image's own sshd, `docker exec` shells, and `docker stop`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def ssh_key(tmp_path_factory) -> Path:
+    key = tmp_path_factory.mktemp("ssh") / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pod-test", "-f", str(key)], check=True)
+    return key
+
+
+class Pod:
+    """A container started like a pod, with an SSH client pointed at its published port 22."""
+
+    def __init__(self, engine, image: str, env: dict[str, str], volume: Path, key: Path, mounts: dict | None = None):
+        self.key = key
+        self.container = engine.client.containers.run(
+            image,
+            detach=True,
+            tty=False,
+            stdin_open=False,
+            environment=env,
+            volumes={str(volume): {"bind": "/workspace", "mode": "rw"}, **(mounts or {})},
+            ports={"22/tcp": ("127.0.0.1", None)},
+        )
+
+    def wait_ready(self, timeout: float = 120) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            self.container.reload()
+            logs = self.logs()
+            if self.container.status != "running":
+                raise AssertionError(f"the pod exited ({self.container.status}):\n{logs}")
+            if "imagekit: ready" in logs:
+                return logs
+            time.sleep(0.5)
+        raise AssertionError(f"the pod did not become ready in {timeout} s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return self.container.logs().decode("utf-8", "replace")
+
+    @property
+    def port(self) -> int:
+        self.container.reload()
+        return int(self.container.attrs["NetworkSettings"]["Ports"]["22/tcp"][0]["HostPort"])
+
+    def ssh_opts(self) -> list[str]:
+        return [
+            "-i",
+            str(self.key),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+        ]
+
+    def ssh(self, command: str, *, tty: bool = False, stdin: str | None = None) -> subprocess.CompletedProcess:
+        argv = ["ssh", *self.ssh_opts(), "-p", str(self.port), *(["-tt"] if tty else []), "root@127.0.0.1"]
+        return subprocess.run(
+            argv + ([command] if command else []), input=stdin, capture_output=True, text=True, timeout=120
+        )
+
+    def exec(self, *argv: str) -> tuple[int, str]:
+        code, out = self.container.exec_run(list(argv), tty=False)
+        return code, out.decode("utf-8", "replace")
+
+    def remove(self) -> None:
+        self.container.remove(force=True)
+
+
+def _root_owned_volume(tmp_path: Path) -> Path:
+    vol = tmp_path / "volume"
+    vol.mkdir()
+    vol.chmod(0o755)  # root-owned, as RunPod and Vast.ai mount volumes
+    return vol
+
+
+def _fingerprints(logs: str) -> set[str]:
+    return set(re.findall(r"SHA256:[A-Za-z0-9+/]+", logs))
+
+
+def test_pod_mode_ssh_shells_env_volume_and_stop(real_build, engine, ssh_key, tmp_path):
+    result, _ = real_build
+    vol = _root_owned_volume(tmp_path)
+    hook = tmp_path / "post_start.sh"
+    hook.write_text("echo post-start ran > /workspace/post-start.txt\n")
+    env = {
+        "PUBLIC_KEY": ssh_key.with_suffix(".pub").read_text().strip(),
+        "RUNPOD_POD_ID": "pod-sim-1",
+        "HF_TOKEN": "hf_test_secret",
+        "TEMPLATE_SETTING": "with spaces and 'quotes'",
+    }
+    pod = Pod(engine, result.tag, env, vol, ssh_key, {str(hook): {"bind": "/post_start.sh", "mode": "ro"}})
+    other = None
+    try:
+        logs = pod.wait_ready()
+        print(logs)
+        assert "pod mode (cu121-torch2.1.2-py3.11-tf4.48.2)" in logs
+        assert re.search(r"start check took \d+\.\d+ s", logs) and "BLOCKED" not in logs
+        assert "sshd listening on port 22" in logs and len(_fingerprints(logs)) >= 2
+        time.sleep(3)
+        pod.container.reload()
+        assert pod.container.status == "running"  # no TTY, no command: it stays up
+
+        # exec channel (what RunPod's gateway lacks): the venv's python and the container's env
+        res = pod.ssh('command -v python; python -c "import sys, torch; print(sys.prefix, torch.__version__)"; '
+                      'echo "$RUNPOD_POD_ID|$HF_TOKEN|$TEMPLATE_SETTING"')
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        assert lines[0] == "/opt/venv/bin/python" and lines[1] == "/opt/venv 2.1.2"
+        assert lines[2] == "pod-sim-1|hf_test_secret|with spaces and 'quotes'"
+        # a login shell (Debian's /etc/profile resets PATH) and an interactive PTY session, as people get them
+        res = pod.ssh("bash -lc 'for t in python python3 pip accelerate torchrun; do command -v $t; done'")
+        assert res.stdout.split() == [f"/opt/venv/bin/{t}" for t in ("python", "python3", "pip", "accelerate",
+                                                                     "torchrun")], res.stdout
+        res = pod.ssh("", tty=True, stdin='echo "py=$(command -v python3) pod=$RUNPOD_POD_ID"; exit\n')
+        assert "py=/opt/venv/bin/python3 pod=pod-sim-1" in res.stdout, res.stdout
+        res = pod.ssh("stat -c '%a %U' /etc/imagekit/env.sh /root/.ssh/environment; id -u")
+        assert res.stdout.split() == ["600", "root", "600", "root", "0"]
+
+        # the root-owned volume and HF_HOME under it are writable; the hook ran
+        res = pod.ssh('mkdir -p "$HF_HOME/hub" && echo ckpt > /workspace/ckpt.txt && echo "$HF_HOME"')
+        assert res.returncode == 0 and res.stdout.strip() == "/workspace/.cache/huggingface"
+        assert (vol / "ckpt.txt").read_text() == "ckpt\n" and (vol / ".cache" / "huggingface" / "hub").is_dir()
+        assert (vol / "post-start.txt").read_text() == "post-start ran\n"
+
+        # scp, sftp and rsync through the direct port
+        src = tmp_path / "data.bin"
+        src.write_bytes(bytes(range(256)) * 4096)
+        opts = pod.ssh_opts()
+        scp = ["scp", *opts, "-P", str(pod.port)]
+        assert subprocess.run([*scp, str(src), "root@127.0.0.1:/workspace/up.bin"], capture_output=True).returncode == 0
+        assert (vol / "up.bin").read_bytes() == src.read_bytes()
+        down = tmp_path / "down.bin"
+        subprocess.run([*scp, "root@127.0.0.1:/workspace/up.bin", str(down)], check=True, capture_output=True)
+        assert down.read_bytes() == src.read_bytes()
+        batch = tmp_path / "batch"
+        batch.write_text(f"put {src} /workspace/sftp.bin\nget /workspace/sftp.bin {tmp_path / 'sftp-back.bin'}\n")
+        sftp = subprocess.run(["sftp", *opts, "-P", str(pod.port), "-b", str(batch), "root@127.0.0.1"],
+                              capture_output=True, text=True)
+        assert sftp.returncode == 0, sftp.stderr
+        assert (tmp_path / "sftp-back.bin").read_bytes() == src.read_bytes()
+        rsh = " ".join(["ssh", *opts, "-p", str(pod.port)])
+        (tmp_path / "tree" / "sub").mkdir(parents=True)
+        (tmp_path / "tree" / "sub" / "f.txt").write_text("rsynced\n")
+        rs = subprocess.run(["rsync", "-a", "-e", rsh, f"{tmp_path / 'tree'}/", "root@127.0.0.1:/workspace/tree/"],
+                            capture_output=True, text=True)
+        assert rs.returncode == 0, rs.stderr
+        assert (vol / "tree" / "sub" / "f.txt").read_text() == "rsynced\n"
+
+        # docker exec shells are the image's environment too, and the doctor is on PATH and passes
+        code, out = pod.exec("bash", "-lc", "command -v python; echo $RUNPOD_POD_ID")
+        assert out.split() == ["/opt/venv/bin/python", "pod-sim-1"]
+        res = pod.ssh("imagekit-doctor --tier quick >/dev/null; echo exit=$?")
+        assert res.stdout.strip() == "exit=0", res.stdout
+
+        # a second pod of the same image has its own host keys
+        other = Pod(engine, result.tag, env, _root_owned_volume(tmp_path / "b"), ssh_key)
+        other_logs = other.wait_ready()
+        assert _fingerprints(other_logs) and not (_fingerprints(other_logs) & _fingerprints(logs))
+
+        start = time.time()
+        pod.container.stop(timeout=20)
+        stopped_in = time.time() - start
+        print(f"docker stop took {stopped_in:.2f} s")
+        assert stopped_in < 5  # tini forwards SIGTERM; no 10 s wait for a SIGKILL
+    finally:
+        pod.remove()
+        if other:
+            other.remove()
+        shutil.rmtree(vol, ignore_errors=True)
+
+
+def test_a_blocked_pod_stays_up_and_reachable(real_build, engine, ssh_key, tmp_path):
+    """IMAGEKIT_REQUIRE_GPU=1 (the RunPod template's setting) on this GPU-less machine: blocked, never exited."""
+    result, _ = real_build
+    vol = _root_owned_volume(tmp_path)
+    env = {"PUBLIC_KEY": ssh_key.with_suffix(".pub").read_text().strip(), "IMAGEKIT_REQUIRE_GPU": "1"}
+    pod = Pod(engine, result.tag, env, vol, ssh_key)
+    try:
+        logs = pod.wait_ready()
+        print(logs)
+        assert "BLOCKED" in logs and "no GPU" in logs and "fix:" in logs
+        assert re.search(r"start check took \d+\.\d+ s \(torch CUDA probe: fail\)", logs)
+        time.sleep(2)
+        pod.container.reload()
+        assert pod.container.status == "running"
+        res = pod.ssh("imagekit-doctor --tier quick; echo exit=$?")
+        assert "exit=1" in res.stdout and "no GPU" in res.stdout
+        res = pod.ssh("imagekit-doctor && echo training started")
+        assert res.returncode == 1 and "training started" not in res.stdout
+        res = pod.ssh("", tty=True, stdin="exit\n")
+        assert "this pod has a blocker" in res.stdout  # the login banner
+    finally:
+        pod.remove()
+
+
+def test_no_public_key_no_sshd_and_jupyter_says_why(real_build, engine, tmp_path, ssh_key):
+    result, _ = real_build
+    pod = Pod(engine, result.tag, {"JUPYTER_PASSWORD": "pw"}, _root_owned_volume(tmp_path), ssh_key)
+    try:
+        logs = pod.wait_ready()
+        assert "SSH: off" in logs and "no JupyterLab" in logs
+        code, out = pod.exec("sh", "-c", "pgrep -x sshd || echo none; ls /etc/ssh/ | grep -c ssh_host_ || true")
+        assert out.split() == ["none", "0"]  # no host key was ever baked into the image
+    finally:
+        pod.remove()
+
+
+def test_job_mode_runs_the_command_as_root(real_build, engine, tmp_path):
+    result, _ = real_build
+    vol = _root_owned_volume(tmp_path)
+    code, out, err = engine.run(
+        result.tag,
+        ["sh", "-c", "id -u; touch /workspace/job.txt && echo wrote"],
+        volumes={str(vol): {"bind": "/workspace", "mode": "rw"}},
+    )
+    assert code == 0 and out.split() == ["0", "wrote"], err
+    assert "start check took" in err

@@ -1,0 +1,97 @@
+"""The image's start logic on this host: env saved for shells and SSH sessions, keys, banner, job mode.
+
+Pod mode itself (sshd, tini, a root-owned volume, `docker stop`) is tested on the real image in
+tests/test_pod_e2e.py; here the pieces run against temporary folders and real shells.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from imagekit.doctor import podstart
+from tests.conftest import ROOT
+
+PODSTART = ROOT / "imagekit" / "doctor" / "podstart.py"
+PROFILE = ROOT / "templates" / "context" / "etc" / "profile.sh"
+ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHQnkEdIvQk0m3f1H0QfZ6G7m0U0b1m3aB8b3lJ4k9Zp user@laptop"
+
+
+def test_env_is_saved_quoted_and_private(tmp_path):
+    environ = {
+        "HF_TOKEN": "hf_secret",
+        "RUNPOD_POD_ID": "abc123",
+        "TRICKY": "it's $HOME `id` \"quoted\"",
+        "MULTI": "line one\nline two",
+        "HOME": "/root",
+        "bad-name": "x",
+        "PATH": "/opt/venv/bin:/usr/bin:/bin",
+    }
+    podstart.save_env(environ, env_sh=str(tmp_path / "etc" / "env.sh"), ssh_dir=str(tmp_path / "ssh"))
+    env_sh = tmp_path / "etc" / "env.sh"
+    ssh_env = tmp_path / "ssh" / "environment"
+    for path in (env_sh, ssh_env):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600  # secrets: root only
+    assert stat.S_IMODE((tmp_path / "ssh").stat().st_mode) == 0o700
+    # a real shell reads back exactly what the container was given
+    out = subprocess.run(
+        ["sh", "-c", f". {env_sh} && printf '%s|%s|%s' \"$TRICKY\" \"$MULTI\" \"$HF_TOKEN\""],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={},
+    ).stdout
+    assert out == "it's $HOME `id` \"quoted\"|line one\nline two|hf_secret"
+    lines = ssh_env.read_text().splitlines()
+    assert "RUNPOD_POD_ID=abc123" in lines and "HF_TOKEN=hf_secret" in lines
+    assert not any(line.startswith(("MULTI=", "HOME=", "bad-name")) for line in lines)
+
+
+def test_profile_puts_the_venv_first_for_login_shells(tmp_path):
+    """Debian's /etc/profile resets PATH for login shells; the profile hook puts the venv back in front."""
+    out = subprocess.run(
+        ["sh", "-c", f"PATH=/usr/bin:/bin; . {PROFILE}; echo $PATH $VIRTUAL_ENV"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out[0].startswith("/opt/venv/bin:") and out[1] == "/opt/venv"
+
+
+def test_public_keys():
+    keys, rejected = podstart.public_keys(f"{ED25519}\\n\nnot a key\n  \necdsa-sha2-nistp256 AAAAE2Vj= me")
+    assert keys == [ED25519, "ecdsa-sha2-nistp256 AAAAE2Vj= me"] and rejected == 1
+    assert podstart.public_keys("") == ([], 0)
+    assert podstart.public_keys('command="rm -rf /" ssh-ed25519 AAAA') == ([], 1)  # no forced-command options
+
+
+def test_authorized_keys_are_merged_not_duplicated(tmp_path):
+    ssh = tmp_path / ".ssh"
+    path = podstart.add_authorized_keys([ED25519], str(ssh))
+    podstart.add_authorized_keys([ED25519, "ssh-rsa AAAAB3 other"], str(ssh))
+    assert open(path).read().splitlines() == [ED25519, "ssh-rsa AAAAB3 other"]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_banner_says_what_and_how():
+    text = podstart.banner("[FAIL] cpu-fallback: torch sees no GPU\n       fix: restart the pod")
+    assert "blocker" in text and "fix: restart the pod" in text and "imagekit-doctor && accelerate launch" in text
+
+
+@pytest.mark.parametrize(("env", "code", "ran"), [({}, 0, True), ({"IMAGEKIT_REQUIRE_GPU": "1"}, 1, False)])
+def test_job_mode_runs_the_command_unless_blocked(tmp_path, env, code, ran):
+    marker = tmp_path / "ran"
+    res = subprocess.run(
+        [sys.executable, str(PODSTART), "sh", "-c", f"touch {marker}"],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), **env},
+    )
+    assert res.returncode == code, res.stderr
+    assert marker.exists() is ran
+    if not ran:
+        assert "not starting" in res.stderr and "no GPU" in res.stderr
