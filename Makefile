@@ -2,10 +2,10 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := mmdebstrap docker-registry curl
+APT_PACKAGES := mmdebstrap docker-registry curl openssh-client rsync
 DEMO_CELL ?= cu121-torch2.1.2-py3.11-tf4.48.2
 
-.PHONY: setup registry demo test lint bench
+.PHONY: setup registry demo pod test lint bench
 
 setup: $(VENV)/.installed
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -25,6 +25,14 @@ demo: registry
 	$(VENV)/bin/imagekit build --cell $(DEMO_CELL) --push --registry 127.0.0.1:5000/imagekit/train
 	$(VENV)/bin/imagekit runpod-template $(DEMO_CELL)
 	docker run --rm 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) python /opt/imagekit/doctor/imagekit_doctor.py --tier standard
+
+# The demo image started as a pod platform starts it: detached, your SSH key as PUBLIC_KEY, a volume on /workspace.
+pod:
+	docker rm -f imagekit-pod >/dev/null 2>&1 || true
+	mkdir -p .imagekit/workspace
+	docker run -d --name imagekit-pod -p 127.0.0.1:2222:22 -v "$$PWD/.imagekit/workspace:/workspace" \
+	  -e PUBLIC_KEY="$$(cat $$HOME/.ssh/*.pub 2>/dev/null)" 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) >/dev/null
+	@echo "started imagekit-pod:  ssh root@127.0.0.1 -p 2222  |  docker logs imagekit-pod  |  docker rm -f imagekit-pod"
 
 test: setup
 	$(PY) -m pytest -q

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
 import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -94,5 +93,3 @@ def real_build(engine, registry, tmp_path_factory):
     assert result.status == "published", result.error and result.error.render()
     engine.tag(result.image_id, "imagekit-test/train", REAL_CELL.id)  # a stable local tag keeps the layer cache
     return result, opts
-
-

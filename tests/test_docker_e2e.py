@@ -15,7 +15,6 @@ import pytest
 
 from imagekit import compat, locking, naming, render
 from imagekit.effects import wheelserver
-from imagekit.effects.docker import Engine
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.model import Cell
@@ -24,11 +23,12 @@ from imagekit.services import fetch, publish, selftest
 from imagekit.services import lock as lock_service
 from imagekit.services.base import ensure_base
 from imagekit.services.build import BuildOptions, build_cell, clamp_mtimes
-from tests.conftest import REAL_CELL, REPO, ROOT, _log
+from tests.conftest import REAL_CELL, REPO, _log
 from tests.registry import Registry, free_port
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 
 pytestmark = [pytest.mark.docker]
+
 
 @pytest.mark.slow
 def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, registry):

@@ -270,8 +270,14 @@ def test_provider_detection():
 # The Hub's answers, as huggingface_hub users meet them: repo info from /api/{models,datasets}/ID (public for gated
 # repos, 401 for private ones without access), files from /ID/resolve/main/FILE (LFS files redirect to a CDN), and
 # a gated file refused with 401 (no token) or 403 with the reason in X-Error-Message.
-LICENCE_403 = "Access to model org/gated is restricted and you are not in the authorized list. Visit https://huggingface.co/org/gated to ask for access."
-FINE_GRAINED_403 = "Access to model org/gated is restricted. Please enable access to public gated repositories in your fine-grained token settings to view this repository."
+LICENCE_403 = (
+    "Access to model org/gated is restricted and you are not in the authorized list. "
+    "Visit https://huggingface.co/org/gated to ask for access."
+)
+FINE_GRAINED_403 = (
+    "Access to model org/gated is restricted. Please enable access to public gated repositories in your "
+    "fine-grained token settings to view this repository."
+)
 TOKENS = {"Bearer accepted": "ok", "Bearer not-accepted": "licence", "Bearer fine-grained": "scope"}
 REPOS = {
     "models/org/public": {"gated": False, "siblings": ["config.json", "model.safetensors"]},
@@ -306,7 +312,9 @@ class _Hub(http.server.BaseHTTPRequestHandler):
             doc = {**info, "siblings": [{"rfilename": f} for f in info["siblings"]]}
             return self._send(200, json.dumps(doc).encode(), [("Content-Type", "application/json")])
         path = self.path.lstrip("/")
-        repo_key = "models/" + path.split("/resolve/")[0] if not path.startswith("datasets/") else path.split("/resolve/")[0]
+        repo_key = (
+            "models/" + path.split("/resolve/")[0] if not path.startswith("datasets/") else path.split("/resolve/")[0]
+        )
         info = REPOS.get(repo_key)
         if info is None:
             return self._send(404)
@@ -378,7 +386,8 @@ def test_hf_token_from_the_login_file(tmp_path, hub, hub_server):
     venv = Path(sys.prefix)
     res = subprocess.run(
         [sys.executable, str(DOCTOR), "--tier", "deep", "--json", "--hf-repo", "org/gated"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
         env={"PATH": str(venv / "bin"), "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub},
     )
     check = by_id(json.loads(res.stdout))["hf-access:org/gated"]
@@ -478,9 +487,9 @@ def test_writability_is_a_blocker_with_a_fix(tmp_path):
         locked = tmp_path / "root-owned"
         locked.mkdir(mode=0o755)
         code = (
-            "import json, os, sys; sys.path.insert(0, %r); import imagekit_doctor as d; os.setgid(65534); "
-            "os.setuid(65534); print(json.dumps(d.check_writable([('workspace', %r)])))"
-            % (str(DOCTOR.parent), str(locked / "hf"))
+            f"import json, os, sys; sys.path.insert(0, {str(DOCTOR.parent)!r}); import imagekit_doctor as d; "
+            f"os.setgid(65534); os.setuid(65534); "
+            f"print(json.dumps(d.check_writable([('workspace', {str(locked / 'hf')!r})])))"
         )
         tmp_path.chmod(0o755)
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -143,3 +143,30 @@ def test_registry_base_glibc_feeds_the_rules(data):
     }
     cells = matrix.evaluate(matrix.parse(doc, "m.toml", data), data)
     assert [v.rule for v in cells[0].verdict.violations] == ["glibc"]
+
+
+def test_image_options_jupyter_and_compiler(data):
+    from imagekit.plan import bootstrap_base
+    from imagekit.services.plans import base_for
+
+    axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
+    plain = matrix.parse({"matrix": axes}, "m.toml", data)
+    assert plain.options.jupyter is False and plain.options.compiler is True
+    config = matrix.parse({"matrix": axes, "image": {"jupyter": True, "compiler": False}}, "m.toml", data)
+    (cell,) = config.cells
+    assert "jupyterlab" in cell.packages  # locked and hashed like any other package
+    base = base_for(cell, data, config=config)
+    assert base.compiler is False and base.name.endswith("-nocc")
+    assert base.reference != bootstrap_base(data.bases["3.11"]).reference  # a different bootstrap, never mixed up
+    pinned = matrix.parse(
+        {"matrix": {**axes, "packages": ["jupyterlab==4.2.5"]}, "image": {"jupyter": True}}, "m.toml", data
+    )
+    assert pinned.cells[0].packages == ("jupyterlab==4.2.5",)  # the user's own pin wins
+
+
+def test_image_options_errors_are_reported(data):
+    axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
+    with pytest.raises(ConfigError) as exc:
+        matrix.parse({"matrix": axes, "image": {"jupyter": "yes", "ssh": False}}, "m.toml", data)
+    text = exc.value.render()
+    assert "image.jupyter: expected true or false" in text and "image.ssh: unknown key" in text

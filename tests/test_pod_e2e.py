@@ -125,16 +125,19 @@ def test_pod_mode_ssh_shells_env_volume_and_stop(real_build, engine, ssh_key, tm
         assert pod.container.status == "running"  # no TTY, no command: it stays up
 
         # exec channel (what RunPod's gateway lacks): the venv's python and the container's env
-        res = pod.ssh('command -v python; python -c "import sys, torch; print(sys.prefix, torch.__version__)"; '
-                      'echo "$RUNPOD_POD_ID|$HF_TOKEN|$TEMPLATE_SETTING"')
+        res = pod.ssh(
+            'command -v python; python -c "import sys, torch; print(sys.prefix, torch.__version__)"; '
+            'echo "$RUNPOD_POD_ID|$HF_TOKEN|$TEMPLATE_SETTING"'
+        )
         assert res.returncode == 0, res.stderr
         lines = res.stdout.splitlines()
         assert lines[0] == "/opt/venv/bin/python" and lines[1] == "/opt/venv 2.1.2"
         assert lines[2] == "pod-sim-1|hf_test_secret|with spaces and 'quotes'"
         # a login shell (Debian's /etc/profile resets PATH) and an interactive PTY session, as people get them
         res = pod.ssh("bash -lc 'for t in python python3 pip accelerate torchrun; do command -v $t; done'")
-        assert res.stdout.split() == [f"/opt/venv/bin/{t}" for t in ("python", "python3", "pip", "accelerate",
-                                                                     "torchrun")], res.stdout
+        assert res.stdout.split() == [
+            f"/opt/venv/bin/{t}" for t in ("python", "python3", "pip", "accelerate", "torchrun")
+        ], res.stdout
         res = pod.ssh("", tty=True, stdin='echo "py=$(command -v python3) pod=$RUNPOD_POD_ID"; exit\n')
         assert "py=/opt/venv/bin/python3 pod=pod-sim-1" in res.stdout, res.stdout
         res = pod.ssh("stat -c '%a %U' /etc/imagekit/env.sh /root/.ssh/environment; id -u")
@@ -158,20 +161,24 @@ def test_pod_mode_ssh_shells_env_volume_and_stop(real_build, engine, ssh_key, tm
         assert down.read_bytes() == src.read_bytes()
         batch = tmp_path / "batch"
         batch.write_text(f"put {src} /workspace/sftp.bin\nget /workspace/sftp.bin {tmp_path / 'sftp-back.bin'}\n")
-        sftp = subprocess.run(["sftp", *opts, "-P", str(pod.port), "-b", str(batch), "root@127.0.0.1"],
-                              capture_output=True, text=True)
+        sftp = subprocess.run(
+            ["sftp", *opts, "-P", str(pod.port), "-b", str(batch), "root@127.0.0.1"], capture_output=True, text=True
+        )
         assert sftp.returncode == 0, sftp.stderr
         assert (tmp_path / "sftp-back.bin").read_bytes() == src.read_bytes()
         rsh = " ".join(["ssh", *opts, "-p", str(pod.port)])
         (tmp_path / "tree" / "sub").mkdir(parents=True)
         (tmp_path / "tree" / "sub" / "f.txt").write_text("rsynced\n")
-        rs = subprocess.run(["rsync", "-a", "-e", rsh, f"{tmp_path / 'tree'}/", "root@127.0.0.1:/workspace/tree/"],
-                            capture_output=True, text=True)
+        rs = subprocess.run(
+            ["rsync", "-a", "-e", rsh, f"{tmp_path / 'tree'}/", "root@127.0.0.1:/workspace/tree/"],
+            capture_output=True,
+            text=True,
+        )
         assert rs.returncode == 0, rs.stderr
         assert (vol / "tree" / "sub" / "f.txt").read_text() == "rsynced\n"
 
         # docker exec shells are the image's environment too, and the doctor is on PATH and passes
-        code, out = pod.exec("bash", "-lc", "command -v python; echo $RUNPOD_POD_ID")
+        _code, out = pod.exec("bash", "-lc", "command -v python; echo $RUNPOD_POD_ID")
         assert out.split() == ["/opt/venv/bin/python", "pod-sim-1"]
         res = pod.ssh("imagekit-doctor --tier quick >/dev/null; echo exit=$?")
         assert res.stdout.strip() == "exit=0", res.stdout
@@ -223,7 +230,7 @@ def test_no_public_key_no_sshd_and_jupyter_says_why(real_build, engine, tmp_path
     try:
         logs = pod.wait_ready()
         assert "SSH: off" in logs and "no JupyterLab" in logs
-        code, out = pod.exec("sh", "-c", "pgrep -x sshd || echo none; ls /etc/ssh/ | grep -c ssh_host_ || true")
+        _code, out = pod.exec("sh", "-c", "pgrep -x sshd || echo none; ls /etc/ssh/ | grep -c ssh_host_ || true")
         assert out.split() == ["none", "0"]  # no host key was ever baked into the image
     finally:
         pod.remove()
@@ -239,3 +246,70 @@ def test_job_mode_runs_the_command_as_root(real_build, engine, tmp_path):
     )
     assert code == 0 and out.split() == ["0", "wrote"], err
     assert "start check took" in err
+
+
+@pytest.fixture(scope="module")
+def jupyter_build(real_build, engine, tmp_path_factory):
+    """The same cell with `[image] jupyter = true`: re-locked from the committed lock (the torch layer stays
+    byte-identical, so only the app layer is built), self-tested, not pushed."""
+    from imagekit import compat
+    from imagekit.model import Cell
+    from imagekit.services.build import BuildOptions, build_cell
+    from tests.conftest import REAL_CELL, ROOT, _log
+
+    result, _ = real_build
+    state = tmp_path_factory.mktemp("jupyter")
+    locks = state / "locks"
+    locks.mkdir()
+    shutil.copy(ROOT / "lockfiles" / f"{REAL_CELL.id}.txt", locks)
+    c = REAL_CELL
+    cell = Cell(c.cuda, c.torch, c.transformers, c.python, tuple(sorted((*c.packages, "jupyterlab"))))
+    opts = BuildOptions(repository="imagekit-test/jupyter", lock_dir=locks, state_dir=state, push=False)
+    built = build_cell(cell, opts, engine, compat.load(), _log)
+    assert built.status == "passed", built.error and built.error.render()
+    torch_layer = engine.layers(result.tag)[:-5]
+    assert engine.layers(built.tag)[: len(torch_layer)] == torch_layer  # base and torch layers shared
+    yield built
+    engine.remove(built.tag)
+    engine.remove(f"imagekit-test/jupyter:{cell.id}")
+
+
+def test_jupyter_starts_with_a_password_and_serves_the_workspace(jupyter_build, engine, ssh_key, tmp_path):
+    import json
+    import urllib.error
+    import urllib.request
+
+    vol = _root_owned_volume(tmp_path)
+    (vol / "notes.txt").write_text("on the volume\n")
+    from imagekit.services.image_manifest import from_engine
+
+    features = from_engine(jupyter_build.tag)["image"]
+    assert features["jupyter"] is True and features["ports"] == ["22/tcp", "8888/http"]
+    container = engine.client.containers.run(
+        jupyter_build.tag,
+        detach=True,
+        environment={"JUPYTER_PASSWORD": "s3cret"},
+        volumes={str(vol): {"bind": "/workspace", "mode": "rw"}},
+        ports={"8888/tcp": ("127.0.0.1", None)},
+    )
+    try:
+        container.reload()
+        port = container.attrs["NetworkSettings"]["Ports"]["8888/tcp"][0]["HostPort"]
+        url = f"http://127.0.0.1:{port}/api/contents/notes.txt"
+        deadline, status = time.time() + 90, None
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"{url}?token=s3cret", timeout=5) as resp:
+                    status, body = resp.status, json.loads(resp.read())
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(1)
+        assert status == 200, container.logs().decode()
+        assert body["content"] == "on the volume\n"
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(url, timeout=5)
+        assert denied.value.code in (401, 403)
+        _code, out = container.exec_run(["sh", "-c", "ps -eo args | grep -c '[s]3cret' || true"])
+        assert out.decode().strip() == "0"  # the password is not on any command line
+    finally:
+        container.remove(force=True)

@@ -25,7 +25,7 @@ def test_env_is_saved_quoted_and_private(tmp_path):
     environ = {
         "HF_TOKEN": "hf_secret",
         "RUNPOD_POD_ID": "abc123",
-        "TRICKY": "it's $HOME `id` \"quoted\"",
+        "TRICKY": 'it\'s $HOME `id` "quoted"',
         "MULTI": "line one\nline two",
         "HOME": "/root",
         "bad-name": "x",
@@ -39,13 +39,13 @@ def test_env_is_saved_quoted_and_private(tmp_path):
     assert stat.S_IMODE((tmp_path / "ssh").stat().st_mode) == 0o700
     # a real shell reads back exactly what the container was given
     out = subprocess.run(
-        ["sh", "-c", f". {env_sh} && printf '%s|%s|%s' \"$TRICKY\" \"$MULTI\" \"$HF_TOKEN\""],
+        ["sh", "-c", f'. {env_sh} && printf \'%s|%s|%s\' "$TRICKY" "$MULTI" "$HF_TOKEN"'],
         capture_output=True,
         text=True,
         check=True,
         env={},
     ).stdout
-    assert out == "it's $HOME `id` \"quoted\"|line one\nline two|hf_secret"
+    assert out == 'it\'s $HOME `id` "quoted"|line one\nline two|hf_secret'
     lines = ssh_env.read_text().splitlines()
     assert "RUNPOD_POD_ID=abc123" in lines and "HF_TOKEN=hf_secret" in lines
     assert not any(line.startswith(("MULTI=", "HOME=", "bad-name")) for line in lines)
@@ -89,9 +89,22 @@ def test_job_mode_runs_the_command_unless_blocked(tmp_path, env, code, ran):
         [sys.executable, str(PODSTART), "sh", "-c", f"touch {marker}"],
         capture_output=True,
         text=True,
-        env={"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), **env},
+        env={
+            "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "HF_HOME": str(tmp_path / "hf"),
+            **env,
+        },
     )
     assert res.returncode == code, res.stderr
     assert marker.exists() is ran
     if not ran:
         assert "not starting" in res.stderr and "no GPU" in res.stderr
+
+
+def test_a_failing_step_never_exits_a_pod(capsys):
+    def boom():
+        raise PermissionError(13, "Permission denied", "/etc/imagekit/env.sh")
+
+    assert podstart.safely("saving the env", boom, default="went on") == "went on"
+    assert "saving the env failed: PermissionError" in capsys.readouterr().err

@@ -45,7 +45,7 @@ def test_check_detects_hand_edit_and_missing_and_extra(app, runner, tmp_path, in
 
     assert check().exit_code == 0
     dockerfile = out / REPRESENTATIVE[1] / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text().replace("CMD []", "CMD [\"bash\"]"))
+    dockerfile.write_text(dockerfile.read_text().replace("CMD []", 'CMD ["bash"]'))
     res = check()
     assert res.exit_code == 1 and f"differs: {REPRESENTATIVE[1]}/Dockerfile" in res.output
     (out / REPRESENTATIVE[1] / "stray.txt").write_text("x")

@@ -254,17 +254,26 @@ def job(argv, environ):
         return 127
 
 
+def safely(what, fn, *args, default=None):
+    """A pod never exits on a failed step (that would be a restart loop with no way in): log it and go on."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - any failure of one step is logged, the pod stays up
+        log(f"{what} failed: {type(exc).__name__}: {exc}")
+        return default
+
+
 def pod(environ):
     log(f"pod mode ({cell_name()})")
-    os.makedirs(STATE_DIR, exist_ok=True)
-    if os.path.exists(BLOCKED):
-        os.unlink(BLOCKED)
-    save_env(environ)
-    run_hook(HOOKS[0])
-    code, report, seconds, checks = start_check(environ)
+    if os.geteuid() != 0:
+        log(f"running as uid {os.geteuid()}, not root: the env cannot be saved for SSH and sshd cannot start")
+    safely("clearing the last start's state", _clear_state)
+    safely("saving the env for shells and SSH sessions", save_env, environ)
+    safely(HOOKS[0], run_hook, HOOKS[0])
+    code, report, seconds, checks = safely("the start check", start_check, environ, default=(3, "", 0.0, []))
     if code == 1:
         text = banner(report)
-        write_private(BLOCKED, text, 0o644)
+        safely("writing the login banner", write_private, BLOCKED, text, 0o644)
         print(text, file=sys.stderr, flush=True)
         log("BLOCKED: the pod stays up so you can log in and fix it; `imagekit-doctor` exits 1 until then")
     elif code == 3:
@@ -272,11 +281,17 @@ def pod(environ):
         log("a start check could not run (above)")
     if checks:
         log(summary(checks, seconds))
-    start_ssh(environ)
-    start_jupyter(environ)
-    run_hook(HOOKS[1])
+    safely("SSH", start_ssh, environ)
+    safely("Jupyter", start_jupyter, environ)
+    safely(HOOKS[1], run_hook, HOOKS[1])
     log("ready" + (" (blocked: see above)" if code == 1 else ""))
     stay_up()
+
+
+def _clear_state():
+    os.makedirs(STATE_DIR, exist_ok=True)
+    if os.path.exists(BLOCKED):
+        os.unlink(BLOCKED)
 
 
 def stay_up():

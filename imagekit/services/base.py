@@ -46,7 +46,7 @@ def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = Tr
         f"--include={','.join(base_packages(compiler))}",
         # openssh-server's postinst makes host keys: two pods of one image must never share them (and random
         # bytes would break the byte-identical tarball). The entrypoint generates them at a container's first start.
-        "--customize-hook=rm -f \"$1\"/etc/ssh/ssh_host_*",
+        '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
         *keyring,
         spec.suite,
         str(tmp),
