@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
+import socket
 
 SAVE_TEMPLATE = (
     "mutation saveTemplate($input: SaveTemplateInput) { saveTemplate(input: $input) "
@@ -24,17 +26,31 @@ def registry_host(image: str) -> str:
 
 
 def unreachable_registry(image: str) -> str | None:
-    """Why no pod could pull ``image`` (a loopback, private or link-local registry), or None."""
+    """Why no pod could pull ``image`` (a loopback, private, link-local or single-label registry), or None."""
     host = registry_host(image)
-    name = host[1:].split("]")[0] if host.startswith("[") else host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    if name == "localhost" or name.endswith(_PRIVATE_SUFFIXES):
-        return f"{host} is a local name"
+    if host.startswith("["):
+        name = host[1:].split("]")[0]
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name = name.lower().rstrip(".")
+    ip = None
     try:
         ip = ipaddress.ip_address(name)
     except ValueError:
+        try:  # short and integer IPv4 forms (127.1, 2130706433), as the resolver reads them
+            ip = ipaddress.ip_address(socket.inet_aton(name)) if re.fullmatch(r"[0-9x.]+", name) else None
+        except OSError:
+            ip = None
+    if ip is not None:
+        if ip.is_loopback:
+            return f"{host} is a loopback address"
+        if not ip.is_global:
+            return f"{host} is not a public address (private, link-local or shared range)"
         return None
-    if ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified:
-        return f"{host} is a {'loopback' if ip.is_loopback else 'private'} address"
+    if name == "localhost" or name.endswith(_PRIVATE_SUFFIXES):
+        return f"{host} is a local name"
+    if "." not in name:
+        return f"{host} is a single-label name (a local registry such as kind's or compose's)"
     return None
 
 

@@ -69,12 +69,26 @@ def test_public_keys():
     assert podstart.public_keys('command="rm -rf /" ssh-ed25519 AAAA') == ([], 1)  # no forced-command options
 
 
-def test_authorized_keys_are_merged_not_duplicated(tmp_path):
-    ssh = tmp_path / ".ssh"
-    path = podstart.add_authorized_keys([ED25519], str(ssh))
-    podstart.add_authorized_keys([ED25519, "ssh-rsa AAAAB3 other"], str(ssh))
-    assert open(path).read().splitlines() == [ED25519, "ssh-rsa AAAAB3 other"]
+def test_pod_keys_are_exactly_public_key(tmp_path):
+    """Rewritten at every start: a key dropped from PUBLIC_KEY stops working after a restart."""
+    path = podstart.write_pod_keys([ED25519, "ssh-rsa AAAAB3 other"], str(tmp_path / "authorized_keys"))
+    podstart.write_pod_keys([ED25519], path)
+    assert open(path).read().splitlines() == [ED25519]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert podstart.public_keys("ssh-ed25519\tAAAAC3Nz  me") == (["ssh-ed25519\tAAAAC3Nz  me"], 0)
+
+
+def test_nested_shells_keep_what_the_user_changed(tmp_path):
+    env_sh = tmp_path / "env.sh"
+    env_sh.write_text("export HF_HOME=/workspace/hf\n")
+    profile = PROFILE.read_text().replace("/etc/imagekit/env.sh", str(env_sh))
+    (tmp_path / "profile.sh").write_text(profile)
+    script = (
+        f". {tmp_path / 'profile.sh'}; export HF_HOME=/mine PATH=/other/venv/bin:$PATH; "
+        f"sh -c '. {tmp_path / 'profile.sh'}; echo $HF_HOME ${{PATH%%:*}}'"
+    )
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == ["/mine", "/other/venv/bin"]
 
 
 def test_banner_says_what_and_how():

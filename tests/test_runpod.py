@@ -129,10 +129,16 @@ def test_jupyter_image_lists_its_port(app, runner, tmp_path):
     [
         ("127.0.0.1:5000/imagekit/train:x", "loopback"),
         ("localhost:5000/train:x", "local name"),
-        ("192.168.1.20:5000/train:x", "private"),
-        ("10.0.0.5/train:x", "private"),
+        ("192.168.1.20:5000/train:x", "not a public address"),
+        ("10.0.0.5/train:x", "not a public address"),
         ("[::1]:5000/train:x", "loopback"),
         ("registry.internal/train:x", "local name"),
+        ("LOCALHOST:5000/train:x", "local name"),
+        ("localhost.:5000/train:x", "local name"),
+        ("myreg:5000/train:x", "single-label"),
+        ("127.1:5000/train:x", "loopback"),
+        ("100.64.1.2/train:x", "not a public address"),
+        ("[fe80::1]:5000/train:x", "not a public address"),
     ],
 )
 def test_unreachable_registries(image, why):

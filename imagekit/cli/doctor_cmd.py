@@ -28,29 +28,35 @@ def register(app: typer.Typer) -> None:
     )
     def doctor(ctx: typer.Context) -> None:
         argv = list(ctx.args)
-        if "--help" in argv or "-h" in argv:
-            imagekit_doctor.parser().print_help()
-            raise typer.Exit(0)
+        try:
+            args = imagekit_doctor.parser().parse_args(argv)
+        except SystemExit as exc:  # argparse printed its usage error or --help
+            raise typer.Exit(int(exc.code or 0)) from None
+        command = [c for c in args.command if c != "--"][:] if args.command else []
+        options = argv[: len(argv) - len(args.command)] if args.command else argv
         with tempfile.TemporaryDirectory() as tmp:
-            argv = _resolve_image_expectation(argv, Path(tmp))
-            raise typer.Exit(imagekit_doctor.main(argv))
+            options = _resolve_image_expectation(options, args.expect, Path(tmp))
+            raise typer.Exit(imagekit_doctor.main([*options, *(["--", *command] if command else [])]))
 
 
-def _resolve_image_expectation(argv: list[str], tmp: Path) -> list[str]:
+def _resolve_image_expectation(options: list[str], expect: str | None, tmp: Path) -> list[str]:
     """`--expect IMAGE_REF`: read the manifest out of the image (engine first, then the registry)."""
-    if "--expect" not in argv:
-        return argv
-    i = argv.index("--expect")
-    value = argv[i + 1] if i + 1 < len(argv) else ""
-    if not value or Path(value).exists():
-        return argv
+    if not expect or Path(expect).exists():
+        return options
     try:
-        validate.image_ref(value)
+        validate.image_ref(expect)
     except Exception:
-        return argv
+        return options
     from imagekit.services.image_manifest import read_manifest
 
-    manifest = read_manifest(value)
     path = tmp / "manifest.json"
-    path.write_text(json.dumps(manifest))
-    return [*argv[:i], "--expect", str(path), *argv[i + 2 :]]
+    path.write_text(json.dumps(read_manifest(expect)))
+    out = []
+    for word in options:
+        if word == expect:
+            out.append(str(path))
+        elif word == f"--expect={expect}":
+            out.append(f"--expect={path}")
+        else:
+            out.append(word)
+    return out

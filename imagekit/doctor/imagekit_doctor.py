@@ -89,13 +89,19 @@ def parse_requirements(text, path="<requirements>"):
         line = re.sub(r"\s--hash[= ]\S+", "", line).strip()
         if not line or line.startswith("-"):
             continue
+        if "@" in line.split(";")[0] or "://" in line or line.startswith((".", "/")):
+            name = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+            out.append((canon(name.group(1)) if name else line, "@direct-reference", None, ""))
+            continue
         m = REQUIREMENT.match(line)
         if not m:
             raise ValueError(f"{path}: line {number}: not a requirement: {line!r}")
         clauses = []
         for part in [p for p in m.group(2).split(",") if p.strip()]:
             c = CLAUSE.match(part)
-            if not c or (c.group(1) != "===" and parse_version(c.group(2).rstrip(".*")) is None):
+            wildcard = c is not None and c.group(2).endswith(".*")
+            if not c or (wildcard and c.group(1) not in ("==", "!=")) or (
+                    c.group(1) != "===" and parse_version(c.group(2)[:-2] if wildcard else c.group(2)) is None):
                 raise ValueError(f"{path}: line {number}: cannot read the version specifier {part.strip()!r}")
             clauses.append((c.group(1), c.group(2)))
         out.append((canon(m.group(1)), m.group(2).replace(" ", ""), clauses, (m.group(3) or "")[1:].strip()))
@@ -114,7 +120,9 @@ def load_expectation(path):
     reqs = parse_requirements(text, path)
     if not reqs:
         raise ValueError(f"{path}: neither an imagekit manifest nor a requirements/lock file")
-    exact = all(len(c) == 1 and c[0][0] == "==" and "*" not in c[0][1] and not marker for _, _, c, marker in reqs)
+    # A lock (pins with --hash) is compared exactly, local labels included; a requirements file by PEP 440.
+    exact = "--hash" in text and all(
+        c and len(c) == 1 and c[0][0] == "==" and "*" not in c[0][1] and not marker for _, _, c, marker in reqs)
     if exact:
         return {"distributions": {name: c[0][1] for name, _, c, _ in reqs}, "source": path}
     return {"requirements": reqs, "source": path}
@@ -160,8 +168,11 @@ def version_satisfies(have, op, want):
     if h is None:
         return False
     if want.endswith(".*") and op in ("==", "!="):
-        prefix = tuple(int(x) for x in want[:-2].split("."))
-        match = h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
+        w = parse_version(want[:-2])
+        if w is None:
+            return False
+        prefix = w[1]
+        match = h[0][0] == w[0][0] and h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
         return match if op == "==" else not match
     w = parse_version(want)
     if w is None:
@@ -174,10 +185,11 @@ def version_satisfies(have, op, want):
         return hk >= w[0]
     if op == "<=":
         return hk <= w[0]
-    if op == ">":
-        return hk > w[0]
-    if op == "<":
-        return hk < w[0]
+    same_release = hk[:2] == w[0][:2]
+    if op == ">":  # PEP 440: >V excludes V's post-releases unless V is one
+        return hk > w[0] and not (same_release and hk[3] != (-1, 0) and w[0][3] == (-1, 0))
+    if op == "<":  # PEP 440: <V excludes V's pre-releases unless V is one
+        return hk < w[0] and not (same_release and hk[2] != (1, 0, 0) and w[0][2] == (1, 0, 0))
     if op == "~=":
         prefix = w[1][:-1] if len(w[1]) > 1 else w[1]
         return hk >= w[0] and h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
@@ -189,8 +201,8 @@ def check_requirements(env, expectation):
     have = {canon(k): v["version"] for k, v in env["dists"].items()}
     broken, skipped, ok = [], [], 0
     for name, spec, clauses, marker in expectation["requirements"]:
-        if marker:
-            skipped.append(f"{name}{spec}; {marker}")
+        if marker or clauses is None:
+            skipped.append(f"{name}{spec}" + (f"; {marker}" if marker else ""))
             continue
         if name not in have:
             broken.append(f"{name}{spec}: not installed")
@@ -198,13 +210,13 @@ def check_requirements(env, expectation):
             broken.append(f"{name}{spec}: {have[name]} is installed")
         else:
             ok += 1
-    ev = {"source": expectation.get("source"), "broken": broken, "not_checked_markers": skipped, "satisfied": ok}
+    ev = {"source": expectation.get("source"), "broken": broken, "not_checked": skipped, "satisfied": ok}
     if broken:
         return result("requirements", "fail", f"the environment breaks {len(broken)} requirement(s) of "
                       f"{expectation.get('source')}: " + "; ".join(broken[:8]),
                       "install what the requirements ask for, or use an image built for them", ev)
     return result("requirements", "pass", f"{ok} requirement(s) of {expectation.get('source')} are satisfied"
-                  + (f" ({len(skipped)} with environment markers not checked)" if skipped else ""), "", ev)
+                  + (f" ({len(skipped)} with markers or direct references not checked)" if skipped else ""), "", ev)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -360,6 +372,8 @@ def usable_gpu_count(gpus, cuda_visible_devices):
     list, and CUDA stops reading it at the first entry that names no GPU (so "" or "-1" hides them all)."""
     if cuda_visible_devices is None:
         return len(gpus)
+    if "MIG-" in cuda_visible_devices:
+        return None  # MIG instances are not in nvidia-smi's GPU list: unknown
     seen = []
     for entry in cuda_visible_devices.split(","):
         entry = entry.strip()
@@ -592,15 +606,17 @@ def launch_options(command):
         names = {"--config_file": "config_file", "--num_processes": "num_processes",
                  "--num_machines": "num_machines", "--cpu": "use_cpu"}
     elif any(w in ("torchrun", "torch.distributed.run") for w in argv[:4]):
-        names = {"--nproc_per_node": "num_processes", "--nproc-per-node": "num_processes",
-                 "--nnodes": "num_machines"}
+        names = {"--nproc_per_node": "num_processes", "--nnodes": "num_machines"}
     else:
         return {}
     opts = {"tool": "accelerate" if "use_cpu" in names.values() else "torchrun"}
     i = 0
     while i < len(argv):
         word = argv[i]
+        if word.endswith(".py") or word == "-m" or (i > 1 and word in ("--", "--no_python")):
+            break  # the script and its own options start here
         key, _, inline = word.partition("=")
+        key = "--" + key[2:].replace("-", "_") if key.startswith("--") else key
         if key in names:
             if names[key] == "use_cpu":
                 opts["use_cpu"] = True
@@ -636,6 +652,9 @@ def check_accelerate(path, gpu_count, launch=None):
     if cfg.get("use_cpu"):
         return result("accelerate-config", "warn", f"{path} sets use_cpu: true: training runs on the CPU",
                       "set use_cpu: false (accelerate config)", ev)
+    if gpu_count is None:
+        return result("accelerate-config", "pass", f"{path}: num_processes {procs}; the GPU count is unknown here "
+                      "(MIG instances in CUDA_VISIBLE_DEVICES), so it is not compared", "", ev)
     if isinstance(procs, int) and machines == 1:
         if procs > max(gpu_count, 1):  # one process never waits for ranks
             return result("accelerate-config", "fail", f"{path} asks for num_processes: {procs} but this machine has "
@@ -673,6 +692,7 @@ def mount_of(path, mounts):
 
 
 def existing_parent(path):
+    path = os.path.abspath(path)
     while path and not os.path.exists(path):
         parent = os.path.dirname(path)
         if parent == path:
@@ -828,7 +848,7 @@ def classify_hf_403(message):
                 "enable 'Read access to contents of all public gated repos you can access' on the token "
                 "(huggingface.co/settings/tokens), or use a read token")
     if any(k in m for k in ("authorized list", "awaiting", "accept", "ask for access", "request access",
-                            "restricted", "gated")):
+                            "rejected", "restricted", "gated")):
         return ("licence", "the licence is not accepted (or the access request is pending) for this account",
                 "accept the licence on the repo's page with the account that owns the token")
     return ("unknown", "the licence is not accepted for this account, or a fine-grained token lacks gated-repo access",
@@ -849,6 +869,10 @@ def check_hf_repo(repo, endpoint, token, timeout=15, token_source=None):
     try:
         code, headers, body = _hub_get(f"{base}/api/{kind}/{name}", token, timeout)
         ev["info_status"] = code
+        if code in (301, 302, 307, 308):
+            ev["moved_to"] = headers.get("Location")
+            return result(cid, "pass", f"{repo}: moved to {headers.get('Location')} (readable; use the new id)", "",
+                          ev)
         if code == 200:
             info = json.loads(body or "{}")
             ev["gated"] = info.get("gated", False)
@@ -863,6 +887,9 @@ def check_hf_repo(repo, endpoint, token, timeout=15, token_source=None):
             ev.update(file=pick, file_status=code)
             if code in (200, 206, 301, 302, 303, 307, 308):
                 return result(cid, "pass", f"{repo}: gated, and this token has access", "", ev)
+    except UnicodeError:
+        return result(cid, "fail", f"{repo}: the token from {sent} has characters no HTTP header can carry",
+                      "copy the token again (huggingface.co/settings/tokens)", ev)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return result(cid, "error", f"cannot reach {endpoint}: {exc}", "check network access", ev)
     message = _hub_message(headers, body)

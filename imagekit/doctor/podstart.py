@@ -2,8 +2,8 @@
 
 No command: **pod mode**, the way RunPod and Vast.ai start an image (detached, no TTY, env injected, a root-owned
 volume on /workspace, restarted whenever it exits): save the env for SSH sessions and shells, run /pre_start.sh,
-the start check, sshd when PUBLIC_KEY is set, JupyterLab when JUPYTER_PASSWORD is set, /post_start.sh, then stay
-up. A blocker never exits a pod (that would be a restart loop with no way in): the logs and a login banner say what
+start sshd when PUBLIC_KEY is set and JupyterLab when JUPYTER_PASSWORD is set, run the start check and
+/post_start.sh, then stay up. A blocker never exits a pod (that would be a restart loop with no way in): the logs and a login banner say what
 is wrong and how to fix it, and `imagekit-doctor` exits 1 until it is fixed.
 
 A command: **job mode**: the start check, then exec the command; a blocker exits 1 with the report.
@@ -26,6 +26,9 @@ STATE_DIR = "/run/imagekit"
 BLOCKED = os.path.join(STATE_DIR, "blocked")
 ENV_SH = "/etc/imagekit/env.sh"
 SSH_DIR = "/root/.ssh"
+# PUBLIC_KEY's keys live here, rewritten at every start: a key removed from PUBLIC_KEY stops working after a restart
+# (the container layer, ~/.ssh included, survives restarts). ~/.ssh/authorized_keys stays the user's own.
+POD_KEYS = "/etc/imagekit/authorized_keys"
 SSHD = "/usr/sbin/sshd"
 SSHD_CONFIG = "/opt/imagekit/etc/sshd_config"
 SSHD_LOG = "/var/log/imagekit-sshd.log"
@@ -36,7 +39,7 @@ HOOKS = ("/pre_start.sh", "/post_start.sh")
 SESSION_VARS = {"HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "TERM", "_", "SHELL", "USER", "LOGNAME", "MAIL"}
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 KEY = re.compile(r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)"
-                 r"@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\r\n]*)?$")
+                 r"@openssh\.com)[ \t]+[A-Za-z0-9+/]+={0,3}([ \t][^\r\n]*)?$")
 
 
 def log(message):
@@ -88,16 +91,9 @@ def public_keys(text):
     return good, len(lines) - len(good)
 
 
-def add_authorized_keys(keys, ssh_dir=SSH_DIR):
-    os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
-    os.chmod(ssh_dir, 0o700)
-    path = os.path.join(ssh_dir, "authorized_keys")
-    have = []
-    if os.path.isfile(path):
-        with open(path) as fh:
-            have = [ln.rstrip("\n") for ln in fh if ln.strip()]
-    merged = have + [k for k in keys if k not in have]
-    write_private(path, "\n".join(merged) + "\n")
+def write_pod_keys(keys, path=POD_KEYS):
+    """Exactly PUBLIC_KEY's keys (sshd reads this file besides ~/.ssh/authorized_keys)."""
+    write_private(path, "".join(f"{k}\n" for k in keys))
     return path
 
 
@@ -114,6 +110,7 @@ def host_key_fingerprints():
 
 def start_ssh(environ):
     keys, rejected = public_keys(environ.get("PUBLIC_KEY", ""))
+    write_pod_keys(keys)  # also when empty: a key dropped from PUBLIC_KEY must stop working
     if rejected:
         log(f"SSH: ignored {rejected} line(s) of PUBLIC_KEY that are not OpenSSH public keys")
     if not keys:
@@ -122,7 +119,7 @@ def start_ssh(environ):
     if not os.access(SSHD, os.X_OK):
         log(f"SSH: PUBLIC_KEY is set but this image has no {SSHD} (a base without openssh-server)")
         return False
-    add_authorized_keys(keys)
+    write_pod_keys(keys)
     if not any(n.startswith("ssh_host_") and n.endswith("_key") for n in os.listdir("/etc/ssh")):
         res = subprocess.run(["ssh-keygen", "-A"], capture_output=True, text=True)  # this container's own keys
         if res.returncode != 0:
@@ -270,6 +267,9 @@ def pod(environ):
     safely("clearing the last start's state", _clear_state)
     safely("saving the env for shells and SSH sessions", save_env, environ)
     safely(HOOKS[0], run_hook, HOOKS[0])
+    # services first: a wedged GPU can make the check take minutes, and the pod must be reachable meanwhile
+    safely("SSH", start_ssh, environ)
+    safely("Jupyter", start_jupyter, environ)
     code, report, seconds, checks = safely("the start check", start_check, environ, default=(3, "", 0.0, []))
     if code == 1:
         text = banner(report)
@@ -281,8 +281,6 @@ def pod(environ):
         log("a start check could not run (above)")
     if checks:
         log(summary(checks, seconds))
-    safely("SSH", start_ssh, environ)
-    safely("Jupyter", start_jupyter, environ)
     safely(HOOKS[1], run_hook, HOOKS[1])
     log("ready" + (" (blocked: see above)" if code == 1 else ""))
     stay_up()

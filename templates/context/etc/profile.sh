@@ -1,15 +1,19 @@
 # imagekit: every shell is the image's environment. Sourced by login shells (/etc/profile.d/imagekit.sh) and
 # interactive bash (/etc/bash.bashrc): SSH sessions, web terminals, tmux and `docker exec` all get the venv first on
 # PATH and the container's env, which pod platforms hand to PID 1 only (the entrypoint saves it, readable by root).
-if [ -r /etc/imagekit/env.sh ]; then
+# Once per session tree: a nested shell keeps what the user changed (another venv first on PATH, their HF_HOME).
+if [ -z "${IMAGEKIT_ENV_LOADED:-}" ] && [ -r /etc/imagekit/env.sh ]; then
   . /etc/imagekit/env.sh
+  IMAGEKIT_ENV_LOADED=1
+  export IMAGEKIT_ENV_LOADED
 fi
+# Login shells start from Debian's PATH (/etc/profile resets it): put the venv back unless it is already there.
 case ":${PATH:-}:" in
-  :/opt/venv/bin:*) ;;
-  *) PATH="/opt/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}" ;;
+  *:/opt/venv/bin:*) ;;
+  *) PATH="/opt/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}"
+     VIRTUAL_ENV=/opt/venv
+     export PATH VIRTUAL_ENV ;;
 esac
-VIRTUAL_ENV=/opt/venv
-export PATH VIRTUAL_ENV
 case "$-" in
   *i*)
     if [ -r /run/imagekit/blocked ] && [ -z "${IMAGEKIT_BANNER_SHOWN:-}" ]; then
