@@ -87,7 +87,9 @@ def test_nested_shells_keep_what_the_user_changed(tmp_path):
         f". {tmp_path / 'profile.sh'}; export HF_HOME=/mine PATH=/other/venv/bin:$PATH; "
         f"sh -c '. {tmp_path / 'profile.sh'}; echo $HF_HOME ${{PATH%%:*}}'"
     )
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}
+    )
     assert out.stdout.split() == ["/mine", "/other/venv/bin"]
 
 
