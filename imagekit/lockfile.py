@@ -38,11 +38,11 @@ class LockEntry:
     def pin(self) -> str:
         return f"{self.name}=={self.version}"
 
-    def render(self) -> str:
+    def render(self, via: bool = True) -> str:
         lines = [self.pin + (" \\" if self.hashes else "")]
         for i, h in enumerate(self.hashes):
             lines.append(f"    --hash={h}" + (" \\" if i < len(self.hashes) - 1 else ""))
-        if self.via:
+        if self.via and via:
             if len(self.via) == 1:
                 lines.append(f"    # via {self.via[0]}")
             else:
@@ -79,9 +79,11 @@ class Lock:
     def short_hash(self) -> str:
         return self.content_hash[:12]
 
-    def layer_text(self, layer: str) -> str:
+    def layer_text(self, layer: str, via: bool = True) -> str:
+        """One layer's pins and hashes; ``via=False`` drops the `# via` annotations (what the image installs from:
+        a package that gains a dependent elsewhere must not change the torch layer's input)."""
         entries = self.torch if layer == "torch" else self.app
-        return "".join(e.render() + "\n" for e in entries)
+        return "".join(e.render(via) + "\n" for e in entries)
 
     def render(self) -> str:
         lines = list(self.header)

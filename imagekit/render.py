@@ -93,8 +93,8 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
     )
     files = {
         "Dockerfile": (dockerfile.encode(), 0o644),
-        "requirements-torch.txt": (plan.lock.layer_text("torch").encode(), 0o644),
-        "requirements-app.txt": (plan.lock.layer_text("app").encode(), 0o644),
+        "requirements-torch.txt": (plan.lock.layer_text("torch", via=False).encode(), 0o644),
+        "requirements-app.txt": (plan.lock.layer_text("app", via=False).encode(), 0o644),
         "manifest.json": ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644),
     }
     files.update(_context_files())

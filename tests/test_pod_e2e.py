@@ -131,7 +131,7 @@ def test_pod_mode_ssh_shells_env_volume_and_stop(real_build, engine, ssh_key, tm
         )
         assert res.returncode == 0, res.stderr
         lines = res.stdout.splitlines()
-        assert lines[0] == "/opt/venv/bin/python" and lines[1] == "/opt/venv 2.1.2"
+        assert lines[0] == "/opt/venv/bin/python" and lines[1] == "/opt/venv 2.1.2+cu121"
         assert lines[2] == "pod-sim-1|hf_test_secret|with spaces and 'quotes'"
         # a login shell (Debian's /etc/profile resets PATH) and an interactive PTY session, as people get them
         res = pod.ssh("bash -lc 'for t in python python3 pip accelerate torchrun; do command -v $t; done'")
