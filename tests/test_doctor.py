@@ -601,3 +601,67 @@ def test_start_tier_probes_torch_when_a_gpu_is_required(tmp_path, wheels, env, c
     check = by_id(report)["cpu-fallback"]
     assert code == 1 and check["status"] == "fail" and check["evidence"]["cause"] == cause
     assert "silently run on the CPU" in check["message"] and check["fix"]
+
+
+def test_missing_python_is_a_usage_error(tmp_path):
+    res = subprocess.run(
+        [sys.executable, str(DOCTOR), "--python", str(tmp_path / "nope" / "python")], capture_output=True, text=True
+    )
+    assert res.returncode == 2 and "no such executable" in res.stderr
+
+
+def test_a_missing_relative_expect_is_cannot_read(app, runner, in_tmp):
+    res = runner.invoke(app, ["doctor", "--tier", "quick", "--expect", "manifest.json", "--json"])
+    check = by_id(json.loads(res.stdout))["manifest"]
+    assert res.exit_code in (1, 3) and check["status"] == "error" and "cannot read manifest.json" in check["message"]
+
+
+def test_printed_reports_escape_control_characters():
+    forged = doc.result("lock-drift", "fail", "evil 1.0\n[ok  ] lock-drift: all good\x1b[2K", "fix\rit")
+    text = doc.render_text([forged])
+    assert text.count("\n") == 1 and "\\n[ok  ]" in text and "\\x1b" in text and "\\r" in text
+
+
+def test_isolated_doctor_still_sees_pythonpath_shadowing(tmp_path, wheels, lock):
+    """Images run the doctor with `python -I` (a json.py on PYTHONPATH cannot defeat it); what PYTHONPATH puts in
+    front of the pinned packages must still be found: a plain child of the interpreter describes the environment."""
+    venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
+    shadow = tmp_path / "shadow"
+    from imagekit.effects.resolver import uv_binary
+
+    subprocess.run(
+        [
+            uv_binary(),
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--no-index",
+            "--find-links",
+            str(wheels),
+            "--target",
+            str(shadow),
+            "alpha==2.0",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (shadow / "json.py").write_text("raise SystemExit('a hostile json module')\n")
+    env = {"PATH": str(venv / "bin"), "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(shadow)}
+    res = subprocess.run(
+        [str(venv / "bin" / "python"), "-I", str(DOCTOR), "--tier", "quick", "--json", "--expect", str(lock)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    checks = by_id(json.loads(res.stdout))  # the doctor itself was not defeated: its report is valid JSON
+    assert res.returncode == 3 and "a hostile json module" in checks["interpreter"]["message"]
+    (shadow / "json.py").unlink()
+    res = subprocess.run(
+        [str(venv / "bin" / "python"), "-I", str(DOCTOR), "--tier", "quick", "--json", "--expect", str(lock)],
+        capture_output=True, text=True, env=env,
+    )
+    checks = by_id(json.loads(res.stdout))
+    assert res.returncode == 1 and checks["shadowing"]["status"] == "fail"
+    assert "alpha 2.0 (pinned 1.0)" in checks["lock-drift"]["message"]

@@ -242,7 +242,12 @@ print(json.dumps({"prefix": sys.prefix, "executable": sys.executable, "version":
 
 
 def describe_interpreter(python):
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable:
+    # in-process is fastest, but an isolated doctor (python -I, as images run it) does not see the user site or
+    # PYTHONPATH that the environment's own runs would: then ask a plain child of the same interpreter
+    if sys.flags.isolated and python is None:
+        python = sys.executable
+    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable \
+            and not sys.flags.isolated:
         ns = {}
         from io import StringIO
 
@@ -992,14 +997,20 @@ def exit_code(checks, strict):
 MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip", "error": "ERR "}
 
 
+def printable(text):
+    """Control characters escaped: a hostile manifest or package name cannot forge `[ok  ]` lines or move the
+    cursor."""
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in str(text))
+
+
 def render_text(checks, verbose=True):
     lines = []
     for c in checks:
         if not verbose and c["status"] in ("pass", "skip"):
             continue
-        lines.append(f"[{MARK[c['status']]}] {c['id']}: {c['message']}")
+        lines.append(f"[{MARK[c['status']]}] {printable(c['id'])}: {printable(c['message'])}")
         if c["fix"] and c["status"] in ("warn", "fail", "error"):
-            lines.append(f"       fix: {c['fix']}")
+            lines.append(f"       fix: {printable(c['fix'])}")
     return "\n".join(lines)
 
 
@@ -1029,9 +1040,13 @@ def parser():
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
+        p.error(f"--python {args.python}: no such executable (give the interpreter of the environment to check, "
+                "e.g. .venv/bin/python)")
     start = time.time()
     checks = run_checks(args)
     code = exit_code(checks, args.strict)
