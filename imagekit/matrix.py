@@ -151,9 +151,17 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
             ],
             "give all four axes, or list cells under [[matrix.include]]",
         )
-    for inc in includes:
+    included: dict[str, int] = {}
+    for i, inc in enumerate(includes):
         if inc:
             cell = Cell(**inc)
+            if cell.id in included:
+                raise ConfigError(
+                    [f"{origin}: matrix.include[{i}]: names the same cell as matrix.include[{included[cell.id]}] "
+                     f"({cell.id})"],
+                    "keep one entry per cell (a cell id is CUDA variant, torch, Python and transformers)",
+                )
+            included[cell.id] = i
             cells[cell.id] = cell
     if options.jupyter:  # JupyterLab is locked and hashed like any other package
         cells = {k: _with_jupyter(c) for k, c in cells.items()}
@@ -239,24 +247,36 @@ def load_file(path: Path | None, data: CompatData) -> MatrixConfig:
         pyproject = Path("pyproject.toml")
         if pyproject.is_file():
             doc = _read_toml(pyproject)
-            tool = doc.get("tool", {}).get("imagekit")
+            tool = _tool_table(doc, pyproject)
             if tool is not None:
                 return parse(tool, f"{pyproject} [tool.imagekit]", data)
         return parse(default_document(), "<default matrix>", data)
     doc = _read_toml(path)
     if path.name == "pyproject.toml":
-        tool = doc.get("tool", {}).get("imagekit")
+        tool = _tool_table(doc, path)
         if tool is None:
             raise ConfigError([f"{path}: no [tool.imagekit] table"], "add [tool.imagekit.matrix] to pyproject.toml")
         return parse(tool, f"{path} [tool.imagekit]", data)
     return parse(doc, str(path), data)
 
 
+def _tool_table(doc: dict, path: Path) -> dict | None:
+    tool = doc.get("tool", {})
+    table = tool.get("imagekit") if isinstance(tool, dict) else None
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError([f"{path}: tool.imagekit: expected a table"], "write it as [tool.imagekit.matrix] etc.")
+    return table
+
+
 def _read_toml(path: Path) -> dict:
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"matrix file {path} does not exist", "pass an existing TOML file to --matrix") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"], "save it as UTF-8") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise UsageError(f"cannot read matrix file {path}: {exc.strerror}", "pass a readable TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: not valid TOML: {exc}"], "fix the TOML syntax") from None
 

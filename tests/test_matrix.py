@@ -170,3 +170,24 @@ def test_image_options_errors_are_reported(data):
         matrix.parse({"matrix": axes, "image": {"jupyter": "yes", "ssh": False}}, "m.toml", data)
     text = exc.value.render()
     assert "image.jupyter: expected true or false" in text and "image.ssh: unknown key" in text
+
+
+def test_two_includes_naming_one_cell_are_an_error(data):
+    entry = {"cuda": "12.4", "torch": "2.5.1", "transformers": "4.48.2", "python": "3.11"}
+    with pytest.raises(ConfigError) as exc:
+        matrix.parse({"matrix": {"include": [entry, {**entry, "packages": ["accelerate==1.2.1"]}]}}, "m.toml", data)
+    assert "matrix.include[1]: names the same cell as matrix.include[0]" in exc.value.render()
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"[matrix]\ncuda = ['12.4'\xff]\n", "not UTF-8"),
+        (b"[tool]\nimagekit = 3\n", "tool.imagekit: expected a table"),
+    ],
+)
+def test_unreadable_matrix_files_are_exit_2(app, runner, in_tmp, content, needle):
+    name = "pyproject.toml" if b"[tool]" in content else "m.toml"
+    (in_tmp / name).write_bytes(content)
+    res = runner.invoke(app, ["matrix", "--matrix", name])
+    assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
