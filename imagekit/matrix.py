@@ -157,8 +157,10 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
             cell = Cell(**inc)
             if cell.id in included:
                 raise ConfigError(
-                    [f"{origin}: matrix.include[{i}]: names the same cell as matrix.include[{included[cell.id]}] "
-                     f"({cell.id})"],
+                    [
+                        f"{origin}: matrix.include[{i}]: names the same cell as matrix.include[{included[cell.id]}] "
+                        f"({cell.id})"
+                    ],
                     "keep one entry per cell (a cell id is CUDA variant, torch, Python and transformers)",
                 )
             included[cell.id] = i

@@ -660,7 +660,9 @@ def test_isolated_doctor_still_sees_pythonpath_shadowing(tmp_path, wheels, lock)
     (shadow / "json.py").unlink()
     res = subprocess.run(
         [str(venv / "bin" / "python"), "-I", str(DOCTOR), "--tier", "quick", "--json", "--expect", str(lock)],
-        capture_output=True, text=True, env=env,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     checks = by_id(json.loads(res.stdout))
     assert res.returncode == 1 and checks["shadowing"]["status"] == "fail"
