@@ -105,15 +105,21 @@ def fetch_lock(
     supported = wheels.supported_tags(python, glibc)
 
     def one(entry: LockEntry) -> FetchedWheel:
-        for h in entry.hashes:
-            cached = list((wheel_cache() / h.split(":", 1)[1]).glob("*.whl"))
-            if cached:
-                if _sha256(cached[0]) == h.split(":", 1)[1]:
-                    return FetchedWheel(entry.name, cached[0], False)
-                raise CheckFailed(
-                    f"cached wheel {cached[0]} does not match its hash {h}",
-                    f"the wheel cache was tampered with; delete {cached[0].parent} and fetch again",
-                )
+        # a cache hit must fit this image too: locks that share a pin share cached wheels of other Pythons
+        cached = [
+            wheels.Candidate(path.name, str(path), path.parent.name)
+            for h in entry.hashes
+            for path in (wheel_cache() / h.split(":", 1)[1]).glob("*.whl")
+        ]
+        hit = wheels.pick(cached, entry.hashes, supported)
+        if hit is not None:
+            path = Path(hit.url)
+            if _sha256(path) == hit.sha256:
+                return FetchedWheel(entry.name, path, False)
+            raise CheckFailed(
+                f"cached wheel {path} does not match its hash sha256:{hit.sha256}",
+                f"the wheel cache was tampered with; delete {path.parent} and fetch again",
+            )
         source = torch_index if routed and is_torch_family(entry.name) else index
         cand = wheels.pick(_candidates(source, entry.name), entry.hashes, supported)
         if cand is None:
