@@ -530,19 +530,28 @@ def classify_cuda_failure(text, torch_cuda, cuda_visible_devices=None):
     return ("unknown", "CUDA could not be initialised", "read the warnings in the evidence")
 
 
-def check_torch_probe(python, gpu_state, timeout, gpu_required=False):
+def start_torch_probe(python):
+    """Start the probe in a child now (importing torch is most of its time) and read it later."""
+    return subprocess.Popen([python, "-c", TORCH_PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def check_torch_probe(python, gpu_state, timeout, gpu_required=False, proc=None):
     """The torch CUDA probe. GPUs visible to the driver (or required) while torch sees none is a blocker."""
     gpus = gpu_state[0]
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    proc = proc or start_torch_probe(python)
     try:
-        res = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return result("torch-probe", "error", f"the torch probe did not finish in {timeout} s",
                       "a hung CUDA init often means a wedged GPU; check nvidia-smi", {})
     try:
-        probe = json.loads(res.stdout.strip().splitlines()[-1])
+        probe = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return result("torch-probe", "error", f"the torch probe crashed: {res.stderr.strip()[-500:]}", "", {})
+        return result("torch-probe", "error", f"the torch probe crashed: {stderr.strip()[-500:]}", "", {})
     if "import_error" in probe:
         return result("torch-probe", "fail", f"import torch failed: {probe['import_error']}",
                       "the environment is broken; rebuild or re-pull the image", probe)
@@ -936,6 +945,11 @@ def run_checks(args):
     if python and not os.path.exists(python):
         python = None
     python = python or sys.executable
+    gpu_state = query_gpus()
+    require_gpu = args.require_gpu or os.environ.get("IMAGEKIT_REQUIRE_GPU") == "1"
+    gpu_expected = require_gpu or bool(gpu_state[0])
+    probing = args.tier in ("standard", "deep") or (args.tier == "start" and gpu_expected)
+    probe_proc = start_torch_probe(python) if probing else None  # runs while the other checks do
     try:
         env = describe_interpreter(python if python != sys.executable else None)
         checks.append(check_interpreter_identity(env, manifest))
@@ -946,8 +960,6 @@ def run_checks(args):
             checks.append(check_requirements(env, manifest))
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
         checks.append(result("interpreter", "error", f"cannot inspect {python}: {exc}", "pass --python PATH"))
-    gpu_state = query_gpus()
-    require_gpu = args.require_gpu or os.environ.get("IMAGEKIT_REQUIRE_GPU") == "1"
     gpu_checks = check_gpus(gpu_state, manifest, require_gpu)
     checks += gpu_checks
     provider, provider_hint = detect_provider()
@@ -967,9 +979,8 @@ def run_checks(args):
     checks += check_writable(paths)
     checks += check_disk(paths)
     checks.append(check_shm())
-    gpu_expected = require_gpu or bool(gpu_state[0])
-    if args.tier in ("standard", "deep") or (args.tier == "start" and gpu_expected):
-        probe = check_torch_probe(python, gpu_state, args.timeout, require_gpu)
+    if probe_proc is not None:
+        probe = check_torch_probe(python, gpu_state, args.timeout, require_gpu, probe_proc)
         checks.append(probe)
         driver = gpu_checks[0]
         if probe["status"] == "pass" and driver["status"] == "fail" and not gpu_state[2]:
