@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from packaging.version import Version
 
-from imagekit import __version__
+from imagekit import __version__, validate
 from imagekit.compat import CompatData
 from imagekit.errors import CheckFailed
 from imagekit.lockfile import TORCH_FAMILY, Lock, LockEntry, split, torch_closure
@@ -31,6 +31,12 @@ class LockSettings:
     exclude_newer: str | None = None
     resolver: str = "uv"
 
+    def __post_init__(self) -> None:  # validated before anything runs: a newline here would inject pins
+        validate.index_url(self.index_url, "--index-url")
+        for url in self.extra_index_urls:
+            validate.index_url(url, "--extra-index-url")
+        validate.index_url(self.torch_index_base, "--torch-index-url")
+
     def public(self) -> dict[str, object]:
         """Settings with credentials removed: what goes into hashes and headers."""
         return {
@@ -42,15 +48,31 @@ class LockSettings:
         }
 
 
+_SECRET_PARAM = re.compile(r"token|key|secret|passw|auth|sig|credential", re.I)
+_TOKENISH = re.compile(r"^(?=[A-Za-z0-9_]*[0-9])(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{20,}$")  # e.g. /<token>/simple
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
 def redact(url: str) -> str:
-    """Drop ``user:password@`` from a URL so credentials never reach a lockfile or a log."""
+    """A URL without credentials: ``user:password@``, secret-looking query values (``?private_token=...``) and
+    token-like path segments (``https://host/<token>/simple``) never reach a lockfile, a log or an error."""
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    host = parts.netloc
+    if parts.username is not None or parts.password is not None:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+    path = "/".join("***" if _TOKENISH.match(seg) else seg for seg in parts.path.split("/"))
+    query = "&".join(
+        f"{k}=***" if _SECRET_PARAM.search(k) else (f"{k}={v}" if sep else k)
+        for k, sep, v in (pair.partition("=") for pair in parts.query.split("&") if pair)
+    )
+    return urlunsplit((parts.scheme, host, path, query, parts.fragment))
+
+
+def redact_text(text: str) -> str:
+    """Every URL in a text (a resolver's stderr, an error) redacted."""
+    return _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
 
 
 @dataclass(frozen=True)

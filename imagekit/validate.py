@@ -193,3 +193,20 @@ def label_text(value: object, what: str = "label value") -> str:
     if not isinstance(value, str) or not _SAFE_TEXT.fullmatch(value):
         raise _bad(what, value, "printable ASCII on a single line")
     return value
+
+
+_INDEX_URL = re.compile(r"https?://[^\s/?#@]+(@[^\s/?#@]+)?(/[^\s]*)?", re.ASCII)
+
+
+def index_url(value: object, what: str = "index URL") -> str:
+    """An http(s) package index URL: no whitespace or control characters (they would reach the resolver's input)."""
+    if not isinstance(value, str) or not value:
+        raise _bad(what, value, "an http(s) index URL such as https://pypi.org/simple")
+    if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value):
+        from imagekit.locking import redact
+
+        raise UsageError(
+            f"invalid {what} {redact(value)!r}: expected an http(s) URL without spaces or control characters",
+            "pass one URL per option, e.g. --extra-index-url https://example.com/simple",
+        )
+    return value

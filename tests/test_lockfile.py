@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from imagekit import lockfile
 from tests.conftest import ROOT
 
@@ -50,3 +52,38 @@ def test_content_hash_ignores_comments_but_not_pins():
     assert (
         lockfile.parse(text.replace("transformers==4.48.2", "transformers==4.48.3")).content_hash != lock.content_hash
     )
+
+
+def test_credentials_are_redacted_everywhere():
+    from imagekit.locking import redact, redact_text
+
+    assert redact("https://ci:s3cret@pkgs.example.com/simple") == "https://pkgs.example.com/simple"
+    assert redact("https://gitlab.example.com/api/v4/projects/7/packages/pypi/simple?private_token=glpat-abc") == (
+        "https://gitlab.example.com/api/v4/projects/7/packages/pypi/simple?private_token=***"
+    )
+    assert redact("https://dl.cloudsmith.io/AbCdEf1234567890XyZ9/acme/repo/python/simple/") == (
+        "https://dl.cloudsmith.io/***/acme/repo/python/simple/"
+    )
+    assert redact("https://download.pytorch.org/whl/cu118") == "https://download.pytorch.org/whl/cu118"
+    text = "error: GET https://u:p@host/simple/torch/?token=zz failed; see https://pypi.org/simple"
+    assert redact_text(text) == "error: GET https://host/simple/torch/?token=*** failed; see https://pypi.org/simple"
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "https://pypi.org/simple\ntorch==9.9", "ftp://x/simple", "https://a b/simple", "pypi.org/simple"]
+)
+def test_index_urls_are_validated_before_anything_runs(bad):
+    from imagekit.errors import UsageError
+    from imagekit.locking import LockSettings
+
+    with pytest.raises(UsageError):
+        LockSettings(index_url=bad)
+    with pytest.raises(UsageError):
+        LockSettings(extra_index_urls=(bad,))
+
+
+def test_a_newline_in_index_url_is_exit_2(app, runner, in_tmp):
+    res = runner.invoke(
+        app, ["lock", "--cell", "cu124-torch2.5.1-py3.11-tf4.48.2", "--index-url", "https://x/s\ntorch==1"]
+    )
+    assert res.exit_code == 2 and "invalid --index-url" in res.output and not (in_tmp / "lockfiles").exists()

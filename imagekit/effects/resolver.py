@@ -11,7 +11,7 @@ from pathlib import Path
 
 from imagekit.effects import process
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.locking import LockRequest, redact
+from imagekit.locking import LockRequest, redact, redact_text
 
 _NETWORK_SIGNS = (
     "Failed to fetch",
@@ -50,7 +50,7 @@ def uv_version() -> str:
 
 
 def _fail(req: LockRequest, stderr: str) -> Exception:
-    text = redact(stderr.strip())
+    text = redact_text(stderr.strip())
     tail = "\n".join(text.splitlines()[-12:])
     if any(sign in text for sign in _NETWORK_SIGNS):
         index = redact(req.torch_index) if req.torch_index and (req.torch_index.split("/")[2] in text) else None
