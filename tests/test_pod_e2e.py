@@ -40,14 +40,14 @@ class Pod:
             ports={"22/tcp": ("127.0.0.1", None)},
         )
 
-    def wait_ready(self, timeout: float = 120) -> str:
+    def wait_ready(self, timeout: float = 120, starts: int = 1) -> str:
         deadline = time.time() + timeout
         while time.time() < deadline:
             self.container.reload()
             logs = self.logs()
             if self.container.status != "running":
                 raise AssertionError(f"the pod exited ({self.container.status}):\n{logs}")
-            if "imagekit: ready" in logs:
+            if logs.count("imagekit: ready") >= starts:
                 return logs
             time.sleep(0.5)
         raise AssertionError(f"the pod did not become ready in {timeout} s:\n{self.logs()}")
@@ -182,6 +182,14 @@ def test_pod_mode_ssh_shells_env_volume_and_stop(real_build, engine, ssh_key, tm
         assert out.split() == ["/opt/venv/bin/python", "pod-sim-1"]
         res = pod.ssh("imagekit-doctor --tier quick >/dev/null; echo exit=$?")
         assert res.stdout.strip() == "exit=0", res.stdout
+
+        # a restart (what platforms do after a host reboot or a stop/start) comes back with the same host keys
+        pod.container.restart(timeout=20)
+        again = pod.wait_ready(starts=2)
+        second_start = again[again.index("imagekit: ready") :]
+        assert _fingerprints(second_start) == _fingerprints(logs)
+        res = pod.ssh("echo $RUNPOD_POD_ID; ls /workspace/ckpt.txt")
+        assert res.returncode == 0 and res.stdout.split() == ["pod-sim-1", "/workspace/ckpt.txt"], res.stderr
 
         # a second pod of the same image has its own host keys
         other = Pod(engine, result.tag, env, _root_owned_volume(tmp_path / "b"), ssh_key)
