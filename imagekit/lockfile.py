@@ -22,7 +22,8 @@ _PIN = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<version>[A-Za-z0-9.+!_-]+)(?:\s*;\s*(?P<marker>.+?))?\s*(\\)?$"
 )
 _HASH = re.compile(r"--hash=(?P<algo>sha256):(?P<digest>[0-9a-f]{64})")
-_META = re.compile(r"^# imagekit-(?P<key>[a-z-]+): (?P<value>.*)$")
+BODY_KEY = "body-sha256"  # the lock's digest of its own pins and hashes
+_META = re.compile(r"^# imagekit-(?P<key>[a-z0-9-]+): (?P<value>.*)$")
 # Packages of the torch family: they come from the PyTorch index for a non-default variant.
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
 
@@ -57,6 +58,7 @@ class Lock:
     app: tuple[LockEntry, ...]
     meta: dict[str, str] = field(default_factory=dict)  # header "# imagekit-<key>: <value>" lines
     header: tuple[str, ...] = ()  # the free-text header lines (regeneration command)
+    body_digest: str | None = field(default=None, compare=False)  # as read from the file ('# imagekit-body-sha256')
 
     @property
     def entries(self) -> tuple[LockEntry, ...]:
@@ -87,7 +89,8 @@ class Lock:
 
     def render(self) -> str:
         lines = list(self.header)
-        lines += [f"# imagekit-{k}: {v}" for k, v in sorted(self.meta.items())]
+        meta = {**self.meta, BODY_KEY: self.content_hash}  # a digest of its own body: hand edits are detected
+        lines += [f"# imagekit-{k}: {v}" for k, v in sorted(meta.items())]
         lines += ["#", TORCH_MARK]
         text = "\n".join(lines) + "\n" + self.layer_text("torch") + APP_MARK + "\n" + self.layer_text("app")
         return text
@@ -153,9 +156,44 @@ def parse(text: str, origin: str = "<lock>") -> Lock:
             header.append(line)
     if header and header[-1] == "#":
         header.pop()  # the separator render() writes before the torch mark
+    digest = meta.pop(BODY_KEY, None)
     return Lock(
-        tuple(parse_requirements(torch_text, origin)), tuple(parse_requirements(app_text, origin)), meta, tuple(header)
+        tuple(parse_requirements(torch_text, origin)),
+        tuple(parse_requirements(app_text, origin)),
+        meta,
+        tuple(header),
+        digest,
     )
+
+
+def integrity_problems(lock: Lock, text: str) -> list[str]:
+    """What makes a lock untrustworthy on its own, each naming the line: a body that does not match its digest
+    (a hand-edited pin, even with genuine hashes of another version), pins without hashes, duplicated pins, no pins."""
+
+    def line_of(name: str) -> int:
+        pattern = re.compile(rf"^{re.escape(name)}==", re.I)
+        alt = re.compile(rf"^{re.escape(name).replace('-', '[-_.]')}==", re.I)
+        for i, line in enumerate(text.splitlines(), 1):
+            if pattern.match(line) or alt.match(line):
+                return i
+        return 0
+
+    problems = []
+    if not lock.entries:
+        problems.append("no pins")
+    seen: set[str] = set()
+    for e in lock.entries:
+        if e.name in seen:
+            problems.append(f"line {line_of(e.name)}: {e.name} is pinned twice")
+        seen.add(e.name)
+        if not e.hashes:
+            problems.append(f"line {line_of(e.name)}: {e.pin} has no --hash")
+    want = lock.body_digest
+    if want is None:
+        problems.append(f"no '# imagekit-{BODY_KEY}' line: not written by this imagekit")
+    elif want != lock.content_hash:
+        problems.append(f"its pins and hashes do not match its {BODY_KEY} (edited by hand)")
+    return problems
 
 
 def torch_closure(entries: list[LockEntry]) -> set[str]:

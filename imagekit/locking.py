@@ -210,8 +210,9 @@ def missing_family_package(req: LockRequest, uv_error: str) -> str | None:
     return None
 
 
-def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str], data: CompatData) -> None:
-    """Refuse a resolution whose torch is not the build the cell names (the "tag says cu128, has cu124" bug)."""
+def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str] | None, data: CompatData) -> None:
+    """Refuse a resolution whose torch is not the build the cell names (the "tag says cu128, has cu124" bug).
+    ``sources`` (uv's ``# from`` annotations) exist only right after resolving; a lock read back has none."""
     pins = {e.name: e for e in entries}
     torch = pins.get("torch")
     cell = req.cell
@@ -229,7 +230,7 @@ def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str], 
                 f"{cell.id}: resolved torch {torch.version}, expected {want}",
                 f"the index {redact(req.torch_index or '')} does not serve {want}",
             )
-        closure = torch_closure(entries)
+        closure = torch_closure(entries) if sources is not None else set()
         for name in sorted(n for n in closure if is_torch_family(n)):
             src = sources.get(name, "")
             if redact(src).rstrip("/") != redact(req.torch_index or "").rstrip("/"):
@@ -251,6 +252,27 @@ def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str], 
         raise CheckFailed(
             f"{cell.id}: torch {torch.version} brings CUDA runtime {runtime[0].version}, not {cell.cuda}",
             "the PyPI default variant changed; run `imagekit compat refresh` and pick the right --cuda",
+        )
+
+
+def verify_lock(lock: Lock, text: str, cell: Cell, data: CompatData, origin: str) -> None:
+    """Before a lock is used: it is intact (its own digest, hashes on every pin, no duplicates) and it is this
+    cell's (the header names it, and the resolver's torch/CUDA check passes again on what it pins)."""
+    from imagekit.lockfile import integrity_problems
+
+    problems = [f"{origin}: {p}" for p in integrity_problems(lock, text)]
+    named = lock.meta.get("cell")
+    if named != cell.id:
+        problems.append(f"{origin}: is the lock of {named or 'an unnamed cell'}, not of {cell.id}")
+    if not problems:
+        try:
+            verify(request(cell, LockSettings(), data), list(lock.entries), None, data)
+        except CheckFailed as exc:
+            problems.append(f"{origin}: {exc.message}")
+    if problems:
+        raise CheckFailed(
+            "\n".join(problems),
+            f"never build from it: delete {origin} and run `imagekit lock --cell {cell.id}` to resolve it again",
         )
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from imagekit import lockfile
@@ -87,3 +90,68 @@ def test_a_newline_in_index_url_is_exit_2(app, runner, in_tmp):
         app, ["lock", "--cell", "cu124-torch2.5.1-py3.11-tf4.48.2", "--index-url", "https://x/s\ntorch==1"]
     )
     assert res.exit_code == 2 and "invalid --index-url" in res.output and not (in_tmp / "lockfiles").exists()
+
+
+# ---- a lock is verified before any use -------------------------------------------------------------------
+CELL_ID = "cu121-torch2.1.2-py3.11-tf4.48.2"
+OTHER_ID = "cu124-torch2.5.1-py3.11-tf4.48.2"
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+def _tampered_cases() -> dict[str, tuple]:
+    text = (ROOT / "lockfiles" / f"{CELL_ID}.txt").read_text()
+    other = (ROOT / "lockfiles" / f"{OTHER_ID}.txt").read_text()
+    accel = re.search(r"^accelerate==\S+ \\\n(    --hash=\S+( \\)?\n)+", text, re.M).group(0)
+    return {
+        "hand-edited pin": (_edit(text, "\ntransformers==4.48.2 ", "\ntransformers==4.49.0 "), "edited by hand"),
+        "pin without hashes": (text.replace(accel, "accelerate==1.2.1\n"), "accelerate==1.2.1 has no --hash"),
+        "duplicated pin": (_edit(text, accel, accel + accel), "accelerate is pinned twice"),
+        "no pins": ("\n".join(ln for ln in text.splitlines() if ln.startswith("#")) + "\n", "no pins"),
+        "another cell's lock": (other, f"is the lock of {OTHER_ID}, not of {CELL_ID}"),
+        "no digest": (re.sub(r"^# imagekit-body-sha256: .*\n", "", text, flags=re.M), "not written by this"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_tampered_cases()))
+def test_tampered_locks_are_refused_by_check_lock_render_and_fetch(app, runner, in_tmp, case):
+    text, needle = _tampered_cases()[case]
+    (in_tmp / "lockfiles").mkdir()
+    path = in_tmp / "lockfiles" / f"{CELL_ID}.txt"
+    path.write_text(text)
+    for argv in (
+        ["lock", "--check", "--cell", CELL_ID],
+        ["render", "--cell", CELL_ID, "--out", "out"],
+        ["fetch", "--cell", CELL_ID],
+    ):
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 1, (argv, res.output)
+        assert needle in res.output and str(Path("lockfiles") / f"{CELL_ID}.txt") in res.output, (argv, res.output)
+    assert not (in_tmp / "out").exists() and path.read_text() == text  # nothing rendered, nothing overwritten
+
+
+def test_a_hand_edit_is_named_by_line(in_tmp):
+    from imagekit.lockfile import integrity_problems, parse
+
+    text, _ = _tampered_cases()["duplicated pin"]
+    problems = integrity_problems(parse(text), text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("accelerate=="))
+    assert f"line {line}: accelerate is pinned twice" in problems
+
+
+def test_committed_locks_verify(data):
+    from imagekit import locking, matrix
+    from imagekit.services.lock import lock_path, verified_lock
+
+    config = matrix.load_file(None, data)
+    checked = 0
+    for cell in config.cells:
+        path = lock_path(ROOT / "lockfiles", cell)
+        if path.exists():
+            assert verified_lock(path, cell, data) is not None
+            checked += 1
+    assert checked == len(list((ROOT / "lockfiles").glob("*.txt")))
+    assert locking.LockSettings()  # defaults validate

@@ -146,14 +146,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Download every locked wheel once into the wheel cache, verifying each sha256."""
         from imagekit.services import fetch as fetch_service
-        from imagekit.services.lock import lock_path, read_lock
+        from imagekit.services.lock import lock_path, verified_lock
 
         data, _config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
         console = err_console()
         for e in cells:
-            lock = read_lock(lock_path(lock_dir, e.cell))
+            lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data)
             if lock is None:
                 raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
             glibc = data.bases[e.cell.python].glibc if e.cell.python in data.bases else "2.28"

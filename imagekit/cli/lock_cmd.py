@@ -122,6 +122,8 @@ def register(app: typer.Typer) -> None:
             bad = [r for r in results if r.status != "up-to-date"]
             for r in bad:
                 console.print(f"[red]{r.status}[/]: {r.path}")
+                if r.error:
+                    console.print("  " + r.error.render().replace("\n", "\n  "), markup=False)
             if not bad:
                 console.print(f"{len(results)} lock(s) up to date")
             raise typer.Exit(EXIT_NO if bad else EXIT_OK)

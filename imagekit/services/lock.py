@@ -30,12 +30,29 @@ def lock_path(directory: Path, cell: Cell) -> Path:
 
 
 def read_lock(path: Path) -> Lock | None:
+    """A lock as written, unverified (for resolver preferences only); None when missing or unreadable."""
     try:
         return lockfile.parse(path.read_text(), str(path))
     except FileNotFoundError:
         return None
     except UsageError:
         return None
+
+
+def verified_lock(path: Path, cell: Cell, data: CompatData) -> Lock | None:
+    """This cell's lock, verified before any use (locking.verify_lock); None when there is none."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckFailed(f"{path}: cannot read it: {exc}", f"delete {path} and run `imagekit lock`") from None
+    try:
+        lock = lockfile.parse(text, str(path))
+    except UsageError as exc:
+        raise CheckFailed(exc.message, f"never build from it: delete {path} and run `imagekit lock`") from None
+    locking.verify_lock(lock, text, cell, data, str(path))
+    return lock
 
 
 def _preferences(directory: Path, cell: Cell, existing: Lock | None) -> str | None:
@@ -79,7 +96,10 @@ def _resolve_routed(
 
 def status_of(directory: Path, cell: Cell, settings: locking.LockSettings, data: CompatData) -> LockResult:
     path = lock_path(directory, cell)
-    existing = read_lock(path)
+    try:
+        existing = verified_lock(path, cell, data)
+    except CheckFailed as exc:
+        return LockResult(cell, "invalid", path, error=exc)
     if existing is None:
         return LockResult(cell, "missing", path)
     req = locking.request(cell, settings, data)
@@ -100,7 +120,10 @@ def lock_one(
 ) -> LockResult:
     path = lock_path(directory, cell)
     req = locking.request(cell, settings, data)
-    existing = read_lock(path)
+    try:
+        existing = verified_lock(path, cell, data)  # a tampered lock is reported, never silently replaced
+    except CheckFailed as exc:
+        return LockResult(cell, "failed", path, error=exc)
     if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
         return LockResult(cell, "up-to-date", path, existing)
     try:

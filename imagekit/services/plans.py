@@ -9,7 +9,7 @@ from imagekit.errors import UsageError
 from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
 from imagekit.plan import BaseRef, BuildPlan, bootstrap_base
-from imagekit.services.lock import lock_path, read_lock
+from imagekit.services.lock import lock_path, verified_lock
 
 
 def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: MatrixConfig | None = None) -> BaseRef:
@@ -29,7 +29,7 @@ def plans_for(
 ) -> list[BuildPlan]:
     missing, plans = [], []
     for cell in cells:
-        lock = read_lock(lock_path(lock_dir, cell))
+        lock = verified_lock(lock_path(lock_dir, cell), cell, data)
         if lock is None:
             missing.append(cell.id)
             continue
