@@ -1,0 +1,88 @@
+"""Checks that decide what a tag means, each with a test that fails when the check is weakened."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from imagekit import locking, render, validate
+from imagekit.errors import CheckFailed, UsageError
+from imagekit.lockfile import LockEntry, torch_closure
+from imagekit.model import Cell
+
+H = ("sha256:" + "a" * 64,)
+CU118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")
+CU121_DEFAULT = Cell("12.1", "2.1.2", "4.48.2", "3.11")
+TORCH_INDEX = "https://download.pytorch.org/whl/cu118"
+
+
+def _routed(entries, sources, data):
+    req = locking.request(CU118, locking.LockSettings(), data)
+    assert req.routed
+    locking.verify(req, entries, sources, data)
+
+
+def test_verify_refuses_another_variants_torch(data):
+    with pytest.raises(CheckFailed, match=r"resolved torch 2\.5\.1\+cu121, expected 2\.5\.1\+cu118"):
+        _routed([LockEntry("torch", "2.5.1+cu121", H)], {"torch": TORCH_INDEX}, data)
+    _routed([LockEntry("torch", "2.5.1+cu118", H)], {"torch": TORCH_INDEX}, data)  # the right one passes
+
+
+def test_verify_refuses_torch_family_from_another_index(data):
+    entries = [LockEntry("torch", "2.5.1+cu118", H), LockEntry("nvidia-cudnn-cu11", "9.1.0.70", H, ("torch",))]
+    with pytest.raises(CheckFailed, match=re.escape("nvidia-cudnn-cu11 came from https://pypi.org/simple")):
+        _routed(entries, {"torch": TORCH_INDEX, "nvidia-cudnn-cu11": "https://pypi.org/simple"}, data)
+
+
+def test_verify_refuses_pins_without_hashes(data):
+    entries = [LockEntry("torch", "2.5.1+cu118", H), LockEntry("filelock", "3.16.1", (), ("torch",))]
+    with pytest.raises(CheckFailed, match="no hashes for filelock"):
+        _routed(entries, {"torch": TORCH_INDEX}, data)
+
+
+def test_verify_checks_the_cuda_runtime_of_a_pypi_default_build(data):
+    req = locking.request(CU121_DEFAULT, locking.LockSettings(), data)
+    assert not req.routed
+    ok = [LockEntry("torch", "2.1.2", H), LockEntry("nvidia-cuda-runtime-cu12", "12.1.105", H, ("torch",))]
+    locking.verify(req, ok, {}, data)
+    wrong = [ok[0], LockEntry("nvidia-cuda-runtime-cu12", "12.4.127", H, ("torch",))]
+    with pytest.raises(CheckFailed, match=re.escape("brings CUDA runtime 12.4.127, not 12.1")):
+        locking.verify(req, wrong, {}, data)
+    with pytest.raises(CheckFailed, match="pulled no CUDA runtime"):
+        locking.verify(req, ok[:1], {}, data)
+
+
+def test_torch_closure_is_transitive():
+    entries = [
+        LockEntry("torch", "2.5.1", H),
+        LockEntry("sympy", "1.13.1", H, ("torch",)),
+        LockEntry("mpmath", "1.3.0", H, ("sympy",)),  # needed by torch only through sympy
+        LockEntry("tokenizers", "0.21.0", H, ("transformers",)),
+    ]
+    assert torch_closure(entries) == {"torch", "sympy", "mpmath"}
+
+
+def test_context_digest_covers_paths_modes_and_bytes():
+    base = {"Dockerfile": (b"FROM x\n", 0o644), "imagekit/bin/entrypoint": (b"#!/bin/sh\n", 0o755)}
+    digest = render.context_digest(base)
+    assert render.context_digest({**base, "imagekit/bin/entrypoint": (b"#!/bin/sh\n", 0o644)}) != digest  # mode
+    assert render.context_digest({**base, "Dockerfile": (b"FROM y\n", 0o644)}) != digest  # bytes
+    assert (
+        render.context_digest(
+            {"Dockerfile2": base["Dockerfile"], "imagekit/bin/entrypoint": base["imagekit/bin/entrypoint"]}
+        )
+        != digest
+    )  # path
+
+
+@pytest.mark.parametrize("bad", ["3.11\n", "3.11 ", " 3.11", "3", "3.11.1", "3.x", "", None, 3.11])
+def test_python_versions_are_exact(bad):
+    with pytest.raises(UsageError):
+        validate.python(bad)
+
+
+@pytest.mark.parametrize("bad", ["12.4\n", "12.4 ", "12", ""])
+def test_cuda_versions_are_exact(bad):
+    with pytest.raises(UsageError):
+        validate.cuda(bad)
