@@ -148,7 +148,9 @@ def register(app: typer.Typer) -> None:
         from imagekit.services import fetch as fetch_service
         from imagekit.services.lock import lock_path, verified_lock
 
-        data, _config, cells = selected_compatible(
+        from imagekit.services.plans import base_for
+
+        data, config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
         console = err_console()
@@ -156,7 +158,7 @@ def register(app: typer.Typer) -> None:
             lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data)
             if lock is None:
                 raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
-            glibc = data.bases[e.cell.python].glibc if e.cell.python in data.bases else "2.28"
+            glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
             got = fetch_service.fetch_lock(lock, e.cell.python, glibc, log=console.print)
             size = sum(w.path.stat().st_size for w in got)
             console.print(
