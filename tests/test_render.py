@@ -155,3 +155,17 @@ def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
     assert f"FROM registry.example.com/base/python@{digest} AS base" in text
     assert "RUN /usr/local/bin/python3.11 -m venv /opt/venv" in text
     assert f'"org.opencontainers.image.base.digest"="{digest}"' in text
+
+
+def test_render_replaces_a_cells_folder_whole(app, runner, in_tmp):
+    """Leftovers from an earlier or a killed render never reach the build context (`COPY imagekit/`)."""
+    args = ["render", "--cell", REPRESENTATIVE[1], "--lock-dir", str(ROOT / "lockfiles"), "--out", "out"]
+    assert runner.invoke(app, args).exit_code == 0
+    stray = in_tmp / "out" / REPRESENTATIVE[1] / "imagekit" / "bin" / "stray.sh"
+    stray.write_text("echo left over\n")
+    assert runner.invoke(app, args).exit_code == 0
+    assert not stray.exists() and (in_tmp / "out" / REPRESENTATIVE[1] / "Dockerfile").is_file()
+    assert sorted(p.name for p in (in_tmp / "out").iterdir()) == [REPRESENTATIVE[1]]  # no temp folders left
+    (in_tmp / "file").write_text("x")
+    res = runner.invoke(app, [*args[:-1], "file"])
+    assert res.exit_code == 2 and "is a file" in res.output

@@ -147,7 +147,6 @@ def register(app: typer.Typer) -> None:
         """Download every locked wheel once into the wheel cache, verifying each sha256."""
         from imagekit.services import fetch as fetch_service
         from imagekit.services.lock import lock_path, verified_lock
-
         from imagekit.services.plans import base_for
 
         data, config, cells = selected_compatible(

@@ -21,8 +21,8 @@ from imagekit.cli.common import (
     selected_compatible,
     selector,
 )
-from imagekit.effects.files import write_tree_atomic
-from imagekit.errors import EXIT_NO
+from imagekit.effects.files import replace_tree
+from imagekit.errors import EXIT_NO, UsageError
 from imagekit.services.plans import plans_for
 
 
@@ -64,6 +64,10 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(EXIT_NO)
             console.print(f"{len(plans)} cell(s) match {out_dir}")
             return
-        write_tree_atomic(out_dir, {k: v[0] for k, v in files.items()}, {k: v[1] for k, v in files.items()})
-        for plan in plans:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise UsageError(f"--out {out_dir} is a file", "pass a folder (it is created when missing)")
+        for plan in plans:  # each cell's folder is written fresh and swapped in: no leftovers in `COPY imagekit/`
+            prefix = f"{plan.cell.id}/"
+            mine = {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}
+            replace_tree(out_dir / plan.cell.id, {k: v[0] for k, v in mine.items()}, {k: v[1] for k, v in mine.items()})
             console.print(f"rendered {out_dir / plan.cell.id}/Dockerfile")

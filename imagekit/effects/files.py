@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,3 +33,24 @@ def write_tree_atomic(root: Path, files: dict[str, str | bytes], modes: dict[str
     """Write every file of ``files`` (relative paths) under ``root``, each atomically."""
     for rel, data in sorted(files.items()):
         write_atomic(root / rel, data, (modes or {}).get(rel, 0o644))
+
+
+def replace_tree(root: Path, files: dict[str, str | bytes], modes: dict[str, int] | None = None) -> None:
+    """Write ``files`` into a fresh sibling folder and swap it in for ``root``: nothing is left over from an
+    earlier or a killed write, and a reader never sees a half-written folder."""
+    root = Path(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
+    old = root.with_name(f".{root.name}.{os.getpid()}.old")
+    try:
+        os.chmod(tmp, 0o755)
+        write_tree_atomic(tmp, files, modes)
+        if root.exists():
+            os.replace(root, old)
+        os.replace(tmp, root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not root.exists():
+            os.replace(old, root)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
