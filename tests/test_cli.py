@@ -166,3 +166,19 @@ def test_bake_targets_match_compatible_cells(app, runner, in_tmp):
 def test_bad_format_is_usage_error(app, runner):
     res = runner.invoke(app, ["matrix", "--format", "yaml"])
     assert res.exit_code == 2 and "error: invalid --format" in res.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--extra-index-url", "https://mirror.example/simple\n--index-url x"], "invalid --extra-index-url"),
+        (["--resolver", "pip"], "invalid --resolver"),
+        (["--index-url", ""], "invalid --index-url"),
+    ],
+)
+def test_build_takes_the_same_resolver_settings_as_lock(app, runner, in_tmp, extra, needle):
+    """`build` re-locks stale cells: with every setting `lock` has, validated before anything runs."""
+    for command in ("lock", "build"):
+        res = runner.invoke(app, [command, "--cell", "cu121-torch2.1.2-py3.11-tf4.48.2", *extra])
+        assert res.exit_code == 2 and needle in res.output, (command, res.output)
+    assert not (in_tmp / "lockfiles").exists() and not (in_tmp / ".imagekit").exists()

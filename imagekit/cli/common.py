@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from imagekit import compat, matrix
+from imagekit import compat, locking, matrix
 from imagekit.compat import CompatData
 from imagekit.errors import ImagekitError, UsageError
 
@@ -117,3 +117,28 @@ def selected_compatible(
             "`imagekit matrix --explain` lists the cells and why some are excluded",
         )
     return data, config, cells
+
+
+# The resolver settings, shared by `lock` and `build` (which re-locks stale cells): one set, one meaning.
+IndexUrlOpt = Annotated[str, typer.Option(help="Main index (a company proxy/mirror).")]
+ExtraIndexOpt = Annotated[list[str] | None, typer.Option(help="Additional index (repeatable).")]
+TorchIndexOpt = Annotated[str, typer.Option(help="Base of the PyTorch per-variant indexes (+ /cu118).")]
+ExcludeNewerOpt = Annotated[
+    str | None,
+    typer.Option(help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution."),
+]
+ResolverOpt = Annotated[str, typer.Option(help="uv (default) or pip-tools (only where host == image).")]
+
+
+def lock_settings(
+    index_url: str, extra_index_url: list[str] | None, torch_index_url: str, exclude_newer: str | None, resolver: str
+) -> locking.LockSettings:
+    if resolver not in ("uv", "pip-tools"):
+        raise UsageError(f"invalid --resolver {resolver!r}", "use uv or pip-tools")
+    return locking.LockSettings(
+        index_url=index_url,
+        extra_index_urls=tuple(extra_index_url or ()),
+        torch_index_base=torch_index_url,
+        exclude_newer=exclude_newer,
+        resolver=resolver,
+    )

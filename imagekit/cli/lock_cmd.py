@@ -11,18 +11,24 @@ from imagekit import locking, validate
 from imagekit.cli.common import (
     CellOpt,
     CudaOpt,
+    ExcludeNewerOpt,
+    ExtraIndexOpt,
+    IndexUrlOpt,
     MatrixOpt,
     PyOpt,
+    ResolverOpt,
     SourceOpt,
     TfOpt,
+    TorchIndexOpt,
     TorchOpt,
     err_console,
     handles_errors,
+    lock_settings,
     out_json,
     selected_compatible,
     selector,
 )
-from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK, UsageError
+from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK
 from imagekit.services import lock as lock_service
 
 
@@ -50,31 +56,16 @@ def register(app: typer.Typer) -> None:
             typer.Option("--upgrade-package", "-P", help="Let NAME move to its newest allowed version (repeatable)."),
         ] = None,
         upgrade: Annotated[bool, typer.Option("--upgrade", "-U", help="Re-resolve everything from scratch.")] = False,
-        index_url: Annotated[str, typer.Option(help="Main index (a company proxy/mirror).")] = locking.PYPI,
-        extra_index_url: Annotated[list[str] | None, typer.Option(help="Additional index (repeatable).")] = None,
-        torch_index_url: Annotated[
-            str, typer.Option(help="Base of the PyTorch per-variant indexes (+ /cu118).")
-        ] = locking.PYTORCH_INDEX,
-        exclude_newer: Annotated[
-            str | None,
-            typer.Option(
-                help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution."
-            ),
-        ] = None,
-        resolver: Annotated[str, typer.Option(help="uv (default) or pip-tools (only where host == image).")] = "uv",
+        index_url: IndexUrlOpt = locking.PYPI,
+        extra_index_url: ExtraIndexOpt = None,
+        torch_index_url: TorchIndexOpt = locking.PYTORCH_INDEX,
+        exclude_newer: ExcludeNewerOpt = None,
+        resolver: ResolverOpt = "uv",
         jobs: Annotated[int, typer.Option(help="Cells resolved at once.")] = 4,
         as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
     ) -> None:
         """Resolve each selected compatible cell into lockfiles/<cell id>.txt (torch layer + app layer)."""
-        if resolver not in ("uv", "pip-tools"):
-            raise UsageError(f"invalid --resolver {resolver!r}", "use uv or pip-tools")
-        settings = locking.LockSettings(
-            index_url=index_url,
-            extra_index_urls=tuple(extra_index_url or ()),
-            torch_index_base=torch_index_url,
-            exclude_newer=exclude_newer,
-            resolver=resolver,
-        )
+        settings = lock_settings(index_url, extra_index_url, torch_index_url, exclude_newer, resolver)
         data, _config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
