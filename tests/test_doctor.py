@@ -667,3 +667,9 @@ def test_isolated_doctor_still_sees_pythonpath_shadowing(tmp_path, wheels, lock)
     checks = by_id(json.loads(res.stdout))
     assert res.returncode == 1 and checks["shadowing"]["status"] == "fail"
     assert "alpha 2.0 (pinned 1.0)" in checks["lock-drift"]["message"]
+
+
+@pytest.mark.parametrize("args", [["--timeout", "nan"], ["--timeout", "-1"], ["--path", ""], ["--path", __file__]])
+def test_hostile_doctor_options_are_usage_errors(args):
+    res = subprocess.run([sys.executable, str(DOCTOR), "--tier", "quick", *args], capture_output=True, text=True)
+    assert res.returncode == 2 and "error:" in res.stderr and "hint:" in res.stderr and "Traceback" not in res.stderr

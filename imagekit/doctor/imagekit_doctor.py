@@ -1055,6 +1055,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    if not (args.timeout > 0 and args.timeout < 86400):  # also refuses nan
+        p.error(f"--timeout {args.timeout}: give seconds between 0 and 86400 (hint: the default is 120)")
+    for path in args.path or []:
+        if not path.strip() or os.path.isfile(path):
+            p.error(f"--path {path!r}: give an output folder (hint: it need not exist yet, e.g. --path /workspace/out)")
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         p.error(f"--python {args.python}: no such executable (give the interpreter of the environment to check, "
                 "e.g. .venv/bin/python)")
