@@ -617,13 +617,15 @@ def launch_options(command):
     argv = list(command or [])
     words = [os.path.basename(a) for a in argv[:4]]
     if "accelerate" in words and "launch" in argv[:4]:
+        tool = "accelerate"
         names = {"--config_file": "config_file", "--num_processes": "num_processes",
                  "--num_machines": "num_machines", "--cpu": "use_cpu"}
     elif any(w in ("torchrun", "torch.distributed.run") for w in argv[:4]):
+        tool = "torchrun"
         names = {"--nproc_per_node": "num_processes", "--nnodes": "num_machines"}
     else:
         return {}
-    opts = {"tool": "accelerate" if "use_cpu" in names.values() else "torchrun"}
+    opts = {"tool": tool}
     i = 0
     while i < len(argv):
         word = argv[i]
