@@ -9,6 +9,8 @@ import shlex
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit, urlunsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from imagekit import __version__, validate
@@ -149,27 +151,71 @@ class LockRequest:
         return shlex.join(argv)
 
 
-def request(cell: Cell, settings: LockSettings, data: CompatData) -> LockRequest:
-    tm = data.torch_minor(cell.torch)
-    routed = cell.variant != tm.pypi_default
+def _platform(cell: Cell, data: CompatData) -> str:
     base = data.bases.get(cell.python)
-    platform = (
+    return (
         "x86_64-manylinux_2_28" if base is None or Version(base.glibc) >= Version("2.28") else "x86_64-manylinux_2_17"
     )
+
+
+def _requirements(cell: Cell, routed: bool) -> tuple[str, ...]:
     torch_pin = f"torch=={cell.torch}+{cell.variant}" if routed else f"torch=={cell.torch}"
-    requirements = (torch_pin, f"transformers=={cell.transformers}", *cell.packages)
-    torch_index = f"{settings.torch_index_base.rstrip('/')}/{cell.variant}" if routed else None
+    return (torch_pin, f"transformers=={cell.transformers}", *cell.packages)
+
+
+def _input_hash(cell: Cell, public: dict[str, object], routed: bool, platform: str, data: CompatData) -> str:
+    """The hash of everything a resolution depends on, from the settings without credentials (``public()``)."""
+    torch_index = f"{str(public['torch_index_base']).rstrip('/')}/{cell.variant}" if routed else None
     doc = {
         "format": LOCK_FORMAT,
         "cell": cell.to_json(),
-        "requirements": list(requirements),
-        "settings": settings.public(),
+        "requirements": list(_requirements(cell, routed)),
+        "settings": public,
         "torch_index": redact(torch_index) if torch_index else None,
         "platform": platform,
         "data_version": data.data_version,
     }
-    input_hash = "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-    return LockRequest(cell, settings, routed, torch_index, platform, input_hash, requirements)
+    return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def request(cell: Cell, settings: LockSettings, data: CompatData) -> LockRequest:
+    routed = cell.variant != data.torch_minor(cell.torch).pypi_default
+    platform = _platform(cell, data)
+    torch_index = f"{settings.torch_index_base.rstrip('/')}/{cell.variant}" if routed else None
+    input_hash = _input_hash(cell, settings.public(), routed, platform, data)
+    return LockRequest(cell, settings, routed, torch_index, platform, input_hash, _requirements(cell, routed))
+
+
+def recorded_settings(lock: Lock) -> dict[str, object]:
+    """The resolver settings (credentials removed) a lock was made with; locks older than the header line were
+    made with the defaults."""
+    raw = lock.meta.get("settings")
+    if raw is None:
+        return LockSettings().public()
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or set(doc) != set(LockSettings().public()):
+        raise CheckFailed(f"unreadable imagekit-settings line: {raw[:80]!r}", "run `imagekit lock` to rewrite it")
+    return doc
+
+
+def stale_reason(lock: Lock, cell: Cell, data: CompatData) -> str | None:
+    """Why a lock no longer answers this cell's inputs (a package added to the matrix, new compatibility data, a
+    new base), judged by the settings it was made with; None when it is current."""
+    routed = cell.variant != data.torch_minor(cell.torch).pypi_default
+    want = _input_hash(cell, recorded_settings(lock), routed, _platform(cell, data), data)
+    got = lock.meta.get("input-hash")
+    if got == want:
+        return None
+    changed = []
+    if lock.meta.get("data-version") != data.data_version:
+        changed.append(f"compatibility data {lock.meta.get('data-version')} -> {data.data_version}")
+    if lock.meta.get("platform") != _platform(cell, data):
+        changed.append(f"platform {lock.meta.get('platform')} -> {_platform(cell, data)}")
+    detail = "; ".join(changed) or "the cell's requirements or packages changed"
+    return f"was locked for other inputs ({detail}): its input hash is {got}, this cell's is {want}"
 
 
 def index_of_entries(uv_output: str) -> dict[str, str]:
@@ -210,9 +256,49 @@ def missing_family_package(req: LockRequest, uv_error: str) -> str | None:
     return None
 
 
+def unmet_requirements(req: LockRequest, pins: dict[str, LockEntry]) -> list[str]:
+    """Each direct requirement of the cell (torch, transformers, the matrix's packages) that no pin satisfies."""
+    env = {
+        "python_version": req.cell.python,
+        "python_full_version": f"{req.cell.python}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
+    unmet = []
+    for text in req.requirements:
+        try:
+            r = Requirement(text)
+        except InvalidRequirement:
+            unmet.append(f"{text!r} is not a requirement")
+            continue
+        if r.marker is not None and not r.marker.evaluate(env):
+            continue
+        pin = pins.get(canonicalize_name(r.name))
+        if pin is None:
+            unmet.append(f"{r.name} is not pinned")
+        elif not r.specifier.contains(pin.version, prereleases=True):
+            unmet.append(f"{r.name} {pin.version} does not satisfy {r.specifier}")
+    return unmet
+
+
 def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str] | None, data: CompatData) -> None:
-    """Refuse a resolution whose torch is not the build the cell names (the "tag says cu128, has cu124" bug).
-    ``sources`` (uv's ``# from`` annotations) exist only right after resolving; a lock read back has none."""
+    """Refuse a resolution whose torch is not the build the cell names (the "tag says cu128, has cu124" bug), or
+    that misses one of the cell's requirements. ``sources`` (uv's ``# from`` annotations) exist only right after
+    resolving; a lock read back has none."""
+    _verify_torch(req, entries, sources)
+    unmet = unmet_requirements(req, {e.name: e for e in entries})
+    if unmet:
+        raise CheckFailed(
+            f"{req.cell.id}: the pins do not meet the cell's requirements: {'; '.join(unmet)}",
+            "the lock is another cell's or out of date: run `imagekit lock` for this cell",
+        )
+
+
+def _verify_torch(req: LockRequest, entries: list[LockEntry], sources: dict[str, str] | None) -> None:
     pins = {e.name: e for e in entries}
     torch = pins.get("torch")
     cell = req.cell
@@ -255,9 +341,10 @@ def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str] |
         )
 
 
-def verify_lock(lock: Lock, text: str, cell: Cell, data: CompatData, origin: str) -> None:
+def verify_lock(lock: Lock, text: str, cell: Cell, data: CompatData, origin: str, *, current: bool = False) -> None:
     """Before a lock is used: it is intact (its own digest, hashes on every pin, no duplicates) and it is this
-    cell's (the header names it, and the resolver's torch/CUDA check passes again on what it pins)."""
+    cell's (the header names it, and the resolver's checks pass again on what it pins). ``current``: also refuse a
+    lock made for other inputs (what render, fetch and build need; `lock` re-resolves those instead)."""
     from imagekit.lockfile import integrity_problems
 
     problems = [f"{origin}: {p}" for p in integrity_problems(lock, text)]
@@ -266,9 +353,18 @@ def verify_lock(lock: Lock, text: str, cell: Cell, data: CompatData, origin: str
         problems.append(f"{origin}: is the lock of {named or 'an unnamed cell'}, not of {cell.id}")
     if not problems:
         try:
-            verify(request(cell, LockSettings(), data), list(lock.entries), None, data)
+            # Not current: the matrix's extra packages may have changed since (`lock` re-resolves such a lock).
+            judged = cell if current else replace(cell, packages=())
+            verify(request(judged, LockSettings(), data), list(lock.entries), None, data)
         except CheckFailed as exc:
             problems.append(f"{origin}: {exc.message}")
+    if not problems and current:
+        try:
+            reason = stale_reason(lock, cell, data)
+        except CheckFailed as exc:
+            reason = exc.message
+        if reason:
+            problems.append(f"{origin}: {reason}")
     if problems:
         raise CheckFailed(
             "\n".join(problems),
@@ -297,6 +393,7 @@ def header(
         "platform": req.platform,
         "python": req.cell.python,
         "data-version": data.data_version,
+        "settings": json.dumps(req.settings.public(), sort_keys=True, separators=(",", ":")),
     }
     return lines, meta
 

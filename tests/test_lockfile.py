@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from imagekit import lockfile
+from imagekit import lockfile, matrix
 from tests.conftest import ROOT
 
 UV_OUTPUT = """\
@@ -112,6 +113,10 @@ def _tampered_cases() -> dict[str, tuple]:
         "duplicated pin": (_edit(text, accel, accel + accel), "accelerate is pinned twice"),
         "no pins": ("\n".join(ln for ln in text.splitlines() if ln.startswith("#")) + "\n", "no pins"),
         "another cell's lock": (other, f"is the lock of {OTHER_ID}, not of {CELL_ID}"),
+        "another cell's lock, renamed": (
+            other.replace(f"# imagekit-cell: {OTHER_ID}", f"# imagekit-cell: {CELL_ID}"),
+            "resolved torch 2.5.1, expected 2.1.2",
+        ),
         "no digest": (re.sub(r"^# imagekit-body-sha256: .*\n", "", text, flags=re.M), "not written by this"),
     }
 
@@ -151,7 +156,66 @@ def test_committed_locks_verify(data):
     for cell in config.cells:
         path = lock_path(ROOT / "lockfiles", cell)
         if path.exists():
-            assert verified_lock(path, cell, data) is not None
+            assert verified_lock(path, cell, data, current=True) is not None  # intact, and made for these inputs
             checked += 1
     assert checked == len(list((ROOT / "lockfiles").glob("*.txt")))
     assert locking.LockSettings()  # defaults validate
+
+
+# ---- a lock made for other inputs is refused by render and fetch, re-resolved by lock -------------------------
+def _matrix_with(in_tmp, packages: str) -> Path:
+    text = (ROOT / "imagekit" / "data" / "default-matrix.toml").read_text()
+    path = in_tmp / "matrix.toml"
+    block = 'transformers = "4.48.2"\npython = "3.11"\npackages = ["accelerate==1.2.1", "numpy<2"]'  # CELL_ID's entry
+    assert text.count(block) == 1
+    path.write_text(text.replace(block, block.replace('["accelerate==1.2.1", "numpy<2"]', packages)))
+    assert path.read_text() != text
+    return path
+
+
+@pytest.mark.parametrize(
+    ("packages", "needle"),
+    [
+        ('["accelerate==1.2.1", "numpy<2", "peft==0.14.0"]', "peft is not pinned"),
+        ('["accelerate==1.3.0", "numpy<2"]', "accelerate 1.2.1 does not satisfy ==1.3.0"),
+    ],
+)
+def test_a_lock_for_other_inputs_is_refused_by_render_and_fetch(app, runner, in_tmp, packages, needle):
+    matrix_file = _matrix_with(in_tmp, packages)
+    (in_tmp / "lockfiles").mkdir()
+    text = (ROOT / "lockfiles" / f"{CELL_ID}.txt").read_text()
+    (in_tmp / "lockfiles" / f"{CELL_ID}.txt").write_text(text)
+    for argv in (["render", "--out", "out"], ["render", "--out", "out", "--check"], ["fetch"]):
+        res = runner.invoke(app, [*argv, "--matrix", str(matrix_file), "--cell", CELL_ID])
+        assert res.exit_code == 1, (argv, res.output)
+        assert needle in res.output and "hint:" in res.output, (argv, res.output)
+    assert not (in_tmp / "out").exists()
+    res = runner.invoke(app, ["lock", "--check", "--matrix", str(matrix_file), "--cell", CELL_ID])
+    assert res.exit_code == 1 and "stale" in res.output, res.output  # `lock` re-resolves it
+
+
+def test_stale_is_judged_with_the_settings_the_lock_was_made_with(data):
+    from imagekit import locking
+    from imagekit.errors import CheckFailed
+    from imagekit.lockfile import Lock, LockEntry, parse
+
+    cell = next(c for c in matrix.load_file(None, data).cells if c.id == CELL_ID)
+
+    def made_with(settings, for_cell=cell):
+        lines, meta = locking.header(locking.request(for_cell, settings, data), None, data, "uv 0")
+        return parse(Lock((LockEntry("torch", cell.torch, ("sha256:" + "a" * 64,)),), (), meta, lines).render())
+
+    pinned = locking.LockSettings(exclude_newer="2025-01-01T00:00:00Z", index_url="https://u:secret@example.org/simple")
+    lock = made_with(pinned)
+    assert "secret" not in lock.meta["settings"]
+    assert locking.stale_reason(lock, cell, data) is None  # current under its own settings, without repeating them
+    assert locking.stale_reason(made_with(locking.LockSettings()), cell, data) is None
+    legacy = parse(made_with(locking.LockSettings()).render().replace("# imagekit-settings:", "# x:"))
+    assert "settings" not in legacy.meta and locking.stale_reason(legacy, cell, data) is None  # older locks: defaults
+    grown = replace(cell, packages=(*cell.packages, "peft==0.14.0"))
+    assert "input hash" in (locking.stale_reason(lock, grown, data) or "")
+    moved = replace(data, data_version="2099-01-01")
+    assert "compatibility data" in (locking.stale_reason(lock, cell, moved) or "")
+    broken = parse(lock.render().replace('"resolver":"uv"', '"resolver":1,"x":2'))
+    with pytest.raises(CheckFailed, match="imagekit-settings"):
+        locking.stale_reason(broken, cell, data)

@@ -15,12 +15,13 @@ H = ("sha256:" + "a" * 64,)
 CU118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")
 CU121_DEFAULT = Cell("12.1", "2.1.2", "4.48.2", "3.11")
 TORCH_INDEX = "https://download.pytorch.org/whl/cu118"
+TF = LockEntry("transformers", "4.48.2", H)
 
 
 def _routed(entries, sources, data):
     req = locking.request(CU118, locking.LockSettings(), data)
     assert req.routed
-    locking.verify(req, entries, sources, data)
+    locking.verify(req, [*entries, TF], sources, data)
 
 
 def test_verify_refuses_another_variants_torch(data):
@@ -44,13 +45,13 @@ def test_verify_refuses_pins_without_hashes(data):
 def test_verify_checks_the_cuda_runtime_of_a_pypi_default_build(data):
     req = locking.request(CU121_DEFAULT, locking.LockSettings(), data)
     assert not req.routed
-    ok = [LockEntry("torch", "2.1.2", H), LockEntry("nvidia-cuda-runtime-cu12", "12.1.105", H, ("torch",))]
+    ok = [LockEntry("torch", "2.1.2", H), LockEntry("nvidia-cuda-runtime-cu12", "12.1.105", H, ("torch",)), TF]
     locking.verify(req, ok, {}, data)
     wrong = [ok[0], LockEntry("nvidia-cuda-runtime-cu12", "12.4.127", H, ("torch",))]
     with pytest.raises(CheckFailed, match=re.escape("brings CUDA runtime 12.4.127, not 12.1")):
         locking.verify(req, wrong, {}, data)
     with pytest.raises(CheckFailed, match="pulled no CUDA runtime"):
-        locking.verify(req, ok[:1], {}, data)
+        locking.verify(req, [ok[0], TF], {}, data)
 
 
 def test_torch_closure_is_transitive():

@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
         )
         console = err_console()
         for e in cells:
-            lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data)
+            lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
             if lock is None:
                 raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
             glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels

@@ -39,8 +39,9 @@ def read_lock(path: Path) -> Lock | None:
         return None
 
 
-def verified_lock(path: Path, cell: Cell, data: CompatData) -> Lock | None:
-    """This cell's lock, verified before any use (locking.verify_lock); None when there is none."""
+def verified_lock(path: Path, cell: Cell, data: CompatData, *, current: bool = False) -> Lock | None:
+    """This cell's lock, verified before any use (locking.verify_lock; ``current``: made for the cell's present
+    inputs); None when there is none."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -51,7 +52,7 @@ def verified_lock(path: Path, cell: Cell, data: CompatData) -> Lock | None:
         lock = lockfile.parse(text, str(path))
     except UsageError as exc:
         raise CheckFailed(exc.message, f"never build from it: delete {path} and run `imagekit lock`") from None
-    locking.verify_lock(lock, text, cell, data, str(path))
+    locking.verify_lock(lock, text, cell, data, str(path), current=current)
     return lock
 
 

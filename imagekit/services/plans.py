@@ -29,7 +29,7 @@ def plans_for(
 ) -> list[BuildPlan]:
     missing, plans = [], []
     for cell in cells:
-        lock = verified_lock(lock_path(lock_dir, cell), cell, data)
+        lock = verified_lock(lock_path(lock_dir, cell), cell, data, current=True)
         if lock is None:
             missing.append(cell.id)
             continue
