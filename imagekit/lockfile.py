@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
+from imagekit.doctor.imagekit_doctor import TORCH_FAMILY as TORCH_FAMILY  # the doctor's: one definition
 from imagekit.errors import UsageError
 
 TORCH_MARK = "# --- layer: torch ---"
@@ -24,8 +25,6 @@ _PIN = re.compile(
 _HASH = re.compile(r"--hash=(?P<algo>sha256):(?P<digest>[0-9a-f]{64})")
 BODY_KEY = "body-sha256"  # the lock's digest of its own pins and hashes
 _META = re.compile(r"^# imagekit-(?P<key>[a-z0-9-]+): (?P<value>.*)$")
-# Packages of the torch family: they come from the PyTorch index for a non-default variant.
-TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
 
 
 @dataclass(frozen=True)

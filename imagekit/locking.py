@@ -15,6 +15,7 @@ from packaging.version import Version
 
 from imagekit import __version__, validate
 from imagekit.compat import CompatData
+from imagekit.doctor.imagekit_doctor import is_torch_family as is_torch_family  # one definition
 from imagekit.errors import CheckFailed
 from imagekit.lockfile import TORCH_FAMILY, Lock, LockEntry, split, torch_closure
 from imagekit.model import Cell
@@ -228,10 +229,6 @@ def index_of_entries(uv_output: str) -> dict[str, str]:
         if m and current:
             out[current] = m["url"]
     return out
-
-
-def is_torch_family(name: str) -> bool:
-    return name in TORCH_FAMILY or name.startswith(("nvidia-", "cuda-"))
 
 
 def misrouted(req: LockRequest, uv_output: str) -> set[str]:

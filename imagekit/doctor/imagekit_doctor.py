@@ -64,9 +64,35 @@ def canon(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+# Shared with the core (imagekit.lockfile / locking / rules import these): one definition of which packages are
+# the GPU stack and of which compiled architecture runs on a GPU, in the image and on the build host alike.
+TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
+SM = re.compile(r"(?:sm_)?(\d{1,2}?)(\d)[af]?$|(\d{1,2})\.(\d)$")
+
+
 def is_torch_family(name):
-    return name in ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton") or name.startswith(
-        ("nvidia-", "cuda-"))
+    """Torch, its companions, and the CUDA libraries it pulls in (nvidia-*, cuda-*): the GPU stack."""
+    return name in TORCH_FAMILY or name.startswith(("nvidia-", "cuda-"))
+
+
+def arch_key(text):
+    """(major, minor) of a compute capability written 'sm_90', 'sm_90a', 'sm_100', '90' or '9.0'; None if not one."""
+    m = SM.match(str(text or "").strip())
+    if not m:
+        return None
+    return (int(m.group(1)), int(m.group(2))) if m.group(1) is not None else (int(m.group(3)), int(m.group(4)))
+
+
+def best_kernel(target, cubins, ptx):
+    """How code compiled for ``cubins`` (+ PTX ``ptx``) runs on a GPU of compute capability ``target`` (all
+    (major, minor)): ("cubin", the highest same-major cubin not newer than the GPU), ("ptx", ptx) when only the
+    driver's PTX JIT can run it, or None ('no kernel image is available')."""
+    same_major = [c for c in cubins if c[0] == target[0] and c[1] <= target[1]]
+    if same_major:
+        return "cubin", max(same_major)
+    if ptx is not None and ptx <= target:
+        return "ptx", ptx
+    return None
 
 
 def result(cid, status, message, fix="", evidence=None):
@@ -460,22 +486,16 @@ def check_gpus(gpu_state, manifest, require_gpu):
 
 
 def arch_runs(cc, archs, ptx):
-    m = re.match(r"(\d+)\.(\d+)", cc or "")
-    if not m:
+    target = arch_key(cc)
+    if target is None:
         return False, None
-    major, minor = int(m.group(1)), int(m.group(2))
-    best = None
-    for a in archs:
-        am = re.match(r"sm_(\d+?)(\d)[a-z]?$", a)
-        if am and int(am.group(1)) == major and int(am.group(2)) <= minor:
-            best = a
-    if best:
-        return True, f"cubin {best}"
-    if ptx:
-        pm = re.match(r"sm_(\d+?)(\d)", ptx)
-        if pm and (int(pm.group(1)), int(pm.group(2))) <= (major, minor):
-            return True, f"PTX JIT from {ptx}"
-    return False, None
+    cubins = [k for k in (arch_key(a) for a in archs) if k is not None]
+    how = best_kernel(target, cubins, arch_key(ptx) if ptx else None)
+    if how is None:
+        return False, None
+    if how[0] == "cubin":
+        return True, "cubin sm_%d%d" % how[1]
+    return True, "PTX JIT from %s" % ptx
 
 
 # ---------------------------------------------------------------------------------------------------------
