@@ -311,3 +311,30 @@ def test_pip_tools_backend_refuses_what_it_cannot_do(indexes, data, tmp_path):
     other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
     cross = lock_service.lock_one(Cell("12.4", "2.5.1", "4.48.2", other), tmp_path / "locks", settings, data)
     assert cross.status == "failed" and "resolves for the host" in cross.error.message
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_an_index_refusing_access_is_exit_3_not_a_conflict(data, tmp_path, status):
+    """uv words a 401 from the index as 'not found ... unsatisfiable'; it is the environment, not the pins."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.send_header("WWW-Authenticate", 'Basic realm="index"')
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://user:s3cr3t@127.0.0.1:{server.server_address[1]}/simple"
+        res = lock_service.lock_one(CELL_124, tmp_path / "locks", locking.LockSettings(index_url=url), data)
+    finally:
+        server.shutdown()
+    assert isinstance(res.error, EnvironmentFailure) and res.error.exit_code == 3, res.error
+    assert f"HTTP {status}" in res.error.message and "credentials" in res.error.hint
+    assert "s3cr3t" not in res.error.message + res.error.hint and not res.path.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import sysconfig
@@ -49,9 +50,22 @@ def uv_version() -> str:
     return res.stdout.strip() or "uv"
 
 
+_AUTH = re.compile(
+    r"lack of valid authentication credentials \((?P<status>\d{3})[^)]*\)|\b(?P<code>401|403) (Unauthorized|Forbidden)"
+)
+
+
 def _fail(req: LockRequest, stderr: str) -> Exception:
     text = redact_text(stderr.strip())
     tail = "\n".join(text.splitlines()[-12:])
+    auth = _AUTH.search(text)
+    if auth:  # uv words a refused index as "not found ... unsatisfiable": it is the environment, not the pins
+        status = auth["status"] or auth["code"]
+        return EnvironmentFailure(
+            f"{req.cell.id}: the package index refused access (HTTP {status}):\n{tail}",
+            "give the index credentials (https://USER:TOKEN@host/simple in --index-url, or a ~/.netrc entry); "
+            "imagekit never writes them into a lock",
+        )
     if any(sign in text for sign in _NETWORK_SIGNS):
         index = redact(req.torch_index) if req.torch_index and (req.torch_index.split("/")[2] in text) else None
         index = index or redact(req.settings.index_url)
