@@ -140,6 +140,18 @@ def test_create_without_a_key_is_usage_error(app, runner, index, monkeypatch):
     assert res.exit_code == 2 and "RUNPOD_API_KEY" in res.output
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["{not json", "[]", '{"images": []}', '{"images": {"x": {"tag": "x"}}}', '{"images": {"x": {"manifest": {}}}}'],
+)
+def test_a_malformed_release_index_is_a_usage_error(app, runner, tmp_path, text):
+    path = tmp_path / "index.json"
+    path.write_text(text)
+    res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(path)])
+    assert res.exit_code == 2 and "error:" in res.output and "hint:" in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
 def test_unpublished_cell_is_refused(app, runner, index):
     res = runner.invoke(app, ["runpod-template", "cu999-torch9-py3.99-tf0", "--release-index", str(index)])
     assert res.exit_code == 2 and "hint:" in res.output
