@@ -50,9 +50,9 @@ def require_http(url: str, what: str = "URL", error: type[Exception] = UsageErro
     try:
         u = httpx.URL(url)
     except (httpx.InvalidURL, TypeError) as exc:
-        raise error(f"{what} {url!r} is not a valid URL: {exc}", hint or "pass an http(s):// URL") from None
+        raise error(f"{what} {_display(url)!r} is not a valid URL: {exc}", hint or "pass an http(s):// URL") from None
     if u.scheme not in SCHEMES or not u.host:
-        raise error(f"{what} {url!r} is not an http(s) URL", hint or "pass an http(s):// URL")
+        raise error(f"{what} {_display(url)!r} is not an http(s) URL", hint or "pass an http(s):// URL")
     return url
 
 
@@ -67,7 +67,7 @@ def make_client(timeout: httpx.Timeout = TIMEOUT) -> httpx.Client:
 
     return httpx.Client(
         timeout=timeout,
-        follow_redirects=False,  # followed by `send`, with the credential rule above
+        follow_redirects=False,  # followed by `stream`, with the credential rule above
         headers={"User-Agent": f"imagekit/{__version__}"},
     )
 
@@ -90,16 +90,16 @@ def stream(
     """The final answer (any status) after redirects, its body not yet read. Retries connection failures, and 5xx
     answers of idempotent methods; raises EnvironmentFailure when the server cannot be reached."""
     require_http(url)
-    http = client or shared()
+    pool = client or shared()
     method = method.upper()
     sent = dict(headers or {})
     first = origin(url)
     hops = 0
     attempt = 0
     while True:
-        request = http.build_request(method, url, headers=sent, content=content, timeout=timeout or TIMEOUT)
+        request = pool.build_request(method, url, headers=sent, content=content, timeout=timeout or TIMEOUT)
         try:
-            response = http.send(request, stream=True)
+            response = pool.send(request, stream=True)
         except httpx.TransportError as exc:
             attempt += 1
             retry = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout) or method in RETRY_METHODS
