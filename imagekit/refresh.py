@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
+
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
@@ -23,7 +25,24 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 
 
 def _simple(index: str, name: str) -> dict:
-    return http.get_json(f"{index.rstrip('/')}/{name}/", accept=http.SIMPLE_JSON)
+    """A PEP 691 page, checked: a list of files with names and http(s) URLs (made absolute against the page)."""
+    page_url = f"{index.rstrip('/')}/{name}/"
+    page = http.get_json(page_url, accept=http.SIMPLE_JSON)
+    files = page.get("files")
+    hint = "the index must serve PEP 691 JSON (application/vnd.pypi.simple.v1+json)"
+    if not isinstance(files, list):
+        raise EnvironmentFailure(f"the index page {page_url} has no list of files", hint)
+    fixed = []
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
+            raise EnvironmentFailure(f"the index page {page_url} lists a file without a filename or url", hint)
+        try:
+            url = str(httpx.URL(page_url).join(f["url"]))
+        except httpx.InvalidURL:
+            url = f["url"]
+        http.require_http(url, f"the index lists {f['filename']} at", EnvironmentFailure, "use another index")
+        fixed.append({**f, "url": url})
+    return {**page, "files": fixed}
 
 
 def _fetch_metadata(url: str) -> str:

@@ -13,6 +13,7 @@ class Candidate:
     filename: str
     url: str
     sha256: str
+    size: int | None = None  # as the index declares it (PEP 700), when it does
 
 
 def supported_tags(python: str, glibc: str = "2.28") -> list[tags.Tag]:

@@ -106,10 +106,50 @@ def test_create_with_a_rejected_key(app, runner, index, runpod, monkeypatch):
     assert res.exit_code == 1 and "refused the API key" in res.output and "wrong" not in res.stdout
 
 
+def test_create_with_a_non_json_answer_is_exit_3(app, runner, index, monkeypatch):
+    """A proxy's login page or a wrong --api-url: `error:` and `hint:`, exit 3, no traceback, no key."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>sign in</html>")
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/graphql"
+        res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(index), "--create", "--api-url", url])
+    finally:
+        server.shutdown()
+    assert res.exit_code == 3, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert "error:" in res.output and "hint:" in res.output and "Traceback" not in res.output
+    assert KEY not in res.output
+
+
 def test_create_without_a_key_is_usage_error(app, runner, index, monkeypatch):
     monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
     res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(index), "--create"])
     assert res.exit_code == 2 and "RUNPOD_API_KEY" in res.output
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{not json", "[]", '{"images": []}', '{"images": {"x": {"tag": "x"}}}', '{"images": {"x": {"manifest": {}}}}'],
+)
+def test_a_malformed_release_index_is_a_usage_error(app, runner, tmp_path, text):
+    path = tmp_path / "index.json"
+    path.write_text(text)
+    res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(path)])
+    assert res.exit_code == 2 and "error:" in res.output and "hint:" in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
 
 
 def test_unpublished_cell_is_refused(app, runner, index):

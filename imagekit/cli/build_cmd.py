@@ -235,7 +235,7 @@ def register(app: typer.Typer) -> None:
         matches = [
             e
             for tag, e in sorted(images.items())
-            if tag == ref or e["alias"] == ref or e["manifest"]["cell"]["id"] == ref
+            if tag == ref or e.get("alias") == ref or e["manifest"]["cell"].get("id") == ref
         ]
         if not matches:
             raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")

@@ -844,26 +844,37 @@ def hf_token(environ=None):
     return (token, path) if token else (None, None)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Never follow a redirect: the token must not travel to another origin, and a redirect already means access."""
+def _origin(url):
+    """(scheme, host, port) with the default port made explicit."""
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+class _SameOriginRedirect(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect within the origin (a renamed repo), token and all; stop at one to another origin (the Hub
+    sends file downloads to its CDN): the token never travels there, and the redirect itself already means the
+    Hub granted access. Stopping surfaces the 3xx as an HTTPError, read as the answer."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
+        if _origin(newurl) != _origin(req.full_url):
+            return None
+        return urllib.request.HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, headers, newurl)
 
 
 def _hub_get(url, token, timeout, extra=None):
-    """(status, headers, body text) without following redirects."""
+    """(status, headers, body text, final url): same-origin redirects followed, others not (see above)."""
     headers = dict(extra or {})
     if token:
-        headers["Authorization"] = f"Bearer {token}"
+        headers["Authorization"] = "Bearer " + token
     req = urllib.request.Request(url, headers=headers)
-    opener = urllib.request.build_opener(_NoRedirect)
+    opener = urllib.request.build_opener(_SameOriginRedirect)
     try:
         with opener.open(req, timeout=timeout) as resp:
-            return resp.status, resp.headers, resp.read(1 << 20).decode("utf-8", "replace")
+            return resp.status, resp.headers, resp.read(1 << 20).decode("utf-8", "replace"), resp.geturl()
     except urllib.error.HTTPError as exc:
         body = exc.read(1 << 16).decode("utf-8", "replace") if exc.fp else ""
-        return exc.code, exc.headers, body
+        return exc.code, exc.headers, body, exc.geturl() or url
 
 
 def _hub_message(headers, body):
@@ -903,26 +914,33 @@ def check_hf_repo(repo, endpoint, token, timeout=15, token_source=None):
     sent = token_source or ("set" if token else "absent")
     ev = {"repo": repo, "token": sent}
     try:
-        code, headers, body = _hub_get(f"{base}/api/{kind}/{name}", token, timeout)
+        info_url = f"{base}/api/{kind}/{name}"
+        code, headers, body, final = _hub_get(info_url, token, timeout)
         ev["info_status"] = code
-        if code in (301, 302, 307, 308):
+        moved = ""
+        if final != info_url:  # a renamed repo: followed within the Hub
+            ev["moved_to"] = final
+            moved = f" (moved to {final}; use the new id)"
+        if code in (301, 302, 303, 307, 308):  # to another origin: not followed, the token stays here
             ev["moved_to"] = headers.get("Location")
             return result(cid, "pass", f"{repo}: moved to {headers.get('Location')} (readable; use the new id)", "",
                           ev)
         if code == 200:
             info = json.loads(body or "{}")
+            if not isinstance(info, dict):
+                raise ValueError("the Hub's repo info is not a JSON object")
             ev["gated"] = info.get("gated", False)
             if not info.get("gated"):
                 return result(cid, "pass", f"{repo}: readable" + (" (private, the token has access)"
-                                                                 if info.get("private") else ""), "", ev)
+                                                                 if info.get("private") else "") + moved, "", ev)
             files = [f.get("rfilename") for f in info.get("siblings") or [] if f.get("rfilename")]
             pick = next((f for f in ("config.json", "README.md", ".gitattributes") if f in files),
                         files[0] if files else ".gitattributes")
             url = f"{base}/{prefix}{name}/resolve/main/{urllib.parse.quote(pick)}"
-            code, headers, body = _hub_get(url, token, timeout, {"Range": "bytes=0-0"})
+            code, headers, body, _ = _hub_get(url, token, timeout, {"Range": "bytes=0-0"})
             ev.update(file=pick, file_status=code)
             if code in (200, 206, 301, 302, 303, 307, 308):
-                return result(cid, "pass", f"{repo}: gated, and this token has access", "", ev)
+                return result(cid, "pass", f"{repo}: gated, and this token has access" + moved, "", ev)
     except UnicodeError:
         return result(cid, "fail", f"{repo}: the token from {sent} has characters no HTTP header can carry",
                       "copy the token again (huggingface.co/settings/tokens)", ev)

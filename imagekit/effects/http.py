@@ -1,38 +1,264 @@
-"""Plain HTTP GETs (stdlib) for package-index metadata, with clear errors when an index is unreachable."""
+"""The tool's one HTTP client (httpx): timeouts, retries, redirects that never carry credentials to another origin,
+JSON answers checked, and downloads streamed to disk with a size bound.
+
+Redirects are followed here, not by httpx: only to http(s), at most ``MAX_REDIRECTS``, and when a redirect leaves
+the origin (scheme, host, port) every credential header is dropped. httpx drops ``Authorization`` itself on a
+cross-origin redirect, but keeps it on an http->https upgrade of the same host and knows no other credential header;
+the rule here is the strict one, whatever the library version does.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
 
-from imagekit.errors import EnvironmentFailure
+import httpx
+
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 
 T = TypeVar("T")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+SCHEMES = ("http", "https")
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 10
+# Headers that prove who the caller is: never sent to an origin the caller did not address.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"})
+TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+DOWNLOAD_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+MAX_DOWNLOAD = 8 << 30  # no wheel is larger (the biggest CUDA wheels are ~4 GiB); an index cannot ask for more
+RETRY_METHODS = frozenset({"GET", "HEAD", "PUT"})  # idempotent: safe to send again after a 5xx or a dropped reply
 
 
-def get(url: str, accept: str | None = None, timeout: float = 30.0, attempts: int = 3) -> bytes:
-    last: Exception | None = None
-    for _ in range(attempts):
-        req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port made explicit."""
+    u = httpx.URL(str(url))
+    default = {"http": 80, "https": 443}.get(u.scheme)
+    return u.scheme, u.host.lower(), u.port or default
+
+
+def require_http(url: str, what: str = "URL", error: type[Exception] = UsageError, hint: str | None = None) -> str:
+    """``url`` when it is http(s) with a host; anything else (file://, ftp://, a bare path) is refused."""
+    try:
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise error(f"{what} {_display(url)!r} is not a valid URL: {exc}", hint or "pass an http(s):// URL") from None
+    if u.scheme not in SCHEMES or not u.host:
+        raise error(f"{what} {_display(url)!r} is not an http(s) URL", hint or "pass an http(s):// URL")
+    return url
+
+
+@functools.cache
+def shared() -> httpx.Client:
+    """The process's client (connection pool shared by threads), made on first use."""
+    return make_client()
+
+
+def make_client(timeout: httpx.Timeout = TIMEOUT) -> httpx.Client:
+    from imagekit import __version__
+
+    return httpx.Client(
+        timeout=timeout,
+        follow_redirects=False,  # followed by `stream`, with the credential rule above
+        headers={"User-Agent": f"imagekit/{__version__}"},
+    )
+
+
+def _strip_credentials(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
+
+
+@contextmanager
+def stream(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    content: bytes | None = None,
+    timeout: httpx.Timeout | None = None,
+    attempts: int = 3,
+    client: httpx.Client | None = None,
+) -> Iterator[httpx.Response]:
+    """The final answer (any status) after redirects, its body not yet read. Retries connection failures, and 5xx
+    answers of idempotent methods; raises EnvironmentFailure when the server cannot be reached."""
+    require_http(url)
+    pool = client or shared()
+    method = method.upper()
+    sent = dict(headers or {})
+    first = origin(url)
+    hops = 0
+    attempt = 0
+    while True:
+        request = pool.build_request(method, url, headers=sent, content=content, timeout=timeout or TIMEOUT)
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500:
-                raise EnvironmentFailure(f"GET {url} answered HTTP {exc.code}", "check the index URL") from exc
-            last = exc
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            last = exc
-    raise EnvironmentFailure(f"cannot reach {url}: {last}", "check network access to the package index")
+            response = pool.send(request, stream=True)
+        except httpx.TransportError as exc:
+            attempt += 1
+            retry = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout) or method in RETRY_METHODS
+            if retry and attempt < attempts:
+                time.sleep(0.2 * attempt)
+                continue
+            raise EnvironmentFailure(
+                f"cannot reach {_display(url)}: {exc.__class__.__name__}: {exc}", "check network access to it"
+            ) from None
+        if response.status_code >= 500 and method in RETRY_METHODS and attempt + 1 < attempts:
+            response.close()
+            attempt += 1
+            time.sleep(0.2 * attempt)
+            continue
+        location = response.headers.get("Location")
+        if response.status_code not in REDIRECTS or not location:
+            try:
+                yield response
+            finally:
+                response.close()
+            return
+        response.close()
+        hops += 1
+        if hops > MAX_REDIRECTS:
+            raise EnvironmentFailure(f"{_display(url)}: more than {MAX_REDIRECTS} redirects", "check the URL")
+        try:
+            target = str(response.url.join(location))
+        except httpx.InvalidURL:
+            raise EnvironmentFailure(f"{_display(url)} redirected to an invalid URL", "check the URL") from None
+        require_http(
+            target,
+            f"{_display(url)} redirected to",
+            EnvironmentFailure,
+            "the server redirects outside http(s); use another server or mirror",
+        )
+        if origin(target) != first:
+            sent = _strip_credentials(sent)  # once another origin, always: never back to the first with them
+        if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
+            method, content = ("HEAD" if method == "HEAD" else "GET"), None
+            sent = {k: v for k, v in sent.items() if k.lower() not in ("content-type", "content-length")}
+        url, attempt = target, 0
+
+
+def _display(url: str) -> str:
+    """The URL without its query (which may carry signatures or tokens)."""
+    return url.split("?", 1)[0]
+
+
+def request(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    content: bytes | None = None,
+    max_bytes: int = 64 << 20,
+    client: httpx.Client | None = None,
+) -> tuple[int, httpx.Headers, bytes]:
+    """(status, headers, body) of the final answer, whatever its status; the body bounded by ``max_bytes``."""
+    with stream(method, url, headers=headers, content=content, client=client) as resp:
+        try:
+            return resp.status_code, resp.headers, _read(resp, max_bytes, url)
+        except httpx.HTTPError as exc:
+            raise EnvironmentFailure(f"reading {_display(url)} failed: {exc}", "retry; check network access") from None
+
+
+def _read(resp: httpx.Response, max_bytes: int, url: str) -> bytes:
+    chunks, size = [], 0
+    for chunk in resp.iter_bytes():
+        size += len(chunk)
+        if size > max_bytes:
+            raise EnvironmentFailure(f"{_display(url)} answered more than {max_bytes} bytes", "check the URL")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def get(
+    url: str, accept: str | None = None, *, headers: Mapping[str, str] | None = None, max_bytes: int = 64 << 20
+) -> bytes:
+    """The body of a 200/206 answer; any other status is an EnvironmentFailure naming it."""
+    sent = {**({"Accept": accept} if accept else {}), **(headers or {})}
+    status, _, body = request("GET", url, headers=sent, max_bytes=max_bytes)
+    if status in (401, 403):
+        raise EnvironmentFailure(
+            f"GET {_display(url)} answered HTTP {status} (authentication required or refused)",
+            "this index needs credentials imagekit does not send; use a public index or a local mirror",
+        )
+    if status not in (200, 206):
+        raise EnvironmentFailure(f"GET {_display(url)} answered HTTP {status}", "check the index URL")
+    return body
+
+
+def parse_json(body: bytes, what: str, hint: str = "check the URL: it does not serve the expected API") -> Any:
+    """JSON out of an answer; anything else is an EnvironmentFailure (exit 3) quoting its start."""
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        start = body[:80].decode("utf-8", "replace").strip()
+        raise EnvironmentFailure(f"{what} did not answer JSON (it began {start!r})", hint) from None
 
 
 def get_json(url: str, accept: str | None = None) -> dict:
-    return json.loads(get(url, accept))
+    doc = parse_json(get(url, accept), f"GET {_display(url)}")
+    if not isinstance(doc, dict):
+        raise EnvironmentFailure(f"GET {_display(url)} answered JSON that is not an object", "check the index URL")
+    return doc
+
+
+def download(
+    url: str,
+    dest: Path,
+    *,
+    sha256: str,
+    max_bytes: int = MAX_DOWNLOAD,
+    client: httpx.Client | None = None,
+) -> None:
+    """Stream ``url`` into ``dest`` (atomically: a temporary file in the same folder, renamed when the bytes are
+    all there, of the right hash, within ``max_bytes``). Nothing is left behind on any failure."""
+    max_bytes = min(max_bytes, MAX_DOWNLOAD)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".download-")
+    h = hashlib.sha256()
+    too_big = EnvironmentFailure(
+        f"{_display(url)} is larger than the {max_bytes} bytes its index declares",
+        "the index served different bytes than it listed; do not build from it",
+    )
+    try:
+        with (
+            os.fdopen(fd, "wb") as out,
+            stream(
+                "GET", url, headers={"Accept-Encoding": "identity"}, timeout=DOWNLOAD_TIMEOUT, client=client
+            ) as resp,
+        ):
+            if resp.status_code != 200:
+                raise EnvironmentFailure(f"cannot download {_display(url)}: HTTP {resp.status_code}", "check the index")
+            declared = resp.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise too_big
+            size = 0
+            for block in resp.iter_bytes(1 << 20):
+                size += len(block)
+                if size > max_bytes:
+                    raise too_big
+                h.update(block)
+                out.write(block)
+        if h.hexdigest() != sha256:
+            raise CheckFailed(
+                f"{_display(url)} has sha256 {h.hexdigest()}, the lock says {sha256}",
+                "the index served different bytes than it listed; do not build from it",
+            )
+        os.replace(tmp, dest)
+    except httpx.HTTPError as exc:
+        raise EnvironmentFailure(
+            f"cannot download {_display(url)}: {exc}", "check network access to the index"
+        ) from None
+    except OSError as exc:
+        raise EnvironmentFailure(f"cannot write {dest}: {exc}", "check free space in the cache") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def map_concurrently(fn: Callable[[str], T], items: list[str], workers: int = 8) -> list[T]:

@@ -1,15 +1,18 @@
-"""Registry HTTP API v2: what a tag points at, read straight from the registry (Basic and Bearer auth)."""
+"""Registry HTTP API v2: what a tag points at, read straight from the registry (Basic and Bearer auth).
+
+Credentials go to the registry and to the token realm its challenge names; a redirect elsewhere (blobs served
+from a CDN) is followed without them (imagekit.effects.http)."""
 
 from __future__ import annotations
 
 import base64
-import json
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
+import httpx
+
+from imagekit.effects import http
 from imagekit.errors import EnvironmentFailure
 
 MANIFEST_TYPES = ", ".join(
@@ -65,39 +68,46 @@ class RegistryClient:
         auth: str | None = None,
         data: bytes | None = None,
         content_type: str | None = None,
+        max_bytes: int = 64 << 20,
     ) -> tuple[int, dict, bytes]:
         headers = {"Accept": MANIFEST_TYPES}
         if auth:
             headers["Authorization"] = auth
         if content_type:
             headers["Content-Type"] = content_type
-        req = urllib.request.Request(url, method=method, headers=headers, data=data)
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                return resp.status, dict(resp.headers), resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, dict(exc.headers), exc.read()
-        except (urllib.error.URLError, OSError) as exc:
+            status, answer, body = http.request(method, url, headers=headers, content=data, max_bytes=max_bytes)
+        except EnvironmentFailure as exc:
             raise EnvironmentFailure(
-                f"registry {url.split('/v2/')[0]} is unreachable: {exc}", "start the registry, or check --registry"
+                f"registry {url.split('/v2/')[0]} is unreachable: {exc.message}",
+                "start the registry, or check --registry",
             ) from None
+        return status, dict(answer), body
 
     def _bearer(self, challenge: str) -> str | None:
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         if "realm" not in params:
             return None
-        query = urllib.parse.urlencode({k: v for k, v in params.items() if k in ("service", "scope")})
-        status, _, body = self._request(f"{params['realm']}?{query}", auth=self._basic())
+        realm = http.require_http(
+            params["realm"], "the registry's token realm", EnvironmentFailure, "the registry's auth challenge is broken"
+        )
+        query = {k: v for k, v in params.items() if k in ("service", "scope")}
+        status, _, body = self._request(str(httpx.URL(realm).copy_merge_params(query)), auth=self._basic())
         if status != 200:
             return None
-        doc = json.loads(body)
+        doc = _json(body, f"the token service {realm}")
         token = doc.get("token") or doc.get("access_token")
-        return f"Bearer {token}" if token else None
+        return f"Bearer {token}" if isinstance(token, str) and token else None
 
     def _authed(
-        self, url: str, method: str = "GET", data: bytes | None = None, content_type: str | None = None
+        self,
+        url: str,
+        method: str = "GET",
+        data: bytes | None = None,
+        content_type: str | None = None,
+        max_bytes: int = 64 << 20,
     ) -> tuple[int, dict, bytes]:
-        status, headers, body = self._request(url, method, self._basic(), data, content_type)
+        status, headers, body = self._request(url, method, self._basic(), data, content_type, max_bytes)
         if status == 401:
             challenge = {k.lower(): v for k, v in headers.items()}.get("www-authenticate", "")
             auth = self._bearer(challenge) if challenge.lower().startswith("bearer") else None
@@ -106,7 +116,7 @@ class RegistryClient:
                     f"registry {url.split('/v2/')[0]} refused the credentials (HTTP 401)",
                     "set IMAGEKIT_REGISTRY_USER and IMAGEKIT_REGISTRY_PASSWORD",
                 )
-            status, headers, body = self._request(url, method, auth, data, content_type)
+            status, headers, body = self._request(url, method, auth, data, content_type, max_bytes)
         return status, headers, body
 
     def copy_tag(self, remote: Remote, digest: str, tag: str) -> None:
@@ -114,7 +124,9 @@ class RegistryClient:
         status, headers, body = self._authed(f"{remote.base}/manifests/{digest}")
         if status != 200:
             raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {digest}")
-        media = {k.lower(): v for k, v in headers.items()}.get("content-type") or json.loads(body).get("mediaType")
+        media = {k.lower(): v for k, v in headers.items()}.get("content-type") or _json(
+            body, f"registry {remote.registry}"
+        ).get("mediaType")
         status, _, answer = self._authed(f"{remote.base}/manifests/{tag}", "PUT", body, media)
         if status not in (200, 201):
             raise EnvironmentFailure(
@@ -127,7 +139,21 @@ class RegistryClient:
         status, _, body = self._authed(f"{remote.base}/blobs/{digest}")
         if status != 200:
             raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
-        return json.loads(body)
+        return _json(body, f"registry {remote.registry} (blob {digest})")
+
+    def blob(self, remote: Remote, digest: str, max_bytes: int) -> bytes:
+        """A blob's bytes by digest, refused when larger than ``max_bytes``."""
+        status, _, body = self._authed(f"{remote.base}/blobs/{digest}", max_bytes=max_bytes)
+        if status != 200:
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
+        return body
+
+    def manifest_json(self, remote: Remote, reference: str) -> dict:
+        """The manifest document itself (layers, config)."""
+        status, _, body = self._authed(f"{remote.base}/manifests/{reference}")
+        if status != 200:
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {reference}")
+        return _json(body, f"registry {remote.registry}")
 
     def manifest(self, remote: Remote, reference: str) -> ManifestInfo | None:
         """The manifest a tag or digest names, or None when the registry does not have it."""
@@ -137,6 +163,13 @@ class RegistryClient:
         if status != 200:
             raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {reference}")
         lowered = {k.lower(): v for k, v in headers.items()}
-        doc = json.loads(body)
-        config = doc.get("config", {}).get("digest")
+        doc = _json(body, f"registry {remote.registry}")
+        config = doc.get("config", {}).get("digest") if isinstance(doc.get("config"), dict) else None
         return ManifestInfo(lowered.get("docker-content-digest", ""), config)
+
+
+def _json(body: bytes, what: str) -> dict[str, Any]:
+    doc = http.parse_json(body, what, "check --registry: it does not speak the registry API v2")
+    if not isinstance(doc, dict):
+        raise EnvironmentFailure(f"{what} answered JSON that is not an object", "check --registry")
+    return doc

@@ -1,34 +1,36 @@
-"""POST a GraphQL request to RunPod (base URL overridable). The API key goes in a header, never in logs."""
+"""POST a GraphQL request to RunPod (base URL overridable). The API key goes in a header, never in logs, and never
+to another origin (see imagekit.effects.http)."""
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
-from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.effects import http
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 
 DEFAULT_API = "https://api.runpod.io/graphql"
 
 
 def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
-    req = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
-    )
+    http.require_http(url, "--api-url", UsageError, "pass the RunPod GraphQL endpoint, https://api.runpod.io/graphql")
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            doc = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            raise CheckFailed(f"RunPod refused the API key (HTTP {exc.code})", "check RUNPOD_API_KEY") from None
-        raise EnvironmentFailure(f"RunPod API answered HTTP {exc.code}", "retry later") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise EnvironmentFailure(
-            f"cannot reach the RunPod API: {exc.__class__.__name__}", "check the network"
-        ) from None
+        status, _, raw = http.request(
+            "POST",
+            url,
+            content=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
+        )
+    except EnvironmentFailure as exc:
+        raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
+    if status in (401, 403):
+        raise CheckFailed(f"RunPod refused the API key (HTTP {status})", "check RUNPOD_API_KEY")
+    if status != 200:
+        raise EnvironmentFailure(f"RunPod API answered HTTP {status}", "retry later")
+    doc = http.parse_json(raw, "the RunPod API", "check --api-url: it must be RunPod's GraphQL endpoint")
+    if not isinstance(doc, dict):
+        raise EnvironmentFailure("the RunPod API answered JSON that is not an object", "check --api-url")
     if doc.get("errors"):
-        raise CheckFailed(f"RunPod rejected the template: {doc['errors'][0].get('message')}", "fix the template input")
+        first = doc["errors"][0] if isinstance(doc["errors"], list) and doc["errors"] else {}
+        message = first.get("message") if isinstance(first, dict) else first
+        raise CheckFailed(f"RunPod rejected the template: {message}", "fix the template input")
     return doc

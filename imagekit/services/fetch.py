@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urljoin
+from typing import Any
+
+import httpx
 
 from imagekit import wheels
 from imagekit.effects import http
 from imagekit.effects.cache import cache_root
-from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.locking import is_torch_family
 
@@ -53,46 +50,64 @@ class _Links(HTMLParser):
             self.hrefs.append(href)
 
 
+def _join(base: str, href: str) -> str:
+    try:
+        return str(httpx.URL(base).join(href))
+    except httpx.InvalidURL:
+        return href  # refused by _require_http when picked
+
+
+def _filename(url: str) -> str:
+    try:
+        return httpx.URL(url).path.rsplit("/", 1)[-1]  # decoded: %2B -> +
+    except httpx.InvalidURL:
+        return ""
+
+
+def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
+    """PEP 691 files; PEP 700's ``size`` kept when declared."""
+    page: Any = http.parse_json(raw, f"the index page {base}", "check the index URL: it must be a PEP 691/503 index")
+    files = page.get("files") if isinstance(page, dict) else None
+    if not isinstance(files, list):
+        raise EnvironmentFailure(f"the index page {base} has no list of files", "check the index URL")
+    out = []
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
+            raise EnvironmentFailure(f"the index page {base} lists a file without a filename or url", "check the index")
+        hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
+        size = f.get("size")
+        declared = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+        out.append(wheels.Candidate(f["filename"], _join(base, f["url"]), str(hashes.get("sha256", "")), declared))
+    return out
+
+
 def _candidates(index: str, name: str) -> list[wheels.Candidate]:
     """Files of a project from a PEP 691 (JSON) or PEP 503 (HTML, sha256 in the URL fragment) index page."""
     base = f"{index.rstrip('/')}/{name}/"
     raw = http.get(base, accept=http.SIMPLE_JSON + ", text/html;q=0.1")
     if raw.lstrip().startswith(b"{"):
-        page = json.loads(raw)
-        return [
-            wheels.Candidate(f["filename"], urljoin(base, f["url"]), f.get("hashes", {}).get("sha256", ""))
-            for f in page.get("files", [])
-        ]
+        return _from_json(base, raw)
     parser = _Links()
     parser.feed(raw.decode("utf-8", "replace"))
     out = []
     for href in parser.hrefs:
         url, _, fragment = href.partition("#")
         sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else ""
-        out.append(wheels.Candidate(unquote(url.rsplit("/", 1)[-1]), urljoin(base, url), sha))
+        out.append(wheels.Candidate(_filename(_join(base, url)), _join(base, url), sha))
     return out
 
 
-def _download(url: str, dest: Path, sha256: str) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".download-")
-    h = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=120) as resp:
-            for block in iter(lambda: resp.read(1 << 20), b""):
-                h.update(block)
-                out.write(block)
-        if h.hexdigest() != sha256:
-            raise CheckFailed(
-                f"{url} has sha256 {h.hexdigest()}, the lock says {sha256}",
-                "the index served different bytes than it listed; do not build from it",
-            )
-        os.replace(tmp, dest)
-    except (urllib.error.URLError, OSError) as exc:
-        raise EnvironmentFailure(f"cannot download {url}: {exc}", "check network access to the index") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def _download(cand: wheels.Candidate, dest: Path) -> None:
+    """The wheel into the cache: http(s) only, no larger than the index declares (or http.MAX_DOWNLOAD)."""
+    http.require_http(
+        cand.url,
+        f"the index lists {cand.filename} at",
+        EnvironmentFailure,
+        "an index may only point at http(s) files; use another index",
+    )
+    http.download(
+        cand.url, dest, sha256=cand.sha256, max_bytes=cand.size if cand.size is not None else http.MAX_DOWNLOAD
+    )
 
 
 def fetch_lock(
@@ -102,6 +117,10 @@ def fetch_lock(
     index = lock.meta.get("index", "https://pypi.org/simple")
     torch_index = lock.meta.get("torch-index", "")
     routed = torch_index.startswith("http")
+    for url in (index, torch_index) if routed else (index,):
+        http.require_http(
+            url, "the lock's index", UsageError, "fetch downloads from http(s) indexes; re-lock against one"
+        )
     supported = wheels.supported_tags(python, glibc)
 
     def one(entry: LockEntry) -> FetchedWheel:
@@ -129,7 +148,7 @@ def fetch_lock(
             )
         dest = wheel_cache() / cand.sha256 / cand.filename
         log(f"downloading {cand.filename}")
-        _download(cand.url, dest, cand.sha256)
+        _download(cand, dest)
         return FetchedWheel(entry.name, dest, True)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

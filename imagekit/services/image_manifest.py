@@ -6,13 +6,13 @@ import gzip
 import io
 import json
 import tarfile
-import urllib.request
 
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.naming import split_reference
 
 MANIFEST_PATH = "etc/imagekit/manifest.json"
+MAX_LAYER = 256 << 20
 
 
 def _from_tar(data: bytes) -> dict | None:
@@ -20,11 +20,14 @@ def _from_tar(data: bytes) -> dict | None:
         raw = gzip.decompress(data)
     except OSError:
         raw = data
-    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
-        for member in tar.getmembers():
-            if member.name.lstrip("./") in (MANIFEST_PATH, "manifest.json"):  # layer path, or get_archive's
-                fh = tar.extractfile(member)
-                return json.loads(fh.read()) if fh else None
+    try:
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            for member in tar.getmembers():
+                if member.name.lstrip("./") in (MANIFEST_PATH, "manifest.json"):  # layer path, or get_archive's
+                    fh = tar.extractfile(member)
+                    return json.loads(fh.read()) if fh else None
+    except (tarfile.TarError, ValueError) as exc:
+        raise EnvironmentFailure(f"an image layer is not a readable tar with a JSON manifest: {exc}") from None
     return None
 
 
@@ -50,15 +53,15 @@ def from_registry(reference: str) -> dict:
     info = client.manifest(remote, digest or tag or "latest")
     if info is None:
         raise UsageError(f"{reference}: not in the local engine nor in its registry", "pull or publish it first")
-    req = urllib.request.Request(
-        f"{remote.base}/manifests/{info.digest}",
-        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        layers = json.loads(resp.read())["layers"]
+    layers = client.manifest_json(remote, info.digest or digest or tag or "latest").get("layers")
+    if not isinstance(layers, list):
+        raise UsageError(f"{reference} is a multi-platform index or not an image", "pass --expect FILE instead")
     for layer in reversed(layers[-4:]):
-        with urllib.request.urlopen(f"{remote.base}/blobs/{layer['digest']}", timeout=120) as resp:
-            found = _from_tar(resp.read())
+        if not isinstance(layer, dict) or not isinstance(layer.get("digest"), str):
+            continue
+        if isinstance(layer.get("size"), int) and layer["size"] > MAX_LAYER:
+            continue  # the manifest sits in a small top layer; a big one is torch or CUDA
+        found = _from_tar(client.blob(remote, layer["digest"], MAX_LAYER))
         if found:
             return found
     raise UsageError(f"{reference} has no {MANIFEST_PATH}: not an imagekit image", "pass --expect FILE instead")

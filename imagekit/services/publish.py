@@ -11,7 +11,7 @@ from pathlib import Path
 from imagekit.effects.docker import Engine
 from imagekit.effects.files import write_atomic
 from imagekit.effects.registry import RegistryClient, Remote
-from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.services.selftest import SelfTestReport
 
 
@@ -24,9 +24,22 @@ class Published:
 
 
 def read_index(path: Path) -> dict:
+    """The release index; a file that is not one (bad JSON, entries without tag/manifest) is a UsageError."""
     if not path.is_file():
         return {"schema": 1, "images": {}}
-    return json.loads(path.read_text())
+    hint = f"restore {path} from version control, or move it aside and publish again"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"cannot read the release index {path}: {exc}", hint) from None
+    images = doc.get("images", {}) if isinstance(doc, dict) else None
+    if not isinstance(images, dict):
+        raise UsageError(f"{path} is not a release index (no 'images' object)", hint)
+    for tag, entry in images.items():
+        ok = isinstance(entry, dict) and isinstance(entry.get("tag"), str) and isinstance(entry.get("manifest"), dict)
+        if not ok or not isinstance(entry["manifest"].get("cell"), dict):
+            raise UsageError(f"{path}: the entry {tag!r} lacks its tag or manifest.cell", hint)
+    return doc
 
 
 def _same_contents(
