@@ -14,7 +14,16 @@ def _version(value: bool) -> None:
 
 
 def build_app() -> typer.Typer:
-    from imagekit.cli import build_cmd, compat_cmd, doctor_cmd, explain_cmd, lock_cmd, matrix_cmd, render_cmd
+    from imagekit.cli import (
+        build_cmd,
+        compat_cmd,
+        doctor_cmd,
+        explain_cmd,
+        lock_cmd,
+        matrix_cmd,
+        pod_cmd,
+        render_cmd,
+    )
 
     app = typer.Typer(
         name="imagekit",
@@ -36,6 +45,7 @@ def build_app() -> typer.Typer:
     for module in (matrix_cmd, explain_cmd, lock_cmd, render_cmd, build_cmd, doctor_cmd):
         module.register(app)
     app.add_typer(compat_cmd.build(), name="compat")
+    app.add_typer(pod_cmd.build(), name="pod")
     return app
 
 

@@ -1,0 +1,207 @@
+"""`imagekit pod`: reach a live pod from a script (exec, doctor, verified copies) and stop or terminate it."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit.cli.common import err_console, handles_errors, out_json
+from imagekit.errors import UsageError
+
+TargetArg = Annotated[str, typer.Argument(help="USER@HOST[:PORT], or RunPod's gateway form POD-HEX@ssh.runpod.io.")]
+KeyOpt = Annotated[
+    Path | None, typer.Option("--key", help="Private key (default: ssh-agent, then ~/.ssh/id_*).", dir_okay=False)
+]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", help="Seconds a remote command may run (0: no limit); past it: exit 3.")
+]
+InsecureOpt = Annotated[
+    bool, typer.Option("--insecure-host-key", help="Do not check the host key (said loudly on every use).")
+]
+AcceptNewOpt = Annotated[
+    bool, typer.Option("--accept-new-host-key", help="Record an unknown host's key in ~/.ssh/known_hosts.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+PodIdArg = Annotated[str, typer.Argument(help="The RunPod pod id (not the SSH target).")]
+ApiOpt = Annotated[str, typer.Option("--api-url", help="RunPod REST API base.")]
+
+
+def _options(key: Path | None, timeout: float, insecure: bool, accept_new: bool, force_pty: bool = False):
+    from imagekit.services.pod import PodOptions
+
+    if not math.isfinite(timeout) or timeout < 0:
+        raise UsageError(f"--timeout {timeout}: not a number of seconds", "give seconds >= 0 (0: no limit)")
+    if insecure and accept_new:
+        raise UsageError("--insecure-host-key and --accept-new-host-key exclude each other", "pick one")
+    mode = "insecure" if insecure else ("accept-new" if accept_new else "strict")
+    return PodOptions(key=key, host_keys=mode, timeout=timeout or 10.0**9, force_pty=force_pty)
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _warn(text: str) -> None:
+    err_console().print(text, markup=False)
+
+
+def build() -> typer.Typer:
+    app = typer.Typer(
+        help="Reach a live pod over SSH, also through RunPod's PTY-only gateway: run commands, run the doctor, "
+        "copy files with sha256 checked on both ends; stop or terminate it through RunPod's API.",
+        no_args_is_help=True,
+    )
+
+    @app.command(
+        "exec",
+        context_settings={"ignore_unknown_options": True},
+        epilog="Example: imagekit pod exec root@203.0.113.7:22011 -- python -u train.py",
+    )
+    @handles_errors
+    def exec_(
+        target: TargetArg,
+        command: Annotated[list[str], typer.Argument(help="The command, after --; run by the pod's shell.")],
+        key: KeyOpt = None,
+        timeout: TimeoutOpt = 0.0,
+        insecure_host_key: InsecureOpt = False,
+        accept_new_host_key: AcceptNewOpt = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Run a command on the pod; its output streams here, its exit code becomes ours (timeout: 3)."""
+        import time
+
+        from imagekit import podwire
+        from imagekit.services import pod
+
+        opts = _options(key, timeout, insecure_host_key, accept_new_host_key)
+        text = " ".join(command)  # like ssh: the words, joined, for the remote shell
+        if not text.strip():
+            raise UsageError("no command given", "put it after --: imagekit pod exec TARGET -- nvidia-smi")
+        collected: list[str] = []
+        sink = collected.append if as_json else _write
+        started = time.monotonic()
+        code, transport = pod.run_command(
+            podwire.parse_target(target), text, opts, sink, sink if as_json else _stderr, _warn
+        )
+        if as_json:
+            out_json(
+                {
+                    "target": target,
+                    "command": text,
+                    "transport": transport,
+                    "exit_code": code,
+                    "output": "".join(collected),
+                    "seconds": round(time.monotonic() - started, 3),
+                }
+            )
+        raise typer.Exit(code)
+
+    @app.command(
+        "doctor",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        epilog="Example: imagekit pod doctor $POD --json --expect lockfiles/CELL.txt > report.json || exit 1",
+    )
+    @handles_errors
+    def doctor(
+        ctx: typer.Context,
+        target: TargetArg,
+        key: KeyOpt = None,
+        timeout: TimeoutOpt = 600.0,
+        insecure_host_key: InsecureOpt = False,
+        accept_new_host_key: AcceptNewOpt = False,
+        as_json: JsonOpt = False,
+        expect: Annotated[
+            Path | None,
+            typer.Option("--expect", help="A local lock or manifest, sent to the pod (verified).", dir_okay=False),
+        ] = None,
+    ) -> None:
+        """Run the image's doctor on the pod (or, on any other pod, the stdlib doctor sent over with its Python)
+        and return its exit code; other options go to the doctor (e.g. --tier standard)."""
+        from imagekit import podwire
+        from imagekit.services import pod
+
+        if expect is not None and not expect.is_file():
+            raise UsageError(f"--expect {expect}: cannot read it", "give a lock (lockfiles/CELL.txt) or a manifest")
+        opts = _options(key, timeout, insecure_host_key, accept_new_host_key)
+        args = [*ctx.args, *(["--json"] if as_json else [])]
+        code, how = pod.run_doctor(podwire.parse_target(target), args, expect, opts, _write, _stderr, _warn)
+        err_console().print(f"(ran {how})", markup=False)
+        raise typer.Exit(code)
+
+    @app.command(
+        "cp", epilog="Examples: imagekit pod cp ./data $POD:/workspace/data; imagekit pod cp $POD:/workspace/out ./out"
+    )
+    @handles_errors
+    def cp(
+        src: Annotated[str, typer.Argument(help="A local path, or TARGET:PATH on the pod.")],
+        dst: Annotated[str, typer.Argument(help="A local path, or TARGET:PATH on the pod.")],
+        key: KeyOpt = None,
+        insecure_host_key: InsecureOpt = False,
+        accept_new_host_key: AcceptNewOpt = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Copy a file or directory to or from the pod; sha256 compared on both ends (exit 1 if they differ), resumed
+        after a dropped connection. TARGET:PATH is USER@HOST[:PORT]:PATH."""
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+        from imagekit.services import pod
+
+        opts = _options(key, 3600.0, insecure_host_key, accept_new_host_key)
+        console = err_console()
+        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+        with Progress(*columns, console=console, transient=False, disable=as_json) as bar:
+            task = bar.add_task("copy", total=None)
+            result = pod.copy(
+                src,
+                dst,
+                opts,
+                lambda done, total: bar.update(task, completed=done, total=total),
+                lambda msg: bar.console.print(msg, markup=False),
+            )
+        if as_json:
+            out_json(result.to_json())
+        else:
+            rate = result.size / result.seconds / 1e6 if result.seconds else 0.0
+            console.print(
+                f"copied {result.size:,} bytes ({result.files} file{'s' if result.files != 1 else ''}) via "
+                f"{result.mode} in {result.seconds:.1f} s ({rate:.1f} MB/s); sha256 {result.sha256} on both ends",
+                markup=False,
+            )
+
+    def _api(action: str, pod_id: str, api_url: str, as_json: bool) -> None:
+        from imagekit.effects import runpod_api
+
+        key = os.environ.get("RUNPOD_API_KEY", "")
+        if not key.strip():
+            raise UsageError(f"pod {action} needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
+        doc = runpod_api.pod_action(action, pod_id, key.strip(), api_url)
+        if as_json:
+            out_json({"pod": pod_id, "action": action, "answer": doc})
+        else:
+            done = "stopped (the volume stays; billing for it goes on)" if action == "stop" else "terminated"
+            err_console().print(f"pod {pod_id} {done}", markup=False)
+
+    @app.command("stop", epilog="Example: imagekit pod stop abc123xyz456")
+    @handles_errors
+    def stop(pod_id: PodIdArg, api_url: ApiOpt = "https://rest.runpod.io/v1", as_json: JsonOpt = False) -> None:
+        """Stop a RunPod pod (RUNPOD_API_KEY from the environment): the GPU is released, the volume kept."""
+        _api("stop", pod_id, api_url, as_json)
+
+    @app.command("terminate", epilog="Example: imagekit pod terminate abc123xyz456")
+    @handles_errors
+    def terminate(pod_id: PodIdArg, api_url: ApiOpt = "https://rest.runpod.io/v1", as_json: JsonOpt = False) -> None:
+        """Terminate a RunPod pod (RUNPOD_API_KEY from the environment): it and its container disk are gone."""
+        _api("terminate", pod_id, api_url, as_json)
+
+    return app
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()

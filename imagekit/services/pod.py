@@ -1,0 +1,413 @@
+"""A live pod from a script: run a command, run the image's doctor, copy files with a sha256 compared on both ends.
+
+Over a full SSH server commands use the exec channel and copies use SFTP; over a terminal-only gateway (RunPod's
+proxy) both go through the terminal (effects/ssh.Shell): copies in verified chunks, resumed after a dropped
+connection, never a silently truncated file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from imagekit import podwire
+from imagekit.effects.ssh import CommandTimeout, Connection, ConnectionLost
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.podwire import CHUNK, Target, q
+
+Log = Callable[[str], None]
+Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
+RECONNECTS = 5
+CHUNK_TRIES = 3
+DOCTOR = Path(__file__).resolve().parent.parent / "doctor" / "imagekit_doctor.py"
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    key: Path | None = None
+    host_keys: str = "strict"  # strict | accept-new | insecure
+    timeout: float = 3600.0  # per remote command
+    connect_timeout: float = 20.0
+    force_pty: bool = False  # use the terminal path even where exec/SFTP work (tests, benchmarks)
+
+
+@dataclass
+class CopyResult:
+    direction: str  # upload | download
+    path: str  # what was copied
+    size: int
+    sha256: str
+    mode: str  # sftp | pty
+    sent: int = 0  # payload bytes that crossed the wire (less than size after a resume)
+    resumed: int = 0  # reconnections
+    seconds: float = 0.0
+    files: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def connect(target: Target, opts: PodOptions, warn: Log) -> Connection:
+    return Connection(target, key=opts.key, host_keys=opts.host_keys, timeout=opts.connect_timeout, warn=warn)
+
+
+def _uses_exec(conn: Connection, opts: PodOptions) -> bool:
+    return not opts.force_pty and conn.exec_works
+
+
+def _capture(conn: Connection, opts: PodOptions, command: str, timeout: float = 300.0) -> tuple[int, str]:
+    if _uses_exec(conn, opts):
+        return conn.capture(command, timeout)
+    return conn.shell().capture(command, timeout)
+
+
+def _checked(conn: Connection, opts: PodOptions, command: str, what: str, timeout: float = 300.0) -> str:
+    code, out = _capture(conn, opts, command, timeout)
+    if code != 0:
+        raise EnvironmentFailure(f"{what} failed on the pod (exit {code}): {out.strip()[-300:]}", "check the path")
+    return out
+
+
+# ---- exec ------------------------------------------------------------------------------------------------
+def run_command(target: Target, command: str, opts: PodOptions, out: Log, err: Log, warn: Log) -> tuple[int, str]:
+    """Run ``command`` on the pod; (its exit code, the transport used)."""
+    with connect(target, opts, warn) as conn:
+        if _uses_exec(conn, opts):
+            return conn.run(command, opts.timeout, out, err), "exec"
+        try:
+            return conn.shell().run(command, opts.timeout, out), "pty"
+        except CommandTimeout as exc:
+            raise CommandTimeout(f"timed out after {opts.timeout:g} s: {command}", exc.hint) from None
+
+
+# ---- doctor ----------------------------------------------------------------------------------------------
+_FIND_PYTHON = (
+    'for p in python3 python; do if command -v "$p" >/dev/null 2>&1 && "$p" -c '
+    "'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)' 2>/dev/null; then command -v \"$p\"; exit 0; "
+    "fi; done; exit 1"
+)
+
+
+def run_doctor(
+    target: Target, args: list[str], expect: Path | None, opts: PodOptions, out: Log, err: Log, log: Log
+) -> tuple[int, str]:
+    """The image's own doctor when the pod has it; else the stdlib doctor sent over (checksum verified), run with
+    the pod's Python (>= 3.8) and removed afterwards. (exit code, how it ran)."""
+    with connect(target, opts, log) as conn:
+        code, found = _capture(conn, opts, "command -v imagekit-doctor", 30)
+        own = code == 0 and found.strip().endswith("imagekit-doctor")
+        code, tmp = _capture(conn, opts, "mktemp -d /tmp/imagekit-doctor.XXXXXX", 30)
+        tmp = tmp.strip().splitlines()[-1] if code == 0 and tmp.strip() else ""
+        if not tmp.startswith("/tmp/imagekit-doctor."):
+            raise EnvironmentFailure(f"cannot make a temporary directory on {target}", "is /tmp writable there?")
+        try:
+            argv = list(args)
+            if expect is not None:
+                remote_expect = f"{tmp}/{expect.name}"
+                _put_file(conn, opts, expect, remote_expect, lambda d, t: None, log)
+                argv += ["--expect", remote_expect]
+            if own:
+                program, how = "imagekit-doctor", "the image's doctor"
+            else:
+                code, python = _capture(conn, opts, _FIND_PYTHON, 30)
+                if code != 0:
+                    raise EnvironmentFailure(
+                        f"{target} has no Python >= 3.8 to run the doctor with", "install python3 on the pod"
+                    )
+                _put_file(conn, opts, DOCTOR, f"{tmp}/imagekit_doctor.py", lambda d, t: None, log)
+                program = f"{q(python.strip().splitlines()[-1])} -I {q(tmp + '/imagekit_doctor.py')}"
+                how = f"the stdlib doctor sent over, run with {python.strip().splitlines()[-1]}"
+            command = f"{program} {shlex.join(argv)}".strip()
+            if _uses_exec(conn, opts):
+                code = conn.run(command, opts.timeout, out, err)
+            else:
+                code = conn.shell().run(command, opts.timeout, out)
+            return code, how
+        finally:
+            try:
+                _capture(conn, opts, f"rm -rf {q(tmp)}", 30)
+            except EnvironmentFailure:
+                pass
+
+
+# ---- copy ------------------------------------------------------------------------------------------------
+def _sha256_file(path: Path, limit: int | None = None) -> str:
+    h, left = hashlib.sha256(), limit
+    with path.open("rb") as fh:
+        while left is None or left > 0:
+            block = fh.read(1 << 20 if left is None else min(1 << 20, left))
+            if not block:
+                break
+            h.update(block)
+            if left is not None:
+                left -= len(block)
+    return h.hexdigest()
+
+
+def _remote_sha(conn: Connection, opts: PodOptions, path: str, limit: int | None = None) -> str:
+    source = f"head -c {limit} {q(path)}" if limit is not None else f"cat {q(path)}"
+    out = _checked(conn, opts, f"{source} | sha256sum | cut -c1-64", f"sha256 of {path}", 3600)
+    return out.strip().splitlines()[-1].lower() if out.strip() else ""
+
+
+def _put_file(conn: Connection, opts: PodOptions, local: Path, remote: str, progress: Progress, log: Log) -> int:
+    """Upload one file to ``remote`` (through ``remote.imkpart``, renamed only once its sha256 matches); returns
+    the payload bytes sent. Resumes from an earlier partial upload."""
+    total, sha = local.stat().st_size, _sha256_file(local)
+    part = remote + ".imkpart"
+    parent = str(PurePosixPath(remote).parent)
+    sftp = conn.sftp() if _uses_exec(conn, opts) else None
+    if sftp is not None:
+        _checked(conn, opts, f"mkdir -p {q(parent)}", f"mkdir {parent}")
+        try:
+            sftp.put(str(local), part, callback=progress, confirm=True)
+        except (OSError, EOFError) as exc:
+            raise ConnectionLost(f"SFTP upload of {local} failed: {exc}", "run the copy again") from None
+        sent = total
+    else:
+        shell = conn.shell()
+        out = _checked(
+            conn, opts, f"mkdir -p {q(parent)} && {{ wc -c < {q(part)} 2>/dev/null || echo 0; }}", f"mkdir {parent}"
+        )
+        have = int(out.split()[-1]) if out.split() and out.split()[-1].isdigit() else 0
+        start = 0 if have > total else have // CHUNK * CHUNK
+        if start:
+            _checked(conn, opts, f"truncate -s {start} {q(part)}", "resume")
+            if _remote_sha(conn, opts, part) != _sha256_file(local, start):
+                start = 0
+            else:
+                log(f"resuming {remote} at {start:,} of {total:,} bytes")
+        if not start:
+            _checked(conn, opts, f": > {q(part)}", f"create {part}")
+        progress(start, total)
+        sent = 0
+        with local.open("rb") as fh:
+            fh.seek(start)
+            index, done = start // CHUNK, start
+            while done < total:
+                data = fh.read(CHUNK)
+                for _ in range(CHUNK_TRIES):
+                    if shell.upload_chunk(part, data, 600):
+                        break
+                    log(f"chunk {index} of {local} arrived corrupted; sending it again")
+                else:
+                    _capture(conn, opts, f"rm -f {q(part)}", 30)
+                    raise CheckFailed(
+                        f"chunk {index} of {local} arrived corrupted {CHUNK_TRIES} times: nothing was written",
+                        "the terminal alters what is typed into it; check the pod's stty settings",
+                    )
+                done += len(data)
+                sent += len(data)
+                index += 1
+                progress(done, total)
+    got = _remote_sha(conn, opts, part)
+    if got != sha:
+        _capture(conn, opts, f"rm -f {q(part)}", 30)
+        raise CheckFailed(
+            f"{remote}: sha256 on the pod is {got or 'unknown'}, here {sha}: the copy is corrupt and was removed",
+            "run the copy again",
+        )
+    _checked(conn, opts, f"mv -f {q(part)} {q(remote)}", f"rename {part}")
+    return sent
+
+
+def _get_file(conn: Connection, opts: PodOptions, remote: str, local: Path, progress: Progress, log: Log) -> int:
+    """Download one file to ``local`` (through ``local.imkpart``); returns the payload bytes received."""
+    out = _checked(conn, opts, f"wc -c < {q(remote)}", f"size of {remote}").split()
+    if not out or not out[-1].isdigit():
+        raise EnvironmentFailure(f"cannot read the size of {remote} on the pod", "check the path")
+    total = int(out[-1])
+    sha = _remote_sha(conn, opts, remote)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    part = local.with_name(local.name + ".imkpart")
+    sftp = conn.sftp() if _uses_exec(conn, opts) else None
+    received = 0
+    if sftp is not None:
+        try:
+            sftp.get(remote, str(part), callback=progress)
+        except (OSError, EOFError) as exc:
+            raise ConnectionLost(f"SFTP download of {remote} failed: {exc}", "run the copy again") from None
+        received = total
+    else:
+        shell = conn.shell()
+        have = part.stat().st_size if part.exists() else 0
+        start = 0 if have > total else have // CHUNK * CHUNK
+        with part.open("ab") as fh:
+            fh.truncate(start)
+        if start and _remote_sha(conn, opts, remote, start) != _sha256_file(part):
+            start = 0
+            part.write_bytes(b"")
+        elif start:
+            log(f"resuming {local} at {start:,} of {total:,} bytes")
+        progress(start, total)
+        with part.open("r+b") as fh:
+            fh.seek(start)
+            done, index = start, start // CHUNK
+            while done < total:
+                for _ in range(CHUNK_TRIES):
+                    code, text = shell.capture_raw(podwire.chunk_download_command(remote, index), 600)
+                    try:
+                        data, digest = podwire.parse_chunk(text)
+                    except ValueError:
+                        data, digest = b"", "unreadable"
+                    if code == 0 and data and hashlib.sha256(data).hexdigest() == digest:
+                        break
+                    log(f"chunk {index} of {remote} arrived corrupted; reading it again")
+                else:
+                    part.unlink(missing_ok=True)
+                    raise CheckFailed(
+                        f"chunk {index} of {remote} arrived corrupted {CHUNK_TRIES} times: nothing was written",
+                        "the terminal alters what the pod prints; check the pod's stty settings",
+                    )
+                fh.write(data)
+                done += len(data)
+                received += len(data)
+                index += 1
+                progress(done, total)
+    got = _sha256_file(part)
+    if got != sha:
+        part.unlink(missing_ok=True)
+        raise CheckFailed(
+            f"{remote}: sha256 here is {got}, on the pod {sha}: the copy is corrupt and was removed "
+            "(did the file change during the copy?)",
+            "run the copy again",
+        )
+    os.replace(part, local)
+    return received
+
+
+def _kind(conn: Connection, opts: PodOptions, path: str) -> str:
+    out = _checked(
+        conn,
+        opts,
+        f"if [ -d {q(path)} ]; then echo dir; elif [ -f {q(path)} ]; then echo file; else echo none; fi",
+        f"look at {path}",
+    )
+    return out.split()[-1] if out.split() else "none"
+
+
+def copy(src: str, dst: str, opts: PodOptions, progress: Progress, log: Log) -> CopyResult:
+    """``imagekit pod cp``: exactly one side is ``TARGET:PATH``. A directory goes as one tar stream."""
+    remote_src, remote_dst = podwire.split_remote(src), podwire.split_remote(dst)
+    if (remote_src is None) == (remote_dst is None):
+        raise UsageError(
+            "exactly one side of `pod cp` must be on the pod (TARGET:PATH)",
+            "e.g. imagekit pod cp ./data root@host:/workspace/data, or root@host:/workspace/out ./out",
+        )
+    started = time.monotonic()
+    if remote_dst is not None:
+        target, path = remote_dst
+        local = Path(src)
+        if not local.exists():
+            raise UsageError(f"{src}: no such file or directory", "check the local path")
+        result = _retrying(target, opts, log, lambda conn, again: _upload(conn, opts, local, path, progress, log))
+    else:
+        assert remote_src is not None
+        target, path = remote_src
+        local = Path(dst)
+        result = _retrying(
+            target, opts, log, lambda conn, again: _download(conn, opts, path, local, progress, log, again)
+        )
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _retrying(target: Target, opts: PodOptions, log: Log, fn: Callable[[Connection, bool], CopyResult]) -> CopyResult:
+    """Run a copy; after a dropped connection, reconnect and resume (at most RECONNECTS times)."""
+    drops = 0
+    while True:
+        try:
+            with connect(target, opts, log) as conn:
+                result = fn(conn, drops > 0)
+                result.resumed = drops
+                return result
+        except ConnectionLost as exc:
+            drops += 1
+            if drops > RECONNECTS:
+                raise
+            log(f"{exc.message}; reconnecting and resuming ({drops}/{RECONNECTS})")
+            time.sleep(min(0.2 * 2**drops, 5))
+        except EnvironmentFailure:
+            if drops == 0:
+                raise
+            drops += 1
+            if drops > RECONNECTS:
+                raise
+            time.sleep(min(0.2 * 2**drops, 5))
+
+
+def _upload(conn: Connection, opts: PodOptions, local: Path, remote: str, progress: Progress, log: Log) -> CopyResult:
+    mode = "sftp" if _uses_exec(conn, opts) and conn.sftp() is not None else "pty"
+    if local.is_dir():
+        with tempfile.TemporaryDirectory(prefix="imagekit-cp-") as tmp:
+            archive, files = _tar(local, Path(tmp) / "tree.tar")
+            staged = f"/tmp/.imk-{_sha256_file(archive)[:20]}.tar"  # the same name again when resuming
+            sent = _put_file(conn, opts, archive, staged, progress, log)
+            _checked(
+                conn,
+                opts,
+                f"mkdir -p {q(remote)} && tar -xf {staged} -C {q(remote)}; c=$?; rm -f {staged}; exit $c",
+                f"unpack into {remote}",
+            )
+            return CopyResult("upload", remote, archive.stat().st_size, _sha256_file(archive), mode, sent, files=files)
+    if _kind(conn, opts, remote) == "dir":  # like cp: into the directory
+        remote = f"{remote.rstrip('/')}/{local.name}"
+    sent = _put_file(conn, opts, local, remote, progress, log)
+    return CopyResult("upload", remote, local.stat().st_size, _sha256_file(local), mode, sent)
+
+
+def _download(
+    conn: Connection, opts: PodOptions, remote: str, local: Path, progress: Progress, log: Log, resuming: bool
+) -> CopyResult:
+    mode = "sftp" if _uses_exec(conn, opts) and conn.sftp() is not None else "pty"
+    kind = _kind(conn, opts, remote)
+    if kind == "none":
+        raise UsageError(f"{remote}: no such file or directory on the pod", "check the remote path")
+    if kind == "dir":
+        staged = f"/tmp/.imk-{hashlib.sha256(remote.encode()).hexdigest()[:20]}.tar"
+        pack = f"tar -cf {staged} -C {q(remote)} ."
+        if resuming:  # the archive made before the connection dropped, so the partial download stays valid
+            pack = f"[ -f {staged} ] || {pack}"
+        _checked(conn, opts, pack, f"pack {remote}", 3600)
+        archive = local.with_name(local.name + ".imktar")
+        received = _get_file(conn, opts, staged, archive, progress, log)
+        try:
+            files = _untar(archive, local)
+            return CopyResult(
+                "download", str(local), archive.stat().st_size, _sha256_file(archive), mode, received, files=files
+            )
+        finally:
+            archive.unlink(missing_ok=True)
+            try:
+                _capture(conn, opts, f"rm -f {staged}", 30)
+            except EnvironmentFailure:
+                pass
+    if local.is_dir():  # like cp: into the directory
+        local = local / PurePosixPath(remote).name
+    received = _get_file(conn, opts, remote, local, progress, log)
+    return CopyResult("download", str(local), local.stat().st_size, _sha256_file(local), mode, received)
+
+
+def _tar(root: Path, archive: Path) -> tuple[Path, int]:
+    files = 0
+    with tarfile.open(archive, "w") as tar:
+        for path in sorted(root.rglob("*")):
+            tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
+            files += path.is_file()
+    return archive, files
+
+
+def _untar(archive: Path, dest: Path) -> int:
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        tar.extractall(dest, filter="data")  # no absolute paths, no '..', no device files
+    return sum(1 for m in members if m.isfile())
