@@ -170,7 +170,7 @@ def chunk_upload_line(nonce: str, part: str, expect_sha: str, length: int) -> st
         f's=$(stty -g); stty raw -echo; {print_mark(nonce, "G")}; head -c {length} | base64 -d > {c}; stty "$s"; '
         f"h=$(sha256sum < {c} | cut -c1-64); "
         f'if [ "$h" = {expect_sha} ]; then cat {c} >> {q(part)} && rm -f {c} && {print_mark(nonce, "K", "ok")}; '
-        f'else rm -f {c}; {print_mark(nonce, "K", "bad", "$h")}; fi\n'
+        f"else rm -f {c}; {print_mark(nonce, 'K', 'bad', '$h')}; fi\n"
     )
 
 
