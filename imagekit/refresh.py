@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urljoin
 
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
@@ -23,7 +24,12 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 
 
 def _simple(index: str, name: str) -> dict:
-    return http.get_json(f"{index.rstrip('/')}/{name}/", accept=http.SIMPLE_JSON)
+    """A project's PEP 691 page, file URLs made absolute (an index may give them relative to the page)."""
+    page_url = f"{index.rstrip('/')}/{name}/"
+    page = http.get_json(page_url, accept=http.SIMPLE_JSON)
+    for f in page.get("files", []):
+        f["url"] = urljoin(page_url, f["url"])
+    return page
 
 
 def _fetch_metadata(url: str) -> str:
