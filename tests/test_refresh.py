@@ -129,6 +129,8 @@ def index_server(tmp: Path, honour_range: bool = True) -> Iterator[tuple[str, ty
             0,
         ),
         ("transformers", "transformers-4.48.2-py3-none-any.whl", tf_meta, True, False, False, 0),  # relative url
+        # one of its files yanked (a bad build), the release is not
+        ("transformers", "transformers-4.48.2-py3-none-manylinux1_x86_64.whl", tf_meta, True, True, True, 0),
         ("transformers", "transformers-4.49.0-py3-none-any.whl", TF_449, False, False, False, 0),
     ]
     handler = type("Handler", (Index,), {"pages": {}, "files": {}, "seen": [], "honour_range": honour_range})
