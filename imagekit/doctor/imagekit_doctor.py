@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -297,15 +298,24 @@ def _script_prefix(path):
     """The prefix of the interpreter named in a console script's shebang."""
     try:
         with open(path, "rb") as fh:
-            first = fh.readline().decode("utf-8", "replace").strip()
+            head = fh.read(4096).decode("utf-8", "replace").splitlines()
     except OSError:
         return ""
+    first = head[0].strip() if head else ""
     if not first.startswith("#!"):
         return ""
     words = first[2:].strip().split()
     interp = words[0] if words else ""
     if os.path.basename(interp) == "env" and len(words) > 1:
         interp = shutil.which(words[1]) or ""
+    elif os.path.basename(interp) == "sh" and len(head) > 1 and head[1].startswith("'''exec' "):
+        # pip and uv, for an interpreter path with a space or too long for a shebang, write
+        # #!/bin/sh, then '''exec' "/path/bin/python" "$0" "$@", then ' '''
+        try:
+            words = shlex.split(head[1])
+        except ValueError:
+            words = []
+        interp = words[1] if len(words) > 1 and words[0] == "exec" else ""
     if not os.path.basename(interp).startswith("python"):
         return ""  # a wrapper (pyenv shim, shell script): not a pinned environment's entry point
     return os.path.dirname(os.path.dirname(interp))
