@@ -332,9 +332,17 @@ def check_shadowing(env, manifest):
             shadows.append(f"{name} {info['version']} in {user_site}")
     if os.environ.get("PYTHONPATH"):
         for entry in os.environ["PYTHONPATH"].split(os.pathsep):
-            if entry and os.path.isdir(entry) and any(
-                    os.path.exists(os.path.join(entry, n.replace("-", "_"))) for n in pinned):
-                shadows.append(f"PYTHONPATH entry {entry} holds a pinned package")
+            if not entry or not os.path.isdir(entry):
+                continue
+            root = os.path.join(os.path.abspath(entry), "")
+            # installed there (dist-info: also when the import name differs, PyYAML -> yaml), or a bare package or
+            # module of a pinned name (a checkout's alpha/ or alpha.py)
+            held = sorted({canon(name) for name, info in env["dists"].items()
+                           if canon(name) in pinned and os.path.abspath(info.get("location", "")).startswith(root)}
+                          | {n for n in pinned if any(os.path.exists(os.path.join(entry, n.replace("-", "_") + ext))
+                                                      for ext in ("", ".py"))})
+            if held:
+                shadows.append(f"PYTHONPATH entry {entry} holds pinned {', '.join(held)}")
     if shadows:
         return result("shadowing", "fail", "packages shadow the pinned environment: " + "; ".join(shadows),
                       "remove them (pip uninstall --user ...), or unset PYTHONPATH; run with PYTHONNOUSERSITE=1",
