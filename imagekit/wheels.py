@@ -20,9 +20,12 @@ def supported_tags(python: str, glibc: str = "2.28") -> list[tags.Tag]:
     """Tags a CPython ``python`` on Linux x86_64 with ``glibc`` accepts, most preferred first."""
     major, minor = (int(x) for x in python.split("."))
     gmaj, gmin = (int(x) for x in glibc.split("."))
-    plats = [f"manylinux_{gmaj}_{m}_x86_64" for m in range(gmin, 4, -1)]
     legacy = {17: "manylinux2014_x86_64", 12: "manylinux2010_x86_64", 5: "manylinux1_x86_64"}
-    plats += [legacy[m] for m in (17, 12, 5) if m <= gmin]
+    plats = []
+    for m in range(gmin, 4, -1):  # a legacy name right after its glibc, as pip and uv rank them
+        plats.append(f"manylinux_{gmaj}_{m}_x86_64")
+        if m in legacy:
+            plats.append(legacy[m])
     plats.append("linux_x86_64")
     out = list(tags.cpython_tags((major, minor), platforms=plats))
     out += list(tags.compatible_tags((major, minor), f"cp{major}{minor}", plats))

@@ -51,6 +51,18 @@ def arch_supported(cap, arch_list):
     return best is not None, best
 
 
+def classify(text, torch_cuda):
+    """(cause id, what, fix) from torch's own text, by the doctor's table (a sibling file in every image)."""
+    try:
+        from imagekit_doctor import classify_cuda_failure
+    except ImportError:
+        try:
+            from imagekit.doctor.imagekit_doctor import classify_cuda_failure
+        except ImportError:
+            return ("unknown", "CUDA could not be initialised", "run imagekit-doctor for the cause")
+    return classify_cuda_failure(text, torch_cuda, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
 def run_gpu_checks(require_gpu=False):
     """The GPU part of the self-test. Returns a list of checks (status pass/fail/skip)."""
     import torch
@@ -60,23 +72,31 @@ def run_gpu_checks(require_gpu=False):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         available = torch.cuda.is_available()
+        count = torch.cuda.device_count() if available else 0
     warning_text = " | ".join(str(w.message) for w in caught)
     evidence = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "visible_gpus": gpus,
                 "nvidia_smi": smi_text[-500:], "warnings": warning_text[-1000:]}
-    if not available:
+    if not count:
         if gpus:
+            init_error = ""
+            if torch.version.cuda:
+                try:
+                    torch.cuda.init()  # is_available() hides why; init() raises torch's own text
+                except Exception as exc:  # noqa: BLE001 - its text is the finding
+                    init_error = repr(exc)
+            cause, what, fix = classify(warning_text + " " + init_error, torch.version.cuda)
+            evidence.update(cause=cause, init_error=init_error[-1000:],
+                            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+            seen = "torch.cuda.is_available() is False" if not available else "torch.cuda.device_count() is 0"
             out.append(check("gpu-cuda-available", "fail",
-                             f"{len(gpus)} GPU(s) visible to the driver but torch.cuda.is_available() is False: "
-                             "training would silently run on the CPU",
-                             "run the doctor for the cause (driver too old, CPU-only wheel, forward-compat error)",
-                             evidence))
+                             f"{len(gpus)} GPU(s) visible to the driver but {seen}: {what}; training would "
+                             "silently run on the CPU", fix, evidence))
         elif require_gpu:
             out.append(check("gpu-cuda-available", "fail", "no GPU visible and --require-gpu was given",
                              "run on a GPU host with the NVIDIA runtime (docker run --gpus all)", evidence))
         else:
             out.append(check("gpu-cuda-available", "skip", "no GPU visible: GPU checks skipped", "", evidence))
         return out
-    count = torch.cuda.device_count()
     out.append(check("gpu-cuda-available", "pass", f"torch sees {count} GPU(s)", "", evidence))
     arch_list = torch.cuda.get_arch_list()
     for i in range(count):

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -323,15 +324,24 @@ def _script_prefix(path):
     """The prefix of the interpreter named in a console script's shebang."""
     try:
         with open(path, "rb") as fh:
-            first = fh.readline().decode("utf-8", "replace").strip()
+            head = fh.read(4096).decode("utf-8", "replace").splitlines()
     except OSError:
         return ""
+    first = head[0].strip() if head else ""
     if not first.startswith("#!"):
         return ""
     words = first[2:].strip().split()
     interp = words[0] if words else ""
     if os.path.basename(interp) == "env" and len(words) > 1:
         interp = shutil.which(words[1]) or ""
+    elif os.path.basename(interp) == "sh" and len(head) > 1 and head[1].startswith("'''exec' "):
+        # pip and uv, for an interpreter path with a space or too long for a shebang, write
+        # #!/bin/sh, then '''exec' "/path/bin/python" "$0" "$@", then ' '''
+        try:
+            words = shlex.split(head[1])
+        except ValueError:
+            words = []
+        interp = words[1] if len(words) > 1 and words[0] == "exec" else ""
     if not os.path.basename(interp).startswith("python"):
         return ""  # a wrapper (pyenv shim, shell script): not a pinned environment's entry point
     return os.path.dirname(os.path.dirname(interp))
@@ -348,9 +358,17 @@ def check_shadowing(env, manifest):
             shadows.append(f"{name} {info['version']} in {user_site}")
     if os.environ.get("PYTHONPATH"):
         for entry in os.environ["PYTHONPATH"].split(os.pathsep):
-            if entry and os.path.isdir(entry) and any(
-                    os.path.exists(os.path.join(entry, n.replace("-", "_"))) for n in pinned):
-                shadows.append(f"PYTHONPATH entry {entry} holds a pinned package")
+            if not entry or not os.path.isdir(entry):
+                continue
+            root = os.path.join(os.path.abspath(entry), "")
+            # installed there (dist-info: also when the import name differs, PyYAML -> yaml), or a bare package or
+            # module of a pinned name (a checkout's alpha/ or alpha.py)
+            held = sorted({canon(name) for name, info in env["dists"].items()
+                           if canon(name) in pinned and os.path.abspath(info.get("location", "")).startswith(root)}
+                          | {n for n in pinned if any(os.path.exists(os.path.join(entry, n.replace("-", "_") + ext))
+                                                      for ext in ("", ".py"))})
+            if held:
+                shadows.append(f"PYTHONPATH entry {entry} holds pinned {', '.join(held)}")
     if shadows:
         return result("shadowing", "fail", "packages shadow the pinned environment: " + "; ".join(shadows),
                       "remove them (pip uninstall --user ...), or unset PYTHONPATH; run with PYTHONNOUSERSITE=1",

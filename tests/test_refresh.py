@@ -1,0 +1,250 @@
+"""`imagekit compat refresh` against a real PEP 691 index on loopback, serving wheels the tests build.
+
+Some releases carry PEP 658 metadata (`<wheel>.metadata`); the others do not, so refresh reads METADATA out of
+the wheel itself with HTTP range requests. One server honours Range (RFC 9110: `bytes=a-b` and suffix `bytes=-n`);
+another ignores it, as some mirrors and proxies do, which must be a clean error and never a full download.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from imagekit import refresh
+from imagekit.errors import EnvironmentFailure
+from imagekit.metadata import WATCHED
+from tests.conftest import FIXTURES, ROOT
+
+META = FIXTURES / "metadata"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+TORCH_260 = (
+    "Metadata-Version: 2.1\nName: torch\nVersion: 2.6.0\nRequires-Python: >=3.9.0\nRequires-Dist: filelock\n"
+    'Requires-Dist: nvidia-cuda-runtime-cu12==12.4.127; platform_system == "Linux" and platform_machine == "x86_64"\n'
+    "Requires-Dist: opt-einsum>=3.3; extra == 'opt-einsum'\n\n"
+)
+TF_449 = (  # differs from 4.48.2's real METADATA, so the test tells which file was read
+    "Metadata-Version: 2.1\nName: transformers\nVersion: 4.49.0\nRequires-Python: >=3.9.1\n"
+    "Requires-Dist: filelock\nRequires-Dist: torch>=2.1; extra == 'torch'\nRequires-Dist: accelerate>=0.26.0; "
+    "extra == 'torch'\nRequires-Dist: tensorflow<2.16,>2.9; extra == 'tf'\n\n"
+)
+
+
+def make_wheel(out: Path, filename: str, metadata: str, payload: int = 0) -> Path:
+    """A wheel whose METADATA is ``metadata``; ``payload`` random (incompressible) bytes stored after it, so the
+    member is far from the end and the central directory is beyond the reader's first 64 KiB tail read."""
+    name, version = filename.split("-")[:2]
+    dist_info = f"{name}-{version}.dist-info"
+    path = out / filename
+    rng = random.Random(filename)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(zipfile.ZipInfo(f"{name}/__init__.py", (2025, 1, 1, 0, 0, 0)), "")
+        zf.writestr(zipfile.ZipInfo(f"{dist_info}/METADATA", (2025, 1, 1, 0, 0, 0)), metadata, zipfile.ZIP_DEFLATED)
+        if payload:
+            zf.writestr(f"{name}/_blob.bin", rng.randbytes(payload), zipfile.ZIP_STORED)
+        zf.writestr(f"{dist_info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n")
+        zf.writestr(f"{dist_info}/RECORD", "")
+    return path
+
+
+class Index(http.server.BaseHTTPRequestHandler):
+    """PEP 691 pages under /simple/<name>/, files under /files/, `<file>.metadata` where PEP 658 applies."""
+
+    pages: ClassVar[dict[str, dict]] = {}
+    files: ClassVar[dict[str, bytes]] = {}
+    honour_range: ClassVar[bool] = True
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, code: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        rng = self.headers.get("Range")
+        self.seen.append((self.path, rng))
+        m = re.fullmatch(r"/simple/([^/]+)/", self.path)
+        if m:
+            if m[1] not in self.pages:
+                return self._send(404, b"not found")
+            if SIMPLE_JSON not in (self.headers.get("Accept") or ""):
+                return self._send(406, b"ask for JSON")
+            return self._send(200, json.dumps(self.pages[m[1]]).encode(), {"Content-Type": SIMPLE_JSON})
+        body = self.files.get(self.path.removeprefix("/files/"))
+        if body is None:
+            return self._send(404, b"not found")
+        if not rng or not self.honour_range:
+            return self._send(200, body, {"Content-Type": "application/octet-stream"})
+        start, _, end = rng.removeprefix("bytes=").partition("-")
+        size = len(body)
+        first, last = (max(0, size - int(end)), size - 1) if not start else (int(start), min(int(end), size - 1))
+        if first > last:
+            return self._send(416, b"", {"Content-Range": f"bytes */{size}"})
+        self._send(206, body[first : last + 1], {"Content-Range": f"bytes {first}-{last}/{size}"})
+
+
+@contextmanager
+def index_server(tmp: Path, honour_range: bool = True) -> Iterator[tuple[str, type[Index]]]:
+    wheels = tmp / "wheels"
+    wheels.mkdir(exist_ok=True)
+    torch_meta = (META / "torch-2.5.1.METADATA").read_text()
+    tf_meta = (META / "transformers-4.48.2.METADATA").read_text()
+    # (project, filename, METADATA, PEP 658 metadata served, yanked, absolute url, payload bytes)
+    spec = [
+        ("torch", "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl", torch_meta, True, False, True, 0),
+        ("torch", "torch-2.5.1-cp312-cp312-manylinux1_x86_64.whl", torch_meta, True, False, True, 0),
+        ("torch", "torch-2.5.1-cp313-cp313t-manylinux1_x86_64.whl", torch_meta, True, False, True, 0),  # free-threaded
+        ("torch", "torch-2.5.1-cp311-none-macosx_11_0_arm64.whl", torch_meta, True, False, True, 0),
+        ("torch", "torch-2.6.0-cp312-cp312-manylinux_2_28_x86_64.whl", TORCH_260, False, False, True, 200_000),
+        ("torch", "torch-2.6.0-cp313-cp313-manylinux_2_28_x86_64.whl", TORCH_260, False, False, True, 0),
+        ("torch", "torch-2.7.0rc1-cp312-cp312-manylinux_2_28_x86_64.whl", TORCH_260, True, False, True, 0),
+        ("torch", "torch-1.12.1-cp310-cp310-manylinux1_x86_64.whl", torch_meta, True, False, True, 0),
+        ("transformers", "transformers-4.39.0-py3-none-any.whl", tf_meta, True, False, True, 0),
+        (
+            "transformers",
+            "transformers-4.47.0-py3-none-any.whl",
+            tf_meta.replace("4.48.2", "4.47.0"),
+            True,
+            True,
+            False,
+            0,
+        ),
+        ("transformers", "transformers-4.48.2-py3-none-any.whl", tf_meta, True, False, False, 0),  # relative url
+        # one of its files yanked (a bad build), the release is not
+        ("transformers", "transformers-4.48.2-py3-none-manylinux1_x86_64.whl", tf_meta, True, True, True, 0),
+        ("transformers", "transformers-4.49.0-py3-none-any.whl", TF_449, False, False, False, 0),
+    ]
+    handler = type("Handler", (Index,), {"pages": {}, "files": {}, "seen": [], "honour_range": honour_range})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    handler.pages = {name: {"meta": {"api-version": "1.1"}, "name": name, "files": []} for name in ("torch", *WATCHED)}
+    for project, filename, meta, pep658, yanked, absolute, payload in spec:
+        data = make_wheel(wheels, filename, meta, payload).read_bytes()
+        handler.files[filename] = data
+        entry: dict = {
+            "filename": filename,
+            "url": f"{base}/files/{filename}" if absolute else f"../../files/{filename}",
+            "hashes": {"sha256": hashlib.sha256(data).hexdigest()},
+            "yanked": yanked,
+        }
+        if pep658:
+            handler.files[filename + ".metadata"] = meta.encode()
+            entry["core-metadata"] = {"sha256": hashlib.sha256(meta.encode()).hexdigest()}
+        handler.pages[project]["files"].append(entry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"{base}/simple", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "imagekit", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
+
+
+def test_refresh_writes_what_the_index_says(tmp_path):
+    out = tmp_path / "data" / "pypi-metadata.json"
+    with index_server(tmp_path) as (index, handler):
+        res = cli("compat", "refresh", "--out", str(out), "--index", index)
+    assert res.returncode == 0, res.stderr
+    assert "torch 2 releases" in res.stderr and "transformers 3" in res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["torch"] == {
+        "2.5.1": {  # cp313t (free-threaded), macOS, 1.12.1 (below the floor) and 2.7.0rc1 are left out
+            "python": ["3.11", "3.12"],
+            "glibc": "2.5",
+            "requires_python": ">=3.8.0",
+            "requires": {},
+            "cuda_runtime": "12.4.127",
+        },
+        "2.6.0": {
+            "python": ["3.12", "3.13"],
+            "glibc": "2.28",
+            "requires_python": ">=3.9.0",
+            "requires": {},
+            "cuda_runtime": "12.4.127",
+        },
+    }
+    assert doc["packages"]["transformers"] == {
+        "4.47.0": {
+            "requires_python": ">=3.9.0",
+            "requires": {"accelerate": ">=0.26.0", "torch": ">=2.0"},
+            "yanked": True,
+        },
+        "4.48.2": {
+            "requires_python": ">=3.9.0",
+            "requires": {"accelerate": ">=0.26.0", "torch": ">=2.0"},
+            "yanked": False,
+        },
+        "4.49.0": {
+            "requires_python": ">=3.9.1",
+            "requires": {"accelerate": ">=0.26.0", "torch": ">=2.1"},
+            "yanked": False,
+        },
+    }
+    assert all(doc["packages"][name] == {} for name in WATCHED if name != "transformers")
+    assert out.read_text() == refresh.dump(doc)  # the file is the canonical dump, nothing else
+    # PEP 658 where served; the wheels without it were read by ranges, never downloaded whole
+    wheel_gets = [(p, r) for p, r in handler.seen if p.endswith(".whl")]
+    assert wheel_gets and all(r and r.startswith("bytes=") for _, r in wheel_gets)
+    read = {p.rsplit("/", 1)[-1] for p, _ in wheel_gets}
+    assert read == {"torch-2.6.0-cp312-cp312-manylinux_2_28_x86_64.whl", "transformers-4.49.0-py3-none-any.whl"}
+    assert ("/files/transformers-4.48.2-py3-none-any.whl.metadata", None) in handler.seen  # its relative url
+
+
+def test_range_reader_finds_a_member_far_from_the_end(tmp_path):
+    """The 200 kB wheel: METADATA's local header lies outside the 64 KiB tail; the reader follows the directory."""
+    with index_server(tmp_path) as (index, handler):
+        base = index.removesuffix("/simple")
+        name = "torch-2.6.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+        from imagekit.effects import remote_zip
+
+        text = remote_zip.read_member(f"{base}/files/{name}", ".dist-info/METADATA").decode()
+        with pytest.raises(EnvironmentFailure, match="no member ending in"):
+            remote_zip.read_member(f"{base}/files/{name}", ".dist-info/entry_points.txt")
+    assert text == TORCH_260
+    ranges = [r for p, r in handler.seen if p.endswith(name)]
+    assert ranges[0] == "bytes=-65536" and len(ranges) >= 3  # tail, directory, local header (+ data)
+
+
+def test_an_index_that_ignores_range_requests_is_a_clean_error(tmp_path):
+    out = tmp_path / "pypi-metadata.json"
+    out.write_text("previous contents\n")
+    with index_server(tmp_path, honour_range=False) as (index, handler):
+        res = cli("compat", "refresh", "--out", str(out), "--index", index)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "error:" in res.stderr and "ignores HTTP range requests" in res.stderr and "hint:" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert any(p.endswith(".whl") and r == "bytes=-65536" for p, r in handler.seen)  # the range reader asked
+    assert out.read_text() == "previous contents\n"  # nothing half-written
+
+
+def test_an_unreachable_or_missing_index_is_a_clean_error(tmp_path):
+    out = tmp_path / "pypi-metadata.json"
+    with index_server(tmp_path) as (index, _):
+        res = cli("compat", "refresh", "--out", str(out), "--index", index.replace("/simple", "/nothing-here"))
+    assert res.returncode == 3 and "HTTP 404" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
