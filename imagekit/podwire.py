@@ -19,7 +19,7 @@ from imagekit.errors import UsageError
 
 LINE_LIMIT = 4095  # N_TTY_BUF_SIZE - 1: the longest line a Linux terminal in canonical mode delivers whole
 TYPED_LINE = 3072  # base64 characters per typed line: well under the limit, a multiple of 4
-CHUNK = 1 << 20  # payload bytes per verified chunk
+CHUNK = 4 << 20  # payload bytes per verified chunk (a round trip and a few processes each)
 RUNPOD_GATEWAY = "ssh.runpod.io"
 
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", re.ASCII)
@@ -182,7 +182,7 @@ def chunk_lines(encoded: str) -> str:
 def chunk_download_command(path: str, index: int, chunk: int = CHUNK) -> str:
     """Print one chunk as base64 lines, then ``#<sha256 of the chunk>``."""
     dd = f"dd if={q(path)} bs={chunk} skip={index} count=1 2>/dev/null"
-    return f"{dd} | base64 | tr -d '\\n' | fold -w {TYPED_LINE}; echo; echo \"#$({dd} | sha256sum | cut -c1-64)\""
+    return f"{dd} | base64 -w {TYPED_LINE}; echo \"#$({dd} | sha256sum | cut -c1-64)\""
 
 
 def parse_chunk(text: str) -> tuple[bytes, str]:

@@ -236,7 +236,7 @@ def test_an_index_that_ignores_range_requests_is_a_clean_error(tmp_path):
     with index_server(tmp_path, honour_range=False) as (index, handler):
         res = cli("compat", "refresh", "--out", str(out), "--index", index)
     assert res.returncode == 3, (res.stdout, res.stderr)
-    assert "error:" in res.stderr and "ignores HTTP range requests" in res.stderr and "hint:" in res.stderr
+    assert "error:" in res.stderr and "range request" in res.stderr and "hint:" in res.stderr
     assert "Traceback" not in res.stderr
     assert any(p.endswith(".whl") and r == "bytes=-65536" for p, r in handler.seen)  # the range reader asked
     assert out.read_text() == "previous contents\n"  # nothing half-written
