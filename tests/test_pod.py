@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import ClassVar
@@ -386,3 +387,15 @@ def test_stop_refusals_are_clear(app, runner, runpod_api, monkeypatch):
     _RunPod.status = 404
     res = runner.invoke(app, ["pod", "stop", "abc123xyz456", "--api-url", runpod_api])
     assert res.exit_code == 1 and "no pod abc123xyz456" in res.output
+
+
+def test_the_doctor_sent_to_any_pod_parses_as_python_3_8():
+    """`pod doctor` runs the stdlib doctor with the pod's own Python (>= 3.8, e.g. runpod/pytorch's 3.10)."""
+    import ast
+
+    for name in ("imagekit_doctor.py", "gpu_checks.py", "podstart.py"):
+        source = (ROOT / "imagekit" / "doctor" / name).read_text()
+        ast.parse(source, feature_version=(3, 8))  # no match statements, parenthesized context managers, ...
+        newer = re.findall(r"\.remove(?:prefix|suffix)\(|functools\.cache\b|is_relative_to\(|, strict=True|\bzoneinfo\b", source)
+        assert not newer, (name, newer)  # standard-library calls that came after 3.8
+        assert "from __future__ import annotations" in source or name != "imagekit_doctor.py"
