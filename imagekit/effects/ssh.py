@@ -131,8 +131,8 @@ class Shell:
         end = re.compile(r"\r?\n" + re.escape(podwire.mark(nonce, "E")) + r" (\d+)\r?\n")
         try:
             _, m = self._until(end, deadline, command, sink)
-        except CommandTimeout:
-            self._send("\x03")  # interrupt it; the session is abandoned anyway
+        except (CommandTimeout, KeyboardInterrupt):
+            self._send("\x03")  # interrupt it on the pod too; the session is abandoned anyway
             raise
         return int(m[1])
 
@@ -227,6 +227,9 @@ class Connection:
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise EnvironmentFailure(f"cannot connect to {target}: {exc}", "check the address and port") from None
+        transport = self.client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(30)  # a training run prints nothing for minutes; proxies drop idle sessions
         self._exec: bool | None = None
         self._sftp: paramiko.SFTPClient | bool | None = None
         self._shell: Shell | None = None
