@@ -7,6 +7,8 @@ rsync against the image's own sshd, `docker exec` shells, and `docker stop`.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -323,3 +325,54 @@ def test_jupyter_starts_with_a_password_and_serves_the_workspace(jupyter_build, 
         assert out.decode().strip() == "0"  # the password is not on any command line
     finally:
         container.remove(force=True)
+
+
+def test_imagekit_pod_reaches_the_images_own_sshd(real_build, engine, ssh_key, tmp_path, app, runner):
+    """`imagekit pod` against the image's sshd: exec, the image's own doctor, verified copies; and the terminal path
+    (what RunPod's gateway forces) on the image's real login shell."""
+    from imagekit.podwire import parse_target
+    from imagekit.services import pod as pod_service
+
+    result, _ = real_build
+    vol = _root_owned_volume(tmp_path)
+    pod = Pod(engine, result.tag, {"PUBLIC_KEY": ssh_key.with_suffix(".pub").read_text().strip()}, vol, ssh_key)
+    try:
+        pod.wait_ready()
+        target = f"root@127.0.0.1:{pod.port}"
+        common = ["--key", str(ssh_key), "--insecure-host-key"]
+        res = runner.invoke(
+            app,
+            [
+                "pod",
+                "exec",
+                target,
+                *common,
+                "--json",
+                "--",
+                "python -c 'import torch; print(torch.__version__)'; exit 5",
+            ],
+        )
+        doc = json.loads(res.stdout)
+        assert res.exit_code == 5 and doc["transport"] == "exec" and doc["output"].strip() == result.cell.torch
+        res = runner.invoke(app, ["pod", "doctor", target, *common, "--json", "--tier", "quick"])
+        expected = pod.ssh("imagekit-doctor --tier quick --json >/dev/null; echo $?").stdout.strip()
+        assert str(res.exit_code) == expected and "the image's doctor" in res.output
+        assert {c["id"] for c in json.loads(res.stdout)["checks"]} >= {"manifest", "interpreter-identity"}
+        data = tmp_path / "data.bin"
+        data.write_bytes(os.urandom(3_000_000))
+        res = runner.invoke(app, ["pod", "cp", str(data), f"{target}:/workspace/in/data.bin", *common])
+        assert res.exit_code == 0 and "via sftp" in res.output, res.output
+        assert (vol / "in" / "data.bin").read_bytes() == data.read_bytes()
+        opts = pod_service.PodOptions(key=ssh_key, host_keys="insecure", force_pty=True, timeout=120)
+        lines: list[str] = []
+        code, how = pod_service.run_command(
+            parse_target(target), "which python; echo $HF_HOME; exit 3", opts, lines.append, lines.append, print
+        )
+        assert (code, how) == (3, "pty")
+        assert "".join(lines).split() == ["/opt/venv/bin/python", "/workspace/.cache/huggingface"]
+        back = tmp_path / "back.bin"
+        got = pod_service.copy(f"{target}:/workspace/in/data.bin", str(back), opts, lambda d, t: None, print)
+        assert got.mode == "pty" and back.read_bytes() == data.read_bytes()
+    finally:
+        pod.remove()
+        shutil.rmtree(vol, ignore_errors=True)
