@@ -406,3 +406,127 @@ def test_settings_are_public_without_credentials():
         LockSettings(torch_index_base="https://x/whl\n")
     with pytest.raises(UsageError, match="invalid --extra-index-url 'https://x/ s'"):
         LockSettings(extra_index_urls=("https://x/ s",))
+
+
+# ---- verify: every refusal says what was wrong and what to do -----------------------------------------------
+def _e(name: str, version: str, *via: str, hashed: bool = True) -> LockEntry:
+    return LockEntry(name, version, (H1,) if hashed else (), via)
+
+
+@pytest.mark.parametrize(
+    ("cell", "entries", "sources", "message", "hint"),
+    [
+        (CU118, [_e("numpy", "1.26.4")], {}, "cu118-torch2.5.1-py3.11-tf4.48.2: the resolution has no torch",
+         "check the index settings"),
+        (CU118, [_e("torch", "2.5.1+cu118"), _e("a", "1", hashed=False), _e("b", "1", hashed=False)], {},
+         "cu118-torch2.5.1-py3.11-tf4.48.2: no hashes for a, b", "the index must publish sha256 hashes"),
+        (CU118, [_e("torch", "2.5.1+cu121")], None,
+         "cu118-torch2.5.1-py3.11-tf4.48.2: resolved torch 2.5.1+cu121, expected 2.5.1+cu118",
+         "the index https://download.pytorch.org/whl/cu118 does not serve 2.5.1+cu118"),
+        (CU121, [_e("torch", "2.1.2+cu118")], {},
+         "cu121-torch2.1.2-py3.11-tf4.48.2: resolved torch 2.1.2+cu118, expected 2.1.2 (PyPI default cu121)",
+         "an extra index supplied a different torch build; remove it or pin the variant"),
+        (CU121, [_e("torch", "2.1.2")], {}, "cu121-torch2.1.2-py3.11-tf4.48.2: torch 2.1.2 pulled no CUDA runtime",
+         "is this a CPU-only torch build?"),
+        (CU121, [_e("torch", "2.1.2"), _e("nvidia-cuda-runtime-cu11", "11.8.89", "torch")], {},
+         "cu121-torch2.1.2-py3.11-tf4.48.2: torch 2.1.2 brings CUDA runtime 11.8.89, not 12.1",
+         "the PyPI default variant changed; run `imagekit compat refresh` and pick the right --cuda"),
+    ],
+    ids=["no-torch", "no-hashes", "other-variant", "other-build-on-pypi", "no-runtime", "wrong-runtime"],
+)  # fmt: skip
+def test_every_refusal_says_what_and_how_to_fix(data, cell, entries, sources, message, hint):
+    from imagekit import locking
+    from imagekit.errors import CheckFailed
+
+    with pytest.raises(CheckFailed) as exc:
+        locking.verify(locking.request(cell, locking.LockSettings(), data), entries, sources, data)
+    assert (exc.value.message, exc.value.hint) == (message, hint)
+
+
+def test_a_cuda_toolkit_package_counts_as_the_runtime(data):
+    from imagekit import locking
+
+    req = locking.request(CU121, locking.LockSettings(), data)
+    locking.verify(req, [_e("torch", "2.1.2"), _e("cuda-toolkit", "12.1.1", "torch")], {}, data)
+
+
+@pytest.mark.parametrize(
+    ("src", "flagged"),
+    [
+        ("https://download.pytorch.org/whl/cu118/", False),
+        ("https://download.pytorch.org/whl/cu118", False),
+        (None, True),  # no annotation: unknown index
+        ("https://pypi.org/simple", True),
+        ("https://download.pytorch.org/whl/cu118/X", True),  # a sub-path is another index
+    ],
+)
+def test_first_pass_finds_family_packages_from_another_index(data, src, flagged):
+    from imagekit import locking
+
+    text = "torch==2.5.1+cu118\n    # from https://download.pytorch.org/whl/cu118\n"
+    text += "nvidia-cudnn-cu11==9.1.0.70\n    # via torch\n" + (f"    # from {src}\n" if src else "")
+    text += "numpy==1.26.4\n    # via torch\n    # from https://pypi.org/simple\n"
+    req = locking.request(CU118, locking.LockSettings(), data)
+    assert locking.misrouted(req, text) == ({"nvidia-cudnn-cu11"} if flagged else set())
+    assert locking.misrouted(locking.request(CU121, locking.LockSettings(), data), text) == set()
+
+
+def test_the_verify_guard_treats_a_sub_path_as_another_index(data):
+    from imagekit import locking
+    from imagekit.errors import CheckFailed
+
+    req = locking.request(CU118, locking.LockSettings(), data)
+    entries = [_e("torch", "2.5.1+cu118")]
+    with pytest.raises(CheckFailed, match="torch came from"):
+        locking.verify(req, entries, {"torch": "https://download.pytorch.org/whl/cu118/X"}, data)
+
+
+def test_a_comment_between_pins_is_not_a_package():
+    from imagekit.locking import index_of_entries
+
+    text = "baz==2.0\n# a comment\n    # from https://b.example/simple\n"
+    assert index_of_entries(text) == {"baz": "https://b.example/simple"}
+
+
+def test_build_lock_writes_the_header_for_the_matrix_and_resolver_used(data):
+    from imagekit import locking
+
+    req = locking.request(CU121, locking.LockSettings(), data)
+    out = (
+        f"nvidia-cuda-runtime-cu12==12.1.105 \\\n    --hash={H1}\n    # via torch\n"
+        f"torch==2.1.2 \\\n    --hash={H2}\n"
+        f"transformers==4.48.2 \\\n    --hash={H1}\n"
+    )
+    lock = locking.build_lock(req, out, "team.toml", data, "uv 9.9")
+    assert lock.header == locking.header(req, "team.toml", data, "uv 9.9")[0]
+    assert "(uv 9.9) for cu121-torch2.1.2-py3.11-tf4.48.2." in lock.header[1]
+    assert lock.header[4] == "#    " + req.regenerate_command("team.toml") and "--matrix team.toml" in lock.header[4]
+    assert [e.name for e in lock.torch] == ["nvidia-cuda-runtime-cu12", "torch"]
+    with pytest.raises(UsageError, match=re.escape("uv output for cu121-torch2.1.2-py3.11-tf4.48.2:4: not an exact")):
+        locking.build_lock(req, out.replace("torch==2.1.2", "torch>=2.1"), None, data, "uv 9.9")
+
+
+# ---- lockfile: the format pip reads, and the torch layer's closure -----------------------------------------
+def test_pins_render_as_pip_reads_them():
+    assert LockEntry("a", "1", ()).render() == "a==1"
+    assert LockEntry("a", "1", (H1, H2), ("x", "y")).render() == (
+        f"a==1 \\\n    --hash={H1} \\\n    --hash={H2}\n    # via\n    #   x\n    #   y"
+    )
+    assert LockEntry("a", "1", (H1,), ("x",)).render(via=False) == f"a==1 \\\n    --hash={H1}"
+
+
+def test_a_shared_dependency_does_not_stop_the_closure():
+    """torch needs a and b, both need c, and only b needs d: d is in torch's closure whatever the visiting order."""
+    from imagekit.lockfile import torch_closure
+
+    entries = [
+        LockEntry("torch", "2.5.1", (H1,)),
+        LockEntry("a", "1", (H1,), ("torch",)),
+        LockEntry("b", "1", (H1,), ("torch",)),
+        LockEntry("c", "1", (H1,), ("a", "b")),
+        LockEntry("d", "1", (H1,), ("b",)),
+        LockEntry("e", "1", (H1,), ("c",)),
+        LockEntry("app", "1", (H1,), ("-r requirements.in",)),
+    ]
+    for order in (entries, entries[::-1]):
+        assert torch_closure(order) == {"torch", "a", "b", "c", "d", "e"}
