@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -201,6 +202,36 @@ def test_diff_tree_reports_each_extra_file_once(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere/f").write_bytes(b"not ours")
     assert render.diff_tree(tmp_path, expected) == ["extra: cell/imagekit/bin/stray"]
+
+
+def test_an_installed_wheel_renders_from_its_packaged_templates(tmp_path):
+    """The wheel's layout, built from pyproject's force-include table: templates come from imagekit/_templates."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tomllib
+
+    import imagekit
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(imagekit.__file__).parent, site / "imagekit", ignore=shutil.ignore_patterns("__pycache__"))
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    for src, dest in table["force-include"].items():
+        copy = shutil.copytree if (ROOT / src).is_dir() else shutil.copy
+        copy(ROOT / src, site / dest)
+    code = (
+        "from imagekit import render; print(render.template_root()); "
+        "print(render.environment().get_template('Dockerfile.j2').filename)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    root, template = res.stdout.splitlines()
+    assert root == str(site / "imagekit" / "_templates")
+    assert template == str(site / "imagekit" / "_templates" / "templates" / "Dockerfile.j2")
 
 
 # ---- naming: tags and references --------------------------------------------------------------------------
