@@ -613,3 +613,78 @@ def test_integrity_problems_name_the_line_of_a_non_canonical_name():
         "no pins",
         "no '# imagekit-body-sha256' line: not written by this imagekit",
     ]
+
+
+# ---- validate: GPU architectures, requirements, repositories, index URLs -----------------------------------
+@pytest.mark.parametrize(
+    ("value", "sm"),
+    [("sm_90", "sm_90"), ("9.0", "sm_90"), ("90", "sm_90"), ("120", "sm_120"), ("sm_90a", "sm_90a"),
+     ("8.6", "sm_86"), ("H100", "sm_90"), ("h100", "sm_90"), ("10.0f", "sm_100f")],
+)  # fmt: skip
+def test_gpu_architectures_accepted(data, value, sm):
+    assert validate.arch(value, data.gpus) == sm
+
+
+def test_gpu_architecture_refusals():
+    gpus = {"H100": "sm_90", "A100": "sm_80"}
+    cases = [
+        ("x", gpus, "invalid GPU architecture 'x': expected a compute capability such as 'sm_90' or '9.0'; "
+         "known GPU names: A100, H100"),
+        ("1234", None, "invalid GPU architecture '1234': expected a compute capability such as 'sm_90' or '9.0'"),
+        (5, None, "invalid GPU architecture 5: expected a compute capability such as 'sm_90'"),
+    ]  # fmt: skip
+    for value, names, message in cases:
+        with pytest.raises(UsageError) as exc:
+            validate.arch(value, names)
+        assert exc.value.message == message
+    assert validate.arch_key("sm_120") == (12, 0) and validate.arch_key("sm_90a") == (9, 0)
+    with pytest.raises(UsageError) as exc:
+        validate.arch_key("9.0")
+    assert exc.value.message == "invalid GPU architecture '9.0': expected 'sm_XY'"
+
+
+def test_validators_give_a_hint_where_one_helps():
+    with pytest.raises(UsageError) as exc:
+        validate.version("v2.5.1", "torch version")
+    assert exc.value.message == "invalid torch version 'v2.5.1': expected the canonical form '2.5.1'"
+    assert exc.value.hint == "write versions without spaces or prefixes"
+    with pytest.raises(UsageError) as exc:
+        validate.requirement("pkg @ https://x.example/pkg.whl")
+    assert exc.value.message == (
+        "invalid requirement 'pkg @ https://x.example/pkg.whl': expected a requirement on an index package"
+    )
+    assert exc.value.hint == "direct URL requirements cannot be hash-locked reproducibly here"
+    with pytest.raises(UsageError) as exc:
+        validate.requirement("==1")
+    assert exc.value.message.startswith("invalid requirement '==1': expected a PEP 508 requirement (Expected package")
+
+
+@pytest.mark.parametrize("fn", [validate.requirement, validate.repository, validate.index_url])
+@pytest.mark.parametrize("value", [None, 5, ["x"]])
+def test_non_strings_are_usage_errors(fn, value):
+    with pytest.raises(UsageError):
+        fn(value)
+
+
+def test_repositories_up_to_255_characters_and_any_registry_host_case():
+    longest = "r/" + "a" * 253
+    assert validate.repository(longest) == longest
+    with pytest.raises(UsageError):
+        validate.repository(longest + "a")
+    for ok in ("Registry.Example.com/team/img", "localhost/img", "LocalHost:5000/img", "[::1]:5000/img"):
+        assert validate.repository(ok) == ok
+    for bad in ("Team/img", "team/Img", "team//img"):
+        with pytest.raises(UsageError):
+            validate.repository(bad)
+
+
+def test_index_url_refusals():
+    with pytest.raises(UsageError) as exc:
+        validate.index_url("")
+    assert exc.value.message == "invalid index URL '': expected an http(s) index URL such as https://pypi.org/simple"
+    with pytest.raises(UsageError) as exc:
+        validate.index_url("ftp://x/simple")
+    assert exc.value.message == (
+        "invalid index URL 'ftp://x/simple': expected an http(s) URL without spaces or control characters"
+    )
+    assert exc.value.hint == "pass one URL per option, e.g. --extra-index-url https://example.com/simple"
