@@ -225,8 +225,8 @@ def test_an_installed_wheel_renders_from_its_packaged_templates(tmp_path):
         "print(render.environment().get_template('Dockerfile.j2').filename)"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    res = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    res = subprocess.run(  # -P: the checkout (cwd) is not on sys.path, only the wheel's layout
+        [sys.executable, "-P", "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 0, res.stderr
     root, template = res.stdout.splitlines()
