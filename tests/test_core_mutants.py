@@ -405,6 +405,7 @@ def test_index_annotations_are_read_per_canonical_name():
     [
         ("https://u:p@host:8443/simple", "https://host:8443/simple"),
         ("https://u@host/simple", "https://host/simple"),
+        ("https://PyPI.Example:8443/simple", "https://PyPI.Example:8443/simple"),  # nothing secret: unchanged
         ("https://host/simple?a=1&flag&Api_Key=zz#frag", "https://host/simple?a=1&flag&Api_Key=***#frag"),
         ("https://host/abcdefghijklmnopqrstuvwxyz/simple", "https://host/abcdefghijklmnopqrstuvwxyz/simple"),
         ("https://host/a1b2c3d4e5f6g7h8i9j/simple", "https://host/a1b2c3d4e5f6g7h8i9j/simple"),  # 19: not a token
@@ -581,8 +582,19 @@ def test_requirements_as_pip_compile_writes_them(tmp_path):
         parse_requirements("a==1\n\nb>=2\n")
     assert exc.value.message == "<lock>:3: not an exact pin: 'b>=2'"
     assert exc.value.hint == "locks contain only name==version lines"
-    with pytest.raises(UsageError, match=re.escape("<lock>:2: bad hash '--hash=md5:00'")):
+    with pytest.raises(UsageError) as exc:
         parse_requirements("a==1 \\\n    --hash=md5:00\n")
+    assert (exc.value.message, exc.value.hint) == (
+        "<lock>:2: bad hash '--hash=md5:00'",
+        "only sha256 hashes are accepted",
+    )
+
+
+def test_a_via_list_ends_at_the_next_pin_or_top_level_comment():
+    from imagekit.lockfile import parse_requirements
+
+    text = "a==1\n    # via\n    #   x\n# section\n    #   stray\nb==2\n    #   stray\n"
+    assert [e.via for e in parse_requirements(text)] == [("x",), ()]
 
 
 def test_a_file_without_both_layer_marks_is_not_a_lock():
@@ -688,3 +700,22 @@ def test_index_url_refusals():
         "invalid index URL 'ftp://x/simple': expected an http(s) URL without spaces or control characters"
     )
     assert exc.value.hint == "pass one URL per option, e.g. --extra-index-url https://example.com/simple"
+
+
+def test_a_lock_that_is_not_this_cells_says_so_with_every_problem(data):
+    from imagekit import locking
+    from imagekit.errors import CheckFailed
+    from imagekit.lockfile import parse
+
+    lock = Lock((LockEntry("torch", "2.1.2", ()),), ())
+    text = lock.render()
+    with pytest.raises(CheckFailed) as exc:
+        locking.verify_lock(parse(text), text, CU121, data, "lockfiles/x.txt")
+    assert exc.value.message.split("\n") == [
+        f"lockfiles/x.txt: line {text.splitlines().index('torch==2.1.2') + 1}: torch==2.1.2 has no --hash",
+        f"lockfiles/x.txt: is the lock of an unnamed cell, not of {CU121.id}",
+    ]
+    assert exc.value.hint == (
+        f"never build from it: delete lockfiles/x.txt and run `imagekit lock --cell {CU121.id}` to resolve it again"
+    )
+
