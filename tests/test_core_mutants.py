@@ -718,4 +718,3 @@ def test_a_lock_that_is_not_this_cells_says_so_with_every_problem(data):
     assert exc.value.hint == (
         f"never build from it: delete lockfiles/x.txt and run `imagekit lock --cell {CU121.id}` to resolve it again"
     )
-
