@@ -718,3 +718,16 @@ def test_a_lock_that_is_not_this_cells_says_so_with_every_problem(data):
     assert exc.value.hint == (
         f"never build from it: delete lockfiles/x.txt and run `imagekit lock --cell {CU121.id}` to resolve it again"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "invalid version None: expected a version string such as '2.5.1'"),
+        ("2.x", "invalid version '2.x': expected a PEP 440 version such as '2.5.1'"),
+    ],
+)
+def test_version_refusals(value, message):
+    with pytest.raises(UsageError) as exc:
+        validate.version(value)
+    assert exc.value.message == message
