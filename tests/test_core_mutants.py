@@ -723,7 +723,7 @@ def test_a_lock_that_is_not_this_cells_says_so_with_every_problem(data):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (None, "invalid version None: expected a version string such as '2.5.1'"),
+        (2.5, "invalid version 2.5: expected a version string such as '2.5.1'"),
         ("2.x", "invalid version '2.x': expected a PEP 440 version such as '2.5.1'"),
     ],
 )
