@@ -4,8 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := mmdebstrap docker-registry curl openssh-client openssh-server rsync
 DEMO_CELL ?= cu121-torch2.1.2-py3.11-tf4.48.2
+MUTATION_JOBS ?= 2
 
-.PHONY: setup registry demo pod test lint bench
+.PHONY: setup registry demo pod test lint bench mutation
 
 setup: $(VENV)/.installed
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -42,3 +43,10 @@ lint: setup
 
 bench: setup
 	$(PY) bench/explain_render.py && $(PY) bench/lock.py && $(PY) bench/doctor.py
+
+# Mutation testing of the core that decides what a tag means (minutes; not part of `make test`). docs/mutation.md
+mutation: setup
+	$(PY) -m pip install -q -e '.[mutation]'
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS)
+	$(PY) tools/mutation_score.py

@@ -95,8 +95,9 @@ class Lock:
         return text
 
 
-def parse_requirements(text: str, origin: str = "<lock>") -> list[LockEntry]:
-    """Entries of a pip-tools/uv ``requirements.txt`` (pins, hashes, via annotations), in file order."""
+def parse_requirements(text: str, origin: str = "<lock>", first_line: int = 1) -> list[LockEntry]:
+    """Entries of a pip-tools/uv ``requirements.txt`` (pins, hashes, via annotations), in file order.
+    ``first_line``: the file line ``text`` starts on, so errors name the line of the whole file."""
     entries: list[LockEntry] = []
     name = version = None
     hashes: list[str] = []
@@ -107,7 +108,7 @@ def parse_requirements(text: str, origin: str = "<lock>") -> list[LockEntry]:
         if name is not None:
             entries.append(LockEntry(canonicalize_name(name), version or "", tuple(sorted(hashes)), tuple(via)))
 
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(text.splitlines(), first_line):
         line = raw.strip()
         if not line:
             continue
@@ -156,9 +157,11 @@ def parse(text: str, origin: str = "<lock>") -> Lock:
     if header and header[-1] == "#":
         header.pop()  # the separator render() writes before the torch mark
     digest = meta.pop(BODY_KEY, None)
+    torch_line = head.count("\n") + 1  # the torch mark's line; its section text starts on that same line
+    app_line = torch_line + torch_text.count("\n")
     return Lock(
-        tuple(parse_requirements(torch_text, origin)),
-        tuple(parse_requirements(app_text, origin)),
+        tuple(parse_requirements(torch_text, origin, torch_line)),
+        tuple(parse_requirements(app_text, origin, app_line)),
         meta,
         tuple(header),
         digest,
@@ -170,10 +173,10 @@ def integrity_problems(lock: Lock, text: str) -> list[str]:
     (a hand-edited pin, even with genuine hashes of another version), pins without hashes, duplicated pins, no pins."""
 
     def line_of(name: str) -> int:
-        pattern = re.compile(rf"^{re.escape(name)}==", re.I)
-        alt = re.compile(rf"^{re.escape(name).replace('-', '[-_.]')}==", re.I)
+        # any spelling that canonicalizes to ``name``: Foo_Bar, foo.bar, FOO-bar
+        pattern = re.compile("^" + "[-_.]+".join(re.escape(part) for part in name.split("-")) + "==", re.I)
         for i, line in enumerate(text.splitlines(), 1):
-            if pattern.match(line) or alt.match(line):
+            if pattern.match(line):
                 return i
         return 0
 
