@@ -479,7 +479,9 @@ def test_a_cuda_toolkit_package_counts_as_the_runtime(data):
     from imagekit import locking
 
     req = locking.request(CU121, locking.LockSettings(), data)
-    locking.verify(req, [_e("torch", "2.1.2"), _e("cuda-toolkit", "12.1.1", "torch")], {}, data)
+    locking.verify(
+        req, [_e("torch", "2.1.2"), _e("cuda-toolkit", "12.1.1", "torch"), _e("transformers", "4.48.2")], {}, data
+    )
 
 
 @pytest.mark.parametrize(
