@@ -36,6 +36,8 @@ class LockSettings:
         for url in self.extra_index_urls:
             validate.index_url(url, "--extra-index-url")
         validate.index_url(self.torch_index_base, "--torch-index-url")
+        if self.exclude_newer is not None:
+            validate.exclude_newer(self.exclude_newer)
 
     def public(self) -> dict[str, object]:
         """Settings with credentials removed: what goes into hashes and headers."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urljoin
 
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
@@ -23,7 +24,19 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 
 
 def _simple(index: str, name: str) -> dict:
-    return http.get_json(f"{index.rstrip('/')}/{name}/", accept=http.SIMPLE_JSON)
+    """A PEP 691 project page, checked for the fields read from it; relative file URLs made absolute."""
+    url = f"{index.rstrip('/')}/{name}/"
+    hint = "--index must serve the PEP 691 JSON simple API (as https://pypi.org/simple does)"
+    try:
+        doc = http.get_json(url, accept=http.SIMPLE_JSON)
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise EnvironmentFailure(f"{url} did not answer JSON: {exc}", hint) from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list) or not all(
+        isinstance(f, dict) and isinstance(f.get("filename"), str) and isinstance(f.get("url"), str) for f in files
+    ):
+        raise EnvironmentFailure(f"{url} answered JSON that is not a simple-index page (files: filename, url)", hint)
+    return {**doc, "files": [{**f, "url": urljoin(url, f["url"])} for f in files]}
 
 
 def _fetch_metadata(url: str) -> str:

@@ -110,12 +110,17 @@ def parse_requirements(text, path="<requirements>"):
 
 def load_expectation(path):
     """A manifest (JSON), a lockfile (every line name==version), or a requirements file with ranges."""
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or a device would block the read
+        raise ValueError(f"{path} is not a regular file")
     with open(path) as fh:
         text = fh.read()
     if text.lstrip().startswith("{"):
         doc = json.loads(text)
-        if "distributions" not in doc:
+        if not isinstance(doc, dict) or "distributions" not in doc:
             raise ValueError(f"{path}: a JSON file without 'distributions' is not an imagekit manifest")
+        problem = manifest_problem(doc)
+        if problem:
+            raise ValueError(f"{path}: not an imagekit manifest: {problem}")
         return doc
     reqs = parse_requirements(text, path)
     if not reqs:
@@ -126,6 +131,29 @@ def load_expectation(path):
     if exact:
         return {"distributions": {name: c[0][1] for name, _, c, _ in reqs}, "source": path}
     return {"requirements": reqs, "source": path}
+
+
+def manifest_problem(doc):
+    """The first field of a manifest whose type the checks could not read, or None."""
+    dists = doc.get("distributions")
+    if not isinstance(dists, dict):
+        return "distributions: expected an object of name: version"
+    for name, version in dists.items():
+        if not isinstance(version, str) or not version or len(version) > 200:
+            return "distributions.%s: expected a version string, not %s" % (name[:80], type(version).__name__)
+    for key in ("cell", "python", "torch", "driver", "image"):
+        if key in doc and not isinstance(doc[key], dict):
+            return "%s: expected an object" % key
+    for key, field, kind in (("python", "executable", str), ("driver", "minimum", str), ("torch", "variant", str),
+                             ("torch", "archs", list), ("cell", "id", str)):
+        value = (doc.get(key) or {}).get(field)
+        if value is not None and not isinstance(value, kind):
+            return "%s.%s: expected a %s" % (key, field, kind.__name__)
+    if "driver" in doc and not isinstance(doc["driver"].get("minimum"), str):
+        return "driver.minimum: expected a driver version string"
+    if not all(isinstance(a, str) for a in (doc.get("torch") or {}).get("archs") or []):
+        return "torch.archs: expected a list of strings"
+    return None
 
 
 # PEP 440 ordering with the standard library only (the doctor cannot assume `packaging` is installed).
