@@ -230,7 +230,7 @@ def index_url(value: object, what: str = "index URL") -> str:
     """An http(s) package index URL: no whitespace or control characters (they would reach the resolver's input)."""
     if not isinstance(value, str) or not value:
         raise _bad(what, value, "an http(s) index URL such as https://pypi.org/simple")
-    if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value):
+    if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value) or not _parses(value):
         from imagekit.locking import redact
 
         raise UsageError(
@@ -240,11 +240,21 @@ def index_url(value: object, what: str = "index URL") -> str:
     return value
 
 
+def _parses(url: str) -> bool:
+    """urllib can take it apart: a port that is a number in range, a closed IPv6 bracket."""
+    from urllib.parse import urlsplit
+
+    try:
+        urlsplit(url).port  # noqa: B018 - the port is checked when read
+    except ValueError:
+        return False
+    return True
+
+
 def http_url(value: object, what: str) -> str:
     """An http(s) URL on one line (an API endpoint): anything else would reach urllib as an unknown scheme."""
-    if not isinstance(value, str) or not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value):
-        from imagekit.locking import redact
+    if isinstance(value, str) and _SAFE_TEXT.fullmatch(value) and _INDEX_URL.fullmatch(value) and _parses(value):
+        return value
+    from imagekit.locking import redact
 
-        shown = redact(value) if isinstance(value, str) else value
-        raise _bad(what, shown, "an http(s) URL such as https://api.runpod.io/graphql")
-    return value
+    raise _bad(what, redact(value) if isinstance(value, str) else value, "an http(s) URL such as https://host/path")

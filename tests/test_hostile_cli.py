@@ -36,7 +36,7 @@ from imagekit.doctor import imagekit_doctor
 ROOT = Path(__file__).resolve().parent.parent
 CELL = "cu121-torch2.1.2-py3.11-tf4.48.2"
 DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens, so a connection is refused at once
-EXAMPLES = 30  # per command; the whole file stays well under two minutes on two cores
+EXAMPLES = 80  # per command; the whole file (fast part) stays under two minutes on two cores
 TIME_LIMIT_S = 60  # one invocation that runs longer than this is a hang (a FIFO read, a retry loop)
 
 # ---- the commands and their options, from the app itself ---------------------------------------------------
@@ -146,6 +146,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     "render": ("--out",),
     "build": ("--lock-dir", "--state-dir", "--release-index"),
     "compat refresh": ("--out",),
+    "doctor": ("--path",),  # its writable-output check makes (and removes) a probe file there
 }
 DEFAULT_OUTPUTS = {
     ("lock", "--dir"): "lockfiles",
@@ -441,12 +442,17 @@ def run_hostile(command: str, argv: list[str], base: Path) -> str | None:
         allowed = [sandbox / "home", sandbox / "tmp", *named_outputs(command, argv, work)]
         after = snapshot(sandbox)
         changed = sorted(p for p in after.keys() | before.keys() if before.get(p) != after.get(p))
-        stray = [p for p in changed if not any(_under(Path(p), a) for a in allowed)]
+        stray = [p for p in changed if not any(_under(Path(p), a) for a in allowed) and not _parent_of(p, allowed)]
         if stray:
             return f"{shown}\nwrote outside its named output: {stray[:5]}\n{output[-1000:]}"
         return None
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
+
+
+def _parent_of(path: str, outputs: list[Path]) -> bool:
+    """A folder made (or its entries changed) on the way to a named output: `--out missing/deeper/x` makes two."""
+    return os.path.isdir(path) and not os.path.islink(path) and any(_under(o, Path(path)) for o in outputs)
 
 
 def _under(path: Path, top: Path) -> bool:
@@ -459,7 +465,8 @@ def named_outputs(command: str, argv: list[str], work: Path) -> list[Path]:
     for flag in OUTPUTS.get(command, ()):
         values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
         values += [a.split("=", 1)[1] for a in argv if a.startswith(f"{flag}=")]
-        for v in values or [DEFAULT_OUTPUTS[(command, flag)]]:
+        default = DEFAULT_OUTPUTS.get((command, flag))
+        for v in values or ([default] if default else []):
             p = work / v
             found += [p, p.parent / f".{p.name}.tmp"]  # atomic writes go through a sibling
             found += [p.parent / n for n in (f"{p.name}.tmp",)]
@@ -842,3 +849,9 @@ def test_runpod_create_against_an_api_answering_garbage(box: Box, answering, mod
     url = answering(mode)
     code, out = box.run("runpod-template", CELL, "--create", "--api-url", f"{url}/graphql", proxies=False)
     assert code == 3, out
+
+
+@pytest.mark.parametrize("repo", ["$(touch pwned)", "a b", "org/../../etc", "org/name?x=1", "/org", "", "a/b/c/d"])
+def test_doctor_refuses_an_hf_repo_that_is_not_a_repo_id(box: Box, repo: str) -> None:
+    code, out = box.run("doctor", "--deep", "--timeout", "20", f"--hf-repo={repo}")
+    assert code == 2 and "--hf-repo" in out, out

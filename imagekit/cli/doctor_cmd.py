@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -42,7 +43,7 @@ def register(app: typer.Typer) -> None:
 
 def _resolve_image_expectation(options: list[str], expect: str | None, tmp: Path) -> list[str]:
     """`--expect IMAGE_REF`: read the manifest out of the image (engine first, then the registry)."""
-    if not expect or Path(expect).exists() or not re.search(r"[:@]", expect.split("/")[-1]):
+    if not expect or os.path.lexists(expect) or not re.search(r"[:@]", expect.split("/")[-1]):
         return options  # a missing file stays "cannot read"; an image needs a tag or digest (NAME:TAG, NAME@sha256:)
     try:
         validate.image_ref(expect)

@@ -108,12 +108,17 @@ def parse_requirements(text, path="<requirements>"):
     return out
 
 
-def load_expectation(path):
-    """A manifest (JSON), a lockfile (every line name==version), or a requirements file with ranges."""
-    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or a device would block the read
+def read_regular(path):
+    """A regular file's text; a FIFO or a device (a read would block or never end) is a ValueError."""
+    if os.path.exists(path) and not os.path.isfile(path):
         raise ValueError(f"{path} is not a regular file")
     with open(path) as fh:
-        text = fh.read()
+        return fh.read()
+
+
+def load_expectation(path):
+    """A manifest (JSON), a lockfile (every line name==version), or a requirements file with ranges."""
+    text = read_regular(path)
     if text.lstrip().startswith("{"):
         doc = json.loads(text)
         if not isinstance(doc, dict) or "distributions" not in doc:
@@ -681,8 +686,9 @@ def check_accelerate(path, gpu_count, launch=None):
     cfg = {}
     if path:
         try:
-            with open(path) as fh:
-                cfg = parse_flat_config(fh.read())
+            cfg = parse_flat_config(read_regular(path))
+            if not isinstance(cfg, dict):
+                raise ValueError("expected a mapping of settings")
         except (OSError, ValueError) as exc:
             return result("accelerate-config", "fail", f"cannot read {path}: {exc}",
                           "rewrite it with `accelerate config`")
@@ -899,6 +905,9 @@ def classify_hf_403(message):
             "accept the licence on the repo's page, or enable 'public gated repos' on the token")
 
 
+HF_REPO_ID = re.compile(r"((datasets|spaces)/)?([A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}", re.ASCII)
+
+
 def check_hf_repo(repo, endpoint, token, timeout=15, token_source=None):
     """Can this token read the repo? Models, `datasets/ORG/NAME` and `spaces/ORG/NAME`; any files (adapters and
     GGUF repos have no config.json). The repo's info first, then, for a gated repo, one of its files."""
@@ -1087,6 +1096,9 @@ def main(argv=None):
         args.command = args.command[1:]
     if not (args.timeout > 0 and args.timeout < 86400):  # also refuses nan
         p.error(f"--timeout {args.timeout}: give seconds between 0 and 86400 (hint: the default is 120)")
+    for repo in args.hf_repo or []:  # it becomes part of a URL path: only what a repo id can be
+        if not HF_REPO_ID.fullmatch(repo) or ".." in repo:
+            p.error(f"--hf-repo {repo[:100]!r}: give a repo id such as meta-llama/Llama-3.2-1B (or datasets/ORG/NAME)")
     for path in args.path or []:
         if not path.strip() or os.path.isfile(path):
             p.error(f"--path {path!r}: give an output folder (hint: it need not exist yet, e.g. --path /workspace/out)")
