@@ -476,15 +476,24 @@ def named_outputs(command: str, argv: list[str], work: Path) -> list[Path]:
 @pytest.fixture(scope="module")
 def hostile_base(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("hostile")
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+
+    def status() -> str | None:  # the repository itself must not change (None: not a git checkout)
+        if not shutil.which("git") or not (ROOT / ".git").exists():
+            return None
+        return subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+
+    before = status()
     yield base
-    assert subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout == status
+    assert status() == before, "the hostile runs changed the repository"
     rows = {cmd: dict(c) for cmd, c in sorted(COUNTS.items())}
     (tmp_path_factory.getbasetemp() / "hostile-counts.json").write_text(json.dumps(rows, indent=2) + "\n")
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and rows:
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None or not rows:
+        return
+    with capture.global_and_fixture_disabled():  # teardown output is captured otherwise
         reporter.write_line("")
-        reporter.write_line("hostile CLI inputs: command | invocations | hostile values | options covered")
+        reporter.write_line("hostile CLI inputs: command | invocations | hostile values | options drawn/with a value")
         for cmd, c in rows.items():
             valued = sum(o.kind != "bool" for o in COMMANDS[cmd])
             reporter.write_line(f"  {cmd:<16} {c['invocations']:>4} {c['values']:>5} {c['options']:>3}/{valued}")

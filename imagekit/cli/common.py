@@ -97,18 +97,19 @@ def selector(
 def folder_option(path: Path, flag: str) -> Path:
     """A folder option (--out, --dir, --lock-dir, --state-dir): missing is fine (it is created), anything but a
     folder is a usage error before any work starts."""
+    hint = f"pass a folder to {flag} (it is created when missing)"
     if not str(path).strip() or "\n" in str(path):
-        raise UsageError(f"invalid {flag} {str(path)!r}", f"pass a folder to {flag}")
+        raise UsageError(f"invalid {flag} {str(path)!r}", hint)
     try:
-        is_dir, exists = path.is_dir(), path.exists() or path.is_symlink()
-    except (OSError, ValueError) as exc:  # a name too long, a loop of links
-        raise UsageError(f"invalid {flag} {path}: {exc}", f"pass a folder to {flag}") from None
-    if exists and not is_dir:
-        what = "is a file, not a folder" if path.is_file() else "is not a folder"
-        raise UsageError(f"{flag} {path} {what}", f"pass a folder to {flag} (it is created when missing)")
-    for parent in path.parents:
-        if (parent.exists() or parent.is_symlink()) and not parent.is_dir():
-            raise UsageError(f"{flag} {path}: {parent} is not a folder", f"pass a folder to {flag}")
+        if path.is_file():
+            raise UsageError(f"{flag} {path} is a file, not a folder", hint)
+        if (path.exists() or path.is_symlink()) and not path.is_dir():
+            raise UsageError(f"{flag} {path} is not a folder", hint)
+        for parent in path.parents:
+            if (parent.exists() or parent.is_symlink()) and not parent.is_dir():
+                raise UsageError(f"{flag} {path}: {parent} is not a folder", hint)
+    except OSError as exc:  # a name too long, a loop of links
+        raise UsageError(f"invalid {flag} {path}: {exc.strerror or exc}", hint) from None
     return path
 
 
