@@ -43,7 +43,7 @@ MAX_VERSION = 64  # longer than any real version; a 10,000-digit one would overf
 def _bad(what: str, value: object, expected: str, hint: str | None = None) -> UsageError:
     shown = repr(value)
     if len(shown) > 100:  # a 10,000-character value is named, not echoed
-        shown = f"{shown[:60]}... ({len(value) if isinstance(value, str | list) else len(shown)} characters)"
+        shown = f"{shown[:60]}... ({len(value) if isinstance(value, str) else len(shown)} characters)"
     return UsageError(f"invalid {what} {shown}: expected {expected}", hint)
 
 

@@ -34,7 +34,6 @@ from imagekit.cli.common import (
     selector,
 )
 from imagekit.errors import EXIT_NO, UsageError
-from imagekit.services.publish import read_index
 from imagekit.validate import http_url as validate_http_url
 from imagekit.validate import repository as validate_repository
 
@@ -90,6 +89,8 @@ def register(app: typer.Typer) -> None:
 
         if gpus not in ("auto", "on", "off"):
             raise UsageError(f"invalid --gpus {gpus!r}", "use auto, on or off")
+        from imagekit.services.publish import read_index
+
         folder_option(lock_dir, "--lock-dir")
         folder_option(state_dir, "--state-dir")
         output_file_option(release_index, "--release-index")
@@ -238,6 +239,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the RunPod template (saveTemplate input) for a published image; --create saves it on RunPod."""
         from imagekit.effects import runpod_api
+        from imagekit.services.publish import read_index
 
         validate_http_url(api_url, "--api-url")
         images = read_index(release_index).get("images", {})
