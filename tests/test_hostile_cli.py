@@ -245,7 +245,7 @@ def _curated(opt: Opt) -> list[str]:
     if opt.kind in ("int", "float"):
         return NUMBERS
     if opt.kind == "path":
-        return [*PATHS, "", " ", "\n", "x" * 300, "\udcff", "$(touch pwned)"]
+        return [*PATHS, "x" * 300, *TEXT]  # TEXT has image references too: `doctor --expect` reads those
     extra: list[str] = list(opt.choices and [c.upper() for c in opt.choices] + [c + " " for c in opt.choices])
     if name in ("--torch", "--transformers", "--python", "--driver", ""):
         extra += VERSIONS
@@ -864,3 +864,31 @@ def test_runpod_create_against_an_api_answering_garbage(box: Box, answering, mod
 def test_doctor_refuses_an_hf_repo_that_is_not_a_repo_id(box: Box, repo: str) -> None:
     code, out = box.run("doctor", "--deep", "--timeout", "20", f"--hf-repo={repo}")
     assert code == 2 and "--hf-repo" in out, out
+
+
+@pytest.mark.parametrize("ref", ["127.0.0.1:9/imagekit/train:cell", "localhost:9/a@sha256:" + "0" * 64])
+def test_doctor_expect_an_image_on_an_unreachable_registry_is_exit_3(box: Box, ref: str) -> None:
+    code, out = box.run("doctor", "--tier", "quick", "--expect", ref)
+    assert code == 3 and "error:" in out, out
+
+
+_REGISTRY_PARSES_OUTSIDE_ITS_ERRORS = pytest.mark.xfail(
+    strict=True,
+    reason="imagekit/effects/registry.py RegistryClient.manifest parses a 200 answer without checking it is a JSON "
+    "object: HTML or a JSON list raises instead of exiting 3",
+)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "401",
+        "500",
+        pytest.param("html", marks=_REGISTRY_PARSES_OUTSIDE_ITS_ERRORS),
+        pytest.param("list", marks=_REGISTRY_PARSES_OUTSIDE_ITS_ERRORS),
+    ],
+)
+def test_doctor_expect_an_image_on_a_registry_answering_garbage(box: Box, answering, mode: str) -> None:
+    host = answering(mode).removeprefix("http://")
+    code, out = box.run("doctor", "--tier", "quick", "--expect", f"{host}/imagekit/train:cell", proxies=False)
+    assert code in (2, 3) and "error:" in out, out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import typer
 
 from imagekit import validate
 from imagekit.doctor import imagekit_doctor
+from imagekit.errors import ImagekitError
 
 HELP = (
     "Report drift from the pinned manifest and block launches that would fail or silently train on the CPU. "
@@ -37,7 +39,11 @@ def register(app: typer.Typer) -> None:
         command = [c for c in args.command if c != "--"][:] if args.command else []
         options = argv[: len(argv) - len(args.command)] if args.command else argv
         with tempfile.TemporaryDirectory() as tmp:
-            options = _resolve_image_expectation(options, args.expect, Path(tmp))
+            try:
+                options = _resolve_image_expectation(options, args.expect, Path(tmp))
+            except ImagekitError as exc:  # the image's manifest could not be read: nothing to check against
+                sys.stderr.write(exc.render() + "\n")
+                raise typer.Exit(exc.exit_code) from None
             raise typer.Exit(imagekit_doctor.main([*options, *(["--", *command] if command else [])]))
 
 

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import tarfile
+import urllib.error
 import urllib.request
 
 from imagekit.effects.registry import RegistryClient, Remote
@@ -34,12 +35,18 @@ def from_engine(reference: str) -> dict | None:
     engine = Engine()
     if not engine.image(reference):
         return None
-    container = engine.client.containers.create(reference, ["true"], entrypoint=[])
+    from docker.errors import DockerException
+
     try:
-        stream, _ = container.get_archive("/" + MANIFEST_PATH)
-        return _from_tar(b"".join(stream))
-    finally:
-        container.remove(force=True)
+        container = engine.client.containers.create(reference, ["true"], entrypoint=[])
+        try:
+            stream, _ = container.get_archive("/" + MANIFEST_PATH)
+            found = _from_tar(b"".join(stream))
+            return found if isinstance(found, dict) else None
+        finally:
+            container.remove(force=True)
+    except (DockerException, ValueError, tarfile.TarError):  # no manifest in it, or not readable: ask the registry
+        return None
 
 
 def from_registry(reference: str) -> dict:
@@ -54,13 +61,20 @@ def from_registry(reference: str) -> dict:
         f"{remote.base}/manifests/{info.digest}",
         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
     )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        layers = json.loads(resp.read())["layers"]
-    for layer in reversed(layers[-4:]):
-        with urllib.request.urlopen(f"{remote.base}/blobs/{layer['digest']}", timeout=120) as resp:
-            found = _from_tar(resp.read())
-        if found:
-            return found
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            layers = json.loads(resp.read())["layers"]
+        for layer in reversed(layers[-4:]):
+            with urllib.request.urlopen(f"{remote.base}/blobs/{layer['digest']}", timeout=120) as resp:
+                found = _from_tar(resp.read())
+            if isinstance(found, dict):
+                return found
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError, tarfile.TarError) as exc:
+        # unreachable, an error status, or an answer that is not an image manifest / layer
+        raise EnvironmentFailure(
+            f"cannot read {reference}'s manifest from its registry: {exc.__class__.__name__}: {exc}",
+            "check the registry, or pass --expect FILE",
+        ) from None
     raise UsageError(f"{reference} has no {MANIFEST_PATH}: not an imagekit image", "pass --expect FILE instead")
 
 
