@@ -892,3 +892,10 @@ def test_doctor_expect_an_image_on_a_registry_answering_garbage(box: Box, answer
     host = answering(mode).removeprefix("http://")
     code, out = box.run("doctor", "--tier", "quick", "--expect", f"{host}/imagekit/train:cell", proxies=False)
     assert code in (2, 3) and "error:" in out, out
+
+
+@pytest.mark.parametrize("flag", ["--path", "--hf-repo", "--expect", "--python", "--accelerate-config"])
+def test_doctor_option_given_a_bare_double_dash(box: Box, flag: str) -> None:
+    """argparse turns `--path=--` into an empty list; the doctor says so instead of failing on it later."""
+    code, out = box.run("doctor", "--tier", "quick", "--timeout", "20", f"{flag}=--")
+    assert code == 2 and flag in out, out

@@ -1096,6 +1096,11 @@ def main(argv=None):
         args.command = args.command[1:]
     if not (args.timeout > 0 and args.timeout < 86400):  # also refuses nan
         p.error(f"--timeout {args.timeout}: give seconds between 0 and 86400 (hint: the default is 120)")
+    for name in ("expect", "python", "accelerate_config", "path", "hf_repo"):  # argparse makes `--path=--` a list
+        value = getattr(args, name)
+        values = value if name in ("path", "hf_repo") else [value]
+        if not all(v is None or isinstance(v, str) for v in values or []):
+            p.error(f"--{name.replace('_', '-')}: give a value (not '--')")
     for repo in args.hf_repo or []:  # it becomes part of a URL path: only what a repo id can be
         if not HF_REPO_ID.fullmatch(repo) or ".." in repo:
             p.error(f"--hf-repo {repo[:100]!r}: give a repo id such as meta-llama/Llama-3.2-1B (or datasets/ORG/NAME)")
