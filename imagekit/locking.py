@@ -39,6 +39,8 @@ class LockSettings:
         for url in self.extra_index_urls:
             validate.index_url(url, "--extra-index-url")
         validate.index_url(self.torch_index_base, "--torch-index-url")
+        if self.exclude_newer is not None:
+            validate.exclude_newer(self.exclude_newer)
 
     def public(self) -> dict[str, object]:
         """Settings with credentials removed: what goes into hashes and headers."""
@@ -59,7 +61,11 @@ _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 def redact(url: str) -> str:
     """A URL without credentials: ``user:password@``, secret-looking query values (``?private_token=...``) and
     token-like path segments (``https://host/<token>/simple``) never reach a lockfile, a log or an error."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:  # "https://[::1": nothing of it can be shown safely
+        return "<unparseable URL>"
     host = parts.netloc
     if parts.username is not None or parts.password is not None:
         host = parts.hostname or ""

@@ -271,14 +271,16 @@ def _tool_table(doc: dict, path: Path) -> dict | None:
 
 
 def _read_toml(path: Path) -> dict:
+    from imagekit.effects.files import read_input
+
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"matrix file {path} does not exist", "pass an existing TOML file to --matrix") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"], "save it as UTF-8") from None
-    except (IsADirectoryError, PermissionError) as exc:
-        raise UsageError(f"cannot read matrix file {path}: {exc.strerror}", "pass a readable TOML file") from None
+        text = read_input(path, "matrix file", "pass a readable TOML file to --matrix")
+    except UsageError as exc:
+        if "UTF-8" in exc.message:
+            raise ConfigError([exc.message], "save it as UTF-8") from None
+        raise
+    try:
+        return tomllib.loads(text or "")
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: not valid TOML: {exc}"], "fix the TOML syntax") from None
 

@@ -119,7 +119,7 @@ def wheel_files(simple_json: dict) -> list[WheelFile]:
             continue
         try:
             version = str(Version(m["version"]))
-        except InvalidVersion:
+        except (InvalidVersion, ValueError):  # ValueError: a release number past int()'s digit limit
             continue
         meta = f.get("core-metadata", f.get("data-dist-info-metadata", False))
         out.append(

@@ -28,7 +28,7 @@ def _simple(index: str, name: str) -> dict:
     """A PEP 691 page, checked: a list of files with names and http(s) URLs (made absolute against the page)."""
     page_url = f"{index.rstrip('/')}/{name}/"
     page = http.get_json(page_url, accept=http.SIMPLE_JSON)
-    files = page.get("files")
+    files = page.get("files") if isinstance(page, dict) else None
     hint = "the index must serve PEP 691 JSON (application/vnd.pypi.simple.v1+json)"
     if not isinstance(files, list):
         raise EnvironmentFailure(f"the index page {page_url} has no list of files", hint)

@@ -37,17 +37,25 @@ REPOSITORY = re.compile(_NAME_RE, re.ASCII)
 TAG = re.compile(_TAG, re.ASCII)
 
 
+MAX_VERSION = 64  # longer than any real version; a 10,000-digit one would overflow int() in `packaging`
+
+
 def _bad(what: str, value: object, expected: str, hint: str | None = None) -> UsageError:
-    return UsageError(f"invalid {what} {value!r}: expected {expected}", hint)
+    shown = repr(value)
+    if len(shown) > 100:  # a 10,000-character value is named, not echoed
+        shown = f"{shown[:60]}... ({len(value) if isinstance(value, str) else len(shown)} characters)"
+    return UsageError(f"invalid {what} {shown}: expected {expected}", hint)
 
 
 def version(value: object, what: str = "version") -> str:
     """A PEP 440 version, already in canonical form (``4.48.2``, ``2.5.1``)."""
     if not isinstance(value, str):
         raise _bad(what, value, "a version string such as '2.5.1'")
+    if len(value) > MAX_VERSION:
+        raise _bad(what, value, f"a version of at most {MAX_VERSION} characters such as '2.5.1'")
     try:
         canonical = str(Version(value))
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):  # ValueError: a release number past int()'s digit limit
         raise _bad(what, value, "a PEP 440 version such as '2.5.1'") from None
     if canonical != value:
         raise _bad(what, value, f"the canonical form {canonical!r}", "write versions without spaces or prefixes")
@@ -195,6 +203,26 @@ def label_text(value: object, what: str = "label value") -> str:
     return value
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})", re.ASCII)
+
+
+def exclude_newer(value: object) -> str:
+    """An RFC 3339 date (``2024-06-01``) or timestamp (``2024-06-01T00:00:00Z``) that names a real instant."""
+    from datetime import date, datetime
+
+    if isinstance(value, str) and (_DATE.fullmatch(value) or _TIMESTAMP.fullmatch(value)):
+        try:
+            if len(value) == 10:
+                date.fromisoformat(value)
+            else:
+                datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return value
+        except ValueError:
+            pass
+    raise _bad("--exclude-newer", value, "an RFC 3339 date or timestamp such as '2024-06-01' or '2024-06-01T00:00:00Z'")
+
+
 _INDEX_URL = re.compile(r"https?://[^\s/?#@]+(@[^\s/?#@]+)?(/[^\s]*)?", re.ASCII)
 
 
@@ -202,7 +230,7 @@ def index_url(value: object, what: str = "index URL") -> str:
     """An http(s) package index URL: no whitespace or control characters (they would reach the resolver's input)."""
     if not isinstance(value, str) or not value:
         raise _bad(what, value, "an http(s) index URL such as https://pypi.org/simple")
-    if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value):
+    if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value) or not _parses(value):
         from imagekit.locking import redact
 
         raise UsageError(
@@ -210,3 +238,23 @@ def index_url(value: object, what: str = "index URL") -> str:
             "pass one URL per option, e.g. --extra-index-url https://example.com/simple",
         )
     return value
+
+
+def _parses(url: str) -> bool:
+    """urllib can take it apart: a port that is a number in range, a closed IPv6 bracket."""
+    from urllib.parse import urlsplit
+
+    try:
+        urlsplit(url).port  # noqa: B018 - the port is checked when read
+    except ValueError:
+        return False
+    return True
+
+
+def http_url(value: object, what: str) -> str:
+    """An http(s) URL on one line (an API endpoint): anything else would reach urllib as an unknown scheme."""
+    if isinstance(value, str) and _SAFE_TEXT.fullmatch(value) and _INDEX_URL.fullmatch(value) and _parses(value):
+        return value
+    from imagekit.locking import redact
+
+    raise _bad(what, redact(value) if isinstance(value, str) else value, "an http(s) URL such as https://host/path")

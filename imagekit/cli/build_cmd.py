@@ -25,13 +25,16 @@ from imagekit.cli.common import (
     TorchIndexOpt,
     TorchOpt,
     err_console,
+    folder_option,
     handles_errors,
     lock_settings,
     out_json,
+    output_file_option,
     selected_compatible,
     selector,
 )
 from imagekit.errors import EXIT_NO, UsageError
+from imagekit.validate import http_url as validate_http_url
 from imagekit.validate import repository as validate_repository
 
 ReleaseIndexOpt = Annotated[
@@ -86,6 +89,12 @@ def register(app: typer.Typer) -> None:
 
         if gpus not in ("auto", "on", "off"):
             raise UsageError(f"invalid --gpus {gpus!r}", "use auto, on or off")
+        from imagekit.services.publish import read_index
+
+        folder_option(lock_dir, "--lock-dir")
+        folder_option(state_dir, "--state-dir")
+        output_file_option(release_index, "--release-index")
+        read_index(release_index)  # a broken index is refused now, not after the build
         data, config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
@@ -158,6 +167,7 @@ def register(app: typer.Typer) -> None:
         from imagekit.services.lock import lock_path, verified_lock
         from imagekit.services.plans import base_for
 
+        folder_option(lock_dir, "--lock-dir")
         data, config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
@@ -217,7 +227,7 @@ def register(app: typer.Typer) -> None:
         ref: Annotated[str, typer.Argument(help="A cell id, or a published tag from the release index.")],
         release_index: ReleaseIndexOpt = Path("releases/index.json"),
         digest: Annotated[bool, typer.Option("--digest", help="Pin imageName with @sha256 as well.")] = False,
-        volume_gb: Annotated[int, typer.Option(help="Volume size mounted at /workspace.")] = 50,
+        volume_gb: Annotated[int, typer.Option(min=1, max=10_000, help="Volume size (GB) mounted at /workspace.")] = 50,
         create: Annotated[bool, typer.Option("--create", help="Call RunPod's API (needs RUNPOD_API_KEY).")] = False,
         api_url: Annotated[str, typer.Option(help="RunPod GraphQL endpoint.")] = "https://api.runpod.io/graphql",
         allow_private_registry: Annotated[
@@ -231,6 +241,7 @@ def register(app: typer.Typer) -> None:
         from imagekit.effects import runpod_api
         from imagekit.services.publish import read_index
 
+        validate_http_url(api_url, "--api-url")
         images = read_index(release_index).get("images", {})
         matches = [
             e

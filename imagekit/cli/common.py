@@ -14,7 +14,7 @@ from rich.console import Console
 
 from imagekit import compat, locking, matrix
 from imagekit.compat import CompatData
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.errors import EnvironmentFailure, ImagekitError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +42,12 @@ def handles_errors(fn: F) -> F:
         except ImagekitError as exc:
             sys.stderr.write(exc.render() + "\n")
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:  # a write the system refused (a read-only or full disk, /proc): the environment
+            where = f" ({exc.filename})" if exc.filename else ""
+            hint = "check the path, its permissions and the free space"
+            error = EnvironmentFailure(f"{exc.strerror or exc}{where}", hint)
+            sys.stderr.write(error.render() + "\n")
+            raise typer.Exit(error.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -86,6 +92,42 @@ def selector(
         python=tuple(validate.python(p) for p in python or ()),
         ids=tuple(cells or ()),
     )
+
+
+def folder_option(path: Path, flag: str) -> Path:
+    """A folder option (--out, --dir, --lock-dir, --state-dir): missing is fine (it is created), anything but a
+    folder is a usage error before any work starts."""
+    hint = f"pass a folder to {flag} (it is created when missing)"
+    if not str(path).strip() or "\n" in str(path):
+        raise UsageError(f"invalid {flag} {str(path)!r}", hint)
+    try:
+        if path.is_file():
+            raise UsageError(f"{flag} {path} is a file, not a folder", hint)
+        if (path.exists() or path.is_symlink()) and not path.is_dir():
+            raise UsageError(f"{flag} {path} is not a folder", hint)
+        for parent in path.parents:
+            if (parent.exists() or parent.is_symlink()) and not parent.is_dir():
+                raise UsageError(f"{flag} {path}: {parent} is not a folder", hint)
+    except OSError as exc:  # a name too long, a loop of links
+        raise UsageError(f"invalid {flag} {path}: {exc.strerror or exc}", hint) from None
+    return path
+
+
+def output_file_option(path: Path, flag: str) -> Path:
+    """A file the command writes (--out FILE, --release-index): not a folder, not under a file."""
+    if not str(path).strip() or "\n" in str(path) or path.name in ("", ".", ".."):
+        raise UsageError(f"invalid {flag} {str(path)!r}", f"pass a file name to {flag}")
+    try:
+        if path.is_dir():
+            raise UsageError(f"{flag} {path} is a folder", f"pass a file name to {flag}")
+        if path.exists() and not path.is_file():
+            raise UsageError(f"{flag} {path} is not a regular file", f"pass a file name to {flag}")
+        for parent in path.parents:
+            if (parent.exists() or parent.is_symlink()) and not parent.is_dir():
+                raise UsageError(f"{flag} {path}: {parent} is not a folder", f"pass a file name to {flag}")
+    except OSError as exc:
+        raise UsageError(f"invalid {flag} {path}: {exc.strerror or exc}", f"pass a file name to {flag}") from None
+    return path
 
 
 def load(matrix_path: Path | None) -> tuple[CompatData, matrix.MatrixConfig]:

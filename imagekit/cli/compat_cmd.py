@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from imagekit.cli.common import err_console, handles_errors
+from imagekit import validate
+from imagekit.cli.common import err_console, handles_errors, output_file_option
 
 
 def build() -> typer.Typer:
@@ -26,6 +27,8 @@ def build() -> typer.Typer:
         """Regenerate Requires-Python / Requires-Dist data and torch's Python windows from package metadata."""
         from imagekit import refresh as refresh_mod
 
+        validate.index_url(index, "--index")
+        output_file_option(out, "--out")
         doc = refresh_mod.refresh(out, index)
         err_console().print(
             f"wrote {out}: torch {len(doc['torch'])} releases, "

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import typer
 
 from imagekit import validate
 from imagekit.doctor import imagekit_doctor
+from imagekit.errors import ImagekitError
 
 HELP = (
     "Report drift from the pinned manifest and block launches that would fail or silently train on the CPU. "
@@ -36,13 +39,17 @@ def register(app: typer.Typer) -> None:
         command = [c for c in args.command if c != "--"][:] if args.command else []
         options = argv[: len(argv) - len(args.command)] if args.command else argv
         with tempfile.TemporaryDirectory() as tmp:
-            options = _resolve_image_expectation(options, args.expect, Path(tmp))
+            try:
+                options = _resolve_image_expectation(options, args.expect, Path(tmp))
+            except ImagekitError as exc:  # the image's manifest could not be read: nothing to check against
+                sys.stderr.write(exc.render() + "\n")
+                raise typer.Exit(exc.exit_code) from None
             raise typer.Exit(imagekit_doctor.main([*options, *(["--", *command] if command else [])]))
 
 
 def _resolve_image_expectation(options: list[str], expect: str | None, tmp: Path) -> list[str]:
     """`--expect IMAGE_REF`: read the manifest out of the image (engine first, then the registry)."""
-    if not expect or Path(expect).exists() or not re.search(r"[:@]", expect.split("/")[-1]):
+    if not expect or os.path.lexists(expect) or not re.search(r"[:@]", expect.split("/")[-1]):
         return options  # a missing file stays "cannot read"; an image needs a tag or digest (NAME:TAG, NAME@sha256:)
     try:
         validate.image_ref(expect)

@@ -22,6 +22,7 @@ from imagekit.cli.common import (
     TorchIndexOpt,
     TorchOpt,
     err_console,
+    folder_option,
     handles_errors,
     lock_settings,
     out_json,
@@ -61,11 +62,12 @@ def register(app: typer.Typer) -> None:
         torch_index_url: TorchIndexOpt = locking.PYTORCH_INDEX,
         exclude_newer: ExcludeNewerOpt = None,
         resolver: ResolverOpt = "uv",
-        jobs: Annotated[int, typer.Option(help="Cells resolved at once.")] = 4,
+        jobs: Annotated[int, typer.Option(min=1, max=64, help="Cells resolved at once.")] = 4,
         as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
     ) -> None:
         """Resolve each selected compatible cell into lockfiles/<cell id>.txt (torch layer + app layer)."""
         settings = lock_settings(index_url, extra_index_url, torch_index_url, exclude_newer, resolver)
+        folder_option(directory, "--dir")
         data, _config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )

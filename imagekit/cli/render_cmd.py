@@ -17,12 +17,13 @@ from imagekit.cli.common import (
     TfOpt,
     TorchOpt,
     err_console,
+    folder_option,
     handles_errors,
     selected_compatible,
     selector,
 )
 from imagekit.effects.files import replace_tree
-from imagekit.errors import EXIT_NO, UsageError
+from imagekit.errors import EXIT_NO
 from imagekit.services.plans import plans_for
 
 
@@ -49,6 +50,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Render Dockerfiles (and their build context) for the selected cells from their locks."""
+        folder_option(out_dir, "--out")
+        folder_option(lock_dir, "--lock-dir")
         data, config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
@@ -64,8 +67,6 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(EXIT_NO)
             console.print(f"{len(plans)} cell(s) match {out_dir}")
             return
-        if out_dir.exists() and not out_dir.is_dir():
-            raise UsageError(f"--out {out_dir} is a file", "pass a folder (it is created when missing)")
         for plan in plans:  # each cell's folder is written fresh and swapped in: no leftovers in `COPY imagekit/`
             prefix = f"{plan.cell.id}/"
             mine = {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}

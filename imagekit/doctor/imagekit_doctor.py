@@ -135,14 +135,24 @@ def parse_requirements(text, path="<requirements>"):
     return out
 
 
+def read_regular(path):
+    """A regular file's text; a FIFO or a device (a read would block or never end) is a ValueError."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"{path} is not a regular file")
+    with open(path) as fh:
+        return fh.read()
+
+
 def load_expectation(path):
     """A manifest (JSON), a lockfile (every line name==version), or a requirements file with ranges."""
-    with open(path) as fh:
-        text = fh.read()
+    text = read_regular(path)
     if text.lstrip().startswith("{"):
         doc = json.loads(text)
-        if "distributions" not in doc:
+        if not isinstance(doc, dict) or "distributions" not in doc:
             raise ValueError(f"{path}: a JSON file without 'distributions' is not an imagekit manifest")
+        problem = manifest_problem(doc)
+        if problem:
+            raise ValueError(f"{path}: not an imagekit manifest: {problem}")
         return doc
     reqs = parse_requirements(text, path)
     if not reqs:
@@ -153,6 +163,29 @@ def load_expectation(path):
     if exact:
         return {"distributions": {name: c[0][1] for name, _, c, _ in reqs}, "source": path}
     return {"requirements": reqs, "source": path}
+
+
+def manifest_problem(doc):
+    """The first field of a manifest whose type the checks could not read, or None."""
+    dists = doc.get("distributions")
+    if not isinstance(dists, dict):
+        return "distributions: expected an object of name: version"
+    for name, version in dists.items():
+        if not isinstance(version, str) or not version or len(version) > 200:
+            return "distributions.%s: expected a version string, not %s" % (name[:80], type(version).__name__)
+    for key in ("cell", "python", "torch", "driver", "image"):
+        if key in doc and not isinstance(doc[key], dict):
+            return "%s: expected an object" % key
+    for key, field, kind in (("python", "executable", str), ("driver", "minimum", str), ("torch", "variant", str),
+                             ("torch", "archs", list), ("cell", "id", str)):
+        value = (doc.get(key) or {}).get(field)
+        if value is not None and not isinstance(value, kind):
+            return "%s.%s: expected a %s" % (key, field, kind.__name__)
+    if "driver" in doc and not isinstance(doc["driver"].get("minimum"), str):
+        return "driver.minimum: expected a driver version string"
+    if not all(isinstance(a, str) for a in (doc.get("torch") or {}).get("archs") or []):
+        return "torch.archs: expected a list of strings"
+    return None
 
 
 # PEP 440 ordering with the standard library only (the doctor cannot assume `packaging` is installed).
@@ -691,8 +724,9 @@ def check_accelerate(path, gpu_count, launch=None):
     cfg = {}
     if path:
         try:
-            with open(path) as fh:
-                cfg = parse_flat_config(fh.read())
+            cfg = parse_flat_config(read_regular(path))
+            if not isinstance(cfg, dict):
+                raise ValueError("expected a mapping of settings")
         except (OSError, ValueError) as exc:
             return result("accelerate-config", "fail", f"cannot read {path}: {exc}",
                           "rewrite it with `accelerate config`")
@@ -920,6 +954,9 @@ def classify_hf_403(message):
             "accept the licence on the repo's page, or enable 'public gated repos' on the token")
 
 
+HF_REPO_ID = re.compile(r"((datasets|spaces)/)?([A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}", re.ASCII)
+
+
 def check_hf_repo(repo, endpoint, token, timeout=15, token_source=None):
     """Can this token read the repo? Models, `datasets/ORG/NAME` and `spaces/ORG/NAME`; any files (adapters and
     GGUF repos have no config.json). The repo's info first, then, for a gated repo, one of its files."""
@@ -1115,6 +1152,14 @@ def main(argv=None):
         args.command = args.command[1:]
     if not (args.timeout > 0 and args.timeout < 86400):  # also refuses nan
         p.error(f"--timeout {args.timeout}: give seconds between 0 and 86400 (hint: the default is 120)")
+    for name in ("expect", "python", "accelerate_config", "path", "hf_repo"):  # argparse makes `--path=--` a list
+        value = getattr(args, name)
+        values = value if name in ("path", "hf_repo") else [value]
+        if not all(v is None or isinstance(v, str) for v in values or []):
+            p.error(f"--{name.replace('_', '-')}: give a value (not '--')")
+    for repo in args.hf_repo or []:  # it becomes part of a URL path: only what a repo id can be
+        if not HF_REPO_ID.fullmatch(repo) or ".." in repo:
+            p.error(f"--hf-repo {repo[:100]!r}: give a repo id such as meta-llama/Llama-3.2-1B (or datasets/ORG/NAME)")
     for path in args.path or []:
         if not path.strip() or os.path.isfile(path):
             p.error(f"--path {path!r}: give an output folder (hint: it need not exist yet, e.g. --path /workspace/out)")

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
+
+from imagekit.errors import UsageError
+
+MAX_INPUT_BYTES = 64 * 2**20  # a matrix, a release index or a lock is kilobytes; a bigger file is the wrong one
 
 
 def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
@@ -54,3 +59,31 @@ def replace_tree(root: Path, files: dict[str, str | bytes], modes: dict[str, int
             os.replace(old, root)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def read_input(path: Path, what: str, hint: str | None = None, *, missing_ok: bool = False) -> str | None:
+    """The text of a file the user named; anything but a readable regular UTF-8 file is a UsageError.
+
+    A FIFO or a device is refused before it is opened: reading one blocks or never ends. ``missing_ok``: a file
+    that does not exist (a dangling link included) is None.
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise UsageError(f"{what} {path} does not exist", hint) from None
+    except (OSError, ValueError) as exc:  # a file where a folder is on the path, a name too long, a loop
+        raise UsageError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}", hint) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{what} {path} is a folder, not a file", hint)
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{what} {path} is not a regular file (a FIFO, a socket or a device)", hint)
+    if info.st_size > MAX_INPUT_BYTES:
+        raise UsageError(f"{what} {path} is {info.st_size} bytes: too large to be one", hint)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", hint) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}", hint) from None

@@ -25,6 +25,16 @@ _NETWORK_SIGNS = (
     "Name or service not known",
     "tcp connect error",
 )
+# An index that answers, but not with a package page: refused credentials, an error status, HTML or other JSON.
+_INDEX_SIGNS = (
+    "401 Unauthorized",
+    "403 Forbidden",
+    "lack of valid authentication credentials",
+    "HTTP status client error",
+    "HTTP status server error",
+    "Received some unexpected JSON",
+    "Received some unexpected HTML",
+)
 
 
 def uv_binary() -> str:
@@ -65,6 +75,12 @@ def _fail(req: LockRequest, stderr: str) -> Exception:
             f"{req.cell.id}: the package index refused access (HTTP {status}):\n{tail}",
             "give the index credentials (https://USER:TOKEN@host/simple in --index-url, or a ~/.netrc entry); "
             "imagekit never writes them into a lock",
+        )
+    if any(sign in text for sign in _INDEX_SIGNS):
+        return EnvironmentFailure(
+            f"{req.cell.id}: the package index refused or garbled the request:\n{tail}",
+            "check the index URL and its credentials (https://USER:TOKEN@host/simple, or a netrc); "
+            "a private mirror must serve the PEP 503/691 simple API",
         )
     if any(sign in text for sign in _NETWORK_SIGNS):
         index = redact(req.torch_index) if req.torch_index and (req.torch_index.split("/")[2] in text) else None

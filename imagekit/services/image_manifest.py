@@ -37,12 +37,18 @@ def from_engine(reference: str) -> dict | None:
     engine = Engine()
     if not engine.image(reference):
         return None
-    container = engine.client.containers.create(reference, ["true"], entrypoint=[])
+    from docker.errors import DockerException
+
     try:
-        stream, _ = container.get_archive("/" + MANIFEST_PATH)
-        return _from_tar(b"".join(stream))
-    finally:
-        container.remove(force=True)
+        container = engine.client.containers.create(reference, ["true"], entrypoint=[])
+        try:
+            stream, _ = container.get_archive("/" + MANIFEST_PATH)
+            found = _from_tar(b"".join(stream))
+            return found if isinstance(found, dict) else None
+        finally:
+            container.remove(force=True)
+    except (DockerException, ValueError, tarfile.TarError):  # no manifest in it, or not readable: ask the registry
+        return None
 
 
 def from_registry(reference: str) -> dict:
@@ -53,17 +59,24 @@ def from_registry(reference: str) -> dict:
     info = client.manifest(remote, digest or tag or "latest")
     if info is None:
         raise UsageError(f"{reference}: not in the local engine nor in its registry", "pull or publish it first")
-    layers = client.manifest_json(remote, info.digest or digest or tag or "latest").get("layers")
-    if not isinstance(layers, list):
-        raise UsageError(f"{reference} is a multi-platform index or not an image", "pass --expect FILE instead")
-    for layer in reversed(layers[-4:]):
-        if not isinstance(layer, dict) or not isinstance(layer.get("digest"), str):
-            continue
-        if isinstance(layer.get("size"), int) and layer["size"] > MAX_LAYER:
-            continue  # the manifest sits in a small top layer; a big one is torch or CUDA
-        found = _from_tar(client.blob(remote, layer["digest"], MAX_LAYER))
-        if found:
-            return found
+    try:
+        layers = client.manifest_json(remote, info.digest or digest or tag or "latest").get("layers")
+        if not isinstance(layers, list):
+            raise UsageError(f"{reference} is a multi-platform index or not an image", "pass --expect FILE instead")
+        for layer in reversed(layers[-4:]):
+            if not isinstance(layer, dict) or not isinstance(layer.get("digest"), str):
+                continue
+            if isinstance(layer.get("size"), int) and layer["size"] > MAX_LAYER:
+                continue  # the manifest sits in a small top layer; a big one is torch or CUDA
+            found = _from_tar(client.blob(remote, layer["digest"], MAX_LAYER))
+            if isinstance(found, dict):
+                return found
+    except (ValueError, KeyError, TypeError, AttributeError, tarfile.TarError) as exc:
+        # an answer that is not an image manifest or layer
+        raise EnvironmentFailure(
+            f"cannot read {reference}'s manifest from its registry: {exc.__class__.__name__}: {exc}",
+            "check the registry, or pass --expect FILE",
+        ) from None
     raise UsageError(f"{reference} has no {MANIFEST_PATH}: not an imagekit image", "pass --expect FILE instead")
 
 

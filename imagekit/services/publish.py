@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.effects.docker import Engine
-from imagekit.effects.files import write_atomic
+from imagekit.effects.files import read_input, write_atomic
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.services.selftest import SelfTestReport
@@ -24,22 +25,57 @@ class Published:
 
 
 def read_index(path: Path) -> dict:
-    """The release index; a file that is not one (bad JSON, entries without tag/manifest) is a UsageError."""
-    if not path.is_file():
+    """The release index (empty when missing); one of another shape is a usage error naming what is wrong."""
+    hint = f"pass the index `imagekit build --push` writes, or move {path} aside"
+    text = read_input(path, "release index", hint, missing_ok=True)
+    if text is None:
         return {"schema": 1, "images": {}}
-    hint = f"restore {path} from version control, or move it aside and publish again"
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"cannot read the release index {path}: {exc}", hint) from None
-    images = doc.get("images", {}) if isinstance(doc, dict) else None
-    if not isinstance(images, dict):
-        raise UsageError(f"{path} is not a release index (no 'images' object)", hint)
-    for tag, entry in images.items():
-        ok = isinstance(entry, dict) and isinstance(entry.get("tag"), str) and isinstance(entry.get("manifest"), dict)
-        if not ok or not isinstance(entry["manifest"].get("cell"), dict):
-            raise UsageError(f"{path}: the entry {tag!r} lacks its tag or manifest.cell", hint)
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"release index {path} is not JSON: {exc}", hint) from None
+    problems = index_problems(doc)
+    if problems:
+        raise UsageError(f"release index {path} is not a release index: " + "; ".join(problems[:5]), hint)
     return doc
+
+
+def index_problems(doc: object) -> list[str]:
+    """What keeps ``doc`` from being a release index (the fields readers use, with their types)."""
+    from imagekit import validate
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("images", {}), dict):
+        return ["expected an object with an 'images' object"]
+    problems = []
+    for tag, entry in doc.get("images", {}).items():
+        where = f"images[{tag[:80]!r}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: expected an object")
+            continue
+        for key in ("tag", "alias", "digest"):
+            if not isinstance(entry.get(key), str):
+                problems.append(f"{where}.{key}: expected a string")
+        try:
+            validate.image_ref(entry.get("tag"), "tag")
+        except UsageError as exc:
+            problems.append(f"{where}.tag: {exc.message}")
+        size = entry.get("size_bytes", 0)
+        if isinstance(size, bool) or not isinstance(size, int | float) or not math.isfinite(size) or size < 0:
+            problems.append(f"{where}.size_bytes: expected a number of bytes")
+        if not isinstance(entry.get("published_at", ""), str):
+            problems.append(f"{where}.published_at: expected a string")
+        manifest = entry.get("manifest")
+        cell = manifest.get("cell") if isinstance(manifest, dict) else None
+        if not isinstance(cell, dict) or not isinstance(cell.get("id"), str):
+            problems.append(f"{where}.manifest.cell.id: expected a string")
+        image = manifest.get("image") if isinstance(manifest, dict) else None
+        if image is not None and not (
+            isinstance(image, dict)
+            and isinstance(image.get("ports") or [], list)
+            and all(isinstance(p, str) for p in image.get("ports") or [])
+        ):
+            problems.append(f"{where}.manifest.image: expected an object with a list of port strings")
+    return problems
 
 
 def _same_contents(
