@@ -182,7 +182,7 @@ def chunk_lines(encoded: str) -> str:
 def chunk_download_command(path: str, index: int, chunk: int = CHUNK) -> str:
     """Print one chunk as base64 lines, then ``#<sha256 of the chunk>``."""
     dd = f"dd if={q(path)} bs={chunk} skip={index} count=1 2>/dev/null"
-    return f"{dd} | base64 -w {TYPED_LINE}; echo \"#$({dd} | sha256sum | cut -c1-64)\""
+    return f'{dd} | base64 -w {TYPED_LINE}; echo "#$({dd} | sha256sum | cut -c1-64)"'
 
 
 def parse_chunk(text: str) -> tuple[bytes, str]:

@@ -383,7 +383,7 @@ def test_stop_refusals_are_clear(app, runner, runpod_api, monkeypatch):
     assert res.exit_code == 2 and "not a RunPod pod id" in res.output and not _RunPod.seen
     _RunPod.status = 401
     res = runner.invoke(app, ["pod", "terminate", "abc123xyz456", "--api-url", runpod_api])
-    assert res.exit_code == 1 and "refused the API key" in res.output and "rpa_secret" not in res.output
+    assert res.exit_code == 3 and "refused the API key" in res.output and "rpa_secret" not in res.output
     _RunPod.status = 404
     res = runner.invoke(app, ["pod", "stop", "abc123xyz456", "--api-url", runpod_api])
     assert res.exit_code == 1 and "no pod abc123xyz456" in res.output

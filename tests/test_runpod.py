@@ -103,7 +103,7 @@ def test_create_calls_the_api_and_never_prints_the_key(app, runner, index, runpo
 def test_create_with_a_rejected_key(app, runner, index, runpod, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", "wrong")
     res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(index), "--create", "--api-url", runpod])
-    assert res.exit_code == 1 and "refused the API key" in res.output and "wrong" not in res.stdout
+    assert res.exit_code == 3 and "refused the API key" in res.output and "wrong" not in res.stdout
 
 
 def test_create_with_a_non_json_answer_is_exit_3(app, runner, index, monkeypatch):

@@ -24,7 +24,7 @@ def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
     if status in (401, 403):
-        raise CheckFailed(f"RunPod refused the API key (HTTP {status})", "check RUNPOD_API_KEY")
+        raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", "check RUNPOD_API_KEY")
     if status != 200:
         raise EnvironmentFailure(f"RunPod API answered HTTP {status}", "retry later")
     doc = http.parse_json(raw, "the RunPod API", "check --api-url: it must be RunPod's GraphQL endpoint")
@@ -53,7 +53,7 @@ def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
     if status in (401, 403):
-        raise CheckFailed(f"RunPod refused the API key (HTTP {status})", "check RUNPOD_API_KEY")
+        raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", "check RUNPOD_API_KEY")
     if status == 404:
         raise CheckFailed(f"RunPod has no pod {pod_id}", "check the id (imagekit never guesses one)")
     if status not in (200, 201, 202, 204):
