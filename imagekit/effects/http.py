@@ -49,7 +49,8 @@ def require_http(url: str, what: str = "URL", error: type[Exception] = UsageErro
     """``url`` when it is http(s) with a host; anything else (file://, ftp://, a bare path) is refused."""
     try:
         u = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError) as exc:
+        url.encode()  # lone surrogates (undecodable argv bytes) would fail later, inside the request
+    except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
         raise error(f"{what} {_display(url)!r} is not a valid URL: {exc}", hint or "pass an http(s):// URL") from None
     if u.scheme not in SCHEMES or not u.host:
         raise error(f"{what} {_display(url)!r} is not an http(s) URL", hint or "pass an http(s):// URL")
