@@ -269,7 +269,7 @@ def test_runpod_key_follows_a_same_origin_redirect():
         ((200, {}, b"<html>maintenance</html>"), EnvironmentFailure),
         ((200, {}, b"[1, 2]"), EnvironmentFailure),
         ((503, {}, b""), EnvironmentFailure),
-        ((403, {}, b""), CheckFailed),
+        ((403, {}, b""), EnvironmentFailure),  # a refused key: exit 3, like an index refusing access
     ],
 )
 def test_runpod_bad_answers(answer, error):
