@@ -76,7 +76,8 @@ class Shell:
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectionLost(f"the SSH connection dropped: {exc}", "run the command again") from None
 
-    def _fill(self, deadline: float, what: str) -> None:
+    def _recv(self, deadline: float, what: str) -> str:
+        """The next text the terminal printed ('' when nothing came within a second)."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise CommandTimeout(f"timed out: {what}", "raise --timeout, or check that the command finishes")
@@ -84,19 +85,20 @@ class Shell:
         try:
             data = self.chan.recv(1 << 16)
         except TimeoutError:
-            return
+            return ""
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectionLost(f"the SSH connection dropped: {exc}", "run the command again") from None
         if not data:
             raise ConnectionLost("the SSH connection dropped (the pod closed the session)", "run the command again")
-        self.buf += self.decoder.decode(data)
+        return self.decoder.decode(data)
 
     def _until(
         self, pattern: re.Pattern[str], deadline: float, what: str, sink: Sink | None = None, keep: bool = False
     ) -> tuple[str, re.Match]:
         """Read until ``pattern``; return what came before it (``keep``), or stream it to ``sink`` a line at a time
-        (cleaned), or drop it."""
-        start, literal = 0, _literal(pattern)
+        (cleaned), or drop it. Text already searched is set aside, so megabytes of output cost linear time."""
+        literal, done = _literal(pattern), []
+        start = 0
         while True:
             at = self.buf.find(literal, start)  # a plain find first: the regex only runs where the mark is
             m = pattern.search(self.buf, max(0, at - 2)) if at >= 0 else None
@@ -104,7 +106,7 @@ class Shell:
                 before, self.buf = self.buf[: m.start()], self.buf[m.end() :]
                 if sink and before:
                     sink(podwire.clean(before))
-                return before, m
+                return ("".join(done) + before if keep else before), m
             if sink:
                 safe = len(self.buf) - 64  # a mark may be arriving
                 cut = self.buf.rfind("\n", 0, max(0, safe)) + 1  # whole lines: a CR LF pair stays together
@@ -113,10 +115,12 @@ class Shell:
                 if cut > 0:
                     sink(podwire.clean(self.buf[:cut]))
                     self.buf = self.buf[cut:]
-            elif not keep and len(self.buf) > 1 << 16:
-                self.buf = self.buf[-4096:]
+            elif len(self.buf) > 1 << 16:  # searched already: set aside (keep) or drop, all but a mark's length
+                if keep:
+                    done.append(self.buf[:-128])
+                self.buf = self.buf[-128:]
             start = max(0, len(self.buf) - 128)  # marks are shorter: search only what is new
-            self._fill(deadline, what)
+            self.buf += self._recv(deadline, what)
 
     def run(self, command: str, timeout: float, sink: Sink) -> int:
         """Run ``command`` with ``sh -c``; its cleaned output goes to ``sink``; its exit code is returned."""
