@@ -1,0 +1,105 @@
+"""A lock made for other inputs: what `stale_reason` says, the settings a lock records, and requirement coverage."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from imagekit import locking
+from imagekit.errors import CheckFailed
+from imagekit.lockfile import Lock, LockEntry, parse
+from imagekit.model import Cell
+
+H = ("sha256:" + "c" * 64,)
+CU121 = Cell("12.1", "2.1.2", "4.48.2", "3.11")
+CU118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")  # routed: torch from the PyTorch index
+
+
+def _lock_for(cell: Cell, data, settings: locking.LockSettings | None = None) -> Lock:
+    lines, meta = locking.header(locking.request(cell, settings or locking.LockSettings(), data), None, data, "uv 0")
+    return parse(Lock((LockEntry("torch", cell.torch, H),), (), meta, lines).render())
+
+
+def test_a_current_lock_is_not_stale_routed_or_not(data):
+    for cell in (CU121, CU118):
+        assert locking.stale_reason(_lock_for(cell, data), cell, data) is None
+    assert locking.stale_reason(_lock_for(CU118, data), replace(CU118, packages=("peft==0.14.0",)), data)
+
+
+def test_the_reason_names_what_changed(data):
+    lock = _lock_for(CU121, data)
+    newer = replace(data, data_version="2099-01-01")
+    reason = locking.stale_reason(lock, CU121, newer)
+    want = locking.request(CU121, locking.LockSettings(), newer).input_hash
+    assert reason == (
+        "was locked for other inputs (compatibility data 2026-11-29 -> 2099-01-01): "
+        f"its input hash is {lock.meta['input-hash']}, this cell's is {want}"
+    )
+    old_glibc = replace(data, bases={**data.bases, "3.11": replace(data.bases["3.11"], glibc="2.17")})
+    reason = locking.stale_reason(lock, CU121, old_glibc)
+    assert reason.startswith("was locked for other inputs (platform x86_64-manylinux_2_28 -> x86_64-manylinux_2_17)")
+    both = replace(old_glibc, data_version="2099-01-01")
+    assert "(compatibility data 2026-11-29 -> 2099-01-01; platform x86_64-manylinux_2_28" in locking.stale_reason(
+        lock, CU121, both
+    )
+    grown = replace(CU121, packages=("peft==0.14.0",))
+    assert locking.stale_reason(lock, grown, data).startswith(
+        "was locked for other inputs (the cell's requirements or packages changed): its input hash is sha256:"
+    )
+
+
+@pytest.mark.parametrize("raw", ["{", "[1, 2]", '"x"', '{"index_url": "x"}', "null"])
+def test_an_unreadable_settings_line_is_refused(data, raw):
+    lock = _lock_for(CU121, data)
+    broken = Lock(lock.torch, lock.app, {**lock.meta, "settings": raw}, lock.header)
+    with pytest.raises(CheckFailed) as info:
+        locking.recorded_settings(broken)
+    assert info.value.message == f"unreadable imagekit-settings line: {raw[:80]!r}"
+    assert info.value.hint == "run `imagekit lock` to rewrite it"
+
+
+def test_recorded_settings_round_trip_and_default(data):
+    pinned = locking.LockSettings(exclude_newer="2025-01-01T00:00:00Z", resolver="pip-tools")
+    assert locking.recorded_settings(_lock_for(CU121, data, pinned)) == pinned.public()
+    legacy = _lock_for(CU121, data)
+    legacy = Lock(legacy.torch, legacy.app, {k: v for k, v in legacy.meta.items() if k != "settings"}, legacy.header)
+    assert locking.recorded_settings(legacy) == locking.LockSettings().public()
+
+
+def _unmet(cell: Cell, pins: dict[str, str], data) -> list[str]:
+    req = locking.request(cell, locking.LockSettings(), data)
+    return locking.unmet_requirements(req, {n: LockEntry(n, v, H) for n, v in pins.items()})
+
+
+def test_requirements_are_judged_for_the_images_python_and_platform(data):
+    """Markers are evaluated for the image (Linux x86_64, the cell's Python), not for the machine running imagekit."""
+    base = {"torch": "2.1.2", "transformers": "4.48.2"}
+    old = replace(CU121, python="3.10", packages=("tomli==2.0.1; python_version < '3.11'",))
+    assert _unmet(old, base, data) == ["tomli is not pinned"]
+    assert _unmet(old, {**base, "tomli": "2.0.1"}, data) == []
+    new = replace(CU121, python="3.12", packages=("x==1; python_full_version >= '3.12.0'",))
+    assert _unmet(new, base, data) == ["x is not pinned"]
+    win = replace(CU121, packages=("pywin32==306; sys_platform == 'win32'", "y==1; platform_machine == 'aarch64'"))
+    assert _unmet(win, base, data) == []
+    linux = replace(CU121, packages=("z==1; platform_system == 'Linux' and os_name == 'posix'",))
+    assert _unmet(linux, base, data) == ["z is not pinned"]
+    impl = replace(
+        CU121, packages=("w==1; implementation_name == 'cpython'", "v==1; platform_python_implementation == 'PyPy'")
+    )
+    assert _unmet(impl, base, data) == ["w is not pinned"]
+
+
+def test_requirement_coverage_details(data):
+    base = {"torch": "2.1.2", "transformers": "4.48.2"}
+    cell = replace(CU121, packages=("Foo_Bar>=1.0", "baz==2.0"))
+    assert _unmet(cell, {**base, "foo-bar": "2.0.0rc1", "baz": "2.0"}, data) == []  # canonical names, pre-releases
+    assert _unmet(cell, {**base, "foo-bar": "0.9", "baz": "2.1"}, data) == [
+        "Foo_Bar 0.9 does not satisfy >=1.0",
+        "baz 2.1 does not satisfy ==2.0",
+    ]
+    assert _unmet(CU121, {"torch": "2.1.2", "transformers": "4.49.0"}, data) == [
+        "transformers 4.49.0 does not satisfy ==4.48.2"
+    ]
+    req = replace(locking.request(CU121, locking.LockSettings(), data), requirements=("not a requirement!",))
+    assert locking.unmet_requirements(req, {}) == ["'not a requirement!' is not a requirement"]
