@@ -103,3 +103,48 @@ def test_requirement_coverage_details(data):
     ]
     req = replace(locking.request(CU121, locking.LockSettings(), data), requirements=("not a requirement!",))
     assert locking.unmet_requirements(req, {}) == ["'not a requirement!' is not a requirement"]
+
+
+@pytest.mark.parametrize(
+    ("cell", "base", "torch_index", "torch_pin"),
+    [
+        (CU118, "https://download.pytorch.org/whl", "https://download.pytorch.org/whl/cu118", "torch==2.5.1+cu118"),
+        (CU118, "https://mirror.example/whl/", "https://mirror.example/whl/cu118", "torch==2.5.1+cu118"),
+        (CU121, "https://download.pytorch.org/whl", None, "torch==2.1.2"),
+    ],
+)
+def test_the_input_hash_is_this_document(data, cell, base, torch_index, torch_pin):
+    """The input hash spelled out: a change to it makes every committed lock stale, so it is pinned here."""
+    import hashlib
+    import json
+
+    settings = locking.LockSettings(torch_index_base=base)
+    doc = {
+        "format": 1,
+        "cell": cell.to_json(),
+        "requirements": [torch_pin, "transformers==4.48.2"],
+        "settings": settings.public(),
+        "torch_index": torch_index,
+        "platform": "x86_64-manylinux_2_28",
+        "data_version": data.data_version,
+    }
+    want = "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    assert locking.request(cell, settings, data).input_hash == want
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "sys_platform == 'linux'",
+        "platform_system == 'Linux'",
+        "platform_machine == 'x86_64'",
+        "os_name == 'posix'",
+        "implementation_name == 'cpython'",
+        "platform_python_implementation == 'CPython'",
+        "python_version == '3.11'",
+        "python_full_version == '3.11.0'",
+    ],
+)
+def test_each_marker_variable_is_the_images(data, marker):
+    cell = replace(CU121, packages=(f"needed==1; {marker}",))
+    assert _unmet(cell, {"torch": "2.1.2", "transformers": "4.48.2"}, data) == ["needed is not pinned"]
