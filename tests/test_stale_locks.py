@@ -148,3 +148,28 @@ def test_the_input_hash_is_this_document(data, cell, base, torch_index, torch_pi
 def test_each_marker_variable_is_the_images(data, marker):
     cell = replace(CU121, packages=(f"needed==1; {marker}",))
     assert _unmet(cell, {"torch": "2.1.2", "transformers": "4.48.2"}, data) == ["needed is not pinned"]
+
+
+def test_verify_names_every_unmet_requirement_and_how_to_fix_it(data):
+    cell = replace(CU121, packages=("a==1", "b==2"))
+    req = locking.request(cell, locking.LockSettings(), data)
+    entries = [
+        LockEntry("torch", "2.1.2", H),
+        LockEntry("nvidia-cuda-runtime-cu12", "12.1.105", H, ("torch",)),
+        LockEntry("transformers", "4.48.2", H),
+    ]
+    with pytest.raises(CheckFailed) as info:
+        locking.verify(req, entries, {}, data)
+    assert info.value.message == (
+        f"{cell.id}: the pins do not meet the cell's requirements: a is not pinned; b is not pinned"
+    )
+    assert info.value.hint == "the lock is another cell's or out of date: run `imagekit lock` for this cell"
+
+
+def test_a_long_unreadable_settings_line_is_shown_cut_at_80(data):
+    lock = _lock_for(CU121, data)
+    raw = "{" + "x" * 200
+    broken = Lock(lock.torch, lock.app, {**lock.meta, "settings": raw}, lock.header)
+    with pytest.raises(CheckFailed) as info:
+        locking.recorded_settings(broken)
+    assert info.value.message == f"unreadable imagekit-settings line: {raw[:80]!r}"
