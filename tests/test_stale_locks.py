@@ -173,3 +173,42 @@ def test_a_long_unreadable_settings_line_is_shown_cut_at_80(data):
     with pytest.raises(CheckFailed) as info:
         locking.recorded_settings(broken)
     assert info.value.message == f"unreadable imagekit-settings line: {raw[:80]!r}"
+
+
+def test_skipped_and_unreadable_requirements_do_not_hide_the_ones_after_them(data):
+    base = {"torch": "2.1.2", "transformers": "4.48.2"}
+    skipped_first = replace(CU121, packages=("a==1; sys_platform == 'win32'", "b==1"))
+    assert _unmet(skipped_first, base, data) == ["b is not pinned"]
+    req = locking.request(CU121, locking.LockSettings(), data)
+    req = replace(req, requirements=("bad req!", "b==1"))
+    assert locking.unmet_requirements(req, {}) == ["'bad req!' is not a requirement", "b is not pinned"]
+
+
+def _text_and_lock(cell: Cell, data, **meta: str) -> tuple[str, Lock]:
+    lock = _lock_for(cell, data)
+    entries = (LockEntry("torch", cell.torch, H), LockEntry("nvidia-cuda-runtime-cu12", "12.1.105", H, ("torch",)))
+    app = (
+        LockEntry("transformers", cell.transformers, H),
+        *(LockEntry(p.split("==")[0], p.split("==")[1], H) for p in cell.packages),
+    )
+    text = Lock(entries, app, {**lock.meta, **meta}, lock.header).render()
+    return text, parse(text)
+
+
+def test_verify_lock_refuses_a_lock_for_other_inputs_only_when_asked(data):
+    text, lock = _text_and_lock(CU121, data)
+    locking.verify_lock(lock, text, CU121, data, "l.txt", current=True)  # intact and current
+    newer = replace(data, data_version="2099-01-01")
+    locking.verify_lock(lock, text, CU121, newer, "l.txt")  # intact: `lock` re-resolves it, never refuses it
+    with pytest.raises(CheckFailed) as info:
+        locking.verify_lock(lock, text, CU121, newer, "l.txt", current=True)
+    assert info.value.message.startswith("l.txt: was locked for other inputs (compatibility data 2026-11-29 -> 2099")
+    grown = replace(CU121, packages=("peft==0.14.0",))
+    locking.verify_lock(lock, text, grown, data, "l.txt")  # a package added to the matrix: stale, not invalid
+    with pytest.raises(CheckFailed, match="peft is not pinned"):
+        locking.verify_lock(lock, text, grown, data, "l.txt", current=True)
+    text, lock = _text_and_lock(CU121, data, settings="{broken")
+    locking.verify_lock(lock, text, CU121, data, "l.txt")
+    with pytest.raises(CheckFailed) as info:
+        locking.verify_lock(lock, text, CU121, data, "l.txt", current=True)
+    assert info.value.message == "l.txt: unreadable imagekit-settings line: '{broken'"
