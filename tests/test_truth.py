@@ -139,3 +139,8 @@ def test_torch_family_is_one_definition():
         True,
         False,
     ]
+
+
+@pytest.mark.parametrize("url", ["https://[::1", "https://host:port/simple", "https://u:p@[::1/simple"])
+def test_an_unparseable_url_is_never_shown(url):
+    assert locking.redact(url) == "<unparseable URL>"
