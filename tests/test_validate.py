@@ -176,3 +176,92 @@ def test_installed_layers_ignore_via_annotations(data):
     ]
     assert files[0]["requirements-torch.txt"] == files[1]["requirements-torch.txt"]
     assert b"# via" not in files[1]["requirements-torch.txt"] and "# via" in annotated.render()
+
+
+# ---- the validators added for hostile inputs: exact answers --------------------------------------------------
+@pytest.mark.parametrize(
+    "good",
+    ["2024-06-01", "2024-06-01T00:00:00Z", "2024-06-01T23:59:59+02:00", "2024-06-01T00:00:00.123456789-05:30"],
+)
+def test_exclude_newer_accepts_rfc3339_dates_and_timestamps(good):
+    assert validate.exclude_newer(good) == good
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "nan",
+        "-1",
+        "2024-13-45",
+        "2024-02-30",
+        "2024-06-01T25:00:00Z",
+        "2024-06-01T00:00:00",
+        "2024-06-01 00:00:00Z",
+        "2024-6-1",
+        " 2024-06-01",
+        "2024-06-01T00:00:00+99:99",
+        "",
+        None,
+        20240601,
+        "2024-06-01T00:00:00.1234567890Z",
+    ],
+)
+def test_exclude_newer_refuses_anything_else_naming_the_option(bad):
+    with pytest.raises(UsageError) as info:
+        validate.exclude_newer(bad)
+    assert info.value.message == (
+        f"invalid --exclude-newer {bad!r}: expected an RFC 3339 date or timestamp such as '2024-06-01' or "
+        "'2024-06-01T00:00:00Z'"
+    )
+
+
+@pytest.mark.parametrize("good", ["https://api.runpod.io/graphql", "http://127.0.0.1:9/v1", "https://h/p?q=1"])
+def test_http_url_accepts_an_http_url_on_one_line(good):
+    assert validate.http_url(good, "--api-url") == good
+
+
+@pytest.mark.parametrize(
+    ("bad", "shown"),
+    [
+        ("", "''"),
+        ("ftp://h/x", "'ftp://h/x'"),
+        ("https://h/x\ny", "'https://h/xy'"),  # shown without the line break
+        ("https://[::1", "'<unparseable URL>'"),
+        ("https://h:99999/x", "'<unparseable URL>'"),
+        ("ftp://u:secret@h/x", "'ftp://h/x'"),  # credentials never shown
+        ("https://h/é", "'https://h/é'"),
+        (5, "5"),
+    ],
+)
+def test_http_url_refuses_and_never_shows_credentials(bad, shown):
+    with pytest.raises(UsageError) as info:
+        validate.http_url(bad, "--api-url")
+    assert info.value.message == f"invalid --api-url {shown}: expected an http(s) URL such as https://host/path"
+
+
+def test_versions_long_or_not_canonical_are_named_exactly():
+    with pytest.raises(UsageError) as info:
+        validate.version("1" * 65, "--torch")
+    assert info.value.message == (
+        f"invalid --torch {'1' * 65!r}: expected a version of at most 64 characters such as '2.5.1'"
+    )
+    validate.version("1" * 64)  # the limit itself is fine
+    with pytest.raises(UsageError) as info:
+        validate.version("v2.5.1", "--torch")
+    assert info.value.message == "invalid --torch 'v2.5.1': expected the canonical form '2.5.1'"
+    assert info.value.hint == "write versions without spaces or prefixes"
+    with pytest.raises(UsageError) as info:
+        validate.version(2.5, "--torch")
+    assert info.value.message == "invalid --torch 2.5: expected a version string such as '2.5.1'"
+    with pytest.raises(UsageError) as info:
+        validate.version("2.x")
+    assert info.value.message == "invalid version '2.x': expected a PEP 440 version such as '2.5.1'"
+
+
+def test_a_long_value_is_named_by_its_length_not_echoed():
+    err = validate._bad("thing", "x" * 500, "something")
+    assert err.message == f"invalid thing {repr('x' * 500)[:60]}... (500 characters): expected something"
+    short = validate._bad("thing", "x" * 98, "something", "a hint")
+    assert short.message == f"invalid thing {'x' * 98!r}: expected something" and short.hint == "a hint"
+    other = validate._bad("thing", ["y" * 200], "something")
+    assert other.message.endswith(f"... ({len(repr(['y' * 200]))} characters): expected something")
