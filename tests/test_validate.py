@@ -265,3 +265,16 @@ def test_a_long_value_is_named_by_its_length_not_echoed():
     assert short.message == f"invalid thing {'x' * 98!r}: expected something" and short.hint == "a hint"
     other = validate._bad("thing", ["y" * 200], "something")
     assert other.message.endswith(f"... ({len(repr(['y' * 200]))} characters): expected something")
+
+
+@pytest.mark.parametrize("bad", ["https://h:99999/simple", "https://[::1/simple", "https://h:port/simple"])
+def test_an_index_url_urllib_cannot_take_apart_is_refused(bad):
+    with pytest.raises(UsageError, match="invalid index URL"):
+        validate.index_url(bad)
+
+
+def test_a_value_is_cut_from_101_characters_of_repr_on():
+    assert validate._bad("t", "x" * 98, "e").message == f"invalid t {'x' * 98!r}: expected e"  # repr: 100 characters
+    assert (
+        validate._bad("t", "x" * 99, "e").message == f"invalid t {repr('x' * 99)[:60]}... (99 characters): expected e"
+    )
