@@ -144,3 +144,12 @@ def test_torch_family_is_one_definition():
 @pytest.mark.parametrize("url", ["https://[::1", "https://host:port/simple", "https://u:p@[::1/simple"])
 def test_an_unparseable_url_is_never_shown(url):
     assert locking.redact(url) == "<unparseable URL>"
+
+
+def test_torch_closure_goes_on_past_a_package_reached_twice():
+    """Ten packages under torch share one dependency: meeting it again must not end the walk, in any order."""
+    entries = [LockEntry("torch", "2.5.1", H), LockEntry("shared", "1", H, tuple(f"c{i}" for i in range(10)))]
+    entries += [LockEntry(f"c{i}", "1", H, ("torch",)) for i in range(10)]
+    entries += [LockEntry(f"d{i}", "1", H, (f"c{i}",)) for i in range(10)]
+    want = {"torch", "shared"} | {f"c{i}" for i in range(10)} | {f"d{i}" for i in range(10)}
+    assert torch_closure(entries) == want
