@@ -18,6 +18,7 @@ from imagekit.compat import CompatData
 from imagekit.doctor.imagekit_doctor import is_torch_family as is_torch_family  # one definition
 from imagekit.errors import CheckFailed
 from imagekit.lockfile import TORCH_FAMILY, Lock, LockEntry, split, torch_closure
+from imagekit.metadata import image_marker_env
 from imagekit.model import Cell
 
 LOCK_FORMAT = 1
@@ -261,16 +262,7 @@ def missing_family_package(req: LockRequest, uv_error: str) -> str | None:
 
 def unmet_requirements(req: LockRequest, pins: dict[str, LockEntry]) -> list[str]:
     """Each direct requirement of the cell (torch, transformers, the matrix's packages) that no pin satisfies."""
-    env = {
-        "python_version": req.cell.python,
-        "python_full_version": f"{req.cell.python}.0",
-        "sys_platform": "linux",
-        "platform_system": "Linux",
-        "platform_machine": "x86_64",
-        "os_name": "posix",
-        "implementation_name": "cpython",
-        "platform_python_implementation": "CPython",
-    }
+    env = image_marker_env(req.cell.python)
     unmet = []
     for text in req.requirements:
         try:

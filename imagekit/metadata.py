@@ -30,16 +30,23 @@ TORCH_FLOOR = "1.13"
 REQUIREMENT_TARGETS = frozenset({"torch", *WATCHED})
 # transformers declares torch in an extra; the image installs torch, so the extra applies.
 APPLICABLE_EXTRAS = frozenset({"torch"})
-_ENV = {
-    "python_version": "3.11",
-    "python_full_version": "3.11.0",
-    "sys_platform": "linux",
-    "platform_system": "Linux",
-    "platform_machine": "x86_64",
-    "os_name": "posix",
-    "implementation_name": "cpython",
-    "platform_python_implementation": "CPython",
-}
+
+
+def image_marker_env(python: str) -> dict[str, str]:
+    """The PEP 508 marker environment of an image (Linux x86_64 CPython ``python``), whatever the host."""
+    return {
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
+
+
+_ENV = image_marker_env("3.11")
 _WHEEL_RE = re.compile(
     r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
 )
