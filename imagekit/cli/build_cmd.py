@@ -28,6 +28,7 @@ from imagekit.cli.common import (
     folder_option,
     handles_errors,
     lock_settings,
+    out,
     out_json,
     output_file_option,
     selected_compatible,
@@ -43,6 +44,16 @@ ReleaseIndexOpt = Annotated[
         "--release-index", help="Release index JSON (tag, digest, manifest, self-test report per published image)."
     ),
 ]
+
+
+def _print_plan(plan, as_json: bool, *, build: bool) -> None:
+    from imagekit.services import forecast
+
+    if as_json:
+        out_json(plan.to_json())
+    else:
+        out("\n".join(forecast.render_text(plan, build=build)))
+        out(f"(planned in {plan.seconds:.1f} s; nothing was changed)")
 
 
 def register(app: typer.Typer) -> None:
@@ -77,7 +88,16 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--require-gpu", help="Fail the self-test when no GPU is there.")
         ] = False,
         keep_going: Annotated[bool, typer.Option("--keep-going", help="Continue past a failing cell.")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="JSON summary on stdout.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="JSON summary (or plan) on stdout.")] = False,
+        dry_run: Annotated[
+            bool,
+            typer.Option(
+                "--dry-run",
+                help="Print what would happen per cell (lock, base, wheels cached and to download, image size, "
+                "disk needed and free) and stop; exit 3 when the disk is short.",
+            ),
+        ] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr; only the summary.")] = False,
         index_url: IndexUrlOpt = locking.PYPI,
         extra_index_url: ExtraIndexOpt = None,
         torch_index_url: TorchIndexOpt = locking.PYTORCH_INDEX,
@@ -115,19 +135,48 @@ def register(app: typer.Typer) -> None:
             password=os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
         )
         console = err_console()
+        from imagekit.cli.progress import ConsoleProgress
+        from imagekit.services import forecast
+
+        progress = ConsoleProgress(console, quiet=quiet)
+        if dry_run:
+            plan = forecast.forecast(
+                [c.cell for c in cells],
+                config,
+                data,
+                lock_dir=lock_dir,
+                settings=opts.settings,
+                engine=forecast.engine_or_none(),
+            )
+            _print_plan(plan, as_json, build=True)
+            if not plan.disk_ok:
+                raise plan.disk_error()
+            return
         from imagekit.effects.docker import Engine
 
         engine = Engine()
-        for note in engine.capabilities().notes:
-            console.print(f"[dim]engine: {note}[/]")
+        if not quiet:
+            for note in engine.capabilities().notes:
+                console.print(f"[dim]engine: {note}[/]")
+        plan = forecast.forecast(
+            [c.cell for c in cells], config, data, lock_dir=lock_dir, settings=opts.settings, engine=engine
+        )
+        for line in forecast.render_text(plan):
+            progress.line("", "plan: " + line)
+        if not plan.disk_ok:
+            raise plan.disk_error()
         results = build_cells(
             [c.cell for c in cells],
             opts,
             data,
-            lambda cid, msg: console.print(f"[cyan]{cid}[/] {msg}", markup=True, highlight=False),
+            progress.line,
             keep_going=keep_going,
             engine=engine,
+            progress=progress,
         )
+        relocked = [r.cell.id for r in results if r.lock == "re-resolved"]
+        if relocked:
+            console.print(f"re-resolved {len(relocked)} lock(s) in {lock_dir}: {', '.join(relocked)}", markup=False)
         for r in results:
             if r.error:
                 console.print(f"[red]{r.cell.id}[/] failed at {r.step}:")
@@ -161,9 +210,19 @@ def register(app: typer.Typer) -> None:
         cell: CellOpt = None,
         source: SourceOpt = "all",
         lock_dir: Annotated[Path, typer.Option("--lock-dir")] = Path("lockfiles"),
+        dry_run: Annotated[
+            bool,
+            typer.Option(
+                "--dry-run", help="Print the wheels cached and to download (count, bytes), disk needed and free."
+            ),
+        ] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="The --dry-run plan as JSON on stdout.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     ) -> None:
         """Download every locked wheel once into the wheel cache, verifying each sha256."""
+        from imagekit.cli.progress import ConsoleProgress
         from imagekit.services import fetch as fetch_service
+        from imagekit.services import forecast
         from imagekit.services.lock import lock_path, verified_lock
         from imagekit.services.plans import base_for
 
@@ -172,16 +231,27 @@ def register(app: typer.Typer) -> None:
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
         console = err_console()
+        progress = ConsoleProgress(console, quiet=quiet)
+        if dry_run:
+            plan = forecast.forecast(
+                [c.cell for c in cells], config, data, lock_dir=lock_dir, settings=locking.LockSettings(), build=False
+            )
+            _print_plan(plan, as_json, build=False)
+            if not plan.disk_ok:
+                raise plan.disk_error()
+            return
         for e in cells:
             lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
             if lock is None:
                 raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
             glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
-            got = fetch_service.fetch_lock(lock, e.cell.python, glibc, log=console.print)
+            got = fetch_service.fetch_lock(lock, e.cell.python, glibc, progress=progress, cell=e.cell.id)
             size = sum(w.path.stat().st_size for w in got)
-            console.print(
-                f"{e.cell.id}: {len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
-                f"({sum(w.downloaded for w in got)} downloaded)"
+            new = [w for w in got if w.downloaded]
+            progress.line(
+                e.cell.id,
+                f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
+                f"({len(new)} downloaded, {sum(w.path.stat().st_size for w in new) / 1e9:.2f} GB)",
             )
 
     base_app = typer.Typer(

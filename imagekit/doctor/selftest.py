@@ -171,11 +171,24 @@ def check_torch_compile(manifest):
                  f"{ev['seconds']} s", "", ev)
 
 
+def announce(result, seconds=None):
+    """One line per check on stderr as it ends (the JSON report on stdout comes at the end): the host streams it."""
+    took = ""
+    if seconds is not None:
+        result["seconds"] = round(seconds, 2)
+        took = f" {seconds:.1f}s"
+    sys.stderr.write(f"imagekit-selftest: {result['status']} {result['id']}{took}\n")
+    sys.stderr.flush()
+    return result
+
+
 def guarded(cid, fn, *args):
+    start = time.time()
     try:
-        return fn(*args)
+        result = fn(*args)
     except Exception as exc:  # noqa: BLE001 - a crash is a failed check, with its text as evidence
-        return check(cid, "fail", f"{type(exc).__name__}: {exc}"[:1500])
+        result = check(cid, "fail", f"{type(exc).__name__}: {exc}"[:1500])
+    return announce(result, time.time() - start)
 
 
 def main(argv=None):
@@ -193,9 +206,10 @@ def main(argv=None):
         guarded("torch-compile", check_torch_compile, manifest),
     ]
     try:
-        checks += run_gpu_checks(require_gpu="--require-gpu" in argv)
+        gpu = run_gpu_checks(require_gpu="--require-gpu" in argv)
     except Exception as exc:  # noqa: BLE001
-        checks.append(check("gpu-cuda-available", "fail", f"{type(exc).__name__}: {exc}"[:1500]))
+        gpu = [check("gpu-cuda-available", "fail", f"{type(exc).__name__}: {exc}"[:1500])]
+    checks += [announce(c) for c in gpu]  # run as one block: no time of their own
     failed = [c["id"] for c in checks if c["status"] == "fail"]
     report = {"cell": manifest["cell"]["id"], "lock_hash": manifest["lock"]["hash"], "python": sys.version.split()[0],
               "checks": checks, "failed": failed, "passed": not failed}

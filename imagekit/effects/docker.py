@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from imagekit.effects import process
 from imagekit.errors import CheckFailed, EnvironmentFailure
 
 LineFn = Callable[[str], None]
+LayerFn = Callable[[str, str, int | None, int | None], None]
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,16 @@ class Engine:
             "nvidia" in runtimes,
             tuple(notes),
         )
+
+    def root_dir(self) -> Path | None:
+        """The engine's storage folder when the engine runs on this machine (its free space is ours to measure)."""
+        import os
+
+        host = os.environ.get("DOCKER_HOST", "")
+        if host and not host.startswith("unix://"):
+            return None
+        root = self.client.info().get("DockerRootDir")
+        return Path(root) if root and Path(root).exists() else None
 
     # -- images -----------------------------------------------------------------------------------------
     def image(self, ref: str) -> dict | None:
@@ -166,8 +178,10 @@ class Engine:
         user: str | None = None,
         timeout: int = 900,
         volumes: dict[str, dict] | None = None,
+        on_stderr: LineFn | None = None,
     ) -> tuple[int, str, str]:
-        """Run a container to completion; returns (exit code, stdout, stderr). The container is removed."""
+        """Run a container to completion; returns (exit code, stdout, stderr). The container is removed.
+        ``on_stderr`` receives the container's stderr lines while it runs."""
         from docker.types import DeviceRequest
 
         device_requests = [DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
@@ -183,7 +197,13 @@ class Engine:
         )
         try:
             container.start()
+            follower = None
+            if on_stderr is not None:
+                follower = threading.Thread(target=_follow, args=(container, on_stderr), daemon=True)
+                follower.start()
             result = container.wait(timeout=timeout)
+            if follower is not None:
+                follower.join(timeout=10)
             out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
             err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
             return int(result.get("StatusCode", 1)), out, err
@@ -191,8 +211,17 @@ class Engine:
             container.remove(force=True)
 
     # -- registry -------------------------------------------------------------------------------------
-    def push(self, repository: str, tag: str, auth: dict | None = None, on_line: LineFn | None = None) -> str:
-        """Push and return the manifest digest; docker-py does not raise on failure, so read the stream."""
+    def push(
+        self,
+        repository: str,
+        tag: str,
+        auth: dict | None = None,
+        on_line: LineFn | None = None,
+        on_layer: LayerFn | None = None,
+    ) -> str:
+        """Push and return the manifest digest; docker-py does not raise on failure, so read the stream.
+        ``on_layer(layer id, status, bytes so far, total)`` follows each layer (Pushing, Pushed, Layer already exists).
+        """
         digest = None
         for chunk in self.api.push(repository, tag=tag, stream=True, decode=True, auth_config=auth):
             if "error" in chunk or "errorDetail" in chunk:
@@ -210,7 +239,10 @@ class Engine:
             m = re.search(r"digest: (sha256:[0-9a-f]{64})", status)
             if m:
                 digest = m[1]
-            if on_line and status and chunk.get("progressDetail") is None:
+            detail = chunk.get("progressDetail")
+            if on_layer and status and chunk.get("id") and isinstance(detail, dict):
+                on_layer(str(chunk["id"]), status, detail.get("current"), detail.get("total"))
+            if on_line and status and detail is None:
                 on_line(status)
         if not digest:
             raise EnvironmentFailure(f"push of {repository}:{tag} reported no digest", "retry the push")
@@ -230,6 +262,21 @@ class Engine:
         if not found:
             raise EnvironmentFailure(f"pull of {reference} left no image")
         return found["Id"]
+
+
+def _follow(container, on_line: LineFn) -> None:
+    """Stream a running container's stderr to ``on_line``, a line at a time (ends when the container does)."""
+    pending = b""
+    try:
+        for chunk in container.logs(stream=True, follow=True, stdout=False, stderr=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                on_line(line.decode("utf-8", "replace"))
+    except Exception:  # progress only: the full logs are read again after the container ends
+        return
+    if pending:
+        on_line(pending.decode("utf-8", "replace"))
 
 
 def _build_hint(text: str) -> str:

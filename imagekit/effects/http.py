@@ -215,6 +215,7 @@ def download(
     sha256: str,
     max_bytes: int = MAX_DOWNLOAD,
     client: httpx.Client | None = None,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> None:
     """Stream ``url`` into ``dest`` (atomically: a temporary file in the same folder, renamed when the bytes are
     all there, of the right hash, within ``max_bytes``). Nothing is left behind on any failure."""
@@ -245,6 +246,8 @@ def download(
                     raise too_big
                 h.update(block)
                 out.write(block)
+                if on_bytes is not None:
+                    on_bytes(len(block))
         if h.hexdigest() != sha256:
             raise CheckFailed(
                 f"{_display(url)} has sha256 {h.hexdigest()}, the lock says {sha256}",

@@ -22,6 +22,7 @@ from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOp
 from imagekit.services import fetch, publish, selftest
 from imagekit.services import lock as lock_service
 from imagekit.services.base import ensure_base
+from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 
 Log = Callable[[str, str], None]  # (cell id, message)
 
@@ -54,6 +55,7 @@ class CellResult:
     cell: Cell
     status: str = "pending"  # passed | published | failed
     step: str = "lock"
+    lock: str | None = None  # up-to-date | re-resolved
     image_id: str | None = None
     tag: str | None = None
     size: int | None = None
@@ -67,6 +69,7 @@ class CellResult:
             "cell": self.cell.id,
             "status": self.status,
             "step": self.step,
+            "lock": self.lock,
             "image_id": self.image_id,
             "tag": self.tag,
             "size_bytes": self.size,
@@ -89,28 +92,64 @@ def clamp_mtimes(root: Path, epoch: int) -> None:
     os.utime(root, (epoch, epoch))
 
 
-def build_cell(cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData, log: Log) -> CellResult:
+class _StepTimer:
+    """Docker build steps as activities: each `Step N/M` line starts one, the next ends it with its elapsed time."""
+
+    def __init__(self, progress: Progress, cell: str) -> None:
+        self.progress, self.cell = progress, cell
+        self.current = None
+
+    def __call__(self, line: str) -> None:
+        if not line.startswith("Step "):
+            return
+        self.close()
+        head, _, instruction = line.partition(" : ")
+        self.progress.line(self.cell, line[:160])
+        self.current = self.progress.begin(self.cell, f"{head.lower()} {instruction.split(' ', 1)[0]}")
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.finish()
+            self.current = None
+
+
+def build_cell(
+    cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData, log: Log, progress: Progress | None = None
+) -> CellResult:
     result = CellResult(cell)
     start = time.time()
     say = lambda msg: log(cell.id, msg)  # noqa: E731
+    progress = progress or NullProgress()
     try:
-        locked = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data)
+        before = lock_service.status_of(opts.lock_dir, cell, opts.settings, data).status
+        with activity(progress, cell.id, "lock" if before == "up-to-date" else "resolving the lock"):
+            locked = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data)
         if locked.error:
             raise locked.error
         lock = locked.lock
-        say(f"lock {locked.status} ({lock.short_hash})")
+        result.lock = "re-resolved" if locked.status == "locked" else locked.status
+        if locked.status == "locked":
+            say(f"re-resolved {locked.path} (it was {before}): {lock.short_hash}; review and commit it")
+        else:
+            say(f"lock {locked.status} ({lock.short_hash})")
         result.step = "base"
         if cell.python in opts.bases:
             base = opts.bases[cell.python]
-            say(f"pulling base {base.reference}")
-            engine.pull(base.reference)
+            with activity(progress, cell.id, f"pulling base {base.reference}"):
+                engine.pull(base.reference)
         else:
-            base = ensure_base(
-                data.bases[cell.python], engine, opts.source_date_epoch, say, compiler=opts.options.compiler
-            )
+            with activity(progress, cell.id, "base"):
+                base = ensure_base(
+                    data.bases[cell.python], engine, opts.source_date_epoch, say, compiler=opts.options.compiler
+                )
         result.step = "fetch"
-        wheels = fetch.fetch_lock(lock, cell.python, base.glibc, log=say)
-        say(f"{len(wheels)} wheels ready ({sum(1 for w in wheels if w.downloaded)} downloaded)")
+        with activity(progress, cell.id, "fetching wheels"):
+            wheels = fetch.fetch_lock(lock, cell.python, base.glibc, progress=progress, cell=cell.id)
+        got = [w for w in wheels if w.downloaded]
+        say(
+            f"{len(wheels)} wheels ready ({len(got)} downloaded, "
+            f"{human_bytes(sum(w.path.stat().st_size for w in got))})"
+        )
         result.step = "render"
         plan = BuildPlan(
             cell=cell,
@@ -130,21 +169,22 @@ def build_cell(cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData,
         alias = naming.alias_tag(opts.repository, cell)
         immutable = naming.immutable_tag(opts.repository, cell, render.context_digest(files))
         house = fetch.wheelhouse(wheels, opts.state_dir / "wheelhouse" / cell.id)
-        with wheelserver.serve(house, opts.wheel_port):
-            result.image_id = engine.build(
-                context,
-                [immutable, alias],
-                {},
-                nocache=opts.nocache,
-                on_line=lambda line: say(line) if line.startswith("Step") else None,
-            )
+        steps = _StepTimer(progress, cell.id)
+        built_at = time.monotonic()
+        try:
+            with wheelserver.serve(house, opts.wheel_port):
+                result.image_id = engine.build(context, [immutable, alias], {}, nocache=opts.nocache, on_line=steps)
+        finally:
+            steps.close()
         result.tag = immutable
         result.size = int(engine.image(immutable)["Size"])
-        say(f"built {immutable} ({result.size / 1e9:.2f} GB)")
+        say(f"built {immutable} ({human_bytes(result.size)}) in {time.monotonic() - built_at:.0f} s")
         result.step = "self-test"
         caps = engine.capabilities()
         gpus = opts.gpus == "on" or (opts.gpus == "auto" and caps.gpu_runtime)
-        report = selftest.run(engine, immutable, gpus=gpus, require_gpu=opts.require_gpu)
+        report = selftest.run(
+            engine, immutable, gpus=gpus, require_gpu=opts.require_gpu, progress=progress, cell=cell.id
+        )
         result.report = report.report
         write_atomic(opts.state_dir / "reports" / f"{cell.id}.json", json.dumps(report.report, indent=2) + "\n")
         if not report.passed:
@@ -166,6 +206,7 @@ def build_cell(cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData,
                 report=report,
                 auth=opts.auth,
                 log=say,
+                progress=progress,
             )
             result.digest = published.digest
             publish.record(
@@ -194,11 +235,12 @@ def build_cells(
     log: Log,
     keep_going: bool = False,
     engine: Engine | None = None,
+    progress: Progress | None = None,
 ) -> list[CellResult]:
     engine = engine or Engine()
     results = []
     for cell in cells:
-        res = build_cell(cell, opts, engine, data, log)
+        res = build_cell(cell, opts, engine, data, log, progress)
         results.append(res)
         if res.status == "failed" and not keep_going:
             break

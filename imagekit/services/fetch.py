@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
+import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -15,9 +18,11 @@ import httpx
 from imagekit import wheels
 from imagekit.effects import http
 from imagekit.effects.cache import cache_root
+from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.locking import is_torch_family
+from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,8 @@ def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
         hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
         size = f.get("size")
         declared = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
-        out.append(wheels.Candidate(f["filename"], _join(base, f["url"]), str(hashes.get("sha256", "")), declared))
+        # the URL stays as the page gives it: joined only for the wheel picked (pages list thousands of files)
+        out.append(wheels.Candidate(f["filename"], f["url"], str(hashes.get("sha256", "")), declared))
     return out
 
 
@@ -97,7 +103,7 @@ def _candidates(index: str, name: str) -> list[wheels.Candidate]:
     return out
 
 
-def _download(cand: wheels.Candidate, dest: Path) -> None:
+def _download(cand: wheels.Candidate, dest: Path, on_bytes: Callable[[int], None] | None = None) -> None:
     """The wheel into the cache: http(s) only, no larger than the index declares (or http.MAX_DOWNLOAD)."""
     http.require_http(
         cand.url,
@@ -106,14 +112,15 @@ def _download(cand: wheels.Candidate, dest: Path) -> None:
         "an index may only point at http(s) files; use another index",
     )
     http.download(
-        cand.url, dest, sha256=cand.sha256, max_bytes=cand.size if cand.size is not None else http.MAX_DOWNLOAD
+        cand.url,
+        dest,
+        sha256=cand.sha256,
+        max_bytes=cand.size if cand.size is not None else http.MAX_DOWNLOAD,
+        on_bytes=on_bytes,
     )
 
 
-def fetch_lock(
-    lock: Lock, python: str, glibc: str, *, jobs: int = 4, log: Callable[[str], None] = lambda _: None
-) -> list[FetchedWheel]:
-    """Every wheel the lock names for this Python/platform, from the cache when its hash still verifies."""
+def _sources(lock: Lock) -> tuple[str, str, bool]:
     index = lock.meta.get("index", "https://pypi.org/simple")
     torch_index = lock.meta.get("torch-index", "")
     routed = torch_index.startswith("http")
@@ -121,38 +128,189 @@ def fetch_lock(
         http.require_http(
             url, "the lock's index", UsageError, "fetch downloads from http(s) indexes; re-lock against one"
         )
+    return index, torch_index, routed
+
+
+def _cached(entry: LockEntry, supported: list[str]) -> Path | None:
+    """The cached wheel for this pin that fits this image (locks sharing a pin share wheels of other Pythons)."""
+    root = wheel_cache()
+    cached = [
+        wheels.Candidate(path.name, str(path), path.parent.name)
+        for h in entry.hashes
+        for path in (root / h.split(":", 1)[1]).glob("*.whl")
+    ]
+    hit = wheels.pick(cached, entry.hashes, supported)
+    return Path(hit.url) if hit is not None else None
+
+
+def _remote(
+    entry: LockEntry, source: str, python: str, glibc: str, supported: list, pages: dict | None = None
+) -> wheels.Candidate:
+    """The wheel to download for this pin, its URL absolute; ``pages`` memoizes index pages across locks."""
+    key = (source, entry.name)
+    found = pages.get(key) if pages is not None else None
+    if found is None:
+        found = _candidates(source, entry.name)
+        if pages is not None:
+            pages[key] = found
+    cand = wheels.pick(found, entry.hashes, supported)
+    if cand is None:
+        raise CheckFailed(
+            f"{entry.pin}: no wheel for Python {python} / manylinux glibc {glibc} among its locked hashes",
+            "builds install wheels only; re-lock for this platform",
+        )
+    return dataclasses.replace(cand, url=_join(f"{source.rstrip('/')}/{entry.name}/", cand.url))
+
+
+def fetch_lock(
+    lock: Lock,
+    python: str,
+    glibc: str,
+    *,
+    jobs: int = 4,
+    log: Callable[[str], None] = lambda _: None,
+    progress: Progress | None = None,
+    cell: str = "",
+) -> list[FetchedWheel]:
+    """Every wheel the lock names for this Python/platform, from the cache when its hash still verifies."""
+    index, torch_index, routed = _sources(lock)
     supported = wheels.supported_tags(python, glibc)
+    progress = progress or NullProgress()
 
     def one(entry: LockEntry) -> FetchedWheel:
-        # a cache hit must fit this image too: locks that share a pin share cached wheels of other Pythons
-        cached = [
-            wheels.Candidate(path.name, str(path), path.parent.name)
-            for h in entry.hashes
-            for path in (wheel_cache() / h.split(":", 1)[1]).glob("*.whl")
-        ]
-        hit = wheels.pick(cached, entry.hashes, supported)
-        if hit is not None:
-            path = Path(hit.url)
-            if _sha256(path) == hit.sha256:
+        path = _cached(entry, supported)
+        if path is not None:
+            if _sha256(path) == path.parent.name:
                 return FetchedWheel(entry.name, path, False)
             raise CheckFailed(
-                f"cached wheel {path} does not match its hash sha256:{hit.sha256}",
+                f"cached wheel {path} does not match its hash sha256:{path.parent.name}",
                 f"the wheel cache was tampered with; delete {path.parent} and fetch again",
             )
         source = torch_index if routed and is_torch_family(entry.name) else index
-        cand = wheels.pick(_candidates(source, entry.name), entry.hashes, supported)
-        if cand is None:
-            raise CheckFailed(
-                f"{entry.pin}: no wheel for Python {python} / manylinux glibc {glibc} among its locked hashes",
-                "builds install wheels only; re-lock for this platform",
-            )
+        cand = _remote(entry, source, python, glibc, supported)
         dest = wheel_cache() / cand.sha256 / cand.filename
-        log(f"downloading {cand.filename}")
-        _download(cand, dest)
+        log(f"downloading {cand.filename}" + (f" ({human_bytes(cand.size)})" if cand.size else ""))
+        with activity(progress, cell, f"download {cand.filename}", total=cand.size, unit="B") as act:
+            _download(cand, dest, act.advance)
         return FetchedWheel(entry.name, dest, True)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, lock.entries))
+
+
+@dataclass(frozen=True)
+class WheelForecast:
+    """What fetching a lock would do, without downloading: wheels in the cache and wheels to download."""
+
+    count: int
+    cached: int
+    cached_bytes: int
+    download: int
+    download_bytes: int
+    unknown_sizes: int  # wheels to download whose index declares no size
+    installed_bytes: int  # uncompressed size of the wheels (cached: measured; others: estimated)
+    largest_bytes: int  # the largest wheel (a build holds it in the container while installing)
+    downloads: tuple[tuple[str, int], ...] = ()  # (sha256, bytes) to download: cells sharing a wheel fetch it once
+    error: str | None = None  # the index could not be read
+
+
+# Installed (uncompressed) bytes per wheel byte, measured on this project's torch closures (bench/dry_run.py).
+INSTALL_RATIO = 1.8
+
+
+def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages: dict | None = None) -> WheelForecast:
+    """Count and size what `fetch_lock` would take from the cache and from the index (index metadata only)."""
+    index, torch_index, routed = _sources(lock)
+    supported = wheels.supported_tags(python, glibc)
+
+    def one(entry: LockEntry) -> tuple[bool, int | None, int, str]:
+        path = _cached(entry, supported)
+        if path is not None:
+            return True, path.stat().st_size, _uncompressed(path), path.parent.name
+        known = _picked(entry, python, glibc)
+        if known is not None:
+            return False, known[1], int((known[1] or 0) * INSTALL_RATIO), known[0]
+        source = torch_index if routed and is_torch_family(entry.name) else index
+        cand = _remote(entry, source, python, glibc, supported, pages)
+        _remember(entry, python, glibc, cand)
+        return False, cand.size, int((cand.size or 0) * INSTALL_RATIO), cand.sha256
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            rows = list(pool.map(one, lock.entries))
+    except (EnvironmentFailure, CheckFailed) as exc:
+        return WheelForecast(len(lock.entries), 0, 0, 0, 0, 0, 0, 0, error=exc.message)
+    cached = [r for r in rows if r[0]]
+    remote = [r for r in rows if not r[0]]
+    return WheelForecast(
+        count=len(rows),
+        cached=len(cached),
+        cached_bytes=sum(r[1] or 0 for r in cached),
+        download=len(remote),
+        download_bytes=sum(r[1] or 0 for r in remote),
+        unknown_sizes=sum(1 for r in remote if r[1] is None),
+        installed_bytes=sum(r[2] for r in rows),
+        largest_bytes=max((r[1] or 0 for r in rows), default=0),
+        downloads=tuple((r[3], r[1] or 0) for r in remote),
+    )
+
+
+def read_pages(locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 16) -> None:
+    """Read, once each and concurrently, the index pages that forecasting these (lock, python, glibc) needs:
+    the pins the cache cannot serve. Pages that fail are left out (forecast_lock then reports the error)."""
+    wanted = set()
+    for lock, python, glibc in locks:
+        index, torch_index, routed = _sources(lock)
+        supported = wheels.supported_tags(python, glibc)
+        for entry in lock.entries:
+            if _cached(entry, supported) is None and _picked(entry, python, glibc) is None:
+                wanted.add((torch_index if routed and is_torch_family(entry.name) else index, entry.name))
+
+    def one(key: tuple[str, str]) -> None:
+        try:
+            pages[key] = _candidates(*key)
+        except (EnvironmentFailure, CheckFailed, UsageError):
+            pass
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, sorted(wanted - set(pages))))
+
+
+def _pick_file(entry: LockEntry, python: str, glibc: str) -> Path:
+    key = "\n".join([entry.name, entry.version, python, glibc, *sorted(entry.hashes)])
+    return cache_root() / "picks" / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.json"
+
+
+def _picked(entry: LockEntry, python: str, glibc: str) -> tuple[str, int | None] | None:
+    """(sha256, size) of the wheel an earlier look at the index picked for this pin and platform. A pick never
+    changes: the lock's hashes name the files, so the index need not be asked again."""
+    try:
+        doc = json.loads(_pick_file(entry, python, glibc).read_text())
+    except (OSError, ValueError):
+        return None
+    sha, size = doc.get("sha256") if isinstance(doc, dict) else None, doc.get("size") if isinstance(doc, dict) else None
+    if not isinstance(sha, str) or f"sha256:{sha}" not in entry.hashes:
+        return None
+    return sha, size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+
+
+def _remember(entry: LockEntry, python: str, glibc: str, cand: wheels.Candidate) -> None:
+    try:
+        write_atomic(
+            _pick_file(entry, python, glibc),
+            json.dumps({"filename": cand.filename, "sha256": cand.sha256, "size": cand.size}) + "\n",
+        )
+    except OSError:
+        pass  # a memo only
+
+
+def _uncompressed(path: Path) -> int:
+    """A cached wheel's installed size, from its zip directory (no extraction)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return sum(i.file_size for i in zf.infolist())
+    except (OSError, zipfile.BadZipFile):
+        return int(path.stat().st_size * INSTALL_RATIO)
 
 
 def wheelhouse(fetched: list[FetchedWheel], directory: Path) -> Path:

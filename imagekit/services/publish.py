@@ -13,6 +13,7 @@ from imagekit.effects.docker import Engine
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.services.progress import Activity, NullProgress, Progress, human_bytes
 from imagekit.services.selftest import SelfTestReport
 
 
@@ -102,6 +103,7 @@ def publish(
     report: SelfTestReport,
     auth: dict | None = None,
     log: Callable[[str], None] = lambda _: None,
+    progress: Progress | None = None,
 ) -> Published:
     if not report.passed:
         raise CheckFailed(
@@ -127,7 +129,13 @@ def publish(
         log(f"{repository}:{immutable_tag} already published as {digest}")
     else:
         log(f"pushing {repository}:{immutable_tag}")
-        digest = engine.push(repository, immutable_tag, auth, on_line=log)
+        layers = _PushLayers(progress or NullProgress(), alias_tag)
+        started = time.monotonic()
+        try:
+            digest = engine.push(repository, immutable_tag, auth, on_line=log, on_layer=layers)
+        finally:
+            layers.close()
+        log(f"pushed {human_bytes(layers.pushed_bytes)} in {time.monotonic() - started:.0f} s ({layers.summary()})")
         reused = False
     check = registry.manifest(remote, digest)
     expected = existing.config_digest if existing is not None else image_id
@@ -137,6 +145,46 @@ def publish(
         )
     registry.copy_tag(remote, digest, alias_tag)  # the alias names exactly the published manifest
     return Published(f"{repository}:{immutable_tag}", f"{repository}:{alias_tag}", digest, reused)
+
+
+class _PushLayers:
+    """A push's layers as activities: bytes so far and rate while pushing, a line per layer when it ends."""
+
+    def __init__(self, progress: Progress, cell: str) -> None:
+        self.progress, self.cell = progress, cell
+        self.active: dict[str, tuple[Activity, float]] = {}
+        self.sizes: dict[str, int] = {}
+        self.pushed_bytes = 0
+        self.pushed, self.existing = 0, 0
+
+    def __call__(self, layer: str, status: str, current: int | None, total: int | None) -> None:
+        if status == "Pushing":
+            if layer not in self.active:
+                self.active[layer] = (self.progress.begin(self.cell, f"push layer {layer}", unit="B"), time.monotonic())
+            if isinstance(current, int):
+                self.sizes[layer] = max(self.sizes.get(layer, 0), current)
+            self.active[layer][0].update(current, total if isinstance(total, int) and total > 0 else None)
+        elif status == "Pushed":
+            act, began = self.active.pop(layer, (None, time.monotonic()))
+            size = self.sizes.get(layer, 0)
+            self.pushed_bytes += size
+            self.pushed += 1
+            note = f"layer {layer}: pushed {human_bytes(size)} in {time.monotonic() - began:.1f} s"
+            if act is not None:
+                act.finish(note)
+            else:
+                self.progress.line(self.cell, note)
+        elif status == "Layer already exists":
+            self.existing += 1
+            self.progress.line(self.cell, f"layer {layer}: already in the registry")
+
+    def close(self) -> None:
+        for act, _ in self.active.values():
+            act.finish("")
+        self.active.clear()
+
+    def summary(self) -> str:
+        return f"{self.pushed} layers pushed, {self.existing} already there"
 
 
 def record(index_path: Path, published: Published, *, lock_hash: str, manifest: dict, report: dict, size: int) -> dict:
