@@ -50,6 +50,7 @@ def build_app() -> typer.Typer:
         compat_cmd,
         doctor_cmd,
         explain_cmd,
+        init_cmd,
         lock_cmd,
         matrix_cmd,
         pod_cmd,
@@ -76,7 +77,7 @@ def build_app() -> typer.Typer:
     ) -> None:
         """imagekit."""
 
-    for module in (matrix_cmd, explain_cmd, lock_cmd, render_cmd, build_cmd, doctor_cmd):
+    for module in (init_cmd, matrix_cmd, explain_cmd, lock_cmd, render_cmd, build_cmd, doctor_cmd):
         module.register(app)
     app.add_typer(compat_cmd.build(), name="compat")
     app.add_typer(pod_cmd.build(), name="pod")
