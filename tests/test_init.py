@@ -10,6 +10,7 @@ import pytest
 
 from imagekit import matrix
 from imagekit.cli.init_cmd import DEFAULT_AXES, DEFAULT_PACKAGES, document
+from imagekit.errors import ConfigError
 
 
 def _init(app, runner, *args: str):
@@ -116,6 +117,7 @@ def test_out_elsewhere_names_it_in_the_next_commands(app, runner, data, in_tmp):
         ("--repository", "UPPER/Case"),
         ("--torch", "9.9.9"),  # not in the compatibility data: never guessed
         ("--torch", "2.14.1"),  # no cu124/cu128 wheels: no compatible cell
+        ("--python", "3.14"),  # no base image known for it
         ("--out", "."),
         ("--out", "adir"),
         ("--pyproject",),  # no pyproject.toml here
@@ -178,3 +180,60 @@ def test_an_imagekit_toml_that_is_not_a_file_is_an_error(app, runner, in_tmp):
     (in_tmp / "imagekit.toml").mkdir()
     res = runner.invoke(app, ["matrix"])
     assert res.exit_code == 2 and "imagekit.toml is a folder" in res.output
+
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE_KEYS = {
+    "matrix.cuda",
+    "matrix.torch",
+    "matrix.transformers",
+    "matrix.python",
+    "matrix.packages",
+    "matrix.exclude",
+    "matrix.include",
+    "targets.gpus",
+    "targets.archs",
+    "targets.min_driver",
+    "image.repository",
+    "image.jupyter",
+    "image.compiler",
+    'bases."3.X".reference',
+    'bases."3.X".glibc',
+    'bases."3.X".python',
+}
+
+
+def _readme_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    return text.split("## Your own matrix", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_documents_every_key_and_its_example_is_a_valid_matrix(data):
+    section = _readme_section()
+    rows = re.findall(r"^\| (`[^|]+) \|", section, re.M)
+    documented = {k for row in rows for k in re.findall(r"`([^`]+)`", row)}
+    assert documented == TABLE_KEYS
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0].replace("<64 hex digits>", "ab" * 32)
+    doc = tomllib.loads(example)
+    config = matrix.parse(doc, "README", data)
+    assert config.repository == "ghcr.io/acme/train" and set(config.bases) == {"3.12"}
+    ids = {c.id for c in config.cells}
+    assert "cu128-torch2.5.1-py3.11-tf4.48.2" not in ids and "cu129-torch2.8.0-py3.12-tf5.9.0" in ids
+    assert any(e.verdict.compatible for e in matrix.evaluate(config, data))
+    # the documented keys are exactly the ones the parser takes: its "unknown key" errors list them
+    bad = {
+        "matrix": {"colour": 1},
+        "targets": {"colour": 1},
+        "image": {"colour": 1},
+        "bases": {"3.12": {"colour": 1}},
+    }
+    with pytest.raises(ConfigError) as exc:
+        matrix.parse(bad, "README", data)
+    allowed = {}
+    for problem in exc.value.problems:
+        m = re.search(r"README: (\w+)(\.3\.12)?(\.colour)?: unknown keys? .*\(allowed: ([^)]*)\)", problem)
+        if m:
+            prefix = m[1] + ('."3.X"' if m[2] else "")
+            allowed[m[1]] = {f"{prefix}.{k}" for k in m[4].split(", ")}
+    assert set(allowed) == {"matrix", "targets", "image", "bases"}
+    assert set().union(*allowed.values()) == TABLE_KEYS

@@ -90,7 +90,7 @@ repository = {_toml(repository)}    # where `imagekit build --push` publishes: R
 # jupyter = true                     # JupyterLab in the image, started when JUPYTER_PASSWORD is set (default false)
 # compiler = false                   # leave out gcc/g++ and the Python headers: ~200 MB less, no torch.compile
 
-# Build FROM your registry's base instead of the Debian base imagekit bootstraps, one per Python version:
+# Build FROM your registry's base instead of the Debian/Ubuntu base imagekit bootstraps, per Python version:
 # [{t}bases."3.11"]
 # reference = "registry.example.com/base/python@sha256:<64 hex digits>"   # by digest only
 # glibc = "2.36"                     # the base's glibc (torch wheels need a minimum)
@@ -163,6 +163,13 @@ def register(app: typer.Typer) -> None:
         names = {validate.requirement_name(p) for p in extra}
         packages = tuple(p for p in DEFAULT_PACKAGES if validate.requirement_name(p) not in names) + extra
         repo = _valid("--repository", validate.repository, repository)
+        data = compat.load()
+        unbased = [p for p in axes["python"] if p not in data.bases]
+        if unbased:
+            raise UsageError(
+                f"no base image known for Python {', '.join(unbased)}",
+                f'pick from {", ".join(sorted(data.bases))}, or add a [bases."X.Y"] table to the file by hand',
+            )
 
         target = out if out is not None else Path("pyproject.toml" if pyproject else matrix.MATRIX_FILE)
         output_file_option(target, "--out")
@@ -180,7 +187,7 @@ def register(app: typer.Typer) -> None:
             origin = str(target)
         doc = tomllib.loads(text)
         checked = f"{origin} (not written)"  # an unknown version or an all-excluded matrix leaves the file alone
-        cells, compatible = _check(doc["tool"]["imagekit"] if pyproject else doc, checked, compat.load())
+        cells, compatible = _check(doc["tool"]["imagekit"] if pyproject else doc, checked, data)
         mode = target.stat().st_mode & 0o777 if pyproject else 0o644
         write_atomic(target.resolve() if pyproject else target, text, mode)
         _report(target, origin, cells, compatible)
