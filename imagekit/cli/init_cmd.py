@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -257,7 +258,7 @@ def _report(target: Path, origin: str, cells: int, compatible: int) -> None:
     found = _read_by_default()
     flag = ""
     if found is None or not _same(found, target):
-        flag = f" --matrix {target}"
+        flag = f" --matrix {shlex.quote(str(target))}"
         if found is not None:
             console.print(f"note: without --matrix, commands run here read ./{found} first", markup=False)
     console.print("next:", markup=False)
@@ -268,17 +269,16 @@ def _report(target: Path, origin: str, cells: int, compatible: int) -> None:
 
 def _read_by_default() -> Path | None:
     """The file `--matrix`-less commands run here read (as `matrix.load_file`), or None: the shipped default."""
-    for name in (matrix.MATRIX_FILE, "pyproject.toml"):
-        path = Path(name)
-        if name == matrix.MATRIX_FILE and (path.exists() or path.is_symlink()):
-            return path
-        if name == "pyproject.toml" and path.is_file():
-            try:
-                tool = tomllib.loads(path.read_text(encoding="utf-8")).get("tool")
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                return None
-            return path if isinstance(tool, dict) and "imagekit" in tool else None
-    return None
+    local, pyproject = Path(matrix.MATRIX_FILE), Path("pyproject.toml")
+    if local.exists() or local.is_symlink():
+        return local
+    if not pyproject.is_file():
+        return None
+    try:
+        tool = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return pyproject if isinstance(tool, dict) and "imagekit" in tool else None
 
 
 def _same(a: Path, b: Path) -> bool:
