@@ -16,7 +16,8 @@ from imagekit.plan import BaseRef, ImageOptions
 
 AXES = ("cuda", "torch", "transformers", "python")
 DEFAULT_REPOSITORY = "127.0.0.1:5000/imagekit/train"
-_VALIDATORS = {
+MATRIX_FILE = "imagekit.toml"  # found in the working folder when no --matrix is given
+VALIDATORS = {
     "cuda": validate.cuda,
     "torch": lambda v: validate.version(v, "torch version"),
     "transformers": lambda v: validate.version(v, "transformers version"),
@@ -72,8 +73,8 @@ def _cell_dict(p: _Problems, key: str, entry: object, *, partial: bool, packages
         return None
     out: dict = {}
     for k, v in entry.items():
-        if k in _VALIDATORS:
-            out[k] = p.check(f"{key}.{k}", _VALIDATORS[k], v)
+        if k in VALIDATORS:
+            out[k] = p.check(f"{key}.{k}", VALIDATORS[k], v)
         elif k == "packages" and not partial:
             out[k] = tuple(sorted(_string_list(p, f"{key}.packages", v, validate.requirement)))
         else:
@@ -102,7 +103,7 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     for k in m:
         if k not in (*AXES, "packages", "include", "exclude"):
             p.add(f"matrix.{k}", "unknown key (allowed: cuda, torch, transformers, python, packages, include, exclude)")
-    axes = {a: _string_list(p, f"matrix.{a}", m.get(a), _VALIDATORS[a]) for a in AXES}
+    axes = {a: _string_list(p, f"matrix.{a}", m.get(a), VALIDATORS[a]) for a in AXES}
     packages = tuple(sorted(_string_list(p, "matrix.packages", m.get("packages"), validate.requirement)))
     excludes = [
         _cell_dict(p, f"matrix.exclude[{i}]", e, partial=True, packages=packages)
@@ -132,7 +133,9 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     options = _image_options(p, image)
     bases = _bases(p, doc.get("bases", {}))
     if p.items:
-        raise ConfigError(p.items, "fix the keys above; `imagekit matrix --help` shows the file format")
+        raise ConfigError(
+            p.items, "fix the keys above; `imagekit matrix --help` shows the file format, `imagekit init` writes one"
+        )
 
     cells: dict[str, Cell] = {}
     if all(axes[a] for a in AXES):
@@ -244,8 +247,12 @@ def default_document() -> dict:
 
 
 def load_file(path: Path | None, data: CompatData) -> MatrixConfig:
-    """Read --matrix FILE, else ./pyproject.toml's [tool.imagekit] when present, else the shipped default."""
+    """Read --matrix FILE, else ./imagekit.toml, else ./pyproject.toml's [tool.imagekit] when present, else the
+    shipped default."""
     if path is None:
+        local = Path(MATRIX_FILE)
+        if local.exists() or local.is_symlink():  # a folder or a dangling link there is an error, not "absent"
+            return parse(_read_toml(local), str(local), data)
         pyproject = Path("pyproject.toml")
         if pyproject.is_file():
             doc = _read_toml(pyproject)

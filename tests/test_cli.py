@@ -11,6 +11,7 @@ EXAMPLE = ["--cuda", "12.4", "--torch", "2.5.1", "--transformers", "4.48.2", "--
 
 def test_every_command_has_help_with_an_example(app, runner):
     for cmd in (
+        ["init"],
         ["matrix"],
         ["explain"],
         ["lock"],

@@ -135,6 +135,7 @@ BASELINE: dict[str, list[str]] = {
         "127.0.0.1:9/imagekit/train",
     ],
     "fetch": ["--cell", CELL, "--lock-dir", "lockfiles"],
+    "init": ["--out", "imagekit.toml"],
     "runpod-template": [CELL, "--release-index", "releases/index.json", "--api-url", f"{DEAD}/graphql"],
     "doctor": ["--tier", "quick", "--timeout", "20"],
     "base bootstrap": [],
@@ -152,6 +153,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     "render": ("--out",),
     "build": ("--lock-dir", "--state-dir", "--release-index"),
     "compat refresh": ("--out",),
+    "init": ("--out",),
     "doctor": ("--path",),  # its writable-output check makes (and removes) a probe file there
 }
 DEFAULT_OUTPUTS = {
@@ -161,6 +163,7 @@ DEFAULT_OUTPUTS = {
     ("build", "--state-dir"): ".imagekit",
     ("build", "--release-index"): "releases/index.json",
     ("compat refresh", "--out"): "imagekit/data/pypi-metadata.json",
+    ("init", "--out"): "imagekit.toml",
 }
 
 # ---- hostile values ----------------------------------------------------------------------------------------
@@ -257,7 +260,7 @@ def _curated(opt: Opt) -> list[str]:
         extra += VERSIONS
     if name in ("--cuda",):
         extra += VERSIONS + CUDA
-    if "url" in name or name in ("--index", "--registry"):
+    if "url" in name or name in ("--index", "--registry", "--repository"):
         extra += ["http://127.0.0.1:0/simple", "http://127.0.0.1:99999/simple", "HTTP://127.0.0.1:9/SIMPLE", "//x"]
     if name == "--exclude-newer":
         extra += DATES

@@ -2,9 +2,40 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperArgument, TyperGroup
 
 from imagekit import __version__
+
+
+class _Argument(TyperArgument):
+    """An argument shown by its metavar, as a CLI names it (`TARGET`, `[CELL]`, `COMMAND...`), without a type."""
+
+    def display_type_rich(self, ctx: typer.Context) -> str | None:
+        return None if self.metavar else super().display_type_rich(ctx)
+
+    def _usage_display_name(self) -> str:
+        name = self.metavar or (self.name or "").upper()
+        name += "..." if self.nargs != 1 and not name.endswith("...") else ""
+        return name if self.required else f"[{name}]"
+
+
+class _Group(TyperGroup):
+    """The root group: plain help (no Rich markup, so `[tool.imagekit]` shows as written), arguments by metavar."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _plain_arguments(self)
+
+
+def _plain_arguments(command: Any) -> None:  # a click command, as typer builds it
+    for sub in getattr(command, "commands", {}).values():
+        _plain_arguments(sub)
+    for param in command.params:
+        if type(param) is TyperArgument and param.metavar:
+            param.__class__ = _Argument
 
 
 def _version(value: bool) -> None:
@@ -19,6 +50,7 @@ def build_app() -> typer.Typer:
         compat_cmd,
         doctor_cmd,
         explain_cmd,
+        init_cmd,
         lock_cmd,
         matrix_cmd,
         pod_cmd,
@@ -32,6 +64,9 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        rich_markup_mode=None,  # help as written: Rich markup would swallow `[tool.imagekit]` and `[image]`
+        cls=_Group,
+        context_settings={"max_content_width": 120},
     )
 
     @app.callback()
@@ -42,7 +77,7 @@ def build_app() -> typer.Typer:
     ) -> None:
         """imagekit."""
 
-    for module in (matrix_cmd, explain_cmd, lock_cmd, render_cmd, build_cmd, doctor_cmd):
+    for module in (init_cmd, matrix_cmd, explain_cmd, lock_cmd, render_cmd, build_cmd, doctor_cmd):
         module.register(app)
     app.add_typer(compat_cmd.build(), name="compat")
     app.add_typer(pod_cmd.build(), name="pod")

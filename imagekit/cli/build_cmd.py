@@ -41,7 +41,9 @@ from imagekit.validate import repository as validate_repository
 ReleaseIndexOpt = Annotated[
     Path,
     typer.Option(
-        "--release-index", help="Release index JSON (tag, digest, manifest, self-test report per published image)."
+        "--release-index",
+        metavar="FILE",
+        help="Release index JSON (tag, digest, manifest, self-test report per published image).",
     ),
 ]
 
@@ -73,16 +75,23 @@ def register(app: typer.Typer) -> None:
         source: SourceOpt = "all",
         push: Annotated[bool, typer.Option("--push", help="Publish images whose self-test passed.")] = False,
         registry: Annotated[
-            str | None, typer.Option(help="REGISTRY/REPO to tag and push (default: the matrix's [image] repository).")
+            str | None,
+            typer.Option(
+                metavar="REG/REPO", help="REGISTRY/REPO to tag and push (default: the matrix's [image] repository)."
+            ),
         ] = None,
-        lock_dir: Annotated[Path, typer.Option("--lock-dir")] = Path("lockfiles"),
+        lock_dir: Annotated[Path, typer.Option("--lock-dir", metavar="DIR")] = Path("lockfiles"),
         state_dir: Annotated[
-            Path, typer.Option("--state-dir", help="Build contexts, wheelhouse links, reports.")
+            Path, typer.Option("--state-dir", metavar="DIR", help="Build contexts, wheelhouse links, reports.")
         ] = Path(".imagekit"),
         release_index: ReleaseIndexOpt = Path("releases/index.json"),
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every layer again.")] = False,
         gpus: Annotated[
-            str, typer.Option(help="Self-test with GPUs: auto (when the engine has the NVIDIA runtime), on, off.")
+            str,
+            typer.Option(
+                metavar="auto|on|off",
+                help="Self-test with GPUs: auto (when the engine has the NVIDIA runtime), on, off.",
+            ),
         ] = "auto",
         require_gpu: Annotated[
             bool, typer.Option("--require-gpu", help="Fail the self-test when no GPU is there.")
@@ -209,7 +218,7 @@ def register(app: typer.Typer) -> None:
         python: PyOpt = None,
         cell: CellOpt = None,
         source: SourceOpt = "all",
-        lock_dir: Annotated[Path, typer.Option("--lock-dir")] = Path("lockfiles"),
+        lock_dir: Annotated[Path, typer.Option("--lock-dir", metavar="DIR")] = Path("lockfiles"),
         dry_run: Annotated[
             bool,
             typer.Option(
@@ -263,7 +272,11 @@ def register(app: typer.Typer) -> None:
     def bootstrap(
         python: Annotated[
             list[str] | None,
-            typer.Option("--python", help="Which base (by its Python), repeatable; default: all bootstrappable bases."),
+            typer.Option(
+                "--python",
+                metavar="VERSION",
+                help="Which base (by its Python), repeatable; default: all bootstrappable bases.",
+            ),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json")] = False,
     ) -> None:
@@ -294,12 +307,18 @@ def register(app: typer.Typer) -> None:
     )
     @handles_errors
     def runpod_template(
-        ref: Annotated[str, typer.Argument(help="A cell id, or a published tag from the release index.")],
+        ref: Annotated[
+            str, typer.Argument(metavar="CELL_OR_TAG", help="A cell id, or a published tag from the release index.")
+        ],
         release_index: ReleaseIndexOpt = Path("releases/index.json"),
         digest: Annotated[bool, typer.Option("--digest", help="Pin imageName with @sha256 as well.")] = False,
-        volume_gb: Annotated[int, typer.Option(min=1, max=10_000, help="Volume size (GB) mounted at /workspace.")] = 50,
+        volume_gb: Annotated[
+            int, typer.Option(min=1, max=10_000, metavar="GB", help="Volume size (GB) mounted at /workspace.")
+        ] = 50,
         create: Annotated[bool, typer.Option("--create", help="Call RunPod's API (needs RUNPOD_API_KEY).")] = False,
-        api_url: Annotated[str, typer.Option(help="RunPod GraphQL endpoint.")] = "https://api.runpod.io/graphql",
+        api_url: Annotated[
+            str, typer.Option(metavar="URL", help="RunPod GraphQL endpoint.")
+        ] = "https://api.runpod.io/graphql",
         allow_private_registry: Annotated[
             bool,
             typer.Option(

@@ -57,19 +57,33 @@ MatrixOpt = Annotated[
     typer.Option(
         "--matrix",
         "-m",
-        help="Matrix TOML file (default: ./pyproject.toml [tool.imagekit], else the shipped default).",
+        metavar="FILE",
+        help="Matrix TOML file (default: ./imagekit.toml, else ./pyproject.toml [tool.imagekit], else the shipped "
+        "default).",
         dir_okay=False,
     ),
 ]
-CudaOpt = Annotated[list[str] | None, typer.Option("--cuda", help="CUDA variant, e.g. 11.8 or cu118 (repeatable).")]
-TorchOpt = Annotated[list[str] | None, typer.Option("--torch", help="torch version or prefix, e.g. 2.5 (repeatable).")]
-TfOpt = Annotated[list[str] | None, typer.Option("--transformers", help="transformers version or prefix (repeatable).")]
-PyOpt = Annotated[list[str] | None, typer.Option("--python", help="Python version, e.g. 3.11 (repeatable).")]
-CellOpt = Annotated[list[str] | None, typer.Option("--cell", help="Exact cell id (repeatable).")]
+CudaOpt = Annotated[
+    list[str] | None,
+    typer.Option("--cuda", metavar="VERSION", help="CUDA variant, e.g. 11.8 or cu118 (repeatable)."),
+]
+TorchOpt = Annotated[
+    list[str] | None,
+    typer.Option("--torch", metavar="VERSION", help="torch version or prefix, e.g. 2.5 (repeatable)."),
+]
+TfOpt = Annotated[
+    list[str] | None,
+    typer.Option("--transformers", metavar="VERSION", help="transformers version or prefix (repeatable)."),
+]
+PyOpt = Annotated[
+    list[str] | None, typer.Option("--python", metavar="VERSION", help="Python version, e.g. 3.11 (repeatable).")
+]
+CellOpt = Annotated[list[str] | None, typer.Option("--cell", metavar="CELL", help="Exact cell id (repeatable).")]
 SourceOpt = Annotated[
     str,
     typer.Option(
         "--source",
+        metavar="all|pypi|pytorch",
         help="Which cells by where torch comes from: all, pypi (PyPI default variant) or pytorch "
         "(needs the PyTorch index).",
     ),
@@ -162,14 +176,19 @@ def selected_compatible(
 
 
 # The resolver settings, shared by `lock` and `build` (which re-locks stale cells): one set, one meaning.
-IndexUrlOpt = Annotated[str, typer.Option(help="Main index (a company proxy/mirror).")]
-ExtraIndexOpt = Annotated[list[str] | None, typer.Option(help="Additional index (repeatable).")]
-TorchIndexOpt = Annotated[str, typer.Option(help="Base of the PyTorch per-variant indexes (+ /cu118).")]
+IndexUrlOpt = Annotated[str, typer.Option(metavar="URL", help="Main index (a company proxy/mirror).")]
+ExtraIndexOpt = Annotated[list[str] | None, typer.Option(metavar="URL", help="Additional index (repeatable).")]
+TorchIndexOpt = Annotated[str, typer.Option(metavar="URL", help="Base of the PyTorch per-variant indexes (+ /cu118).")]
 ExcludeNewerOpt = Annotated[
     str | None,
-    typer.Option(help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution."),
+    typer.Option(
+        metavar="DATE",
+        help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution.",
+    ),
 ]
-ResolverOpt = Annotated[str, typer.Option(help="uv (default) or pip-tools (only where host == image).")]
+ResolverOpt = Annotated[
+    str, typer.Option(metavar="uv|pip-tools", help="uv (default) or pip-tools (only where host == image).")
+]
 
 
 def lock_settings(

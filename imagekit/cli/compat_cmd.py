@@ -19,10 +19,12 @@ def build() -> typer.Typer:
     @app.command("refresh", epilog="Example: imagekit compat refresh --out imagekit/data/pypi-metadata.json")
     @handles_errors
     def refresh(
-        out: Annotated[Path, typer.Option(help="Where to write the metadata JSON.")] = Path(
+        out: Annotated[Path, typer.Option(metavar="FILE", help="Where to write the metadata JSON.")] = Path(
             "imagekit/data/pypi-metadata.json"
         ),
-        index: Annotated[str, typer.Option(help="PEP 691 simple index to read.")] = "https://pypi.org/simple",
+        index: Annotated[
+            str, typer.Option(metavar="URL", help="PEP 691 simple index to read.")
+        ] = "https://pypi.org/simple",
     ) -> None:
         """Regenerate Requires-Python / Requires-Dist data and torch's Python windows from package metadata."""
         from imagekit import refresh as refresh_mod

@@ -19,16 +19,24 @@ def register(app: typer.Typer) -> None:
     )
     @handles_errors
     def explain(
-        cuda: Annotated[str | None, typer.Option(help="CUDA variant of the torch wheel, e.g. 12.4 or cu124.")] = None,
-        torch: Annotated[str | None, typer.Option(help="torch version, e.g. 2.5.1.")] = None,
-        transformers: Annotated[str | None, typer.Option(help="transformers version, e.g. 4.48.2.")] = None,
-        python: Annotated[str | None, typer.Option(help="Python version, e.g. 3.11.")] = None,
-        arch: Annotated[
-            list[str] | None, typer.Option(help="Target GPU: sm_90, 9.0 or a name such as H100 (repeatable).")
+        cuda: Annotated[
+            str | None, typer.Option(metavar="VERSION", help="CUDA variant of the torch wheel, e.g. 12.4 or cu124.")
         ] = None,
-        driver: Annotated[str | None, typer.Option(help="Oldest host driver, e.g. 535.104.05.")] = None,
+        torch: Annotated[str | None, typer.Option(metavar="VERSION", help="torch version, e.g. 2.5.1.")] = None,
+        transformers: Annotated[
+            str | None, typer.Option(metavar="VERSION", help="transformers version, e.g. 4.48.2.")
+        ] = None,
+        python: Annotated[str | None, typer.Option(metavar="VERSION", help="Python version, e.g. 3.11.")] = None,
+        arch: Annotated[
+            list[str] | None,
+            typer.Option(metavar="ARCH", help="Target GPU: sm_90, 9.0 or a name such as H100 (repeatable)."),
+        ] = None,
+        driver: Annotated[
+            str | None, typer.Option(metavar="VERSION", help="Oldest host driver, e.g. 535.104.05.")
+        ] = None,
         package: Annotated[
-            list[str] | None, typer.Option(help="Extra pinned package, e.g. accelerate==1.2.1 (repeatable).")
+            list[str] | None,
+            typer.Option(metavar="REQUIREMENT", help="Extra pinned package, e.g. accelerate==1.2.1 (repeatable)."),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the JSON contract on stdout.")] = False,
     ) -> None:

@@ -48,13 +48,20 @@ def register(app: typer.Typer) -> None:
         python: PyOpt = None,
         cell: CellOpt = None,
         source: SourceOpt = "all",
-        directory: Annotated[Path, typer.Option("--dir", help="Where lockfiles live.")] = Path("lockfiles"),
+        directory: Annotated[Path, typer.Option("--dir", metavar="DIR", help="Where lockfiles live.")] = Path(
+            "lockfiles"
+        ),
         check: Annotated[
             bool, typer.Option("--check", help="Write nothing; exit 1 naming each stale or missing lock.")
         ] = False,
         upgrade_package: Annotated[
             list[str] | None,
-            typer.Option("--upgrade-package", "-P", help="Let NAME move to its newest allowed version (repeatable)."),
+            typer.Option(
+                "--upgrade-package",
+                "-P",
+                metavar="NAME",
+                help="Let NAME move to its newest allowed version (repeatable).",
+            ),
         ] = None,
         upgrade: Annotated[bool, typer.Option("--upgrade", "-U", help="Re-resolve everything from scratch.")] = False,
         index_url: IndexUrlOpt = locking.PYPI,
@@ -62,7 +69,7 @@ def register(app: typer.Typer) -> None:
         torch_index_url: TorchIndexOpt = locking.PYTORCH_INDEX,
         exclude_newer: ExcludeNewerOpt = None,
         resolver: ResolverOpt = "uv",
-        jobs: Annotated[int, typer.Option(min=1, max=64, help="Cells resolved at once.")] = 4,
+        jobs: Annotated[int, typer.Option(min=1, max=64, metavar="N", help="Cells resolved at once.")] = 4,
         as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
     ) -> None:
         """Resolve each selected compatible cell into lockfiles/<cell id>.txt (torch layer + app layer)."""

@@ -29,13 +29,45 @@ from imagekit.cli.common import (
 from imagekit.errors import UsageError
 
 FORMATS = ("table", "json", "markdown", "grid", "github", "bake")
+# `\b` keeps click from rewrapping the paragraph after it: the file format stays as written.
+EPILOG = """Examples: imagekit matrix --explain; imagekit matrix --format github > matrix.json; \
+imagekit matrix --format grid >> README.md
+
+The matrix file: --matrix FILE, else ./imagekit.toml, else ./pyproject.toml's [tool.imagekit] (the same keys \
+under tool.imagekit.), else the shipped default. Cells are the product of the four axes, then exclude drops \
+the combinations it names, then include adds whole cells; the rules then drop what cannot work. Every key:
+
+\b
+[matrix]
+cuda = ["12.4", "12.8"]          # CUDA version of torch's wheel variant (12.4: cu124)
+torch = ["2.5.1", "2.8.0"]
+transformers = ["4.48.2"]
+python = ["3.11"]
+packages = ["accelerate==1.2.1", "peft"]        # in every cell, hash-locked (default: none)
+exclude = [{cuda = "12.8", torch = "2.5.1"}]    # drops product cells matching every key given
+include = [{cuda = "12.9", torch = "2.8.0", transformers = "5.9.0", python = "3.12"}]  # one whole cell
+\b
+[targets]                        # cells that cannot run on the fleet are excluded (default: not checked)
+gpus = ["A100", "H100"]          # GPU names; or archs = ["sm_80", "sm_90"]
+min_driver = "580.65.06"         # the oldest host driver
+\b
+[image]
+repository = "ghcr.io/acme/train"    # where build --push publishes (default: 127.0.0.1:5000/imagekit/train)
+jupyter = false                      # JupyterLab in the image (default: false)
+compiler = true                      # gcc/g++ and Python headers for torch.compile (default: true)
+\b
+[bases."3.11"]                       # FROM your registry's base for this Python, by digest
+reference = "registry.example.com/base/python@sha256:..."
+glibc = "2.36"
+python = "/usr/local/bin/python3.11" # optional: its interpreter, when not /usr/bin/python3.11
+
+`imagekit init` writes a commented one; the README's "Your own matrix" explains each key."""
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
         "matrix",
-        epilog="Examples: imagekit matrix --explain; imagekit matrix --format github > matrix.json; "
-        "imagekit matrix --format grid >> README.md",
+        epilog=EPILOG,
     )
     @handles_errors
     def matrix(
@@ -50,11 +82,16 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--explain", help="Also list excluded cells and the rule behind each.")
         ] = False,
         fmt: Annotated[
-            str, typer.Option("--format", "-f", help="table, json, markdown, grid (torch × CUDA), github, bake.")
+            str,
+            typer.Option(
+                "--format", "-f", metavar="FORMAT", help="table, json, markdown, grid (torch × CUDA), github, bake."
+            ),
         ] = "table",
-        shard: Annotated[str | None, typer.Option(help="For --format github: take slice I of N (I/N).")] = None,
+        shard: Annotated[
+            str | None, typer.Option(metavar="I/N", help="For --format github: take slice I of N (I/N).")
+        ] = None,
         context_root: Annotated[
-            str, typer.Option(help="For --format bake: the folder `imagekit render --out` wrote.")
+            str, typer.Option(metavar="DIR", help="For --format bake: the folder `imagekit render --out` wrote.")
         ] = "build",
     ) -> None:
         """List the matrix's cells after the compatibility rules."""

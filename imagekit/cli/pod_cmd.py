@@ -13,12 +13,18 @@ import typer
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.errors import UsageError
 
-TargetArg = Annotated[str, typer.Argument(help="USER@HOST[:PORT], or RunPod's gateway form POD-HEX@ssh.runpod.io.")]
+TargetArg = Annotated[
+    str, typer.Argument(metavar="TARGET", help="USER@HOST[:PORT], or RunPod's gateway form POD-HEX@ssh.runpod.io.")
+]
 KeyOpt = Annotated[
-    Path | None, typer.Option("--key", help="Private key (default: ssh-agent, then ~/.ssh/id_*).", dir_okay=False)
+    Path | None,
+    typer.Option("--key", metavar="FILE", help="Private key (default: ssh-agent, then ~/.ssh/id_*).", dir_okay=False),
 ]
 TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", help="Seconds a remote command may run (0: no limit); past it: exit 3.")
+    float,
+    typer.Option(
+        "--timeout", metavar="SECONDS", help="Seconds a remote command may run (0: no limit); past it: exit 3."
+    ),
 ]
 InsecureOpt = Annotated[
     bool, typer.Option("--insecure-host-key", help="Do not check the host key (said loudly on every use).")
@@ -27,8 +33,8 @@ AcceptNewOpt = Annotated[
     bool, typer.Option("--accept-new-host-key", help="Record an unknown host's key in ~/.ssh/known_hosts.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
-PodIdArg = Annotated[str, typer.Argument(help="The RunPod pod id (not the SSH target).")]
-ApiOpt = Annotated[str, typer.Option("--api-url", help="RunPod REST API base.")]
+PodIdArg = Annotated[str, typer.Argument(metavar="POD_ID", help="The RunPod pod id (not the SSH target).")]
+ApiOpt = Annotated[str, typer.Option("--api-url", metavar="URL", help="RunPod REST API base.")]
 
 
 def _options(key: Path | None, timeout: float, insecure: bool, accept_new: bool, force_pty: bool = False):
@@ -66,7 +72,9 @@ def build() -> typer.Typer:
     @handles_errors
     def exec_(
         target: TargetArg,
-        command: Annotated[list[str], typer.Argument(help="The command, after --; run by the pod's shell.")],
+        command: Annotated[
+            list[str], typer.Argument(metavar="COMMAND...", help="The command, after --; run by the pod's shell.")
+        ],
         key: KeyOpt = None,
         timeout: TimeoutOpt = 0.0,
         insecure_host_key: InsecureOpt = False,
@@ -118,7 +126,9 @@ def build() -> typer.Typer:
         as_json: JsonOpt = False,
         expect: Annotated[
             Path | None,
-            typer.Option("--expect", help="A local lock or manifest, sent to the pod (verified).", dir_okay=False),
+            typer.Option(
+                "--expect", metavar="FILE", help="A local lock or manifest, sent to the pod (verified).", dir_okay=False
+            ),
         ] = None,
     ) -> None:
         """Run the image's doctor on the pod (or, on any other pod, the stdlib doctor sent over with its Python)
@@ -139,8 +149,8 @@ def build() -> typer.Typer:
     )
     @handles_errors
     def cp(
-        src: Annotated[str, typer.Argument(help="A local path, or TARGET:PATH on the pod.")],
-        dst: Annotated[str, typer.Argument(help="A local path, or TARGET:PATH on the pod.")],
+        src: Annotated[str, typer.Argument(metavar="SRC", help="A local path, or TARGET:PATH on the pod.")],
+        dst: Annotated[str, typer.Argument(metavar="DST", help="A local path, or TARGET:PATH on the pod.")],
         key: KeyOpt = None,
         insecure_host_key: InsecureOpt = False,
         accept_new_host_key: AcceptNewOpt = False,

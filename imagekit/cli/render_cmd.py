@@ -35,7 +35,8 @@ def register(app: typer.Typer) -> None:
     @handles_errors
     def render(
         out_dir: Annotated[
-            Path, typer.Option("--out", help="Folder to write <cell id>/Dockerfile and its context into.")
+            Path,
+            typer.Option("--out", metavar="DIR", help="Folder to write <cell id>/Dockerfile and its context into."),
         ],
         matrix_file: MatrixOpt = None,
         cuda: CudaOpt = None,
@@ -44,7 +45,9 @@ def register(app: typer.Typer) -> None:
         python: PyOpt = None,
         cell: CellOpt = None,
         source: SourceOpt = "all",
-        lock_dir: Annotated[Path, typer.Option("--lock-dir", help="Where lockfiles live.")] = Path("lockfiles"),
+        lock_dir: Annotated[Path, typer.Option("--lock-dir", metavar="DIR", help="Where lockfiles live.")] = Path(
+            "lockfiles"
+        ),
         check: Annotated[
             bool, typer.Option("--check", help="Write nothing; exit 1 if --out differs from a fresh render.")
         ] = False,

@@ -1,0 +1,288 @@
+"""`imagekit init`: write a commented matrix for the user's project (imagekit.toml, or pyproject's [tool.imagekit])."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit import compat, matrix, validate
+from imagekit.cli.common import err_console, handles_errors, output_file_option
+from imagekit.effects.files import read_input, write_atomic
+from imagekit.errors import UsageError
+
+# A small matrix from the shipped default's own axes (imagekit/data/default-matrix.toml): two torch releases on
+# two CUDA variants; the rules keep the pairs torch publishes wheels for, `imagekit matrix --explain` shows the rest.
+DEFAULT_AXES: dict[str, tuple[str, ...]] = {
+    "cuda": ("12.4", "12.8"),
+    "torch": ("2.5.1", "2.8.0"),
+    "transformers": ("4.48.2",),
+    "python": ("3.11",),
+}
+DEFAULT_PACKAGES = ("accelerate==1.2.1",)
+EXAMPLES = {  # for the hint of a refused value
+    "--cuda": "12.4",
+    "--torch": "2.5.1",
+    "--transformers": "4.48.2",
+    "--python": "3.11",
+    "--package": "peft",
+    "--repository": "ghcr.io/acme/train",
+}
+NEXT = (
+    ("imagekit matrix --explain", "the cells, and why the rules exclude some"),
+    ("imagekit lock", "hash-lock each compatible cell into lockfiles/"),
+    ("imagekit build --dry-run", "what a build would do, before building"),
+)
+
+
+def _toml(value: str) -> str:
+    return json.dumps(value)  # validated values are printable ASCII: a JSON string is a TOML basic string
+
+
+def _list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(_toml(v) for v in values) + "]"
+
+
+def document(axes: dict[str, tuple[str, ...]], packages: tuple[str, ...], repository: str, table: str = "") -> str:
+    """The commented matrix: the axes, packages and repository set, every other key shown commented out.
+    ``table``: "tool.imagekit." for pyproject.toml's section, "" for a file of its own."""
+    t = table
+    return f"""\
+# imagekit matrix (`imagekit matrix --help` and the README's "Your own matrix" describe every key).
+# Cells: every combination of the four axes (the product), minus the exclude entries, plus the include entries,
+# as in a GitHub Actions matrix; the compatibility rules then drop what cannot work (`imagekit matrix --explain`).
+
+[{t}matrix]
+cuda = {_list(axes["cuda"])}    # the CUDA version of torch's wheel variant: 12.4 is cu124
+torch = {_list(axes["torch"])}
+transformers = {_list(axes["transformers"])}
+python = {_list(axes["python"])}
+# Installed in every cell and hash-locked with the rest (PEP 508 requirements; pins make upgrades deliberate).
+packages = {_list(packages)}
+
+# Drop combinations from the product: name any of the four axes; an entry drops the cells matching all it names.
+# [[{t}matrix.exclude]]
+# cuda = "12.4"
+# torch = "2.8.0"
+
+# Add a cell: all four axes; its `packages` default to the ones above. An entry with the same four axes as a cell
+# of the product replaces that cell (e.g. to give it other packages); exclude never drops an included cell.
+# [[{t}matrix.include]]
+# cuda = "12.9"
+# torch = "2.8.0"
+# transformers = "5.9.0"
+# python = "3.12"
+# packages = ["accelerate==1.2.1", "peft"]
+
+[{t}targets]
+# The fleet the images must run on: a cell whose torch build lacks one of these GPU architectures, or whose CUDA
+# variant needs a newer driver, is excluded. Unset: not checked.
+# gpus = ["A100", "H100"]            # GPU names (`imagekit explain --help`), or compute capabilities as archs
+# archs = ["sm_80", "sm_90"]
+# min_driver = "580.65.06"           # the oldest NVIDIA driver on the hosts
+
+[{t}image]
+repository = {_toml(repository)}    # where `imagekit build --push` publishes: REGISTRY/REPO
+# jupyter = true                     # JupyterLab in the image, started when JUPYTER_PASSWORD is set (default false)
+# compiler = false                   # leave out gcc/g++ and the Python headers: ~200 MB less, no torch.compile
+
+# Build FROM your registry's base instead of the Debian/Ubuntu base imagekit bootstraps, per Python version:
+# [{t}bases."3.11"]
+# reference = "registry.example.com/base/python@sha256:<64 hex digits>"   # by digest only
+# glibc = "2.36"                     # the base's glibc (torch wheels need a minimum)
+# python = "/usr/local/bin/python3.11"   # its interpreter, when not /usr/bin/python3.11
+"""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "init",
+        epilog="Examples: imagekit init --package peft --package bitsandbytes --repository ghcr.io/acme/train; "
+        "imagekit init --torch 2.5.1 --cuda 12.4 --python 3.11 --python 3.12; imagekit init --pyproject",
+    )
+    @handles_errors
+    def init(
+        out: Annotated[
+            Path | None,
+            typer.Option(
+                "--out",
+                metavar="FILE",
+                help=f"Where to write (default: ./{matrix.MATRIX_FILE}, which commands read without --matrix).",
+            ),
+        ] = None,
+        pyproject: Annotated[
+            bool,
+            typer.Option(
+                "--pyproject", help="Append a [tool.imagekit] section to ./pyproject.toml instead (never replaced)."
+            ),
+        ] = False,
+        cuda: Annotated[
+            list[str] | None,
+            typer.Option("--cuda", metavar="VERSION", help="CUDA variant axis, e.g. 12.4 or cu124 (repeatable)."),
+        ] = None,
+        torch: Annotated[
+            list[str] | None, typer.Option("--torch", metavar="VERSION", help="torch axis, e.g. 2.5.1 (repeatable).")
+        ] = None,
+        transformers: Annotated[
+            list[str] | None,
+            typer.Option("--transformers", metavar="VERSION", help="transformers axis, e.g. 4.48.2 (repeatable)."),
+        ] = None,
+        python: Annotated[
+            list[str] | None,
+            typer.Option("--python", metavar="VERSION", help="Python axis, e.g. 3.11 (repeatable)."),
+        ] = None,
+        package: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--package",
+                metavar="REQUIREMENT",
+                help="Extra package in every cell, e.g. peft or bitsandbytes==0.45.0 (repeatable; added to "
+                f"{', '.join(DEFAULT_PACKAGES)}).",
+            ),
+        ] = None,
+        repository: Annotated[
+            str,
+            typer.Option(metavar="REG/REPO", help="Where `imagekit build --push` publishes, e.g. ghcr.io/acme/train."),
+        ] = matrix.DEFAULT_REPOSITORY,
+        force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+    ) -> None:
+        """Write a commented matrix for your project: imagekit.toml (or [tool.imagekit] in pyproject.toml).
+
+        Axes not given default to a small matrix from the shipped default; every value is checked against the
+        compatibility data, and the file is written only when at least one cell is compatible.
+        """
+        axes = {
+            axis: _axis(values, axis)
+            for axis, values in zip(matrix.AXES, (cuda, torch, transformers, python), strict=True)
+        }
+        extra = tuple(dict.fromkeys(_valid("--package", validate.requirement, p) for p in package or ()))
+        names = {validate.requirement_name(p) for p in extra}
+        packages = tuple(p for p in DEFAULT_PACKAGES if validate.requirement_name(p) not in names) + extra
+        repo = _valid("--repository", validate.repository, repository)
+        data = compat.load()
+        unbased = [p for p in axes["python"] if p not in data.bases]
+        if unbased:
+            raise UsageError(
+                f"no base image known for Python {', '.join(unbased)}",
+                f'pick from {", ".join(sorted(data.bases))}, or add a [bases."X.Y"] table to the file by hand',
+            )
+
+        target = out if out is not None else Path("pyproject.toml" if pyproject else matrix.MATRIX_FILE)
+        output_file_option(target, "--out")
+        if pyproject:
+            if target.name != "pyproject.toml":
+                raise UsageError(
+                    f"--pyproject appends to a pyproject.toml, not {target}", "drop --out, or drop --pyproject"
+                )
+            text = _pyproject_with(target, document(axes, packages, repo, table="tool.imagekit."))
+            origin = f"{target} [tool.imagekit]"
+        else:
+            if (target.exists() or target.is_symlink()) and not force:
+                raise UsageError(f"{target} exists", "pass --force to replace it, or --out FILE to write elsewhere")
+            text = document(axes, packages, repo)
+            origin = str(target)
+        doc = tomllib.loads(text)
+        checked = f"{origin} (not written)"  # an unknown version or an all-excluded matrix leaves the file alone
+        cells, compatible = _check(doc["tool"]["imagekit"] if pyproject else doc, checked, data)
+        mode = target.stat().st_mode & 0o777 if pyproject else 0o644
+        write_atomic(target.resolve() if pyproject else target, text, mode)
+        _report(target, origin, cells, compatible)
+
+
+def _valid(flag: str, check: Callable[[str], str], value: str) -> str:
+    try:
+        return check(value)
+    except UsageError as exc:
+        raise UsageError(exc.message, exc.hint or f"for example {flag} {EXAMPLES[flag]}") from None
+
+
+def _axis(values: list[str] | None, axis: str) -> tuple[str, ...]:
+    if not values:
+        return DEFAULT_AXES[axis]
+    check = matrix.VALIDATORS[axis]
+    return tuple(dict.fromkeys(_valid(f"--{axis}", check, v) for v in values))
+
+
+def _check(doc: dict, origin: str, data: compat.CompatData) -> tuple[int, int]:
+    """(cells, compatible cells) of the document; unknown versions and an all-excluded matrix are usage errors."""
+    config = matrix.parse(doc, origin, data)
+    evaluated = matrix.evaluate(config, data)  # UnknownVersionError (exit 2) names each version it does not know
+    compatible = [e for e in evaluated if e.verdict.compatible]
+    if not compatible:
+        reasons = [f"{e.cell.id}: " + "; ".join(v.message for v in e.verdict.violations) for e in evaluated]
+        raise UsageError(
+            f"{origin}: no cell of this matrix is compatible:\n  " + "\n  ".join(reasons),
+            "pick versions that go together: `imagekit explain --cuda X --torch Y` says why a pair is excluded, "
+            "and the README's compatibility grid lists the pairs torch has wheels for",
+        )
+    return len(evaluated), len(compatible)
+
+
+def _pyproject_with(path: Path, section: str) -> str:
+    """pyproject.toml's text with ``section`` appended; refused when it has a [tool.imagekit] already."""
+    hint = "run `imagekit init --pyproject` in your project's folder, or drop --pyproject to write imagekit.toml"
+    text = read_input(path, "pyproject file", hint) or ""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}", "fix its syntax first") from None
+    tool = doc.get("tool")
+    if isinstance(tool, dict) and "imagekit" in tool:
+        raise UsageError(
+            f"{path} already has a [tool.imagekit] section",
+            "edit it in place (`imagekit matrix --help` shows the keys), or drop --pyproject to write imagekit.toml",
+        )
+    kept = text.rstrip("\n")
+    joined = (kept + "\n\n" if kept else "") + section
+    try:
+        tomllib.loads(joined)
+    except tomllib.TOMLDecodeError as exc:  # e.g. `tool = {...}` written as an inline table
+        raise UsageError(
+            f"{path}: a [tool.imagekit] section cannot be added to it ({exc})", "write imagekit.toml"
+        ) from None
+    return joined
+
+
+def _report(target: Path, origin: str, cells: int, compatible: int) -> None:
+    console = err_console()
+    excluded = cells - compatible
+    summary = f"{cells} cell(s), {compatible} compatible" + (
+        f" ({excluded} excluded by the rules: `imagekit matrix --explain` says why)" if excluded else ""
+    )
+    console.print(f"wrote {origin}: {summary}", markup=False)
+    found = _read_by_default()
+    flag = ""
+    if found is None or not _same(found, target):
+        flag = f" --matrix {shlex.quote(str(target))}"
+        if found is not None:
+            console.print(f"note: without --matrix, commands run here read ./{found} first", markup=False)
+    console.print("next:", markup=False)
+    width = max(len(cmd + flag) for cmd, _ in NEXT)
+    for cmd, why in NEXT:
+        console.print(f"  {cmd + flag:<{width}}   # {why}", markup=False)
+
+
+def _read_by_default() -> Path | None:
+    """The file `--matrix`-less commands run here read (as `matrix.load_file`), or None: the shipped default."""
+    local, pyproject = Path(matrix.MATRIX_FILE), Path("pyproject.toml")
+    if local.exists() or local.is_symlink():
+        return local
+    if not pyproject.is_file():
+        return None
+    try:
+        tool = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return pyproject if isinstance(tool, dict) and "imagekit" in tool else None
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
