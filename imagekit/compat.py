@@ -125,8 +125,8 @@ class CompatData:
         what = f"{name} {version} is not" if len(version.split(".")) > 2 else f"no {name} {version} or {version}.x is"
         return UnknownVersionError(
             f"{what} in imagekit's {where} ({detail})",
-            f"check the version; if {name} {version} is on PyPI and newer than this data, run "
-            "`imagekit compat refresh` to fetch its metadata",
+            "check the version; a release on PyPI newer than this data needs `imagekit compat refresh` (it fetches "
+            "the metadata; `imagekit compat show` says which data is in use)",
         )
 
     def resolve(self, name: str, wanted: str) -> str:
@@ -390,7 +390,9 @@ def load() -> CompatData:
         st = path.stat() if path is not None else None
     except OSError:
         st = None
-    return _load(str(path) if path is not None else None, (st.st_mtime_ns, st.st_size) if st else None)
+    if path is None or st is None:  # no user file: one cache entry whatever the path (tests change HOME often)
+        return _load(None, None)
+    return _load(str(path), (st.st_mtime_ns, st.st_size))
 
 
 def curated_document() -> dict:
