@@ -1,21 +1,32 @@
 """Compatibility data: curated facts (compat.toml) plus index metadata (pypi-metadata.json), with lookups.
 
-Loading reads two packaged files; everything else here is pure.
+The curated facts (CUDA variants, driver floors, archs, bases: each with its source) ship with imagekit. The index
+metadata ships too, and `imagekit compat refresh` writes a newer copy to the user data folder (``user_data_dir``),
+which `load` prefers when it is valid and knows at least as many torch releases as the shipped copy.
+
+`load` reads those files; everything else here is pure.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from imagekit.errors import UnknownVersionError
+from imagekit.errors import UnknownVersionError, UsageError
 
-REFRESH_HINT = "run `imagekit compat refresh` (or upgrade imagekit) so its compatibility data knows this release"
+METADATA_FILE = "pypi-metadata.json"
+CURATED_FILE = "compat.toml"
+SHIPPED = "shipped"
+USER = "user"
 
 
 @dataclass(frozen=True)
@@ -71,27 +82,87 @@ class CompatData:
     gpus_source: str
     bases: dict[str, BaseSpec]
     packages: dict[str, dict[str, PackageRelease]] = field(default_factory=dict)
+    # Where the two parts came from, for messages that say which file lacks what.
+    curated_path: str = CURATED_FILE
+    metadata_path: str = METADATA_FILE
+    metadata_origin: str = SHIPPED  # "shipped" or "user" (written by `imagekit compat refresh`)
 
     # -- lookups ---------------------------------------------------------------------------------------
     def torch_minor(self, torch: str) -> TorchMinor:
         v = Version(torch)
         minor = f"{v.major}.{v.minor}"
-        if torch not in self.torch_releases or minor not in self.torch_minors:
+        if torch not in self.torch_releases:
+            raise self.not_in_metadata("torch", torch)
+        if minor not in self.torch_minors:
             raise UnknownVersionError(
-                f"torch {torch} is not in imagekit's compatibility data (data version {self.data_version}; "
-                f"known: {', '.join(sorted(self.torch_minors, key=Version))})",
-                REFRESH_HINT,
+                f"torch {torch} is on PyPI, but imagekit's curated facts (data version {self.data_version}) have no "
+                f"entry for torch {minor}: its CUDA variants, PyPI default variant and glibc floor are not known "
+                f"(curated: torch {_span(self.torch_minors)})",
+                f'upgrade imagekit, or add a [[torch]] table with minor = "{minor}" (variants, pypi_default, '
+                f"glibc, each with its source) to {self.curated_path}; `imagekit compat refresh` will not help: "
+                "it updates only the PyPI metadata",
             )
         return self.torch_minors[minor]
 
     def package(self, name: str, version: str) -> PackageRelease:
         known = self.packages.get(name, {})
         if version not in known:
-            raise UnknownVersionError(
-                f"{name} {version} is not in imagekit's compatibility data (data version {self.data_version})",
-                REFRESH_HINT,
-            )
+            raise self.not_in_metadata(name, version)
         return known[version]
+
+    def releases(self, name: str) -> list[str]:
+        """Every release of ``name`` the PyPI metadata knows, oldest first."""
+        known = self.torch_releases if name == "torch" else self.packages.get(name, {})
+        return sorted(known, key=Version)
+
+    def not_in_metadata(self, name: str, version: str) -> UnknownVersionError:
+        """A release the PyPI metadata lacks: refreshing the metadata is the fix when the release is newer."""
+        known = self.releases(name)
+        family = ".".join(version.split(".")[:2])
+        near = [r for r in known if r.startswith(family + ".")]
+        where = f"{self.metadata_origin} PyPI metadata {self.metadata_path}"
+        detail = f"known {family}.x: {', '.join(near)}" if near else f"{len(known)} releases, {_span(known)}"
+        what = f"{name} {version} is not" if len(version.split(".")) > 2 else f"no {name} {version} or {version}.x is"
+        return UnknownVersionError(
+            f"{what} in imagekit's {where} ({detail})",
+            "check the version; a release on PyPI newer than this data needs `imagekit compat refresh` (it fetches "
+            "the metadata; `imagekit compat show` says which data is in use)",
+        )
+
+    def resolve(self, name: str, wanted: str) -> str:
+        """An exact known release, or the newest known release a prefix names (``2.5`` -> ``2.5.1``; the
+        matrix selectors' rule: equal, or the prefix followed by a dot). Pre-releases and yanked releases are
+        picked only when nothing else matches, and so is a torch release the curated facts do not cover yet (``2`` is
+        the newest 2.x imagekit can check). Unknown: UnknownVersionError."""
+        known = self.releases(name)
+        if wanted in known:
+            return wanted
+        matching = [r for r in known if r.startswith(wanted + ".")]
+        if not matching:
+            raise self.not_in_metadata(name, wanted)
+
+        def usable(r: str) -> bool:
+            if Version(r).is_prerelease:
+                return False
+            if name == "torch":  # the curated facts cover it (CUDA variants, glibc): a newer one cannot be checked
+                return f"{Version(r).major}.{Version(r).minor}" in self.torch_minors
+            return not self.packages[name][r].yanked
+
+        plain = [r for r in matching if usable(r)]
+        return (plain or matching)[-1]
+
+    def driver_family(self, cuda: str) -> tuple[str, str]:
+        """(minimum driver, source) of the CUDA major family of ``cuda``: a curated fact."""
+        major = int(cuda.split(".")[0])
+        if major not in self.driver_families:
+            raise UnknownVersionError(
+                f"CUDA {cuda}: imagekit's curated facts (data version {self.data_version}) have no driver floor for "
+                f"CUDA {major}.x (known: {', '.join(f'{m}.x' for m in sorted(self.driver_families))})",
+                f"upgrade imagekit, or add a [[driver_family]] table with cuda_major = {major} (min_driver and its "
+                f"source) to {self.curated_path}; `imagekit compat refresh` will not help: it updates only the PyPI "
+                "metadata",
+            )
+        return self.driver_families[major]
 
     def arch_entry(self, torch: str, variant: str) -> ArchEntry | None:
         v = Version(torch)
@@ -108,11 +179,20 @@ class CompatData:
         return f"[{key}] {full}" if full else key
 
 
-def _load_json(name: str) -> dict:
-    return json.loads(resources.files("imagekit.data").joinpath(name).read_text())
+def _span(versions: object) -> str:
+    """``1.13.0 … 2.15.0``: the range of a set of versions."""
+    ordered = sorted(versions, key=Version)  # type: ignore[call-overload]
+    return f"{ordered[0]} … {ordered[-1]}" if ordered else "none"
 
 
-def parse(curated: dict, metadata: dict) -> CompatData:
+def parse(
+    curated: dict,
+    metadata: dict,
+    *,
+    curated_path: str = CURATED_FILE,
+    metadata_path: str = METADATA_FILE,
+    metadata_origin: str = SHIPPED,
+) -> CompatData:
     """Build CompatData from the two documents (pure; tests use it on edited copies)."""
     torch_minors = {
         t["minor"]: TorchMinor(
@@ -169,11 +249,165 @@ def parse(curated: dict, metadata: dict) -> CompatData:
         gpus_source=gpus_source,
         bases=bases,
         packages=packages,
+        curated_path=curated_path,
+        metadata_path=metadata_path,
+        metadata_origin=metadata_origin,
     )
 
 
-@cache
+def metadata_problems(doc: object) -> list[str]:
+    """What keeps ``doc`` from being PyPI metadata `parse` can use (pure): the shape `imagekit compat refresh`
+    writes. Empty when it is usable."""
+    if not isinstance(doc, dict):
+        return [f"expected a JSON object, got {type(doc).__name__}"]
+    problems = []
+    torch, packages = doc.get("torch"), doc.get("packages")
+    if not isinstance(torch, dict) or not torch:
+        problems.append("'torch' is not a non-empty object of releases")
+        torch = {}
+    if not isinstance(packages, dict):
+        problems.append("'packages' is not an object")
+        packages = {}
+    for ver, rel in torch.items():
+        if not _is_version(ver):
+            problems.append(f"torch release {ver!r} is not a version")
+        elif not isinstance(rel, dict) or not _strings(rel.get("python")) or not rel.get("python"):
+            problems.append(f"torch {ver}: 'python' is not a non-empty list of versions")
+        elif not _release_ok(rel, required=False):
+            problems.append(f"torch {ver}: requires_python, requires or cuda_runtime has the wrong type")
+    for name, releases in packages.items():
+        if not isinstance(releases, dict):
+            problems.append(f"packages.{name} is not an object of releases")
+            continue
+        for ver, rel in releases.items():
+            if not _is_version(ver) or not _release_ok(rel, required=True):
+                problems.append(f"packages.{name} {ver!r}: not a release with requires_python and requires")
+    return problems[:5]
+
+
+def _is_version(value: object) -> bool:
+    try:
+        return isinstance(value, str) and str(Version(value)) == value
+    except InvalidVersion:
+        return False
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _release_ok(rel: object, *, required: bool) -> bool:
+    if not isinstance(rel, dict):
+        return False
+    if required and not ("requires_python" in rel and "requires" in rel):
+        return False
+    requires = rel.get("requires", {})
+    return (
+        isinstance(rel.get("requires_python", ""), str)
+        and isinstance(requires, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in requires.items())
+        and isinstance(rel.get("cuda_runtime"), str | None)
+        and isinstance(rel.get("yanked", False), bool)
+    )
+
+
+def floor_problem(doc: dict, shipped: dict) -> str | None:
+    """The sanity floor: user metadata must know at least the torch releases and packages the shipped copy
+    knows (it is meant to be newer). None when it does."""
+    if len(doc["torch"]) < len(shipped["torch"]):
+        have, want = len(doc["torch"]), len(shipped["torch"])
+        return f"it knows {have} torch releases, fewer than the {want} shipped with imagekit"
+    missing = sorted(set(shipped["packages"]) - set(doc["packages"]))
+    if missing:
+        return f"it has no releases of {', '.join(missing)}, which the shipped data has"
+    return None
+
+
+def user_data_dir(env: Mapping[str, str], home: Path | None) -> Path | None:
+    """Where `imagekit compat refresh` writes and `load` looks: $IMAGEKIT_DATA_DIR, else $XDG_DATA_HOME/imagekit
+    (an absolute one, as the XDG spec says), else ~/.local/share/imagekit. None without a home to put it in."""
+    if env.get("IMAGEKIT_DATA_DIR"):
+        return Path(env["IMAGEKIT_DATA_DIR"])
+    xdg = env.get("XDG_DATA_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "imagekit"
+    return home / ".local" / "share" / "imagekit" if home is not None else None
+
+
+def user_metadata_path() -> Path | None:
+    try:
+        home: Path | None = Path.home()
+    except RuntimeError:  # no $HOME and no passwd entry
+        home = None
+    folder = user_data_dir(os.environ, home)
+    return folder / METADATA_FILE if folder is not None else None
+
+
+def shipped_path(name: str) -> str:
+    return str(resources.files("imagekit.data").joinpath(name))
+
+
+def shipped_metadata() -> dict:
+    return json.loads(resources.files("imagekit.data").joinpath(METADATA_FILE).read_text())
+
+
+def read_user_metadata(path: Path) -> dict | None:
+    """The user's refreshed metadata: None when absent; a UsageError (exit 2) when it is there but unusable."""
+    hint = f"run `imagekit compat refresh` to write it again, or delete {path} to use the data shipped with imagekit"
+    try:
+        if not path.exists():
+            return None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the compatibility data {path}: {exc}", hint) from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the compatibility data {path} is not valid JSON: {exc}", hint) from None
+    problems = metadata_problems(doc)
+    if problems:
+        raise UsageError(f"the compatibility data {path} has the wrong shape: {'; '.join(problems)}", hint)
+    return doc
+
+
+def choose_metadata(path: Path | None) -> tuple[dict, str, str, str | None]:
+    """(metadata document, its path, "user" or "shipped", why a user file was passed over)."""
+    shipped = shipped_metadata()
+    doc = read_user_metadata(path) if path is not None else None
+    if doc is None or path is None:
+        return shipped, shipped_path(METADATA_FILE), SHIPPED, None
+    why = floor_problem(doc, shipped)
+    if why:
+        return shipped, shipped_path(METADATA_FILE), SHIPPED, f"{path}: {why}"
+    return doc, str(path), USER, None
+
+
 def load() -> CompatData:
-    """The compatibility data shipped with this imagekit."""
-    curated = tomllib.loads(resources.files("imagekit.data").joinpath("compat.toml").read_text())
-    return parse(curated, _load_json("pypi-metadata.json"))
+    """The compatibility data: the curated facts shipped with imagekit, and the user's refreshed PyPI metadata when
+    it is there and valid (else the shipped metadata). Cached per state of the user file."""
+    path = user_metadata_path()
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        st = None
+    if path is None or st is None:  # no user file: one cache entry whatever the path (tests change HOME often)
+        return _load(None, None)
+    return _load(str(path), (st.st_mtime_ns, st.st_size))
+
+
+def curated_document() -> dict:
+    return tomllib.loads(resources.files("imagekit.data").joinpath(CURATED_FILE).read_text())
+
+
+@cache
+def _load(path: str | None, _signature: tuple[int, int] | None) -> CompatData:
+    curated = curated_document()
+    metadata, where, origin, passed_over = choose_metadata(Path(path) if path is not None else None)
+    if passed_over:  # an older copy (imagekit was upgraded since the refresh): the shipped data is newer
+        sys.stderr.write(
+            f"warning: not using {passed_over}; using the shipped data\n"
+            "hint: run `imagekit compat refresh` to update it, or delete it\n"
+        )
+    return parse(
+        curated, metadata, curated_path=shipped_path(CURATED_FILE), metadata_path=where, metadata_origin=origin
+    )

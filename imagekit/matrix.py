@@ -294,18 +294,19 @@ def _read_toml(path: Path) -> dict:
 
 def evaluate(config: MatrixConfig, data: CompatData) -> list[EvaluatedCell]:
     """Every cell with its verdict; unknown versions are collected into one error."""
-    out, unknown = [], []
+    out, unknown, hints = [], [], []
     for cell in config.cells:
         base = config.bases.get(cell.python) or data.bases.get(cell.python)
         try:
             verdict = rules.evaluate(Query.of(cell, config.targets, base.glibc if base else None), data)
         except UnknownVersionError as exc:
             unknown.append(f"{config.origin}: {cell.id}: {exc.message}")
+            if exc.hint and exc.hint not in hints:
+                hints.append(exc.hint)
             continue
         out.append(EvaluatedCell(cell, verdict))
-    if unknown:
-        err = UnknownVersionError("\n".join(unknown), "run `imagekit compat refresh` (or upgrade imagekit)")
-        raise err
+    if unknown:  # each distinct fix once: a refresh for releases newer than the metadata, curated facts otherwise
+        raise UnknownVersionError("\n".join(unknown), "\nhint: ".join(hints) or None)
     return out
 
 

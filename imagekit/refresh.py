@@ -88,7 +88,21 @@ def dump(doc: dict) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def refresh(out: Path, index: str = DEFAULT_INDEX) -> dict:
+def refresh(out: Path, index: str = DEFAULT_INDEX, floor: dict | None = None) -> dict:
+    """Fetch, check and write atomically. ``floor`` (the shipped metadata, when writing the file imagekit reads):
+    refuse a document `compat.load` would pass over, so what is written is what is used."""
+    from imagekit import compat
+    from imagekit.locking import redact
+
     doc = build_metadata(index)
+    problems = compat.metadata_problems(doc)
+    short = compat.floor_problem(doc, floor) if floor is not None and not problems else None
+    if problems or short:
+        raise EnvironmentFailure(
+            f"the index {redact(index)} answered metadata imagekit would not use ({short or '; '.join(problems)}); "
+            f"{out} was not written",
+            "use an index that mirrors PyPI's torch releases (the default https://pypi.org/simple), or --out FILE "
+            "to export what it has",
+        )
     write_atomic(out, dump(doc))
     return doc

@@ -15,7 +15,6 @@ from packaging.version import Version
 
 from imagekit.compat import ArchEntry, CompatData
 from imagekit.doctor import imagekit_doctor as doctor
-from imagekit.errors import UnknownVersionError
 from imagekit.model import Query, Verdict, Violation
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
@@ -44,13 +43,7 @@ class DriverFloor:
 
 
 def driver_floor(data: CompatData, cuda: str) -> DriverFloor:
-    major = cuda_major(cuda)
-    if major not in data.driver_families:
-        raise UnknownVersionError(
-            f"CUDA {cuda}: no driver floor known for CUDA {major}.x (data version {data.data_version})",
-            "run `imagekit compat refresh` or upgrade imagekit",
-        )
-    minimum, src = data.driver_families[major]
+    minimum, src = data.driver_family(cuda)  # UnknownVersionError naming the curated table when missing
     return DriverFloor(minimum, data.toolkit_drivers.get(cuda), data.source(src))
 
 

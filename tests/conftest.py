@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,18 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden from the current templates")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_user_compat_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test reads the compatibility data shipped with imagekit, never a copy this machine's user refreshed
+    (`imagekit compat refresh` writes to the user data folder, which `compat.load` prefers): IMAGEKIT_DATA_DIR is
+    an empty folder for the whole session, subprocesses included. Tests that want user data set their own."""
+    empty = tmp_path_factory.mktemp("user-data-empty")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IMAGEKIT_DATA_DIR", str(empty))
+        yield empty
+    assert not any(empty.iterdir()), "a test wrote into the session's empty user data folder"
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from packaging.version import Version
 
 EXAMPLE = ["--cuda", "12.4", "--torch", "2.5.1", "--transformers", "4.48.2", "--python", "3.11"]
 
@@ -72,11 +73,54 @@ def test_explain_readable_output(app, runner):
     assert "cuda-variant" in res.output and "source:" in res.output
 
 
-@pytest.mark.parametrize("args", [["--torch", "2.15.0"], ["--torch", "2.5.9"], ["--transformers", "9.0.0"]])
+@pytest.mark.parametrize("args", [["--torch", "2.5.9"], ["--transformers", "9.0.0"], ["--torch", "2.16"]])
 def test_explain_unknown_versions_exit_2_with_refresh_hint(app, runner, args):
     res = runner.invoke(app, ["explain", *args, "--json"])
     assert res.exit_code == 2
-    assert "hint:" in res.output and "compat refresh" in res.output
+    assert "hint:" in res.output and "`imagekit compat refresh`" in res.output and "will not help" not in res.output
+
+
+def test_explain_torch_the_curated_facts_lack_says_refresh_will_not_help(app, runner):
+    res = runner.invoke(app, ["explain", "--torch", "2.15.0", "--json"])
+    assert res.exit_code == 2
+    assert "compat.toml" in res.output and "`imagekit compat refresh` will not help" in res.output
+
+
+@pytest.mark.parametrize(
+    ("given", "axis", "exact"),
+    [
+        (["--torch", "2.5"], "torch", "2.5.1"),
+        (["--torch", "2.5", "--cuda", "cu124"], "torch", "2.5.1"),
+        (["--transformers", "4.48", "--torch", "2.5.1"], "transformers", "4.48.3"),
+    ],
+)
+def test_explain_takes_a_prefix_as_matrix_and_lock_do(app, runner, given, axis, exact):
+    """`--torch 2.5` selects 2.5.x in `matrix`/`lock`; `explain` evaluates the newest known 2.5.x and says so."""
+    res = runner.invoke(app, ["explain", *given, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc.pop("resolved") == {axis: exact}
+    pinned = [exact if i > 0 and given[i - 1] == f"--{axis}" else w for i, w in enumerate(given)]
+    same = runner.invoke(app, ["explain", *pinned, "--json"])
+    assert doc == json.loads(same.stdout) and "resolved" not in json.loads(same.stdout)  # the same verdict
+    assert f"{axis} {given[given.index(f'--{axis}') + 1]} -> {exact}" in res.stderr
+
+
+def test_explain_prefix_picks_the_newest_release_the_curated_facts_cover(app, runner, data):
+    """`--torch 2`: 2.15.0 is on PyPI but has no curated facts yet, so 2.14.1, the newest imagekit can check."""
+    newest = max((r for r in data.torch_releases if r.rsplit(".", 1)[0] in data.torch_minors), key=Version)
+    res = runner.invoke(app, ["explain", "--torch", "2", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["resolved"] == {"torch": newest}
+
+
+@pytest.mark.parametrize("value", ["2.16", "2.5.9", "3"])
+def test_explain_prefix_matching_nothing_does_not_contradict_itself(app, runner, value):
+    res = runner.invoke(app, ["explain", "--torch", value])
+    assert res.exit_code == 2
+    [error] = [line for line in res.output.splitlines() if line.startswith("error:")]
+    listed = error.split("(", 1)[1]
+    assert value not in listed.replace("…", ",").replace(":", ",").split(", ")  # never "2.5 is not known (2.5...)"
+    assert not any(r == value or r.startswith(value + ".") for r in listed.split(": ")[-1].split(", "))
 
 
 def test_matrix_github_is_valid_json_of_compatible_cells(app, runner, data, in_tmp):

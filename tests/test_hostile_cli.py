@@ -140,6 +140,7 @@ BASELINE: dict[str, list[str]] = {
     "doctor": ["--tier", "quick", "--timeout", "20"],
     "base bootstrap": [],
     "compat refresh": ["--out", "meta.json", "--index", f"{DEAD}/simple"],
+    "compat show": [],
     # `pod`: an SSH target on the dead port (refused at once), RunPod's API on it too
     "pod exec": ["root@127.0.0.1:9", "--key", "afile", "--timeout", "5", "--", "nvidia-smi"],
     "pod doctor": ["root@127.0.0.1:9", "--key", "afile", "--timeout", "5"],
@@ -162,7 +163,6 @@ DEFAULT_OUTPUTS = {
     ("build", "--lock-dir"): "lockfiles",
     ("build", "--state-dir"): ".imagekit",
     ("build", "--release-index"): "releases/index.json",
-    ("compat refresh", "--out"): "imagekit/data/pypi-metadata.json",
     ("init", "--out"): "imagekit.toml",
 }
 
@@ -287,7 +287,9 @@ def invocations(draw: st.DrawFn, command: str) -> tuple[list[str], list[tuple[st
     opts = COMMANDS[command]
     valued = [o for o in opts if o.kind != "bool"]
     flags = [o for o in opts if o.kind == "bool" and o.flag not in ("--help",)]
-    chosen = draw(st.lists(st.sampled_from(valued), min_size=1, max_size=min(3, len(valued)), unique=True))
+    chosen = (  # a command with flags only (`compat show --json`) runs its baseline with flags drawn
+        draw(st.lists(st.sampled_from(valued), min_size=1, max_size=min(3, len(valued)), unique=True)) if valued else []
+    )
     drawn: list[tuple[str, str]] = []
     overridden: dict[str, list[str]] = {}
     for opt in chosen:

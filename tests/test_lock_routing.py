@@ -122,7 +122,7 @@ def test_unreachable_torch_index_is_exit_3_naming_it(indexes, data, tmp_path):
     settings = locking.LockSettings(index_url=indexes["pypi"], torch_index_base="http://127.0.0.1:9/whl")
     res = lock_service.lock_one(CELL_118, tmp_path / "locks", settings, data)
     assert isinstance(res.error, EnvironmentFailure) and res.error.exit_code == 3
-    assert "http://127.0.0.1:9/whl/cu118" in res.error.hint
+    assert "http://127.0.0.1:9/whl/cu118" in res.error.message and "--torch-index-url" in res.error.hint
 
 
 def test_credentials_never_reach_the_lockfile(indexes, data, tmp_path):

@@ -14,6 +14,13 @@ from imagekit.model import Query
 def register(app: typer.Typer) -> None:
     @app.command(
         "explain",
+        help="Check one combination against the cited compatibility rules. Omitted axes are not checked.\n\n"
+        "Versions are selected as `matrix` and `lock` select them: --cuda 12.4 or cu124, --python 3.11, and "
+        "--torch/--transformers as an exact release or a prefix. A prefix that names several known releases "
+        "(--torch 2.5: 2.5.0 and 2.5.1) is evaluated as the newest of them that is not a pre-release, not yanked "
+        "and (for torch) covered by the curated facts; stderr says which, and --json adds "
+        '"resolved": {"torch": "2.5.1"}. Give the exact version to check another.\n\n'
+        "Exit 0 when compatible, 1 when not, 2 for bad or unknown versions.",
         epilog="Example: imagekit explain --cuda 12.4 --torch 2.5.1 --transformers 4.48.2 --python 3.11 "
         "--arch sm_90 --driver 535.104.05 --json",
     )
@@ -22,9 +29,17 @@ def register(app: typer.Typer) -> None:
         cuda: Annotated[
             str | None, typer.Option(metavar="VERSION", help="CUDA variant of the torch wheel, e.g. 12.4 or cu124.")
         ] = None,
-        torch: Annotated[str | None, typer.Option(metavar="VERSION", help="torch version, e.g. 2.5.1.")] = None,
+        torch: Annotated[
+            str | None,
+            typer.Option(
+                metavar="VERSION", help="torch version or prefix, e.g. 2.5.1, or 2.5 for the newest known 2.5.x."
+            ),
+        ] = None,
         transformers: Annotated[
-            str | None, typer.Option(metavar="VERSION", help="transformers version, e.g. 4.48.2.")
+            str | None,
+            typer.Option(
+                metavar="VERSION", help="transformers version or prefix, e.g. 4.48.2, or 4.48 for the newest known."
+            ),
         ] = None,
         python: Annotated[str | None, typer.Option(metavar="VERSION", help="Python version, e.g. 3.11.")] = None,
         arch: Annotated[
@@ -45,10 +60,24 @@ def register(app: typer.Typer) -> None:
         Exit 0 when compatible, 1 when not, 2 for bad or unknown versions.
         """
         data = compat.load()
+        resolved: dict[str, str] = {}
+
+        def release(name: str, value: str | None) -> str | None:
+            if value is None:
+                return None
+            exact = data.resolve(name, validate.version(value, f"{name} version"))
+            if exact != value:
+                resolved[name] = exact
+                err_console().print(
+                    f"{name} {value} -> {exact} (the newest known {value}.x; give an exact version to check another)",
+                    markup=False,
+                )
+            return exact
+
         query = Query(
             cuda=validate.cuda(cuda) if cuda is not None else None,
-            torch=validate.version(torch, "torch version") if torch is not None else None,
-            transformers=validate.version(transformers, "transformers version") if transformers is not None else None,
+            torch=release("torch", torch),
+            transformers=release("transformers", transformers),
             python=validate.python(python) if python is not None else None,
             packages=tuple(validate.requirement(p) for p in package or ()),
             archs=tuple(validate.arch(a, data.gpus) for a in arch or ()),
@@ -56,7 +85,10 @@ def register(app: typer.Typer) -> None:
         )
         verdict = rules.evaluate(query, data)
         if as_json:
-            out_json(verdict.to_json())
+            doc = verdict.to_json()
+            if resolved:  # only when a prefix was given, so the exact-version contract stays as it was
+                doc["resolved"] = resolved
+            out_json(doc)
         else:
             console = err_console()
             named = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -29,6 +30,7 @@ from imagekit.cli.common import (
     selected_compatible,
     selector,
 )
+from imagekit.effects.resolver import IndexUnreachable
 from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK
 from imagekit.services import lock as lock_service
 
@@ -91,7 +93,7 @@ def register(app: typer.Typer) -> None:
                     f"[{style}]{r.status:>10}[/] {r.cell.id}"
                     + (f" ({r.lock.short_hash})" if r.lock and r.status != "failed" else "")
                 )
-                if r.error:
+                if r.error and not isinstance(r.error, IndexUnreachable):  # those: once, at the end
                     console.print("  " + r.error.render().replace("\n", "\n  "), markup=False)
 
             results = lock_service.lock_cells(
@@ -128,6 +130,9 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{len(results)} lock(s) up to date")
             raise typer.Exit(EXIT_NO if bad else EXIT_OK)
         failed = [r for r in results if r.status == "failed"]
+        # An unreachable index fails every cell that needs it with one shared error: said once, as the command's.
+        for error in {id(r.error): r.error for r in failed if isinstance(r.error, IndexUnreachable)}.values():
+            sys.stderr.write(error.render() + "\n")
         if failed:
             codes = {r.error.exit_code for r in failed if r.error}
             raise typer.Exit(EXIT_ENV if EXIT_ENV in codes else max(codes))

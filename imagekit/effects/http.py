@@ -144,6 +144,19 @@ def stream(
         url, attempt = target, 0
 
 
+def unreachable(url: str, timeout: float) -> str | None:
+    """Why the server of ``url`` cannot be reached (connection refused, a DNS failure, no answer within
+    ``timeout`` seconds), or None when it answers anything at all: any status, a 401 or a 404 included, is for
+    the caller that uses the URL to judge. One HEAD request, no retry."""
+    try:
+        with stream("HEAD", url, timeout=httpx.Timeout(timeout), attempts=1):
+            return None
+    except EnvironmentFailure as exc:
+        if "Timeout" in exc.message:
+            return f"no answer within {timeout:g} s ({exc.message.split(': ', 1)[-1]})"
+        return exc.message.removeprefix(f"cannot reach {_display(url)}: ")
+
+
 def _display(url: str) -> str:
     """The URL without its query (which may carry signatures or tokens)."""
     return url.split("?", 1)[0]

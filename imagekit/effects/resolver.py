@@ -7,10 +7,11 @@ import shutil
 import sys
 import sysconfig
 import tempfile
+import threading
 from functools import cache
 from pathlib import Path
 
-from imagekit.effects import process
+from imagekit.effects import http, process
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.locking import LockRequest, redact, redact_text
 
@@ -35,6 +36,58 @@ _INDEX_SIGNS = (
     "Received some unexpected JSON",
     "Received some unexpected HTML",
 )
+
+
+class IndexUnreachable(EnvironmentFailure):
+    """An index a resolution needs did not answer a probe: one error shared by every cell that needs it."""
+
+
+PROBE_TIMEOUT_S = 5.0  # an index that does not answer a HEAD request in this long is unreachable
+_probes: dict[str, IndexUnreachable | None] = {}
+_probe_locks: dict[str, threading.Lock] = {}
+_probes_guard = threading.Lock()
+
+
+def index_urls(req: LockRequest) -> list[str]:
+    """Every index the resolution of ``req`` reads: the main one, the extra ones, the PyTorch variant index."""
+    urls = [req.settings.index_url, *req.settings.extra_index_urls]
+    if req.routed and req.torch_index:
+        urls.append(req.torch_index)
+    return list(dict.fromkeys(urls))
+
+
+def unreachable_index(req: LockRequest) -> IndexUnreachable | None:
+    """The failure of the first index ``req`` needs that cannot be reached, found before any resolver runs.
+
+    Each URL is probed at most once per process (concurrent cells wait for the one probe, `build` re-locking
+    stale cells reuses it), and every cell needing an unreachable URL gets the same error object, so a caller can
+    report it once."""
+    for url in index_urls(req):
+        with _probes_guard:
+            lock = _probe_locks.setdefault(url, threading.Lock())
+        with lock:
+            if url not in _probes:
+                why = http.unreachable(url, PROBE_TIMEOUT_S)
+                _probes[url] = None if why is None else _unreachable(req, url, why)
+        if _probes[url] is not None:
+            return _probes[url]
+    return None
+
+
+def _unreachable(req: LockRequest, url: str, why: str) -> IndexUnreachable:
+    shown = redact(url)
+    if url == req.torch_index:
+        return IndexUnreachable(
+            f"cannot reach the PyTorch index {shown}: {redact_text(why)}",
+            f"check the network and proxy settings (HTTPS_PROXY, NO_PROXY); pass --torch-index-url BASE for a "
+            f"reachable mirror (BASE/{req.cell.variant} is read), or --source pypi to select only the cells whose "
+            "torch is on PyPI",
+        )
+    flag = "--index-url" if url == req.settings.index_url else "--extra-index-url"
+    return IndexUnreachable(
+        f"cannot reach the package index {shown}: {redact_text(why)}",
+        f"check the network and proxy settings (HTTPS_PROXY, NO_PROXY), or pass {flag} URL for a reachable mirror",
+    )
 
 
 def uv_binary() -> str:

@@ -127,6 +127,9 @@ def lock_one(
         return LockResult(cell, "failed", path, error=exc)
     if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
         return LockResult(cell, "up-to-date", path, existing)
+    down = resolver.unreachable_index(req)  # probed once per URL and process, before any resolver runs
+    if down is not None:
+        return LockResult(cell, "failed", path, existing, down)
     try:
         if settings.resolver == "pip-tools":
             output = resolver.compile_pip_tools(req)

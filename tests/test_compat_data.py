@@ -1,0 +1,234 @@
+"""Compatibility data the user can refresh: where `compat refresh` writes, what `compat.load` reads, the sanity
+floor, and unknown-version errors that say which data lacks a release (and so whether refreshing helps).
+
+The refresh runs against a real PEP 691 index on loopback, generated from the shipped metadata plus releases the
+shipped data does not know (torch 2.16.0, transformers 9.0.0).
+"""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from imagekit import compat
+from tests.conftest import ROOT
+from tests.test_refresh import Index, index_server
+
+SHIPPED = compat.shipped_metadata()
+
+
+def cli(*args: str, data_dir: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "IMAGEKIT_DATA_DIR": str(data_dir)}
+    return subprocess.run(
+        [sys.executable, "-m", "imagekit", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+    )
+
+
+def _metadata_text(name: str, version: str, rel: dict) -> str:
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    if rel.get("requires_python"):
+        lines.append(f"Requires-Python: {rel['requires_python']}")
+    lines += [f"Requires-Dist: {dep}{spec}" for dep, spec in sorted(rel.get("requires", {}).items())]
+    if rel.get("cuda_runtime"):
+        major = rel["cuda_runtime"].split(".")[0]
+        lines.append(f"Requires-Dist: nvidia-cuda-runtime-cu{major}=={rel['cuda_runtime']}; sys_platform == 'linux'")
+    return "\n".join(lines) + "\n\n"
+
+
+@contextmanager
+def index_of(doc: dict) -> Iterator[str]:
+    """A PEP 691 index serving, for every release in a metadata document, wheels with PEP 658 metadata."""
+    pages: dict[str, dict] = {}
+    files: dict[str, bytes] = {}
+
+    def add(name: str, filename: str, meta: str, yanked: bool) -> None:
+        files[filename + ".metadata"] = meta.encode()
+        entry = {"filename": filename, "url": f"../../files/{filename}", "hashes": {}, "yanked": yanked}
+        pages.setdefault(name, {"meta": {"api-version": "1.1"}, "name": name, "files": []})
+        pages[name]["files"].append({**entry, "core-metadata": True})
+
+    for version, rel in doc["torch"].items():
+        plat = "manylinux_" + rel["glibc"].replace(".", "_") + "_x86_64"
+        for py in rel["python"]:
+            tag = "cp" + py.replace(".", "")
+            add("torch", f"torch-{version}-{tag}-{tag}-{plat}.whl", _metadata_text("torch", version, rel), False)
+    for name, releases in doc["packages"].items():
+        pages.setdefault(name, {"meta": {"api-version": "1.1"}, "name": name, "files": []})
+        for version, rel in releases.items():
+            add(name, f"{name}-{version}-py3-none-any.whl", _metadata_text(name, version, rel), rel["yanked"])
+    handler = type("Handler", (Index,), {"pages": pages, "files": files, "seen": [], "honour_range": True})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def newer_than_shipped() -> dict:
+    doc = copy.deepcopy(SHIPPED)
+    doc["torch"]["2.16.0"] = {**doc["torch"]["2.15.0"], "python": ["3.11", "3.12", "3.13"]}
+    doc["packages"]["transformers"]["9.0.0"] = {**doc["packages"]["transformers"]["4.48.2"], "yanked": False}
+    return doc
+
+
+# ---- where the user data lives -------------------------------------------------------------------------
+
+
+def test_user_data_dir_order():
+    home = Path("/home/u")
+    assert compat.user_data_dir({"IMAGEKIT_DATA_DIR": "/d", "XDG_DATA_HOME": "/x"}, home) == Path("/d")
+    assert compat.user_data_dir({"XDG_DATA_HOME": "/x"}, home) == Path("/x/imagekit")
+    assert compat.user_data_dir({"XDG_DATA_HOME": "relative"}, home) == home / ".local/share/imagekit"  # XDG: ignored
+    assert compat.user_data_dir({"IMAGEKIT_DATA_DIR": ""}, home) == home / ".local/share/imagekit"
+    assert compat.user_data_dir({}, None) is None
+
+
+def test_the_test_session_reads_only_the_shipped_data():
+    """conftest points IMAGEKIT_DATA_DIR at an empty folder: a refresh on this machine changes no test."""
+    assert compat.user_metadata_path() == Path(os.environ["IMAGEKIT_DATA_DIR"]) / "pypi-metadata.json"
+    data = compat.load()
+    assert data.metadata_origin == compat.SHIPPED and data.metadata_path == compat.shipped_path("pypi-metadata.json")
+
+
+# ---- refresh writes it, load reads it ------------------------------------------------------------------
+
+
+def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monkeypatch):
+    data_dir = tmp_path / "data"
+    shipped_file = ROOT / "imagekit" / "data" / "pypi-metadata.json"
+    shipped_bytes = shipped_file.read_bytes()
+    before = cli("explain", "--transformers", "9.0.0", data_dir=data_dir)
+    assert before.returncode == 2 and "compat refresh" in before.stderr  # the shipped data lacks it
+    with index_of(newer_than_shipped()) as index:
+        res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
+    assert res.returncode == 0, res.stderr
+    written = data_dir / "pypi-metadata.json"
+    assert f"wrote {written}: torch {len(SHIPPED['torch']) + 1} releases" in res.stderr
+    assert shipped_file.read_bytes() == shipped_bytes  # the shipped file is untouched
+
+    monkeypatch.setenv("IMAGEKIT_DATA_DIR", str(data_dir))
+    data = compat.load()
+    assert data.metadata_origin == compat.USER and data.metadata_path == str(written)
+    assert "2.16.0" in data.torch_releases and "9.0.0" in data.packages["transformers"]
+    assert data.torch_releases["2.5.1"] == SHIPPED["torch"]["2.5.1"]  # the same facts, read back from the index
+
+    after = cli("explain", "--transformers", "9.0.0", "--json", data_dir=data_dir)
+    assert after.returncode == 0 and json.loads(after.stdout)["compatible"] is True, after.stderr
+    # known to PyPI now, but not to the curated facts: the error says refreshing will not help
+    newest = cli("explain", "--torch", "2.16", data_dir=data_dir)
+    assert newest.returncode == 2
+    assert "torch 2.16 -> 2.16.0" in newest.stderr
+    assert "have no entry for torch 2.16" in newest.stderr and "[[torch]]" in newest.stderr
+    assert "compat.toml" in newest.stderr and "will not help" in newest.stderr
+    show = cli("compat", "show", "--json", data_dir=data_dir)
+    doc = json.loads(show.stdout)
+    assert doc["metadata"]["origin"] == "user" and doc["metadata"]["path"] == str(written)
+    assert doc["metadata"]["newest_torch"] == "2.16.0" and doc["user_file"]["state"] == "in use"
+    # refreshed data does not make committed locks stale: their input hash covers the curated data version
+    check = cli("lock", "--check", "--source", "pypi", data_dir=data_dir)
+    assert check.returncode == 0, check.stderr
+
+
+def test_refresh_refuses_an_index_knowing_fewer_torch_releases_than_shipped(tmp_path):
+    data_dir = tmp_path / "data"
+    with index_server(tmp_path) as (index, _):  # two torch releases
+        res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
+    assert res.returncode == 3, res.stderr
+    assert f"fewer than the {len(SHIPPED['torch'])} shipped" in res.stderr and "was not written" in res.stderr
+    assert res.stderr.count("error:") == 1 and res.stderr.count("hint:") == 1
+    assert not (data_dir / "pypi-metadata.json").exists()
+
+
+# ---- the sanity floor when reading ---------------------------------------------------------------------
+
+
+def test_an_older_user_file_is_passed_over_with_a_warning(tmp_path):
+    older = copy.deepcopy(SHIPPED)
+    del older["torch"]["2.15.0"]  # as if refreshed before this imagekit shipped newer data
+    (tmp_path / "pypi-metadata.json").write_text(json.dumps(older))
+    res = cli("explain", "--torch", "2.5.1", data_dir=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "warning: not using" in res.stderr and "fewer than the" in res.stderr and "hint:" in res.stderr
+    show = json.loads(cli("compat", "show", "--json", data_dir=tmp_path).stdout)
+    assert show["metadata"]["origin"] == "shipped" and show["user_file"]["state"].startswith("not used")
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("{not json", "is not valid JSON"),
+        ("[1, 2]", "wrong shape"),
+        (json.dumps({"torch": {"2.5.1": {"python": "3.11"}}, "packages": {}}), "wrong shape"),
+        (json.dumps({**SHIPPED, "packages": {"transformers": {"4.48.2": {"requires": 5}}}}), "wrong shape"),
+    ],
+)
+def test_an_unusable_user_file_is_exit_2_naming_it(tmp_path, text, needle):
+    path = tmp_path / "pypi-metadata.json"
+    path.write_text(text)
+    res = cli("matrix", "--format", "github", data_dir=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    [error] = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert str(path) in error and needle in error
+    assert "compat refresh" in res.stderr and f"delete {path}" in res.stderr
+    show = cli("compat", "show", data_dir=tmp_path)  # says what is wrong instead of failing
+    assert show.returncode == 0 and "unusable" in show.stdout
+
+
+def test_the_shipped_metadata_passes_its_own_checks():
+    assert compat.metadata_problems(SHIPPED) == []
+    assert compat.floor_problem(SHIPPED, SHIPPED) is None
+    assert compat.metadata_problems({"torch": {"2.x": {"python": ["3.11"]}}, "packages": {}}) == [
+        "torch release '2.x' is not a version"
+    ]
+
+
+# ---- unknown versions: which data lacks them, and what fixes that --------------------------------------
+
+
+def test_a_release_in_neither_file_points_to_refresh(data, app, runner):
+    assert "9.9.9" not in data.torch_releases
+    res = runner.invoke(app, ["explain", "--torch", "9.9.9"])
+    assert res.exit_code == 2
+    assert "torch 9.9.9 is not in imagekit's shipped PyPI metadata" in res.output
+    assert "needs `imagekit compat refresh`" in res.output and "will not help" not in res.output
+
+
+def test_a_release_on_pypi_but_not_in_the_curated_facts_says_refresh_will_not_help(data, app, runner):
+    """torch 2.15.0 is in the shipped pypi-metadata.json, and compat.toml has no [[torch]] minor 2.15."""
+    assert "2.15.0" in data.torch_releases and "2.15" not in data.torch_minors
+    res = runner.invoke(app, ["explain", "--torch", "2.15.0", "--cuda", "12.8"])
+    assert res.exit_code == 2
+    assert "have no entry for torch 2.15" in res.output
+    assert 'add a [[torch]] table with minor = "2.15"' in res.output and data.curated_path in res.output
+    assert "upgrade imagekit" in res.output and "`imagekit compat refresh` will not help" in res.output
+
+
+def test_a_cuda_major_without_a_driver_floor_names_the_curated_table(app, runner):
+    res = runner.invoke(app, ["explain", "--cuda", "14.0", "--torch", "2.14.1"])
+    assert res.exit_code == 2
+    assert "no driver floor for CUDA 14.x" in res.output and "[[driver_family]]" in res.output
+    assert "will not help" in res.output
+
+
+def test_a_matrix_with_both_kinds_gives_each_fix_once(app, runner, tmp_path):
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(
+        "[matrix]\n"
+        'cuda = ["12.8"]\ntorch = ["2.15.0", "9.9.9", "9.9.8"]\ntransformers = ["4.48.2"]\npython = ["3.11"]\n'
+    )
+    res = runner.invoke(app, ["matrix", "--matrix", str(matrix)])
+    assert res.exit_code == 2
+    assert res.output.count("hint:") == 2  # one refresh hint for both 9.9.x cells, one curated-facts hint
+    assert "torch 9.9.9 is not in" in res.output and "have no entry for torch 2.15" in res.output
