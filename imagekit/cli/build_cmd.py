@@ -186,10 +186,16 @@ def register(app: typer.Typer) -> None:
         relocked = [r.cell.id for r in results if r.lock == "re-resolved"]
         if relocked:
             console.print(f"re-resolved {len(relocked)} lock(s) in {lock_dir}: {', '.join(relocked)}", markup=False)
+        shown: dict[str, str] = {}  # one environment failure (an index down) is printed once, not per cell
         for r in results:
             if r.error:
+                text = r.error.render()
+                if text in shown:
+                    console.print(f"[red]{r.cell.id}[/] failed at {r.step}: the same error as {shown[text]}")
+                    continue
+                shown[text] = r.cell.id
                 console.print(f"[red]{r.cell.id}[/] failed at {r.step}:")
-                console.print(r.error.render(), markup=False)
+                console.print(text, markup=False)
         table = Table(title="imagekit build")
         for col in ("cell", "result", "size", "digest", "time"):
             table.add_column(col, no_wrap=col == "cell")
