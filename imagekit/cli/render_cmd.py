@@ -30,7 +30,8 @@ from imagekit.services.plans import plans_for
 def register(app: typer.Typer) -> None:
     @app.command(
         "render",
-        epilog="Examples: imagekit render --cuda 12.4 --source pypi --out build; imagekit render --source pypi --out build --check",
+        epilog="Examples: imagekit render --cuda 12.4 --source pypi --out build; "
+        "imagekit render --source pypi --out build --check",
     )
     @handles_errors
     def render(
