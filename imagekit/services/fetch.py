@@ -223,16 +223,19 @@ def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages:
     index, torch_index, routed = _sources(lock)
     supported = wheels.supported_tags(python, glibc)
 
+    picks = _load_picks(lock, python, glibc)
+    known = len(picks)
+
     def one(entry: LockEntry) -> tuple[bool, int | None, int, str]:
         path = _cached(entry, supported)
         if path is not None:
             return True, path.stat().st_size, _uncompressed(path), path.parent.name
-        known = _picked(entry, python, glibc)
-        if known is not None:
-            return False, known[1], int((known[1] or 0) * INSTALL_RATIO), known[0]
+        if entry.pin in picks:
+            sha, size = picks[entry.pin]
+            return False, size, int((size or 0) * INSTALL_RATIO), sha
         source = torch_index if routed and is_torch_family(entry.name) else index
         cand = _remote(entry, source, python, glibc, supported, pages)
-        _remember(entry, python, glibc, cand)
+        picks[entry.pin] = (cand.sha256, cand.size)
         return False, cand.size, int((cand.size or 0) * INSTALL_RATIO), cand.sha256
 
     try:
@@ -240,6 +243,8 @@ def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages:
             rows = list(pool.map(one, lock.entries))
     except (EnvironmentFailure, CheckFailed) as exc:
         return WheelForecast(len(lock.entries), 0, 0, 0, 0, 0, 0, 0, error=exc.message)
+    if len(picks) > known:
+        _save_picks(lock, python, glibc, picks)
     cached = [r for r in rows if r[0]]
     remote = [r for r in rows if not r[0]]
     return WheelForecast(
@@ -262,8 +267,9 @@ def read_pages(locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 1
     for lock, python, glibc in locks:
         index, torch_index, routed = _sources(lock)
         supported = wheels.supported_tags(python, glibc)
+        picks = _load_picks(lock, python, glibc)
         for entry in lock.entries:
-            if _cached(entry, supported) is None and _picked(entry, python, glibc) is None:
+            if entry.pin not in picks and _cached(entry, supported) is None:
                 wanted.add((torch_index if routed and is_torch_family(entry.name) else index, entry.name))
 
     def one(key: tuple[str, str]) -> None:
@@ -276,30 +282,32 @@ def read_pages(locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 1
         list(pool.map(one, sorted(wanted - set(pages))))
 
 
-def _pick_file(entry: LockEntry, python: str, glibc: str) -> Path:
-    key = "\n".join([entry.name, entry.version, python, glibc, *sorted(entry.hashes)])
+def _picks_file(lock: Lock, python: str, glibc: str) -> Path:
+    key = "\n".join([python, glibc, *(f"{e.pin} {' '.join(e.hashes)}" for e in lock.entries)])
     return cache_root() / "picks" / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.json"
 
 
-def _picked(entry: LockEntry, python: str, glibc: str) -> tuple[str, int | None] | None:
-    """(sha256, size) of the wheel an earlier look at the index picked for this pin and platform. A pick never
-    changes: the lock's hashes name the files, so the index need not be asked again."""
+def _load_picks(lock: Lock, python: str, glibc: str) -> dict[str, tuple[str, int | None]]:
+    """pin -> (sha256, size) of the wheel an earlier look at the index picked for this lock and platform. A pick
+    never changes (the lock's hashes name the files), so the index need not be asked again."""
     try:
-        doc = json.loads(_pick_file(entry, python, glibc).read_text())
+        doc = json.loads(_picks_file(lock, python, glibc).read_text())
     except (OSError, ValueError):
-        return None
-    sha, size = doc.get("sha256") if isinstance(doc, dict) else None, doc.get("size") if isinstance(doc, dict) else None
-    if not isinstance(sha, str) or f"sha256:{sha}" not in entry.hashes:
-        return None
-    return sha, size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+        return {}
+    out = {}
+    for entry in lock.entries:
+        got = doc.get(entry.pin) if isinstance(doc, dict) else None
+        if not isinstance(got, dict) or f"sha256:{got.get('sha256')}" not in entry.hashes:
+            continue
+        size = got.get("size")
+        out[entry.pin] = (got["sha256"], size if isinstance(size, int) and not isinstance(size, bool) else None)
+    return out
 
 
-def _remember(entry: LockEntry, python: str, glibc: str, cand: wheels.Candidate) -> None:
+def _save_picks(lock: Lock, python: str, glibc: str, picks: dict[str, tuple[str, int | None]]) -> None:
+    doc = {pin: {"sha256": sha, "size": size} for pin, (sha, size) in sorted(picks.items())}
     try:
-        write_atomic(
-            _pick_file(entry, python, glibc),
-            json.dumps({"filename": cand.filename, "sha256": cand.sha256, "size": cand.size}) + "\n",
-        )
+        write_atomic(_picks_file(lock, python, glibc), json.dumps(doc) + "\n")
     except OSError:
         pass  # a memo only
 
