@@ -11,6 +11,7 @@ MUTATION_JOBS ?= 2
 setup: $(VENV)/.installed
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+	tools/install-buildx >/dev/null
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)

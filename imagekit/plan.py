@@ -78,7 +78,8 @@ class BuildPlan:
     repository: str
     source_revision: str = "unknown"
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
-    wheels_url: str = DEFAULT_WHEELS_URL
+    wheels_url: str = DEFAULT_WHEELS_URL  # the legacy builder's wheel server
+    builder: str = "legacy"  # legacy (wheels over loopback HTTP, `imagekit build`) | buildkit (wheels bind-mounted)
 
 
 def manifest(plan: BuildPlan, data: CompatData) -> dict:

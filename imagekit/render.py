@@ -87,6 +87,7 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         lock_hash=plan.lock.content_hash,
         source_date_epoch=int(plan.source_date_epoch),
         wheels_url=_url(plan.wheels_url),
+        builder=_builder(plan.builder),
         torch_count=len(plan.lock.torch),
         app_count=len(plan.lock.app),
         labels=labels,
@@ -99,6 +100,15 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
     }
     files.update(_context_files())
     return files
+
+
+BUILDERS = ("legacy", "buildkit")
+
+
+def _builder(value: str) -> str:
+    if value not in BUILDERS:
+        raise UsageError(f"invalid builder {value!r}", "use legacy or buildkit")
+    return value
 
 
 def _url(value: str) -> str:
@@ -140,6 +150,8 @@ def diff_tree(root: Path, expected: dict[str, tuple[bytes, int]]) -> list[str]:
         if base.is_dir():
             for path in sorted(base.rglob("*")):
                 rel = path.relative_to(root).as_posix()
+                if rel.startswith(f"{cell_dir}/wheels/"):  # fetched wheels (`imagekit fetch --into`), not rendered
+                    continue
                 if path.is_file() and rel not in expected:
                     problems.append(f"extra: {rel}")
     return problems

@@ -65,6 +65,54 @@ def test_golden_dockerfiles(app, runner, tmp_path, in_tmp, cell_id, update_golde
     assert got == golden.read_text(), "golden differs: review, then `pytest --update-golden`"
 
 
+def test_golden_legacy_dockerfile(app, runner, tmp_path, in_tmp, update_golden):
+    """What `imagekit build` renders for the engine's legacy builder: wheels over loopback HTTP."""
+    cell_id = REPRESENTATIVE[0]
+    _render_cli(app, runner, tmp_path, "--cell", cell_id, "--builder", "legacy")
+    got = (tmp_path / cell_id / "Dockerfile").read_text()
+    golden = GOLDEN / f"{cell_id}.legacy.Dockerfile"
+    if update_golden:
+        golden.write_text(got)
+    assert got == golden.read_text(), "golden differs: review, then `pytest --update-golden`"
+    assert "--mount" not in got and "ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/" in got
+
+
+def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp_path, in_tmp):
+    cell_id = REPRESENTATIVE[1]
+    _render_cli(app, runner, tmp_path, "--cell", cell_id)
+    text = (tmp_path / cell_id / "Dockerfile").read_text()
+    runs = [line for line in text.splitlines() if "pip install" in line]
+    assert len(runs) == 2
+    for r in runs:
+        assert all(flag in r.split() for flag in ("--no-index", "--require-hashes", "--no-deps")), r
+        assert "--find-links /mnt " in r
+    assert text.count("RUN --mount=type=bind,source=wheels,target=/mnt,readonly") == 2
+    assert "IMAGEKIT_WHEELS" not in text and "127.0.0.1" not in text
+    assert "COPY wheels" not in text  # the wheels are mounted, never copied into a layer
+
+
+def test_rerender_keeps_fetched_wheels_and_check_ignores_them(app, runner, tmp_path, in_tmp):
+    cell_id = REPRESENTATIVE[0]
+    _render_cli(app, runner, tmp_path, "--cell", cell_id)
+    wheels = tmp_path / cell_id / "wheels"
+    wheels.mkdir()
+    (wheels / "x-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (tmp_path / cell_id / "stray.txt").write_text("left over")
+    _render_cli(app, runner, tmp_path, "--cell", cell_id)
+    assert (wheels / "x-1.0-py3-none-any.whl").read_bytes() == b"wheel"
+    assert not (tmp_path / cell_id / "stray.txt").exists()
+    res = runner.invoke(
+        app, ["render", "--lock-dir", str(ROOT / "lockfiles"), "--out", str(tmp_path), "--cell", cell_id, "--check"]
+    )
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(
+        app,
+        ["render", "--lock-dir", str(ROOT / "lockfiles"), "--out", str(tmp_path), "--cell", cell_id, "--check",
+         "--builder", "legacy"],
+    )  # fmt: skip
+    assert res.exit_code == 1 and "differs:" in res.output
+
+
 def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
     cell_id = REPRESENTATIVE[1]
     _render_cli(app, runner, tmp_path, "--cell", cell_id)

@@ -233,6 +233,15 @@ def register(app: typer.Typer) -> None:
         ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="The --dry-run plan as JSON on stdout.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+        into: Annotated[
+            Path | None,
+            typer.Option(
+                "--into",
+                metavar="DIR",
+                help="Also put each cell's wheels into DIR/<cell id>/wheels (hard links) for BuildKit builds of "
+                "`imagekit render --out DIR`.",
+            ),
+        ] = None,
     ) -> None:
         """Download every locked wheel once into the wheel cache, verifying each sha256."""
         from imagekit.cli.progress import ConsoleProgress
@@ -242,6 +251,8 @@ def register(app: typer.Typer) -> None:
         from imagekit.services.plans import base_for
 
         folder_option(lock_dir, "--lock-dir")
+        if into is not None:
+            folder_option(into, "--into")
         data, config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
@@ -263,6 +274,8 @@ def register(app: typer.Typer) -> None:
             got = fetch_service.fetch_lock(lock, e.cell.python, glibc, progress=progress, cell=e.cell.id)
             size = sum(w.path.stat().st_size for w in got)
             new = [w for w in got if w.downloaded]
+            if into is not None:
+                fetch_service.link_wheels(got, into / e.cell.id / "wheels")
             progress.line(
                 e.cell.id,
                 f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "

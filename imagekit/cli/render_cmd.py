@@ -23,7 +23,7 @@ from imagekit.cli.common import (
     selector,
 )
 from imagekit.effects.files import replace_tree
-from imagekit.errors import EXIT_NO
+from imagekit.errors import EXIT_NO, UsageError
 from imagekit.services.plans import plans_for
 
 
@@ -49,6 +49,15 @@ def register(app: typer.Typer) -> None:
         lock_dir: Annotated[Path, typer.Option("--lock-dir", metavar="DIR", help="Where lockfiles live.")] = Path(
             "lockfiles"
         ),
+        builder: Annotated[
+            str,
+            typer.Option(
+                metavar="buildkit|legacy",
+                help="buildkit: any BuildKit builder (docker buildx build/bake), wheels bind-mounted from "
+                "<cell>/wheels (`imagekit fetch --into DIR`); legacy: the engine's legacy builder, as "
+                "`imagekit build` uses it.",
+            ),
+        ] = "buildkit",
         check: Annotated[
             bool, typer.Option("--check", help="Write nothing; exit 1 if --out differs from a fresh render.")
         ] = False,
@@ -59,7 +68,9 @@ def register(app: typer.Typer) -> None:
         data, config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
         )
-        plans = plans_for([c.cell for c in cells], config, lock_dir, data)
+        if builder not in render_mod.BUILDERS:
+            raise UsageError(f"invalid --builder {builder!r}", "use buildkit or legacy")
+        plans = plans_for([c.cell for c in cells], config, lock_dir, data, builder=builder)
         files = render_mod.render_many(plans, data)
         console = err_console()
         if check:
@@ -74,5 +85,10 @@ def register(app: typer.Typer) -> None:
         for plan in plans:  # each cell's folder is written fresh and swapped in: no leftovers in `COPY imagekit/`
             prefix = f"{plan.cell.id}/"
             mine = {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}
-            replace_tree(out_dir / plan.cell.id, {k: v[0] for k, v in mine.items()}, {k: v[1] for k, v in mine.items()})
+            replace_tree(
+                out_dir / plan.cell.id,
+                {k: v[0] for k, v in mine.items()},
+                {k: v[1] for k, v in mine.items()},
+                keep=("wheels",),  # fetched wheels stay: `imagekit fetch --into` put them there
+            )
             console.print(f"rendered {out_dir / plan.cell.id}/Dockerfile")

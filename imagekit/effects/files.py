@@ -40,9 +40,12 @@ def write_tree_atomic(root: Path, files: dict[str, str | bytes], modes: dict[str
         write_atomic(root / rel, data, (modes or {}).get(rel, 0o644))
 
 
-def replace_tree(root: Path, files: dict[str, str | bytes], modes: dict[str, int] | None = None) -> None:
+def replace_tree(
+    root: Path, files: dict[str, str | bytes], modes: dict[str, int] | None = None, keep: tuple[str, ...] = ()
+) -> None:
     """Write ``files`` into a fresh sibling folder and swap it in for ``root``: nothing is left over from an
-    earlier or a killed write, and a reader never sees a half-written folder."""
+    earlier or a killed write, and a reader never sees a half-written folder. ``keep``: top-level folders of the
+    old ``root`` carried over as they are (a build context's fetched wheels)."""
     root = Path(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
@@ -50,6 +53,9 @@ def replace_tree(root: Path, files: dict[str, str | bytes], modes: dict[str, int
     try:
         os.chmod(tmp, 0o755)
         write_tree_atomic(tmp, files, modes)
+        for name in keep:
+            if (root / name).is_dir() and not (root / name).is_symlink() and not (tmp / name).exists():
+                os.replace(root / name, tmp / name)
         if root.exists():
             os.replace(root, old)
         os.replace(tmp, root)

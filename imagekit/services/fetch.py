@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import shutil
 import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -319,6 +321,30 @@ def _uncompressed(path: Path) -> int:
             return sum(i.file_size for i in zf.infolist())
     except (OSError, zipfile.BadZipFile):
         return int(path.stat().st_size * INSTALL_RATIO)
+
+
+def link_wheels(fetched: list[FetchedWheel], directory: Path) -> Path:
+    """A folder holding exactly these wheels as real files (hard links into the cache, else copies), for a
+    BuildKit build context: a context carries symlinks as links, so links into the cache would dangle there."""
+    directory.mkdir(parents=True, exist_ok=True)
+    want = {w.path.name: w.path for w in fetched}
+    for old in directory.iterdir():
+        if old.name not in want or old.is_symlink() or not old.is_file() or not os.path.samefile(old, want[old.name]):
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+    for name, src in sorted(want.items()):
+        dest = directory / name
+        if dest.exists():
+            continue
+        try:
+            os.link(src, dest)
+        except OSError:  # another filesystem: a copy, renamed into place whole
+            tmp = directory / f".{name}.partial"
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dest)
+    return directory
 
 
 def wheelhouse(fetched: list[FetchedWheel], directory: Path) -> Path:

@@ -25,7 +25,12 @@ def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: Ma
 
 
 def plans_for(
-    cells: list[Cell], config: MatrixConfig, lock_dir: Path, data: CompatData, revision: str = "unknown"
+    cells: list[Cell],
+    config: MatrixConfig,
+    lock_dir: Path,
+    data: CompatData,
+    revision: str = "unknown",
+    builder: str = "legacy",
 ) -> list[BuildPlan]:
     missing, plans = [], []
     for cell in cells:
@@ -40,6 +45,7 @@ def plans_for(
                 base=base_for(cell, data, config=config),
                 repository=config.repository,
                 source_revision=revision,
+                builder=builder,
             )
         )
     if missing:

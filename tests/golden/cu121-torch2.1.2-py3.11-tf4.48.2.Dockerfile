@@ -1,5 +1,7 @@
 # Rendered by imagekit 0.1.0 for cu121-torch2.1.2-py3.11-tf4.48.2 (lock 53f0b543e4f4).
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
+# Builder: BuildKit (docker buildx build/bake, or DOCKER_BUILDKIT=1 docker build). The locked wheels are bind-mounted
+# from ./wheels (`imagekit fetch --into DIR` puts them there): never copied into a layer. No network needed.
 # ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-da84ebe2aec5) ----
 FROM imagekit/base:debian-bookworm-da84ebe2aec5 AS base
 ARG SOURCE_DATE_EPOCH=1735689600
@@ -33,14 +35,15 @@ CMD []
 # ---- cell stage: cu121-torch2.1.2-py3.11-tf4.48.2 ----
 FROM base AS image
 ARG SOURCE_DATE_EPOCH=1735689600
-ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/
 # Layer 1: the torch closure (22 distributions). A transformers bump leaves it byte-identical.
 COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
+    /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links /mnt -r /opt/imagekit/requirements-torch.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 2: everything else (17 distributions).
 COPY requirements-app.txt /opt/imagekit/requirements-app.txt
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
+    /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links /mnt -r /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # The doctor, the entrypoint and the shell/sshd settings (small; changing them never invalidates the layers above).
 COPY imagekit/ /opt/imagekit/

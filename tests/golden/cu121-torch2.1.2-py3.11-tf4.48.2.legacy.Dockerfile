@@ -1,0 +1,66 @@
+# Rendered by imagekit 0.1.0 for cu121-torch2.1.2-py3.11-tf4.48.2 (lock 53f0b543e4f4).
+# Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
+# Builder: the engine's legacy builder, through `imagekit build`, which serves the locked wheels over loopback HTTP.
+# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-da84ebe2aec5) ----
+FROM imagekit/base:debian-bookworm-da84ebe2aec5 AS base
+ARG SOURCE_DATE_EPOCH=1735689600
+ENV LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    HF_HOME=/workspace/.cache/huggingface \
+    IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json
+COPY imagekit/bin/finalize-layer /opt/imagekit/bin/finalize-layer
+RUN /usr/bin/python3.11 -m venv /opt/venv \
+ && /opt/venv/bin/python -m pip --version \
+ && groupadd --gid 1000 imagekit \
+ && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash imagekit \
+ && mkdir -p /workspace /etc/imagekit /run/imagekit \
+ && install -d -m 700 /root/.ssh \
+ && ln -s /opt/imagekit/etc/profile.sh /etc/profile.d/imagekit.sh \
+ && ln -s /opt/imagekit/bin/imagekit-doctor /usr/local/bin/imagekit-doctor \
+ && printf '\n# imagekit: interactive shells are the image environment too\nif [ -r /opt/imagekit/etc/profile.sh ]; then . /opt/imagekit/etc/profile.sh; fi\n' >> /etc/bash.bashrc \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit /root /run /usr/local
+# Runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned.
+WORKDIR /workspace
+ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
+CMD []
+
+
+# ---- cell stage: cu121-torch2.1.2-py3.11-tf4.48.2 ----
+FROM base AS image
+ARG SOURCE_DATE_EPOCH=1735689600
+ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/
+# Layer 1: the torch closure (22 distributions). A transformers bump leaves it byte-identical.
+COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
+# Layer 2: everything else (17 distributions).
+COPY requirements-app.txt /opt/imagekit/requirements-app.txt
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
+# The doctor, the entrypoint and the shell/sshd settings (small; changing them never invalidates the layers above).
+COPY imagekit/ /opt/imagekit/
+COPY manifest.json /etc/imagekit/manifest.json
+LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
+      "imagekit.cell"="cu121-torch2.1.2-py3.11-tf4.48.2" \
+      "imagekit.cuda"="12.1" \
+      "imagekit.driver.min"="525.60.13" \
+      "imagekit.lock.hash"="53f0b543e4f4b685d6454f288a1198ae19a3d718164325bbfc5647de8ba1bc6e" \
+      "imagekit.python"="3.11" \
+      "imagekit.torch"="2.1.2" \
+      "imagekit.torch.cuda"="12.1" \
+      "imagekit.torch.version"="2.1.2" \
+      "imagekit.transformers"="4.48.2" \
+      "imagekit.version"="0.1.0" \
+      "org.opencontainers.image.base.digest"="" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-da84ebe2aec5" \
+      "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
+      "org.opencontainers.image.revision"="unknown" \
+      "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \
+      "org.opencontainers.image.vendor"="imagekit" \
+      "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-53f0b543e4f4"
