@@ -6,7 +6,7 @@ import re
 
 from packaging.version import Version
 
-from imagekit import naming, rules
+from imagekit import rules
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
 from imagekit.matrix import EvaluatedCell, MatrixConfig
@@ -67,22 +67,19 @@ def github_matrix(cells: list[EvaluatedCell], data: CompatData, shard_spec: str 
     return {"include": include}
 
 
-def bake(cells: list[EvaluatedCell], config: MatrixConfig, context_root: str = "build") -> dict:
-    """docker-bake.json: one target per compatible cell, over `imagekit render --out <context_root>`."""
-    targets = {}
-    for e in cells:
-        if not e.verdict.compatible:
-            continue
-        c = e.cell
-        name = c.id.replace(".", "-")
-        targets[name] = {
-            "context": f"{context_root}/{c.id}",
+def bake(targets: list[tuple[str, str, list[str]]], context_root: str = "build") -> dict:
+    """docker-bake.json over `imagekit render --out <context_root>` (BuildKit Dockerfiles) plus
+    `imagekit fetch --into <context_root>`: one target per (cell id, Dockerfile digest, tags). Wheels are
+    bind-mounted from each context: no network, no entitlement; the images are linux/amd64."""
+    out = {}
+    for cell_id, _digest, tags in targets:
+        out[cell_id.replace(".", "-")] = {
+            "context": f"{context_root}/{cell_id}",
             "dockerfile": "Dockerfile",
-            "tags": [naming.alias_tag(config.repository, c)],
-            "network": "host",
-            "args": {"IMAGEKIT_WHEELS": "http://127.0.0.1:8765/"},
+            "tags": tags,
+            "platforms": ["linux/amd64"],
         }
-    return {"group": {"default": {"targets": sorted(targets)}}, "target": targets}
+    return {"group": {"default": {"targets": sorted(out)}}, "target": out}
 
 
 def markdown_cells(cells: list[EvaluatedCell], data: CompatData) -> str:

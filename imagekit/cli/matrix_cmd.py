@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,6 +21,7 @@ from imagekit.cli.common import (
     TorchOpt,
     by_source,
     err_console,
+    folder_option,
     handles_errors,
     load,
     out,
@@ -90,6 +92,9 @@ def register(app: typer.Typer) -> None:
         shard: Annotated[
             str | None, typer.Option(metavar="I/N", help="For --format github: take slice I of N (I/N).")
         ] = None,
+        lock_dir: Annotated[
+            Path, typer.Option("--lock-dir", metavar="DIR", help="For --format bake: where the locks live.")
+        ] = Path("lockfiles"),
         context_root: Annotated[
             str, typer.Option(metavar="DIR", help="For --format bake: the folder `imagekit render --out` wrote.")
         ] = "build",
@@ -110,7 +115,13 @@ def register(app: typer.Typer) -> None:
         elif fmt == "github":
             out_json(outputs.github_matrix(cells, data, shard))
         elif fmt == "bake":
-            out_json(outputs.bake(cells, config, context_root))
+            from imagekit.services import bake
+
+            folder_option(lock_dir, "--lock-dir")
+            found, skipped = bake.targets([c.cell for c in cells if c.verdict.compatible], config, data, lock_dir)
+            for cell_id, why in skipped:
+                err_console().print(f"not in the bake file: {cell_id}: {why}", markup=False)
+            out_json(outputs.bake(found, context_root))
         else:
             _table(shown, data, config.origin)
 
