@@ -140,6 +140,30 @@ def test_matrix_github_is_valid_json_of_compatible_cells(app, runner, data, in_t
         )
 
 
+def test_matrix_github_is_one_line_for_github_output(app, runner, in_tmp):
+    """`echo "matrix=$(imagekit matrix --format github)" >> "$GITHUB_OUTPUT"` needs one line."""
+    res = runner.invoke(app, ["matrix", "--format", "github"])
+    assert res.exit_code == 0 and res.stdout.count("\n") == 1 and res.stdout.endswith("}\n")
+    assert json.loads(res.stdout)["include"]
+
+
+def test_matrix_locked_only_lists_cells_with_a_current_lock(app, runner, in_tmp):
+    import shutil
+    from pathlib import Path
+
+    repo_locks = Path(__file__).resolve().parent.parent / "lockfiles"
+    pypi = json.loads(runner.invoke(app, ["matrix", "--format", "github", "--source", "pypi"]).stdout)["include"]
+    kept, stale = pypi[0]["cell"], pypi[1]["cell"]
+    (in_tmp / "locks").mkdir()
+    shutil.copy(repo_locks / f"{kept}.txt", in_tmp / "locks" / f"{kept}.txt")
+    text = (repo_locks / f"{stale}.txt").read_text()  # another cell's lock under this name: never listed
+    (in_tmp / "locks" / f"{stale}.txt").write_text(text.replace(stale, kept))
+    res = runner.invoke(app, ["matrix", "--format", "github", "--locked-only", "--lock-dir", "locks"])
+    assert res.exit_code == 0, res.output
+    assert [r["cell"] for r in json.loads(res.stdout)["include"]] == [kept]
+    assert f"skipped {stale}:" in res.stderr and f"skipped {pypi[2]['cell']}: no lock in locks" in res.stderr
+
+
 def test_matrix_github_shards(app, runner, in_tmp):
     whole = json.loads(runner.invoke(app, ["matrix", "--format", "github"]).stdout)["include"]
     parts = [
