@@ -33,7 +33,7 @@ CMD []
 # ---- cell stage: cu124-torch2.5.1-py3.11-tf4.48.2 ----
 FROM base AS image
 ARG SOURCE_DATE_EPOCH=1735689600
-ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/
+ARG IMAGEKIT_WHEELS=http://imagekit-wheels:8765/
 # Layer 1: the torch closure (22 distributions). A transformers bump leaves it byte-identical.
 COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \

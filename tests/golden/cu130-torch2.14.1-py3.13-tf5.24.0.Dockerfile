@@ -33,7 +33,7 @@ CMD []
 # ---- cell stage: cu130-torch2.14.1-py3.13-tf5.24.0 ----
 FROM base AS image
 ARG SOURCE_DATE_EPOCH=1735689600
-ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/
+ARG IMAGEKIT_WHEELS=http://imagekit-wheels:8765/
 # Layer 1: the torch closure (29 distributions). A transformers bump leaves it byte-identical.
 COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
