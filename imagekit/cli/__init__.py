@@ -54,6 +54,7 @@ def build_app() -> typer.Typer:
         lock_cmd,
         matrix_cmd,
         pod_cmd,
+        release_cmd,
         render_cmd,
     )
 
@@ -81,6 +82,7 @@ def build_app() -> typer.Typer:
         module.register(app)
     app.add_typer(compat_cmd.build(), name="compat")
     app.add_typer(pod_cmd.build(), name="pod")
+    app.add_typer(release_cmd.build(), name="release")
     return app
 
 

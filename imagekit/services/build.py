@@ -33,6 +33,7 @@ class BuildOptions:
     lock_dir: Path = Path("lockfiles")
     state_dir: Path = Path(".imagekit")
     release_index: Path = Path("releases/index.json")
+    release_records: Path = Path("releases/records")  # one record per published immutable tag (CI merges them)
     settings: locking.LockSettings = field(default_factory=locking.LockSettings)
     push: bool = False
     nocache: bool = False
@@ -221,6 +222,7 @@ def build_cell(
                 manifest=manifest(plan, data),
                 report=report.report,
                 size=result.size,
+                records_dir=opts.release_records,
             )
             result.status = "published"
             say(f"published {published.immutable}@{published.digest}")
