@@ -36,11 +36,11 @@ ARG SOURCE_DATE_EPOCH=1735689600
 ARG IMAGEKIT_WHEELS=http://imagekit-wheels:8765/
 # Layer 1: the torch closure (29 distributions). A transformers bump leaves it byte-identical.
 COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --trusted-host imagekit-wheels --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 2: everything else (30 distributions).
 COPY requirements-app.txt /opt/imagekit/requirements-app.txt
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --trusted-host imagekit-wheels --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # The doctor, the entrypoint and the shell/sshd settings (small; changing them never invalidates the layers above).
 COPY imagekit/ /opt/imagekit/
