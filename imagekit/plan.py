@@ -11,7 +11,7 @@ from imagekit.lockfile import Lock
 from imagekit.model import Cell
 
 DEFAULT_SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01T00:00:00Z; any fixed value makes builds repeatable
-DEFAULT_WHEELS_URL = "http://127.0.0.1:8765/"
+DEFAULT_WHEELS_URL = "http://imagekit-wheels:8765/"  # each build points the name at its own server (wheelserver.py)
 BOOTSTRAP_PACKAGES = ("ca-certificates", "passwd", "python3", "python3-venv")
 # What a pod needs (design.md, "Pod runtime contract"): an SSH server with scp/sftp/rsync, and tini as PID 1.
 POD_PACKAGES = ("openssh-server", "rsync", "tini")

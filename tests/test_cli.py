@@ -7,6 +7,8 @@ import json
 import pytest
 from packaging.version import Version
 
+from tests.conftest import ROOT
+
 EXAMPLE = ["--cuda", "12.4", "--torch", "2.5.1", "--transformers", "4.48.2", "--python", "3.11"]
 
 
@@ -140,6 +142,30 @@ def test_matrix_github_is_valid_json_of_compatible_cells(app, runner, data, in_t
         )
 
 
+def test_matrix_github_is_one_line_for_github_output(app, runner, in_tmp):
+    """`echo "matrix=$(imagekit matrix --format github)" >> "$GITHUB_OUTPUT"` needs one line."""
+    res = runner.invoke(app, ["matrix", "--format", "github"])
+    assert res.exit_code == 0 and res.stdout.count("\n") == 1 and res.stdout.endswith("}\n")
+    assert json.loads(res.stdout)["include"]
+
+
+def test_matrix_locked_only_lists_cells_with_a_current_lock(app, runner, in_tmp):
+    import shutil
+    from pathlib import Path
+
+    repo_locks = Path(__file__).resolve().parent.parent / "lockfiles"
+    pypi = json.loads(runner.invoke(app, ["matrix", "--format", "github", "--source", "pypi"]).stdout)["include"]
+    kept, stale = pypi[0]["cell"], pypi[1]["cell"]
+    (in_tmp / "locks").mkdir()
+    shutil.copy(repo_locks / f"{kept}.txt", in_tmp / "locks" / f"{kept}.txt")
+    text = (repo_locks / f"{stale}.txt").read_text()  # another cell's lock under this name: never listed
+    (in_tmp / "locks" / f"{stale}.txt").write_text(text.replace(stale, kept))
+    res = runner.invoke(app, ["matrix", "--format", "github", "--locked-only", "--lock-dir", "locks"])
+    assert res.exit_code == 0, res.output
+    assert [r["cell"] for r in json.loads(res.stdout)["include"]] == [kept]
+    assert f"skipped {stale}:" in res.stderr and f"skipped {pypi[2]['cell']}: no lock in locks" in res.stderr
+
+
 def test_matrix_github_shards(app, runner, in_tmp):
     whole = json.loads(runner.invoke(app, ["matrix", "--format", "github"]).stdout)["include"]
     parts = [
@@ -202,10 +228,21 @@ def test_markdown_grid(app, runner, in_tmp):
     assert "✗ no such wheels" in row and "✓ (PyPI)" in row
 
 
-def test_bake_targets_match_compatible_cells(app, runner, in_tmp):
-    bake = json.loads(runner.invoke(app, ["matrix", "--format", "bake"]).stdout)
-    github = json.loads(runner.invoke(app, ["matrix", "--format", "github"]).stdout)["include"]
-    assert len(bake["target"]) == len(github) == len(bake["group"]["default"]["targets"])
+def test_bake_targets_are_the_locked_cells(app, runner, in_tmp):
+    locks = ["--lock-dir", str(ROOT / "lockfiles")]
+    res = runner.invoke(app, ["matrix", "--format", "bake", *locks])
+    bake = json.loads(res.stdout)
+    github = json.loads(runner.invoke(app, ["matrix", "--format", "github", "--locked-only", *locks]).stdout)["include"]
+    everything = json.loads(runner.invoke(app, ["matrix", "--format", "github"]).stdout)["include"]
+    assert len(bake["target"]) == len(github) == len(bake["group"]["default"]["targets"]) < len(everything)
+    committed = {p.stem for p in (ROOT / "lockfiles").glob("*.txt")}
+    assert {t["context"].split("/", 1)[1] for t in bake["target"].values()} <= committed
+    assert res.stderr.count("not in the bake file: ") == len(everything) - len(github)
+    for target in bake["target"].values():
+        cell = target["context"].split("/", 1)[1]
+        alias, immutable = target["tags"]
+        assert alias.endswith(f":{cell}") and immutable.startswith(f"{alias}-") and len(immutable) == len(alias) + 13
+        assert target["platforms"] == ["linux/amd64"] and "network" not in target and "args" not in target
 
 
 def test_bad_format_is_usage_error(app, runner):

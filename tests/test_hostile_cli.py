@@ -147,12 +147,16 @@ BASELINE: dict[str, list[str]] = {
     "pod cp": ["afile", "root@127.0.0.1:9:/workspace/afile", "--key", "afile"],
     "pod stop": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
     "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
+    "release merge": ["adir", "--index", "releases/index.json"],  # an empty records folder: nothing to verify
+    "ci init": ["--out", "wf/images.yml"],
 }
 # Where each command may write (its named outputs); the sandbox's home and tmp are open to all.
 OUTPUTS: dict[str, tuple[str, ...]] = {
     "lock": ("--dir",),
     "render": ("--out",),
-    "build": ("--lock-dir", "--state-dir", "--release-index"),
+    "build": ("--lock-dir", "--state-dir", "--release-index", "--release-records"),
+    "release merge": ("--index",),
+    "ci init": ("--out",),
     "compat refresh": ("--out",),
     "init": ("--out",),
     "doctor": ("--path",),  # its writable-output check makes (and removes) a probe file there
@@ -163,6 +167,9 @@ DEFAULT_OUTPUTS = {
     ("build", "--lock-dir"): "lockfiles",
     ("build", "--state-dir"): ".imagekit",
     ("build", "--release-index"): "releases/index.json",
+    ("build", "--release-records"): "releases/records",
+    ("release merge", "--index"): "releases/index.json",
+    ("ci init", "--out"): ".github/workflows/images.yml",
     ("init", "--out"): "imagekit.toml",
 }
 

@@ -74,7 +74,7 @@ def test_golden_legacy_dockerfile(app, runner, tmp_path, in_tmp, update_golden):
     if update_golden:
         golden.write_text(got)
     assert got == golden.read_text(), "golden differs: review, then `pytest --update-golden`"
-    assert "--mount" not in got and "ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/" in got
+    assert "--mount" not in got and "ARG IMAGEKIT_WHEELS=http://imagekit-wheels:8765/" in got
 
 
 def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp_path, in_tmp):

@@ -47,6 +47,7 @@ def _version(value: bool) -> None:
 def build_app() -> typer.Typer:
     from imagekit.cli import (
         build_cmd,
+        ci_cmd,
         compat_cmd,
         doctor_cmd,
         explain_cmd,
@@ -54,6 +55,7 @@ def build_app() -> typer.Typer:
         lock_cmd,
         matrix_cmd,
         pod_cmd,
+        release_cmd,
         render_cmd,
     )
 
@@ -81,6 +83,8 @@ def build_app() -> typer.Typer:
         module.register(app)
     app.add_typer(compat_cmd.build(), name="compat")
     app.add_typer(pod_cmd.build(), name="pod")
+    app.add_typer(release_cmd.build(), name="release")
+    app.add_typer(ci_cmd.build(), name="ci")
     return app
 
 

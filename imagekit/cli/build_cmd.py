@@ -85,6 +85,15 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--state-dir", metavar="DIR", help="Build contexts, wheelhouse links, reports.")
         ] = Path(".imagekit"),
         release_index: ReleaseIndexOpt = Path("releases/index.json"),
+        release_records: Annotated[
+            Path,
+            typer.Option(
+                "--release-records",
+                metavar="DIR",
+                help="Also write each published image's release record here (<cell id>-<build hash>.json), for "
+                "`imagekit release merge` on CI.",
+            ),
+        ] = Path("releases/records"),
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every layer again.")] = False,
         gpus: Annotated[
             str,
@@ -123,6 +132,7 @@ def register(app: typer.Typer) -> None:
         folder_option(lock_dir, "--lock-dir")
         folder_option(state_dir, "--state-dir")
         output_file_option(release_index, "--release-index")
+        folder_option(release_records, "--release-records")
         read_index(release_index)  # a broken index is refused now, not after the build
         data, config, cells = selected_compatible(
             matrix_file, selector(cuda, torch, transformers, python, cell), source
@@ -133,6 +143,7 @@ def register(app: typer.Typer) -> None:
             lock_dir=lock_dir,
             state_dir=state_dir,
             release_index=release_index,
+            release_records=release_records,
             push=push,
             nocache=no_cache,
             gpus=gpus,

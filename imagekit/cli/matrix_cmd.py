@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -29,10 +30,12 @@ from imagekit.cli.common import (
     selector,
 )
 from imagekit.errors import UsageError
+from imagekit.services import lock as lock_service
 
 FORMATS = ("table", "json", "markdown", "grid", "github", "bake")
 # `\b` keeps click from rewrapping the paragraph after it: the file format stays as written.
-EPILOG = """Examples: imagekit matrix --explain; imagekit matrix --format github > matrix.json; \
+EPILOG = """Examples: imagekit matrix --explain; echo "matrix=$(imagekit matrix --format github --locked-only)" \
+>> "$GITHUB_OUTPUT" (one line of JSON); \
 imagekit matrix --format grid >> README.md
 
 The matrix file: --matrix FILE, else ./imagekit.toml, else ./pyproject.toml's [tool.imagekit] (the same keys \
@@ -92,8 +95,19 @@ def register(app: typer.Typer) -> None:
         shard: Annotated[
             str | None, typer.Option(metavar="I/N", help="For --format github: take slice I of N (I/N).")
         ] = None,
+        locked_only: Annotated[
+            bool,
+            typer.Option(
+                "--locked-only",
+                help="Only cells whose lock in --lock-dir is current (what CI can build); the others are named on "
+                "stderr.",
+            ),
+        ] = False,
         lock_dir: Annotated[
-            Path, typer.Option("--lock-dir", metavar="DIR", help="For --format bake: where the locks live.")
+            Path,
+            typer.Option(
+                "--lock-dir", metavar="DIR", help="For --locked-only and --format bake: where lockfiles live."
+            ),
         ] = Path("lockfiles"),
         context_root: Annotated[
             str, typer.Option(metavar="DIR", help="For --format bake: the folder `imagekit render --out` wrote.")
@@ -105,6 +119,8 @@ def register(app: typer.Typer) -> None:
         data, config = load(matrix_file)
         cells = matrix_mod.select(matrix_mod.evaluate(config, data), selector(cuda, torch, transformers, python, cell))
         cells = by_source(cells, source, data)
+        if locked_only:
+            cells = _locked(cells, folder_option(lock_dir, "--lock-dir"), data)
         shown = cells if explain else [c for c in cells if c.verdict.compatible]
         if fmt == "json":
             out_json([outputs.cell_row(c, data) for c in shown])
@@ -113,7 +129,8 @@ def register(app: typer.Typer) -> None:
         elif fmt == "grid":
             out(outputs.markdown_grid(config, data))
         elif fmt == "github":
-            out_json(outputs.github_matrix(cells, data, shard))
+            # One line, so `echo "matrix=$(imagekit matrix --format github)" >> "$GITHUB_OUTPUT"` works.
+            out(json.dumps(outputs.github_matrix(cells, data, shard), sort_keys=True, separators=(",", ":")))
         elif fmt == "bake":
             from imagekit.services import bake
 
@@ -124,6 +141,19 @@ def register(app: typer.Typer) -> None:
             out_json(outputs.bake(found, context_root))
         else:
             _table(shown, data, config.origin)
+
+    def _locked(cells: list[matrix_mod.EvaluatedCell], lock_dir: Path, data) -> list[matrix_mod.EvaluatedCell]:
+        compatible = [e for e in cells if e.verdict.compatible]
+        locked, others = lock_service.current_locks([e.cell for e in compatible], lock_dir, data)
+        console = err_console()
+        for cell, why in others:
+            console.print(f"skipped {cell.id}: {why}", markup=False)
+        if others:
+            console.print(
+                f"{len(others)} cell(s) left out by --locked-only; `imagekit lock` makes their locks", markup=False
+            )
+        keep = {c.id for c in locked}
+        return [e for e in cells if e.cell.id in keep or not e.verdict.compatible]
 
     def _table(cells: list[matrix_mod.EvaluatedCell], data, origin: str) -> None:
         console = err_console()

@@ -110,8 +110,11 @@ class Engine:
         *,
         nocache: bool = False,
         on_line: LineFn | None = None,
+        extra_hosts: dict[str, str] | None = None,
     ) -> str:
-        """Build with the legacy builder (docker-py); returns the image id. Errors in the stream raise."""
+        """Build with the legacy builder (docker-py); returns the image id. Errors in the stream raise.
+
+        ``extra_hosts`` (--add-host) is in neither the cache key nor the image."""
         image_id = None
         log: list[str] = []
         stream = self.api.build(
@@ -119,6 +122,7 @@ class Engine:
             tag=tags[0],
             buildargs=buildargs,
             network_mode="host",
+            extra_hosts=extra_hosts,
             nocache=nocache,
             rm=True,
             forcerm=True,

@@ -33,12 +33,12 @@ class BuildOptions:
     lock_dir: Path = Path("lockfiles")
     state_dir: Path = Path(".imagekit")
     release_index: Path = Path("releases/index.json")
+    release_records: Path = Path("releases/records")  # one record per published immutable tag (CI merges them)
     settings: locking.LockSettings = field(default_factory=locking.LockSettings)
     push: bool = False
     nocache: bool = False
     gpus: str = "auto"  # auto | on | off
     require_gpu: bool = False
-    wheel_port: int = 8765
     username: str | None = None
     password: str | None = None
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
@@ -158,7 +158,6 @@ def build_cell(
             repository=opts.repository,
             source_revision=source_revision(),
             source_date_epoch=opts.source_date_epoch,
-            wheels_url=f"http://127.0.0.1:{opts.wheel_port}/",
         )
         files = render.render_plan(plan, data)
         context = opts.state_dir / "build" / cell.id
@@ -172,8 +171,15 @@ def build_cell(
         steps = _StepTimer(progress, cell.id)
         built_at = time.monotonic()
         try:
-            with wheelserver.serve(house, opts.wheel_port):
-                result.image_id = engine.build(context, [immutable, alias], {}, nocache=opts.nocache, on_line=steps)
+            with wheelserver.serve(house) as address:  # a loopback address of its own: builds run side by side
+                result.image_id = engine.build(
+                    context,
+                    [immutable, alias],
+                    {},
+                    nocache=opts.nocache,
+                    on_line=steps,
+                    extra_hosts={wheelserver.HOST: address},
+                )
         finally:
             steps.close()
         result.tag = immutable
@@ -216,6 +222,7 @@ def build_cell(
                 manifest=manifest(plan, data),
                 report=report.report,
                 size=result.size,
+                records_dir=opts.release_records,
             )
             result.status = "published"
             say(f"published {published.immutable}@{published.digest}")

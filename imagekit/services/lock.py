@@ -167,6 +167,22 @@ def lock_cells(
         return list(pool.map(work, cells))
 
 
+def current_locks(cells: list[Cell], directory: Path, data: CompatData) -> tuple[list[Cell], list[tuple[Cell, str]]]:
+    """The cells whose lock in ``directory`` is made for their present inputs, and the others with the reason."""
+    locked, others = [], []
+    for cell in cells:
+        try:
+            lock = verified_lock(lock_path(directory, cell), cell, data, current=True)
+        except CheckFailed as exc:
+            others.append((cell, exc.message.splitlines()[0]))
+            continue
+        if lock is None:
+            others.append((cell, f"no lock in {directory}"))
+        else:
+            locked.append(cell)
+    return locked, others
+
+
 def check_cells(
     cells: list[Cell], directory: Path, settings: locking.LockSettings, data: CompatData
 ) -> list[LockResult]:

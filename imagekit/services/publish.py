@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,7 @@ class Published:
     alias: str
     digest: str
     reused: bool  # the registry already had exactly this image under the immutable tag
+    config_digest: str | None = None  # the image config the registry serves under ``digest``
 
 
 def read_index(path: Path) -> dict:
@@ -144,7 +148,7 @@ def publish(
             f"the registry does not serve {digest} with this image's config after the push", "retry the push"
         )
     registry.copy_tag(remote, digest, alias_tag)  # the alias names exactly the published manifest
-    return Published(f"{repository}:{immutable_tag}", f"{repository}:{alias_tag}", digest, reused)
+    return Published(f"{repository}:{immutable_tag}", f"{repository}:{alias_tag}", digest, reused, check.config_digest)
 
 
 class _PushLayers:
@@ -187,9 +191,24 @@ class _PushLayers:
         return f"{self.pushed} layers pushed, {self.existing} already there"
 
 
-def record(index_path: Path, published: Published, *, lock_hash: str, manifest: dict, report: dict, size: int) -> dict:
-    """Add the release to the index (atomically): tag, digest, lock hash, manifest, self-test report."""
-    index = read_index(index_path)
+@contextmanager
+def index_locked(index_path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on the index's folder: read-modify-write of the index by several processes on one
+    machine (parallel publishers, `release merge`) serializes and loses nothing; no lock file is left behind."""
+    folder = index_path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def release_entry(
+    published: Published, *, lock_hash: str, manifest: dict, report: dict, size: int, published_at: str | None = None
+) -> dict:
+    """One release: the index's entry for the immutable tag, and the content of its record file."""
     entry = {
         "tag": published.immutable,
         "alias": published.alias,
@@ -197,11 +216,78 @@ def record(index_path: Path, published: Published, *, lock_hash: str, manifest: 
         "reference": f"{published.immutable.rsplit(':', 1)[0]}@{published.digest}",
         "lock_hash": lock_hash,
         "size_bytes": size,
-        "published_at": index.get("images", {}).get(published.immutable, {}).get("published_at")
-        or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "published_at": published_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "manifest": manifest,
         "selftest": report,
     }
-    index.setdefault("images", {})[published.immutable] = entry
-    write_atomic(index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+    if published.config_digest:
+        entry["config_digest"] = published.config_digest
+    return entry
+
+
+def record_name(tag: str) -> str:
+    """``<cell id>-<build hash>.json`` for ``REPO:<cell id>-<build hash>``."""
+    return tag.rsplit(":", 1)[1] + ".json"
+
+
+def read_record(path: Path) -> dict:
+    """A release record (one index entry); another shape is a usage error naming the file."""
+    hint = f"pass the folder `imagekit build --push --release-records` writes, or move {path} aside"
+    text = read_input(path, "release record", hint)
+    try:
+        entry = json.loads(text or "")
+    except ValueError as exc:
+        raise UsageError(f"release record {path} is not JSON: {exc}", hint) from None
+    tag = entry.get("tag") if isinstance(entry, dict) else None
+    problems = index_problems({"images": {str(tag): entry}})
+    if not problems and (":" not in tag or path.name != record_name(tag)):
+        problems = [f"its name is not the tag it records ({tag[:120]})"]
+    if problems:
+        raise UsageError(f"release record {path} is not a release record: " + "; ".join(problems[:5]), hint)
+    return entry
+
+
+def write_record(records_dir: Path, entry: dict) -> Path:
+    """``records_dir/<cell id>-<build hash>.json`` (atomic): one file per immutable tag, so parallel publishers
+    (CI runners) never write the same file; an existing record of this tag with another digest is refused."""
+    path = records_dir / record_name(entry["tag"])
+    if path.is_file():
+        old = read_record(path)
+        if old["digest"] != entry["digest"]:
+            raise CheckFailed(
+                f"{path} records {entry['tag']} as {old['digest']}, not {entry['digest']}",
+                "immutable tags never move; find out why the registry changed, then remove the old record by hand",
+            )
+        entry = {**entry, "published_at": old.get("published_at") or entry["published_at"]}
+    write_atomic(path, json.dumps(entry, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def record(
+    index_path: Path,
+    published: Published,
+    *,
+    lock_hash: str,
+    manifest: dict,
+    report: dict,
+    size: int,
+    records_dir: Path | None = None,
+) -> dict:
+    """Add the release to the index (atomically, under the index's lock): tag, digest, lock hash, manifest,
+    self-test report; and, with ``records_dir``, write its own record file."""
+    with index_locked(index_path):
+        index = read_index(index_path)
+        earlier = index.get("images", {}).get(published.immutable, {})
+        entry = release_entry(
+            published,
+            lock_hash=lock_hash,
+            manifest=manifest,
+            report=report,
+            size=size,
+            published_at=earlier.get("published_at") if earlier.get("digest") == published.digest else None,
+        )
+        if records_dir is not None:
+            write_record(records_dir, entry)
+        index.setdefault("images", {})[published.immutable] = entry
+        write_atomic(index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
     return entry

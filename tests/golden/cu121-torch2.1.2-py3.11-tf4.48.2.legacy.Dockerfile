@@ -34,14 +34,14 @@ CMD []
 # ---- cell stage: cu121-torch2.1.2-py3.11-tf4.48.2 ----
 FROM base AS image
 ARG SOURCE_DATE_EPOCH=1735689600
-ARG IMAGEKIT_WHEELS=http://127.0.0.1:8765/
+ARG IMAGEKIT_WHEELS=http://imagekit-wheels:8765/
 # Layer 1: the torch closure (22 distributions). A transformers bump leaves it byte-identical.
 COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --trusted-host imagekit-wheels --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 2: everything else (17 distributions).
 COPY requirements-app.txt /opt/imagekit/requirements-app.txt
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --trusted-host imagekit-wheels --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # The doctor, the entrypoint and the shell/sshd settings (small; changing them never invalidates the layers above).
 COPY imagekit/ /opt/imagekit/
