@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from imagekit import compat
 from imagekit.cli import build_app
 from imagekit.model import Cell
+from tests.recording import RecordingProgress
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -62,6 +63,7 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 # ---- the real torch image, built, self-tested and published once per session (docker tests) -------------
 REAL_CELL = Cell("12.1", "2.1.2", "4.48.2", "3.11", ("accelerate==1.2.1", "numpy<2"))
 REPO = "imagekit-test/train"
+REAL_BUILD_PROGRESS = RecordingProgress()  # what the real build reported while it ran
 
 
 def _log(cid: str, msg: str) -> None:
@@ -102,7 +104,7 @@ def real_build(engine, registry, tmp_path_factory):
         release_index=state / "releases.json",
         push=True,
     )
-    result = build_cell(REAL_CELL, opts, engine, compat.load(), _log)
+    result = build_cell(REAL_CELL, opts, engine, compat.load(), _log, progress=REAL_BUILD_PROGRESS)
     assert result.status == "published", result.error and result.error.render()
     engine.tag(result.image_id, "imagekit-test/train", REAL_CELL.id)  # a stable local tag keeps the layer cache
     return result, opts

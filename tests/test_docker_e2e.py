@@ -23,7 +23,7 @@ from imagekit.services import fetch, publish, selftest
 from imagekit.services import lock as lock_service
 from imagekit.services.base import ensure_base
 from imagekit.services.build import BuildOptions, build_cell, clamp_mtimes
-from tests.conftest import REAL_CELL, REPO, _log
+from tests.conftest import REAL_BUILD_PROGRESS, REAL_CELL, REPO, _log
 from tests.registry import Registry, free_port
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 
@@ -62,6 +62,26 @@ def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, 
     status = {c["id"]: c["status"] for c in report["checks"]}
     assert status["lock-drift"] == "pass" and status["interpreter-identity"] == "pass"
     assert status["torch-probe"] == "skip"  # torch imports; no GPU here to probe
+
+
+@pytest.mark.slow
+def test_the_real_build_reported_progress_on_every_long_step(real_build):
+    """What a user watching the build saw: one line per self-test check and a summary, each docker build step,
+    and (when the layers were not cached) the torch closure's step timed; a push by layer with bytes."""
+    result, _ = real_build
+    text = REAL_BUILD_PROGRESS.text()
+    for check in result.report["checks"]:
+        assert f"self-test {check['status']:<4} {check['id']}" in text, check["id"]
+    n = len(result.report["checks"])
+    assert f"self-test passed: {n} checks (1 skipped) in " in text
+    steps = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("step ")]
+    assert steps and all(a.finished for a in steps)
+    assert any("requirements-torch.txt" in m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("Step "))
+    pushed = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("push layer ")]
+    layer_lines = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("layer ")]
+    assert all(a.finished for a in pushed)
+    assert pushed or layer_lines  # a fresh registry: every layer is pushed (or was already there)
+    assert all(a.summary.startswith(f"layer {a.label.split()[-1]}: pushed ") for a in pushed)
 
 
 @pytest.mark.slow

@@ -297,7 +297,11 @@ def register(app: typer.Typer) -> None:
         help="Base images: bootstrap from Debian/Ubuntu packages (no registry needed).", no_args_is_help=True
     )
 
-    @base_app.command("bootstrap", epilog="Example: imagekit base bootstrap --python 3.11")
+    @base_app.command(
+        "bootstrap",
+        epilog="Examples: imagekit base bootstrap --python 3.11; "
+        "imagekit base bootstrap --python 3.11 --push ghcr.io/acme/base >> imagekit.toml",
+    )
     @handles_errors
     def bootstrap(
         python: Annotated[
@@ -306,6 +310,15 @@ def register(app: typer.Typer) -> None:
                 "--python",
                 metavar="VERSION",
                 help="Which base (by its Python), repeatable; default: all bootstrappable bases.",
+            ),
+        ] = None,
+        push: Annotated[
+            str | None,
+            typer.Option(
+                "--push",
+                metavar="REG/REPO",
+                help="Also push it to REG/REPO and print its [bases] entry (by digest) for imagekit.toml, so CI "
+                "runners and `docker buildx bake` pull the very same base.",
             ),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -320,11 +333,27 @@ def register(app: typer.Typer) -> None:
         unknown = [p for p in wanted if p not in data.bases]
         if unknown:
             raise UsageError(f"no base for Python {', '.join(unknown)}", f"known: {', '.join(sorted(data.bases))}")
+        repository = validate_repository(push) if push else None
         engine, console, done = Engine(), err_console(), []
         for py in wanted:
             ref = ensure_base(data.bases[py], engine, log=console.print)
             console.print(f"{ref.reference} ({ref.digest})")
-            done.append({"python": py, "reference": ref.reference, "digest": ref.digest})
+            row = {"python": py, "reference": ref.reference, "digest": ref.digest, "glibc": ref.glibc}
+            if repository:
+                from imagekit.services.base import push_base
+
+                pushed = push_base(
+                    engine,
+                    ref,
+                    repository,
+                    os.environ.get("IMAGEKIT_REGISTRY_USER"),
+                    os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
+                )
+                console.print(f"pushed {pushed}")
+                row["pushed"] = pushed
+                if not as_json:
+                    out(f'[bases."{py}"]\nreference = "{pushed}"\nglibc = "{ref.glibc}"\n')
+            done.append(row)
         if as_json:
             out_json(done)
 

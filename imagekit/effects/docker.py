@@ -58,10 +58,14 @@ class Engine:
         )
         if buildx:
             notes.append(
-                f"buildx found ({buildx}), but imagekit builds through the API with the legacy builder. {lost}"
+                f"buildx found ({buildx}): `imagekit build` still builds through the API with the legacy builder; "
+                "`imagekit render` contexts build with `docker buildx build/bake`. " + lost
             )
         else:
-            notes.append(f"no buildx: building with the engine's legacy builder through the API. {lost}")
+            notes.append(
+                "no buildx: building with the engine's legacy builder through the API "
+                "(`tools/install-buildx` adds it for `docker buildx bake`). " + lost
+            )
         builder = "legacy"
         runtimes = info.get("Runtimes") or {}
         return Capabilities(

@@ -108,3 +108,30 @@ def ensure_base(
             f"delete {tarball} and bootstrap again",
         )
     return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}", compiler=compiler)
+
+
+def push_base(engine: Engine, ref: BaseRef, repository: str, username: str | None, password: str | None) -> str:
+    """Push a bootstrapped base to ``repository`` under its input-named tag; returns ``repository@digest``, checked
+    against the registry. The tag names the bootstrap's inputs, so it never moves to other contents."""
+    from imagekit.effects.registry import RegistryClient, Remote
+    from imagekit.errors import CheckFailed
+
+    tag = ref.reference.rsplit(":", 1)[1]
+    image = engine.image(ref.reference)
+    if image is None:
+        raise EnvironmentFailure(f"{ref.reference} is not in the engine", "run `imagekit base bootstrap` first")
+    registry = RegistryClient(username, password)
+    remote = Remote.parse(repository)
+    existing = registry.manifest(remote, tag)
+    if existing is not None and existing.config_digest != image["Id"]:
+        raise CheckFailed(
+            f"{repository}:{tag} already exists with other contents (config {existing.config_digest})",
+            "a base tag names its inputs and never moves; delete it in the registry by hand if it is wrong",
+        )
+    engine.tag(image["Id"], repository, tag)
+    auth = {"username": username, "password": password or ""} if username else None
+    digest = existing.digest if existing is not None else engine.push(repository, tag, auth)
+    check = registry.manifest(remote, digest)
+    if check is None or check.config_digest != image["Id"]:
+        raise EnvironmentFailure(f"the registry does not serve {repository}@{digest} as pushed", "retry the push")
+    return f"{repository}@{digest}"
