@@ -15,6 +15,7 @@ import pytest
 
 from imagekit import compat, locking, naming, render
 from imagekit.effects import wheelserver
+from imagekit.effects.files import clamp_mtimes
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.model import Cell
@@ -22,7 +23,7 @@ from imagekit.plan import BuildPlan
 from imagekit.services import fetch, publish, selftest
 from imagekit.services import lock as lock_service
 from imagekit.services.base import ensure_base
-from imagekit.services.build import BuildOptions, build_cell, clamp_mtimes
+from imagekit.services.build import BuildOptions, build_cell
 from tests.conftest import REAL_BUILD_PROGRESS, REAL_CELL, REPO, _log
 from tests.registry import Registry, free_port
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index

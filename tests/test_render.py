@@ -100,6 +100,12 @@ def test_rerender_keeps_fetched_wheels_and_check_ignores_them(app, runner, tmp_p
     (tmp_path / cell_id / "stray.txt").write_text("left over")
     _render_cli(app, runner, tmp_path, "--cell", cell_id)
     assert (wheels / "x-1.0-py3-none-any.whl").read_bytes() == b"wheel"
+    # COPY keeps mtimes: every rendered file carries SOURCE_DATE_EPOCH (a BuildKit COPY layer is then reproducible);
+    # the fetched wheels (hard links into the cache, mounted, never copied) are left alone
+    ctx = tmp_path / cell_id
+    stamps = {p.stat().st_mtime for p in ctx.rglob("*") if "wheels" not in p.relative_to(ctx).parts}
+    assert stamps == {1735689600.0} and ctx.stat().st_mtime == 1735689600.0
+    assert (wheels / "x-1.0-py3-none-any.whl").stat().st_mtime != 1735689600.0
     assert not (tmp_path / cell_id / "stray.txt").exists()
     res = runner.invoke(
         app, ["render", "--lock-dir", str(ROOT / "lockfiles"), "--out", str(tmp_path), "--cell", cell_id, "--check"]

@@ -22,7 +22,7 @@ from imagekit.cli.common import (
     selected_compatible,
     selector,
 )
-from imagekit.effects.files import replace_tree
+from imagekit.effects.files import clamp_mtimes, replace_tree
 from imagekit.errors import EXIT_NO, UsageError
 from imagekit.services.plans import plans_for
 
@@ -91,4 +91,5 @@ def register(app: typer.Typer) -> None:
                 {k: v[1] for k, v in mine.items()},
                 keep=("wheels",),  # fetched wheels stay: `imagekit fetch --into` put them there
             )
+            clamp_mtimes(out_dir / plan.cell.id, plan.source_date_epoch, skip=("wheels",))  # COPY keeps mtimes
             console.print(f"rendered {out_dir / plan.cell.id}/Dockerfile")

@@ -93,3 +93,15 @@ def read_input(path: Path, what: str, hint: str | None = None, *, missing_ok: bo
         raise UsageError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", hint) from None
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}", hint) from None
+
+
+def clamp_mtimes(root: Path, epoch: int, skip: tuple[str, ...] = ()) -> None:
+    """COPY keeps a file's mtime: clamp a build context so identical inputs give identical layers. ``skip``:
+    top-level folders left alone (fetched wheels: hard links into the cache, mounted rather than copied)."""
+    root = Path(root)
+    for path in sorted(root.rglob("*"), reverse=True):
+        rel = path.relative_to(root).parts
+        if rel and rel[0] in skip:
+            continue
+        os.utime(path, (epoch, epoch), follow_symlinks=False)
+    os.utime(root, (epoch, epoch))

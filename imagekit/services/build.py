@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from imagekit import locking, naming, render
 from imagekit.compat import CompatData
 from imagekit.effects import process, wheelserver
 from imagekit.effects.docker import Engine
-from imagekit.effects.files import write_atomic, write_tree_atomic
+from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient
 from imagekit.errors import CheckFailed, ImagekitError
 from imagekit.model import Cell
@@ -83,13 +82,6 @@ class CellResult:
 def source_revision() -> str:
     res = process.run(["git", "rev-parse", "--short=12", "HEAD"], timeout=10) if shutil.which("git") else None
     return res.stdout.strip() if res is not None and res.ok else "unknown"
-
-
-def clamp_mtimes(root: Path, epoch: int) -> None:
-    """COPY keeps a file's mtime: clamp the context so identical inputs give identical layers."""
-    for path in sorted(root.rglob("*"), reverse=True):
-        os.utime(path, (epoch, epoch), follow_symlinks=False)
-    os.utime(root, (epoch, epoch))
 
 
 class _StepTimer:
