@@ -16,7 +16,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,pip-tools]'
+	@echo "installing imagekit and its test tools into $(VENV) (a minute or two)"
+	set -o pipefail; $(PY) -m pip install --progress-bar off -e '.[test,pip-tools]' | { grep -E '^(Collecting|Successfully)' || true; }
 	touch $@
 
 registry: setup
