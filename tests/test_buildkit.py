@@ -11,7 +11,6 @@ import tarfile
 
 import pytest
 
-from imagekit.services import selftest
 from tests.conftest import REAL_CELL, ROOT
 from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
 
@@ -83,10 +82,11 @@ def test_bake_builds_a_locked_cell_from_a_pushed_base(app, runner, engine, regis
         names = _layer_members(immutable, tmp_path)
         assert any(n.endswith("site-packages/transformers/__init__.py") for n in names)
         assert not [n for n in names if n.endswith(".whl")]  # mounted for the install, never in a layer
-        report = selftest.run(engine, immutable, gpus=False, require_gpu=False)
-        status = {c["id"]: c["status"] for c in report.report["checks"]}
-        # the fake torch installs exactly as locked; it is not a CUDA build, which the self-test says
+        res = runner.invoke(app, ["selftest", immutable, "--gpus", "off", "--json"])
+        status = {c["id"]: c["status"] for c in json.loads(res.stdout)["checks"]}
+        # the fake torch installs exactly as locked; it is not a CUDA build, which the self-test says (exit 1)
         assert status["dists-match-lock"] == "pass" and status["torch-cuda-version"] == "fail"
+        assert res.exit_code == 1 and "self-test FAILED (" in res.stderr
     finally:
         for tag in (alias, immutable):
             engine.remove(tag)
@@ -111,9 +111,11 @@ def test_buildx_builds_the_real_cell_and_its_self_test_passes(app, runner, engin
             ["docker", "buildx", "build", "--load", "-t", tag, str(out / REAL_CELL.id)], capture_output=True, text=True
         )
         assert res.returncode == 0, res.stderr[-3000:]
-        report = selftest.run(engine, tag, gpus=False, require_gpu=False)
-        assert report.passed, report.failed
-        assert {c["id"] for c in report.report["checks"]} == {c["id"] for c in real_build[0].report["checks"]}
+        res = runner.invoke(app, ["selftest", tag, "--json"])
+        assert res.exit_code == 0, res.output
+        report = json.loads(res.stdout)
+        assert {c["id"] for c in report["checks"]} == {c["id"] for c in real_build[0].report["checks"]}
+        assert "self-test passed: " in res.stderr
         found = subprocess.run(
             ["docker", "run", "--rm", "--entrypoint", "sh", tag, "-c", "find / -xdev -name '*.whl'; ls -A /mnt"],
             capture_output=True, text=True, check=True,

@@ -149,6 +149,7 @@ BASELINE: dict[str, list[str]] = {
     "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
     "release merge": ["adir", "--index", "releases/index.json"],  # an empty records folder: nothing to verify
     "ci init": ["--out", "wf/images.yml"],
+    "selftest": ["127.0.0.1:9/imagekit/train:" + CELL, "--gpus", "off"],  # no engine: exit 3
 }
 # Where each command may write (its named outputs); the sandbox's home and tmp are open to all.
 OUTPUTS: dict[str, tuple[str, ...]] = {

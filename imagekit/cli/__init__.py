@@ -57,6 +57,7 @@ def build_app() -> typer.Typer:
         pod_cmd,
         release_cmd,
         render_cmd,
+        selftest_cmd,
     )
 
     app = typer.Typer(
@@ -79,7 +80,7 @@ def build_app() -> typer.Typer:
     ) -> None:
         """imagekit."""
 
-    for module in (init_cmd, matrix_cmd, explain_cmd, lock_cmd, render_cmd, build_cmd, doctor_cmd):
+    for module in (init_cmd, matrix_cmd, explain_cmd, lock_cmd, render_cmd, build_cmd, selftest_cmd, doctor_cmd):
         module.register(app)
     app.add_typer(compat_cmd.build(), name="compat")
     app.add_typer(pod_cmd.build(), name="pod")

@@ -1,0 +1,49 @@
+"""`imagekit selftest IMAGE`: run an image's own self-test, e.g. after `docker buildx bake`, before pushing it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from imagekit.cli.common import err_console, handles_errors, out_json
+from imagekit.errors import EXIT_NO, UsageError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "selftest",
+        epilog="Example: docker buildx bake --load && imagekit selftest 127.0.0.1:5000/imagekit/train:CELL --json",
+    )
+    @handles_errors
+    def selftest_command(
+        image: Annotated[str, typer.Argument(metavar="IMAGE", help="A local image built from an imagekit context.")],
+        gpus: Annotated[
+            str, typer.Option(metavar="auto|on|off", help="With GPUs: auto (when the engine has the NVIDIA runtime).")
+        ] = "auto",
+        require_gpu: Annotated[bool, typer.Option("--require-gpu", help="Fail when no GPU is there.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="The self-test report on stdout.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    ) -> None:
+        """Run the self-test inside IMAGE (never a silent CPU pass: GPU checks are skipped or run, and say which).
+
+        Exit 0 when it passes, 1 when a check fails.
+        """
+        from imagekit import validate
+        from imagekit.cli.progress import ConsoleProgress
+        from imagekit.effects.docker import Engine
+        from imagekit.services import selftest
+
+        if gpus not in ("auto", "on", "off"):
+            raise UsageError(f"invalid --gpus {gpus!r}", "use auto, on or off")
+        validate.image_ref(image, "IMAGE")
+        engine = Engine()
+        if engine.image(image) is None:
+            raise UsageError(f"no image {image} in the engine", "build it first (or `docker pull` it)")
+        with_gpus = gpus == "on" or (gpus == "auto" and engine.capabilities().gpu_runtime)
+        progress = ConsoleProgress(err_console(), quiet=quiet)
+        report = selftest.run(engine, image, gpus=with_gpus, require_gpu=require_gpu, progress=progress, cell=image)
+        if as_json:
+            out_json(report.report)
+        if not report.passed:
+            raise typer.Exit(EXIT_NO)
