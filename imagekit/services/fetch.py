@@ -21,7 +21,7 @@ from imagekit import wheels
 from imagekit.effects import http
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
-from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.locking import is_torch_family
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
@@ -151,6 +151,8 @@ def _remote(
     """The wheel to download for this pin, its URL absolute; ``pages`` memoizes index pages across locks."""
     key = (source, entry.name)
     found = pages.get(key) if pages is not None else None
+    if isinstance(found, ImagekitError):  # read_pages could not read it: not asked again per pin
+        raise found
     if found is None:
         found = _candidates(source, entry.name)
         if pages is not None:
@@ -277,8 +279,8 @@ def read_pages(locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 1
     def one(key: tuple[str, str]) -> None:
         try:
             pages[key] = _candidates(*key)
-        except (EnvironmentFailure, CheckFailed, UsageError):
-            pass
+        except (EnvironmentFailure, CheckFailed, UsageError) as exc:
+            pages[key] = exc  # remembered: forecast_lock reports it without asking again
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, sorted(wanted - set(pages))))

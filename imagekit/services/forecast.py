@@ -176,6 +176,9 @@ def forecast(
     notes = []
     if engine is None and build:
         notes.append("the Docker engine is not reachable: bases and the engine's free space are unknown")
+    unread = [r.cell for r in rows if r.wheels is not None and r.wheels.error]
+    if unread:
+        notes.append(f"{len(unread)} cell(s) whose index could not be read: their downloads are not counted")
     unlocked = [r.cell for r in rows if r.wheels is None]
     if unlocked:
         notes.append(f"{len(unlocked)} cell(s) without a current lock: their wheels are known only after locking")
@@ -216,7 +219,7 @@ def render_text(fc: Forecast, *, build: bool = True) -> list[str]:
         if w is None:
             parts.append("wheels: after locking")
         elif w.error:
-            parts.append(f"wheels: index unreadable ({w.error.splitlines()[0][:80]})")
+            parts.append(f"wheels: index unreadable ({w.error.splitlines()[0][:160]})")
         else:
             parts.append(
                 f"wheels {w.cached}/{w.count} cached ({human_bytes(w.cached_bytes)}), "
