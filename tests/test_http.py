@@ -423,3 +423,27 @@ def test_refresh_refuses_file_urls_in_the_index():
 def test_remote_zip_needs_range_support():
     with serve({"/w.whl": (200, {}, b"PK whole file")}) as server, pytest.raises(EnvironmentFailure, match="range"):
         remote_zip.read_member(f"{server.url}/w.whl", ".dist-info/METADATA")
+
+
+def test_the_shared_client_follows_the_proxy_environment(monkeypatch):
+    """httpx reads the proxy settings when a client is made: a client made before they change must not be reused
+    (a process that sets HTTPS_PROXY later, or a test sandbox, would otherwise bypass the proxy)."""
+    for var in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    with serve({"/x": (200, {}, b"direct")}) as srv:
+        assert client.get(f"{srv.url}/x") == b"direct"
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens: through it, nothing is reached
+        with pytest.raises(EnvironmentFailure, match="cannot reach"):
+            client.get(f"{srv.url}/x")
+        monkeypatch.delenv("HTTP_PROXY")
+        assert client.get(f"{srv.url}/x") == b"direct"
+    assert len(srv.seen) == 2

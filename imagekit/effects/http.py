@@ -57,9 +57,18 @@ def require_http(url: str, what: str = "URL", error: type[Exception] = UsageErro
     return url
 
 
-@functools.cache
+# httpx reads these when a client is made: a client is shared only while they stay as they were
+_CLIENT_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")
+
+
 def shared() -> httpx.Client:
-    """The process's client (connection pool shared by threads), made on first use."""
+    """The process's client (connection pool shared by threads), made on first use and again when the proxy or
+    certificate environment changes."""
+    return _shared(tuple(os.environ.get(k) or os.environ.get(k.lower()) for k in _CLIENT_ENV))
+
+
+@functools.cache
+def _shared(_env: tuple[str | None, ...]) -> httpx.Client:
     return make_client()
 
 
