@@ -77,7 +77,6 @@ def make_client(timeout: httpx.Timeout = TIMEOUT) -> httpx.Client:
 
     return httpx.Client(
         timeout=timeout,
-        http2=True,  # one multiplexed connection per origin: one DNS lookup and TLS handshake, not one per thread
         follow_redirects=False,  # followed by `stream`, with the credential rule above
         headers={"User-Agent": f"imagekit/{__version__}"},
     )

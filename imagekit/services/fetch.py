@@ -264,9 +264,10 @@ def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages:
     )
 
 
-def read_pages(locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 16) -> None:
+def read_pages(locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 6) -> None:
     """Read, once each and concurrently, the index pages that forecasting these (lock, python, glibc) needs:
-    the pins the cache cannot serve. Pages that fail are left out (forecast_lock then reports the error)."""
+    the pins the cache cannot serve. A failure is remembered (forecast_lock reports it). Six at a time: each new
+    connection is a DNS lookup, and a lost lookup costs the resolver's 5 s timeout."""
     wanted = set()
     for lock, python, glibc in locks:
         index, torch_index, routed = _sources(lock)
