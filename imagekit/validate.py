@@ -180,13 +180,23 @@ def image_ref(value: object, what: str = "image reference") -> str:
     """An OCI image reference (``registry:5000/team/img:tag@sha256:...``) by the distribution grammar."""
     m = IMAGE_REF.fullmatch(value) if isinstance(value, str) and len(value) <= 512 else None
     if m is None or not _domain_ok(m["name"]):
-        raise _bad(what, value, "an OCI reference such as 'registry.example.com/team/image:tag'")
+        raise _bad(
+            what,
+            value,
+            "an OCI reference such as 'registry.example.com/team/image:tag'",
+            "name it as REGISTRY/NAME:TAG or REGISTRY/NAME@sha256:DIGEST, in lower case",
+        )
     return value
 
 
 def repository(value: object) -> str:
     if not isinstance(value, str) or len(value) > 255 or not REPOSITORY.fullmatch(value) or not _domain_ok(value):
-        raise _bad("image repository", value, "an OCI repository such as '127.0.0.1:5000/imagekit/train'")
+        raise _bad(
+            "image repository",
+            value,
+            "an OCI repository such as '127.0.0.1:5000/imagekit/train'",
+            "give REGISTRY/NAMESPACE/NAME in lower case, without a tag",
+        )
     return value
 
 

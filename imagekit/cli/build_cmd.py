@@ -333,7 +333,7 @@ def register(app: typer.Typer) -> None:
         unknown = [p for p in wanted if p not in data.bases]
         if unknown:
             raise UsageError(f"no base for Python {', '.join(unknown)}", f"known: {', '.join(sorted(data.bases))}")
-        repository = validate_repository(push) if push else None
+        repository = validate_repository(push) if push is not None else None
         engine, console, done = Engine(), err_console(), []
         for py in wanted:
             ref = ensure_base(data.bases[py], engine, log=console.print)
