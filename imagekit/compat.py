@@ -354,12 +354,11 @@ def shipped_metadata() -> dict:
 def read_user_metadata(path: Path) -> dict | None:
     """The user's refreshed metadata: None when absent; a UsageError (exit 2) when it is there but unusable."""
     hint = f"run `imagekit compat refresh` to write it again, or delete {path} to use the data shipped with imagekit"
-    try:
-        if not path.exists():
-            return None
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the compatibility data {path}: {exc}", hint) from None
+    from imagekit.effects.files import read_input  # a FIFO or a folder there is refused, not read
+
+    text = read_input(path, "compatibility data", hint, missing_ok=True)
+    if text is None:
+        return None
     try:
         doc = json.loads(text)
     except ValueError as exc:
