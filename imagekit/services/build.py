@@ -113,15 +113,14 @@ def build_cell(
     say = lambda msg: log(cell.id, msg)  # noqa: E731
     progress = progress or NullProgress()
     try:
-        before = lock_service.status_of(opts.lock_dir, cell, opts.settings, data).status
-        with activity(progress, cell.id, "lock" if before == "up-to-date" else "resolving the lock"):
+        with activity(progress, cell.id, "lock"):  # a line only when it takes time: when it resolves
             locked = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data)
         if locked.error:
             raise locked.error
         lock = locked.lock
         result.lock = "re-resolved" if locked.status == "locked" else locked.status
         if locked.status == "locked":
-            say(f"re-resolved {locked.path} (it was {before}): {lock.short_hash}; review and commit it")
+            say(f"re-resolved {locked.path} (it was missing or stale): {lock.short_hash}; review and commit it")
         else:
             say(f"lock {locked.status} ({lock.short_hash})")
         result.step = "base"
