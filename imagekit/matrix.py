@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from imagekit import rules, validate
+from imagekit import budget, rules, validate
 from imagekit.compat import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
 from imagekit.model import Cell, Query, Targets, Verdict
@@ -187,9 +187,14 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
         p.add("image", "expected a table")
         return ImageOptions()
     for k in image:
-        if k not in ("repository", "jupyter", "compiler"):
-            p.add(f"image.{k}", "unknown key (allowed: repository, jupyter, compiler)")
-    flags = {}
+        if k not in ("repository", "jupyter", "compiler", "size_budget"):
+            p.add(f"image.{k}", "unknown key (allowed: repository, jupyter, compiler, size_budget)")
+    flags: dict = {}
+    if "size_budget" in image:
+        try:
+            flags["size_budget"] = budget.parse(image["size_budget"]).text
+        except UsageError as exc:
+            p.add("image.size_budget", f"{exc.message}; {exc.hint}")
     for k in ("jupyter", "compiler"):
         if k in image:
             if isinstance(image[k], bool):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from imagekit import __version__, rules
+from imagekit import __version__, layers, rules, tools
 from imagekit.compat import BaseSpec, CompatData
 from imagekit.lockfile import Lock
 from imagekit.model import Cell
@@ -30,6 +30,7 @@ class ImageOptions:
 
     jupyter: bool = False  # JupyterLab locked into the app layer, started when JUPYTER_PASSWORD is set
     compiler: bool = True  # gcc/g++ and the Python headers, so torch.compile works (about 200 MB)
+    size_budget: str = "+10%"  # imagekit.budget: "6.5 GB", or growth over the cell's last release
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def manifest(plan: BuildPlan, data: CompatData) -> dict:
             "input_hash": plan.lock.meta.get("input-hash", ""),
             "torch_layer": [e.name for e in plan.lock.torch],
         },
+        "layers": layers.plan(plan.lock).to_json(),
+        "installer": f"{tools.UV.name} {tools.UV.version}",
         "distributions": dict(sorted(pins.items())),
         "torch": {
             "version": pins.get("torch", cell.torch),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from imagekit import __version__, naming
+from imagekit import __version__, layers, naming, tools
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
 from imagekit.plan import BuildPlan, manifest
@@ -60,6 +60,20 @@ def environment() -> jinja2.Environment:
     return env
 
 
+# Every COPY is `COPY rootfs/<layer>/ /`: the context holds each layer's files at their image paths, so every folder
+# the COPY touches comes from the context with its clamped mtime. (`COPY file /opt/imagekit/` would stamp
+# /opt/imagekit with the build time: a new layer digest on every build, which breaks sharing the layers above.)
+ROOTFS = "rootfs"
+IMAGEKIT_DIR = "opt/imagekit"
+APP_FILES = f"{ROOTFS}/app/{IMAGEKIT_DIR}"  # the doctor, the entrypoint, shell/sshd settings, manifest, app pins
+MANIFEST = f"{APP_FILES}/manifest.json"
+BASE_STAGE_SCRIPTS = ("finalize-layer", "install-layer")  # what the base stage's COPY brings: the layers run them
+
+
+def layer_file(layer: layers.Layer) -> str:
+    return f"{ROOTFS}/{layer.name}/{IMAGEKIT_DIR}/{layer.filename}"
+
+
 def _context_files() -> dict[str, tuple[bytes, int]]:
     """Scripts that run inside the image, shipped as real files: bin/ from templates, doctor/ from the package."""
     root = template_root() / "templates" / "context"
@@ -67,11 +81,13 @@ def _context_files() -> dict[str, tuple[bytes, int]]:
     for path in sorted(root.rglob("*")):
         if path.is_file():
             rel = path.relative_to(root).as_posix()
-            out[f"imagekit/{rel}"] = (path.read_bytes(), EXECUTABLE if rel.startswith("bin/") else 0o644)
+            out[f"{APP_FILES}/{rel}"] = (path.read_bytes(), EXECUTABLE if rel.startswith("bin/") else 0o644)
     doctor = resources.files("imagekit").joinpath("doctor")
     for entry in sorted(doctor.iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".py"):
-            out[f"imagekit/doctor/{entry.name}"] = (entry.read_bytes(), 0o644)
+            out[f"{APP_FILES}/doctor/{entry.name}"] = (entry.read_bytes(), 0o644)
+    for script in BASE_STAGE_SCRIPTS:
+        out[f"{ROOTFS}/base/{IMAGEKIT_DIR}/bin/{script}"] = out[f"{APP_FILES}/bin/{script}"]
     return out
 
 
@@ -79,6 +95,7 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
     """The build context of one cell: relative path -> (bytes, mode)."""
     facts = manifest(plan, data)
     labels = naming.labels(facts)
+    layer_plan = layers.plan(plan.lock)
     env = environment()
     dockerfile = env.get_template("Dockerfile.j2").render(
         imagekit_version=__version__,
@@ -88,16 +105,16 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         source_date_epoch=int(plan.source_date_epoch),
         wheels_url=_url(plan.wheels_url),
         builder=_builder(plan.builder),
-        torch_count=len(plan.lock.torch),
-        app_count=len(plan.lock.app),
+        layers=layer_plan.layers,
+        cuda_prefix=layers.CUDA_PREFIX,
+        uv=tools.UV,
         labels=labels,
     )
     files = {
         "Dockerfile": (dockerfile.encode(), 0o644),
-        "requirements-torch.txt": (plan.lock.layer_text("torch", via=False).encode(), 0o644),
-        "requirements-app.txt": (plan.lock.layer_text("app", via=False).encode(), 0o644),
-        "manifest.json": ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644),
+        MANIFEST: ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644),
     }
+    files.update({layer_file(layer): (layer.requirements.encode(), 0o644) for layer in layer_plan.layers})
     files.update(_context_files())
     return files
 

@@ -144,28 +144,32 @@ def _files(data, lock: Lock | None = None, **plan) -> dict[str, tuple[bytes, int
 def test_only_the_in_image_scripts_are_executable(data):
     files = _files(data)
     executable = {rel for rel, (_, mode) in files.items() if mode == 0o755}
-    assert executable == {f"imagekit/bin/{p.name}" for p in (ROOT / "templates" / "context" / "bin").iterdir()}
+    scripts = {f"{render.APP_FILES}/bin/{p.name}" for p in (ROOT / "templates" / "context" / "bin").iterdir()}
+    base = {f"rootfs/base/opt/imagekit/bin/{name}" for name in ("finalize-layer", "install-layer")}
+    assert executable == scripts | base
     assert {mode for _, mode in files.values()} == {0o644, 0o755}
 
 
 def test_the_context_ships_the_doctor_package_byte_for_byte(data):
     files = _files(data)
     doctor = ROOT / "imagekit" / "doctor"
-    shipped = {rel for rel in files if rel.startswith("imagekit/doctor/")}
-    assert shipped == {f"imagekit/doctor/{p.name}" for p in doctor.glob("*.py")}
-    assert files["imagekit/doctor/imagekit_doctor.py"][0] == (doctor / "imagekit_doctor.py").read_bytes()
-    assert files["imagekit/etc/sshd_config"][0] == (ROOT / "templates" / "context" / "etc" / "sshd_config").read_bytes()
+    app = render.APP_FILES
+    shipped = {rel for rel in files if rel.startswith(f"{app}/doctor/")}
+    assert shipped == {f"{app}/doctor/{p.name}" for p in doctor.glob("*.py")}
+    assert files[f"{app}/doctor/imagekit_doctor.py"][0] == (doctor / "imagekit_doctor.py").read_bytes()
+    assert files[f"{app}/etc/sshd_config"][0] == (ROOT / "templates" / "context" / "etc" / "sshd_config").read_bytes()
 
 
 def test_installed_requirement_files_carry_no_via_annotations(data):
     files = _files(data)
-    assert files["requirements-torch.txt"][0] == f"torch==2.5.1 \\\n    --hash={H1}\n".encode()
-    assert files["requirements-app.txt"][0] == f"transformers==4.48.2 \\\n    --hash={H2}\n".encode()
+    torch, app = "rootfs/torch/opt/imagekit/requirements-torch.txt", f"{render.APP_FILES}/requirements-app.txt"
+    assert files[torch][0] == f"torch==2.5.1 \\\n    --hash={H1}\n".encode()
+    assert files[app][0] == f"transformers==4.48.2 \\\n    --hash={H2}\n".encode()
 
 
 def test_the_manifest_is_canonical_json(data):
     """Sorted keys, two-space indent, final newline: the manifest's bytes feed the immutable tag."""
-    text = _files(data)["manifest.json"][0].decode()
+    text = _files(data)[render.MANIFEST][0].decode()
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
     assert text.startswith('{\n  "base": ')
 

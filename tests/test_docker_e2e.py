@@ -6,6 +6,7 @@ once per session; its layers and the wheel cache stay on disk between runs, so r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
@@ -39,8 +40,16 @@ def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, 
     assert checks["torch-cuda-version"] == "pass" and checks["tiny-model"] == "pass"
     assert checks["python-identity"] == "pass" and checks["numpy-interop"] == "pass"
     assert checks["gpu-cuda-available"] == "skip"  # no GPU on this machine: reported, not silently passed
+    # torch loaded its CUDA libraries from the Python-independent prefix, through the venv's link, none from elsewhere
+    cuda = next(c for c in result.report["checks"] if c["id"] == "cuda-libraries")
+    assert cuda["status"] == "pass" and not cuda["evidence"]["elsewhere"], cuda
+    assert any(name.startswith("libcublas") for name in cuda["evidence"]["from_prefix"]), cuda
     index = json.loads(opts.release_index.read_text())["images"]
     entry = index[result.tag]
+    # the release records the size and every layer's compressed size, bottom first, each with the step that made it
+    assert entry["size_bytes"] > 4e9 and len(entry["layers"]) == len(engine.layers(result.tag))
+    assert entry["compressed_bytes"] == sum(x["compressed_bytes"] for x in entry["layers"]) > 2e9
+    assert any("--target /opt/cuda-libs" in x["created_by"] for x in entry["layers"])
     assert entry["digest"] == result.digest and entry["selftest"]["passed"]
     assert entry["manifest"]["distributions"]["torch"] == "2.1.2"
     # the registry serves exactly this image under the immutable tag, and the alias points at it too
@@ -77,7 +86,7 @@ def test_the_real_build_reported_progress_on_every_long_step(real_build):
     assert f"self-test passed: {n} checks (1 skipped) in " in text
     steps = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("step ")]
     assert steps and all(a.finished for a in steps)
-    assert any("requirements-torch.txt" in m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("Step "))
+    assert any("COPY rootfs/torch/ /" in m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("Step "))
     pushed = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("push layer ")]
     layer_lines = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("layer ")]
     assert all(a.finished for a in pushed)
@@ -330,3 +339,55 @@ def test_doctor_expect_image_ref_reads_the_manifest(real_build, registry, app, r
     checks = {c["id"]: c for c in report["checks"]}
     assert checks["manifest"]["evidence"]["cell"] == REAL_CELL.id
     assert res.exit_code == 1 and checks["lock-drift"]["status"] == "fail"  # this host is not the image
+
+
+def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tmp_path, monkeypatch):
+    """torch 2.5.1 and 2.6.0 pinning the same CUDA runtime: the second built with --no-cache still gives the CUDA
+    layers the same digests (the bytes, not the build cache), and different torch layers above them."""
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    root = tmp_path / "pypi"
+    torch26 = ("torch", "2.6.0", ["filelock", "nvidia-cuda-runtime-cu12==12.4.127"])
+    write_simple_index(root, fake_pypi_wheels(tmp_path / "w", extra=[torch26]))
+    data = compat.load()
+    tags = []
+    with serve(root) as url:
+        opts = _fake_opts(tmp_path, f"{url}/simple", "imagekit-test/cudalayers", push=False)
+        for torch, nocache in (("2.5.1", False), ("2.6.0", True)):
+            cell = Cell("12.4", torch, "4.48.2", "3.11")
+            res = build_cell(cell, dataclasses.replace(opts, nocache=nocache), engine, data, _log)
+            assert res.step == "self-test", res.error and res.error.render()  # fake torch: the self-test fails
+            tags.append(res.tag)
+    try:
+        a, b = (engine.layers(t) for t in tags)  # ..., CUDA COPY, CUDA RUN, torch COPY, torch RUN, app COPY, app RUN
+        assert len(a) == len(b) and a[:-4] == b[:-4]  # the base, the base stage, then the CUDA layer's COPY and RUN
+        assert a[-3] != b[-3]  # torch differs above it
+        files = _files_in(engine, tags[0], "/opt/cuda-libs")
+        assert "nvidia_cuda_runtime_cu12/__init__.py" in files and not any("__pycache__" in f for f in files)
+        assert not any(f.endswith("uv_cache.json") for f in files)
+    finally:
+        for t in tags:
+            engine.remove(t)
+            engine.remove(t.rsplit(":", 1)[0] + ":" + t.rsplit(":", 1)[1].split("-")[0])
+
+
+def _files_in(engine, image: str, folder: str) -> list[str]:
+    out = engine.client.containers.run(
+        image, ["find", folder, "-type", "f", "-printf", "%P\\n"], entrypoint=[], remove=True, network_mode="none"
+    )
+    return out.decode().split()
+
+
+def test_an_image_over_its_size_budget_is_refused_and_not_pushed(engine, registry, fake_index, tmp_path):
+    cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
+    repo = f"{registry.address}/imagekit-test/budget"
+    opts = _fake_opts(tmp_path, fake_index, repo)
+    opts = dataclasses.replace(opts, options=dataclasses.replace(opts.options, size_budget="100 MB"))
+    res = build_cell(cell, opts, engine, compat.load(), _log)
+    try:
+        assert res.status == "failed" and res.step == "size-budget", res.error and res.error.render()
+        assert "over 0.10 GB (the budget 100 MB)" in res.error.message and "nothing was pushed" in res.error.hint
+        assert RegistryClient().manifest(Remote.parse(repo), cell.id) is None
+    finally:
+        if res.tag:
+            engine.remove(res.tag)

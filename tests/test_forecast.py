@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from imagekit import tools
 from imagekit.model import Cell
 from tests.conftest import REAL_CELL, ROOT
 from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
@@ -62,7 +63,7 @@ def test_dry_run_plans_without_changing_anything(app, runner, fake, tmp_path):
     (row,) = json.loads(res.stdout)["cells"]
     assert row["lock"]["status"] == "up-to-date"
     w = row["wheels"]
-    assert w["count"] == len(pins) and w["cached"] == 0 and w["download"] == len(pins)
+    assert w["count"] == len(pins) + 1 and w["cached"] == 0 and w["download"] == len(pins) + 1  # + the uv wheel
     assert w["unknown_sizes"] == len(pins)  # a PEP 503 page declares no sizes: said, not guessed as 0 silently
     assert _tree(tmp_path / "locks") == before and not (tmp_path / "state").exists()
 
@@ -72,10 +73,12 @@ def test_dry_run_plans_without_changing_anything(app, runner, fake, tmp_path):
     res = _run(app, runner, "fetch", "--dry-run", "--json", "--lock-dir", "locks", "--cell", CELL.id)
     doc = json.loads(res.stdout)
     w = doc["cells"][0]["wheels"]
-    assert (w["cached"], w["download"], w["download_bytes"]) == (len(pins), 0, 0)
+    assert (w["cached"], w["download"], w["download_bytes"]) == (len(pins) + 1, 0, 0)
     assert w["cached_bytes"] == sum(p.stat().st_size for p in cached)
     unzipped = 0
     for p in cached:
+        if p.name == tools.UV.filename:
+            continue  # installs the layers, leaves no trace in the image
         with zipfile.ZipFile(p) as zf:
             unzipped += sum(i.file_size for i in zf.infolist())
     assert w["installed_bytes"] == unzipped

@@ -1,4 +1,5 @@
-"""An unreachable index is found before any resolver runs: one probe per index URL and process, one error.
+"""An unreachable index is found by a probe that runs beside the resolver and stops it: one probe per index URL and
+process, one error (uv's own retries would take half a minute and end in a misleading message).
 
 Real loopback servers only: one that answers (and counts what it is asked), a port where nothing listens
 (connection refused), and one that accepts a connection and never answers (the probe's timeout).
@@ -108,8 +109,8 @@ def test_an_unreachable_pytorch_index_is_one_error_after_one_probe_per_url(tmp_p
     assert "--torch-index-url" in hint and "--source pypi" in hint and "proxy" in hint
     assert res.stderr.count("error") == 1 and "Traceback" not in res.stderr
     assert len([line for line in res.stderr.splitlines() if line.strip().startswith("failed cu118-")]) == CU118_CELLS
-    assert "not available" not in res.stderr  # uv never ran: no "Python 3.10 is not available" on the way
-    assert seen == [("HEAD", "/simple")]  # five cells, four at once: the main index was probed once
+    assert "not available" not in res.stderr  # uv was stopped: no "Python 3.10 is not available" on the way
+    assert [s for s in seen if s[0] == "HEAD"] == [("HEAD", "/simple")]  # five cells, four at once: probed once
     assert not (tmp_path / "locks").exists() or not any((tmp_path / "locks").iterdir())
 
 
@@ -123,7 +124,8 @@ def test_an_index_that_never_answers_is_probed_once_with_the_short_timeout(tmp_p
     assert f"{torch_base}/whl/cu118" in error and f"no answer within {resolver.PROBE_TIMEOUT_S:g} s" in error
     assert len(lines_starting(res.stderr, "hint:")) == 1
     assert resolver.PROBE_TIMEOUT_S <= 10  # "a few seconds", where uv's own retries took ~20 s
-    assert connections == 1 and seen == [("HEAD", "/simple")]  # one probe per URL, no retry
+    assert [s for s in seen if s[0] == "HEAD"] == [("HEAD", "/simple")]  # one probe per URL, no retry
+    assert connections >= 1  # the probe's (and those of the uv runs it stopped)
 
 
 def test_an_unreachable_main_index_names_the_flag_that_replaces_it(tmp_path):
@@ -156,5 +158,5 @@ def test_every_cell_in_a_process_shares_one_probe_and_one_error(data, tmp_path):
     errors = [r.error for r in concurrent + one_by_one]
     assert all(isinstance(e, IndexUnreachable) and e.exit_code == 3 for e in errors)
     assert all(e is errors[0] for e in errors)  # the same object: a caller reports it once
-    assert seen == [("HEAD", "/simple")]
+    assert [s for s in seen if s[0] == "HEAD"] == [("HEAD", "/simple")]
     assert not (tmp_path / "locks").exists() or not any((tmp_path / "locks").iterdir())

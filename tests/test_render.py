@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from imagekit.layers import plan as layer_plan
+from imagekit.services.lock import read_lock
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -49,7 +52,7 @@ def test_check_detects_hand_edit_and_missing_and_extra(app, runner, tmp_path, in
     res = check()
     assert res.exit_code == 1 and f"differs: {REPRESENTATIVE[1]}/Dockerfile" in res.output
     (out / REPRESENTATIVE[1] / "stray.txt").write_text("x")
-    (out / REPRESENTATIVE[1] / "manifest.json").unlink()
+    (out / REPRESENTATIVE[1] / "rootfs" / "app" / "opt" / "imagekit" / "manifest.json").unlink()
     res = check()
     assert res.exit_code == 1 and "extra:" in res.output and "missing:" in res.output
 
@@ -81,12 +84,12 @@ def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp
     cell_id = REPRESENTATIVE[1]
     _render_cli(app, runner, tmp_path, "--cell", cell_id)
     text = (tmp_path / cell_id / "Dockerfile").read_text()
-    runs = [line for line in text.splitlines() if "pip install" in line]
-    assert len(runs) == 2
+    runs = [line for line in text.splitlines() if "/opt/imagekit/bin/install-layer" in line]
+    layers = layer_plan(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).layers
+    assert len(runs) == len(layers) == 5  # cuda toolkit, cudnn, nccl, torch, app
     for r in runs:
-        assert all(flag in r.split() for flag in ("--no-index", "--require-hashes", "--no-deps")), r
-        assert "--find-links /mnt " in r
-    assert text.count("RUN --mount=type=bind,source=wheels,target=/mnt,readonly") == 2
+        assert "--wheels /mnt " in r and '--uv "${IMAGEKIT_UV}"' in r, r
+    assert text.count("RUN --mount=type=bind,source=wheels,target=/mnt,readonly") == len(layers)
     assert "IMAGEKIT_WHEELS" not in text and "127.0.0.1" not in text
     assert "COPY wheels" not in text  # the wheels are mounted, never copied into a layer
 
@@ -124,26 +127,34 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
     _render_cli(app, runner, tmp_path, "--cell", cell_id)
     ctx = tmp_path / cell_id
     text = (ctx / "Dockerfile").read_text()
-    torch_at = text.index("requirements-torch.txt /opt")
-    app_at = text.index("requirements-app.txt /opt")
+    torch_at = text.index("COPY rootfs/torch/ /")
+    app_at = text.index("COPY rootfs/app/ /")
     assert torch_at < app_at  # torch layer first
     assert "-m venv /opt/venv" in text
     assert "NVIDIA_VISIBLE_DEVICES=all" in text and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
-    assert "--require-hashes" in text and "--no-deps" in text and "--no-cache-dir" in text
-    assert "finalize-layer" in text and "/etc/imagekit/manifest.json" in text
+    installer = (ROOT / "templates" / "context" / "bin" / "install-layer").read_text()
+    for flag in ("--no-index", "--require-hashes", "--no-deps", "--no-cache", "--no-config"):
+        assert f'"{flag}"' in installer
+    assert "finalize-layer" in text and "ln -s /opt/imagekit/manifest.json /etc/imagekit/manifest.json" in text
+    assert text.count("COPY rootfs/") == 2 + len(layer_plan(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).cuda) + 1
     assert '"org.opencontainers.image.version"=' in text and '"imagekit.lock.hash"=' in text
-    manifest = json.loads((ctx / "manifest.json").read_text())
+    manifest = json.loads((ctx / "rootfs" / "app" / "opt" / "imagekit" / "manifest.json").read_text())
     assert manifest["cell"]["id"] == cell_id
     assert manifest["torch"]["archs"][-1] == "sm_90" and manifest["driver"]["minimum"] == "525.60.13"
     assert manifest["distributions"]["torch"] == "2.5.1"
     assert set(manifest["distributions"]) == {
         line.split("==")[0]
-        for name in ("requirements-torch.txt", "requirements-app.txt")
-        for line in (ctx / name).read_text().splitlines()
+        for req in ctx.rglob("requirements-*.txt")
+        for line in req.read_text().splitlines()
         if "==" in line
     }
-    torch_req = (ctx / "requirements-torch.txt").read_text()
-    assert "torch==2.5.1" in torch_req and "transformers==" not in torch_req
+    cuda = (ctx / "rootfs" / "cuda-toolkit" / "opt" / "imagekit" / "requirements-cuda-toolkit.txt").read_text()
+    assert "nvidia-cublas-cu12==" in cuda and "nvidia-cudnn" not in cuda and "nvidia-" not in torch_req(ctx)
+    assert "torch==2.5.1" in torch_req(ctx) and "transformers==" not in torch_req(ctx)
+
+
+def torch_req(ctx):
+    return (ctx / "rootfs" / "torch" / "opt" / "imagekit" / "requirements-torch.txt").read_text()
 
 
 def test_missing_lock_is_a_clear_error(app, runner, tmp_path, in_tmp):
@@ -208,14 +219,15 @@ def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
     text = render.render_plan(plan, data)["Dockerfile"][0].decode()
     assert f"FROM registry.example.com/base/python@{digest} AS base" in text
     assert "RUN /usr/local/bin/python3.11 -m venv /opt/venv" in text
-    assert f'"org.opencontainers.image.base.digest"="{digest}"' in text
+    buildkit = render.render_plan(dataclasses.replace(plan, builder="buildkit"), data)["Dockerfile"][0].decode()
+    assert f'"org.opencontainers.image.base.digest"="{digest}"' in buildkit  # legacy: set by `imagekit build`
 
 
 def test_render_replaces_a_cells_folder_whole(app, runner, in_tmp):
     """Leftovers from an earlier or a killed render never reach the build context (`COPY imagekit/`)."""
     args = ["render", "--cell", REPRESENTATIVE[1], "--lock-dir", str(ROOT / "lockfiles"), "--out", "out"]
     assert runner.invoke(app, args).exit_code == 0
-    stray = in_tmp / "out" / REPRESENTATIVE[1] / "imagekit" / "bin" / "stray.sh"
+    stray = in_tmp / "out" / REPRESENTATIVE[1] / "rootfs" / "app" / "opt" / "imagekit" / "bin" / "stray.sh"
     stray.write_text("echo left over\n")
     assert runner.invoke(app, args).exit_code == 0
     assert not stray.exists() and (in_tmp / "out" / REPRESENTATIVE[1] / "Dockerfile").is_file()

@@ -44,21 +44,23 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-def build_app() -> typer.Typer:
-    from imagekit.cli import (
-        build_cmd,
-        ci_cmd,
-        compat_cmd,
-        doctor_cmd,
-        explain_cmd,
-        init_cmd,
-        lock_cmd,
-        matrix_cmd,
-        pod_cmd,
-        release_cmd,
-        render_cmd,
-        selftest_cmd,
-    )
+# Which module defines each top-level command: `imagekit lock ...` imports the lock command's module alone, not the
+# other commands' dependencies (docker, jinja2, paramiko, ...). Help, completion and errors build the whole app.
+COMMANDS = {
+    "init": "init_cmd", "matrix": "matrix_cmd", "explain": "explain_cmd", "lock": "lock_cmd", "render": "render_cmd",
+    "build": "build_cmd", "fetch": "build_cmd", "base": "build_cmd", "runpod-template": "build_cmd",
+    "selftest": "selftest_cmd", "doctor": "doctor_cmd",
+}  # fmt: skip
+GROUPS = {"compat": "compat_cmd", "pod": "pod_cmd", "release": "release_cmd", "ci": "ci_cmd"}
+_ORDER = ("init_cmd", "matrix_cmd", "explain_cmd", "lock_cmd", "render_cmd", "build_cmd", "selftest_cmd", "doctor_cmd")
+
+
+def build_app(command: str | None = None) -> typer.Typer:
+    """The CLI; with ``command`` (a top-level command name), only the module that defines it is imported."""
+    import importlib
+
+    def module(name: str) -> Any:
+        return importlib.import_module(f"imagekit.cli.{name}")
 
     app = typer.Typer(
         name="imagekit",
@@ -80,14 +82,21 @@ def build_app() -> typer.Typer:
     ) -> None:
         """imagekit."""
 
-    for module in (init_cmd, matrix_cmd, explain_cmd, lock_cmd, render_cmd, build_cmd, selftest_cmd, doctor_cmd):
-        module.register(app)
-    app.add_typer(compat_cmd.build(), name="compat")
-    app.add_typer(pod_cmd.build(), name="pod")
-    app.add_typer(release_cmd.build(), name="release")
-    app.add_typer(ci_cmd.build(), name="ci")
+    if command in COMMANDS:
+        module(COMMANDS[command]).register(app)
+        return app
+    if command in GROUPS:
+        app.add_typer(module(GROUPS[command]).build(), name=command)
+        return app
+    for name in _ORDER:
+        module(name).register(app)
+    for group, name in GROUPS.items():
+        app.add_typer(module(name).build(), name=group)
     return app
 
 
 def main() -> None:
-    build_app()()
+    import sys
+
+    first = sys.argv[1] if len(sys.argv) > 1 else None
+    build_app(first if first in COMMANDS or first in GROUPS else None)()

@@ -282,7 +282,7 @@ def register(app: typer.Typer) -> None:
             if lock is None:
                 raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
             glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
-            got = fetch_service.fetch_lock(lock, e.cell.python, glibc, progress=progress, cell=e.cell.id)
+            got = fetch_service.fetch_for_build(lock, e.cell.python, glibc, progress=progress, cell=e.cell.id)
             size = sum(w.path.stat().st_size for w in got)
             new = [w for w in got if w.downloaded]
             if into is not None:

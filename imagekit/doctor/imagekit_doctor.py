@@ -22,9 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 DEFAULT_MANIFEST = "/etc/imagekit/manifest.json"
 VENV_SEEDS = {"pip", "setuptools", "wheel"}
@@ -903,24 +901,32 @@ def _origin(url):
     return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
 
-class _SameOriginRedirect(urllib.request.HTTPRedirectHandler):
-    """Follow a redirect within the origin (a renamed repo), token and all; stop at one to another origin (the Hub
-    sends file downloads to its CDN): the token never travels there, and the redirect itself already means the
-    Hub granted access. Stopping surfaces the 3xx as an HTTPError, read as the answer."""
+def _same_origin_redirect():
+    """A redirect handler that follows a redirect within the origin (a renamed repo), token and all, and stops at one
+    to another origin (the Hub sends file downloads to its CDN): the token never travels there, and the redirect
+    itself already means the Hub granted access. Stopping surfaces the 3xx as an HTTPError, read as the answer.
+    (urllib.request is imported here, when the Hub is asked: it costs every other command's start-up.)"""
+    import urllib.request
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if _origin(newurl) != _origin(req.full_url):
-            return None
-        return urllib.request.HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, headers, newurl)
+    class SameOriginRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            if _origin(newurl) != _origin(req.full_url):
+                return None
+            return urllib.request.HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, headers, newurl)
+
+    return SameOriginRedirect
 
 
 def _hub_get(url, token, timeout, extra=None):
     """(status, headers, body text, final url): same-origin redirects followed, others not (see above)."""
+    import urllib.error
+    import urllib.request
+
     headers = dict(extra or {})
     if token:
         headers["Authorization"] = "Bearer " + token
     req = urllib.request.Request(url, headers=headers)
-    opener = urllib.request.build_opener(_SameOriginRedirect)
+    opener = urllib.request.build_opener(_same_origin_redirect())
     try:
         with opener.open(req, timeout=timeout) as resp:
             return resp.status, resp.headers, resp.read(1 << 20).decode("utf-8", "replace"), resp.geturl()
@@ -960,6 +966,8 @@ HF_REPO_ID = re.compile(r"((datasets|spaces)/)?([A-Za-z0-9][\w.-]{0,95}/)?[A-Za-
 def check_hf_repo(repo, endpoint, token, timeout=15, token_source=None):
     """Can this token read the repo? Models, `datasets/ORG/NAME` and `spaces/ORG/NAME`; any files (adapters and
     GGUF repos have no config.json). The repo's info first, then, for a gated repo, one of its files."""
+    import urllib.error
+
     cid = f"hf-access:{repo}"
     kind, name, prefix = "models", repo, ""
     for plural in ("datasets", "spaces"):

@@ -26,11 +26,17 @@ def canon(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def installed():
+def image_paths(manifest=None):
+    """sys.path entries of the image's environment: the venv, and the CUDA runtime prefix its .pth adds."""
+    prefix = ((manifest or {}).get("layers") or {}).get("cuda_prefix")
+    return [p for p in sys.path if p.startswith(sys.prefix) or (prefix and p == prefix)]
+
+
+def installed(manifest=None):
     from importlib import metadata
 
     out = {}
-    for dist in metadata.distributions(path=[p for p in sys.path if p.startswith(sys.prefix)]):
+    for dist in metadata.distributions(path=image_paths(manifest)):
         name = dist.metadata["Name"]
         if name:
             out[canon(name)] = dist.version
@@ -39,7 +45,7 @@ def installed():
 
 def check_distributions(manifest):
     want = {canon(k): v for k, v in manifest["distributions"].items()}
-    have = installed()
+    have = installed(manifest)
     missing = sorted(set(want) - set(have))
     extra = sorted(set(have) - set(want) - VENV_SEEDS)
     different = sorted(f"{n} {have[n]} (lock {want[n]})" for n in set(want) & set(have) if have[n] != want[n])
@@ -94,6 +100,41 @@ def check_torch_cuda(manifest):
         return check("torch-cuda-version", "pass", f"torch {torch.__version__} is built for CUDA {got}", "", ev)
     return check("torch-cuda-version", "fail", f"torch {torch.__version__} is built for CUDA {got}, the cell says {want}",
                  "the image does not match its name; rebuild from the lock", ev)
+
+
+# Libraries of the CUDA runtime wheels (and of a driver install or toolkit, if one were on the library path).
+CUDA_LIB = re.compile(r"lib(cublas|cublasLt|cudart|cudnn[a-z_]*|cufft|cufftw|curand|cusolver|cusparse|cusparseLt|nccl|"
+                      r"nvrtc|nvrtc-builtins|nvJitLink|nvToolsExt|cupti|cufile|nvshmem_host)\.so")
+
+
+def check_cuda_libraries(manifest):
+    """After `import torch`, every CUDA runtime library mapped into the process comes from the image's CUDA prefix
+    (the nvidia-* wheels the lock pins), none from a system path: torch found them the way it does in site-packages."""
+    import torch  # noqa: F401 - loads libtorch_cuda and the CUDA runtime libraries it links
+
+    layers = manifest.get("layers") or {}
+    prefix = layers.get("cuda_prefix")
+    wheels = [d for layer in layers.get("layers", []) if layer.get("target") == prefix for d in layer["distributions"]]
+    if not prefix or not wheels:
+        return check("cuda-libraries", "skip", "no CUDA runtime wheels in this image (torch bundles its libraries)")
+    mapped = set()
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+            if CUDA_LIB.search(os.path.basename(path)):
+                mapped.add(path)
+    real = {p: os.path.realpath(p) for p in sorted(mapped)}
+    ours = sorted(p for p, r in real.items() if r.startswith(prefix.rstrip("/") + "/"))
+    other = sorted(f"{p} -> {r}" if p != r else p for p, r in real.items() if not r.startswith(prefix.rstrip("/") + "/"))
+    ev = {"prefix": prefix, "from_prefix": [os.path.basename(p) for p in ours], "elsewhere": other}
+    if other:
+        return check("cuda-libraries", "fail", f"torch loaded CUDA libraries from outside {prefix}: {', '.join(other)}",
+                     "a system CUDA install shadows the locked wheels; unset LD_LIBRARY_PATH or remove it", ev)
+    if not ours:
+        return check("cuda-libraries", "fail", f"import torch mapped no CUDA runtime library from {prefix}",
+                     f"torch did not load the locked {', '.join(wheels[:3])}...; check the site-packages/nvidia link", ev)
+    return check("cuda-libraries", "pass", f"{len(ours)} CUDA libraries loaded from {prefix}: "
+                 + ", ".join(sorted({os.path.basename(p).split('.so')[0] for p in ours})), "", ev)
 
 
 def check_numpy_interop():
@@ -201,6 +242,7 @@ def main(argv=None):
         guarded("pip-check", check_pip),
         guarded("python-identity", check_python_identity),
         guarded("torch-cuda-version", check_torch_cuda, manifest),
+        guarded("cuda-libraries", check_cuda_libraries, manifest),
         guarded("numpy-interop", check_numpy_interop),
         guarded("tiny-model", check_tiny_model),
         guarded("torch-compile", check_torch_compile, manifest),

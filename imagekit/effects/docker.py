@@ -115,10 +115,12 @@ class Engine:
         nocache: bool = False,
         on_line: LineFn | None = None,
         extra_hosts: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
     ) -> str:
         """Build with the legacy builder (docker-py); returns the image id. Errors in the stream raise.
 
-        ``extra_hosts`` (--add-host) is in neither the cache key nor the image."""
+        ``extra_hosts`` (--add-host) is in neither the cache key nor the image. ``labels`` (--label) go on the final
+        image's config without a build step (a LABEL instruction after a 5 GB layer costs a container commit)."""
         image_id = None
         log: list[str] = []
         stream = self.api.build(
@@ -127,6 +129,7 @@ class Engine:
             buildargs=buildargs,
             network_mode="host",
             extra_hosts=extra_hosts,
+            labels=labels,
             nocache=nocache,
             rm=True,
             forcerm=True,
@@ -288,9 +291,14 @@ def _follow(container, on_line: LineFn) -> None:
 
 
 def _build_hint(text: str) -> str:
-    if "THESE PACKAGES DO NOT MATCH THE HASHES" in text or "do not match the hashes" in text.lower():
+    lowered = text.lower()
+    if (
+        "THESE PACKAGES DO NOT MATCH THE HASHES" in text
+        or "do not match the hashes" in lowered
+        or "hash mismatch" in lowered
+    ):
         return "a wheel's bytes differ from the lock (tampered cache or index); `imagekit fetch` re-verifies"
-    if "Could not find a version" in text or "No matching distribution" in text:
+    if "Could not find a version" in text or "No matching distribution" in text or "not found in the provided" in text:
         return "the wheelhouse lacks a locked wheel; run `imagekit fetch` for this cell"
     return "see the build log above"
 

@@ -19,11 +19,25 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+
+if TYPE_CHECKING:
+    import httpx
+else:
+
+    class _Httpx:
+        """httpx, imported on first use: the import costs every command's start-up (about 50 ms), and most commands
+        (`lock` with a warm cache among them) read nothing over HTTP."""
+
+        def __getattr__(self, name: str) -> Any:
+            import httpx as module
+
+            globals()["httpx"] = module
+            return getattr(module, name)
+
+    httpx = _Httpx()
 
 T = TypeVar("T")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -32,8 +46,8 @@ REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
 # Headers that prove who the caller is: never sent to an origin the caller did not address.
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"})
-TIMEOUT = httpx.Timeout(30.0, connect=10.0)
-DOWNLOAD_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+TIMEOUT = (30.0, 10.0)  # (read/write/pool, connect) seconds
+DOWNLOAD_TIMEOUT = (120.0, 10.0)
 MAX_DOWNLOAD = 8 << 30  # no wheel is larger (the biggest CUDA wheels are ~4 GiB); an index cannot ask for more
 RETRY_METHODS = frozenset({"GET", "HEAD", "PUT"})  # idempotent: safe to send again after a 5xx or a dropped reply
 
@@ -72,11 +86,15 @@ def _shared(_env: tuple[str | None, ...]) -> httpx.Client:
     return make_client()
 
 
-def make_client(timeout: httpx.Timeout = TIMEOUT) -> httpx.Client:
+def _timeout(value: httpx.Timeout | tuple[float, float]) -> httpx.Timeout:
+    return httpx.Timeout(value[0], connect=value[1]) if isinstance(value, tuple) else value
+
+
+def make_client(timeout: httpx.Timeout | tuple[float, float] = TIMEOUT) -> httpx.Client:
     from imagekit import __version__
 
     return httpx.Client(
-        timeout=timeout,
+        timeout=_timeout(timeout),
         follow_redirects=False,  # followed by `stream`, with the credential rule above
         headers={"User-Agent": f"imagekit/{__version__}"},
     )
@@ -107,7 +125,7 @@ def stream(
     hops = 0
     attempt = 0
     while True:
-        request = pool.build_request(method, url, headers=sent, content=content, timeout=timeout or TIMEOUT)
+        request = pool.build_request(method, url, headers=sent, content=content, timeout=_timeout(timeout or TIMEOUT))
         try:
             response = pool.send(request, stream=True)
         except httpx.TransportError as exc:
@@ -253,7 +271,7 @@ def download(
         with (
             os.fdopen(fd, "wb") as out,
             stream(
-                "GET", url, headers={"Accept-Encoding": "identity"}, timeout=DOWNLOAD_TIMEOUT, client=client
+                "GET", url, headers={"Accept-Encoding": "identity"}, timeout=_timeout(DOWNLOAD_TIMEOUT), client=client
             ) as resp,
         ):
             if resp.status_code != 200:

@@ -8,6 +8,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -155,8 +156,10 @@ def compile_uv(
     upgrade: tuple[str, ...] = (),
     upgrade_all: bool = False,
     timeout: float = 900,
+    abort: Callable[[], bool] | None = None,
 ) -> str:
-    """Resolve ``req`` with uv; ``preferences`` (an earlier lock's text) keeps pins that need not move."""
+    """Resolve ``req`` with uv; ``preferences`` (an earlier lock's text) keeps pins that need not move; ``abort``
+    stops it (process.Aborted) when it answers True."""
     with tempfile.TemporaryDirectory(prefix="imagekit-lock-") as tmp:
         work = Path(tmp)
         (work / "pyproject.toml").write_text(req.pyproject())
@@ -167,7 +170,7 @@ def compile_uv(
             args += ["--upgrade-package", name]
         if upgrade_all:
             args.append("--upgrade")
-        res = process.run(args, cwd=work, timeout=timeout)
+        res = process.run(args, cwd=work, timeout=timeout, abort=abort)
         if not res.ok:
             raise _fail(req, res.stderr)
         return (work / "out.txt").read_text()

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import locking, naming, render
+from imagekit import budget, locking, naming, render
 from imagekit.compat import CompatData
 from imagekit.effects import process, wheelserver
 from imagekit.effects.docker import Engine
 from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
-from imagekit.effects.registry import RegistryClient
+from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, ImagekitError
 from imagekit.model import Cell
 from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
@@ -135,7 +135,7 @@ def build_cell(
                 )
         result.step = "fetch"
         with activity(progress, cell.id, "fetching wheels"):
-            wheels = fetch.fetch_lock(lock, cell.python, base.glibc, progress=progress, cell=cell.id)
+            wheels = fetch.fetch_for_build(lock, cell.python, base.glibc, progress=progress, cell=cell.id)
         got = [w for w in wheels if w.downloaded]
         say(
             f"{len(wheels)} wheels ready ({len(got)} downloaded, "
@@ -170,12 +170,21 @@ def build_cell(
                     nocache=opts.nocache,
                     on_line=steps,
                     extra_hosts={wheelserver.HOST: address},
+                    labels=naming.labels(manifest(plan, data)),
                 )
         finally:
             steps.close()
         result.tag = immutable
         result.size = int(engine.image(immutable)["Size"])
         say(f"built {immutable} ({human_bytes(result.size)}) in {time.monotonic() - built_at:.0f} s")
+        result.step = "size-budget"
+        previous = publish.last_size(opts.release_index, cell.id)
+        too_big = budget.over(result.size, budget.parse(opts.options.size_budget), previous)
+        if too_big:
+            raise CheckFailed(
+                f"size budget: {too_big}",
+                "see what grew with `docker history " + immutable + "`; or set [image] size_budget; nothing was pushed",
+            )
         result.step = "self-test"
         caps = engine.capabilities()
         gpus = opts.gpus == "on" or (opts.gpus == "auto" and caps.gpu_runtime)
@@ -193,19 +202,27 @@ def build_cell(
         if opts.push:
             result.step = "publish"
             repo, tag = immutable.rsplit(":", 1)
-            published = publish.publish(
-                engine,
-                RegistryClient(opts.username, opts.password),
-                image_id=result.image_id,
-                repository=repo,
-                immutable_tag=tag,
-                alias_tag=cell.id,
-                report=report,
-                auth=opts.auth,
-                log=say,
-                progress=progress,
-            )
+            with activity(progress, cell.id, "publish"):
+                published = publish.publish(
+                    engine,
+                    RegistryClient(opts.username, opts.password),
+                    image_id=result.image_id,
+                    repository=repo,
+                    immutable_tag=tag,
+                    alias_tag=cell.id,
+                    report=report,
+                    auth=opts.auth,
+                    log=say,
+                    progress=progress,
+                )
             result.digest = published.digest
+            registry = RegistryClient(opts.username, opts.password)
+            remote = Remote.parse(repo)
+            try:
+                layer_sizes = publish.layer_sizes(registry, remote, published.digest, published.config_digest)
+            except ImagekitError as exc:  # published already: the record goes without its layer sizes
+                layer_sizes = None
+                say(f"warning: layer sizes not read back from the registry: {exc.message}")
             publish.record(
                 opts.release_index,
                 published,
@@ -214,6 +231,7 @@ def build_cell(
                 report=report.report,
                 size=result.size,
                 records_dir=opts.release_records,
+                layers=layer_sizes,
             )
             result.status = "published"
             say(f"published {published.immutable}@{published.digest}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from imagekit import wheels
+from imagekit import tools, wheels
 from imagekit.effects import http
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
@@ -202,6 +202,28 @@ def fetch_lock(
         return list(pool.map(one, lock.entries))
 
 
+def fetch_for_build(lock: Lock, python: str, glibc: str, **kw: Any) -> list[FetchedWheel]:
+    """What a build's wheelhouse holds: the lock's wheels and the installer's (uv)."""
+    wheels_ = fetch_lock(lock, python, glibc, **kw)
+    return [*wheels_, fetch_tool(tools.UV, progress=kw.get("progress"), cell=kw.get("cell", ""))]
+
+
+def fetch_tool(tool: tools.ToolWheel, *, progress: Progress | None = None, cell: str = "") -> FetchedWheel:
+    """A build tool's wheel (uv) into the wheel cache, checked against its pinned sha256 like a locked wheel."""
+    dest = wheel_cache() / tool.sha256 / tool.filename
+    if dest.is_file():
+        if _sha256(dest) == tool.sha256:
+            return FetchedWheel(tool.name, dest, False)
+        raise CheckFailed(
+            f"cached wheel {dest} does not match its hash sha256:{tool.sha256}",
+            f"the wheel cache was tampered with; delete {dest.parent} and fetch again",
+        )
+    cand = wheels.Candidate(tool.filename, tool.url, tool.sha256, tool.size)
+    with activity(progress or NullProgress(), cell, f"download {tool.filename}", total=tool.size, unit="B") as act:
+        _download(cand, dest, act.advance)
+    return FetchedWheel(tool.name, dest, True)
+
+
 @dataclass(frozen=True)
 class WheelForecast:
     """What fetching a lock would do, without downloading: wheels in the cache and wheels to download."""
@@ -249,6 +271,8 @@ def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages:
         return WheelForecast(len(lock.entries), 0, 0, 0, 0, 0, 0, 0, error=exc.message)
     if len(picks) > known:
         _save_picks(lock, python, glibc, picks)
+    uv = wheel_cache() / tools.UV.sha256 / tools.UV.filename  # the installer: fetched too, never in the image
+    rows.append((uv.is_file(), tools.UV.size, 0, tools.UV.sha256))
     cached = [r for r in rows if r[0]]
     remote = [r for r in rows if not r[0]]
     return WheelForecast(

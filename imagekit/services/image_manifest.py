@@ -1,4 +1,5 @@
-"""Read /etc/imagekit/manifest.json out of an image: from the local engine, else from its registry."""
+"""Read an image's manifest (/opt/imagekit/manifest.json; /etc/imagekit/manifest.json links to it, and was the file
+itself in earlier images): from the local engine, else from its registry."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.naming import split_reference
 
-MANIFEST_PATH = "etc/imagekit/manifest.json"
+MANIFEST_PATHS = ("opt/imagekit/manifest.json", "etc/imagekit/manifest.json")  # now, and in earlier images
 MAX_LAYER = 256 << 20
 
 
@@ -23,7 +24,8 @@ def _from_tar(data: bytes) -> dict | None:
     try:
         with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
             for member in tar.getmembers():
-                if member.name.lstrip("./") in (MANIFEST_PATH, "manifest.json"):  # layer path, or get_archive's
+                # a layer's path, or get_archive's (the file's name alone); a link is not the manifest
+                if member.isfile() and member.name.lstrip("./") in (*MANIFEST_PATHS, "manifest.json"):
                     fh = tar.extractfile(member)
                     return json.loads(fh.read()) if fh else None
     except (tarfile.TarError, ValueError) as exc:
@@ -42,9 +44,15 @@ def from_engine(reference: str) -> dict | None:
     try:
         container = engine.client.containers.create(reference, ["true"], entrypoint=[])
         try:
-            stream, _ = container.get_archive("/" + MANIFEST_PATH)
-            found = _from_tar(b"".join(stream))
-            return found if isinstance(found, dict) else None
+            for path in MANIFEST_PATHS:
+                try:
+                    stream, _ = container.get_archive("/" + path)
+                except DockerException:
+                    continue
+                found = _from_tar(b"".join(stream))
+                if isinstance(found, dict):
+                    return found
+            return None
         finally:
             container.remove(force=True)
     except (DockerException, ValueError, tarfile.TarError):  # no manifest in it, or not readable: ask the registry
@@ -77,7 +85,7 @@ def from_registry(reference: str) -> dict:
             f"cannot read {reference}'s manifest from its registry: {exc.__class__.__name__}: {exc}",
             "check the registry, or pass --expect FILE",
         ) from None
-    raise UsageError(f"{reference} has no {MANIFEST_PATH}: not an imagekit image", "pass --expect FILE instead")
+    raise UsageError(f"{reference} has no /{MANIFEST_PATHS[0]}: not an imagekit image", "pass --expect FILE instead")
 
 
 def read_manifest(reference: str) -> dict:

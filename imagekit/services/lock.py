@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from imagekit import lockfile, locking
 from imagekit.compat import CompatData
-from imagekit.effects import resolver
+from imagekit.effects import process, resolver
 from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, ImagekitError, UsageError
 from imagekit.lockfile import Lock
 from imagekit.model import Cell
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,26 @@ def _preferences(directory: Path, cell: Cell, existing: Lock | None) -> str | No
     return None
 
 
+def _beside(fn: Callable[..., T], *args: object) -> Future[T]:
+    """``fn(*args)`` on a daemon thread: nothing waits for it at exit when its answer is not needed."""
+    future: Future[T] = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # handed to whoever asks for the result
+            future.set_exception(exc)
+
+    threading.Thread(target=work, daemon=True).start()
+    return future
+
+
 def _resolve_routed(
-    req: locking.LockRequest, prefs: str | None, upgrade: tuple[str, ...], upgrade_all: bool
+    req: locking.LockRequest,
+    prefs: str | None,
+    upgrade: tuple[str, ...],
+    upgrade_all: bool,
+    abort: Callable[[], bool] | None = None,
 ) -> tuple[locking.LockRequest, str]:
     """Resolve; for a routed cell, repeat while torch-closure packages (nvidia-*, triton) came from elsewhere.
 
@@ -79,7 +101,7 @@ def _resolve_routed(
         req = req.with_routed({e.name for e in lockfile.parse_requirements(prefs) if locking.is_torch_family(e.name)})
     for _ in range(4):
         try:
-            output = resolver.compile_uv(req, prefs, upgrade, upgrade_all)
+            output = resolver.compile_uv(req, prefs, upgrade, upgrade_all, abort=abort)
         except CheckFailed as exc:
             missing = locking.missing_family_package(req, exc.message)
             if not missing:
@@ -127,19 +149,32 @@ def lock_one(
         return LockResult(cell, "failed", path, error=exc)
     if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
         return LockResult(cell, "up-to-date", path, existing)
-    down = resolver.unreachable_index(req)  # probed once per URL and process, before any resolver runs
-    if down is not None:
-        return LockResult(cell, "failed", path, existing, down)
+    if settings.resolver == "pip-tools":
+        down = resolver.unreachable_index(req)  # probed once per URL and process, before the resolver runs
+        if down is not None:
+            return LockResult(cell, "failed", path, existing, down)
+        try:
+            lock = locking.build_lock(req, resolver.compile_pip_tools(req), matrix, data, "pip-tools")
+        except ImagekitError as exc:
+            return LockResult(cell, "failed", path, existing, exc)
+        write_atomic(path, lock.render())
+        return LockResult(cell, "locked", path, lock)
+    # uv starts at once; the index probe (once per URL and process) and `uv --version` run beside it. An index that
+    # does not answer stops uv (which would retry for half a minute) with the probe's one clear error.
+    probe = _beside(resolver.unreachable_index, req)
+    version = _beside(resolver.uv_version)
     try:
-        if settings.resolver == "pip-tools":
-            output = resolver.compile_pip_tools(req)
-            version = "pip-tools"
-        else:
-            prefs = None if upgrade_all else _preferences(directory, cell, existing)
-            req, output = _resolve_routed(req, prefs, upgrade, upgrade_all)
-            version = resolver.uv_version()
-        lock = locking.build_lock(req, output, matrix, data, version)
-    except ImagekitError as exc:
+        prefs = None if upgrade_all else _preferences(directory, cell, existing)
+        req, output = _resolve_routed(
+            req, prefs, upgrade, upgrade_all, abort=lambda: probe.done() and bool(probe.result())
+        )
+        lock = locking.build_lock(req, output, matrix, data, version.result())
+    except (ImagekitError, process.Aborted) as exc:
+        down = probe.result()
+        if down is not None:
+            return LockResult(cell, "failed", path, existing, down)
+        if isinstance(exc, process.Aborted):
+            raise
         return LockResult(cell, "failed", path, existing, exc)
     write_atomic(path, lock.render())
     return LockResult(cell, "locked", path, lock)

@@ -205,8 +205,32 @@ def index_locked(index_path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def layer_sizes(registry: RegistryClient, remote: Remote, digest: str, config_digest: str | None) -> list[dict]:
+    """Each layer of a published image, bottom first: blob digest, compressed bytes (what a pull downloads and a
+    registry stores) and the step that made it (from the config's history, where `empty_layer` steps make none)."""
+    layers = registry.manifest_json(remote, digest).get("layers") or []
+    steps: list[str] = []
+    if config_digest:
+        history = registry.blob_json(remote, config_digest).get("history") or []
+        steps = [h.get("created_by", "") for h in history if isinstance(h, dict) and not h.get("empty_layer")]
+    if len(steps) != len(layers):
+        steps = [""] * len(layers)
+    return [
+        {"digest": layer.get("digest"), "compressed_bytes": layer.get("size"), "created_by": step[-160:]}
+        for layer, step in zip(layers, steps, strict=True)
+        if isinstance(layer, dict)
+    ]
+
+
 def release_entry(
-    published: Published, *, lock_hash: str, manifest: dict, report: dict, size: int, published_at: str | None = None
+    published: Published,
+    *,
+    lock_hash: str,
+    manifest: dict,
+    report: dict,
+    size: int,
+    published_at: str | None = None,
+    layers: list[dict] | None = None,
 ) -> dict:
     """One release: the index's entry for the immutable tag, and the content of its record file."""
     entry = {
@@ -216,6 +240,11 @@ def release_entry(
         "reference": f"{published.immutable.rsplit(':', 1)[0]}@{published.digest}",
         "lock_hash": lock_hash,
         "size_bytes": size,
+        **(
+            {"layers": layers, "compressed_bytes": sum(x.get("compressed_bytes") or 0 for x in layers)}
+            if layers
+            else {}
+        ),
         "published_at": published_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "manifest": manifest,
         "selftest": report,
@@ -223,6 +252,19 @@ def release_entry(
     if published.config_digest:
         entry["config_digest"] = published.config_digest
     return entry
+
+
+def last_size(index_path: Path, cell_id: str) -> int | None:
+    """The size of the cell's most recently published image in the release index, if any."""
+    images = read_index(index_path).get("images", {})
+    mine = [
+        e for e in images.values()
+        if isinstance(e.get("manifest"), dict) and (e["manifest"].get("cell") or {}).get("id") == cell_id
+    ]  # fmt: skip
+    if not mine:
+        return None
+    newest = max(mine, key=lambda e: (str(e.get("published_at", "")), e.get("tag", "")))
+    return int(newest.get("size_bytes") or 0) or None
 
 
 def record_name(tag: str) -> str:
@@ -272,6 +314,7 @@ def record(
     report: dict,
     size: int,
     records_dir: Path | None = None,
+    layers: list[dict] | None = None,
 ) -> dict:
     """Add the release to the index (atomically, under the index's lock): tag, digest, lock hash, manifest,
     self-test report; and, with ``records_dir``, write its own record file."""
@@ -285,6 +328,7 @@ def record(
             report=report,
             size=size,
             published_at=earlier.get("published_at") if earlier.get("digest") == published.digest else None,
+            layers=layers,
         )
         if records_dir is not None:
             write_record(records_dir, entry)

@@ -14,17 +14,25 @@ ENV LANG=C.UTF-8 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     HF_HOME=/workspace/.cache/huggingface \
     IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json
-COPY imagekit/bin/finalize-layer /opt/imagekit/bin/finalize-layer
+# The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
+COPY rootfs/base/ /
+# The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
+# package metadata) and a site-packages/nvidia link (torch's RPATH, $ORIGIN/../../nvidia/<lib>/lib, resolves as usual).
 RUN /usr/bin/python3.11 -m venv /opt/venv \
  && /opt/venv/bin/python -m pip --version \
+ && site=$(/opt/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+ && mkdir -p /opt/cuda-libs/nvidia \
+ && ln -s /opt/cuda-libs/nvidia "$site/nvidia" \
+ && echo /opt/cuda-libs > "$site/imagekit-cuda-libs.pth" \
  && groupadd --gid 1000 imagekit \
  && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash imagekit \
  && mkdir -p /workspace /etc/imagekit /run/imagekit \
  && install -d -m 700 /root/.ssh \
  && ln -s /opt/imagekit/etc/profile.sh /etc/profile.d/imagekit.sh \
  && ln -s /opt/imagekit/bin/imagekit-doctor /usr/local/bin/imagekit-doctor \
+ && ln -s /opt/imagekit/manifest.json /etc/imagekit/manifest.json \
  && printf '\n# imagekit: interactive shells are the image environment too\nif [ -r /opt/imagekit/etc/profile.sh ]; then . /opt/imagekit/etc/profile.sh; fi\n' >> /etc/bash.bashrc \
- && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit /root /run /usr/local
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /opt/cuda-libs /workspace /home/imagekit /etc/imagekit /root /run /usr/local
 # Runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned.
 WORKDIR /workspace
 ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
@@ -35,32 +43,32 @@ CMD []
 FROM base AS image
 ARG SOURCE_DATE_EPOCH=1735689600
 ARG IMAGEKIT_WHEELS=http://imagekit-wheels:8765/
-# Layer 1: the torch closure (22 distributions). A transformers bump leaves it byte-identical.
-COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --trusted-host imagekit-wheels --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-torch.txt \
+# Each layer is installed by uv (0.13.9), from the wheelhouse like the locked wheels and checked by hash; it leaves no trace.
+ARG IMAGEKIT_UV=uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19
+# Layer 1: CUDA toolkit libraries (10 distributions; Python-independent, in /opt/cuda-libs).
+COPY rootfs/cuda-toolkit/ /
+RUN /opt/imagekit/bin/install-layer --wheels "${IMAGEKIT_WHEELS}" --uv "${IMAGEKIT_UV}" \
+      --target /opt/cuda-libs /opt/imagekit/requirements-cuda-toolkit.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
+# Layer 2: CUDA library cudnn (1 distribution; Python-independent, in /opt/cuda-libs).
+COPY rootfs/cuda-cudnn/ /
+RUN /opt/imagekit/bin/install-layer --wheels "${IMAGEKIT_WHEELS}" --uv "${IMAGEKIT_UV}" \
+      --target /opt/cuda-libs /opt/imagekit/requirements-cuda-cudnn.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
+# Layer 3: CUDA library nccl (1 distribution; Python-independent, in /opt/cuda-libs).
+COPY rootfs/cuda-nccl/ /
+RUN /opt/imagekit/bin/install-layer --wheels "${IMAGEKIT_WHEELS}" --uv "${IMAGEKIT_UV}" \
+      --target /opt/cuda-libs /opt/imagekit/requirements-cuda-nccl.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
+# Layer 4: torch and its closure (10 distributions).
+COPY rootfs/torch/ /
+RUN /opt/imagekit/bin/install-layer --wheels "${IMAGEKIT_WHEELS}" --uv "${IMAGEKIT_UV}" \
+      --venv /opt/venv --compile /opt/imagekit/requirements-torch.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# Layer 2: everything else (17 distributions).
-COPY requirements-app.txt /opt/imagekit/requirements-app.txt
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --trusted-host imagekit-wheels --find-links "${IMAGEKIT_WHEELS}" -r /opt/imagekit/requirements-app.txt \
+# Layer 5: everything else (17 distributions), with the doctor, the entrypoint, the
+# shell/sshd settings and the manifest: one COPY and one RUN after the big layers (each step there costs a commit).
+COPY rootfs/app/ /
+RUN /opt/imagekit/bin/install-layer --wheels "${IMAGEKIT_WHEELS}" --uv "${IMAGEKIT_UV}" \
+      --venv /opt/venv --compile /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# The doctor, the entrypoint and the shell/sshd settings (small; changing them never invalidates the layers above).
-COPY imagekit/ /opt/imagekit/
-COPY manifest.json /etc/imagekit/manifest.json
-LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
-      "imagekit.cell"="cu121-torch2.1.2-py3.11-tf4.48.2" \
-      "imagekit.cuda"="12.1" \
-      "imagekit.driver.min"="525.60.13" \
-      "imagekit.lock.hash"="53f0b543e4f4b685d6454f288a1198ae19a3d718164325bbfc5647de8ba1bc6e" \
-      "imagekit.python"="3.11" \
-      "imagekit.torch"="2.1.2" \
-      "imagekit.torch.cuda"="12.1" \
-      "imagekit.torch.version"="2.1.2" \
-      "imagekit.transformers"="4.48.2" \
-      "imagekit.version"="0.1.0" \
-      "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-da84ebe2aec5" \
-      "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
-      "org.opencontainers.image.revision"="unknown" \
-      "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \
-      "org.opencontainers.image.vendor"="imagekit" \
-      "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-53f0b543e4f4"
+# Labels (18) are set by `imagekit build` on the image config: no build step.

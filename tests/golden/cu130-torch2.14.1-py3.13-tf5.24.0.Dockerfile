@@ -15,17 +15,25 @@ ENV LANG=C.UTF-8 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     HF_HOME=/workspace/.cache/huggingface \
     IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json
-COPY imagekit/bin/finalize-layer /opt/imagekit/bin/finalize-layer
+# The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
+COPY rootfs/base/ /
+# The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
+# package metadata) and a site-packages/nvidia link (torch's RPATH, $ORIGIN/../../nvidia/<lib>/lib, resolves as usual).
 RUN /usr/bin/python3.13 -m venv /opt/venv \
  && /opt/venv/bin/python -m pip --version \
+ && site=$(/opt/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+ && mkdir -p /opt/cuda-libs/nvidia \
+ && ln -s /opt/cuda-libs/nvidia "$site/nvidia" \
+ && echo /opt/cuda-libs > "$site/imagekit-cuda-libs.pth" \
  && groupadd --gid 1000 imagekit \
  && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash imagekit \
  && mkdir -p /workspace /etc/imagekit /run/imagekit \
  && install -d -m 700 /root/.ssh \
  && ln -s /opt/imagekit/etc/profile.sh /etc/profile.d/imagekit.sh \
  && ln -s /opt/imagekit/bin/imagekit-doctor /usr/local/bin/imagekit-doctor \
+ && ln -s /opt/imagekit/manifest.json /etc/imagekit/manifest.json \
  && printf '\n# imagekit: interactive shells are the image environment too\nif [ -r /opt/imagekit/etc/profile.sh ]; then . /opt/imagekit/etc/profile.sh; fi\n' >> /etc/bash.bashrc \
- && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /workspace /home/imagekit /etc/imagekit /root /run /usr/local
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /opt/cuda-libs /workspace /home/imagekit /etc/imagekit /root /run /usr/local
 # Runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned.
 WORKDIR /workspace
 ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
@@ -35,19 +43,51 @@ CMD []
 # ---- cell stage: cu130-torch2.14.1-py3.13-tf5.24.0 ----
 FROM base AS image
 ARG SOURCE_DATE_EPOCH=1735689600
-# Layer 1: the torch closure (29 distributions). A transformers bump leaves it byte-identical.
-COPY requirements-torch.txt /opt/imagekit/requirements-torch.txt
+# Each layer is installed by uv (0.13.9), from the wheelhouse like the locked wheels and checked by hash; it leaves no trace.
+ARG IMAGEKIT_UV=uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19
+# Layer 1: CUDA toolkit libraries (11 distributions; Python-independent, in /opt/cuda-libs).
+COPY rootfs/cuda-toolkit/ /
 RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
-    /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links /mnt -r /opt/imagekit/requirements-torch.txt \
- && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# Layer 2: everything else (30 distributions).
-COPY requirements-app.txt /opt/imagekit/requirements-app.txt
+    /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
+      --target /opt/cuda-libs /opt/imagekit/requirements-cuda-toolkit.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
+# Layer 2: CUDA library cudnn (1 distribution; Python-independent, in /opt/cuda-libs).
+COPY rootfs/cuda-cudnn/ /
 RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
-    /opt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-deps --require-hashes --no-index --find-links /mnt -r /opt/imagekit/requirements-app.txt \
+    /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
+      --target /opt/cuda-libs /opt/imagekit/requirements-cuda-cudnn.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
+# Layer 3: CUDA library nccl (1 distribution; Python-independent, in /opt/cuda-libs).
+COPY rootfs/cuda-nccl/ /
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
+    /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
+      --target /opt/cuda-libs /opt/imagekit/requirements-cuda-nccl.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
+# Layer 4: CUDA library cusparselt (1 distribution; Python-independent, in /opt/cuda-libs).
+COPY rootfs/cuda-cusparselt/ /
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
+    /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
+      --target /opt/cuda-libs /opt/imagekit/requirements-cuda-cusparselt.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
+# Layer 5: CUDA library nvshmem (1 distribution; Python-independent, in /opt/cuda-libs).
+COPY rootfs/cuda-nvshmem/ /
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
+    /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
+      --target /opt/cuda-libs /opt/imagekit/requirements-cuda-nvshmem.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
+# Layer 6: torch and its closure (14 distributions).
+COPY rootfs/torch/ /
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
+    /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
+      --venv /opt/venv --compile /opt/imagekit/requirements-torch.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# The doctor, the entrypoint and the shell/sshd settings (small; changing them never invalidates the layers above).
-COPY imagekit/ /opt/imagekit/
-COPY manifest.json /etc/imagekit/manifest.json
+# Layer 7: everything else (30 distributions), with the doctor, the entrypoint, the
+# shell/sshd settings and the manifest: one COPY and one RUN after the big layers (each step there costs a commit).
+COPY rootfs/app/ /
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
+    /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
+      --venv /opt/venv --compile /opt/imagekit/requirements-app.txt \
+ && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,sm_120+PTX" \
       "imagekit.cell"="cu130-torch2.14.1-py3.13-tf5.24.0" \
       "imagekit.cuda"="13.0" \

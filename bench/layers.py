@@ -1,0 +1,237 @@
+"""What a pod host downloads, what a registry stores, and what a cold build costs: imagekit's layer layout measured.
+
+1. pull: build and push cells A and B (default: the torch 2.5.1 and 2.6.0 cells of CUDA 12.4 on Python 3.11, which
+   pin the same 12 `nvidia-*` wheels), drop B from the engine, keep A, then `docker pull` B from the registry and
+   add up the compressed sizes of the layers the engine had to download (Docker's graph driver reuses a layer only
+   when the whole chain below it is the same). Also: the bytes a blob-deduplicating puller (containerd, a registry
+   mirror) would fetch, which only needs the same layer digest.
+2. storage: the compressed bytes the registry stores for the cells pushed (each blob once).
+3. sharing: from the rendered layer inputs of every locked cell of the default matrix, which cells share a layer
+   (the CUDA runtime layers, per the layer plan), against the layout where the whole torch closure was one layer in
+   the venv's site-packages (only cells with the same Python and the same torch closure could share it).
+4. cold (--cold CELL): `imagekit build --no-cache` of one cell with its wheels cached, split by step, then a naive
+   peer Dockerfile on the same base (one RUN: venv + `pip install torch==... transformers==...` from PyPI), both
+   timed on this engine; image sizes from the engine.
+
+Run: .venv/bin/python bench/layers.py [--cold CELL] [--imagekit-root DIR]   (--imagekit-root: another checkout to
+measure, e.g. an earlier revision in a git worktree). Needs the local registry (`make registry`). Tags are removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from imagekit import compat, lockfile, matrix  # noqa: E402
+from imagekit.effects.docker import Engine  # noqa: E402
+from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
+from imagekit.plan import bootstrap_base  # noqa: E402
+
+PAIR = ["cu124-torch2.5.1-py3.11-tf4.48.2", "cu124-torch2.6.0-py3.11-tf5.9.0"]
+REGISTRY = "127.0.0.1:5000"
+REPO = "imagekit-bench/layers"
+FINISHED = re.compile(r"^(?P<cell>\S+) (?P<label>[^:]+): (?P<seconds>\d+(?:\.\d+)?) s")
+SELFTEST = re.compile(r"^(?P<cell>\S+) self-test (passed|failed): .* in (?P<seconds>\d+(?:\.\d+)?) s")
+BUILT = re.compile(r"^(?P<cell>\S+): built \S+ \(.*\) in (?P<seconds>\d+) s")
+
+
+def imagekit(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PYTHONPATH": str(root), "IMAGEKIT_PROGRESS_INTERVAL": "100000", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "imagekit", *args], cwd=root, env=environ, text=True, capture_output=True
+    )
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.2f} {unit}" if unit == "GB" else f"{n:.0f} {unit}"
+        n /= 1000
+    return f"{n:.2f} GB"
+
+
+def blobs(cell: str) -> list[tuple[str, int]]:
+    """(digest, compressed size) of each layer of the pushed alias tag, bottom first."""
+    man = RegistryClient().manifest_json(Remote.parse(f"{REGISTRY}/{REPO}"), cell)
+    return [(layer["digest"], int(layer["size"])) for layer in man["layers"]]
+
+
+def build_and_push(root: Path, cells: list[str], state: Path, extra: tuple[str, ...] = ()) -> dict:
+    sel = [a for c in cells for a in ("--cell", c)]
+    t0 = time.perf_counter()
+    res = imagekit(
+        root, "build", *sel, *extra, "--push", "--gpus", "off", "--json", "--registry", f"{REGISTRY}/{REPO}",
+        "--state-dir", str(state), "--release-index", str(state / "index.json"),
+        "--release-records", str(state / "records"),
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.exit(f"imagekit build failed ({res.returncode}):\n{res.stderr[-4000:]}")
+    (state / "stderr.log").write_text(res.stderr)
+    steps: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for line in res.stderr.splitlines():
+        for pattern, label in ((SELFTEST, "self-test"), (BUILT, "docker build (all steps)"), (FINISHED, None)):
+            m = pattern.match(line)
+            if m and m["cell"].rstrip(":") in cells:
+                steps[m["cell"].rstrip(":")].append((label or m["label"], float(m["seconds"])))
+                break
+    return {"wall": wall, "results": json.loads(res.stdout), "steps": steps}
+
+
+def pull_bytes(engine: Engine, first: str, second: str) -> tuple[int, int, int, int]:
+    """(bytes Docker downloaded, bytes of the second's layers above the chain it shares with the first, bytes a
+    blob-deduplicating puller would fetch, the second's compressed size)."""
+    a, b = blobs(first), blobs(second)
+    for image in engine.client.images.list():  # every tag of the second (alias, immutable, local), then its chain
+        for t in image.tags:
+            if t.rsplit(":", 1)[-1].startswith(second):
+                engine.remove(t)
+    engine.client.images.prune(filters={"dangling": True})
+    fetched = 0
+    for event in engine.client.api.pull(f"{REGISTRY}/{REPO}", tag=second, stream=True, decode=True):
+        if event.get("status") == "Download complete":
+            short = event.get("id", "")
+            fetched += next(size for digest, size in b if digest.split(":", 1)[1].startswith(short))
+    common = 0
+    while common < min(len(a), len(b)) and a[common][0] == b[common][0]:
+        common += 1
+    chain = sum(size for _, size in b[common:])
+    have = {d for d, _ in a}
+    by_blob = sum(size for d, size in dict(b).items() if d not in have)
+    return fetched, chain, by_blob, sum(size for _, size in b)
+
+
+def default_cells(data: compat.CompatData) -> list:
+    config = matrix.parse(matrix.default_document(), "<default matrix>", data)
+    return [e.cell for e in matrix.evaluate(config, data) if e.verdict.compatible]
+
+
+def sharing(data: compat.CompatData) -> None:
+    """Which locked cells of the default matrix share layers: before (torch closure in site-packages) and now."""
+    from imagekit import layers
+
+    cells = [c for c in default_cells(data) if (ROOT / "lockfiles" / f"{c.id}.txt").exists()]
+    before: dict[tuple, list[str]] = defaultdict(list)
+    now: dict[str, list[str]] = defaultdict(list)
+    names: dict[str, str] = {}
+    for cell in cells:
+        lock = lockfile.parse((ROOT / "lockfiles" / f"{cell.id}.txt").read_text())
+        before[(cell.python, lock.layer_text("torch", via=False))].append(cell.id)
+        for layer in layers.plan(lock).cuda:
+            now[layer.key].append(cell.id)
+            names[layer.key] = f"{layer.name} ({len(layer.entries)} dists)"
+    shared_before = [ids for ids in before.values() if len(ids) > 1]
+    print(f"\nsharing across the {len(cells)} locked cells of the default matrix:")
+    print(f"  before (torch closure in site-packages): {len(shared_before)} layers shared by more than one cell")
+    for ids in shared_before:
+        print(f"    {', '.join(ids)}")
+    shared_now = {k: ids for k, ids in now.items() if len(ids) > 1}
+    print(f"  now (CUDA runtime layers, Python-independent): {len(shared_now)} layers shared by more than one cell")
+    for key, ids in sorted(shared_now.items(), key=lambda kv: (-len(kv[1]), names[kv[0]])):
+        print(f"    {names[key]} [{key[:12]}]: {', '.join(ids)}")
+
+
+def naive_peer(engine: Engine, base: str, torch: str, transformers: str) -> tuple[float, int]:
+    """One RUN: a venv and `pip install torch==X transformers==Y` from PyPI. Where this host reaches PyPI through a
+    TLS-intercepting proxy (SSL_CERT_FILE), its CA bundle is copied in first and named by PIP_CERT for that RUN."""
+    ca = os.environ.get("SSL_CERT_FILE")
+    cert = "COPY ca.crt /tmp/ca.crt\n" if ca and Path(ca).is_file() else ""
+    dockerfile = (
+        f"FROM {base}\n{cert}RUN {'export PIP_CERT=/tmp/ca.crt && ' if cert else ''}python3 -m venv /opt/venv && "
+        f"/opt/venv/bin/pip install --no-cache-dir torch=={torch} transformers=={transformers}\n"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "Dockerfile").write_text(dockerfile)
+        if cert:
+            (Path(tmp) / "ca.crt").write_bytes(Path(ca).read_bytes())
+        t0 = time.perf_counter()
+        subprocess.run(
+            ["docker", "build", "--no-cache", "--network", "host", "-t", f"{REPO}-naive:peer", tmp],
+            check=True, env={**os.environ, "DOCKER_BUILDKIT": "0"}, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        seconds = time.perf_counter() - t0
+    size = int(engine.image(f"{REPO}-naive:peer")["Size"])
+    engine.remove(f"{REPO}-naive:peer")
+    return seconds, size
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--imagekit-root", type=Path, default=ROOT, help="the checkout whose imagekit builds")
+    ap.add_argument("--pair", nargs=2, default=PAIR, metavar="CELL")
+    ap.add_argument("--cold", metavar="CELL", help="also time a cold build of CELL against a naive peer")
+    ap.add_argument("--skip-pull", action="store_true")
+    ap.add_argument("--skip-sharing", action="store_true")
+    ap.add_argument("--naive-only", metavar="CELL", help="only the naive peer of CELL")
+    args = ap.parse_args()
+    engine = Engine()
+    data = compat.load()
+    root = args.imagekit_root.resolve()
+    rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    print(f"imagekit from {root} ({rev.stdout.strip()})", flush=True)
+    if args.naive_only:
+        cell = next(c for c in default_cells(data) if c.id == args.naive_only)
+        base = "imagekit/base:" + bootstrap_base(data.bases[cell.python]).reference.split(":", 1)[1]
+        seconds, size = naive_peer(engine, base, cell.torch, cell.transformers)
+        print(f"naive peer of {cell.id} (one RUN, pip from PyPI, {base}): {seconds:.0f} s, {human(size)}")
+        return
+    if not args.skip_sharing:
+        sharing(data)
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp)
+        if not args.skip_pull:
+            first, second = args.pair
+            out = build_and_push(root, [first, second], state / "pair")
+            fetched, chain, by_blob, total = pull_bytes(engine, first, second)
+            print(f"\npull {second} into an engine holding {first}:")
+            print(f"  {second}: {human(total)} compressed in {len(blobs(second))} layers")
+            print(f"  Docker (graph driver, chain): {human(fetched)} downloaded = {fetched / total:.1%}")
+            print(f"    (above the shared chain, from the manifests: {human(chain)} = {chain / total:.1%})")
+            print(f"  containerd / registry (blob digest): {human(by_blob)} = {by_blob / total:.1%}")
+            stored = {d: s for c in (first, second) for d, s in blobs(c)}
+            separate = sum(s for c in (first, second) for _, s in blobs(c))
+            print(f"  registry storage for both: {human(sum(stored.values()))} (each alone: {human(separate)})")
+            for cell in (first, second):
+                print(f"  {cell} layers (MB): {', '.join(str(round(s / 1e6)) for _, s in blobs(cell))}")
+            for image in engine.client.images.list():
+                for t in image.tags:
+                    if t.startswith(f"{REGISTRY}/{REPO}:"):
+                        engine.remove(t)
+            print(f"  build wall time for both: {out['wall']:.0f} s")
+        if args.cold:
+            out = build_and_push(root, [args.cold], state / "cold", ("--no-cache",))
+            res = out["results"][0] if isinstance(out["results"], list) else out["results"]["cells"][0]
+            print(f"\ncold build of {args.cold} (--no-cache, wheels cached): {res['seconds']:.0f} s in all")
+            for label, seconds in out["steps"].get(args.cold, []):
+                print(f"  {seconds:7.1f} s  {label}")
+            image = engine.image(f"{REGISTRY}/{REPO}:{args.cold}")
+            size = int(image["Size"]) if image else 0
+            base = next(
+                (line.split("FROM ", 1)[1].split()[0] for line in
+                 (state / "cold" / "build" / args.cold / "Dockerfile").read_text().splitlines()
+                 if line.startswith("FROM ") and " AS base" in line), None,
+            )  # fmt: skip
+            cell = next(c for c in default_cells(data) if c.id == args.cold)
+            seconds, naive_size = naive_peer(engine, base, cell.torch, cell.transformers)
+            print(f"  imagekit: {res['seconds']:.0f} s, {human(size)}")
+            print(f"  naive peer (one RUN, pip from PyPI, same base): {seconds:.0f} s, {human(naive_size)}")
+            print(f"  ratio imagekit/naive: {res['seconds'] / seconds:.2f}x")
+            for image in engine.client.images.list():
+                for t in image.tags:
+                    if t.startswith(f"{REGISTRY}/{REPO}:"):
+                        engine.remove(t)
+
+
+if __name__ == "__main__":
+    main()
