@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -219,8 +218,7 @@ def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
     text = render.render_plan(plan, data)["Dockerfile"][0].decode()
     assert f"FROM registry.example.com/base/python@{digest} AS base" in text
     assert "RUN /usr/local/bin/python3.11 -m venv /opt/venv" in text
-    buildkit = render.render_plan(dataclasses.replace(plan, builder="buildkit"), data)["Dockerfile"][0].decode()
-    assert f'"org.opencontainers.image.base.digest"="{digest}"' in buildkit  # legacy: set by `imagekit build`
+    assert f'"org.opencontainers.image.base.digest"="{digest}"' in text
 
 
 def test_render_replaces_a_cells_folder_whole(app, runner, in_tmp):

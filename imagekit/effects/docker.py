@@ -115,12 +115,11 @@ class Engine:
         nocache: bool = False,
         on_line: LineFn | None = None,
         extra_hosts: dict[str, str] | None = None,
-        labels: dict[str, str] | None = None,
     ) -> str:
         """Build with the legacy builder (docker-py); returns the image id. Errors in the stream raise.
 
-        ``extra_hosts`` (--add-host) is in neither the cache key nor the image. ``labels`` (--label) go on the final
-        image's config without a build step (a LABEL instruction after a 5 GB layer costs a container commit)."""
+        ``extra_hosts`` (--add-host) is in neither the cache key nor the image. (Labels are in the Dockerfile: the
+        legacy builder turns each --label into a LABEL step of its own, a container commit each.)"""
         image_id = None
         log: list[str] = []
         stream = self.api.build(
@@ -129,7 +128,6 @@ class Engine:
             buildargs=buildargs,
             network_mode="host",
             extra_hosts=extra_hosts,
-            labels=labels,
             nocache=nocache,
             rm=True,
             forcerm=True,

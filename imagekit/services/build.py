@@ -170,7 +170,6 @@ def build_cell(
                     nocache=opts.nocache,
                     on_line=steps,
                     extra_hosts={wheelserver.HOST: address},
-                    labels=naming.labels(manifest(plan, data)),
                 )
         finally:
             steps.close()

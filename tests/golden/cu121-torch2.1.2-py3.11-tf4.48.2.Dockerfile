@@ -76,6 +76,7 @@ RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
       --venv /opt/venv --compile /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
+# One LABEL, last: on the legacy builder every instruction after the big layers is a container commit (a few seconds).
 LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
       "imagekit.cell"="cu121-torch2.1.2-py3.11-tf4.48.2" \
       "imagekit.cuda"="12.1" \

@@ -71,4 +71,22 @@ COPY rootfs/app/ /
 RUN /opt/imagekit/bin/install-layer --wheels "${IMAGEKIT_WHEELS}" --uv "${IMAGEKIT_UV}" \
       --venv /opt/venv --compile /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# Labels (18) are set by `imagekit build` on the image config: no build step.
+# One LABEL, last: on the legacy builder every instruction after the big layers is a container commit (a few seconds).
+LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
+      "imagekit.cell"="cu121-torch2.1.2-py3.11-tf4.48.2" \
+      "imagekit.cuda"="12.1" \
+      "imagekit.driver.min"="525.60.13" \
+      "imagekit.lock.hash"="53f0b543e4f4b685d6454f288a1198ae19a3d718164325bbfc5647de8ba1bc6e" \
+      "imagekit.python"="3.11" \
+      "imagekit.torch"="2.1.2" \
+      "imagekit.torch.cuda"="12.1" \
+      "imagekit.torch.version"="2.1.2" \
+      "imagekit.transformers"="4.48.2" \
+      "imagekit.version"="0.1.0" \
+      "org.opencontainers.image.base.digest"="" \
+      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-da84ebe2aec5" \
+      "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
+      "org.opencontainers.image.revision"="unknown" \
+      "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \
+      "org.opencontainers.image.vendor"="imagekit" \
+      "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-53f0b543e4f4"

@@ -88,6 +88,7 @@ RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
       --venv /opt/venv --compile /opt/imagekit/requirements-app.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
+# One LABEL, last: on the legacy builder every instruction after the big layers is a container commit (a few seconds).
 LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,sm_120+PTX" \
       "imagekit.cell"="cu130-torch2.14.1-py3.13-tf5.24.0" \
       "imagekit.cuda"="13.0" \
