@@ -5,8 +5,9 @@ Layers are ordered by how often they change, so a rebuild or a pull redoes as li
 1. the CUDA runtime libraries (the ``nvidia-*`` wheels of the torch closure), installed into ``CUDA_PREFIX``, a
    folder outside the virtual environment that holds nothing Python-specific: cells whose CUDA pins agree get
    byte-identical layers (same digest) whatever their Python or torch. The venv sees the folder through a ``.pth``
-   and a ``site-packages/nvidia`` link made in the base stage, so torch loads these libraries through its own
-   RPATH exactly as from site-packages. They are split into several layers:
+   made in the base stage, and the torch layer links each folder the wheels made there (``nvidia/``,
+   ``cusparselt/``) into site-packages, so torch loads these libraries through its own RPATH exactly as from
+   site-packages. They are split into several layers:
    - the CUDA toolkit's components (cuBLAS, cuFFT, cuRAND, cuSOLVER, cuSPARSE, the runtime, NVRTC, CUPTI, nvJitLink,
      NVTX, cuFile): they change with the CUDA version only;
    - then one layer per library NVIDIA releases on its own schedule: cuDNN, NCCL, then the others by name

@@ -107,6 +107,7 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         builder=_builder(plan.builder),
         layers=layer_plan.layers,
         cuda_prefix=layers.CUDA_PREFIX,
+        cuda_layers=len(layer_plan.cuda),
         uv=tools.UV,
         labels=labels,
     )

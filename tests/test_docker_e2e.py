@@ -365,6 +365,12 @@ def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tm
         files = _files_in(engine, tags[0], "/opt/cuda-libs")
         assert "nvidia_cuda_runtime_cu12/__init__.py" in files and not any("__pycache__" in f for f in files)
         assert not any(f.endswith("uv_cache.json") for f in files)
+        # the torch layer links the CUDA folders into site-packages: RPATHs ($ORIGIN/../../<folder>/lib) resolve there
+        link = engine.client.containers.run(
+            tags[0], ["readlink", "/opt/venv/lib/python3.11/site-packages/nvidia_cuda_runtime_cu12"],
+            entrypoint=[], remove=True, network_mode="none",
+        )  # fmt: skip
+        assert link.decode().strip() == "/opt/cuda-libs/nvidia_cuda_runtime_cu12"
     finally:
         for t in tags:
             engine.remove(t)

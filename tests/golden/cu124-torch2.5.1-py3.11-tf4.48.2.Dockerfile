@@ -18,12 +18,12 @@ ENV LANG=C.UTF-8 \
 # The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
 COPY rootfs/base/ /
 # The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
-# package metadata) and a site-packages/nvidia link (torch's RPATH, $ORIGIN/../../nvidia/<lib>/lib, resolves as usual).
+# package metadata), and the torch layer links each folder there into site-packages (nvidia/, cusparselt/, ...), so
+# torch's RPATH ($ORIGIN/../../nvidia/cublas/lib, $ORIGIN/../../cusparselt/lib) resolves as from site-packages.
 RUN /usr/bin/python3.11 -m venv /opt/venv \
  && /opt/venv/bin/python -m pip --version \
  && site=$(/opt/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
- && mkdir -p /opt/cuda-libs/nvidia \
- && ln -s /opt/cuda-libs/nvidia "$site/nvidia" \
+ && mkdir -p /opt/cuda-libs \
  && echo /opt/cuda-libs > "$site/imagekit-cuda-libs.pth" \
  && groupadd --gid 1000 imagekit \
  && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash imagekit \
@@ -67,7 +67,7 @@ RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
 COPY rootfs/torch/ /
 RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     /opt/imagekit/bin/install-layer --wheels /mnt --uv "${IMAGEKIT_UV}" \
-      --venv /opt/venv --compile /opt/imagekit/requirements-torch.txt \
+      --venv /opt/venv --link-from /opt/cuda-libs --compile /opt/imagekit/requirements-torch.txt \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 5: everything else (17 distributions), with the doctor, the entrypoint, the
 # shell/sshd settings and the manifest: one COPY and one RUN after the big layers (each step there costs a commit).
