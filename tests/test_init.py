@@ -197,6 +197,7 @@ TABLE_KEYS = {
     "image.repository",
     "image.jupyter",
     "image.compiler",
+    "image.size_budget",
     'bases."3.X".reference',
     'bases."3.X".glibc',
     'bases."3.X".python',
