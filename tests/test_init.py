@@ -75,7 +75,12 @@ def test_every_commented_key_is_one_the_parser_accepts(data):
             line = line[2:]
         uncommented.append(line.replace("<64 hex digits>", "ab" * 32))
     doc = tomllib.loads("\n".join(uncommented))
-    assert doc["image"] == {"repository": matrix.DEFAULT_REPOSITORY, "jupyter": True, "compiler": False}
+    assert doc["image"] == {
+        "repository": matrix.DEFAULT_REPOSITORY,
+        "jupyter": True,
+        "compiler": False,
+        "size_budget": "+10%",
+    }
     assert set(doc["targets"]) == {"gpus", "archs", "min_driver"}
     assert set(doc["bases"]["3.11"]) == {"reference", "glibc", "python"}
     assert doc["matrix"]["exclude"] and doc["matrix"]["include"]

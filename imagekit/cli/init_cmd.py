@@ -90,6 +90,7 @@ packages = {_list(packages)}
 repository = {_toml(repository)}    # where `imagekit build --push` publishes: REGISTRY/REPO
 # jupyter = true                     # JupyterLab in the image, started when JUPYTER_PASSWORD is set (default false)
 # compiler = false                   # leave out gcc/g++ and the Python headers: ~200 MB less, no torch.compile
+# size_budget = "+10%"               # refuse an image this much bigger than the cell's last release, or "6.5 GB"
 
 # Build FROM your registry's base instead of the Debian/Ubuntu base imagekit bootstraps, per Python version:
 # [{t}bases."3.11"]
