@@ -174,6 +174,7 @@ def main() -> None:
     ap.add_argument("--skip-pull", action="store_true")
     ap.add_argument("--skip-sharing", action="store_true")
     ap.add_argument("--naive-only", metavar="CELL", help="only the naive peer of CELL")
+    ap.add_argument("--skip-naive", action="store_true", help="--cold without the naive peer")
     args = ap.parse_args()
     engine = Engine()
     data = compat.load()
@@ -223,10 +224,14 @@ def main() -> None:
                  if line.startswith("FROM ") and " AS base" in line), None,
             )  # fmt: skip
             cell = next(c for c in default_cells(data) if c.id == args.cold)
-            seconds, naive_size = naive_peer(engine, base, cell.torch, cell.transformers)
-            print(f"  imagekit: {res['seconds']:.0f} s, {human(size)}")
-            print(f"  naive peer (one RUN, pip from PyPI, same base): {seconds:.0f} s, {human(naive_size)}")
-            print(f"  ratio imagekit/naive: {res['seconds'] / seconds:.2f}x")
+            took = dict(out["steps"].get(args.cold, []))
+            built = took.get("docker build (all steps)", 0) + took.get("self-test", 0)
+            push = took.get("publish", 0)
+            print(f"  imagekit: docker build + self-test {built:.0f} s (then push {push:.0f} s), {human(size)}")
+            if not args.skip_naive:
+                seconds, naive_size = naive_peer(engine, base, cell.torch, cell.transformers)
+                print(f"  naive peer (one RUN, pip from PyPI, same base): {seconds:.0f} s, {human(naive_size)}")
+                print(f"  ratio imagekit (build + self-test) / naive: {built / seconds:.2f}x")
             for image in engine.client.images.list():
                 for t in image.tags:
                     if t.startswith(f"{REGISTRY}/{REPO}:"):
