@@ -136,10 +136,45 @@ def sharing(data: compat.CompatData) -> None:
     print(f"  before (torch closure in site-packages): {len(shared_before)} layers shared by more than one cell")
     for ids in shared_before:
         print(f"    {', '.join(ids)}")
+    storage(data, cells)
     shared_now = {k: ids for k, ids in now.items() if len(ids) > 1}
     print(f"  now (CUDA runtime layers, Python-independent): {len(shared_now)} layers shared by more than one cell")
     for key, ids in sorted(shared_now.items(), key=lambda kv: (-len(kv[1]), names[kv[0]])):
         print(f"    {names[key]} [{key[:12]}]: {', '.join(ids)}")
+
+
+def storage(data: compat.CompatData, cells: list) -> None:
+    """Registry storage for the cells buildable here (torch from PyPI), before and after, in wheel bytes (a layer's
+    compressed size follows its wheels'): before, every cell stored its whole torch closure and app layer; now the
+    CUDA layers are stored once per distinct set of pins. Sizes from the wheel cache or the index (PEP 700)."""
+    from imagekit import layers, tools
+    from imagekit.services import fetch
+
+    def wheel_bytes(entries: tuple, lock: lockfile.Lock, python: str) -> int:
+        part = lockfile.Lock(tuple(entries), (), dict(lock.meta))
+        got = fetch.forecast_lock(part, python, data.bases[python].glibc)
+        if got.error:
+            raise SystemExit(f"cannot size {len(entries)} wheels: {got.error}")
+        return got.cached_bytes + got.download_bytes - tools.UV.size
+
+    local = []
+    for cell in cells:
+        lock = lockfile.parse((ROOT / "lockfiles" / f"{cell.id}.txt").read_text())
+        if not lock.meta.get("torch-index", "").startswith("http"):
+            local.append((cell, lock))
+    before = after = 0
+    seen: set[str] = set()
+    for cell, lock in local:
+        plan = layers.plan(lock)
+        venv = wheel_bytes(plan.torch.entries + plan.app.entries, lock, cell.python)
+        cuda = {layer.key: wheel_bytes(layer.entries, lock, cell.python) for layer in plan.cuda}
+        before += venv + sum(cuda.values())
+        after += venv + sum(size for key, size in cuda.items() if key not in seen)
+        seen |= set(cuda)
+    print(
+        f"  registry storage for the {len(local)} cells buildable here (torch from PyPI), in wheel bytes: before "
+        f"{human(before)}, now {human(after)} ({after / before:.0%}); bases not counted"
+    )
 
 
 def naive_peer(engine: Engine, base: str, torch: str, transformers: str) -> tuple[float, int]:
