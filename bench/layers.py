@@ -43,7 +43,7 @@ REGISTRY = "127.0.0.1:5000"
 REPO = "imagekit-bench/layers"
 FINISHED = re.compile(r"^(?P<cell>\S+) (?P<label>[^:]+): (?P<seconds>\d+(?:\.\d+)?) s")
 SELFTEST = re.compile(r"^(?P<cell>\S+) self-test (passed|failed): .* in (?P<seconds>\d+(?:\.\d+)?) s")
-BUILT = re.compile(r"^(?P<cell>\S+): built \S+ \(.*\) in (?P<seconds>\d+) s")
+BUILT = re.compile(r"^(?P<cell>\S+):? built \S+ \(.*\) in (?P<seconds>\d+) s")
 
 
 def imagekit(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -48,6 +48,10 @@ class Layer:
         return "".join(e.render(via=False) + "\n" for e in self.entries)
 
     @property
+    def requirements_sha256(self) -> str:
+        return hashlib.sha256(self.requirements.encode()).hexdigest()
+
+    @property
     def filename(self) -> str:
         return f"requirements-{self.name}.txt"
 

@@ -86,7 +86,8 @@ def test_the_real_build_reported_progress_on_every_long_step(real_build):
     assert f"self-test passed: {n} checks (1 skipped) in " in text
     steps = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("step ")]
     assert steps and all(a.finished for a in steps)
-    assert any("COPY rootfs/torch/ /" in m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("Step "))
+    installs = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("Step ") and "bin/install-layer" in m]
+    assert len(installs) == 5  # cu121: CUDA toolkit, cuDNN, NCCL, torch, app
     pushed = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("push layer ")]
     layer_lines = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("layer ")]
     assert all(a.finished for a in pushed)
@@ -281,7 +282,7 @@ def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index,
     data = compat.load()
     opts = _fake_opts(tmp_path, fake_index, "imagekit-test/fake", push=False)
     lock = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data).lock
-    wheels = fetch.fetch_lock(lock, "3.11", "2.36")
+    wheels = fetch.fetch_for_build(lock, "3.11", "2.36")
     base = ensure_base(data.bases["3.11"], engine)
     port = free_port()
     plan = BuildPlan(
@@ -302,6 +303,8 @@ def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index,
             shutil.copy(swapped, house / w.path.name)
         else:
             shutil.copy(w.path, house / w.path.name)
+    for req in (context / "requirements").iterdir():
+        shutil.copy(req, house / req.name)
     with wheelserver.serve(house, port, "127.0.0.1"), pytest.raises(CheckFailed) as exc:
         engine.build(context, ["imagekit-test/fake:swapped"], {}, nocache=True)
     assert "differ from the lock" in (exc.value.hint or "")
@@ -359,8 +362,8 @@ def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tm
             assert res.step == "self-test", res.error and res.error.render()  # fake torch: the self-test fails
             tags.append(res.tag)
     try:
-        a, b = (engine.layers(t) for t in tags)  # ..., CUDA COPY, CUDA RUN, torch COPY, torch RUN, app COPY, app RUN
-        assert len(a) == len(b) and a[:-4] == b[:-4]  # the base, the base stage, then the CUDA layer's COPY and RUN
+        a, b = (engine.layers(t) for t in tags)  # the base, the base stage, CUDA RUN, torch RUN, app COPY, app RUN
+        assert len(a) == len(b) and a[:-3] == b[:-3]  # the base, the base stage, then the CUDA layer
         assert a[-3] != b[-3]  # torch differs above it
         files = _files_in(engine, tags[0], "/opt/cuda-libs")
         assert "nvidia_cuda_runtime_cu12/__init__.py" in files and not any("__pycache__" in f for f in files)

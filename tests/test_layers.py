@@ -80,4 +80,4 @@ def test_the_manifest_and_the_render_name_every_layer(data):
     files = render.render_plan(plan, data)
     for layer in layers.plan(lock).layers:
         assert files[render.layer_file(layer)][0].decode() == layer.requirements
-        assert f"/opt/imagekit/{layer.filename}" in files["Dockerfile"][0].decode()
+        assert f"/{layer.filename}#sha256={layer.requirements_sha256}" in files["Dockerfile"][0].decode()

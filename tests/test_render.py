@@ -76,7 +76,8 @@ def test_golden_legacy_dockerfile(app, runner, tmp_path, in_tmp, update_golden):
     if update_golden:
         golden.write_text(got)
     assert got == golden.read_text(), "golden differs: review, then `pytest --update-golden`"
-    assert "--mount" not in got and "ARG IMAGEKIT_WHEELS=http://imagekit-wheels:8765/" in got
+    assert "--mount" not in got and "--wheels http://imagekit-wheels:8765/ " in got
+    assert "--requirements http://imagekit-wheels:8765/requirements-torch.txt#sha256=" in got
 
 
 def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp_path, in_tmp):
@@ -87,8 +88,11 @@ def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp
     layers = layer_plan(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).layers
     assert len(runs) == len(layers) == 5  # cuda toolkit, cudnn, nccl, torch, app
     for r in runs:
-        assert "--wheels /mnt " in r and '--uv "${IMAGEKIT_UV}"' in r, r
-    assert text.count("RUN --mount=type=bind,source=wheels,target=/mnt,readonly") == len(layers)
+        assert "--wheels /mnt/wheels " in r and "--uv uv-" in r, r
+    assert text.count("RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly") == len(layers)
+    for layer in layers:
+        assert f"source=requirements/{layer.filename},target=/mnt/{layer.filename}," in text
+        assert f"--requirements /mnt/{layer.filename}#sha256={layer.requirements_sha256}" in text
     assert "IMAGEKIT_WHEELS" not in text and "127.0.0.1" not in text
     assert "COPY wheels" not in text  # the wheels are mounted, never copied into a layer
 
@@ -126,8 +130,8 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
     _render_cli(app, runner, tmp_path, "--cell", cell_id)
     ctx = tmp_path / cell_id
     text = (ctx / "Dockerfile").read_text()
-    torch_at = text.index("COPY rootfs/torch/ /")
-    app_at = text.index("COPY rootfs/app/ /")
+    torch_at = text.index("requirements-torch.txt#sha256=")
+    app_at = text.index("requirements-app.txt#sha256=")
     assert torch_at < app_at  # torch layer first
     assert "-m venv /opt/venv" in text
     assert "NVIDIA_VISIBLE_DEVICES=all" in text and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
@@ -135,7 +139,9 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
     for flag in ("--no-index", "--require-hashes", "--no-deps", "--no-cache", "--no-config"):
         assert f'"{flag}"' in installer
     assert "finalize-layer" in text and "ln -s /opt/imagekit/manifest.json /etc/imagekit/manifest.json" in text
-    assert text.count("COPY rootfs/") == 2 + len(layer_plan(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).cuda) + 1
+    copies = [line for line in text.splitlines() if line.startswith("COPY ")]
+    assert copies == ["COPY rootfs/base/ /", "COPY rootfs/app/ /"]
+    assert not [line for line in text.splitlines() if line.startswith("ARG ")]  # each would be a container commit
     assert '"org.opencontainers.image.version"=' in text and '"imagekit.lock.hash"=' in text
     manifest = json.loads((ctx / "rootfs" / "app" / "opt" / "imagekit" / "manifest.json").read_text())
     assert manifest["cell"]["id"] == cell_id
@@ -147,13 +153,14 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
         for line in req.read_text().splitlines()
         if "==" in line
     }
-    cuda = (ctx / "rootfs" / "cuda-toolkit" / "opt" / "imagekit" / "requirements-cuda-toolkit.txt").read_text()
+    cuda = (ctx / "requirements" / "requirements-cuda-toolkit.txt").read_text()
+    assert cuda == (ctx / "rootfs" / "app" / "opt" / "imagekit" / "requirements-cuda-toolkit.txt").read_text()
     assert "nvidia-cublas-cu12==" in cuda and "nvidia-cudnn" not in cuda and "nvidia-" not in torch_req(ctx)
     assert "torch==2.5.1" in torch_req(ctx) and "transformers==" not in torch_req(ctx)
 
 
 def torch_req(ctx):
-    return (ctx / "rootfs" / "torch" / "opt" / "imagekit" / "requirements-torch.txt").read_text()
+    return (ctx / "requirements" / "requirements-torch.txt").read_text()
 
 
 def test_missing_lock_is_a_clear_error(app, runner, tmp_path, in_tmp):
@@ -217,7 +224,7 @@ def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
     plan = BuildPlan(Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",)), lock, base, "r.example.com/x")
     text = render.render_plan(plan, data)["Dockerfile"][0].decode()
     assert f"FROM registry.example.com/base/python@{digest} AS base" in text
-    assert "RUN /usr/local/bin/python3.11 -m venv /opt/venv" in text
+    assert " && /usr/local/bin/python3.11 -m venv /opt/venv" in text
     assert f'"org.opencontainers.image.base.digest"="{digest}"' in text
 
 
