@@ -70,11 +70,10 @@ MANIFEST = f"{APP_FILES}/manifest.json"
 BASE_STAGE_SCRIPTS = ("finalize-layer", "install-layer")  # what the base stage's COPY brings: the layers run them
 
 
-REQUIREMENTS = "requirements"  # each layer's requirements: bind-mounted (BuildKit) or served (legacy) to its RUN
-
-
 def layer_file(layer: layers.Layer) -> str:
-    return f"{REQUIREMENTS}/{layer.filename}"
+    """Where the context keeps a layer's requirements (the image gets them with the app layer's COPY). The RUN that
+    installs the layer reads them from the wheelhouse (`fetch.wheelhouse_files`), checked by their sha256."""
+    return f"{APP_FILES}/{layer.filename}"
 
 
 def _context_files() -> dict[str, tuple[bytes, int]]:
@@ -106,8 +105,7 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         base=plan.base,
         lock_hash=plan.lock.content_hash,
         source_date_epoch=int(plan.source_date_epoch),
-        wheels="/mnt/wheels" if _builder(plan.builder) == "buildkit" else _url(plan.wheels_url),
-        requirements_at="/mnt/" if plan.builder == "buildkit" else _url(plan.wheels_url).rstrip("/") + "/",
+        wheels="/mnt" if _builder(plan.builder) == "buildkit" else _url(plan.wheels_url),
         builder=plan.builder,
         layers=layer_plan.layers,
         cuda_prefix=layers.CUDA_PREFIX,
@@ -119,8 +117,8 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         "Dockerfile": (dockerfile.encode(), 0o644),
         MANIFEST: ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644),
     }
-    for layer in layer_plan.layers:  # installed from requirements/, and kept in the image for whoever looks
-        files[layer_file(layer)] = files[f"{APP_FILES}/{layer.filename}"] = (layer.requirements.encode(), 0o644)
+    for layer in layer_plan.layers:  # kept in the image for whoever looks; installed from the wheelhouse's copy
+        files[layer_file(layer)] = (layer.requirements.encode(), 0o644)
     files.update(_context_files())
     return files
 

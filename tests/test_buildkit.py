@@ -81,8 +81,14 @@ def test_bake_builds_a_locked_cell_from_a_pushed_base(app, runner, engine, regis
         assert engine.image(alias)["Id"] == engine.image(immutable)["Id"]
         names = _layer_members(immutable, tmp_path)
         assert any(n.endswith("site-packages/transformers/__init__.py") for n in names)
-        fetched = {p.name for p in (tmp_path / "build" / FAKE / "wheels").iterdir()}
+        wheels = tmp_path / "build" / FAKE / "wheels"
+        fetched = {p.name for p in wheels.iterdir() if p.suffix == ".whl"}
         assert fetched and not [n for n in names if n.rsplit("/", 1)[-1] in fetched]  # mounted, never in a layer
+        assert sorted(p.name for p in wheels.glob("requirements-*.txt")) == [  # each layer's, beside the wheels
+            "requirements-app.txt",
+            "requirements-cuda-toolkit.txt",
+            "requirements-torch.txt",
+        ]
         assert not [n for n in names if "/mnt/" in n]
         res = runner.invoke(app, ["selftest", immutable, "--gpus", "off", "--json"])
         status = {c["id"]: c["status"] for c in json.loads(res.stdout)["checks"]}

@@ -52,7 +52,7 @@ def _runner(tmp_path: Path, name: str, index_url: str, repo: str) -> subprocess.
 
 
 def _pip_layers(engine, image_id: str) -> list[str]:
-    """The diff ids of the layers the `pip install` RUNs made (torch closure, app). In the legacy builder's history
+    """The diff ids of the layers the install RUNs made (CUDA, torch closure, app). In the legacy builder's history
     every entry but a `#(nop)` one (COPY and ADD excepted) made a layer, in RootFS order."""
     made = [
         h["CreatedBy"]
@@ -61,7 +61,7 @@ def _pip_layers(engine, image_id: str) -> list[str]:
     ]
     layers = engine.image(image_id)["RootFS"]["Layers"]
     assert len(made) == len(layers), made
-    return [layer for how, layer in zip(made, layers, strict=True) if "pip install" in how]
+    return [layer for how, layer in zip(made, layers, strict=True) if "bin/install-layer" in how]
 
 
 def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, registry, fake_index, tmp_path, app, runner):
@@ -75,7 +75,7 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
         assert "127.0.0.1:8765 is in use" not in err
     assert results[0]["tag"] == results[1]["tag"]  # the wheel server's address is not in the build hash
     installed = [_pip_layers(engine, r["image_id"]) for r in results]
-    assert len(installed[0]) == 2 and installed[0] == installed[1]  # what the two wheel servers fed: the same bytes
+    assert len(installed[0]) == 3 and installed[0] == installed[1]  # what the two wheel servers fed: the same bytes
 
     # two publishers at once: the built image under its cell's tag, the base under another cell's tag
     base = ensure_base(compat.load().bases["3.11"], engine).reference

@@ -162,7 +162,7 @@ def test_the_context_ships_the_doctor_package_byte_for_byte(data):
 
 def test_installed_requirement_files_carry_no_via_annotations(data):
     files = _files(data)
-    torch, app = "requirements/requirements-torch.txt", f"{render.APP_FILES}/requirements-app.txt"
+    torch, app = "rootfs/app/opt/imagekit/requirements-torch.txt", f"{render.APP_FILES}/requirements-app.txt"
     assert files[torch][0] == f"torch==2.5.1 \\\n    --hash={H1}\n".encode()
     assert files[app][0] == f"transformers==4.48.2 \\\n    --hash={H2}\n".encode()
 

@@ -303,8 +303,7 @@ def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index,
             shutil.copy(swapped, house / w.path.name)
         else:
             shutil.copy(w.path, house / w.path.name)
-    for req in (context / "requirements").iterdir():
-        shutil.copy(req, house / req.name)
+    fetch.write_requirements(lock, house)
     with wheelserver.serve(house, port, "127.0.0.1"), pytest.raises(CheckFailed) as exc:
         engine.build(context, ["imagekit-test/fake:swapped"], {}, nocache=True)
     assert "differ from the lock" in (exc.value.hint or "")

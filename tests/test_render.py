@@ -88,10 +88,9 @@ def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp
     layers = layer_plan(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).layers
     assert len(runs) == len(layers) == 5  # cuda toolkit, cudnn, nccl, torch, app
     for r in runs:
-        assert "--wheels /mnt/wheels " in r and "--uv uv-" in r, r
-    assert text.count("RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly") == len(layers)
-    for layer in layers:
-        assert f"source=requirements/{layer.filename},target=/mnt/{layer.filename}," in text
+        assert "--wheels /mnt " in r and "--uv uv-" in r, r
+    assert text.count("RUN --mount=type=bind,source=wheels,target=/mnt,readonly") == len(layers)
+    for layer in layers:  # `imagekit fetch --into` puts them beside the wheels
         assert f"--requirements /mnt/{layer.filename}#sha256={layer.requirements_sha256}" in text
     assert "IMAGEKIT_WHEELS" not in text and "127.0.0.1" not in text
     assert "COPY wheels" not in text  # the wheels are mounted, never copied into a layer
@@ -153,14 +152,13 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
         for line in req.read_text().splitlines()
         if "==" in line
     }
-    cuda = (ctx / "requirements" / "requirements-cuda-toolkit.txt").read_text()
-    assert cuda == (ctx / "rootfs" / "app" / "opt" / "imagekit" / "requirements-cuda-toolkit.txt").read_text()
+    cuda = (ctx / "rootfs" / "app" / "opt" / "imagekit" / "requirements-cuda-toolkit.txt").read_text()
     assert "nvidia-cublas-cu12==" in cuda and "nvidia-cudnn" not in cuda and "nvidia-" not in torch_req(ctx)
     assert "torch==2.5.1" in torch_req(ctx) and "transformers==" not in torch_req(ctx)
 
 
 def torch_req(ctx):
-    return (ctx / "requirements" / "requirements-torch.txt").read_text()
+    return (ctx / "rootfs" / "app" / "opt" / "imagekit" / "requirements-torch.txt").read_text()
 
 
 def test_missing_lock_is_a_clear_error(app, runner, tmp_path, in_tmp):

@@ -174,7 +174,7 @@ def test_installed_layers_ignore_via_annotations(data):
         render.render_plan(BuildPlan(cell=cell, lock=x, base=bootstrap_base(spec), repository="r/x"), data)
         for x in (lock, annotated)
     ]
-    torch = "requirements/requirements-torch.txt"
+    torch = "rootfs/app/opt/imagekit/requirements-torch.txt"
     assert files[0][torch] == files[1][torch]
     assert b"# via" not in files[1][torch][0] and "# via" in annotated.render()
 

@@ -287,6 +287,7 @@ def register(app: typer.Typer) -> None:
             new = [w for w in got if w.downloaded]
             if into is not None:
                 fetch_service.link_wheels(got, into / e.cell.id / "wheels")
+                fetch_service.write_requirements(lock, into / e.cell.id / "wheels")
             progress.line(
                 e.cell.id,
                 f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "

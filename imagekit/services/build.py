@@ -159,9 +159,7 @@ def build_cell(
         alias = naming.alias_tag(opts.repository, cell)
         immutable = naming.immutable_tag(opts.repository, cell, render.context_digest(files))
         house = fetch.wheelhouse(wheels, opts.state_dir / "wheelhouse" / cell.id)
-        for rel, (content, _mode) in files.items():  # each layer's RUN reads its requirements from the server too
-            if rel.startswith(f"{render.REQUIREMENTS}/"):
-                write_atomic(house / rel.split("/", 1)[1], content)
+        fetch.write_requirements(lock, house)  # each layer's RUN reads its requirements from the server too
         steps = _StepTimer(progress, cell.id)
         built_at = time.monotonic()
         try:

@@ -374,6 +374,14 @@ def link_wheels(fetched: list[FetchedWheel], directory: Path) -> Path:
     return directory
 
 
+def write_requirements(lock: Lock, directory: Path) -> None:
+    """Each layer's requirements beside the wheels: the RUN that installs a layer reads them from there."""
+    from imagekit import layers
+
+    for layer in layers.plan(lock).layers:
+        write_atomic(directory / layer.filename, layer.requirements)
+
+
 def wheelhouse(fetched: list[FetchedWheel], directory: Path) -> Path:
     """A folder of links to exactly these wheels, for `pip --no-index --find-links`."""
     directory.mkdir(parents=True, exist_ok=True)

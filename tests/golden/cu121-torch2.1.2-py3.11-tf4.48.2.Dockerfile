@@ -42,48 +42,43 @@ CMD []
 
 # ---- cell stage: cu121-torch2.1.2-py3.11-tf4.48.2 ----
 # No ARG and no COPY before a layer: on the legacy builder every instruction is a container commit (seconds each).
-# Each layer's requirements come bind-mounted from ./requirements, named with their sha256 (the
-# step's cache key and a check). uv (0.13.9) comes from the wheelhouse too, checked by hash; it leaves no trace.
+# Each layer's requirements come with the wheels (./wheels, bind-mounted), named with their sha256 (the step's
+# cache key and a check). uv (0.13.9) comes from there too, checked by hash; it leaves no trace.
 FROM base AS image
 # Layer 1: CUDA toolkit libraries (10 distributions; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-toolkit.txt,target=/mnt/requirements-cuda-toolkit.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-toolkit.txt#sha256=87c26e4d91a96aeadeda00440a3410446d6cbf29c178b4a303b755e156ecc42e \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 2: CUDA library cudnn (1 distribution; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-cudnn.txt,target=/mnt/requirements-cuda-cudnn.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-cudnn.txt#sha256=da8bb77d8b9a0636d9e380ab385aace2f991a6d1621434f6037a147a73ffcb41 \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 3: CUDA library nccl (1 distribution; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-nccl.txt,target=/mnt/requirements-cuda-nccl.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-nccl.txt#sha256=62aff90f4eb5fd4618f1539d7795bc6388c8f79fcc2539f860635614cc077dd2 \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 4: torch and its closure (10 distributions).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-torch.txt,target=/mnt/requirements-torch.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-torch.txt#sha256=ccaeb922c23d39421a3ed55e36954d758dde2a8fe789bdafefa8c52a2c2700fb \
       --venv /opt/venv --link-from /opt/cuda-libs --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 5: everything else (17 distributions), with the doctor, the entrypoint, the
 # shell/sshd settings, the manifest and every layer's requirements: one COPY and one RUN after the big layers.
 COPY rootfs/app/ /
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-app.txt,target=/mnt/requirements-app.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-app.txt#sha256=e70cce47bdf3a37d6018a398011902be1221b8b98401748361ad344502811c3a \
       --venv /opt/venv --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit

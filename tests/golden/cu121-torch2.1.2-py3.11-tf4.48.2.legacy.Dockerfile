@@ -41,8 +41,8 @@ CMD []
 
 # ---- cell stage: cu121-torch2.1.2-py3.11-tf4.48.2 ----
 # No ARG and no COPY before a layer: on the legacy builder every instruction is a container commit (seconds each).
-# Each layer's requirements come from the wheel server, named with their sha256 (the
-# step's cache key and a check). uv (0.13.9) comes from the wheelhouse too, checked by hash; it leaves no trace.
+# Each layer's requirements come with the wheels (the wheel server), named with their sha256 (the step's
+# cache key and a check). uv (0.13.9) comes from there too, checked by hash; it leaves no trace.
 FROM base AS image
 # Layer 1: CUDA toolkit libraries (10 distributions; Python-independent, in /opt/cuda-libs).
 RUN export SOURCE_DATE_EPOCH=1735689600 \

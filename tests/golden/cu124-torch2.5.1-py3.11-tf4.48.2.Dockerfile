@@ -42,48 +42,43 @@ CMD []
 
 # ---- cell stage: cu124-torch2.5.1-py3.11-tf4.48.2 ----
 # No ARG and no COPY before a layer: on the legacy builder every instruction is a container commit (seconds each).
-# Each layer's requirements come bind-mounted from ./requirements, named with their sha256 (the
-# step's cache key and a check). uv (0.13.9) comes from the wheelhouse too, checked by hash; it leaves no trace.
+# Each layer's requirements come with the wheels (./wheels, bind-mounted), named with their sha256 (the step's
+# cache key and a check). uv (0.13.9) comes from there too, checked by hash; it leaves no trace.
 FROM base AS image
 # Layer 1: CUDA toolkit libraries (10 distributions; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-toolkit.txt,target=/mnt/requirements-cuda-toolkit.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-toolkit.txt#sha256=e1ad80f532baddd9b58116bb344777183ee0b8a9c9b6dd2e5714fd99420bd1bb \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 2: CUDA library cudnn (1 distribution; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-cudnn.txt,target=/mnt/requirements-cuda-cudnn.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-cudnn.txt#sha256=3bd8ea64220a36dc3c12aa3b8fd62e845658c6cfbc56f38a8900b0d444f25078 \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 3: CUDA library nccl (1 distribution; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-nccl.txt,target=/mnt/requirements-cuda-nccl.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-nccl.txt#sha256=9aefc83ef2e59d4b44901951d1cf65ac11e31c62ccfc56ae8e54e6f95b2dc3c5 \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 4: torch and its closure (10 distributions).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-torch.txt,target=/mnt/requirements-torch.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-torch.txt#sha256=180103021bf07509a82ba55347e0e8ba0452922b7dfa4cd81329d747d7d3304c \
       --venv /opt/venv --link-from /opt/cuda-libs --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 5: everything else (17 distributions), with the doctor, the entrypoint, the
 # shell/sshd settings, the manifest and every layer's requirements: one COPY and one RUN after the big layers.
 COPY rootfs/app/ /
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-app.txt,target=/mnt/requirements-app.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-app.txt#sha256=1ecff40b83800fe3bcc947c6e8895690b3d8b62583e1365c20e2e080f23836e0 \
       --venv /opt/venv --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit

@@ -42,64 +42,57 @@ CMD []
 
 # ---- cell stage: cu130-torch2.14.1-py3.13-tf5.24.0 ----
 # No ARG and no COPY before a layer: on the legacy builder every instruction is a container commit (seconds each).
-# Each layer's requirements come bind-mounted from ./requirements, named with their sha256 (the
-# step's cache key and a check). uv (0.13.9) comes from the wheelhouse too, checked by hash; it leaves no trace.
+# Each layer's requirements come with the wheels (./wheels, bind-mounted), named with their sha256 (the step's
+# cache key and a check). uv (0.13.9) comes from there too, checked by hash; it leaves no trace.
 FROM base AS image
 # Layer 1: CUDA toolkit libraries (11 distributions; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-toolkit.txt,target=/mnt/requirements-cuda-toolkit.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-toolkit.txt#sha256=00eb6135e9b15fad732a61e9c43c6ae7685bb0b1b97d9edc60fc23d571a95a87 \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 2: CUDA library cudnn (1 distribution; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-cudnn.txt,target=/mnt/requirements-cuda-cudnn.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-cudnn.txt#sha256=8a65ee4c603acacd9921cd8f340f0a165412830c449008e0922a5edf62aace1d \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 3: CUDA library nccl (1 distribution; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-nccl.txt,target=/mnt/requirements-cuda-nccl.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-nccl.txt#sha256=8d6228c903385d87f3e7fd4acb5e2cdf9317b4807c1e49fc8d64a3ba44559277 \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 4: CUDA library cusparselt (1 distribution; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-cusparselt.txt,target=/mnt/requirements-cuda-cusparselt.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-cusparselt.txt#sha256=74205c4b0419a4ef578d55d4ef2697a24f6b68e4042c87ab159758c1aa1ed3b8 \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 5: CUDA library nvshmem (1 distribution; Python-independent, in /opt/cuda-libs).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-cuda-nvshmem.txt,target=/mnt/requirements-cuda-nvshmem.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-cuda-nvshmem.txt#sha256=bc0c09f3d655bb21f39eb76329833039fdc514bcea11f50da361e6330b7a51ca \
       --target /opt/cuda-libs \
  && /opt/imagekit/bin/finalize-layer /opt/cuda-libs /opt/imagekit
 # Layer 6: torch and its closure (14 distributions).
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-torch.txt,target=/mnt/requirements-torch.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-torch.txt#sha256=e9776efa8b8338cab112b37a23e08b6dd771d6b604e2c54ef3ec17a86c160774 \
       --venv /opt/venv --link-from /opt/cuda-libs --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 7: everything else (30 distributions), with the doctor, the entrypoint, the
 # shell/sshd settings, the manifest and every layer's requirements: one COPY and one RUN after the big layers.
 COPY rootfs/app/ /
-RUN --mount=type=bind,source=wheels,target=/mnt/wheels,readonly \
-    --mount=type=bind,source=requirements/requirements-app.txt,target=/mnt/requirements-app.txt,readonly \
+RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
- && /opt/imagekit/bin/install-layer --wheels /mnt/wheels --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
+ && /opt/imagekit/bin/install-layer --wheels /mnt --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements /mnt/requirements-app.txt#sha256=2c286ce830e8eba56d6c5854ad87713f4eaa75fe90232ae93619cc927aeb125b \
       --venv /opt/venv --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
