@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from imagekit.effects.files import content_mtime
 from imagekit.layers import plan as layer_plan
 from imagekit.services.lock import read_lock
 from tests.conftest import ROOT
@@ -108,8 +109,12 @@ def test_rerender_keeps_fetched_wheels_and_check_ignores_them(app, runner, tmp_p
     # COPY keeps mtimes: every rendered file carries SOURCE_DATE_EPOCH (a BuildKit COPY layer is then reproducible);
     # the fetched wheels (hard links into the cache, mounted, never copied) are left alone
     ctx = tmp_path / cell_id
-    stamps = {p.stat().st_mtime for p in ctx.rglob("*") if "wheels" not in p.relative_to(ctx).parts}
-    assert stamps == {1735689600.0} and ctx.stat().st_mtime == 1735689600.0
+    rendered = [p for p in ctx.rglob("*") if "wheels" not in p.relative_to(ctx).parts]
+    assert {p.stat().st_mtime for p in rendered if p.is_dir()} == {1735689600.0} == {ctx.stat().st_mtime}
+    for p in (p for p in rendered if p.is_file()):  # from the bytes, at or before SOURCE_DATE_EPOCH
+        assert p.stat().st_mtime == content_mtime(p.read_bytes(), 1735689600) <= 1735689600, p
+    # same size, other bytes: another mtime, or BuildKit's context transfer would keep the stale file
+    assert content_mtime(b"FROM 127.0.0.1:50047/b", 1735689600) != content_mtime(b"FROM 127.0.0.1:33767/b", 1735689600)
     assert (wheels / "x-1.0-py3-none-any.whl").stat().st_mtime != 1735689600.0
     assert not (tmp_path / cell_id / "stray.txt").exists()
     res = runner.invoke(

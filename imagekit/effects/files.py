@@ -95,13 +95,27 @@ def read_input(path: Path, what: str, hint: str | None = None, *, missing_ok: bo
         raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}", hint) from None
 
 
+def content_mtime(data: bytes, epoch: int) -> int:
+    """A file's mtime in a build context: at or before ``epoch``, by up to about 12 days, taken from its sha256.
+
+    COPY keeps mtimes, so they must not depend on when the context was written. They must not be one value for every
+    file either: BuildKit's context transfer sends a file again only when its size or mtime changed, so a re-rendered
+    file of the same size (a Dockerfile whose registry port changed) would be built from the stale copy. Same bytes,
+    same mtime; other bytes, another mtime (but for a 1 in 2**20 chance). At or before ``epoch``, so the layer's
+    `finalize-layer` (which clamps what is newer than ``epoch``) leaves the copied files alone."""
+    import hashlib
+
+    return epoch - int.from_bytes(hashlib.sha256(data).digest()[:4], "big") % (1 << 20)
+
+
 def clamp_mtimes(root: Path, epoch: int, skip: tuple[str, ...] = ()) -> None:
-    """COPY keeps a file's mtime: clamp a build context so identical inputs give identical layers. ``skip``:
-    top-level folders left alone (fetched wheels: hard links into the cache, mounted rather than copied)."""
+    """Clamp a build context so identical inputs give identical layers: folders to ``epoch``, files to
+    `content_mtime`. ``skip``: top-level folders left alone (fetched wheels: hard links into the cache, mounted)."""
     root = Path(root)
     for path in sorted(root.rglob("*"), reverse=True):
         rel = path.relative_to(root).parts
         if rel and rel[0] in skip:
             continue
-        os.utime(path, (epoch, epoch), follow_symlinks=False)
+        stamp = content_mtime(path.read_bytes(), epoch) if path.is_file() and not path.is_symlink() else epoch
+        os.utime(path, (stamp, stamp), follow_symlinks=False)
     os.utime(root, (epoch, epoch))
