@@ -10,6 +10,15 @@ def alias_tag(repository: str, cell: Cell) -> str:
     return f"{repository}:{cell.id}"
 
 
+BUILD_CACHE = "imagekit/build"
+
+
+def build_cache_tag(cell: Cell) -> str:
+    """What the legacy builder made before the runtime config was set: kept tagged, it anchors the cell's build cache
+    (the config is a new image beside it, not a child of it). Local only; `docker rmi` frees it."""
+    return f"{BUILD_CACHE}:{cell.id}"
+
+
 def immutable_tag(repository: str, cell: Cell, build_hash: str) -> str:
     """``<cell id>-<12 hex>``: the hash covers the lock and everything else the image is built from."""
     return f"{repository}:{cell.id}-{build_hash[:12]}"

@@ -8,15 +8,17 @@ enters a Dockerfile is through a filter that refuses anything that could start a
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
+import tarfile
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
 import jinja2
 
-from imagekit import __version__, layers, naming, tools
+from imagekit import __version__, imageconfig, layers, naming, tools
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
 from imagekit.plan import BuildPlan, manifest
@@ -68,6 +70,29 @@ IMAGEKIT_DIR = "opt/imagekit"
 APP_FILES = f"{ROOTFS}/app/{IMAGEKIT_DIR}"  # the doctor, the entrypoint, shell/sshd settings, manifest, app pins
 MANIFEST = f"{APP_FILES}/manifest.json"
 BASE_STAGE_SCRIPTS = ("finalize-layer", "install-layer")  # what the base stage's COPY brings: the layers run them
+APP_TARBALL = "app-files.tar"  # the legacy builder's app layer gets rootfs/app/ as this tarball, beside the wheels
+
+
+def app_tarball(files: dict[str, tuple[bytes, int]], epoch: int) -> bytes:
+    """``rootfs/app/`` as a tarball the app layer's RUN unpacks into / (legacy builder: no COPY after the big layers).
+    Deterministic: sorted, owned by root, dated ``epoch``; folders below the top level carry the same mode and date a
+    COPY would give them."""
+    prefix = f"{ROOTFS}/app/"
+    members = {rel[len(prefix) :]: item for rel, item in files.items() if rel.startswith(prefix)}
+    folders = {"/".join(rel.split("/")[:i]) for rel in members for i in range(2, rel.count("/") + 1)}
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(folders | set(members)):
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "root", "root"
+            if name in members:
+                content, info.mode = members[name]
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+            else:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+    return out.getvalue()
 
 
 def layer_file(layer: layers.Layer) -> str:
@@ -98,6 +123,13 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
     facts = manifest(plan, data)
     labels = naming.labels(facts)
     layer_plan = layers.plan(plan.lock)
+    files = {MANIFEST: ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644)}
+    for layer in layer_plan.layers:  # kept in the image for whoever looks; installed from the wheelhouse's copy
+        files[layer_file(layer)] = (layer.requirements.encode(), 0o644)
+    files.update(_context_files())
+    app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
+    for value in labels.values():
+        _dq(value)  # refuse before anything is rendered
     env = environment()
     dockerfile = env.get_template("Dockerfile.j2").render(
         imagekit_version=__version__,
@@ -111,16 +143,10 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         cuda_prefix=layers.CUDA_PREFIX,
         cuda_layers=len(layer_plan.cuda),
         uv=tools.UV,
-        labels=labels,
+        runtime=imageconfig.runtime(labels),
+        app_files=f"{APP_TARBALL}#sha256={app_files}",
     )
-    files = {
-        "Dockerfile": (dockerfile.encode(), 0o644),
-        MANIFEST: ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644),
-    }
-    for layer in layer_plan.layers:  # kept in the image for whoever looks; installed from the wheelhouse's copy
-        files[layer_file(layer)] = (layer.requirements.encode(), 0o644)
-    files.update(_context_files())
-    return files
+    return {"Dockerfile": (dockerfile.encode(), 0o644), **files}
 
 
 BUILDERS = ("legacy", "buildkit")

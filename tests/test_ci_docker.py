@@ -53,11 +53,13 @@ def _runner(tmp_path: Path, name: str, index_url: str, repo: str) -> subprocess.
 
 def _pip_layers(engine, image_id: str) -> list[str]:
     """The diff ids of the layers the install RUNs made (CUDA, torch closure, app). In the legacy builder's history
-    every entry but a `#(nop)` one (COPY and ADD excepted) made a layer, in RootFS order."""
+    every entry but a `#(nop)` one (COPY and ADD excepted) made a layer, in RootFS order; imagekit's own last entry
+    (the runtime config) made none."""
     made = [
         h["CreatedBy"]
         for h in reversed(engine.api.history(image_id))
-        if "#(nop)" not in h["CreatedBy"] or "#(nop) COPY" in h["CreatedBy"] or "#(nop) ADD" in h["CreatedBy"]
+        if ("#(nop)" not in h["CreatedBy"] or "#(nop) COPY" in h["CreatedBy"] or "#(nop) ADD" in h["CreatedBy"])
+        and not h["CreatedBy"].startswith("imagekit ")  # the runtime config imagekit sets: no layer
     ]
     layers = engine.image(image_id)["RootFS"]["Layers"]
     assert len(made) == len(layers), made

@@ -304,6 +304,7 @@ def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index,
         else:
             shutil.copy(w.path, house / w.path.name)
     fetch.write_requirements(lock, house)
+    (house / render.APP_TARBALL).write_bytes(render.app_tarball(files, plan.source_date_epoch))
     with wheelserver.serve(house, port, "127.0.0.1"), pytest.raises(CheckFailed) as exc:
         engine.build(context, ["imagekit-test/fake:swapped"], {}, nocache=True)
     assert "differ from the lock" in (exc.value.hint or "")
@@ -352,18 +353,20 @@ def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tm
     torch26 = ("torch", "2.6.0", ["filelock", "nvidia-cuda-runtime-cu12==12.4.127"])
     write_simple_index(root, fake_pypi_wheels(tmp_path / "w", extra=[torch26]))
     data = compat.load()
-    tags = []
+    tags, ids = [], []
     with serve(root) as url:
         opts = _fake_opts(tmp_path, f"{url}/simple", "imagekit-test/cudalayers", push=False)
-        for torch, nocache in (("2.5.1", False), ("2.6.0", True)):
+        for torch, nocache in (("2.5.1", False), ("2.6.0", True), ("2.5.1", True)):
             cell = Cell("12.4", torch, "4.48.2", "3.11")
             res = build_cell(cell, dataclasses.replace(opts, nocache=nocache), engine, data, _log)
             assert res.step == "self-test", res.error and res.error.render()  # fake torch: the self-test fails
             tags.append(res.tag)
+            ids.append(res.image_id)
     try:
-        a, b = (engine.layers(t) for t in tags)  # the base, the base stage, CUDA RUN, torch RUN, app COPY, app RUN
-        assert len(a) == len(b) and a[:-3] == b[:-3]  # the base, the base stage, then the CUDA layer
-        assert a[-3] != b[-3]  # torch differs above it
+        assert tags[0] == tags[2] and ids[0] == ids[2]  # rebuilt from nothing: the same image id, config and all
+        a, b = (engine.layers(t) for t in tags[:2])  # the base, the base stage's COPY and RUN, CUDA, torch, app
+        assert len(a) == len(b) and a[:-2] == b[:-2]  # the base, the base stage, then the CUDA layer
+        assert a[-2] != b[-2]  # torch differs above it
         files = _files_in(engine, tags[0], "/opt/cuda-libs")
         assert "nvidia_cuda_runtime_cu12/__init__.py" in files and not any("__pycache__" in f for f in files)
         assert not any(f.endswith("uv_cache.json") for f in files)
@@ -377,6 +380,8 @@ def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tm
         for t in tags:
             engine.remove(t)
             engine.remove(t.rsplit(":", 1)[0] + ":" + t.rsplit(":", 1)[1].split("-")[0])
+        for torch in ("2.5.1", "2.6.0"):
+            engine.remove(naming.build_cache_tag(Cell("12.4", torch, "4.48.2", "3.11")))
 
 
 def _files_in(engine, image: str, folder: str) -> list[str]:
@@ -399,3 +404,42 @@ def test_an_image_over_its_size_budget_is_refused_and_not_pushed(engine, registr
     finally:
         if res.tag:
             engine.remove(res.tag)
+
+
+def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp_path):
+    """The legacy builder's last steps are a new config over the same layers (`docker load`, no container), dated
+    SOURCE_DATE_EPOCH: the same image id every time; the container-commit fallback gives the same config."""
+    from imagekit import imageconfig
+    from imagekit.services.build import set_runtime_config
+
+    base = ensure_base(compat.load().bases["3.11"], engine)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {base.reference}\nRUN echo x > /x\nRUN true\nLABEL old=1\n")
+    built = engine.build(ctx, ["imagekit-test/cfg:built"], {})
+    runtime = imageconfig.runtime({"imagekit.cell": "c1", "org.opencontainers.image.title": "t"})
+    opts = BuildOptions(repository="imagekit-test/cfg")
+    said: list[str] = []
+    tags = ["imagekit-test/cfg:one", "imagekit-test/cfg:alias"]
+    try:
+        first = set_runtime_config(engine, built, base.reference, runtime, opts, tags, said.append)
+        again = set_runtime_config(engine, built, base.reference, runtime, opts, tags, said.append)
+        assert first == again and not said  # the fast path, deterministic
+        img, was = engine.image("imagekit-test/cfg:alias"), engine.image(built)
+        assert img["Id"] == first and img["RootFS"] == was["RootFS"]
+        cfg = img["Config"]
+        assert cfg["Labels"] == {"old": "1", "imagekit.cell": "c1", "org.opencontainers.image.title": "t"}
+        assert cfg["Entrypoint"] == ["/opt/imagekit/bin/entrypoint"] and cfg["WorkingDir"] == "/workspace"
+        assert "HF_HOME=/workspace/.cache/huggingface" in cfg["Env"] and img["Created"].startswith("2025-01-01")
+        history = engine.history(first)
+        assert len(history) == len(engine.history(built)) + 1 and history[0]["CreatedBy"].startswith("imagekit ")
+        code, out, _ = engine.run(first, ["pwd; echo $VIRTUAL_ENV; cat /x"], entrypoint=["sh", "-c"])
+        assert (code, out.split()) == (0, ["/workspace", "/opt/venv", "x"])
+        slow = engine.commit_changes(built, runtime.instructions(" "), ["imagekit-test/cfg:commit"])
+        got = engine.image(slow)
+        assert got["RootFS"] == img["RootFS"]
+        for key in ("Env", "Labels", "Entrypoint", "Cmd", "WorkingDir"):
+            assert got["Config"][key] == cfg[key], key
+    finally:
+        for tag in ("one", "alias", "commit", "built"):
+            engine.remove(f"imagekit-test/cfg:{tag}")

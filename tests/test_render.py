@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import re
+import tarfile
 
 import pytest
 
@@ -138,7 +142,10 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
     app_at = text.index("requirements-app.txt#sha256=")
     assert torch_at < app_at  # torch layer first
     assert "-m venv /opt/venv" in text
-    assert "NVIDIA_VISIBLE_DEVICES=all" in text and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
+    assert 'NVIDIA_VISIBLE_DEVICES="all"' in text and 'NVIDIA_DRIVER_CAPABILITIES="compute,utility"' in text
+    instructions = [line.split(" ", 1)[0] for line in text.splitlines() if re.match(r"[A-Z]+ ", line)]
+    # the runtime config comes after the last RUN: no RUN sees it, so both builders give RUNs the same environment
+    assert instructions[-5:] == ["ENV", "WORKDIR", "ENTRYPOINT", "CMD", "LABEL"] and "ENV" not in instructions[:-5]
     installer = (ROOT / "templates" / "context" / "bin" / "install-layer").read_text()
     for flag in ("--no-index", "--require-hashes", "--no-deps", "--no-cache", "--no-config"):
         assert f'"{flag}"' in installer
@@ -147,6 +154,7 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
     assert copies == ["COPY rootfs/base/ /", "COPY rootfs/app/ /"]
     assert not [line for line in text.splitlines() if line.startswith("ARG ")]  # each would be a container commit
     assert '"org.opencontainers.image.version"=' in text and '"imagekit.lock.hash"=' in text
+    assert 'ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]' in text and "WORKDIR /workspace" in text
     manifest = json.loads((ctx / "rootfs" / "app" / "opt" / "imagekit" / "manifest.json").read_text())
     assert manifest["cell"]["id"] == cell_id
     assert manifest["torch"]["archs"][-1] == "sm_90" and manifest["driver"]["minimum"] == "525.60.13"
@@ -160,6 +168,37 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
     cuda = (ctx / "rootfs" / "app" / "opt" / "imagekit" / "requirements-cuda-toolkit.txt").read_text()
     assert "nvidia-cublas-cu12==" in cuda and "nvidia-cudnn" not in cuda and "nvidia-" not in torch_req(ctx)
     assert "torch==2.5.1" in torch_req(ctx) and "transformers==" not in torch_req(ctx)
+
+
+def test_legacy_dockerfile_has_no_instruction_after_the_last_run(app, runner, tmp_path, in_tmp):
+    """On the legacy builder every instruction is a container commit over the whole tree: the app files come as a
+    tarball the app layer's RUN unpacks (named by sha256), and the runtime config is set by `imagekit build`."""
+    from imagekit import imageconfig, render
+
+    cell_id = REPRESENTATIVE[1]
+    _render_cli(app, runner, tmp_path, "--cell", cell_id, "--builder", "legacy")
+    ctx = tmp_path / cell_id
+    text = (ctx / "Dockerfile").read_text()
+    instructions = [line.split(" ", 1)[0] for line in text.splitlines() if re.match(r"[A-Z]+ ", line)]
+    n_layers = len(layer_plan(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).layers)
+    assert instructions == ["FROM", "COPY", "RUN", "FROM", *["RUN"] * n_layers]
+    files = {
+        p.relative_to(ctx).as_posix(): (p.read_bytes(), p.stat().st_mode & 0o777)
+        for p in sorted(ctx.rglob("*"))
+        if p.is_file()
+    }
+    tarball = render.app_tarball(files, 1735689600)
+    assert tarball == render.app_tarball(dict(reversed(files.items())), 1735689600)  # deterministic
+    assert f"/app-files.tar#sha256={hashlib.sha256(tarball).hexdigest()}" in text
+    with tarfile.open(fileobj=io.BytesIO(tarball)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    app_files = {rel.removeprefix("rootfs/app/") for rel in files if rel.startswith("rootfs/app/")}
+    assert {n for n, m in members.items() if m.isfile()} == app_files
+    assert all(m.mtime == 1735689600 and m.uid == 0 and m.gid == 0 for m in members.values())
+    assert members["opt/imagekit/bin/entrypoint"].mode == 0o755 and members["opt/imagekit/bin"].isdir()
+    assert "opt" not in members  # a top-level folder the image has already: left as it is
+    for instruction in imageconfig.runtime({}).instructions()[:4]:
+        assert "#   " + instruction.splitlines()[0] in text
 
 
 def torch_req(ctx):

@@ -53,8 +53,9 @@ class Engine:
         buildx = res.stdout.strip() if res is not None and res.ok else None
         notes = []
         lost = (
-            "Lost: BuildKit's rewrite-timestamp (bit-for-bit identical image configs need BuildKit >= 0.13). Kept: "
-            "identical layers from identical inputs (SOURCE_DATE_EPOCH, mtimes clamped inside each RUN, no caches)"
+            "Lost: BuildKit's rewrite-timestamp (BuildKit >= 0.13). Kept: identical layers from identical inputs "
+            "(SOURCE_DATE_EPOCH, mtimes clamped inside each RUN, no caches) and identical image configs (imagekit sets "
+            "the config itself, dated SOURCE_DATE_EPOCH)"
         )
         if buildx:
             notes.append(
@@ -156,6 +157,52 @@ class Engine:
             repo, tag = extra.rsplit(":", 1)
             self.api.tag(image_id, repo, tag)
         return image_id
+
+    def load_config(self, config: bytes, tags: list[str]) -> str:
+        """A new image from ``config`` over layers the engine already holds, tagged ``tags``; returns its id.
+
+        `docker load` of an archive with the config and no layer files: the engine finds each layer by its chain and
+        reads nothing else (no container, no diff). Raises ``EnvironmentFailure`` when the engine refuses it (an image
+        store that wants the layer blobs, e.g. containerd's)."""
+        import hashlib
+        import io
+        import tarfile
+
+        from docker.errors import APIError
+
+        digest = hashlib.sha256(config).hexdigest()
+        layers = json.loads(config)["rootfs"]["diff_ids"]
+        manifest = [
+            {"Config": f"{digest}.json", "RepoTags": tags, "Layers": [f"{i}/layer.tar" for i in range(len(layers))]}
+        ]
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            for name, data in ((f"{digest}.json", config), ("manifest.json", json.dumps(manifest).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        try:
+            answer = self.api.load_image(out.getvalue())
+            text = json.dumps(list(answer) if answer is not None and not isinstance(answer, dict | str) else answer)
+        except APIError as exc:
+            raise EnvironmentFailure(f"docker load of an image config failed: {exc}") from None
+        found = self.image(f"sha256:{digest}")
+        if "error" in text.lower() or not found:
+            raise EnvironmentFailure(f"docker load of an image config failed: {text[:300]}")
+        return found["Id"]
+
+    def commit_changes(self, image_id: str, changes: list[str], tags: list[str]) -> str:
+        """The slow way to the same image: a container commit with Dockerfile ``changes`` (ENV, LABEL, ...)."""
+        container = self.api.create_container(image_id, command=["true"])
+        try:
+            repo, tag = tags[0].rsplit(":", 1)
+            new = self.api.commit(container["Id"], repository=repo, tag=tag, changes=changes, pause=False)["Id"]
+        finally:
+            self.api.remove_container(container["Id"], force=True)
+        for extra in tags[1:]:
+            repo, tag = extra.rsplit(":", 1)
+            self.api.tag(new, repo, tag, force=True)
+        return new
 
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.api.tag(image_id, repository, tag, force=True)

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import budget, locking, naming, render
+from imagekit import __version__, budget, imageconfig, locking, naming, render
 from imagekit.compat import CompatData
 from imagekit.effects import process, wheelserver
 from imagekit.effects.docker import Engine
 from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient, Remote
-from imagekit.errors import CheckFailed, ImagekitError
+from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.model import Cell
 from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
 from imagekit.services import fetch, publish, selftest
@@ -160,13 +160,14 @@ def build_cell(
         immutable = naming.immutable_tag(opts.repository, cell, render.context_digest(files))
         house = fetch.wheelhouse(wheels, opts.state_dir / "wheelhouse" / cell.id)
         fetch.write_requirements(lock, house)  # each layer's RUN reads its requirements from the server too
+        write_atomic(house / render.APP_TARBALL, render.app_tarball(files, opts.source_date_epoch))
         steps = _StepTimer(progress, cell.id)
         built_at = time.monotonic()
         try:
             with wheelserver.serve(house) as address:  # a loopback address of its own: builds run side by side
-                result.image_id = engine.build(
+                built = engine.build(
                     context,
-                    [immutable, alias],
+                    [naming.build_cache_tag(cell)],
                     {},
                     nocache=opts.nocache,
                     on_line=steps,
@@ -174,6 +175,9 @@ def build_cell(
                 )
         finally:
             steps.close()
+        with activity(progress, cell.id, "image config"):
+            runtime = imageconfig.runtime(naming.labels(manifest(plan, data)))
+            result.image_id = set_runtime_config(engine, built, base.reference, runtime, opts, [immutable, alias], say)
         result.tag = immutable
         result.size = int(engine.image(immutable)["Size"])
         say(f"built {immutable} ({human_bytes(result.size)}) in {time.monotonic() - built_at:.0f} s")
@@ -242,6 +246,32 @@ def build_cell(
     finally:
         result.seconds = time.time() - start
     return result
+
+
+def set_runtime_config(
+    engine: Engine, built: str, base: str, runtime: imageconfig.RuntimeConfig, opts: BuildOptions, tags: list[str], say
+) -> str:
+    """The built image with its ENV, WORKDIR, ENTRYPOINT, CMD and labels, tagged ``tags``: a new config over the same
+    layers, loaded in milliseconds; when the engine's history cannot be matched to the layers, or the engine refuses
+    the load, a container commit (one step's time) makes the same image but for its dates."""
+    try:
+        base_image = engine.image(base) or {}
+        history = engine.history(built)
+        layers_of = {
+            item["Id"]: len((engine.image(item["Id"]) or {}).get("RootFS", {}).get("Layers", []))
+            for item in history
+            if item.get("Id", "<missing>") != "<missing>"
+        }
+        entries = imageconfig.history_entries(
+            history, layers_of, base_image.get("Id", ""), len(base_image.get("RootFS", {}).get("Layers", []))
+        )
+        config = imageconfig.config_json(
+            engine.image(built) or {}, entries, runtime, opts.source_date_epoch, __version__
+        )
+        return engine.load_config(config, tags)
+    except (imageconfig.Unknown, EnvironmentFailure, KeyError) as exc:
+        say(f"setting the image config by a container commit ({exc})")
+        return engine.commit_changes(built, runtime.instructions(" "), tags)
 
 
 def build_cells(

@@ -3,16 +3,6 @@
 # Builder: the engine's legacy builder, through `imagekit build`, which serves the locked wheels over loopback HTTP.
 # ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-da84ebe2aec5) ----
 FROM imagekit/base:debian-bookworm-da84ebe2aec5 AS base
-ENV LANG=C.UTF-8 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    HF_HOME=/workspace/.cache/huggingface \
-    IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json
 # The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
 COPY rootfs/base/ /
 # The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
@@ -33,11 +23,6 @@ RUN export SOURCE_DATE_EPOCH=1735689600 \
  && ln -s /opt/imagekit/manifest.json /etc/imagekit/manifest.json \
  && printf '\n# imagekit: interactive shells are the image environment too\nif [ -r /opt/imagekit/etc/profile.sh ]; then . /opt/imagekit/etc/profile.sh; fi\n' >> /etc/bash.bashrc \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /opt/cuda-libs /workspace /home/imagekit /etc/imagekit /root /run /usr/local
-# Runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned.
-WORKDIR /workspace
-ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
-CMD []
-
 
 # ---- cell stage: cu121-torch2.1.2-py3.11-tf4.48.2 ----
 # No ARG and no COPY before a layer: on the legacy builder every instruction is a container commit (seconds each).
@@ -69,29 +54,44 @@ RUN export SOURCE_DATE_EPOCH=1735689600 \
       --venv /opt/venv --link-from /opt/cuda-libs --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 5: everything else (17 distributions), with the doctor, the entrypoint, the
-# shell/sshd settings, the manifest and every layer's requirements: one COPY and one RUN after the big layers.
-COPY rootfs/app/ /
+# shell/sshd settings, the manifest and every layer's requirements (rootfs/app/ as app-files.tar from the wheel server:
+# one RUN after the big layers, not a COPY and a RUN).
 RUN export SOURCE_DATE_EPOCH=1735689600 \
  && /opt/imagekit/bin/install-layer --wheels http://imagekit-wheels:8765/ --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements http://imagekit-wheels:8765/requirements-app.txt#sha256=e70cce47bdf3a37d6018a398011902be1221b8b98401748361ad344502811c3a \
       --venv /opt/venv --compile \
+      --files http://imagekit-wheels:8765/app-files.tar#sha256=2a5073d3de9c0fdf4f78bdfc10e141575a6cda9a5877ef09114872b85427c2ce \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# One LABEL, last: on the legacy builder every instruction after the big layers is a container commit (a few seconds).
-LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
-      "imagekit.cell"="cu121-torch2.1.2-py3.11-tf4.48.2" \
-      "imagekit.cuda"="12.1" \
-      "imagekit.driver.min"="525.60.13" \
-      "imagekit.lock.hash"="53f0b543e4f4b685d6454f288a1198ae19a3d718164325bbfc5647de8ba1bc6e" \
-      "imagekit.python"="3.11" \
-      "imagekit.torch"="2.1.2" \
-      "imagekit.torch.cuda"="12.1" \
-      "imagekit.torch.version"="2.1.2" \
-      "imagekit.transformers"="4.48.2" \
-      "imagekit.version"="0.1.0" \
-      "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-da84ebe2aec5" \
-      "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
-      "org.opencontainers.image.revision"="unknown" \
-      "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \
-      "org.opencontainers.image.vendor"="imagekit" \
-      "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-53f0b543e4f4"
+# The image's runtime config: `imagekit build` sets it on the built image, with no container commit (each Dockerfile
+# instruction is one on the legacy builder, 10-20 s over the whole tree); `docker history` shows it as the last step.
+#   ENV LANG="C.UTF-8" \
+#       PYTHONUNBUFFERED="1" \
+#       PIP_NO_CACHE_DIR="1" \
+#       PIP_DISABLE_PIP_VERSION_CHECK="1" \
+#       VIRTUAL_ENV="/opt/venv" \
+#       PATH="/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+#       NVIDIA_VISIBLE_DEVICES="all" \
+#       NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+#       HF_HOME="/workspace/.cache/huggingface" \
+#       IMAGEKIT_MANIFEST="/etc/imagekit/manifest.json"
+#   WORKDIR /workspace
+#   ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
+#   CMD []
+#   LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
+#       "imagekit.cell"="cu121-torch2.1.2-py3.11-tf4.48.2" \
+#       "imagekit.cuda"="12.1" \
+#       "imagekit.driver.min"="525.60.13" \
+#       "imagekit.lock.hash"="53f0b543e4f4b685d6454f288a1198ae19a3d718164325bbfc5647de8ba1bc6e" \
+#       "imagekit.python"="3.11" \
+#       "imagekit.torch"="2.1.2" \
+#       "imagekit.torch.cuda"="12.1" \
+#       "imagekit.torch.version"="2.1.2" \
+#       "imagekit.transformers"="4.48.2" \
+#       "imagekit.version"="0.1.0" \
+#       "org.opencontainers.image.base.digest"="" \
+#       "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-da84ebe2aec5" \
+#       "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
+#       "org.opencontainers.image.revision"="unknown" \
+#       "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \
+#       "org.opencontainers.image.vendor"="imagekit" \
+#       "org.opencontainers.image.version"="cu121-torch2.1.2-py3.11-tf4.48.2-53f0b543e4f4"

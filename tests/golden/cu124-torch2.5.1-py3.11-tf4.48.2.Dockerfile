@@ -4,16 +4,6 @@
 # from ./wheels (`imagekit fetch --into DIR` puts them there): never copied into a layer. No network needed.
 # ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-da84ebe2aec5) ----
 FROM imagekit/base:debian-bookworm-da84ebe2aec5 AS base
-ENV LANG=C.UTF-8 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    HF_HOME=/workspace/.cache/huggingface \
-    IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json
 # The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
 COPY rootfs/base/ /
 # The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
@@ -34,11 +24,6 @@ RUN export SOURCE_DATE_EPOCH=1735689600 \
  && ln -s /opt/imagekit/manifest.json /etc/imagekit/manifest.json \
  && printf '\n# imagekit: interactive shells are the image environment too\nif [ -r /opt/imagekit/etc/profile.sh ]; then . /opt/imagekit/etc/profile.sh; fi\n' >> /etc/bash.bashrc \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /opt/cuda-libs /workspace /home/imagekit /etc/imagekit /root /run /usr/local
-# Runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned.
-WORKDIR /workspace
-ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
-CMD []
-
 
 # ---- cell stage: cu124-torch2.5.1-py3.11-tf4.48.2 ----
 # No ARG and no COPY before a layer: on the legacy builder every instruction is a container commit (seconds each).
@@ -74,7 +59,8 @@ RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
       --venv /opt/venv --link-from /opt/cuda-libs --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 5: everything else (17 distributions), with the doctor, the entrypoint, the
-# shell/sshd settings, the manifest and every layer's requirements: one COPY and one RUN after the big layers.
+# shell/sshd settings, the manifest and every layer's requirements (rootfs/app/: one COPY and one RUN after the big
+# layers).
 COPY rootfs/app/ /
 RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
@@ -82,22 +68,35 @@ RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
       --requirements /mnt/requirements-app.txt#sha256=1ecff40b83800fe3bcc947c6e8895690b3d8b62583e1365c20e2e080f23836e0 \
       --venv /opt/venv --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# One LABEL, last: on the legacy builder every instruction after the big layers is a container commit (a few seconds).
+# The image's runtime config, last: free on BuildKit (no commit), and no RUN above sees it.
+ENV LANG="C.UTF-8" \
+    PYTHONUNBUFFERED="1" \
+    PIP_NO_CACHE_DIR="1" \
+    PIP_DISABLE_PIP_VERSION_CHECK="1" \
+    VIRTUAL_ENV="/opt/venv" \
+    PATH="/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    HF_HOME="/workspace/.cache/huggingface" \
+    IMAGEKIT_MANIFEST="/etc/imagekit/manifest.json"
+WORKDIR /workspace
+ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
+CMD []
 LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
-      "imagekit.cell"="cu124-torch2.5.1-py3.11-tf4.48.2" \
-      "imagekit.cuda"="12.4" \
-      "imagekit.driver.min"="525.60.13" \
-      "imagekit.lock.hash"="34218a6e940c5bcbb8b8e9473a4e093bde8df5ff13649ce274ea257e72f73753" \
-      "imagekit.python"="3.11" \
-      "imagekit.torch"="2.5.1" \
-      "imagekit.torch.cuda"="12.4" \
-      "imagekit.torch.version"="2.5.1" \
-      "imagekit.transformers"="4.48.2" \
-      "imagekit.version"="0.1.0" \
-      "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-da84ebe2aec5" \
-      "org.opencontainers.image.description"="torch 2.5.1+cu124, transformers 4.48.2, Python 3.11" \
-      "org.opencontainers.image.revision"="unknown" \
-      "org.opencontainers.image.title"="imagekit cu124-torch2.5.1-py3.11-tf4.48.2" \
-      "org.opencontainers.image.vendor"="imagekit" \
-      "org.opencontainers.image.version"="cu124-torch2.5.1-py3.11-tf4.48.2-34218a6e940c"
+    "imagekit.cell"="cu124-torch2.5.1-py3.11-tf4.48.2" \
+    "imagekit.cuda"="12.4" \
+    "imagekit.driver.min"="525.60.13" \
+    "imagekit.lock.hash"="34218a6e940c5bcbb8b8e9473a4e093bde8df5ff13649ce274ea257e72f73753" \
+    "imagekit.python"="3.11" \
+    "imagekit.torch"="2.5.1" \
+    "imagekit.torch.cuda"="12.4" \
+    "imagekit.torch.version"="2.5.1" \
+    "imagekit.transformers"="4.48.2" \
+    "imagekit.version"="0.1.0" \
+    "org.opencontainers.image.base.digest"="" \
+    "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-da84ebe2aec5" \
+    "org.opencontainers.image.description"="torch 2.5.1+cu124, transformers 4.48.2, Python 3.11" \
+    "org.opencontainers.image.revision"="unknown" \
+    "org.opencontainers.image.title"="imagekit cu124-torch2.5.1-py3.11-tf4.48.2" \
+    "org.opencontainers.image.vendor"="imagekit" \
+    "org.opencontainers.image.version"="cu124-torch2.5.1-py3.11-tf4.48.2-34218a6e940c"

@@ -4,16 +4,6 @@
 # from ./wheels (`imagekit fetch --into DIR` puts them there): never copied into a layer. No network needed.
 # ---- base stage: debian-trixie (imagekit/base:debian-trixie-95dbe8dcd843) ----
 FROM imagekit/base:debian-trixie-95dbe8dcd843 AS base
-ENV LANG=C.UTF-8 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    HF_HOME=/workspace/.cache/huggingface \
-    IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json
 # The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
 COPY rootfs/base/ /
 # The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
@@ -34,11 +24,6 @@ RUN export SOURCE_DATE_EPOCH=1735689600 \
  && ln -s /opt/imagekit/manifest.json /etc/imagekit/manifest.json \
  && printf '\n# imagekit: interactive shells are the image environment too\nif [ -r /opt/imagekit/etc/profile.sh ]; then . /opt/imagekit/etc/profile.sh; fi\n' >> /etc/bash.bashrc \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit /opt/cuda-libs /workspace /home/imagekit /etc/imagekit /root /run /usr/local
-# Runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned.
-WORKDIR /workspace
-ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
-CMD []
-
 
 # ---- cell stage: cu130-torch2.14.1-py3.13-tf5.24.0 ----
 # No ARG and no COPY before a layer: on the legacy builder every instruction is a container commit (seconds each).
@@ -88,7 +73,8 @@ RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
       --venv /opt/venv --link-from /opt/cuda-libs --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # Layer 7: everything else (30 distributions), with the doctor, the entrypoint, the
-# shell/sshd settings, the manifest and every layer's requirements: one COPY and one RUN after the big layers.
+# shell/sshd settings, the manifest and every layer's requirements (rootfs/app/: one COPY and one RUN after the big
+# layers).
 COPY rootfs/app/ /
 RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
     export SOURCE_DATE_EPOCH=1735689600 \
@@ -96,22 +82,35 @@ RUN --mount=type=bind,source=wheels,target=/mnt,readonly \
       --requirements /mnt/requirements-app.txt#sha256=2c286ce830e8eba56d6c5854ad87713f4eaa75fe90232ae93619cc927aeb125b \
       --venv /opt/venv --compile \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
-# One LABEL, last: on the legacy builder every instruction after the big layers is a container commit (a few seconds).
+# The image's runtime config, last: free on BuildKit (no commit), and no RUN above sees it.
+ENV LANG="C.UTF-8" \
+    PYTHONUNBUFFERED="1" \
+    PIP_NO_CACHE_DIR="1" \
+    PIP_DISABLE_PIP_VERSION_CHECK="1" \
+    VIRTUAL_ENV="/opt/venv" \
+    PATH="/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    HF_HOME="/workspace/.cache/huggingface" \
+    IMAGEKIT_MANIFEST="/etc/imagekit/manifest.json"
+WORKDIR /workspace
+ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
+CMD []
 LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,sm_120+PTX" \
-      "imagekit.cell"="cu130-torch2.14.1-py3.13-tf5.24.0" \
-      "imagekit.cuda"="13.0" \
-      "imagekit.driver.min"="580.65.06" \
-      "imagekit.lock.hash"="3d647479912faa50a672acff91d335e2e5530b8fe04f799c8346ea6d3f28f080" \
-      "imagekit.python"="3.13" \
-      "imagekit.torch"="2.14.1" \
-      "imagekit.torch.cuda"="13.0" \
-      "imagekit.torch.version"="2.14.1" \
-      "imagekit.transformers"="5.24.0" \
-      "imagekit.version"="0.1.0" \
-      "org.opencontainers.image.base.digest"="" \
-      "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-95dbe8dcd843" \
-      "org.opencontainers.image.description"="torch 2.14.1+cu130, transformers 5.24.0, Python 3.13" \
-      "org.opencontainers.image.revision"="unknown" \
-      "org.opencontainers.image.title"="imagekit cu130-torch2.14.1-py3.13-tf5.24.0" \
-      "org.opencontainers.image.vendor"="imagekit" \
-      "org.opencontainers.image.version"="cu130-torch2.14.1-py3.13-tf5.24.0-3d647479912f"
+    "imagekit.cell"="cu130-torch2.14.1-py3.13-tf5.24.0" \
+    "imagekit.cuda"="13.0" \
+    "imagekit.driver.min"="580.65.06" \
+    "imagekit.lock.hash"="3d647479912faa50a672acff91d335e2e5530b8fe04f799c8346ea6d3f28f080" \
+    "imagekit.python"="3.13" \
+    "imagekit.torch"="2.14.1" \
+    "imagekit.torch.cuda"="13.0" \
+    "imagekit.torch.version"="2.14.1" \
+    "imagekit.transformers"="5.24.0" \
+    "imagekit.version"="0.1.0" \
+    "org.opencontainers.image.base.digest"="" \
+    "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-95dbe8dcd843" \
+    "org.opencontainers.image.description"="torch 2.14.1+cu130, transformers 5.24.0, Python 3.13" \
+    "org.opencontainers.image.revision"="unknown" \
+    "org.opencontainers.image.title"="imagekit cu130-torch2.14.1-py3.13-tf5.24.0" \
+    "org.opencontainers.image.vendor"="imagekit" \
+    "org.opencontainers.image.version"="cu130-torch2.14.1-py3.13-tf5.24.0-3d647479912f"
