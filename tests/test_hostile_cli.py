@@ -58,6 +58,16 @@ def _kind(annotation: object) -> str:
     return "str"
 
 
+def _param_kind(p) -> str:
+    if getattr(p, "is_flag", False):
+        return "bool"
+    descriptor = getattr(p, "type_descriptor", None)  # typer >= 0.29; before, click's parameter types
+    if descriptor is not None:
+        return _kind(descriptor.annotation)
+    by_name = {"integer": "int", "float": "float", "path": "path", "boolean": "bool"}
+    return by_name.get(getattr(p.type, "name", ""), "str")
+
+
 def _click_commands() -> dict[str, list[Opt]]:
     group = typer.main.get_command(build_app())
     found: dict[str, list[Opt]] = {}
@@ -69,7 +79,7 @@ def _click_commands() -> dict[str, list[Opt]]:
             return
         opts = []
         for p in cmd.params:
-            kind = "bool" if getattr(p, "is_flag", False) else _kind(p.type_descriptor.annotation)
+            kind = _param_kind(p)
             flag = max(p.opts, key=len) if p.param_type_name == "option" else ""
             opts.append(Opt(flag, kind, bool(getattr(p, "multiple", False))))
         found[" ".join(path)] = opts

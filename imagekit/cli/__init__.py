@@ -21,6 +21,11 @@ class _Argument(TyperArgument):
         name += "..." if self.nargs != 1 and not name.endswith("...") else ""
         return name if self.required else f"[{name}]"
 
+    def make_metavar(self, ctx: typer.Context, *args: Any, **kwargs: Any) -> str:  # typer < 0.29 builds usage here
+        if kwargs.get("usage"):
+            return self._usage_display_name()
+        return self.metavar or super().make_metavar(ctx, *args, **kwargs)
+
 
 class _Group(TyperGroup):
     """The root group: plain help (no Rich markup, so `[tool.imagekit]` shows as written), arguments by metavar."""
