@@ -11,10 +11,10 @@ from pathlib import Path
 from imagekit.compat import BaseSpec
 from imagekit.effects import process
 from imagekit.effects.cache import cache_root
-from imagekit.effects.docker import Engine
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
 from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, base_packages, bootstrap_base
+from imagekit.services.ports import ContainerEngine
 
 _NET = ("Could not resolve", "Temporary failure resolving", "Failed to fetch", "Connection failed", "unable to connect")
 
@@ -72,7 +72,7 @@ def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = Tr
 
 def ensure_base(
     spec: BaseSpec,
-    engine: Engine,
+    engine: ContainerEngine,
     epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
     log: Callable[[str], None] = lambda _: None,
     compiler: bool = True,
@@ -110,7 +110,9 @@ def ensure_base(
     return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}", compiler=compiler)
 
 
-def push_base(engine: Engine, ref: BaseRef, repository: str, username: str | None, password: str | None) -> str:
+def push_base(
+    engine: ContainerEngine, ref: BaseRef, repository: str, username: str | None, password: str | None
+) -> str:
     """Push a bootstrapped base to ``repository`` under its input-named tag; returns ``repository@digest``, checked
     against the registry. The tag names the bootstrap's inputs, so it never moves to other contents."""
     from imagekit.effects.registry import RegistryClient, Remote

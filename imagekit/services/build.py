@@ -21,6 +21,7 @@ from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOp
 from imagekit.services import fetch, publish, selftest
 from imagekit.services import lock as lock_service
 from imagekit.services.base import ensure_base
+from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 
 Log = Callable[[str, str], None]  # (cell id, message)
@@ -106,9 +107,18 @@ class _StepTimer:
 
 
 def build_cell(
-    cell: Cell, opts: BuildOptions, engine: Engine, data: CompatData, log: Log, progress: Progress | None = None
+    cell: Cell,
+    opts: BuildOptions,
+    engine: ContainerEngine,
+    data: CompatData,
+    log: Log,
+    progress: Progress | None = None,
+    registry: Registry | None = None,
 ) -> CellResult:
+    """Lock (when stale) -> base -> fetch -> render -> build -> runtime config -> size budget -> self-test -> publish.
+    Nothing is pushed unless the self-test passed; the alias tag moves only after the immutable tag is published."""
     result = CellResult(cell)
+    registry = registry or RegistryClient(opts.username, opts.password)
     start = time.time()
     say = lambda msg: log(cell.id, msg)  # noqa: E731
     progress = progress or NullProgress()
@@ -209,7 +219,7 @@ def build_cell(
             with activity(progress, cell.id, "publish"):
                 published = publish.publish(
                     engine,
-                    RegistryClient(opts.username, opts.password),
+                    registry,
                     image_id=result.image_id,
                     repository=repo,
                     immutable_tag=tag,
@@ -220,7 +230,6 @@ def build_cell(
                     progress=progress,
                 )
             result.digest = published.digest
-            registry = RegistryClient(opts.username, opts.password)
             remote = Remote.parse(repo)
             try:
                 layer_sizes = publish.layer_sizes(registry, remote, published.digest, published.config_digest)
@@ -249,7 +258,13 @@ def build_cell(
 
 
 def set_runtime_config(
-    engine: Engine, built: str, base: str, runtime: imageconfig.RuntimeConfig, opts: BuildOptions, tags: list[str], say
+    engine: ContainerEngine,
+    built: str,
+    base: str,
+    runtime: imageconfig.RuntimeConfig,
+    opts: BuildOptions,
+    tags: list[str],
+    say,
 ) -> str:
     """The built image with its ENV, WORKDIR, ENTRYPOINT, CMD and labels, tagged ``tags``: a new config over the same
     layers, loaded in milliseconds; when the engine's history cannot be matched to the layers, or the engine refuses
@@ -280,7 +295,7 @@ def build_cells(
     data: CompatData,
     log: Log,
     keep_going: bool = False,
-    engine: Engine | None = None,
+    engine: ContainerEngine | None = None,
     progress: Progress | None = None,
 ) -> list[CellResult]:
     engine = engine or Engine()

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit.effects.docker import Engine
 from imagekit.effects.files import read_input, write_atomic
-from imagekit.effects.registry import RegistryClient, Remote
+from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import Activity, NullProgress, Progress, human_bytes
 from imagekit.services.selftest import SelfTestReport
 
@@ -84,7 +84,7 @@ def index_problems(doc: object) -> list[str]:
 
 
 def _same_contents(
-    engine: Engine, registry: RegistryClient, remote: Remote, config_digest: str | None, image_id: str
+    engine: ContainerEngine, registry: Registry, remote: Remote, config_digest: str | None, image_id: str
 ) -> bool:
     """Same layers and labels (a rebuild differing only in creation times), so the published image stands."""
     if not config_digest:
@@ -97,8 +97,8 @@ def _same_contents(
 
 
 def publish(
-    engine: Engine,
-    registry: RegistryClient,
+    engine: ContainerEngine,
+    registry: Registry,
     *,
     image_id: str,
     repository: str,
@@ -205,7 +205,7 @@ def index_locked(index_path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def layer_sizes(registry: RegistryClient, remote: Remote, digest: str, config_digest: str | None) -> list[dict]:
+def layer_sizes(registry: Registry, remote: Remote, digest: str, config_digest: str | None) -> list[dict]:
     """Each layer of a published image, bottom first: blob digest, compressed bytes (what a pull downloads and a
     registry stores) and the step that made it (from the config's history, where `empty_layer` steps make none)."""
     layers = registry.manifest_json(remote, digest).get("layers") or []

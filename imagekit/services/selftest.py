@@ -6,8 +6,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from imagekit.effects.docker import Engine
 from imagekit.errors import CheckFailed
+from imagekit.services.ports import ContainerEngine
 from imagekit.services.progress import NullProgress, Progress, activity
 
 _PREFIX = "imagekit-selftest: "
@@ -36,7 +36,7 @@ def _relay(progress: Progress, cell: str):
 
 
 def run(
-    engine: Engine,
+    engine: ContainerEngine,
     image: str,
     *,
     gpus: bool,

@@ -1,0 +1,121 @@
+"""The build's step order and failure branches, against recording fakes of the engine and the registry (no Docker):
+lock before fetch, nothing pushed unless the self-test passed, the alias only after the immutable tag, an immutable
+tag never moved. The real-engine tests (`test_docker_e2e.py`) cover the same paths on a real engine and registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from imagekit import compat, locking, naming
+from imagekit.effects.registry import Remote
+from imagekit.model import Cell
+from imagekit.services.build import BuildOptions, build_cell
+from tests.fakes import RecordingEngine, RecordingRegistry
+from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
+
+CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11")
+REPO = "registry.test:5000/team/train"
+
+
+@pytest.fixture
+def fake_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    root = tmp_path / "pypi"
+    write_simple_index(root, fake_pypi_wheels(tmp_path / "w"))
+    with serve(root) as url:
+        yield f"{url}/simple"
+
+
+@pytest.fixture
+def setup(tmp_path, fake_index):
+    engine = RecordingEngine()
+    registry = RecordingRegistry(engine.calls)
+    engine.registry = registry
+    opts = BuildOptions(
+        repository=REPO,
+        lock_dir=tmp_path / "locks",
+        state_dir=tmp_path / "state",
+        release_index=tmp_path / "releases.json",
+        release_records=tmp_path / "records",
+        push=True,
+        settings=locking.LockSettings(index_url=fake_index),
+    )
+    return engine, registry, opts
+
+
+def _build(engine, registry, opts, log=None):
+    lines: list[str] = []
+    res = build_cell(CELL, opts, engine, compat.load(), lambda _c, m: lines.append(m), registry=registry)
+    return res, lines
+
+
+def _kinds(calls):
+    return [c[0] for c in calls]
+
+
+def test_steps_in_order_and_the_alias_after_the_immutable_tag(setup):
+    engine, registry, opts = setup
+    res, lines = _build(engine, registry, opts)
+    assert res.status == "published", res.error and res.error.render()
+    assert any(line.startswith("re-resolved") for line in lines)  # the lock came first (it was missing)
+    kinds = _kinds(engine.calls)
+    build_at, config_at, test_at = kinds.index("build"), kinds.index("load_config"), kinds.index("run")
+    push_at, alias_at = kinds.index("push"), kinds.index("registry.copy_tag")
+    assert build_at < config_at < test_at < push_at < alias_at
+    assert engine.calls[build_at][1] == naming.build_cache_tag(CELL)  # the builder's image anchors the cache
+    assert engine.calls[config_at][1] == (res.tag, naming.alias_tag(REPO, CELL))  # the config image gets the tags
+    assert engine.calls[test_at][1] == res.tag  # the self-test runs the image that is pushed
+    assert engine.calls[push_at][1] == res.tag and engine.calls[alias_at][1] == CELL.id
+    index = json.loads(opts.release_index.read_text())
+    assert res.tag in json.dumps(index) and res.digest in json.dumps(index)
+
+
+def test_a_failed_selftest_pushes_and_records_nothing(setup):
+    engine, registry, opts = setup
+    engine.selftest_passes = False
+    res, _ = _build(engine, registry, opts)
+    assert (res.status, res.step) == ("failed", "self-test") and "nothing was pushed" in res.error.hint
+    assert "push" not in _kinds(engine.calls) and "registry.copy_tag" not in _kinds(engine.calls)
+    assert not registry.manifests and not opts.release_index.exists()
+
+
+def test_a_failed_push_moves_no_alias_and_records_nothing(setup):
+    engine, registry, opts = setup
+    engine.push_error = "connection reset"
+    res, _ = _build(engine, registry, opts)
+    assert (res.status, res.step) == ("failed", "publish") and "connection reset" in res.error.message
+    assert "registry.copy_tag" not in _kinds(engine.calls) and not opts.release_index.exists()
+
+
+def test_an_immutable_tag_the_registry_holds_with_other_contents_is_never_moved(setup):
+    engine, registry, opts = setup
+    first, _ = _build(engine, registry, dataclasses.replace(opts, push=False))  # learn the tag this build makes
+    engine.calls.clear()
+    tag = first.tag.rsplit(":", 1)[1]
+    registry.holds(Remote.parse(REPO), tag, "sha256:" + "e" * 64, {"rootfs": {"diff_ids": ["sha256:other"]}})
+    res, _ = _build(engine, registry, opts)
+    assert (res.status, res.step) == ("failed", "publish")
+    assert "already exists with other contents" in res.error.message and "never move" in res.error.hint
+    assert "push" not in _kinds(engine.calls) and "registry.copy_tag" not in _kinds(engine.calls)
+
+
+def test_an_image_over_its_budget_is_neither_tested_nor_pushed(setup):
+    engine, registry, opts = setup
+    opts = dataclasses.replace(opts, options=dataclasses.replace(opts.options, size_budget="1 GB"))
+    res, _ = _build(engine, registry, opts)
+    assert (res.status, res.step) == ("failed", "size-budget")
+    assert "run" not in _kinds(engine.calls) and "push" not in _kinds(engine.calls)
+
+
+def test_a_rebuild_gives_the_same_image_and_publishes_it_once(setup):
+    engine, registry, opts = setup
+    first, _ = _build(engine, registry, opts)
+    engine.calls.clear()
+    again, lines = _build(engine, registry, opts)
+    assert again.status == "published" and again.image_id == first.image_id and again.digest == first.digest
+    assert "push" not in _kinds(engine.calls)  # the registry has it: nothing to push
+    assert any("already published" in line for line in lines)
