@@ -23,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import compat, locking, matrix  # noqa: E402
-from imagekit.services import lock as lock_service  # noqa: E402
+from imagekit import compat, matrix, resolution  # noqa: E402
+from imagekit.services import inputs  # noqa: E402
+from imagekit.services import lock_cells as lock_service  # noqa: E402
 
 
 def plan(cache: Path) -> tuple[float, dict]:
@@ -45,11 +46,11 @@ def plan(cache: Path) -> tuple[float, dict]:
 
 def pages() -> list[str]:
     data = compat.load()
-    cfg = matrix.load_file(None, data)
+    cfg = inputs.load_matrix(None, data)
     names = set()
     for e in matrix.evaluate(cfg, data):
         if e.verdict.compatible:
-            st = lock_service.status_of(ROOT / "lockfiles", e.cell, locking.LockSettings(), data)
+            st = lock_service.status_of(ROOT / "lockfiles", e.cell, resolution.LockSettings(), data)
             if st.lock is not None:
                 names |= {entry.name for entry in st.lock.entries}
     return [f"https://pypi.org/simple/{n}/" for n in sorted(names)]

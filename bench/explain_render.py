@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from imagekit import compat, matrix, render  # noqa: E402
-from imagekit.services.plans import plans_for  # noqa: E402
+from imagekit.services.cell_plans import plans_for  # noqa: E402
 
 
 def synthetic(data: compat.CompatData) -> dict:

@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from imagekit import compat, lockfile, matrix  # noqa: E402
+from imagekit.buildplan import bootstrap_base  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
-from imagekit.plan import bootstrap_base  # noqa: E402
 
 PAIR = ["cu124-torch2.5.1-py3.11-tf4.48.2", "cu124-torch2.6.0-py3.11-tf5.9.0"]
 REGISTRY = "127.0.0.1:5000"

@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import compat, locking, matrix  # noqa: E402
+from imagekit import compat, matrix, resolution  # noqa: E402
 from imagekit.effects.resolver import uv_binary  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
-from imagekit.services import lock as lock_service  # noqa: E402
+from imagekit.services import lock_cells as lock_service  # noqa: E402
 
 REQS = ["torch==2.5.1", "transformers==4.48.2", "accelerate==1.2.1"]
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",))
@@ -43,7 +43,7 @@ def median_time(fn, runs: int) -> float:
 
 def imagekit_lock(data: compat.CompatData) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        res = lock_service.lock_one(CELL, Path(tmp), locking.LockSettings(), data)
+        res = lock_service.lock_one(CELL, Path(tmp), resolution.LockSettings(), data)
         assert res.status == "locked", res.error and res.error.render()
 
 
@@ -105,13 +105,13 @@ def incremental(data: compat.CompatData) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         locks = Path(tmp)
         start = time.perf_counter()
-        first = lock_service.lock_cells(cells, locks, locking.LockSettings(), data, jobs=4)
+        first = lock_service.lock_cells(cells, locks, resolution.LockSettings(), data, jobs=4)
         t_first = time.perf_counter() - start
         assert all(r.status == "locked" for r in first), [r.error.render() for r in first if r.error]
         include[7] = {**include[7], "packages": ["accelerate==1.2.1", "peft==0.14.0"]}
         changed = [e.cell for e in matrix.evaluate(matrix.parse(doc, "<bench>", data), data)]
         start = time.perf_counter()
-        second = lock_service.lock_cells(changed, locks, locking.LockSettings(), data, jobs=4)
+        second = lock_service.lock_cells(changed, locks, resolution.LockSettings(), data, jobs=4)
         t_second = time.perf_counter() - start
         relocked = [r.cell.id for r in second if r.status == "locked"]
         print(

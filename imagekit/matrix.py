@@ -6,13 +6,12 @@ import itertools
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 
 from imagekit import budget, rules, validate
+from imagekit.buildplan import BaseRef, ImageOptions
 from imagekit.compat import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
 from imagekit.model import Cell, Query, Targets, Verdict
-from imagekit.plan import BaseRef, ImageOptions
 
 AXES = ("cuda", "torch", "transformers", "python")
 DEFAULT_REPOSITORY = "127.0.0.1:5000/imagekit/train"
@@ -251,50 +250,20 @@ def default_document() -> dict:
     return tomllib.loads(resources.files("imagekit.data").joinpath("default-matrix.toml").read_text())
 
 
-def load_file(path: Path | None, data: CompatData) -> MatrixConfig:
-    """Read --matrix FILE, else ./imagekit.toml, else ./pyproject.toml's [tool.imagekit] when present, else the
-    shipped default."""
-    if path is None:
-        local = Path(MATRIX_FILE)
-        if local.exists() or local.is_symlink():  # a folder or a dangling link there is an error, not "absent"
-            return parse(_read_toml(local), str(local), data)
-        pyproject = Path("pyproject.toml")
-        if pyproject.is_file():
-            doc = _read_toml(pyproject)
-            tool = _tool_table(doc, pyproject)
-            if tool is not None:
-                return parse(tool, f"{pyproject} [tool.imagekit]", data)
-        return parse(default_document(), "<default matrix>", data)
-    doc = _read_toml(path)
-    if path.name == "pyproject.toml":
-        tool = _tool_table(doc, path)
-        if tool is None:
-            raise ConfigError([f"{path}: no [tool.imagekit] table"], "add [tool.imagekit.matrix] to pyproject.toml")
-        return parse(tool, f"{path} [tool.imagekit]", data)
-    return parse(doc, str(path), data)
-
-
-def _tool_table(doc: dict, path: Path) -> dict | None:
+def tool_table(doc: dict, where: str) -> dict | None:
+    """pyproject.toml's [tool.imagekit] table, or None when it has none."""
     tool = doc.get("tool", {})
     table = tool.get("imagekit") if isinstance(tool, dict) else None
     if table is not None and not isinstance(table, dict):
-        raise ConfigError([f"{path}: tool.imagekit: expected a table"], "write it as [tool.imagekit.matrix] etc.")
+        raise ConfigError([f"{where}: tool.imagekit: expected a table"], "write it as [tool.imagekit.matrix] etc.")
     return table
 
 
-def _read_toml(path: Path) -> dict:
-    from imagekit.effects.files import read_input
-
+def parse_text(text: str, where: str) -> dict:
     try:
-        text = read_input(path, "matrix file", "pass a readable TOML file to --matrix")
-    except UsageError as exc:
-        if "UTF-8" in exc.message:
-            raise ConfigError([exc.message], "save it as UTF-8") from None
-        raise
-    try:
-        return tomllib.loads(text or "")
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{path}: not valid TOML: {exc}"], "fix the TOML syntax") from None
+        raise ConfigError([f"{where}: not valid TOML: {exc}"], "fix the TOML syntax") from None
 
 
 def evaluate(config: MatrixConfig, data: CompatData) -> list[EvaluatedCell]:

@@ -92,7 +92,7 @@ def refresh(out: Path, index: str = DEFAULT_INDEX, floor: dict | None = None) ->
     """Fetch, check and write atomically. ``floor`` (the shipped metadata, when writing the file imagekit reads):
     refuse a document `compat.load` would pass over, so what is written is what is used."""
     from imagekit import compat
-    from imagekit.locking import redact
+    from imagekit.resolution import redact
 
     doc = build_metadata(index)
     problems = compat.metadata_problems(doc)

@@ -19,9 +19,9 @@ from pathlib import Path
 import jinja2
 
 from imagekit import __version__, imageconfig, layers, naming, tools
+from imagekit.buildplan import BuildPlan, manifest
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
-from imagekit.plan import BuildPlan, manifest
 
 _LABEL_SAFE = re.compile(r"[A-Za-z0-9 ._:/@+,()=<>~!*%-]*", re.ASCII)
 EXECUTABLE = 0o755

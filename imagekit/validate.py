@@ -241,7 +241,7 @@ def index_url(value: object, what: str = "index URL") -> str:
     if not isinstance(value, str) or not value:
         raise _bad(what, value, "an http(s) index URL such as https://pypi.org/simple")
     if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value) or not _parses(value):
-        from imagekit.locking import redact
+        from imagekit.resolution import redact
 
         raise UsageError(
             f"invalid {what} {redact(value)!r}: expected an http(s) URL without spaces or control characters",
@@ -265,6 +265,6 @@ def http_url(value: object, what: str) -> str:
     """An http(s) URL on one line (an API endpoint): anything else would reach urllib as an unknown scheme."""
     if isinstance(value, str) and _SAFE_TEXT.fullmatch(value) and _INDEX_URL.fullmatch(value) and _parses(value):
         return value
-    from imagekit.locking import redact
+    from imagekit.resolution import redact
 
     raise _bad(what, redact(value) if isinstance(value, str) else value, "an http(s) URL such as https://host/path")

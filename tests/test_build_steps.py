@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from imagekit import compat, locking, naming
+from imagekit import compat, naming, resolution
 from imagekit.effects.registry import Remote
 from imagekit.model import Cell
 from imagekit.services.build import BuildOptions, build_cell
@@ -42,7 +42,7 @@ def setup(tmp_path, fake_index):
         release_index=tmp_path / "releases.json",
         release_records=tmp_path / "records",
         push=True,
-        settings=locking.LockSettings(index_url=fake_index),
+        settings=resolution.LockSettings(index_url=fake_index),
     )
     return engine, registry, opts
 

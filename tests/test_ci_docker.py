@@ -19,7 +19,7 @@ import pytest
 
 from imagekit import compat
 from imagekit.effects.registry import RegistryClient, Remote
-from imagekit.services.base import ensure_base
+from imagekit.services.base_images import ensure_base
 from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
 
 pytestmark = [pytest.mark.docker]
@@ -89,7 +89,7 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
         from imagekit.effects.docker import Engine
         from imagekit.effects.registry import RegistryClient
         from imagekit.services import publish
-        from imagekit.services.selftest import SelfTestReport
+        from imagekit.services.selftest_runner import SelfTestReport
         repo, cell, image, index, records = sys.argv[1:6]
         report = SelfTestReport(image, True, {"passed": True, "checks": []})
         p = publish.publish(Engine(), RegistryClient(), image_id=image, repository=repo,

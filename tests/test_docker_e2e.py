@@ -14,16 +14,16 @@ import time
 
 import pytest
 
-from imagekit import compat, locking, naming, render
+from imagekit import compat, naming, render, resolution
+from imagekit.buildplan import BuildPlan
 from imagekit.effects import wheelserver
 from imagekit.effects.files import clamp_mtimes
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.model import Cell
-from imagekit.plan import BuildPlan
-from imagekit.services import fetch, publish, selftest
-from imagekit.services import lock as lock_service
-from imagekit.services.base import ensure_base
+from imagekit.services import fetch, publish, selftest_runner
+from imagekit.services import lock_cells as lock_service
+from imagekit.services.base_images import ensure_base
 from imagekit.services.build import BuildOptions, build_cell
 from tests.conftest import REAL_BUILD_PROGRESS, REAL_CELL, REPO, _log
 from tests.registry import Registry, free_port
@@ -131,7 +131,7 @@ def test_entrypoint_refuses_to_start_on_a_blocker(real_build, engine):
 @pytest.mark.slow
 def test_an_immutable_tag_never_moves(real_build, engine, registry):
     result, _ = real_build
-    passed = selftest.SelfTestReport(result.tag, True, result.report)
+    passed = selftest_runner.SelfTestReport(result.tag, True, result.report)
     other = engine.image(ensure_base(compat.load().bases["3.11"], engine).reference)["Id"]
     tag = result.tag.rsplit(":", 1)[1]
     with pytest.raises(CheckFailed, match="already exists with other contents"):
@@ -155,7 +155,7 @@ def test_wrong_credentials_publish_nothing(real_build, engine, tmp_path):
     try:
         repo = f"{reg.address}/{REPO}"
         engine.api.tag(result.image_id, repo, "wrong-creds")
-        passed = selftest.SelfTestReport(result.tag, True, result.report)
+        passed = selftest_runner.SelfTestReport(result.tag, True, result.report)
         with pytest.raises(EnvironmentFailure) as exc:
             publish.publish(
                 engine,
@@ -184,7 +184,7 @@ def test_registry_stopped_mid_push_then_retry(real_build, engine, tmp_path):
     repo = f"{reg.address}/{REPO}"
     tag = result.tag.rsplit(":", 1)[1]
     engine.api.tag(result.image_id, repo, tag)
-    passed = selftest.SelfTestReport(result.tag, True, result.report)
+    passed = selftest_runner.SelfTestReport(result.tag, True, result.report)
     index = tmp_path / "releases.json"
     index.write_text('{"images": {}, "schema": 1}\n')
     before = index.read_bytes()
@@ -247,7 +247,7 @@ def _fake_opts(tmp_path, index_url, repository, push=True):
         state_dir=tmp_path / "state",
         release_index=tmp_path / "releases.json",
         push=push,
-        settings=locking.LockSettings(index_url=index_url),
+        settings=resolution.LockSettings(index_url=index_url),
     )
 
 

@@ -11,6 +11,7 @@ import pytest
 from imagekit import matrix
 from imagekit.cli.init_cmd import DEFAULT_AXES, DEFAULT_PACKAGES, document
 from imagekit.errors import ConfigError
+from imagekit.services import inputs
 
 
 def _init(app, runner, *args: str):
@@ -26,7 +27,7 @@ def test_default_init_writes_a_matrix_that_is_found_and_has_compatible_cells(app
     for cmd in ("imagekit matrix --explain", "imagekit lock", "imagekit build --dry-run"):
         assert f"  {cmd} " in res.stderr  # found by default: no --matrix needed
     assert res.stdout == ""
-    config = matrix.load_file(None, data)
+    config = inputs.load_matrix(None, data)
     assert config.origin == "imagekit.toml"
     ok = [e for e in matrix.evaluate(config, data) if e.verdict.compatible]
     assert {e.cell.id for e in ok} == {"cu124-torch2.5.1-py3.11-tf4.48.2", "cu128-torch2.8.0-py3.11-tf4.48.2"}
@@ -59,7 +60,7 @@ def test_own_packages_axes_and_registry(app, runner, data, in_tmp):
         *("--python", "3.11", "--python", "3.12", "--python", "3.11"),
     )
     assert res.exit_code == 0, res.output
-    config = matrix.load_file(Path("imagekit.toml"), data)
+    config = inputs.load_matrix(Path("imagekit.toml"), data)
     assert config.repository == "ghcr.io/acme/train"
     assert {c.id for c in config.cells} == {"cu124-torch2.5.1-py3.11-tf4.48.2", "cu124-torch2.5.1-py3.12-tf4.48.2"}
     # the user's unpinned accelerate replaces the default pin; the others are added
@@ -105,7 +106,7 @@ def test_out_elsewhere_names_it_in_the_next_commands(app, runner, data, in_tmp):
     res = _init(app, runner, "--out", "conf/matrix.toml")
     assert res.exit_code == 0, res.output
     assert "imagekit lock --matrix conf/matrix.toml" in res.stderr
-    assert matrix.load_file(Path("conf/matrix.toml"), data).origin == "conf/matrix.toml"
+    assert inputs.load_matrix(Path("conf/matrix.toml"), data).origin == "conf/matrix.toml"
     assert list(in_tmp.iterdir()) == [in_tmp / "conf"]  # nothing else written (no temp file left)
     assert [p.name for p in (in_tmp / "conf").iterdir()] == ["matrix.toml"]
 
@@ -153,7 +154,7 @@ def test_pyproject_section_is_appended_once(app, runner, data, in_tmp):
     assert text.startswith(original) and "# [[tool.imagekit.matrix.include]]" in text
     doc = tomllib.loads(text)
     assert doc["project"] == {"name": "x"} and doc["tool"]["ruff"] == {"line-length": 100}
-    config = matrix.load_file(None, data)
+    config = inputs.load_matrix(None, data)
     assert config.origin == "pyproject.toml [tool.imagekit]"
     assert any(e.verdict.compatible for e in matrix.evaluate(config, data))
     assert all("peft" in c.packages for c in config.cells)
@@ -172,13 +173,13 @@ def test_pyproject_when_imagekit_toml_shadows_it(app, runner, in_tmp):
 
 def test_lookup_order_matrix_then_imagekit_toml_then_pyproject_then_default(data, in_tmp):
     include = 'include = [{{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", python = "{py}"}}]\n'
-    assert matrix.load_file(None, data).origin == "<default matrix>"
+    assert inputs.load_matrix(None, data).origin == "<default matrix>"
     (in_tmp / "pyproject.toml").write_text("[tool.imagekit.matrix]\n" + include.format(py="3.10"))
-    assert matrix.load_file(None, data).origin == "pyproject.toml [tool.imagekit]"
+    assert inputs.load_matrix(None, data).origin == "pyproject.toml [tool.imagekit]"
     (in_tmp / "imagekit.toml").write_text("[matrix]\n" + include.format(py="3.12"))
-    assert [c.python for c in matrix.load_file(None, data).cells] == ["3.12"]
+    assert [c.python for c in inputs.load_matrix(None, data).cells] == ["3.12"]
     (in_tmp / "m.toml").write_text("[matrix]\n" + include.format(py="3.13"))
-    assert [c.python for c in matrix.load_file(in_tmp / "m.toml", data).cells] == ["3.13"]
+    assert [c.python for c in inputs.load_matrix(in_tmp / "m.toml", data).cells] == ["3.13"]
 
 
 def test_an_imagekit_toml_that_is_not_a_file_is_an_error(app, runner, in_tmp):

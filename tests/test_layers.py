@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from imagekit import layers
 from imagekit.lockfile import Lock, LockEntry
-from imagekit.services.lock import read_lock
+from imagekit.services.lock_cells import read_lock
 from tests.conftest import ROOT
 
 
@@ -67,8 +67,8 @@ def test_an_unknown_nvidia_library_gets_a_layer_of_its_own_after_the_known_ones(
 
 def test_the_manifest_and_the_render_name_every_layer(data):
     from imagekit import render
+    from imagekit.buildplan import BaseRef, BuildPlan, manifest
     from imagekit.model import Cell
-    from imagekit.plan import BaseRef, BuildPlan, manifest
 
     lock = _lock("cu124-torch2.6.0-py3.11-tf5.9.0")
     base = BaseRef("debian", "imagekit/base:x", None, "3.11", "2.36")

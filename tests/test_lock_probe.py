@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from imagekit import locking
+from imagekit import resolution
 from imagekit.effects import resolver
 from imagekit.effects.resolver import IndexUnreachable
 from imagekit.model import Cell
-from imagekit.services import lock as lock_service
+from imagekit.services import lock_cells as lock_service
 from tests.conftest import ROOT
 
 CU118_CELLS = 5  # the default matrix's cu118 cells: every one takes torch from the PyTorch index
@@ -152,7 +152,7 @@ def test_every_cell_in_a_process_shares_one_probe_and_one_error(data, tmp_path):
     """`lock` resolves cells concurrently and `build` calls lock_one per stale cell: each URL is probed once."""
     cells = [Cell("11.8", t, "4.48.2", "3.11") for t in ("2.5.1", "2.6.0", "2.7.1")]
     with answering() as (pypi, seen):
-        settings = locking.LockSettings(index_url=f"{pypi}/simple", torch_index_base=f"{dead_url()}/whl")
+        settings = resolution.LockSettings(index_url=f"{pypi}/simple", torch_index_base=f"{dead_url()}/whl")
         concurrent = lock_service.lock_cells(cells, tmp_path / "locks", settings, data, jobs=3)
         one_by_one = [lock_service.lock_one(c, tmp_path / "locks", settings, data) for c in cells]
     errors = [r.error for r in concurrent + one_by_one]

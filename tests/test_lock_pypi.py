@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from imagekit import locking
+from imagekit import resolution
 from imagekit.model import Cell
-from imagekit.services import lock as lock_service
+from imagekit.services import lock_cells as lock_service
 from tests.conftest import ROOT
 
 
 @pytest.mark.network
 def test_real_pypi_lock_of_a_real_cell(data, tmp_path):
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",))
-    res = lock_service.lock_one(cell, tmp_path, locking.LockSettings(), data)
+    res = lock_service.lock_one(cell, tmp_path, resolution.LockSettings(), data)
     assert res.status == "locked", res.error and res.error.render()
     lock = res.lock
     pins = lock.pins()
@@ -25,7 +25,7 @@ def test_real_pypi_lock_of_a_real_cell(data, tmp_path):
     assert not torch_layer & {e.name for e in lock.app}
     assert all(e.hashes for e in lock.entries)
     # re-running with the same inputs is a no-op
-    assert lock_service.lock_one(cell, tmp_path, locking.LockSettings(), data).status == "up-to-date"
+    assert lock_service.lock_one(cell, tmp_path, resolution.LockSettings(), data).status == "up-to-date"
 
 
 def test_committed_lockfiles_are_current(app, runner, in_tmp):

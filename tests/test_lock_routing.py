@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import lockfile, locking
+from imagekit import lockfile, resolution
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.model import Cell
-from imagekit.services import lock as lock_service
+from imagekit.services import lock_cells as lock_service
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 
 CELL_118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")
@@ -59,8 +59,8 @@ def indexes(tmp_path):
         yield {"pypi": f"{pypi_url}/simple", "torch": f"{torch_url}/whl", "pypi_root": pypi_root, "tmp": tmp_path}
 
 
-def _settings(ix, **kw) -> locking.LockSettings:
-    return locking.LockSettings(index_url=ix["pypi"], torch_index_base=ix["torch"], **kw)
+def _settings(ix, **kw) -> resolution.LockSettings:
+    return resolution.LockSettings(index_url=ix["pypi"], torch_index_base=ix["torch"], **kw)
 
 
 def test_non_default_variant_routes_torch_family_to_the_pytorch_index(indexes, data, tmp_path):
@@ -93,7 +93,7 @@ def test_pypi_torch_with_the_wrong_cuda_runtime_fails_loudly(tmp_path, data):
     root = tmp_path / "pypi"
     write_simple_index(root, fake_pypi_wheels(tmp_path / "w", runtime="12.1.105"))
     with serve(root) as url:
-        settings = locking.LockSettings(index_url=f"{url}/simple")
+        settings = resolution.LockSettings(index_url=f"{url}/simple")
         res = lock_service.lock_one(CELL_124, tmp_path / "locks", settings, data)
     assert res.status == "failed" and isinstance(res.error, CheckFailed)
     assert "CUDA runtime 12.1.105, not 12.4" in res.error.message
@@ -111,7 +111,7 @@ def test_index_without_the_variant_build_is_refused(tmp_path, data):
     pypi = tmp_path / "pypi"
     write_simple_index(pypi, fake_pypi_wheels(tmp_path / "pw"))
     with serve(pypi) as pypi_url, serve(root) as torch_url:
-        settings = locking.LockSettings(index_url=f"{pypi_url}/simple", torch_index_base=f"{torch_url}/whl")
+        settings = resolution.LockSettings(index_url=f"{pypi_url}/simple", torch_index_base=f"{torch_url}/whl")
         res = lock_service.lock_one(CELL_118, tmp_path / "locks", settings, data)
     assert res.status == "failed" and res.error.exit_code == 1
     assert "torch==2.5.1+cu118" in res.error.message
@@ -119,7 +119,7 @@ def test_index_without_the_variant_build_is_refused(tmp_path, data):
 
 
 def test_unreachable_torch_index_is_exit_3_naming_it(indexes, data, tmp_path):
-    settings = locking.LockSettings(index_url=indexes["pypi"], torch_index_base="http://127.0.0.1:9/whl")
+    settings = resolution.LockSettings(index_url=indexes["pypi"], torch_index_base="http://127.0.0.1:9/whl")
     res = lock_service.lock_one(CELL_118, tmp_path / "locks", settings, data)
     assert isinstance(res.error, EnvironmentFailure) and res.error.exit_code == 3
     assert "http://127.0.0.1:9/whl/cu118" in res.error.message and "--torch-index-url" in res.error.hint
@@ -127,7 +127,7 @@ def test_unreachable_torch_index_is_exit_3_naming_it(indexes, data, tmp_path):
 
 def test_credentials_never_reach_the_lockfile(indexes, data, tmp_path):
     secret_url = indexes["pypi"].replace("http://", "http://user:s3cr3t@")
-    res = lock_service.lock_one(CELL_124, tmp_path / "locks", locking.LockSettings(index_url=secret_url), data)
+    res = lock_service.lock_one(CELL_124, tmp_path / "locks", resolution.LockSettings(index_url=secret_url), data)
     assert res.status == "locked", res.error and res.error.render()
     assert "s3cr3t" not in res.path.read_text()
 
@@ -158,7 +158,7 @@ def test_check_names_stale_and_missing_and_writes_nothing(indexes, data, tmp_pat
     settings = _settings(indexes)
     lock_service.lock_one(CELL_124, locks, settings, data)
     before = {p.name: p.read_bytes() for p in locks.iterdir()}
-    other = locking.LockSettings(index_url=indexes["pypi"], exclude_newer="2030-01-01T00:00:00Z")
+    other = resolution.LockSettings(index_url=indexes["pypi"], exclude_newer="2030-01-01T00:00:00Z")
     results = lock_service.check_cells([CELL_124, CELL_118], locks, other, data)
     assert [r.status for r in results] == ["stale", "missing"]
     assert {p.name: p.read_bytes() for p in locks.iterdir()} == before
@@ -296,7 +296,7 @@ def test_json_summary(indexes, tmp_path, app, runner):
 
 
 def test_pip_tools_backend_where_host_is_target(indexes, data, tmp_path):
-    settings = locking.LockSettings(index_url=indexes["pypi"], resolver="pip-tools")
+    settings = resolution.LockSettings(index_url=indexes["pypi"], resolver="pip-tools")
     host = f"{sys.version_info.major}.{sys.version_info.minor}"
     res = lock_service.lock_one(Cell("12.4", "2.5.1", "4.48.2", host), tmp_path / "locks", settings, data)
     assert res.status == "locked", res.error and res.error.render()
@@ -305,7 +305,7 @@ def test_pip_tools_backend_where_host_is_target(indexes, data, tmp_path):
 
 
 def test_pip_tools_backend_refuses_what_it_cannot_do(indexes, data, tmp_path):
-    settings = locking.LockSettings(index_url=indexes["pypi"], resolver="pip-tools")
+    settings = resolution.LockSettings(index_url=indexes["pypi"], resolver="pip-tools")
     routed = lock_service.lock_one(CELL_118, tmp_path / "locks", settings, data)
     assert routed.status == "failed" and "PyTorch index" in routed.error.message
     other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
@@ -332,7 +332,7 @@ def test_an_index_refusing_access_is_exit_3_not_a_conflict(data, tmp_path, statu
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://user:s3cr3t@127.0.0.1:{server.server_address[1]}/simple"
-        res = lock_service.lock_one(CELL_124, tmp_path / "locks", locking.LockSettings(index_url=url), data)
+        res = lock_service.lock_one(CELL_124, tmp_path / "locks", resolution.LockSettings(index_url=url), data)
     finally:
         server.shutdown()
     assert isinstance(res.error, EnvironmentFailure) and res.error.exit_code == 3, res.error

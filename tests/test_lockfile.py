@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import lockfile, matrix
+from imagekit import lockfile
+from imagekit.services import inputs
 from tests.conftest import ROOT
 
 UV_OUTPUT = """\
@@ -59,7 +60,7 @@ def test_content_hash_ignores_comments_but_not_pins():
 
 
 def test_credentials_are_redacted_everywhere():
-    from imagekit.locking import redact, redact_text
+    from imagekit.resolution import redact, redact_text
 
     assert redact("https://ci:s3cret@pkgs.example.com/simple") == "https://pkgs.example.com/simple"
     assert redact("https://gitlab.example.com/api/v4/projects/7/packages/pypi/simple?private_token=glpat-abc") == (
@@ -78,7 +79,7 @@ def test_credentials_are_redacted_everywhere():
 )
 def test_index_urls_are_validated_before_anything_runs(bad):
     from imagekit.errors import UsageError
-    from imagekit.locking import LockSettings
+    from imagekit.resolution import LockSettings
 
     with pytest.raises(UsageError):
         LockSettings(index_url=bad)
@@ -148,10 +149,10 @@ def test_a_hand_edit_is_named_by_line(in_tmp):
 
 
 def test_committed_locks_verify(data):
-    from imagekit import locking, matrix
-    from imagekit.services.lock import lock_path, verified_lock
+    from imagekit import resolution
+    from imagekit.services.lock_cells import lock_path, verified_lock
 
-    config = matrix.load_file(None, data)
+    config = inputs.load_matrix(None, data)
     checked = 0
     for cell in config.cells:
         path = lock_path(ROOT / "lockfiles", cell)
@@ -159,7 +160,7 @@ def test_committed_locks_verify(data):
             assert verified_lock(path, cell, data, current=True) is not None  # intact, and made for these inputs
             checked += 1
     assert checked == len(list((ROOT / "lockfiles").glob("*.txt")))
-    assert locking.LockSettings()  # defaults validate
+    assert resolution.LockSettings()  # defaults validate
 
 
 # ---- a lock made for other inputs is refused by render and fetch, re-resolved by lock -------------------------
@@ -195,27 +196,31 @@ def test_a_lock_for_other_inputs_is_refused_by_render_and_fetch(app, runner, in_
 
 
 def test_stale_is_judged_with_the_settings_the_lock_was_made_with(data):
-    from imagekit import locking
+    from imagekit import resolution
     from imagekit.errors import CheckFailed
     from imagekit.lockfile import Lock, LockEntry, parse
 
-    cell = next(c for c in matrix.load_file(None, data).cells if c.id == CELL_ID)
+    cell = next(c for c in inputs.load_matrix(None, data).cells if c.id == CELL_ID)
 
     def made_with(settings, for_cell=cell):
-        lines, meta = locking.header(locking.request(for_cell, settings, data), None, data, "uv 0")
+        lines, meta = resolution.header(resolution.request(for_cell, settings, data), None, data, "uv 0")
         return parse(Lock((LockEntry("torch", cell.torch, ("sha256:" + "a" * 64,)),), (), meta, lines).render())
 
-    pinned = locking.LockSettings(exclude_newer="2025-01-01T00:00:00Z", index_url="https://u:secret@example.org/simple")
+    pinned = resolution.LockSettings(
+        exclude_newer="2025-01-01T00:00:00Z", index_url="https://u:secret@example.org/simple"
+    )
     lock = made_with(pinned)
     assert "secret" not in lock.meta["settings"]
-    assert locking.stale_reason(lock, cell, data) is None  # current under its own settings, without repeating them
-    assert locking.stale_reason(made_with(locking.LockSettings()), cell, data) is None
-    legacy = parse(made_with(locking.LockSettings()).render().replace("# imagekit-settings:", "# x:"))
-    assert "settings" not in legacy.meta and locking.stale_reason(legacy, cell, data) is None  # older locks: defaults
+    assert resolution.stale_reason(lock, cell, data) is None  # current under its own settings, without repeating them
+    assert resolution.stale_reason(made_with(resolution.LockSettings()), cell, data) is None
+    legacy = parse(made_with(resolution.LockSettings()).render().replace("# imagekit-settings:", "# x:"))
+    assert (
+        "settings" not in legacy.meta and resolution.stale_reason(legacy, cell, data) is None
+    )  # older locks: defaults
     grown = replace(cell, packages=(*cell.packages, "peft==0.14.0"))
-    assert "input hash" in (locking.stale_reason(lock, grown, data) or "")
+    assert "input hash" in (resolution.stale_reason(lock, grown, data) or "")
     moved = replace(data, data_version="2099-01-01")
-    assert "compatibility data" in (locking.stale_reason(lock, cell, moved) or "")
+    assert "compatibility data" in (resolution.stale_reason(lock, cell, moved) or "")
     broken = parse(lock.render().replace('"resolver":"uv"', '"resolver":1,"x":2'))
     with pytest.raises(CheckFailed, match="imagekit-settings"):
-        locking.stale_reason(broken, cell, data)
+        resolution.stale_reason(broken, cell, data)

@@ -6,6 +6,7 @@ import pytest
 
 from imagekit import matrix
 from imagekit.errors import ConfigError
+from imagekit.services import inputs
 
 
 def test_product_exclude_include(data):
@@ -92,7 +93,7 @@ def test_pyproject_tool_imagekit(data, in_tmp):
         'include = [{cuda = "12.4", torch = "2.5.1", transformers = "4.48.2", python = "3.11"}]\n'
         '[tool.imagekit.targets]\narchs = ["sm_90"]\n'
     )
-    config = matrix.load_file(None, data)
+    config = inputs.load_matrix(None, data)
     assert [c.id for c in config.cells] == ["cu124-torch2.5.1-py3.11-tf4.48.2"]
     assert config.targets.archs == ("sm_90",)
 
@@ -100,7 +101,7 @@ def test_pyproject_tool_imagekit(data, in_tmp):
 def test_broken_toml_names_the_file(data, in_tmp):
     (in_tmp / "bad.toml").write_text("[matrix\n")
     with pytest.raises(ConfigError) as exc:
-        matrix.load_file(in_tmp / "bad.toml", data)
+        inputs.load_matrix(in_tmp / "bad.toml", data)
     assert "bad.toml" in exc.value.message
 
 
@@ -117,7 +118,7 @@ def test_registry_bases_by_digest(data, app, runner, in_tmp):
         f'[bases."3.12"]\nreference = "registry.example.com/base/python@{digest}"\nglibc = "2.36"\n'
         'python = "/usr/local/bin/python3.12"\n'
     )
-    config = matrix.load_file(in_tmp / "m.toml", data)
+    config = inputs.load_matrix(in_tmp / "m.toml", data)
     base = config.bases["3.12"]
     assert base.digest == digest and base.registry and base.python_bin == "/usr/local/bin/python3.12"
     from tests.conftest import ROOT
@@ -146,8 +147,8 @@ def test_registry_base_glibc_feeds_the_rules(data):
 
 
 def test_image_options_jupyter_and_compiler(data):
-    from imagekit.plan import bootstrap_base
-    from imagekit.services.plans import base_for
+    from imagekit.buildplan import bootstrap_base
+    from imagekit.services.cell_plans import base_for
 
     axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
     plain = matrix.parse({"matrix": axes}, "m.toml", data)

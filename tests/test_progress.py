@@ -9,13 +9,13 @@ import time
 import pytest
 from rich.console import Console
 
-from imagekit.cli.progress import ConsoleProgress
+from imagekit.cli.progress_display import ConsoleProgress
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.services import fetch
 from imagekit.services.build import _StepTimer
 from imagekit.services.progress import NullProgress, activity, human_bytes
 from imagekit.services.publish import _PushLayers
-from imagekit.services.selftest import _relay
+from imagekit.services.selftest_runner import _relay
 from tests.recording import RecordingProgress
 from tests.wheelfactory import build_wheel, serve, write_simple_index
 
@@ -64,7 +64,7 @@ def test_quiet_prints_nothing(monkeypatch):
 
 
 def test_a_terminal_gets_bars_and_a_line_per_long_activity(monkeypatch):
-    monkeypatch.setattr("imagekit.cli.progress.QUIET_BELOW_S", 0.0)
+    monkeypatch.setattr("imagekit.cli.progress_display.QUIET_BELOW_S", 0.0)
     console, buf = _console(terminal=True)
     progress = ConsoleProgress(console)
     assert progress.live

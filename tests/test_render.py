@@ -12,7 +12,7 @@ import pytest
 
 from imagekit.effects.files import content_mtime
 from imagekit.layers import plan as layer_plan
-from imagekit.services.lock import read_lock
+from imagekit.services.lock_cells import read_lock
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -248,9 +248,9 @@ def test_templates_ship_in_the_wheel(tmp_path):
 
 def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
     from imagekit import render
+    from imagekit.buildplan import BaseRef, BuildPlan
     from imagekit.model import Cell
-    from imagekit.plan import BaseRef, BuildPlan
-    from imagekit.services.lock import read_lock
+    from imagekit.services.lock_cells import read_lock
 
     digest = "sha256:" + "cd" * 32
     base = BaseRef(

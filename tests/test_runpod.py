@@ -206,3 +206,25 @@ def test_create_refuses_a_loopback_registry(app, runner, tmp_path, runpod, monke
     res = runner.invoke(app, [*args, "--allow-private-registry"])
     assert res.exit_code == 0 and _RunPod.seen[0]["body"]["variables"]["input"]["imageName"] == LOCAL_TAG
     assert res.exit_code == 0
+
+
+def test_ipv4_forms_read_as_inet_aton_reads_them():
+    """The pure reader of short, integer, hex and octal IPv4 forms agrees with the C library's inet_aton."""
+    import ipaddress
+    import random
+    import socket
+
+    from imagekit.runpod import _inet_aton
+
+    rng = random.Random(0)
+    cases = ["127.1", "2130706433", "0x7f.1", "0177.0.0.1", "1.2.3.4.5", "256.1", "0x", "08", "1.2.65536", "", "1..2"]
+    for _ in range(2000):
+        values = [rng.choice([rng.randint(0, 300), rng.randint(0, 70000), rng.randint(0, 2**32)]) for _ in range(4)]
+        forms = [rng.choice([str, hex, lambda v: "0" + oct(v)[2:]])(v) for v in values[: rng.randint(1, 4)]]
+        cases.append(".".join(forms))
+    for case in cases:
+        try:
+            want = ipaddress.ip_address(socket.inet_aton(case))
+        except OSError:
+            want = None
+        assert _inet_aton(case) == want, case

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from imagekit import locking
+from imagekit import resolution
 from imagekit.errors import CheckFailed
 from imagekit.lockfile import Lock, LockEntry, parse
 from imagekit.model import Cell
@@ -16,35 +16,37 @@ CU121 = Cell("12.1", "2.1.2", "4.48.2", "3.11")
 CU118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")  # routed: torch from the PyTorch index
 
 
-def _lock_for(cell: Cell, data, settings: locking.LockSettings | None = None) -> Lock:
-    lines, meta = locking.header(locking.request(cell, settings or locking.LockSettings(), data), None, data, "uv 0")
+def _lock_for(cell: Cell, data, settings: resolution.LockSettings | None = None) -> Lock:
+    lines, meta = resolution.header(
+        resolution.request(cell, settings or resolution.LockSettings(), data), None, data, "uv 0"
+    )
     return parse(Lock((LockEntry("torch", cell.torch, H),), (), meta, lines).render())
 
 
 def test_a_current_lock_is_not_stale_routed_or_not(data):
     for cell in (CU121, CU118):
-        assert locking.stale_reason(_lock_for(cell, data), cell, data) is None
-    assert locking.stale_reason(_lock_for(CU118, data), replace(CU118, packages=("peft==0.14.0",)), data)
+        assert resolution.stale_reason(_lock_for(cell, data), cell, data) is None
+    assert resolution.stale_reason(_lock_for(CU118, data), replace(CU118, packages=("peft==0.14.0",)), data)
 
 
 def test_the_reason_names_what_changed(data):
     lock = _lock_for(CU121, data)
     newer = replace(data, data_version="2099-01-01")
-    reason = locking.stale_reason(lock, CU121, newer)
-    want = locking.request(CU121, locking.LockSettings(), newer).input_hash
+    reason = resolution.stale_reason(lock, CU121, newer)
+    want = resolution.request(CU121, resolution.LockSettings(), newer).input_hash
     assert reason == (
         "was locked for other inputs (compatibility data 2026-11-29 -> 2099-01-01): "
         f"its input hash is {lock.meta['input-hash']}, this cell's is {want}"
     )
     old_glibc = replace(data, bases={**data.bases, "3.11": replace(data.bases["3.11"], glibc="2.17")})
-    reason = locking.stale_reason(lock, CU121, old_glibc)
+    reason = resolution.stale_reason(lock, CU121, old_glibc)
     assert reason.startswith("was locked for other inputs (platform x86_64-manylinux_2_28 -> x86_64-manylinux_2_17)")
     both = replace(old_glibc, data_version="2099-01-01")
-    assert "(compatibility data 2026-11-29 -> 2099-01-01; platform x86_64-manylinux_2_28" in locking.stale_reason(
+    assert "(compatibility data 2026-11-29 -> 2099-01-01; platform x86_64-manylinux_2_28" in resolution.stale_reason(
         lock, CU121, both
     )
     grown = replace(CU121, packages=("peft==0.14.0",))
-    assert locking.stale_reason(lock, grown, data).startswith(
+    assert resolution.stale_reason(lock, grown, data).startswith(
         "was locked for other inputs (the cell's requirements or packages changed): its input hash is sha256:"
     )
 
@@ -54,22 +56,22 @@ def test_an_unreadable_settings_line_is_refused(data, raw):
     lock = _lock_for(CU121, data)
     broken = Lock(lock.torch, lock.app, {**lock.meta, "settings": raw}, lock.header)
     with pytest.raises(CheckFailed) as info:
-        locking.recorded_settings(broken)
+        resolution.recorded_settings(broken)
     assert info.value.message == f"unreadable imagekit-settings line: {raw[:80]!r}"
     assert info.value.hint == "run `imagekit lock` to rewrite it"
 
 
 def test_recorded_settings_round_trip_and_default(data):
-    pinned = locking.LockSettings(exclude_newer="2025-01-01T00:00:00Z", resolver="pip-tools")
-    assert locking.recorded_settings(_lock_for(CU121, data, pinned)) == pinned.public()
+    pinned = resolution.LockSettings(exclude_newer="2025-01-01T00:00:00Z", resolver="pip-tools")
+    assert resolution.recorded_settings(_lock_for(CU121, data, pinned)) == pinned.public()
     legacy = _lock_for(CU121, data)
     legacy = Lock(legacy.torch, legacy.app, {k: v for k, v in legacy.meta.items() if k != "settings"}, legacy.header)
-    assert locking.recorded_settings(legacy) == locking.LockSettings().public()
+    assert resolution.recorded_settings(legacy) == resolution.LockSettings().public()
 
 
 def _unmet(cell: Cell, pins: dict[str, str], data) -> list[str]:
-    req = locking.request(cell, locking.LockSettings(), data)
-    return locking.unmet_requirements(req, {n: LockEntry(n, v, H) for n, v in pins.items()})
+    req = resolution.request(cell, resolution.LockSettings(), data)
+    return resolution.unmet_requirements(req, {n: LockEntry(n, v, H) for n, v in pins.items()})
 
 
 def test_requirements_are_judged_for_the_images_python_and_platform(data):
@@ -101,8 +103,8 @@ def test_requirement_coverage_details(data):
     assert _unmet(CU121, {"torch": "2.1.2", "transformers": "4.49.0"}, data) == [
         "transformers 4.49.0 does not satisfy ==4.48.2"
     ]
-    req = replace(locking.request(CU121, locking.LockSettings(), data), requirements=("not a requirement!",))
-    assert locking.unmet_requirements(req, {}) == ["'not a requirement!' is not a requirement"]
+    req = replace(resolution.request(CU121, resolution.LockSettings(), data), requirements=("not a requirement!",))
+    assert resolution.unmet_requirements(req, {}) == ["'not a requirement!' is not a requirement"]
 
 
 @pytest.mark.parametrize(
@@ -118,7 +120,7 @@ def test_the_input_hash_is_this_document(data, cell, base, torch_index, torch_pi
     import hashlib
     import json
 
-    settings = locking.LockSettings(torch_index_base=base)
+    settings = resolution.LockSettings(torch_index_base=base)
     doc = {
         "format": 1,
         "cell": cell.to_json(),
@@ -129,7 +131,7 @@ def test_the_input_hash_is_this_document(data, cell, base, torch_index, torch_pi
         "data_version": data.data_version,
     }
     want = "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-    assert locking.request(cell, settings, data).input_hash == want
+    assert resolution.request(cell, settings, data).input_hash == want
 
 
 @pytest.mark.parametrize(
@@ -152,14 +154,14 @@ def test_each_marker_variable_is_the_images(data, marker):
 
 def test_verify_names_every_unmet_requirement_and_how_to_fix_it(data):
     cell = replace(CU121, packages=("a==1", "b==2"))
-    req = locking.request(cell, locking.LockSettings(), data)
+    req = resolution.request(cell, resolution.LockSettings(), data)
     entries = [
         LockEntry("torch", "2.1.2", H),
         LockEntry("nvidia-cuda-runtime-cu12", "12.1.105", H, ("torch",)),
         LockEntry("transformers", "4.48.2", H),
     ]
     with pytest.raises(CheckFailed) as info:
-        locking.verify(req, entries, {}, data)
+        resolution.verify(req, entries, {}, data)
     assert info.value.message == (
         f"{cell.id}: the pins do not meet the cell's requirements: a is not pinned; b is not pinned"
     )
@@ -171,7 +173,7 @@ def test_a_long_unreadable_settings_line_is_shown_cut_at_80(data):
     raw = "{" + "x" * 200
     broken = Lock(lock.torch, lock.app, {**lock.meta, "settings": raw}, lock.header)
     with pytest.raises(CheckFailed) as info:
-        locking.recorded_settings(broken)
+        resolution.recorded_settings(broken)
     assert info.value.message == f"unreadable imagekit-settings line: {raw[:80]!r}"
 
 
@@ -179,9 +181,9 @@ def test_skipped_and_unreadable_requirements_do_not_hide_the_ones_after_them(dat
     base = {"torch": "2.1.2", "transformers": "4.48.2"}
     skipped_first = replace(CU121, packages=("a==1; sys_platform == 'win32'", "b==1"))
     assert _unmet(skipped_first, base, data) == ["b is not pinned"]
-    req = locking.request(CU121, locking.LockSettings(), data)
+    req = resolution.request(CU121, resolution.LockSettings(), data)
     req = replace(req, requirements=("bad req!", "b==1"))
-    assert locking.unmet_requirements(req, {}) == ["'bad req!' is not a requirement", "b is not pinned"]
+    assert resolution.unmet_requirements(req, {}) == ["'bad req!' is not a requirement", "b is not pinned"]
 
 
 def _text_and_lock(cell: Cell, data, **meta: str) -> tuple[str, Lock]:
@@ -197,18 +199,18 @@ def _text_and_lock(cell: Cell, data, **meta: str) -> tuple[str, Lock]:
 
 def test_verify_lock_refuses_a_lock_for_other_inputs_only_when_asked(data):
     text, lock = _text_and_lock(CU121, data)
-    locking.verify_lock(lock, text, CU121, data, "l.txt", current=True)  # intact and current
+    resolution.verify_lock(lock, text, CU121, data, "l.txt", current=True)  # intact and current
     newer = replace(data, data_version="2099-01-01")
-    locking.verify_lock(lock, text, CU121, newer, "l.txt")  # intact: `lock` re-resolves it, never refuses it
+    resolution.verify_lock(lock, text, CU121, newer, "l.txt")  # intact: `lock` re-resolves it, never refuses it
     with pytest.raises(CheckFailed) as info:
-        locking.verify_lock(lock, text, CU121, newer, "l.txt", current=True)
+        resolution.verify_lock(lock, text, CU121, newer, "l.txt", current=True)
     assert info.value.message.startswith("l.txt: was locked for other inputs (compatibility data 2026-11-29 -> 2099")
     grown = replace(CU121, packages=("peft==0.14.0",))
-    locking.verify_lock(lock, text, grown, data, "l.txt")  # a package added to the matrix: stale, not invalid
+    resolution.verify_lock(lock, text, grown, data, "l.txt")  # a package added to the matrix: stale, not invalid
     with pytest.raises(CheckFailed, match="peft is not pinned"):
-        locking.verify_lock(lock, text, grown, data, "l.txt", current=True)
+        resolution.verify_lock(lock, text, grown, data, "l.txt", current=True)
     text, lock = _text_and_lock(CU121, data, settings="{broken")
-    locking.verify_lock(lock, text, CU121, data, "l.txt")
+    resolution.verify_lock(lock, text, CU121, data, "l.txt")
     with pytest.raises(CheckFailed) as info:
-        locking.verify_lock(lock, text, CU121, data, "l.txt", current=True)
+        resolution.verify_lock(lock, text, CU121, data, "l.txt", current=True)
     assert info.value.message == "l.txt: unreadable imagekit-settings line: '{broken'"

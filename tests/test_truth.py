@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from imagekit import locking, render, validate
+from imagekit import render, resolution, validate
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.lockfile import LockEntry, torch_closure
 from imagekit.model import Cell
@@ -19,9 +19,9 @@ TF = LockEntry("transformers", "4.48.2", H)
 
 
 def _routed(entries, sources, data):
-    req = locking.request(CU118, locking.LockSettings(), data)
+    req = resolution.request(CU118, resolution.LockSettings(), data)
     assert req.routed
-    locking.verify(req, [*entries, TF], sources, data)
+    resolution.verify(req, [*entries, TF], sources, data)
 
 
 def test_verify_refuses_another_variants_torch(data):
@@ -43,15 +43,15 @@ def test_verify_refuses_pins_without_hashes(data):
 
 
 def test_verify_checks_the_cuda_runtime_of_a_pypi_default_build(data):
-    req = locking.request(CU121_DEFAULT, locking.LockSettings(), data)
+    req = resolution.request(CU121_DEFAULT, resolution.LockSettings(), data)
     assert not req.routed
     ok = [LockEntry("torch", "2.1.2", H), LockEntry("nvidia-cuda-runtime-cu12", "12.1.105", H, ("torch",)), TF]
-    locking.verify(req, ok, {}, data)
+    resolution.verify(req, ok, {}, data)
     wrong = [ok[0], LockEntry("nvidia-cuda-runtime-cu12", "12.4.127", H, ("torch",))]
     with pytest.raises(CheckFailed, match=re.escape("brings CUDA runtime 12.4.127, not 12.1")):
-        locking.verify(req, wrong, {}, data)
+        resolution.verify(req, wrong, {}, data)
     with pytest.raises(CheckFailed, match="pulled no CUDA runtime"):
-        locking.verify(req, [ok[0], TF], {}, data)
+        resolution.verify(req, [ok[0], TF], {}, data)
 
 
 def test_torch_closure_is_transitive():
@@ -129,10 +129,10 @@ def test_the_highest_cubin_and_three_digit_archs():
 
 
 def test_torch_family_is_one_definition():
-    from imagekit import lockfile, locking
+    from imagekit import lockfile, resolution
     from imagekit.doctor import imagekit_doctor as doctor
 
-    assert lockfile.TORCH_FAMILY is doctor.TORCH_FAMILY and locking.is_torch_family is doctor.is_torch_family
+    assert lockfile.TORCH_FAMILY is doctor.TORCH_FAMILY and resolution.is_torch_family is doctor.is_torch_family
     assert [doctor.is_torch_family(n) for n in ("torch", "nvidia-cudnn-cu12", "cuda-toolkit", "transformers")] == [
         True,
         True,
@@ -143,7 +143,7 @@ def test_torch_family_is_one_definition():
 
 @pytest.mark.parametrize("url", ["https://[::1", "https://host:port/simple", "https://u:p@[::1/simple"])
 def test_an_unparseable_url_is_never_shown(url):
-    assert locking.redact(url) == "<unparseable URL>"
+    assert resolution.redact(url) == "<unparseable URL>"
 
 
 def test_torch_closure_goes_on_past_a_package_reached_twice():

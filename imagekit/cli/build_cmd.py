@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from imagekit import locking, runpod
+from imagekit import resolution, runpod
 from imagekit.cli.common import (
     CellOpt,
     CudaOpt,
@@ -116,9 +116,9 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr; only the summary.")] = False,
-        index_url: IndexUrlOpt = locking.PYPI,
+        index_url: IndexUrlOpt = resolution.PYPI,
         extra_index_url: ExtraIndexOpt = None,
-        torch_index_url: TorchIndexOpt = locking.PYTORCH_INDEX,
+        torch_index_url: TorchIndexOpt = resolution.PYTORCH_INDEX,
         exclude_newer: ExcludeNewerOpt = None,
         resolver: ResolverOpt = "uv",
     ) -> None:
@@ -155,7 +155,7 @@ def register(app: typer.Typer) -> None:
             password=os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
         )
         console = err_console()
-        from imagekit.cli.progress import ConsoleProgress
+        from imagekit.cli.progress_display import ConsoleProgress
         from imagekit.services import forecast
 
         progress = ConsoleProgress(console, quiet=quiet)
@@ -255,11 +255,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Download every locked wheel once into the wheel cache, verifying each sha256."""
-        from imagekit.cli.progress import ConsoleProgress
+        from imagekit.cli.progress_display import ConsoleProgress
         from imagekit.services import fetch as fetch_service
         from imagekit.services import forecast
-        from imagekit.services.lock import lock_path, verified_lock
-        from imagekit.services.plans import base_for
+        from imagekit.services.cell_plans import base_for
+        from imagekit.services.lock_cells import lock_path, verified_lock
 
         folder_option(lock_dir, "--lock-dir")
         if into is not None:
@@ -271,7 +271,12 @@ def register(app: typer.Typer) -> None:
         progress = ConsoleProgress(console, quiet=quiet)
         if dry_run:
             plan = forecast.forecast(
-                [c.cell for c in cells], config, data, lock_dir=lock_dir, settings=locking.LockSettings(), build=False
+                [c.cell for c in cells],
+                config,
+                data,
+                lock_dir=lock_dir,
+                settings=resolution.LockSettings(),
+                build=False,
             )
             _print_plan(plan, as_json, build=False)
             if not plan.disk_ok:
@@ -327,7 +332,7 @@ def register(app: typer.Typer) -> None:
         """Build the base with mmdebstrap (SOURCE_DATE_EPOCH: identical inputs, identical tarball) and import it."""
         from imagekit import compat
         from imagekit.effects.docker import Engine
-        from imagekit.services.base import ensure_base
+        from imagekit.services.base_images import ensure_base
 
         data = compat.load()
         wanted = python or sorted(data.bases)
@@ -341,7 +346,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"{ref.reference} ({ref.digest})")
             row = {"python": py, "reference": ref.reference, "digest": ref.digest, "glibc": ref.glibc}
             if repository:
-                from imagekit.services.base import push_base
+                from imagekit.services.base_images import push_base
 
                 pushed = push_base(
                     engine,

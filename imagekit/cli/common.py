@@ -12,9 +12,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from imagekit import compat, locking, matrix
+from imagekit import compat, matrix, resolution
 from imagekit.compat import CompatData
 from imagekit.errors import EnvironmentFailure, ImagekitError, UsageError
+from imagekit.services import inputs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -146,7 +147,7 @@ def output_file_option(path: Path, flag: str) -> Path:
 
 def load(matrix_path: Path | None) -> tuple[CompatData, matrix.MatrixConfig]:
     data = compat.load()
-    return data, matrix.load_file(matrix_path, data)
+    return data, inputs.load_matrix(matrix_path, data)
 
 
 def by_source(cells: list[matrix.EvaluatedCell], source: str, data: CompatData) -> list[matrix.EvaluatedCell]:
@@ -193,10 +194,10 @@ ResolverOpt = Annotated[
 
 def lock_settings(
     index_url: str, extra_index_url: list[str] | None, torch_index_url: str, exclude_newer: str | None, resolver: str
-) -> locking.LockSettings:
+) -> resolution.LockSettings:
     if resolver not in ("uv", "pip-tools"):
         raise UsageError(f"invalid --resolver {resolver!r}", "use uv or pip-tools")
-    return locking.LockSettings(
+    return resolution.LockSettings(
         index_url=index_url,
         extra_index_urls=tuple(extra_index_url or ()),
         torch_index_base=torch_index_url,

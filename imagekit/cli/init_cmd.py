@@ -269,7 +269,7 @@ def _report(target: Path, origin: str, cells: int, compatible: int) -> None:
 
 
 def _read_by_default() -> Path | None:
-    """The file `--matrix`-less commands run here read (as `matrix.load_file`), or None: the shipped default."""
+    """The file `--matrix`-less commands run here read (as `inputs.load_matrix`), or None: the shipped default."""
     local, pyproject = Path(matrix.MATRIX_FILE), Path("pyproject.toml")
     if local.exists() or local.is_symlink():
         return local

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from imagekit import locking, validate
+from imagekit import resolution, validate
 from imagekit.cli.common import (
     CellOpt,
     CudaOpt,
@@ -32,7 +32,7 @@ from imagekit.cli.common import (
 )
 from imagekit.effects.resolver import IndexUnreachable
 from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK
-from imagekit.services import lock as lock_service
+from imagekit.services import lock_cells as lock_service
 
 
 def register(app: typer.Typer) -> None:
@@ -66,9 +66,9 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         upgrade: Annotated[bool, typer.Option("--upgrade", "-U", help="Re-resolve everything from scratch.")] = False,
-        index_url: IndexUrlOpt = locking.PYPI,
+        index_url: IndexUrlOpt = resolution.PYPI,
         extra_index_url: ExtraIndexOpt = None,
-        torch_index_url: TorchIndexOpt = locking.PYTORCH_INDEX,
+        torch_index_url: TorchIndexOpt = resolution.PYTORCH_INDEX,
         exclude_newer: ExcludeNewerOpt = None,
         resolver: ResolverOpt = "uv",
         jobs: Annotated[int, typer.Option(min=1, max=64, metavar="N", help="Cells resolved at once.")] = 4,

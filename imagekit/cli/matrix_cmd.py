@@ -30,7 +30,7 @@ from imagekit.cli.common import (
     selector,
 )
 from imagekit.errors import UsageError
-from imagekit.services import lock as lock_service
+from imagekit.services import lock_cells as lock_service
 
 FORMATS = ("table", "json", "markdown", "grid", "github", "bake")
 # `\b` keeps click from rewrapping the paragraph after it: the file format stays as written.

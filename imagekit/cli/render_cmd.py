@@ -24,7 +24,7 @@ from imagekit.cli.common import (
 )
 from imagekit.effects.files import clamp_mtimes, replace_tree
 from imagekit.errors import EXIT_NO, UsageError
-from imagekit.services.plans import plans_for
+from imagekit.services.cell_plans import plans_for
 
 
 def register(app: typer.Typer) -> None:

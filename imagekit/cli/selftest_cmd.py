@@ -30,9 +30,9 @@ def register(app: typer.Typer) -> None:
         Exit 0 when it passes, 1 when a check fails.
         """
         from imagekit import validate
-        from imagekit.cli.progress import ConsoleProgress
+        from imagekit.cli.progress_display import ConsoleProgress
         from imagekit.effects.docker import Engine
-        from imagekit.services import selftest
+        from imagekit.services import selftest_runner
 
         if gpus not in ("auto", "on", "off"):
             raise UsageError(f"invalid --gpus {gpus!r}", "use auto, on or off")
@@ -42,7 +42,9 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"no image {image} in the engine", "build it first (or `docker pull` it)")
         with_gpus = gpus == "on" or (gpus == "auto" and engine.capabilities().gpu_runtime)
         progress = ConsoleProgress(err_console(), quiet=quiet)
-        report = selftest.run(engine, image, gpus=with_gpus, require_gpu=require_gpu, progress=progress, cell=image)
+        report = selftest_runner.run(
+            engine, image, gpus=with_gpus, require_gpu=require_gpu, progress=progress, cell=image
+        )
         if as_json:
             out_json(report.report)
         if not report.passed:

@@ -63,7 +63,7 @@ def canon(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-# Shared with the core (imagekit.lockfile / locking / rules import these): one definition of which packages are
+# Shared with the core (imagekit.lockfile / resolution / rules import these): one definition of which packages are
 # the GPU stack and of which compiled architecture runs on a GPU, in the image and on the build host alike.
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
 SM = re.compile(r"(?:sm_)?(\d{1,2}?)(\d)[af]?$|(\d{1,2})\.(\d)$")

@@ -204,6 +204,26 @@ class Engine:
             self.api.tag(new, repo, tag, force=True)
         return new
 
+    def read_file(self, reference: str, path: str) -> bytes | None:
+        """``path`` out of the image as a tar stream (a container created, never started, then removed); None when the
+        image lacks it or the engine cannot read it."""
+        from docker.errors import DockerException
+
+        try:
+            container = self.client.containers.create(reference, ["true"], entrypoint=[])
+        except DockerException:
+            return None
+        try:
+            stream, _ = container.get_archive(path)
+            return b"".join(stream)
+        except DockerException:
+            return None
+        finally:
+            try:
+                container.remove(force=True)
+            except DockerException:
+                pass
+
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.api.tag(image_id, repository, tag, force=True)
 

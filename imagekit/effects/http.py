@@ -59,6 +59,22 @@ def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
     return u.scheme, u.host.lower(), u.port or default
 
 
+def join(base: str, href: str) -> str:
+    """``href`` made absolute against ``base`` (an index page's link); ``href`` as it is when either is no URL."""
+    try:
+        return str(httpx.URL(base).join(href))
+    except httpx.InvalidURL:
+        return href
+
+
+def filename(url: str) -> str:
+    """The last path segment, percent-decoded (``%2B`` -> ``+``); "" for what is no URL."""
+    try:
+        return httpx.URL(url).path.rsplit("/", 1)[-1]
+    except httpx.InvalidURL:
+        return ""
+
+
 def require_http(url: str, what: str = "URL", error: type[Exception] = UsageError, hint: str | None = None) -> str:
     """``url`` when it is http(s) with a host; anything else (file://, ftp://, a bare path) is refused."""
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from imagekit.effects import http, process
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.locking import LockRequest, redact, redact_text
+from imagekit.resolution import LockRequest, redact, redact_text
 
 _NETWORK_SIGNS = (
     "Failed to fetch",

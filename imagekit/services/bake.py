@@ -10,8 +10,8 @@ from imagekit.compat import CompatData
 from imagekit.errors import CheckFailed
 from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
-from imagekit.services.lock import lock_path, verified_lock
-from imagekit.services.plans import plans_for
+from imagekit.services.cell_plans import plans_for
+from imagekit.services.lock_cells import lock_path, verified_lock
 
 
 def targets(

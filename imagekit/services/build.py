@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__, budget, imageconfig, locking, naming, render
+from imagekit import __version__, budget, imageconfig, naming, render, resolution
+from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
 from imagekit.compat import CompatData
 from imagekit.effects import process, wheelserver
 from imagekit.effects.docker import Engine
@@ -17,10 +18,9 @@ from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.model import Cell
-from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
-from imagekit.services import fetch, publish, selftest
-from imagekit.services import lock as lock_service
-from imagekit.services.base import ensure_base
+from imagekit.services import fetch, publish, selftest_runner
+from imagekit.services import lock_cells as lock_service
+from imagekit.services.base_images import ensure_base
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 
@@ -34,7 +34,7 @@ class BuildOptions:
     state_dir: Path = Path(".imagekit")
     release_index: Path = Path("releases/index.json")
     release_records: Path = Path("releases/records")  # one record per published immutable tag (CI merges them)
-    settings: locking.LockSettings = field(default_factory=locking.LockSettings)
+    settings: resolution.LockSettings = field(default_factory=resolution.LockSettings)
     push: bool = False
     nocache: bool = False
     gpus: str = "auto"  # auto | on | off
@@ -202,7 +202,7 @@ def build_cell(
         result.step = "self-test"
         caps = engine.capabilities()
         gpus = opts.gpus == "on" or (opts.gpus == "auto" and caps.gpu_runtime)
-        report = selftest.run(
+        report = selftest_runner.run(
             engine, immutable, gpus=gpus, require_gpu=opts.require_gpu, progress=progress, cell=cell.id
         )
         result.report = report.report

@@ -15,15 +15,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from imagekit import tools, wheels
 from imagekit.effects import http
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
 from imagekit.lockfile import Lock, LockEntry
-from imagekit.locking import is_torch_family
+from imagekit.resolution import is_torch_family
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 
 
@@ -58,17 +56,11 @@ class _Links(HTMLParser):
 
 
 def _join(base: str, href: str) -> str:
-    try:
-        return str(httpx.URL(base).join(href))
-    except httpx.InvalidURL:
-        return href  # refused by _require_http when picked
+    return http.join(base, href)  # an href that is no URL stays as it is: refused by _require_http when picked
 
 
 def _filename(url: str) -> str:
-    try:
-        return httpx.URL(url).path.rsplit("/", 1)[-1]  # decoded: %2B -> +
-    except httpx.InvalidURL:
-        return ""
+    return http.filename(url)
 
 
 def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:

@@ -11,15 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from imagekit import locking
+from imagekit import resolution
 from imagekit.compat import CompatData
 from imagekit.effects.cache import cache_root
 from imagekit.errors import EnvironmentFailure, ImagekitError
 from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
 from imagekit.services import fetch
-from imagekit.services import lock as lock_service
-from imagekit.services.plans import base_for
+from imagekit.services import lock_cells as lock_service
+from imagekit.services.cell_plans import base_for
 from imagekit.services.progress import human_bytes
 
 # A bootstrapped base (Debian + Python + compilers + sshd), measured: 212 MB; without compilers about 200 MB less.
@@ -118,11 +118,11 @@ def _base(cell: Cell, data: CompatData, config: MatrixConfig, engine) -> BaseFor
     return BaseForecast(ref.reference, "bootstrap", size, size)
 
 
-def _lock(cell: Cell, lock_dir: Path, settings: locking.LockSettings, data: CompatData):
+def _lock(cell: Cell, lock_dir: Path, settings: resolution.LockSettings, data: CompatData):
     status = lock_service.status_of(lock_dir, cell, settings, data)
     note = None
     if status.status == "stale" and status.lock is not None:
-        note = locking.stale_reason(status.lock, cell, data) or "made with other resolver settings"
+        note = resolution.stale_reason(status.lock, cell, data) or "made with other resolver settings"
     elif status.status == "missing":
         note = "`imagekit build` resolves it (needs the index); `imagekit lock` does it alone"
     elif status.error is not None:
@@ -147,7 +147,7 @@ def forecast(
     data: CompatData,
     *,
     lock_dir: Path,
-    settings: locking.LockSettings,
+    settings: resolution.LockSettings,
     engine=None,
     build: bool = True,
 ) -> Forecast:

@@ -39,24 +39,14 @@ def from_engine(reference: str) -> dict | None:
     engine = Engine()
     if not engine.image(reference):
         return None
-    from docker.errors import DockerException
-
-    try:
-        container = engine.client.containers.create(reference, ["true"], entrypoint=[])
-        try:
-            for path in MANIFEST_PATHS:
-                try:
-                    stream, _ = container.get_archive("/" + path)
-                except DockerException:
-                    continue
-                found = _from_tar(b"".join(stream))
-                if isinstance(found, dict):
-                    return found
-            return None
-        finally:
-            container.remove(force=True)
-    except (DockerException, ValueError, tarfile.TarError):  # no manifest in it, or not readable: ask the registry
-        return None
+    for path in MANIFEST_PATHS:
+        archive = engine.read_file(reference, "/" + path)
+        if archive is None:
+            continue
+        found = _from_tar(archive)
+        if isinstance(found, dict):
+            return found
+    return None
 
 
 def from_registry(reference: str) -> dict:

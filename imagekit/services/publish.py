@@ -17,7 +17,7 @@ from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import Activity, NullProgress, Progress, human_bytes
-from imagekit.services.selftest import SelfTestReport
+from imagekit.services.selftest_runner import SelfTestReport
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from imagekit import lockfile, locking
+from imagekit import lockfile, resolution
 from imagekit.compat import CompatData
 from imagekit.effects import process, resolver
 from imagekit.effects.files import write_atomic
@@ -44,7 +44,7 @@ def read_lock(path: Path) -> Lock | None:
 
 
 def verified_lock(path: Path, cell: Cell, data: CompatData, *, current: bool = False) -> Lock | None:
-    """This cell's lock, verified before any use (locking.verify_lock; ``current``: made for the cell's present
+    """This cell's lock, verified before any use (resolution.verify_lock; ``current``: made for the cell's present
     inputs); None when there is none."""
     try:
         text = path.read_text()
@@ -56,7 +56,7 @@ def verified_lock(path: Path, cell: Cell, data: CompatData, *, current: bool = F
         lock = lockfile.parse(text, str(path))
     except UsageError as exc:
         raise CheckFailed(exc.message, f"never build from it: delete {path} and run `imagekit lock`") from None
-    locking.verify_lock(lock, text, cell, data, str(path), current=current)
+    resolution.verify_lock(lock, text, cell, data, str(path), current=current)
     return lock
 
 
@@ -87,28 +87,30 @@ def _beside(fn: Callable[..., T], *args: object) -> Future[T]:
 
 
 def _resolve_routed(
-    req: locking.LockRequest,
+    req: resolution.LockRequest,
     prefs: str | None,
     upgrade: tuple[str, ...],
     upgrade_all: bool,
     abort: Callable[[], bool] | None = None,
-) -> tuple[locking.LockRequest, str]:
+) -> tuple[resolution.LockRequest, str]:
     """Resolve; for a routed cell, repeat while torch-closure packages (nvidia-*, triton) came from elsewhere.
 
     uv applies an index source only to direct dependencies, so each pass names the strays directly.
     """
     if req.routed and prefs:
-        req = req.with_routed({e.name for e in lockfile.parse_requirements(prefs) if locking.is_torch_family(e.name)})
+        req = req.with_routed(
+            {e.name for e in lockfile.parse_requirements(prefs) if resolution.is_torch_family(e.name)}
+        )
     for _ in range(4):
         try:
             output = resolver.compile_uv(req, prefs, upgrade, upgrade_all, abort=abort)
         except CheckFailed as exc:
-            missing = locking.missing_family_package(req, exc.message)
+            missing = resolution.missing_family_package(req, exc.message)
             if not missing:
                 raise
             req = req.with_routed({missing})
             continue
-        extra = locking.misrouted(req, output)
+        extra = resolution.misrouted(req, output)
         if not extra:
             return req, output
         req = req.with_routed(extra)
@@ -117,7 +119,7 @@ def _resolve_routed(
     )
 
 
-def status_of(directory: Path, cell: Cell, settings: locking.LockSettings, data: CompatData) -> LockResult:
+def status_of(directory: Path, cell: Cell, settings: resolution.LockSettings, data: CompatData) -> LockResult:
     path = lock_path(directory, cell)
     try:
         existing = verified_lock(path, cell, data)
@@ -125,7 +127,7 @@ def status_of(directory: Path, cell: Cell, settings: locking.LockSettings, data:
         return LockResult(cell, "invalid", path, error=exc)
     if existing is None:
         return LockResult(cell, "missing", path)
-    req = locking.request(cell, settings, data)
+    req = resolution.request(cell, settings, data)
     if existing.meta.get("input-hash") != req.input_hash:
         return LockResult(cell, "stale", path, existing)
     return LockResult(cell, "up-to-date", path, existing)
@@ -134,7 +136,7 @@ def status_of(directory: Path, cell: Cell, settings: locking.LockSettings, data:
 def lock_one(
     cell: Cell,
     directory: Path,
-    settings: locking.LockSettings,
+    settings: resolution.LockSettings,
     data: CompatData,
     *,
     matrix: str | None = None,
@@ -142,7 +144,7 @@ def lock_one(
     upgrade_all: bool = False,
 ) -> LockResult:
     path = lock_path(directory, cell)
-    req = locking.request(cell, settings, data)
+    req = resolution.request(cell, settings, data)
     try:
         existing = verified_lock(path, cell, data)  # a tampered lock is reported, never silently replaced
     except CheckFailed as exc:
@@ -154,7 +156,7 @@ def lock_one(
         if down is not None:
             return LockResult(cell, "failed", path, existing, down)
         try:
-            lock = locking.build_lock(req, resolver.compile_pip_tools(req), matrix, data, "pip-tools")
+            lock = resolution.build_lock(req, resolver.compile_pip_tools(req), matrix, data, "pip-tools")
         except ImagekitError as exc:
             return LockResult(cell, "failed", path, existing, exc)
         write_atomic(path, lock.render())
@@ -168,7 +170,7 @@ def lock_one(
         req, output = _resolve_routed(
             req, prefs, upgrade, upgrade_all, abort=lambda: probe.done() and bool(probe.result())
         )
-        lock = locking.build_lock(req, output, matrix, data, version.result())
+        lock = resolution.build_lock(req, output, matrix, data, version.result())
     except (ImagekitError, process.Aborted) as exc:
         down = probe.result()
         if down is not None:
@@ -183,7 +185,7 @@ def lock_one(
 def lock_cells(
     cells: list[Cell],
     directory: Path,
-    settings: locking.LockSettings,
+    settings: resolution.LockSettings,
     data: CompatData,
     *,
     matrix: str | None = None,
@@ -219,6 +221,6 @@ def current_locks(cells: list[Cell], directory: Path, data: CompatData) -> tuple
 
 
 def check_cells(
-    cells: list[Cell], directory: Path, settings: locking.LockSettings, data: CompatData
+    cells: list[Cell], directory: Path, settings: resolution.LockSettings, data: CompatData
 ) -> list[LockResult]:
     return [status_of(directory, c, settings, data) for c in cells]

@@ -8,12 +8,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, base_packages, bootstrap_base
 from imagekit.compat import BaseSpec
 from imagekit.effects import process
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
-from imagekit.plan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, base_packages, bootstrap_base
 from imagekit.services.ports import ContainerEngine
 
 _NET = ("Could not resolve", "Temporary failure resolving", "Failed to fetch", "Connection failed", "unable to connect")

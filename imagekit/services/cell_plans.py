@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from imagekit.buildplan import BaseRef, BuildPlan, bootstrap_base
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
 from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
-from imagekit.plan import BaseRef, BuildPlan, bootstrap_base
-from imagekit.services.lock import lock_path, verified_lock
+from imagekit.services.lock_cells import lock_path, verified_lock
 
 
 def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: MatrixConfig | None = None) -> BaseRef:

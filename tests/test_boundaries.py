@@ -1,0 +1,115 @@
+"""The code's shape, enforced: every module imports on its own (no hidden order, no side effect it relies on); the
+pure core touches no process, socket, network or effect; effects know no use case; use cases know no CLI; the
+in-image code (`doctor/`) imports nothing from imagekit, because it runs in the image with the standard library."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "imagekit"
+# Modules no pure-core module may import: processes, sockets, the network, Docker, SSH, and imagekit's effects and
+# layers above them. (`urllib.parse` is string handling; `urllib.request` is the network.)
+NOT_IN_CORE = ("subprocess", "socket", "urllib", "http", "docker", "httpx", "paramiko", "requests", "asyncio")
+ALLOWED_IN_CORE = {"urllib.parse"}
+ABOVE_CORE = ("imagekit.effects", "imagekit.services", "imagekit.cli")
+# Known and named: the compatibility data's loader reads the user's refreshed metadata file through
+# `effects.files.read_input` (inside `compat.read_user_metadata`). It is the one core module that reads a file.
+CORE_EXCEPTIONS = {("imagekit.compat", "imagekit.effects.files")}
+
+
+def _modules() -> list[str]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out.append(".".join(parts))
+    return out
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if module == "imagekit.__main__":
+        return "entry"
+    if len(parts) > 1 and parts[1] in ("cli", "services", "effects", "doctor", "data"):
+        return parts[1]
+    return "core"
+
+
+def _imports(module: str) -> set[str]:
+    """Every module ``module`` imports, at the top or inside a function (a lazy import is still an import)."""
+    rel = Path(*module.split("."))
+    path = ROOT / rel.with_suffix(".py") if (ROOT / rel.with_suffix(".py")).exists() else ROOT / rel / "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names if node.module == "imagekit"}
+    return found
+
+
+MODULES = _modules()
+
+
+def test_the_layers_are_where_the_map_says():
+    layers = {m: _layer(m) for m in MODULES}
+    assert {"core", "cli", "services", "effects", "doctor"} <= set(layers.values())
+    assert len(MODULES) > 60  # the walk found the package
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) == "core"])
+def test_the_pure_core_touches_no_process_network_or_effect(module):
+    bad = sorted(
+        name
+        for name in _imports(module)
+        if name not in ALLOWED_IN_CORE
+        and (name.split(".")[0] in NOT_IN_CORE or name.startswith(ABOVE_CORE))
+        and (module, name) not in CORE_EXCEPTIONS
+    )
+    assert not bad, f"{module} imports {bad}: move the effect to imagekit/effects and pass its result in"
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) in ("effects", "services")])
+def test_effects_know_no_use_case_and_use_cases_no_cli(module):
+    above = ("imagekit.services", "imagekit.cli") if _layer(module) == "effects" else ("imagekit.cli",)
+    bad = sorted(name for name in _imports(module) if name.startswith(above))
+    assert not bad, f"{module} imports {bad}"
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) == "doctor"])
+def test_in_image_code_imports_nothing_from_imagekit(module):
+    bad = sorted(n for n in _imports(module) if n.split(".")[0] == "imagekit" and not n.startswith("imagekit.doctor"))
+    assert not bad, f"{module} runs in the image with the standard library and its siblings only; it imports {bad}"
+
+
+def test_every_module_imports_on_its_own():
+    """Each module in a fresh interpreter, alone: an import that works only after another module ran is a defect."""
+
+    def load(module: str) -> tuple[str, int, str]:
+        res = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT, capture_output=True, text=True)
+        return module, res.returncode, res.stderr[-600:]
+
+    with ThreadPoolExecutor(4) as pool:
+        alone = [m for m in MODULES if m != "imagekit.__main__"]  # `python -m imagekit`: importing it runs the CLI
+        failed = [(m, err) for m, code, err in pool.map(load, alone) if code != 0]
+    assert not failed, failed
+
+
+def test_module_names_do_not_repeat_across_folders():
+    """One name, one thing: `selftest` in the image and on the host, `progress` in the CLI and the services ..."""
+    by_name: dict[str, list[str]] = {}
+    for module in MODULES:
+        name = module.rsplit(".", 1)[-1]
+        if name not in ("__init__", "__main__") and module.count(".") >= 1 and name != "imagekit":
+            by_name.setdefault(name, []).append(module)
+    repeated = {name: where for name, where in by_name.items() if len(where) > 1}
+    assert not repeated, repeated
