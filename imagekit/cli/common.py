@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: error rendering, consoles, selector options, loading the matrix."""
+"""Shared CLI plumbing: error rendering, consoles, checking path options, loading the selected cells."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
 
-from imagekit import compat, matrix, resolution
+from imagekit import compat, matrix
+from imagekit.cli.options import Selection
 from imagekit.compat import CompatData
 from imagekit.errors import EnvironmentFailure, ImagekitError, UsageError
 from imagekit.services import inputs
@@ -51,62 +52,6 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(error.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-MatrixOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--matrix",
-        "-m",
-        metavar="FILE",
-        help="Matrix TOML file (default: ./imagekit.toml, else ./pyproject.toml [tool.imagekit], else the shipped "
-        "default).",
-        dir_okay=False,
-    ),
-]
-CudaOpt = Annotated[
-    list[str] | None,
-    typer.Option("--cuda", metavar="VERSION", help="CUDA variant, e.g. 11.8 or cu118 (repeatable)."),
-]
-TorchOpt = Annotated[
-    list[str] | None,
-    typer.Option("--torch", metavar="VERSION", help="torch version or prefix, e.g. 2.5 (repeatable)."),
-]
-TfOpt = Annotated[
-    list[str] | None,
-    typer.Option("--transformers", metavar="VERSION", help="transformers version or prefix (repeatable)."),
-]
-PyOpt = Annotated[
-    list[str] | None, typer.Option("--python", metavar="VERSION", help="Python version, e.g. 3.11 (repeatable).")
-]
-CellOpt = Annotated[list[str] | None, typer.Option("--cell", metavar="CELL", help="Exact cell id (repeatable).")]
-SourceOpt = Annotated[
-    str,
-    typer.Option(
-        "--source",
-        metavar="all|pypi|pytorch",
-        help="Which cells by where torch comes from: all, pypi (PyPI default variant) or pytorch "
-        "(needs the PyTorch index).",
-    ),
-]
-
-
-def selector(
-    cuda: list[str] | None,
-    torch: list[str] | None,
-    transformers: list[str] | None,
-    python: list[str] | None,
-    cells: list[str] | None = None,
-) -> matrix.Selector:
-    from imagekit import validate
-
-    return matrix.Selector(
-        cuda=tuple(validate.cuda(c) for c in cuda or ()),
-        torch=tuple(torch or ()),
-        transformers=tuple(transformers or ()),
-        python=tuple(validate.python(p) for p in python or ()),
-        ids=tuple(cells or ()),
-    )
 
 
 def folder_option(path: Path, flag: str) -> Path:
@@ -150,24 +95,11 @@ def load(matrix_path: Path | None) -> tuple[CompatData, matrix.MatrixConfig]:
     return data, inputs.load_matrix(matrix_path, data)
 
 
-def by_source(cells: list[matrix.EvaluatedCell], source: str, data: CompatData) -> list[matrix.EvaluatedCell]:
-    if source not in ("all", "pypi", "pytorch"):
-        raise UsageError(f"invalid --source {source!r}", "use all, pypi or pytorch")
-    if source == "all":
-        return cells
-    want_pypi = source == "pypi"
-    return [c for c in cells if (c.cell.variant == data.torch_minor(c.cell.torch).pypi_default) == want_pypi]
-
-
-def selected_compatible(
-    matrix_path: Path | None,
-    sel: matrix.Selector,
-    source: str = "all",
-) -> tuple[CompatData, matrix.MatrixConfig, list[matrix.EvaluatedCell]]:
-    """The compatible cells of the matrix that the selectors pick; an empty pick is a usage error."""
-    data, config = load(matrix_path)
-    cells = [c for c in matrix.select(matrix.evaluate(config, data), sel) if c.verdict.compatible]
-    cells = by_source(cells, source, data)
+def selected_compatible(selection: Selection) -> tuple[CompatData, matrix.MatrixConfig, list[matrix.EvaluatedCell]]:
+    """The compatible cells of the matrix that the selection picks; an empty pick is a usage error."""
+    data, config = load(selection.matrix_file)
+    cells = [c for c in matrix.select(matrix.evaluate(config, data), selection.selector()) if c.verdict.compatible]
+    cells = selection.by_source(cells, data)
     if not cells:
         raise UsageError(
             "no compatible cell of the matrix matches the selection",
@@ -176,31 +108,12 @@ def selected_compatible(
     return data, config, cells
 
 
-# The resolver settings, shared by `lock` and `build` (which re-locks stale cells): one set, one meaning.
-IndexUrlOpt = Annotated[str, typer.Option(metavar="URL", help="Main index (a company proxy/mirror).")]
-ExtraIndexOpt = Annotated[list[str] | None, typer.Option(metavar="URL", help="Additional index (repeatable).")]
-TorchIndexOpt = Annotated[str, typer.Option(metavar="URL", help="Base of the PyTorch per-variant indexes (+ /cu118).")]
-ExcludeNewerOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="DATE",
-        help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution.",
-    ),
-]
-ResolverOpt = Annotated[
-    str, typer.Option(metavar="uv|pip-tools", help="uv (default) or pip-tools (only where host == image).")
-]
+def print_plan(plan: Any, as_json: bool, *, build: bool) -> None:
+    """A forecast (`--dry-run`): text on stdout, or its JSON."""
+    from imagekit.services import forecast
 
-
-def lock_settings(
-    index_url: str, extra_index_url: list[str] | None, torch_index_url: str, exclude_newer: str | None, resolver: str
-) -> resolution.LockSettings:
-    if resolver not in ("uv", "pip-tools"):
-        raise UsageError(f"invalid --resolver {resolver!r}", "use uv or pip-tools")
-    return resolution.LockSettings(
-        index_url=index_url,
-        extra_index_urls=tuple(extra_index_url or ()),
-        torch_index_base=torch_index_url,
-        exclude_newer=exclude_newer,
-        resolver=resolver,
-    )
+    if as_json:
+        out_json(plan.to_json())
+    else:
+        out("\n".join(forecast.render_text(plan, build=build)))
+        out(f"(planned in {plan.seconds:.1f} s; nothing was changed)")

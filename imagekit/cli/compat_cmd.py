@@ -9,6 +9,7 @@ import typer
 
 from imagekit import compat, validate
 from imagekit.cli.common import err_console, handles_errors, out, out_json, output_file_option
+from imagekit.cli.options import JsonOpt
 from imagekit.errors import EnvironmentFailure, UsageError
 
 
@@ -69,7 +70,7 @@ def build() -> typer.Typer:
     @app.command("show", epilog="Example: imagekit compat show --json")
     @handles_errors
     def show(
-        as_json: Annotated[bool, typer.Option("--json", help="Print the JSON summary on stdout.")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Which compatibility data files are in use: their paths, versions and release counts."""
         user = compat.user_metadata_path()

@@ -8,6 +8,7 @@ import typer
 
 from imagekit import compat, rules, validate
 from imagekit.cli.common import err_console, handles_errors, out_json
+from imagekit.cli.options import JsonOpt
 from imagekit.model import Query
 
 
@@ -53,7 +54,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(metavar="REQUIREMENT", help="Extra pinned package, e.g. accelerate==1.2.1 (repeatable)."),
         ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the JSON contract on stdout.")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Check one combination against the cited compatibility rules. Omitted axes are not checked.
 

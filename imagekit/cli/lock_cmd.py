@@ -8,28 +8,9 @@ from typing import Annotated
 
 import typer
 
-from imagekit import resolution, validate
-from imagekit.cli.common import (
-    CellOpt,
-    CudaOpt,
-    ExcludeNewerOpt,
-    ExtraIndexOpt,
-    IndexUrlOpt,
-    MatrixOpt,
-    PyOpt,
-    ResolverOpt,
-    SourceOpt,
-    TfOpt,
-    TorchIndexOpt,
-    TorchOpt,
-    err_console,
-    folder_option,
-    handles_errors,
-    lock_settings,
-    out_json,
-    selected_compatible,
-    selector,
-)
+from imagekit import validate
+from imagekit.cli.common import err_console, folder_option, handles_errors, out_json, selected_compatible
+from imagekit.cli.options import JsonOpt, LockDirOpt, OldLockDirOpt, ResolverOptions, Selection, lock_dir, with_groups
 from imagekit.effects.resolver import IndexUnreachable
 from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK
 from imagekit.services import lock_cells as lock_service
@@ -42,17 +23,12 @@ def register(app: typer.Typer) -> None:
         "imagekit lock --cell cu124-torch2.5.1-py3.11-tf4.48.2 --upgrade-package transformers",
     )
     @handles_errors
+    @with_groups
     def lock(
-        matrix_file: MatrixOpt = None,
-        cuda: CudaOpt = None,
-        torch: TorchOpt = None,
-        transformers: TfOpt = None,
-        python: PyOpt = None,
-        cell: CellOpt = None,
-        source: SourceOpt = "all",
-        directory: Annotated[Path, typer.Option("--dir", metavar="DIR", help="Where lockfiles live.")] = Path(
-            "lockfiles"
-        ),
+        *,
+        selection: Selection,
+        lock_folder: LockDirOpt = Path("lockfiles"),
+        old_lock_folder: OldLockDirOpt = None,
         check: Annotated[
             bool, typer.Option("--check", help="Write nothing; exit 1 naming each stale or missing lock.")
         ] = False,
@@ -66,20 +42,15 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         upgrade: Annotated[bool, typer.Option("--upgrade", "-U", help="Re-resolve everything from scratch.")] = False,
-        index_url: IndexUrlOpt = resolution.PYPI,
-        extra_index_url: ExtraIndexOpt = None,
-        torch_index_url: TorchIndexOpt = resolution.PYTORCH_INDEX,
-        exclude_newer: ExcludeNewerOpt = None,
-        resolver: ResolverOpt = "uv",
+        resolving: ResolverOptions,
         jobs: Annotated[int, typer.Option(min=1, max=64, metavar="N", help="Cells resolved at once.")] = 4,
-        as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Resolve each selected compatible cell into lockfiles/<cell id>.txt (torch layer + app layer)."""
-        settings = lock_settings(index_url, extra_index_url, torch_index_url, exclude_newer, resolver)
-        folder_option(directory, "--dir")
-        data, _config, cells = selected_compatible(
-            matrix_file, selector(cuda, torch, transformers, python, cell), source
-        )
+        settings = resolving.settings()
+        directory, flag = lock_dir(lock_folder, old_lock_folder)
+        folder_option(directory, flag)
+        data, _config, cells = selected_compatible(selection)
         plain = [c.cell for c in cells]
         console = err_console()
         if check:
@@ -101,7 +72,7 @@ def register(app: typer.Typer) -> None:
                 directory,
                 settings,
                 data,
-                matrix=str(matrix_file) if matrix_file else None,
+                matrix=str(selection.matrix_file) if selection.matrix_file else None,
                 upgrade=names,
                 upgrade_all=upgrade,
                 jobs=jobs,

@@ -12,23 +12,8 @@ from rich.table import Table
 
 from imagekit import matrix as matrix_mod
 from imagekit import outputs
-from imagekit.cli.common import (
-    CellOpt,
-    CudaOpt,
-    MatrixOpt,
-    PyOpt,
-    SourceOpt,
-    TfOpt,
-    TorchOpt,
-    by_source,
-    err_console,
-    folder_option,
-    handles_errors,
-    load,
-    out,
-    out_json,
-    selector,
-)
+from imagekit.cli.common import err_console, folder_option, handles_errors, load, out, out_json
+from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.errors import UsageError
 from imagekit.services import lock_cells as lock_service
 
@@ -75,14 +60,10 @@ def register(app: typer.Typer) -> None:
         epilog=EPILOG,
     )
     @handles_errors
+    @with_groups
     def matrix(
-        matrix_file: MatrixOpt = None,
-        cuda: CudaOpt = None,
-        torch: TorchOpt = None,
-        transformers: TfOpt = None,
-        python: PyOpt = None,
-        cell: CellOpt = None,
-        source: SourceOpt = "all",
+        *,
+        selection: Selection,
         explain: Annotated[
             bool, typer.Option("--explain", help="Also list excluded cells and the rule behind each.")
         ] = False,
@@ -103,12 +84,7 @@ def register(app: typer.Typer) -> None:
                 "stderr.",
             ),
         ] = False,
-        lock_dir: Annotated[
-            Path,
-            typer.Option(
-                "--lock-dir", metavar="DIR", help="For --locked-only and --format bake: where lockfiles live."
-            ),
-        ] = Path("lockfiles"),
+        lock_dir: LockDirOpt = Path("lockfiles"),
         context_root: Annotated[
             str, typer.Option(metavar="DIR", help="For --format bake: the folder `imagekit render --out` wrote.")
         ] = "build",
@@ -116,9 +92,9 @@ def register(app: typer.Typer) -> None:
         """List the matrix's cells after the compatibility rules."""
         if fmt not in FORMATS:
             raise UsageError(f"invalid --format {fmt!r}", f"use one of {', '.join(FORMATS)}")
-        data, config = load(matrix_file)
-        cells = matrix_mod.select(matrix_mod.evaluate(config, data), selector(cuda, torch, transformers, python, cell))
-        cells = by_source(cells, source, data)
+        data, config = load(selection.matrix_file)
+        cells = matrix_mod.select(matrix_mod.evaluate(config, data), selection.selector())
+        cells = selection.by_source(cells, data)
         if locked_only:
             cells = _locked(cells, folder_option(lock_dir, "--lock-dir"), data)
         shown = cells if explain else [c for c in cells if c.verdict.compatible]

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json
+from imagekit.cli.options import JsonOpt
 from imagekit.errors import UsageError
 
 TargetArg = Annotated[
@@ -32,7 +33,6 @@ InsecureOpt = Annotated[
 AcceptNewOpt = Annotated[
     bool, typer.Option("--accept-new-host-key", help="Record an unknown host's key in ~/.ssh/known_hosts.")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 PodIdArg = Annotated[str, typer.Argument(metavar="POD_ID", help="The RunPod pod id (not the SSH target).")]
 ApiOpt = Annotated[str, typer.Option("--api-url", metavar="URL", help="RunPod REST API base.")]
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json, output_file_option
+from imagekit.cli.options import JsonOpt
 
 EPILOG = """Example: imagekit release merge records/ --index releases/index.json
 
@@ -31,7 +32,7 @@ def build() -> typer.Typer:
         index: Annotated[
             Path, typer.Option("--index", metavar="FILE", help="The release index to create or update.")
         ] = Path("releases/index.json"),
-        as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Verify release records against the registry and add them to the release index (atomically)."""
         from imagekit.effects.registry import RegistryClient

@@ -8,20 +8,8 @@ from typing import Annotated
 import typer
 
 from imagekit import render as render_mod
-from imagekit.cli.common import (
-    CellOpt,
-    CudaOpt,
-    MatrixOpt,
-    PyOpt,
-    SourceOpt,
-    TfOpt,
-    TorchOpt,
-    err_console,
-    folder_option,
-    handles_errors,
-    selected_compatible,
-    selector,
-)
+from imagekit.cli.common import err_console, folder_option, handles_errors, selected_compatible
+from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.effects.files import clamp_mtimes, replace_tree
 from imagekit.errors import EXIT_NO, UsageError
 from imagekit.services.cell_plans import plans_for
@@ -34,21 +22,15 @@ def register(app: typer.Typer) -> None:
         "imagekit render --source pypi --out build --check",
     )
     @handles_errors
+    @with_groups
     def render(
+        *,
         out_dir: Annotated[
             Path,
             typer.Option("--out", metavar="DIR", help="Folder to write <cell id>/Dockerfile and its context into."),
         ],
-        matrix_file: MatrixOpt = None,
-        cuda: CudaOpt = None,
-        torch: TorchOpt = None,
-        transformers: TfOpt = None,
-        python: PyOpt = None,
-        cell: CellOpt = None,
-        source: SourceOpt = "all",
-        lock_dir: Annotated[Path, typer.Option("--lock-dir", metavar="DIR", help="Where lockfiles live.")] = Path(
-            "lockfiles"
-        ),
+        selection: Selection,
+        lock_dir: LockDirOpt = Path("lockfiles"),
         builder: Annotated[
             str,
             typer.Option(
@@ -65,9 +47,7 @@ def register(app: typer.Typer) -> None:
         """Render Dockerfiles (and their build context) for the selected cells from their locks."""
         folder_option(out_dir, "--out")
         folder_option(lock_dir, "--lock-dir")
-        data, config, cells = selected_compatible(
-            matrix_file, selector(cuda, torch, transformers, python, cell), source
-        )
+        data, config, cells = selected_compatible(selection)
         if builder not in render_mod.BUILDERS:
             raise UsageError(f"invalid --builder {builder!r}", "use buildkit or legacy")
         plans = plans_for([c.cell for c in cells], config, lock_dir, data, builder=builder)

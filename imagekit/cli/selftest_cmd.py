@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json
+from imagekit.cli.options import JsonOpt, QuietOpt
 from imagekit.errors import EXIT_NO, UsageError
 
 
@@ -22,8 +23,8 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(metavar="auto|on|off", help="With GPUs: auto (when the engine has the NVIDIA runtime).")
         ] = "auto",
         require_gpu: Annotated[bool, typer.Option("--require-gpu", help="Fail when no GPU is there.")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="The self-test report on stdout.")] = False,
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+        as_json: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Run the self-test inside IMAGE (never a silent CPU pass: GPU checks are skipped or run, and say which).
 

@@ -1,0 +1,83 @@
+"""`imagekit fetch`: every locked wheel, once, into the content-addressed wheel cache (and a BuildKit context)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit.cli.common import err_console, folder_option, handles_errors, print_plan, selected_compatible
+from imagekit.cli.options import JsonOpt, LockDirOpt, QuietOpt, ResolverOptions, Selection, with_groups
+from imagekit.errors import UsageError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("fetch", epilog="Example: imagekit fetch --cuda 12.4 --torch 2.5.1")
+    @handles_errors
+    @with_groups
+    def fetch(
+        *,
+        selection: Selection,
+        lock_dir: LockDirOpt = Path("lockfiles"),
+        dry_run: Annotated[
+            bool,
+            typer.Option(
+                "--dry-run", help="Print the wheels cached and to download (count, bytes), disk needed and free."
+            ),
+        ] = False,
+        as_json: JsonOpt = False,
+        quiet: QuietOpt = False,
+        into: Annotated[
+            Path | None,
+            typer.Option(
+                "--into",
+                metavar="DIR",
+                help="Also put each cell's wheels into DIR/<cell id>/wheels (hard links) for BuildKit builds of "
+                "`imagekit render --out DIR`.",
+            ),
+        ] = None,
+        resolving: ResolverOptions,
+    ) -> None:
+        """Download every locked wheel once into the wheel cache, verifying each sha256."""
+        from imagekit.cli.progress_display import ConsoleProgress
+        from imagekit.services import fetch as fetch_service
+        from imagekit.services import forecast
+        from imagekit.services.cell_plans import base_for
+        from imagekit.services.lock_cells import lock_path, verified_lock
+
+        folder_option(lock_dir, "--lock-dir")
+        if into is not None:
+            folder_option(into, "--into")
+        data, config, cells = selected_compatible(selection)
+        console = err_console()
+        progress = ConsoleProgress(console, quiet=quiet)
+        if dry_run:
+            plan = forecast.forecast(
+                [c.cell for c in cells],
+                config,
+                data,
+                lock_dir=lock_dir,
+                settings=resolving.settings(),  # which locks are current: judged as `lock` would judge them
+                build=False,
+            )
+            print_plan(plan, as_json, build=False)
+            if not plan.disk_ok:
+                raise plan.disk_error()
+            return
+        for e in cells:
+            lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
+            if lock is None:
+                raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
+            glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
+            got = fetch_service.fetch_for_build(lock, e.cell.python, glibc, progress=progress, cell=e.cell.id)
+            size = sum(w.path.stat().st_size for w in got)
+            new = [w for w in got if w.downloaded]
+            if into is not None:
+                fetch_service.link_wheels(got, into / e.cell.id / "wheels")
+                fetch_service.write_requirements(lock, into / e.cell.id / "wheels")
+            progress.line(
+                e.cell.id,
+                f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
+                f"({len(new)} downloaded, {sum(w.path.stat().st_size for w in new) / 1e9:.2f} GB)",
+            )

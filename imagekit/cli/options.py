@@ -1,0 +1,193 @@
+"""Options shared by several commands, each defined once here.
+
+A group (the cell selection, the resolver settings) is a frozen dataclass; a command declares one parameter of its
+type and `with_groups` puts the group's options in its place, then hands the command the parsed group (as uv
+flattens `IndexArgs` and `ResolverArgs` into each command that takes them). Single shared options are `Annotated`
+aliases. A command that can lock takes `ResolverOptions`, so every such command resolves with the same settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from imagekit import matrix, resolution
+from imagekit.compat import CompatData
+from imagekit.errors import UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# ---- the cell selection: which cells of which matrix -------------------------------------------------------------
+MatrixOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--matrix",
+        "-m",
+        metavar="FILE",
+        help="Matrix TOML file (default: ./imagekit.toml, else ./pyproject.toml [tool.imagekit], else the shipped "
+        "default).",
+        dir_okay=False,
+    ),
+]
+CudaOpt = Annotated[
+    list[str] | None,
+    typer.Option("--cuda", metavar="VERSION", help="CUDA variant, e.g. 11.8 or cu118 (repeatable)."),
+]
+TorchOpt = Annotated[
+    list[str] | None,
+    typer.Option("--torch", metavar="VERSION", help="torch version or prefix, e.g. 2.5 (repeatable)."),
+]
+TfOpt = Annotated[
+    list[str] | None,
+    typer.Option("--transformers", metavar="VERSION", help="transformers version or prefix (repeatable)."),
+]
+PyOpt = Annotated[
+    list[str] | None, typer.Option("--python", metavar="VERSION", help="Python version, e.g. 3.11 (repeatable).")
+]
+CellOpt = Annotated[list[str] | None, typer.Option("--cell", metavar="CELL", help="Exact cell id (repeatable).")]
+SourceOpt = Annotated[
+    str,
+    typer.Option(
+        "--source",
+        metavar="all|pypi|pytorch",
+        help="Which cells by where torch comes from: all, pypi (PyPI default variant) or pytorch "
+        "(needs the PyTorch index).",
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """--matrix, --cuda, --torch, --transformers, --python, --cell, --source."""
+
+    matrix_file: MatrixOpt = None
+    cuda: CudaOpt = None
+    torch: TorchOpt = None
+    transformers: TfOpt = None
+    python: PyOpt = None
+    cell: CellOpt = None
+    source: SourceOpt = "all"
+
+    def selector(self) -> matrix.Selector:
+        from imagekit import validate
+
+        return matrix.Selector(
+            cuda=tuple(validate.cuda(c) for c in self.cuda or ()),
+            torch=tuple(self.torch or ()),
+            transformers=tuple(self.transformers or ()),
+            python=tuple(validate.python(p) for p in self.python or ()),
+            ids=tuple(self.cell or ()),
+        )
+
+    def by_source(self, cells: list[matrix.EvaluatedCell], data: CompatData) -> list[matrix.EvaluatedCell]:
+        if self.source not in ("all", "pypi", "pytorch"):
+            raise UsageError(f"invalid --source {self.source!r}", "use all, pypi or pytorch")
+        if self.source == "all":
+            return cells
+        want_pypi = self.source == "pypi"
+        return [c for c in cells if (c.cell.variant == data.torch_minor(c.cell.torch).pypi_default) == want_pypi]
+
+
+# ---- the resolver settings: one set, one meaning, for every command that can lock --------------------------------
+IndexUrlOpt = Annotated[str, typer.Option(metavar="URL", help="Main index (a company proxy/mirror).")]
+ExtraIndexOpt = Annotated[list[str] | None, typer.Option(metavar="URL", help="Additional index (repeatable).")]
+TorchIndexOpt = Annotated[str, typer.Option(metavar="URL", help="Base of the PyTorch per-variant indexes (+ /cu118).")]
+ExcludeNewerOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="DATE",
+        help="Ignore distributions uploaded after this date (RFC 3339), for reproducible re-resolution.",
+    ),
+]
+ResolverOpt = Annotated[
+    str, typer.Option(metavar="uv|pip-tools", help="uv (default) or pip-tools (only where host == image).")
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolverOptions:
+    """--index-url, --extra-index-url, --torch-index-url, --exclude-newer, --resolver."""
+
+    index_url: IndexUrlOpt = resolution.PYPI
+    extra_index_url: ExtraIndexOpt = None
+    torch_index_url: TorchIndexOpt = resolution.PYTORCH_INDEX
+    exclude_newer: ExcludeNewerOpt = None
+    resolver: ResolverOpt = "uv"
+
+    def settings(self) -> resolution.LockSettings:
+        if self.resolver not in ("uv", "pip-tools"):
+            raise UsageError(f"invalid --resolver {self.resolver!r}", "use uv or pip-tools")
+        return resolution.LockSettings(
+            index_url=self.index_url,
+            extra_index_urls=tuple(self.extra_index_url or ()),
+            torch_index_base=self.torch_index_url,
+            exclude_newer=self.exclude_newer,
+            resolver=self.resolver,
+        )
+
+
+# ---- single shared options ---------------------------------------------------------------------------------------
+LockDirOpt = Annotated[Path, typer.Option("--lock-dir", metavar="DIR", help="Where lockfiles live.")]
+OldLockDirOpt = Annotated[Path | None, typer.Option("--dir", metavar="DIR", hidden=True)]  # `lock --dir`, kept
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (what the command reports as text).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr; only the result.")]
+ReleaseIndexOpt = Annotated[
+    Path,
+    typer.Option(
+        "--release-index",
+        metavar="FILE",
+        help="Release index JSON (tag, digest, manifest, self-test report per published image).",
+    ),
+]
+
+GROUPS = (Selection, ResolverOptions)
+
+
+def lock_dir(new: Path, old: Path | None) -> tuple[Path, str]:
+    """--lock-dir, or the older spelling --dir where a command had it; (folder, the flag the user gave)."""
+    if old is not None:
+        if new != Path("lockfiles"):
+            raise UsageError("--dir and --lock-dir name the same folder", "pass --lock-dir alone")
+        return old, "--dir"
+    return new, "--lock-dir"
+
+
+def with_groups(fn: F) -> F:
+    """Replace each parameter whose type is an option group by the group's options, in its place; call ``fn`` with
+    the group built from them. Typer sees the group's options as the command's own."""
+    sig = inspect.signature(fn, eval_str=True)
+    params: list[inspect.Parameter] = []
+    grouped: dict[str, tuple[type, list[str]]] = {}
+    for param in sig.parameters.values():
+        group = param.annotation if param.annotation in GROUPS else None
+        if group is None:
+            params.append(param)
+            continue
+        names = []
+        hints = inspect.get_annotations(group, eval_str=True)
+        for f in dataclasses.fields(group):
+            params.append(
+                inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+            )
+            names.append(f.name)
+        grouped[param.name] = (group, names)
+    taken = [p.name for p in params]
+    if len(taken) != len(set(taken)):
+        raise TypeError(f"{fn.__name__}: an option group repeats a parameter name ({taken})")
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for name, (group, names) in grouped.items():
+            kwargs[name] = group(**{n: kwargs.pop(n) for n in names})
+        return fn(*args, **kwargs)
+
+    kinds = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    wrapper.__signature__ = sig.replace(parameters=kinds)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in kinds}
+    return wrapper  # type: ignore[return-value]

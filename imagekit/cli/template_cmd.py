@@ -1,0 +1,77 @@
+"""`imagekit runpod-template`: a published image as a RunPod template (printed, or saved through RunPod's API)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit import runpod
+from imagekit.cli.common import err_console, handles_errors, out_json
+from imagekit.cli.options import ReleaseIndexOpt
+from imagekit.errors import UsageError
+from imagekit.validate import http_url as validate_http_url
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "runpod-template",
+        epilog="Examples: imagekit runpod-template cu121-torch2.1.2-py3.11-tf4.48.2; "
+        "RUNPOD_API_KEY=... imagekit runpod-template CELL --create",
+    )
+    @handles_errors
+    def runpod_template(
+        ref: Annotated[
+            str, typer.Argument(metavar="CELL_OR_TAG", help="A cell id, or a published tag from the release index.")
+        ],
+        release_index: ReleaseIndexOpt = Path("releases/index.json"),
+        digest: Annotated[bool, typer.Option("--digest", help="Pin imageName with @sha256 as well.")] = False,
+        volume_gb: Annotated[
+            int, typer.Option(min=1, max=10_000, metavar="GB", help="Volume size (GB) mounted at /workspace.")
+        ] = 50,
+        create: Annotated[bool, typer.Option("--create", help="Call RunPod's API (needs RUNPOD_API_KEY).")] = False,
+        api_url: Annotated[
+            str, typer.Option(metavar="URL", help="RunPod GraphQL endpoint.")
+        ] = "https://api.runpod.io/graphql",
+        allow_private_registry: Annotated[
+            bool,
+            typer.Option(
+                "--allow-private-registry", help="Create it even though the image is on a loopback/private registry."
+            ),
+        ] = False,
+    ) -> None:
+        """Print the RunPod template (saveTemplate input) for a published image; --create saves it on RunPod."""
+        from imagekit.effects import runpod_api
+        from imagekit.services.publish import read_index
+
+        validate_http_url(api_url, "--api-url")
+        images = read_index(release_index).get("images", {})
+        matches = [
+            e
+            for tag, e in sorted(images.items())
+            if tag == ref or e.get("alias") == ref or e["manifest"]["cell"].get("id") == ref
+        ]
+        if not matches:
+            raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
+        entry = max(matches, key=lambda e: e.get("published_at", ""))
+        body = runpod.mutation(runpod.template(entry, with_digest=digest, volume_gb=volume_gb))
+        unreachable = runpod.unreachable_registry(entry["tag"])
+        hint = (
+            "publish to a registry pods can pull from (`imagekit build --push --registry ghcr.io/ORG/REPO`), "
+            "or pass --allow-private-registry if your pods reach it"
+        )
+        if not create:
+            if unreachable:
+                err_console().print(f"warning: no pod can pull {entry['tag']}: {unreachable}\nhint: {hint}")
+            out_json(body)
+            return
+        if unreachable and not allow_private_registry:
+            raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", hint)
+        key = os.environ.get("RUNPOD_API_KEY")
+        if not key:
+            raise UsageError("--create needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
+        doc = runpod_api.post(body, key, api_url)
+        out_json(doc.get("data", {}))
+        err_console().print(f"created RunPod template for {entry['tag']}")
