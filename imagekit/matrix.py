@@ -1,4 +1,4 @@
-"""Matrix config -> cells -> evaluated cells. Parsing reports every problem at once. Pure except `load_file`."""
+"""Matrix config -> cells -> evaluated cells. Parsing reports every problem at once. Pure (files: services/inputs)."""
 
 from __future__ import annotations
 
