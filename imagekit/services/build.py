@@ -264,7 +264,7 @@ def set_runtime_config(
     runtime: imageconfig.RuntimeConfig,
     opts: BuildOptions,
     tags: list[str],
-    say,
+    say: Callable[[str], None],
 ) -> str:
     """The built image with its ENV, WORKDIR, ENTRYPOINT, CMD and labels, tagged ``tags``: a new config over the same
     layers, loaded in milliseconds; when the engine's history cannot be matched to the layers, or the engine refuses
@@ -280,11 +280,12 @@ def set_runtime_config(
         entries = imageconfig.history_entries(
             history, layers_of, base_image.get("Id", ""), len(base_image.get("RootFS", {}).get("Layers", []))
         )
-        config = imageconfig.config_json(
-            engine.image(built) or {}, entries, runtime, opts.source_date_epoch, __version__
-        )
+        built_image = engine.image(built)
+        if built_image is None:
+            raise imageconfig.Unknown(f"the engine has no image {built}")
+        config = imageconfig.config_json(built_image, entries, runtime, opts.source_date_epoch, __version__)
         return engine.load_config(config, tags)
-    except (imageconfig.Unknown, EnvironmentFailure, KeyError) as exc:
+    except (imageconfig.Unknown, EnvironmentFailure) as exc:
         say(f"setting the image config by a container commit ({exc})")
         return engine.commit_changes(built, runtime.instructions(" "), tags)
 
