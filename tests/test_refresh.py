@@ -7,6 +7,7 @@ another ignores it, as some mirrors and proxies do, which must be a clean error 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import http.server
 import json
@@ -248,3 +249,30 @@ def test_an_unreachable_or_missing_index_is_a_clean_error(tmp_path):
         res = cli("compat", "refresh", "--out", str(out), "--index", index.replace("/simple", "/nothing-here"))
     assert res.returncode == 3 and "HTTP 404" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+# The pure core imports no effects: what talks to the network or the disk lives in services/ and effects/.
+PURE = ("imagekit/refresh.py", "imagekit/metadata.py")
+EFFECTS = ("subprocess", "socket", "urllib", "httpx", "docker", "paramiko", "imagekit.effects", "imagekit.services")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module an import statement in ``path`` names, at any depth (``from a import b`` names a and a.b)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_pure_part_imports_no_effects(module):
+    effects = {n for n in _imports(ROOT / module) if n in EFFECTS or n.startswith(tuple(f"{e}." for e in EFFECTS))}
+    assert not effects, f"{module} imports {sorted(effects)}: move that to imagekit/services/compat_refresh.py"
+
+
+def test_the_import_walk_sees_the_service_s_effects():
+    found = _imports(ROOT / "imagekit/services/compat_refresh.py")
+    assert {"httpx", "imagekit.effects.http", "imagekit.effects.files"} <= found

@@ -54,12 +54,12 @@ def build() -> typer.Typer:
         variants, driver floors, archs, with sources) are not refreshed: they come with imagekit. Lock input
         hashes cover the curated facts' data version, not this file, so refreshing never makes locks stale.
         """
-        from imagekit import refresh as refresh_mod
+        from imagekit.services import compat_refresh
 
         validate.index_url(index, "--index")
         target = out_file if out_file is not None else _user_file()
         output_file_option(target, "--out" if out_file is not None else "the user data file")
-        doc = refresh_mod.refresh(target, index, floor=compat.shipped_metadata() if out_file is None else None)
+        doc = compat_refresh.write(target, index, floor=compat.shipped_metadata() if out_file is None else None)
         err_console().print(
             f"wrote {target}: torch {len(doc['torch'])} releases, "
             + ", ".join(f"{k} {len(v)}" for k, v in sorted(doc["packages"].items())),
