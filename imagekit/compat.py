@@ -312,14 +312,18 @@ def _release_ok(rel: object, *, required: bool) -> bool:
 
 
 def floor_problem(doc: dict, shipped: dict) -> str | None:
-    """The sanity floor: user metadata must know at least the torch releases and packages the shipped copy
-    knows (it is meant to be newer). None when it does."""
+    """The sanity floor: user metadata must know at least as many torch releases, and releases of each package, as
+    the shipped copy (it is meant to be newer; an index that lost releases is not). None when it does."""
     if len(doc["torch"]) < len(shipped["torch"]):
         have, want = len(doc["torch"]), len(shipped["torch"])
         return f"it knows {have} torch releases, fewer than the {want} shipped with imagekit"
     missing = sorted(set(shipped["packages"]) - set(doc["packages"]))
     if missing:
         return f"it has no releases of {', '.join(missing)}, which the shipped data has"
+    counts = {name: (len(doc["packages"][name]), len(rels)) for name, rels in sorted(shipped["packages"].items())}
+    short = [f"{have} {name} releases, fewer than the {want}" for name, (have, want) in counts.items() if have < want]
+    if short:
+        return f"it knows {'; '.join(short)} shipped with imagekit"
     return None
 
 

@@ -46,8 +46,9 @@ def _metadata_text(name: str, version: str, rel: dict) -> str:
 
 
 @contextmanager
-def index_of(doc: dict) -> Iterator[str]:
-    """A PEP 691 index serving, for every release in a metadata document, wheels with PEP 658 metadata."""
+def index_of(doc: dict) -> Iterator[tuple[str, type[Index]]]:
+    """A PEP 691 index serving, for every release in a metadata document, wheels with PEP 658 metadata; yields its
+    URL and its handler class (``seen``: every request's path)."""
     pages: dict[str, dict] = {}
     files: dict[str, bytes] = {}
 
@@ -70,7 +71,7 @@ def index_of(doc: dict) -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple", handler
     finally:
         server.shutdown()
         server.server_close()
@@ -111,7 +112,7 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
     shipped_bytes = shipped_file.read_bytes()
     before = cli("explain", "--transformers", "9.0.0", data_dir=data_dir)
     assert before.returncode == 2 and "compat refresh" in before.stderr  # the shipped data lacks it
-    with index_of(newer_than_shipped()) as index:
+    with index_of(newer_than_shipped()) as (index, _):
         res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
     assert res.returncode == 0, res.stderr
     written = data_dir / "pypi-metadata.json"
@@ -149,6 +150,39 @@ def test_refresh_refuses_an_index_knowing_fewer_torch_releases_than_shipped(tmp_
     assert f"fewer than the {len(SHIPPED['torch'])} shipped" in res.stderr and "was not written" in res.stderr
     assert res.stderr.count("error:") == 1 and res.stderr.count("hint:") == 1
     assert not (data_dir / "pypi-metadata.json").exists()
+
+
+def test_refresh_refuses_an_index_that_lost_releases_of_a_package(tmp_path):
+    lost = copy.deepcopy(SHIPPED)
+    lost["packages"]["peft"] = dict(list(SHIPPED["packages"]["peft"].items())[:3])
+    data_dir = tmp_path / "data"
+    with index_of(lost) as (index, _):
+        res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
+        export = cli("compat", "refresh", "--index", index, "--out", str(tmp_path / "export.json"), data_dir=data_dir)
+    assert res.returncode == 3, res.stderr
+    want = len(SHIPPED["packages"]["peft"])
+    assert f"it knows 3 peft releases, fewer than the {want} shipped with imagekit" in res.stderr
+    assert "was not written" in res.stderr and res.stderr.count("hint:") == 1
+    assert not (data_dir / "pypi-metadata.json").exists()
+    assert export.returncode == 0 and "peft 3" in export.stderr  # an export has no floor: it is not read
+
+
+def test_the_floor_names_each_short_package():
+    assert compat.floor_problem(SHIPPED, SHIPPED) is None
+    short = copy.deepcopy(SHIPPED)
+    short["packages"]["trl"] = {}
+    del short["packages"]["xformers"]["0.0.23"]
+    have, want = len(short["packages"]["xformers"]), len(SHIPPED["packages"]["xformers"])
+    assert compat.floor_problem(short, SHIPPED) == (
+        f"it knows 0 trl releases, fewer than the {len(SHIPPED['packages']['trl'])}; "
+        f"{have} xformers releases, fewer than the {want} shipped with imagekit"
+    )
+    newer = newer_than_shipped()
+    assert compat.floor_problem(newer, SHIPPED) is None
+    del newer["packages"]["torchaudio"]
+    assert compat.floor_problem(newer, SHIPPED) == "it has no releases of torchaudio, which the shipped data has"
+    fewer_torch = {**SHIPPED, "torch": dict(list(SHIPPED["torch"].items())[1:])}
+    assert "torch releases, fewer than the" in (compat.floor_problem(fewer_torch, SHIPPED) or "")
 
 
 # ---- the sanity floor when reading ---------------------------------------------------------------------

@@ -50,9 +50,10 @@ def build() -> typer.Typer:
 
         Writes the user data file imagekit reads from then on: $IMAGEKIT_DATA_DIR/pypi-metadata.json, else
         $XDG_DATA_HOME/imagekit/, else ~/.local/share/imagekit/ (`imagekit compat show` says which). It is refused
-        when it would know fewer torch releases than the data shipped with imagekit. The curated facts (CUDA
-        variants, driver floors, archs, with sources) are not refreshed: they come with imagekit. Lock input
-        hashes cover the curated facts' data version, not this file, so refreshing never makes locks stale.
+        when it would know fewer torch releases, or fewer releases of a package, than the data shipped with
+        imagekit. The curated facts (CUDA variants, driver floors, archs, with sources) are not refreshed: they come
+        with imagekit. Lock input hashes cover the curated facts' data version, not this file, so refreshing never
+        makes locks stale.
         """
         from imagekit.services import compat_refresh
 

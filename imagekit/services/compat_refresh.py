@@ -72,7 +72,7 @@ def write(out: Path, index: str = refresh.DEFAULT_INDEX, floor: dict | None = No
     if why:
         raise EnvironmentFailure(
             f"the index {redact(index)} answered metadata imagekit would not use ({why}); {out} was not written",
-            "use an index that mirrors PyPI's torch releases (the default https://pypi.org/simple), or --out FILE "
+            "use an index that mirrors PyPI's releases (the default https://pypi.org/simple), or --out FILE "
             "to export what it has",
         )
     write_atomic(out, refresh.dump(doc))
