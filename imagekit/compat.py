@@ -355,9 +355,12 @@ def shipped_metadata() -> dict:
     return json.loads(resources.files("imagekit.data").joinpath(METADATA_FILE).read_text())
 
 
-def read_user_metadata(path: Path) -> dict | None:
-    """The user's refreshed metadata: None when absent; a UsageError (exit 2) when it is there but unusable."""
-    hint = f"run `imagekit compat refresh` to write it again, or delete {path} to use the data shipped with imagekit"
+def read_user_metadata(path: Path, hint: str | None = None) -> dict | None:
+    """The user's refreshed metadata (or another metadata file, with its own ``hint``): None when absent; a
+    UsageError (exit 2) when it is there but unusable."""
+    hint = hint or (
+        f"run `imagekit compat refresh` to write it again, or delete {path} to use the data shipped with imagekit"
+    )
     from imagekit.effects.files import read_input  # a FIFO or a folder there is refused, not read
 
     text = read_input(path, "compatibility data", hint, missing_ok=True)

@@ -1,5 +1,5 @@
 """`imagekit compat refresh`, the pure part: which releases a refresh records, the document it builds from the index's
-pages and metadata, and the checks that refuse a document.
+pages and metadata, the checks that refuse a document, and what an index lists that a document lacks (`--check`).
 
 `imagekit.services.compat_refresh` fetches the pages and metadata and writes the file.
 """
@@ -7,7 +7,7 @@ pages and metadata, and the checks that refuse a document.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from packaging.version import Version
 
@@ -84,3 +84,26 @@ def refusal(doc: dict, floor: dict | None) -> str | None:
     if problems:
         return "; ".join(problems)
     return compat.floor_problem(doc, floor) if floor is not None else None
+
+
+def missing_releases(doc: dict, pages: Mapping[str, dict]) -> dict[str, list[str]]:
+    """Per project, the releases its index page lists that a refresh would record and ``doc`` lacks, oldest first;
+    projects lacking none are left out. Release versions only: no metadata is needed to tell."""
+    missing = {}
+    for name in PROJECTS:
+        known = doc["torch"] if name == "torch" else doc["packages"].get(name, {})
+        new = [v for v in recorded_releases(name, pages[name]) if v not in known]
+        if new:
+            missing[name] = new
+    return missing
+
+
+def describe_missing(missing: Mapping[str, list[str]]) -> str:
+    """``torch 2.11.0, transformers 5.10.0``: each release, torch first."""
+    return ", ".join(f"{name} {v}" for name in PROJECTS for v in missing.get(name, ()))
+
+
+def uncurated_minors(torch_versions: list[str], curated_minors: Collection[str]) -> list[str]:
+    """The torch minors among ``torch_versions`` the curated facts have no entry for (refreshing cannot add one)."""
+    minors = {f"{Version(v).major}.{Version(v).minor}" for v in torch_versions}
+    return sorted(minors - set(curated_minors), key=Version)

@@ -1,5 +1,5 @@
 """`imagekit compat refresh`: read the index's PEP 691 pages and each recorded release's metadata, write
-pypi-metadata.json atomically."""
+pypi-metadata.json atomically; `--check`: read the pages only and say which releases the data lacks."""
 
 from __future__ import annotations
 
@@ -77,3 +77,8 @@ def write(out: Path, index: str = refresh.DEFAULT_INDEX, floor: dict | None = No
         )
     write_atomic(out, refresh.dump(doc))
     return doc
+
+
+def check(doc: dict, index: str = refresh.DEFAULT_INDEX) -> dict[str, list[str]]:
+    """The releases the index lists that ``doc`` lacks (`refresh.missing_releases`): its pages only, no metadata."""
+    return refresh.missing_releases(doc, pages(index))
