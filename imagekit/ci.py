@@ -74,7 +74,7 @@ def _environment() -> jinja2.Environment:
 
 
 def workflow(opts: CiOptions) -> str:
-    """.github/workflows/images.yml: plan -> build (one runner per cell) -> release."""
+    """.github/workflows/images.yml: plan -> build (one runner per cell) -> release; compat on the schedule."""
     host = opts.registry.split("/", 1)[0] if opts.registry else "ghcr.io"
     if opts.registry and not ("." in host or ":" in host or host == "localhost"):
         host = "docker.io"

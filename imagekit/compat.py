@@ -312,14 +312,18 @@ def _release_ok(rel: object, *, required: bool) -> bool:
 
 
 def floor_problem(doc: dict, shipped: dict) -> str | None:
-    """The sanity floor: user metadata must know at least the torch releases and packages the shipped copy
-    knows (it is meant to be newer). None when it does."""
+    """The sanity floor: user metadata must know at least as many torch releases, and releases of each package, as
+    the shipped copy (it is meant to be newer; an index that lost releases is not). None when it does."""
     if len(doc["torch"]) < len(shipped["torch"]):
         have, want = len(doc["torch"]), len(shipped["torch"])
         return f"it knows {have} torch releases, fewer than the {want} shipped with imagekit"
     missing = sorted(set(shipped["packages"]) - set(doc["packages"]))
     if missing:
         return f"it has no releases of {', '.join(missing)}, which the shipped data has"
+    counts = {name: (len(doc["packages"][name]), len(rels)) for name, rels in sorted(shipped["packages"].items())}
+    short = [f"{have} {name} releases, fewer than the {want}" for name, (have, want) in counts.items() if have < want]
+    if short:
+        return f"it knows {'; '.join(short)} shipped with imagekit"
     return None
 
 
@@ -351,9 +355,12 @@ def shipped_metadata() -> dict:
     return json.loads(resources.files("imagekit.data").joinpath(METADATA_FILE).read_text())
 
 
-def read_user_metadata(path: Path) -> dict | None:
-    """The user's refreshed metadata: None when absent; a UsageError (exit 2) when it is there but unusable."""
-    hint = f"run `imagekit compat refresh` to write it again, or delete {path} to use the data shipped with imagekit"
+def read_user_metadata(path: Path, hint: str | None = None) -> dict | None:
+    """The user's refreshed metadata (or another metadata file, with its own ``hint``): None when absent; a
+    UsageError (exit 2) when it is there but unusable."""
+    hint = hint or (
+        f"run `imagekit compat refresh` to write it again, or delete {path} to use the data shipped with imagekit"
+    )
     from imagekit.effects.files import read_input  # a FIFO or a folder there is refused, not read
 
     text = read_input(path, "compatibility data", hint, missing_ok=True)

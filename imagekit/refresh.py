@@ -1,19 +1,22 @@
-"""`imagekit compat refresh`: regenerate pypi-metadata.json from the package index (effects at the edge)."""
+"""`imagekit compat refresh`, the pure part: which releases a refresh records, the document it builds from the index's
+pages and metadata, the checks that refuse a document, and what an index lists that a document lacks (`--check`).
+
+`imagekit.services.compat_refresh` fetches the pages and metadata and writes the file.
+"""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Collection, Mapping
 
-import httpx
+from packaging.version import Version
 
-from imagekit.effects import http, remote_zip
-from imagekit.effects.files import write_atomic
-from imagekit.errors import EnvironmentFailure
+from imagekit import compat
 from imagekit.metadata import (
     TORCH_FLOOR,
     WATCHED,
-    parse_metadata,
+    TorchRelease,
+    WheelFile,
     pick_metadata_wheel,
     releases_to_record,
     torch_releases,
@@ -22,51 +25,36 @@ from imagekit.metadata import (
 )
 
 DEFAULT_INDEX = "https://pypi.org/simple"
+PROJECTS = ("torch", *sorted(WATCHED))  # the index pages a refresh reads
 
 
-def _simple(index: str, name: str) -> dict:
-    """A PEP 691 page, checked: a list of files with names and http(s) URLs (made absolute against the page)."""
-    page_url = f"{index.rstrip('/')}/{name}/"
-    page = http.get_json(page_url, accept=http.SIMPLE_JSON)
-    files = page.get("files") if isinstance(page, dict) else None
-    hint = "the index must serve PEP 691 JSON (application/vnd.pypi.simple.v1+json)"
-    if not isinstance(files, list):
-        raise EnvironmentFailure(f"the index page {page_url} has no list of files", hint)
-    fixed = []
-    for f in files:
-        if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
-            raise EnvironmentFailure(f"the index page {page_url} lists a file without a filename or url", hint)
-        try:
-            url = str(httpx.URL(page_url).join(f["url"]))
-        except httpx.InvalidURL:
-            url = f["url"]
-        http.require_http(url, f"the index lists {f['filename']} at", EnvironmentFailure, "use another index")
-        fixed.append({**f, "url": url})
-    return {**page, "files": fixed}
+def recorded_torch(page: dict) -> dict[str, TorchRelease]:
+    """The torch releases a refresh records from torch's PEP 691 page (final, not yanked, Linux x86_64 CPython
+    wheels, at or above the floor)."""
+    return torch_releases(page, TORCH_FLOOR)
 
 
-def _fetch_metadata(url: str) -> str:
-    """PEP 658 metadata when the index has it, else METADATA read out of the wheel by range requests."""
-    try:
-        return http.get(url).decode("utf-8", "replace")
-    except EnvironmentFailure:
-        wheel = url.removesuffix(".metadata")
-        return remote_zip.read_member(wheel, ".dist-info/METADATA").decode("utf-8", "replace")
-
-
-def _metadata_for(index_json: dict, versions: list[str]) -> dict[str, dict]:
-    files = wheel_files(index_json)
+def metadata_wheels(page: dict, versions: list[str]) -> dict[str, WheelFile]:
+    """Per release, the wheel whose metadata stands for it; a release with none (no Linux x86_64 or pure-Python
+    wheel) is left out, and so is not recorded."""
+    files = wheel_files(page)
     picks = {v: pick_metadata_wheel(files, v) for v in versions}
-    urls = [(v, w.url + ".metadata") for v, w in picks.items() if w is not None]
-    texts = http.map_concurrently(_fetch_metadata, [u for _, u in urls])
-    return {v: parse_metadata(t).to_json() for (v, _), t in zip(urls, texts, strict=True)}
+    return {v: w for v, w in picks.items() if w is not None}
 
 
-def build_metadata(index: str = DEFAULT_INDEX) -> dict:
-    """Fetch and parse everything; returns the JSON document (not yet written)."""
-    torch_json = _simple(index, "torch")
-    torch = torch_releases(torch_json, TORCH_FLOOR)
-    torch_meta = _metadata_for(torch_json, sorted(torch))
+def recorded_releases(name: str, page: dict) -> list[str]:
+    """The releases of ``name`` (torch or a watched package) a refresh records from its page, oldest first."""
+    if name == "torch":
+        return sorted(recorded_torch(page), key=Version)
+    return list(metadata_wheels(page, releases_to_record(page, WATCHED[name])))
+
+
+def document(pages: Mapping[str, dict], metadata: Mapping[str, Mapping[str, dict]]) -> dict:
+    """The pypi-metadata.json document. ``pages``: each project's PEP 691 page (`PROJECTS`); ``metadata``: per
+    project, per release, its parsed metadata (`PackageMeta.to_json`). A package release without metadata is left
+    out; a torch release keeps its Python window and glibc floor."""
+    torch = recorded_torch(pages["torch"])
+    torch_meta = metadata.get("torch", {})
     doc: dict = {
         "generated_by": "imagekit compat refresh",
         "source": "PYPI",
@@ -75,34 +63,47 @@ def build_metadata(index: str = DEFAULT_INDEX) -> dict:
         },
         "packages": {},
     }
-    for name, floor in sorted(WATCHED.items()):
-        pj = _simple(index, name)
-        versions = releases_to_record(pj, floor)
-        yanked = yanked_releases(pj)
-        meta = _metadata_for(pj, versions)
+    for name in sorted(WATCHED):
+        meta = metadata.get(name, {})
+        yanked = yanked_releases(pages[name])
+        versions = releases_to_record(pages[name], WATCHED[name])
         doc["packages"][name] = {v: {**meta[v], "yanked": v in yanked} for v in versions if v in meta}
     return doc
 
 
 def dump(doc: dict) -> str:
+    """The file's bytes: canonical JSON (sorted keys), so a refresh that learnt nothing rewrites the same file."""
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def refresh(out: Path, index: str = DEFAULT_INDEX, floor: dict | None = None) -> dict:
-    """Fetch, check and write atomically. ``floor`` (the shipped metadata, when writing the file imagekit reads):
-    refuse a document `compat.load` would pass over, so what is written is what is used."""
-    from imagekit import compat
-    from imagekit.resolution import redact
-
-    doc = build_metadata(index)
+def refusal(doc: dict, floor: dict | None) -> str | None:
+    """Why ``doc`` must not be written (None when it may): a shape `compat.load` would not read, or, with
+    ``floor`` (the shipped metadata, when writing the file imagekit reads), fewer torch releases or fewer releases
+    of a package than the floor, which `compat.load` would pass over."""
     problems = compat.metadata_problems(doc)
-    short = compat.floor_problem(doc, floor) if floor is not None and not problems else None
-    if problems or short:
-        raise EnvironmentFailure(
-            f"the index {redact(index)} answered metadata imagekit would not use ({short or '; '.join(problems)}); "
-            f"{out} was not written",
-            "use an index that mirrors PyPI's torch releases (the default https://pypi.org/simple), or --out FILE "
-            "to export what it has",
-        )
-    write_atomic(out, dump(doc))
-    return doc
+    if problems:
+        return "; ".join(problems)
+    return compat.floor_problem(doc, floor) if floor is not None else None
+
+
+def missing_releases(doc: dict, pages: Mapping[str, dict]) -> dict[str, list[str]]:
+    """Per project, the releases its index page lists that a refresh would record and ``doc`` lacks, oldest first;
+    projects lacking none are left out. Release versions only: no metadata is needed to tell."""
+    missing = {}
+    for name in PROJECTS:
+        known = doc["torch"] if name == "torch" else doc["packages"].get(name, {})
+        new = [v for v in recorded_releases(name, pages[name]) if v not in known]
+        if new:
+            missing[name] = new
+    return missing
+
+
+def describe_missing(missing: Mapping[str, list[str]]) -> str:
+    """``torch 2.11.0, transformers 5.10.0``: each release, torch first."""
+    return ", ".join(f"{name} {v}" for name in PROJECTS for v in missing.get(name, ()))
+
+
+def uncurated_minors(torch_versions: list[str], curated_minors: Collection[str]) -> list[str]:
+    """The torch minors among ``torch_versions`` the curated facts have no entry for (refreshing cannot add one)."""
+    minors = {f"{Version(v).major}.{Version(v).minor}" for v in torch_versions}
+    return sorted(minors - set(curated_minors), key=Version)

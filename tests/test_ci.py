@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,27 @@ def test_written_workflow_passes_actionlint(app, runner, in_tmp, args):
         assert "registry: docker.io" in text and "secrets.REGISTRY_PASSWORD" in text
     else:
         assert "registry: ghcr.io" in text and "secrets.GITHUB_TOKEN" in text
+
+
+def _job(text: str, name: str) -> str:
+    """The lines of one job of a workflow (jobs are indented two spaces; their contents more)."""
+    block = re.search(rf"^  {name}:\n((?:    .*\n|\n)+)", text.split("\njobs:\n", 1)[1], re.M)
+    assert block, f"no job {name!r}"
+    return block[1]
+
+
+def test_the_schedule_checks_the_compatibility_data_against_pypi(app, runner, in_tmp):
+    """The weekly run fails, in a job of its own, when PyPI has releases the compatibility data lacks."""
+    assert _init(app, runner).exit_code == 0
+    for text in ((in_tmp / ".github" / "workflows" / "images.yml").read_text(), COMMITTED.read_text()):
+        assert re.search(r"^  schedule:\n    - cron: ", text, re.M)
+        job = _job(text, "compat")
+        assert "    if: github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'\n" in job
+        assert "needs:" not in job  # a lagging data file blocks no build, and a failed build does not skip it
+        steps = re.findall(r"^        run: (.+)$", job, re.M)
+        assert any(re.fullmatch(r"imagekit compat refresh --check( .*)?", run) for run in steps), steps
+        assert "continue-on-error" not in job and "|| true" not in job  # its failure stays visible
+        assert "imagekit compat refresh --check" not in _job(text, "plan")  # only on the schedule
 
 
 def test_actionlint_catches_a_broken_workflow(tmp_path):

@@ -11,6 +11,7 @@ import copy
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from imagekit import compat
 from tests.conftest import ROOT
@@ -46,8 +48,9 @@ def _metadata_text(name: str, version: str, rel: dict) -> str:
 
 
 @contextmanager
-def index_of(doc: dict) -> Iterator[str]:
-    """A PEP 691 index serving, for every release in a metadata document, wheels with PEP 658 metadata."""
+def index_of(doc: dict) -> Iterator[tuple[str, type[Index]]]:
+    """A PEP 691 index serving, for every release in a metadata document, wheels with PEP 658 metadata; yields its
+    URL and its handler class (``seen``: every request's path)."""
     pages: dict[str, dict] = {}
     files: dict[str, bytes] = {}
 
@@ -70,7 +73,7 @@ def index_of(doc: dict) -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple", handler
     finally:
         server.shutdown()
         server.server_close()
@@ -111,8 +114,9 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
     shipped_bytes = shipped_file.read_bytes()
     before = cli("explain", "--transformers", "9.0.0", data_dir=data_dir)
     assert before.returncode == 2 and "compat refresh" in before.stderr  # the shipped data lacks it
-    with index_of(newer_than_shipped()) as index:
+    with index_of(newer_than_shipped()) as (index, _):
         res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
+        current = cli("compat", "refresh", "--check", "--index", index, data_dir=data_dir)
     assert res.returncode == 0, res.stderr
     written = data_dir / "pypi-metadata.json"
     assert f"wrote {written}: torch {len(SHIPPED['torch']) + 1} releases" in res.stderr
@@ -123,6 +127,8 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
     assert data.metadata_origin == compat.USER and data.metadata_path == str(written)
     assert "2.16.0" in data.torch_releases and "9.0.0" in data.packages["transformers"]
     assert data.torch_releases["2.5.1"] == SHIPPED["torch"]["2.5.1"]  # the same facts, read back from the index
+    # what a refresh records is what --check compares: right after one, the data in use (the user file) is current
+    assert current.returncode == 0 and f"up to date: {written} (user)" in current.stderr, current.stderr
 
     after = cli("explain", "--transformers", "9.0.0", "--json", data_dir=data_dir)
     assert after.returncode == 0 and json.loads(after.stdout)["compatible"] is True, after.stderr
@@ -149,6 +155,110 @@ def test_refresh_refuses_an_index_knowing_fewer_torch_releases_than_shipped(tmp_
     assert f"fewer than the {len(SHIPPED['torch'])} shipped" in res.stderr and "was not written" in res.stderr
     assert res.stderr.count("error:") == 1 and res.stderr.count("hint:") == 1
     assert not (data_dir / "pypi-metadata.json").exists()
+
+
+def test_refresh_refuses_an_index_that_lost_releases_of_a_package(tmp_path):
+    lost = copy.deepcopy(SHIPPED)
+    lost["packages"]["peft"] = dict(list(SHIPPED["packages"]["peft"].items())[:3])
+    data_dir = tmp_path / "data"
+    with index_of(lost) as (index, _):
+        res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
+        export = cli("compat", "refresh", "--index", index, "--out", str(tmp_path / "export.json"), data_dir=data_dir)
+    assert res.returncode == 3, res.stderr
+    want = len(SHIPPED["packages"]["peft"])
+    assert f"it knows 3 peft releases, fewer than the {want} shipped with imagekit" in res.stderr
+    assert "was not written" in res.stderr and res.stderr.count("hint:") == 1
+    assert not (data_dir / "pypi-metadata.json").exists()
+    assert export.returncode == 0 and "peft 3" in export.stderr  # an export has no floor: it is not read
+
+
+def test_the_floor_names_each_short_package():
+    assert compat.floor_problem(SHIPPED, SHIPPED) is None
+    short = copy.deepcopy(SHIPPED)
+    short["packages"]["trl"] = {}
+    del short["packages"]["xformers"]["0.0.23"]
+    have, want = len(short["packages"]["xformers"]), len(SHIPPED["packages"]["xformers"])
+    assert compat.floor_problem(short, SHIPPED) == (
+        f"it knows 0 trl releases, fewer than the {len(SHIPPED['packages']['trl'])}; "
+        f"{have} xformers releases, fewer than the {want} shipped with imagekit"
+    )
+    newer = newer_than_shipped()
+    assert compat.floor_problem(newer, SHIPPED) is None
+    del newer["packages"]["torchaudio"]
+    assert compat.floor_problem(newer, SHIPPED) == "it has no releases of torchaudio, which the shipped data has"
+    fewer_torch = {**SHIPPED, "torch": dict(list(SHIPPED["torch"].items())[1:])}
+    assert "torch releases, fewer than the" in (compat.floor_problem(fewer_torch, SHIPPED) or "")
+
+
+# ---- compat refresh --check: what the index has that the data lacks ------------------------------------
+
+
+def test_check_names_each_release_the_index_has_and_writes_nothing(tmp_path):
+    data_dir = tmp_path / "data"
+    shipped_file = ROOT / "imagekit" / "data" / "pypi-metadata.json"
+    shipped_bytes = shipped_file.read_bytes()
+    with index_of(newer_than_shipped()) as (index, handler):
+        res = cli("compat", "refresh", "--check", "--index", index, data_dir=data_dir)
+        as_json = cli("compat", "refresh", "--check", "--json", "--index", index, data_dir=data_dir)
+    assert res.returncode == 1, res.stderr
+    stale = f"stale: torch 2.16.0, transformers 9.0.0 are on the index and not in the data ({shipped_file}, shipped)"
+    assert stale in res.stderr and res.stdout == ""
+    assert "hint: run `imagekit compat refresh`" in res.stderr
+    assert "`imagekit compat refresh --out imagekit/data/pypi-metadata.json`" in res.stderr
+    assert "no entry for torch 2.16" in res.stderr  # a new minor: refreshing alone will not make it usable
+    assert "error:" not in res.stderr and "Traceback" not in res.stderr
+    assert not data_dir.exists() and shipped_file.read_bytes() == shipped_bytes  # nothing written
+    assert handler.seen and all(path.startswith("/simple/") for path, _ in handler.seen)  # release lists only
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout) == {
+        "up_to_date": False,
+        "data": {"path": str(shipped_file), "origin": "shipped"},
+        "index": index,
+        "missing": {"torch": ["2.16.0"], "transformers": ["9.0.0"]},
+        "uncurated_torch_minors": ["2.16"],
+    }
+
+
+def test_check_of_data_the_index_matches_is_up_to_date(tmp_path):
+    with index_of(SHIPPED) as (index, _):
+        res = cli("compat", "refresh", "--check", "--index", index, data_dir=tmp_path / "data")
+        as_json = cli("compat", "refresh", "--check", "--json", "--index", index, data_dir=tmp_path / "data")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.startswith("up to date: ") and res.stderr.count("\n") == 1 and res.stdout == ""
+    doc = json.loads(as_json.stdout)
+    assert as_json.returncode == 0 and doc["up_to_date"] is True and doc["missing"] == {}
+
+
+def test_check_compares_the_file_out_names(tmp_path):
+    older = copy.deepcopy(SHIPPED)
+    newest = max(older["packages"]["accelerate"], key=Version)
+    del older["packages"]["accelerate"][newest]
+    exported = tmp_path / "export.json"
+    exported.write_text(json.dumps(older))
+    with index_of(SHIPPED) as (index, _):
+        res = cli("compat", "refresh", "--check", "--out", str(exported), "--index", index, data_dir=tmp_path)
+        missing = cli(
+            "compat", "refresh", "--check", "--out", str(tmp_path / "nope.json"), "--index", index, data_dir=tmp_path
+        )
+    assert res.returncode == 1, res.stderr
+    assert f"stale: accelerate {newest} is on the index and not in the data ({exported}, --out)" in res.stderr
+    assert f"hint: run `imagekit compat refresh --out {exported}`" in res.stderr
+    assert exported.read_text() == json.dumps(older)
+    assert missing.returncode == 2 and "nope.json does not exist" in missing.stderr and "hint:" in missing.stderr
+
+
+def test_check_against_an_unreachable_index_is_exit_3(tmp_path):
+    with socket.socket() as sock:  # a port nothing listens on: the connection is refused
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/simple"
+    res = cli("compat", "refresh", "--check", "--index", dead, data_dir=tmp_path / "data")
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.startswith("error: ") and "hint:" in res.stderr and "Traceback" not in res.stderr
+    assert "stale" not in res.stderr and "up to date" not in res.stderr
+    with index_of(SHIPPED) as (index, _):
+        gone = cli("compat", "refresh", "--check", "--index", index.replace("/simple", "/none"), data_dir=tmp_path)
+    assert gone.returncode == 3 and "HTTP 404" in gone.stderr and "hint:" in gone.stderr
+    assert not (tmp_path / "data").exists()
 
 
 # ---- the sanity floor when reading ---------------------------------------------------------------------

@@ -409,14 +409,14 @@ def test_bad_index_answers_are_exit_3(cache, answer, needle):
 
 
 def test_refresh_refuses_file_urls_in_the_index():
-    from imagekit import refresh
+    from imagekit.services.compat_refresh import simple_page
 
     with serve() as idx:
         idx.routes["/simple/torch/"] = _page("file:///etc/passwd", "a" * 64)
         with pytest.raises(EnvironmentFailure, match="not an http"):
-            refresh._simple(f"{idx.url}/simple", "torch")
+            simple_page(f"{idx.url}/simple", "torch")
         idx.routes["/simple/torch/"] = _page("../../files/x.whl", "a" * 64)
-        page = refresh._simple(f"{idx.url}/simple", "torch")
+        page = simple_page(f"{idx.url}/simple", "torch")
     assert page["files"][0]["url"] == f"{idx.url}/files/x.whl"
 
 

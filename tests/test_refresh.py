@@ -7,6 +7,8 @@ another ignores it, as some mirrors and proxies do, which must be a clean error 
 
 from __future__ import annotations
 
+import ast
+import copy
 import hashlib
 import http.server
 import json
@@ -27,6 +29,7 @@ import pytest
 from imagekit import refresh
 from imagekit.errors import EnvironmentFailure
 from imagekit.metadata import WATCHED
+from imagekit.services import compat_refresh
 from tests.conftest import FIXTURES, ROOT
 
 META = FIXTURES / "metadata"
@@ -248,3 +251,75 @@ def test_an_unreachable_or_missing_index_is_a_clean_error(tmp_path):
         res = cli("compat", "refresh", "--out", str(out), "--index", index.replace("/simple", "/nothing-here"))
     assert res.returncode == 3 and "HTTP 404" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def test_check_reads_release_lists_only_and_agrees_with_what_refresh_records(tmp_path):
+    with index_server(tmp_path) as (index, handler):
+        doc = compat_refresh.build_metadata(index)
+        handler.seen.clear()
+        assert compat_refresh.check(doc, index) == {}
+        older = copy.deepcopy(doc)
+        del older["torch"]["2.6.0"], older["packages"]["transformers"]["4.49.0"], older["packages"]["peft"]
+        assert compat_refresh.check(older, index) == {"torch": ["2.6.0"], "transformers": ["4.49.0"]}
+        seen = list(handler.seen)
+    assert {path for path, _ in seen} == {f"/simple/{name}/" for name in refresh.PROJECTS}  # no metadata, no wheel
+
+
+def _page(*filenames: str, yanked: tuple[str, ...] = ()) -> dict:
+    return {"files": [{"filename": f, "url": f"https://files.example/{f}", "yanked": f in yanked} for f in filenames]}
+
+
+def test_missing_releases_are_those_a_refresh_would_record():
+    pages = {name: _page() for name in refresh.PROJECTS}
+    pages["torch"] = _page(
+        "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl",
+        "torch-2.6.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "torch-2.7.0rc1-cp312-cp312-manylinux_2_28_x86_64.whl",  # a pre-release
+        "torch-2.7.1-cp312-cp312-manylinux_2_28_x86_64.whl",  # yanked
+        "torch-2.8.0-cp312-none-macosx_11_0_arm64.whl",  # no Linux x86_64 wheel
+        "torch-1.12.1-cp310-cp310-manylinux1_x86_64.whl",  # below the floor
+        yanked=("torch-2.7.1-cp312-cp312-manylinux_2_28_x86_64.whl",),
+    )
+    pages["trl"] = _page(
+        "trl-0.8.0-py3-none-any.whl",  # below the floor
+        "trl-0.9.0-py3-none-any.whl",
+        "trl-0.9.1-py3-none-any.whl",  # yanked: recorded, with yanked = true
+        "trl-0.10.0-py3-none-macosx_11_0_arm64.whl",  # no wheel whose metadata applies
+        "trl-1.0.0.dev1-py3-none-any.whl",
+        yanked=("trl-0.9.1-py3-none-any.whl",),
+    )
+    doc = {"torch": {"2.5.1": {}}, "packages": {"trl": {"0.9.0": {}}}}
+    missing = refresh.missing_releases(doc, pages)
+    assert missing == {"torch": ["2.6.0"], "trl": ["0.9.1"]}
+    assert refresh.describe_missing(missing) == "torch 2.6.0, trl 0.9.1"
+    assert refresh.missing_releases(
+        {"torch": {"2.5.1": {}, "2.6.0": {}}, "packages": {"trl": {"0.9.1": {}}}}, pages
+    ) == {"trl": ["0.9.0"]}
+    assert refresh.uncurated_minors(["2.6.0", "2.16.0", "2.16.1", "3.0.0"], {"2.6"}) == ["2.16", "3.0"]
+
+
+# The pure core imports no effects: what talks to the network or the disk lives in services/ and effects/.
+PURE = ("imagekit/refresh.py", "imagekit/metadata.py")
+EFFECTS = ("subprocess", "socket", "urllib", "httpx", "docker", "paramiko", "imagekit.effects", "imagekit.services")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module an import statement in ``path`` names, at any depth (``from a import b`` names a and a.b)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_pure_part_imports_no_effects(module):
+    effects = {n for n in _imports(ROOT / module) if n in EFFECTS or n.startswith(tuple(f"{e}." for e in EFFECTS))}
+    assert not effects, f"{module} imports {sorted(effects)}: move that to imagekit/services/compat_refresh.py"
+
+
+def test_the_import_walk_sees_the_service_s_effects():
+    found = _imports(ROOT / "imagekit/services/compat_refresh.py")
+    assert {"httpx", "imagekit.effects.http", "imagekit.effects.files"} <= found

@@ -1,12 +1,53 @@
-"""Every fact in shared/compat-facts.md that the rules encode, evaluated as the facts say, with its source."""
+"""Every fact in docs/compat-facts.md that the rules encode, evaluated as the facts say, with its source; and
+every citation of it in the curated data names a section it has."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from imagekit import rules
 from imagekit.errors import UnknownVersionError
 from imagekit.model import Query
+from tests.conftest import ROOT
+
+FACTS = ROOT / "docs" / "compat-facts.md"
+CURATED = ROOT / "imagekit" / "data" / "compat.toml"
+# `compat-facts table 1`, `compat-facts 2b: 'same lists as above'` (a quote from that section)
+CITATION = re.compile(r"compat-facts (table )?(\d+[a-z]?)\b(?::\s*'([^']+)')?")
+SECTION_COMMENT = re.compile(r"^# --- (\d+[a-z]?)\. ", re.M)  # `# --- 2a. CUDA toolkit -> ...`: its section
+
+
+def facts_sections(text: str) -> dict[str, str]:
+    """The numbered sections of the facts document: `## 2b. Title` -> its text, up to the next `## `."""
+    parts = re.split(r"^## ", text, flags=re.M)[1:]
+    return {m[1]: part for part in parts if (m := re.match(r"(\d+[a-z]?)\. ", part))}
+
+
+def test_every_citation_of_the_facts_names_a_section_they_have():
+    curated = CURATED.read_text()
+    sections = facts_sections(FACTS.read_text())
+    assert {"1", "2a", "2b", "3"} <= set(sections)
+    cited = CITATION.findall(curated)
+    assert len(cited) >= 18  # 16 glibc sources (table 1), 2 arch lists carried forward (2b)
+    for table, ident, quote in cited:
+        assert ident in sections, f"compat.toml cites compat-facts {table}{ident}; {FACTS.name} has no section {ident}"
+        if table:
+            assert re.search(r"^\|.*\|$", sections[ident], re.M), f"section {ident} of {FACTS.name} has no table"
+        if quote:
+            assert quote in sections[ident], f"section {ident} of {FACTS.name} does not say {quote!r}"
+    headings = SECTION_COMMENT.findall(curated)
+    assert headings == ["1", "2a", "2b"]
+    assert all(h in sections for h in headings)
+    assert "docs/compat-facts.md" in curated  # where the comments say the facts come from
+
+
+def test_the_citation_check_fails_on_a_missing_section():
+    text = FACTS.read_text()
+    assert "2b" not in facts_sections(text.replace("## 2b. ", "## 2c. "))
+    assert "1" not in facts_sections(text.replace("## 1. ", "## One. "))
+
 
 # (id, query, expected rule or None for compatible, substring of the cited source)
 CASES = [

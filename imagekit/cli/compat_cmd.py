@@ -10,7 +10,8 @@ import typer
 from imagekit import compat, validate
 from imagekit.cli.common import err_console, handles_errors, out, out_json, output_file_option
 from imagekit.cli.options import JsonOpt
-from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.errors import EXIT_NO, EnvironmentFailure, UsageError
+from imagekit.resolution import redact
 
 
 def _user_file() -> Path:
@@ -23,6 +24,58 @@ def _user_file() -> Path:
     return path
 
 
+def _check(index: str, out_file: Path | None, as_json: bool) -> None:
+    """`compat refresh --check`: the releases the index has that the data lacks; exit 1 when there are any."""
+    from imagekit import refresh as refresh_mod
+    from imagekit.services import compat_refresh
+
+    if out_file is not None:
+        hint = "pass a metadata file `imagekit compat refresh --out FILE` wrote, or drop --out to check the data in use"
+        doc = compat.read_user_metadata(out_file, hint)
+        if doc is None:
+            raise UsageError(f"--out {out_file} does not exist: there is nothing to compare", hint)
+        where, origin = str(out_file), "--out"
+        fix = f"run `imagekit compat refresh --out {out_file}` to regenerate it"
+    else:
+        doc, where, origin, _ = compat.choose_metadata(compat.user_metadata_path())
+        fix = (
+            "run `imagekit compat refresh` (it writes the user data file imagekit reads from then on); to update the "
+            "data shipped with imagekit, `imagekit compat refresh --out imagekit/data/pypi-metadata.json` in its "
+            "source tree"
+        )
+    missing = compat_refresh.check(doc, index)
+    curated = {t["minor"] for t in compat.curated_document()["torch"]}
+    new_minors = refresh_mod.uncurated_minors(missing.get("torch", []), curated)
+    if as_json:
+        out_json(
+            {
+                "up_to_date": not missing,
+                "data": {"path": where, "origin": origin},
+                "index": redact(index),
+                "missing": missing,
+                "uncurated_torch_minors": new_minors,
+            }
+        )
+    console = err_console()
+    if not missing:
+        console.print(f"up to date: {where} ({origin}) has every release {redact(index)} lists", markup=False)
+        return
+    verb = "is" if sum(map(len, missing.values())) == 1 else "are"
+    console.print(
+        f"stale: {refresh_mod.describe_missing(missing)} {verb} on the index and not in the data ({where}, {origin})",
+        markup=False,
+    )
+    if new_minors:
+        console.print(
+            f"note: the curated facts have no entry for torch {', '.join(new_minors)} (CUDA variants, PyPI default, "
+            "glibc): refreshing adds its releases; a new imagekit (or a [[torch]] table in compat.toml) makes them "
+            "usable",
+            markup=False,
+        )
+    console.print(f"hint: {fix}", markup=False)
+    raise typer.Exit(EXIT_NO)
+
+
 def build() -> typer.Typer:
     app = typer.Typer(
         help="Compatibility data: see which files are in use, refresh the metadata-derived part from the index.",
@@ -31,7 +84,8 @@ def build() -> typer.Typer:
 
     @app.command(
         "refresh",
-        epilog="Example: imagekit compat refresh; imagekit compat refresh --out imagekit/data/pypi-metadata.json",
+        epilog="Examples: imagekit compat refresh; imagekit compat refresh --check; "
+        "imagekit compat refresh --out imagekit/data/pypi-metadata.json",
     )
     @handles_errors
     def refresh(
@@ -40,30 +94,45 @@ def build() -> typer.Typer:
             typer.Option(
                 "--out",
                 metavar="FILE",
-                help="Write the metadata JSON here instead (an export: imagekit reads only the user data file).",
+                help="Write the metadata JSON here instead (an export: imagekit reads only the user data file); "
+                "with --check, the file to compare.",
             ),
         ] = None,
         index: Annotated[
             str, typer.Option(metavar="URL", help="PEP 691 simple index to read.")
         ] = "https://pypi.org/simple",
+        check: Annotated[
+            bool,
+            typer.Option(
+                "--check",
+                help="Write nothing; exit 1 naming each release the index has and the data in use (or --out) lacks.",
+            ),
+        ] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Regenerate Requires-Python / Requires-Dist data and torch's Python windows from package metadata.
 
         Writes the user data file imagekit reads from then on: $IMAGEKIT_DATA_DIR/pypi-metadata.json, else
         $XDG_DATA_HOME/imagekit/, else ~/.local/share/imagekit/ (`imagekit compat show` says which). It is refused
-        when it would know fewer torch releases than the data shipped with imagekit. The curated facts (CUDA
-        variants, driver floors, archs, with sources) are not refreshed: they come with imagekit. Lock input
-        hashes cover the curated facts' data version, not this file, so refreshing never makes locks stale.
+        when it would know fewer torch releases, or fewer releases of a package, than the data shipped with
+        imagekit. The curated facts (CUDA variants, driver floors, archs, with sources) are not refreshed: they come
+        with imagekit. Lock input hashes cover the curated facts' data version, not this file, so refreshing never
+        makes locks stale. --check reads only the index's release lists (no metadata) and writes nothing.
         """
-        from imagekit import refresh as refresh_mod
-
         validate.index_url(index, "--index")
+        if check:
+            _check(index, out_file, as_json)
+            return
+        from imagekit.services import compat_refresh
+
         target = out_file if out_file is not None else _user_file()
         output_file_option(target, "--out" if out_file is not None else "the user data file")
-        doc = refresh_mod.refresh(target, index, floor=compat.shipped_metadata() if out_file is None else None)
+        doc = compat_refresh.write(target, index, floor=compat.shipped_metadata() if out_file is None else None)
+        counts = {k: len(v) for k, v in sorted(doc["packages"].items())}
+        if as_json:
+            out_json({"path": str(target), "index": redact(index), "releases": {"torch": len(doc["torch"]), **counts}})
         err_console().print(
-            f"wrote {target}: torch {len(doc['torch'])} releases, "
-            + ", ".join(f"{k} {len(v)}" for k, v in sorted(doc["packages"].items())),
+            f"wrote {target}: torch {len(doc['torch'])} releases, " + ", ".join(f"{k} {v}" for k, v in counts.items()),
             markup=False,
         )
 

@@ -1,0 +1,84 @@
+"""`imagekit compat refresh`: read the index's PEP 691 pages and each recorded release's metadata, write
+pypi-metadata.json atomically; `--check`: read the pages only and say which releases the data lacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from imagekit import refresh
+from imagekit.effects import http, remote_zip
+from imagekit.effects.files import write_atomic
+from imagekit.errors import EnvironmentFailure
+from imagekit.metadata import parse_metadata
+from imagekit.resolution import redact
+
+
+def simple_page(index: str, name: str) -> dict:
+    """A PEP 691 page, checked: a list of files with names and http(s) URLs (made absolute against the page)."""
+    page_url = f"{index.rstrip('/')}/{name}/"
+    page = http.get_json(page_url, accept=http.SIMPLE_JSON)
+    files = page.get("files") if isinstance(page, dict) else None
+    hint = "the index must serve PEP 691 JSON (application/vnd.pypi.simple.v1+json)"
+    if not isinstance(files, list):
+        raise EnvironmentFailure(f"the index page {page_url} has no list of files", hint)
+    fixed = []
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
+            raise EnvironmentFailure(f"the index page {page_url} lists a file without a filename or url", hint)
+        try:
+            url = str(httpx.URL(page_url).join(f["url"]))
+        except httpx.InvalidURL:
+            url = f["url"]
+        http.require_http(url, f"the index lists {f['filename']} at", EnvironmentFailure, "use another index")
+        fixed.append({**f, "url": url})
+    return {**page, "files": fixed}
+
+
+def pages(index: str) -> dict[str, dict]:
+    """The page of torch and of each watched package (`refresh.PROJECTS`), read side by side."""
+    found = http.map_concurrently(lambda name: simple_page(index, name), list(refresh.PROJECTS))
+    return dict(zip(refresh.PROJECTS, found, strict=True))
+
+
+def _fetch_metadata(url: str) -> str:
+    """PEP 658 metadata when the index has it, else METADATA read out of the wheel by range requests."""
+    try:
+        return http.get(url).decode("utf-8", "replace")
+    except EnvironmentFailure:
+        wheel = url.removesuffix(".metadata")
+        return remote_zip.read_member(wheel, ".dist-info/METADATA").decode("utf-8", "replace")
+
+
+def _metadata_for(page: dict, versions: list[str]) -> dict[str, dict]:
+    urls = [(v, w.url + ".metadata") for v, w in refresh.metadata_wheels(page, versions).items()]
+    texts = http.map_concurrently(_fetch_metadata, [u for _, u in urls])
+    return {v: parse_metadata(t).to_json() for (v, _), t in zip(urls, texts, strict=True)}
+
+
+def build_metadata(index: str = refresh.DEFAULT_INDEX) -> dict:
+    """Fetch and parse everything; returns the JSON document (not yet written)."""
+    found = pages(index)
+    metadata = {name: _metadata_for(page, refresh.recorded_releases(name, page)) for name, page in found.items()}
+    return refresh.document(found, metadata)
+
+
+def write(out: Path, index: str = refresh.DEFAULT_INDEX, floor: dict | None = None) -> dict:
+    """Fetch, check and write atomically. ``floor`` (the shipped metadata, when writing the file imagekit reads):
+    refuse a document `compat.load` would pass over, so what is written is what is used."""
+    doc = build_metadata(index)
+    why = refresh.refusal(doc, floor)
+    if why:
+        raise EnvironmentFailure(
+            f"the index {redact(index)} answered metadata imagekit would not use ({why}); {out} was not written",
+            "use an index that mirrors PyPI's releases (the default https://pypi.org/simple), or --out FILE "
+            "to export what it has",
+        )
+    write_atomic(out, refresh.dump(doc))
+    return doc
+
+
+def check(doc: dict, index: str = refresh.DEFAULT_INDEX) -> dict[str, list[str]]:
+    """The releases the index lists that ``doc`` lacks (`refresh.missing_releases`): its pages only, no metadata."""
+    return refresh.missing_releases(doc, pages(index))
