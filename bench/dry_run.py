@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import compat, matrix, resolution  # noqa: E402
+from imagekit import matrix, resolution  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
 from imagekit.services import lock_cells as lock_service  # noqa: E402
 
@@ -45,7 +45,7 @@ def plan(cache: Path) -> tuple[float, dict]:
 
 
 def pages() -> list[str]:
-    data = compat.load()
+    data = inputs.compat_data()
     cfg = inputs.load_matrix(None, data)
     names = set()
     for e in matrix.evaluate(cfg, data):

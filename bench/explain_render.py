@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from imagekit import compat, matrix, render  # noqa: E402
+from imagekit.services import inputs  # noqa: E402
 from imagekit.services.cell_plans import plans_for  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def timed(fn, repeat: int = 5) -> tuple[float, object]:
 
 
 def main() -> None:
-    data = compat.load()
+    data = inputs.compat_data()
     doc = synthetic(data)
     config = matrix.parse(doc, "<synthetic>", data)
     t_explain, cells = timed(lambda: matrix.evaluate(matrix.parse(doc, "<synthetic>", data), data))

@@ -37,6 +37,7 @@ from imagekit import compat, lockfile, matrix  # noqa: E402
 from imagekit.buildplan import bootstrap_base  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
+from imagekit.services import inputs  # noqa: E402
 
 PAIR = ["cu124-torch2.5.1-py3.11-tf4.48.2", "cu124-torch2.6.0-py3.11-tf5.9.0"]
 REGISTRY = "127.0.0.1:5000"
@@ -212,7 +213,7 @@ def main() -> None:
     ap.add_argument("--skip-naive", action="store_true", help="--cold without the naive peer")
     args = ap.parse_args()
     engine = Engine()
-    data = compat.load()
+    data = inputs.compat_data()
     root = args.imagekit_root.resolve()
     rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"imagekit from {root} ({rev.stdout.strip()})", flush=True)

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from imagekit import compat, matrix, resolution  # noqa: E402
 from imagekit.effects.resolver import uv_binary  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
+from imagekit.services import inputs  # noqa: E402
 from imagekit.services import lock_cells as lock_service  # noqa: E402
 
 REQS = ["torch==2.5.1", "transformers==4.48.2", "accelerate==1.2.1"]
@@ -150,7 +151,7 @@ def main() -> None:
     parser.add_argument("--skip-pip-compile", action="store_true")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    data = compat.load()
+    data = inputs.compat_data()
     imagekit_lock(data)  # warm the resolver cache for both uv-based tools
     bare_uv()
     t_proc, t_uv = paired(args.runs)

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from imagekit import compat  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
+from imagekit.services import inputs  # noqa: E402
 from imagekit.services.build import BuildOptions, build_cell  # noqa: E402
 from tests.registry import Registry, free_port  # noqa: E402
 
@@ -69,7 +70,7 @@ def reproducibility_only(engine: Engine, data: compat.CompatData, against: str) 
 
 
 def main() -> None:
-    data = compat.load()
+    data = inputs.compat_data()
     engine = Engine()
     if len(sys.argv) > 2 and sys.argv[1] == "--against":
         reproducibility_only(engine, data, sys.argv[2])

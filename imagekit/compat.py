@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -355,17 +353,8 @@ def shipped_metadata() -> dict:
     return json.loads(resources.files("imagekit.data").joinpath(METADATA_FILE).read_text())
 
 
-def read_user_metadata(path: Path, hint: str | None = None) -> dict | None:
-    """The user's refreshed metadata (or another metadata file, with its own ``hint``): None when absent; a
-    UsageError (exit 2) when it is there but unusable."""
-    hint = hint or (
-        f"run `imagekit compat refresh` to write it again, or delete {path} to use the data shipped with imagekit"
-    )
-    from imagekit.effects.files import read_input  # a FIFO or a folder there is refused, not read
-
-    text = read_input(path, "compatibility data", hint, missing_ok=True)
-    if text is None:
-        return None
+def parse_user_metadata(text: str, path: Path, hint: str) -> dict:
+    """A metadata file's text, checked: a UsageError (exit 2) naming ``path`` when it is not JSON of the right shape."""
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -376,44 +365,5 @@ def read_user_metadata(path: Path, hint: str | None = None) -> dict | None:
     return doc
 
 
-def choose_metadata(path: Path | None) -> tuple[dict, str, str, str | None]:
-    """(metadata document, its path, "user" or "shipped", why a user file was passed over)."""
-    shipped = shipped_metadata()
-    doc = read_user_metadata(path) if path is not None else None
-    if doc is None or path is None:
-        return shipped, shipped_path(METADATA_FILE), SHIPPED, None
-    why = floor_problem(doc, shipped)
-    if why:
-        return shipped, shipped_path(METADATA_FILE), SHIPPED, f"{path}: {why}"
-    return doc, str(path), USER, None
-
-
-def load() -> CompatData:
-    """The compatibility data: the curated facts shipped with imagekit, and the user's refreshed PyPI metadata when
-    it is there and valid (else the shipped metadata). Cached per state of the user file."""
-    path = user_metadata_path()
-    try:
-        st = path.stat() if path is not None else None
-    except OSError:
-        st = None
-    if path is None or st is None:  # no user file: one cache entry whatever the path (tests change HOME often)
-        return _load(None, None)
-    return _load(str(path), (st.st_mtime_ns, st.st_size))
-
-
 def curated_document() -> dict:
     return tomllib.loads(resources.files("imagekit.data").joinpath(CURATED_FILE).read_text())
-
-
-@cache
-def _load(path: str | None, _signature: tuple[int, int] | None) -> CompatData:
-    curated = curated_document()
-    metadata, where, origin, passed_over = choose_metadata(Path(path) if path is not None else None)
-    if passed_over:  # an older copy (imagekit was upgraded since the refresh): the shipped data is newer
-        sys.stderr.write(
-            f"warning: not using {passed_over}; using the shipped data\n"
-            "hint: run `imagekit compat refresh` to update it, or delete it\n"
-        )
-    return parse(
-        curated, metadata, curated_path=shipped_path(CURATED_FILE), metadata_path=where, metadata_origin=origin
-    )

@@ -77,9 +77,9 @@ def dump(doc: dict) -> str:
 
 
 def refusal(doc: dict, floor: dict | None) -> str | None:
-    """Why ``doc`` must not be written (None when it may): a shape `compat.load` would not read, or, with
+    """Why ``doc`` must not be written (None when it may): a shape `inputs.compat_data` would not read, or, with
     ``floor`` (the shipped metadata, when writing the file imagekit reads), fewer torch releases or fewer releases
-    of a package than the floor, which `compat.load` would pass over."""
+    of a package than the floor, which `inputs.compat_data` would pass over."""
     problems = compat.metadata_problems(doc)
     if problems:
         return "; ".join(problems)

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from imagekit import compat
 from imagekit.cli import build_app
 from imagekit.model import Cell
+from imagekit.services import inputs
 from tests.recording import RecordingProgress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +25,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def no_user_compat_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Every test reads the compatibility data shipped with imagekit, never a copy this machine's user refreshed
-    (`imagekit compat refresh` writes to the user data folder, which `compat.load` prefers): IMAGEKIT_DATA_DIR is
+    (`imagekit compat refresh` writes to the user data folder, which `inputs.compat_data` prefers): IMAGEKIT_DATA_DIR is
     an empty folder for the whole session, subprocesses included. Tests that want user data set their own."""
     empty = tmp_path_factory.mktemp("user-data-empty")
     with pytest.MonkeyPatch.context() as mp:
@@ -35,7 +36,7 @@ def no_user_compat_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
 
 @pytest.fixture(scope="session")
 def data() -> compat.CompatData:
-    return compat.load()
+    return inputs.compat_data()
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +105,7 @@ def real_build(engine, registry, tmp_path_factory):
         release_index=state / "releases.json",
         push=True,
     )
-    result = build_cell(REAL_CELL, opts, engine, compat.load(), _log, progress=REAL_BUILD_PROGRESS)
+    result = build_cell(REAL_CELL, opts, engine, inputs.compat_data(), _log, progress=REAL_BUILD_PROGRESS)
     assert result.status == "published", result.error and result.error.render()
     engine.tag(result.image_id, "imagekit-test/train", REAL_CELL.id)  # a stable local tag keeps the layer cache
     return result, opts

@@ -20,9 +20,6 @@ PACKAGE = ROOT / "imagekit"
 NOT_IN_CORE = ("subprocess", "socket", "urllib", "http", "docker", "httpx", "paramiko", "requests", "asyncio")
 ALLOWED_IN_CORE = {"urllib.parse"}
 ABOVE_CORE = ("imagekit.effects", "imagekit.services", "imagekit.cli")
-# Known and named: the compatibility data's loader reads the user's refreshed metadata file through
-# `effects.files.read_input` (inside `compat.read_user_metadata`). It is the one core module that reads a file.
-CORE_EXCEPTIONS = {("imagekit.compat", "imagekit.effects.files")}
 
 
 def _modules() -> list[str]:
@@ -71,9 +68,7 @@ def test_the_pure_core_touches_no_process_network_or_effect(module):
     bad = sorted(
         name
         for name in _imports(module)
-        if name not in ALLOWED_IN_CORE
-        and (name.split(".")[0] in NOT_IN_CORE or name.startswith(ABOVE_CORE))
-        and (module, name) not in CORE_EXCEPTIONS
+        if name not in ALLOWED_IN_CORE and (name.split(".")[0] in NOT_IN_CORE or name.startswith(ABOVE_CORE))
     )
     assert not bad, f"{module} imports {bad}: move the effect to imagekit/effects and pass its result in"
 

@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from imagekit import compat, naming, resolution
+from imagekit import naming, resolution
 from imagekit.effects.registry import Remote
 from imagekit.model import Cell
+from imagekit.services import inputs
 from imagekit.services.build import BuildOptions, build_cell
 from tests.fakes import RecordingEngine, RecordingRegistry
 from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
@@ -49,7 +50,7 @@ def setup(tmp_path, fake_index):
 
 def _build(engine, registry, opts, log=None):
     lines: list[str] = []
-    res = build_cell(CELL, opts, engine, compat.load(), lambda _c, m: lines.append(m), registry=registry)
+    res = build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, m: lines.append(m), registry=registry)
     return res, lines
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import compat
 from imagekit.effects.registry import RegistryClient, Remote
+from imagekit.services import inputs
 from imagekit.services.base_images import ensure_base
 from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
 
@@ -80,7 +80,7 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
     assert len(installed[0]) == 3 and installed[0] == installed[1]  # what the two wheel servers fed: the same bytes
 
     # two publishers at once: the built image under its cell's tag, the base under another cell's tag
-    base = ensure_base(compat.load().bases["3.11"], engine).reference
+    base = ensure_base(inputs.compat_data().bases["3.11"], engine).reference
     images = {CELL: results[0]["image_id"], OTHER: engine.image(base)["Id"]}
     script = textwrap.dedent(
         """

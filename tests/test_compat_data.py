@@ -1,4 +1,4 @@
-"""Compatibility data the user can refresh: where `compat refresh` writes, what `compat.load` reads, the sanity
+"""Compatibility data the user can refresh: where `compat refresh` writes, what `inputs.compat_data` reads, the sanity
 floor, and unknown-version errors that say which data lacks a release (and so whether refreshing helps).
 
 The refresh runs against a real PEP 691 index on loopback, generated from the shipped metadata plus releases the
@@ -23,6 +23,7 @@ import pytest
 from packaging.version import Version
 
 from imagekit import compat
+from imagekit.services import inputs
 from tests.conftest import ROOT
 from tests.test_refresh import Index, index_server
 
@@ -101,7 +102,7 @@ def test_user_data_dir_order():
 def test_the_test_session_reads_only_the_shipped_data():
     """conftest points IMAGEKIT_DATA_DIR at an empty folder: a refresh on this machine changes no test."""
     assert compat.user_metadata_path() == Path(os.environ["IMAGEKIT_DATA_DIR"]) / "pypi-metadata.json"
-    data = compat.load()
+    data = inputs.compat_data()
     assert data.metadata_origin == compat.SHIPPED and data.metadata_path == compat.shipped_path("pypi-metadata.json")
 
 
@@ -123,7 +124,7 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
     assert shipped_file.read_bytes() == shipped_bytes  # the shipped file is untouched
 
     monkeypatch.setenv("IMAGEKIT_DATA_DIR", str(data_dir))
-    data = compat.load()
+    data = inputs.compat_data()
     assert data.metadata_origin == compat.USER and data.metadata_path == str(written)
     assert "2.16.0" in data.torch_releases and "9.0.0" in data.packages["transformers"]
     assert data.torch_releases["2.5.1"] == SHIPPED["torch"]["2.5.1"]  # the same facts, read back from the index

@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from imagekit import compat, naming, render, resolution
+from imagekit import naming, render, resolution
 from imagekit.buildplan import BuildPlan
 from imagekit.effects import wheelserver
 from imagekit.effects.files import clamp_mtimes
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.model import Cell
-from imagekit.services import fetch, publish, selftest_runner
+from imagekit.services import fetch, inputs, publish, selftest_runner
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import ensure_base
 from imagekit.services.build import BuildOptions, build_cell
@@ -132,7 +132,7 @@ def test_entrypoint_refuses_to_start_on_a_blocker(real_build, engine):
 def test_an_immutable_tag_never_moves(real_build, engine, registry):
     result, _ = real_build
     passed = selftest_runner.SelfTestReport(result.tag, True, result.report)
-    other = engine.image(ensure_base(compat.load().bases["3.11"], engine).reference)["Id"]
+    other = engine.image(ensure_base(inputs.compat_data().bases["3.11"], engine).reference)["Id"]
     tag = result.tag.rsplit(":", 1)[1]
     with pytest.raises(CheckFailed, match="already exists with other contents"):
         publish.publish(
@@ -254,7 +254,7 @@ def _fake_opts(tmp_path, index_url, repository, push=True):
 def test_failing_selftest_pushes_nothing(engine, registry, fake_index, tmp_path):
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
     repo = f"{registry.address}/imagekit-test/fake"
-    res = build_cell(cell, _fake_opts(tmp_path, fake_index, repo), engine, compat.load(), _log)
+    res = build_cell(cell, _fake_opts(tmp_path, fake_index, repo), engine, inputs.compat_data(), _log)
     assert res.status == "failed" and res.step == "self-test", res.error and res.error.render()
     assert "torch-cuda-version" in res.report["failed"] and "tiny-model" in res.report["failed"]
     assert res.report["checks"][0]["id"] == "dists-match-lock" and res.report["checks"][0]["status"] == "pass"
@@ -266,7 +266,7 @@ def test_failing_selftest_pushes_nothing(engine, registry, fake_index, tmp_path)
 def test_tampered_cached_wheel_fails_the_build(engine, registry, fake_index, tmp_path):
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
     opts = _fake_opts(tmp_path, fake_index, f"{registry.address}/imagekit-test/fake", push=False)
-    data = compat.load()
+    data = inputs.compat_data()
     lock = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data).lock
     wheels = fetch.fetch_lock(lock, "3.11", "2.36")
     victim = next(w.path for w in wheels if w.name == "transformers")
@@ -279,7 +279,7 @@ def test_tampered_cached_wheel_fails_the_build(engine, registry, fake_index, tmp
 def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index, tmp_path):
     """Past the fetch check: pip's --require-hashes inside the Dockerfile refuses a swapped wheel."""
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
-    data = compat.load()
+    data = inputs.compat_data()
     opts = _fake_opts(tmp_path, fake_index, "imagekit-test/fake", push=False)
     lock = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data).lock
     wheels = fetch.fetch_for_build(lock, "3.11", "2.36")
@@ -319,7 +319,7 @@ def test_engine_capabilities_say_what_is_lost(engine):
 
 
 def test_base_bootstrap_is_reproducible_and_cached(engine):
-    spec = compat.load().bases["3.11"]
+    spec = inputs.compat_data().bases["3.11"]
     first = ensure_base(spec, engine)
     start = time.time()
     again = ensure_base(spec, engine)
@@ -352,7 +352,7 @@ def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tm
     root = tmp_path / "pypi"
     torch26 = ("torch", "2.6.0", ["filelock", "nvidia-cuda-runtime-cu12==12.4.127"])
     write_simple_index(root, fake_pypi_wheels(tmp_path / "w", extra=[torch26]))
-    data = compat.load()
+    data = inputs.compat_data()
     tags, ids = [], []
     with serve(root) as url:
         opts = _fake_opts(tmp_path, f"{url}/simple", "imagekit-test/cudalayers", push=False)
@@ -396,7 +396,7 @@ def test_an_image_over_its_size_budget_is_refused_and_not_pushed(engine, registr
     repo = f"{registry.address}/imagekit-test/budget"
     opts = _fake_opts(tmp_path, fake_index, repo)
     opts = dataclasses.replace(opts, options=dataclasses.replace(opts.options, size_budget="100 MB"))
-    res = build_cell(cell, opts, engine, compat.load(), _log)
+    res = build_cell(cell, opts, engine, inputs.compat_data(), _log)
     try:
         assert res.status == "failed" and res.step == "size-budget", res.error and res.error.render()
         assert "over 0.10 GB (the budget 100 MB)" in res.error.message and "nothing was pushed" in res.error.hint
@@ -412,7 +412,7 @@ def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp
     from imagekit import imageconfig
     from imagekit.services.build import set_runtime_config
 
-    base = ensure_base(compat.load().bases["3.11"], engine)
+    base = ensure_base(inputs.compat_data().bases["3.11"], engine)
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "Dockerfile").write_text(f"FROM {base.reference}\nRUN echo x > /x\nRUN true\nLABEL old=1\n")

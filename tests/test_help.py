@@ -11,9 +11,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from imagekit import compat, matrix
+from imagekit import matrix
 from imagekit.cli import build_app
 from imagekit.cli.matrix_cmd import EPILOG
+from imagekit.services import inputs
 
 # typer's type labels (`<list[str]>`, `<path>`, `<int range>`): what a value is called when no metavar is given
 TYPE_LABEL = re.compile(r"<(list\[|str>|bool>|int|float|path>|file>|dir>|text>|integer>|uuid>|datetime>)")
@@ -104,7 +105,7 @@ def test_matrix_help_example_is_a_valid_matrix() -> None:
     """The example in `imagekit matrix --help` parses, as shown, into compatible cells."""
     blocks = [b.split("\n\n")[0] for b in EPILOG.split("\b\n")[1:]]
     doc = tomllib.loads("\n".join(blocks).replace("sha256:...", "sha256:" + "ab" * 32))
-    data = compat.load()
+    data = inputs.compat_data()
     config = matrix.parse(doc, "help", data)
     assert config.repository == "ghcr.io/acme/train" and "3.11" in config.bases
     ids = {c.id for c in config.cells}

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.services import inputs
+
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
@@ -262,7 +264,7 @@ def test_job_mode_runs_the_command_as_root(real_build, engine, tmp_path):
 def jupyter_build(real_build, engine, tmp_path_factory):
     """The same cell with `[image] jupyter = true`: re-locked from the committed lock (the torch layer stays
     byte-identical, so only the app layer is built), self-tested, not pushed."""
-    from imagekit import compat, naming
+    from imagekit import naming
     from imagekit.model import Cell
     from imagekit.services.build import BuildOptions, build_cell
     from tests.conftest import REAL_CELL, ROOT, _log
@@ -275,7 +277,7 @@ def jupyter_build(real_build, engine, tmp_path_factory):
     c = REAL_CELL
     cell = Cell(c.cuda, c.torch, c.transformers, c.python, tuple(sorted((*c.packages, "jupyterlab"))))
     opts = BuildOptions(repository="imagekit-test/jupyter", lock_dir=locks, state_dir=state, push=False)
-    built = build_cell(cell, opts, engine, compat.load(), _log)
+    built = build_cell(cell, opts, engine, inputs.compat_data(), _log)
     assert built.status == "passed", built.error and built.error.render()
     # layers: the base, the base stage's COPY and RUN, the CUDA layers, torch, then the app's RUN: every RUN below the
     # app's is the same bytes whether the engine reused it or built it again (no `# via` in install files; mtimes

@@ -10,6 +10,7 @@ import typer
 from imagekit.cli.common import err_console, handles_errors, out, out_json
 from imagekit.cli.options import JsonOpt
 from imagekit.errors import UsageError
+from imagekit.services import inputs
 from imagekit.validate import repository as validate_repository
 
 
@@ -45,11 +46,10 @@ def build() -> typer.Typer:
         as_json: JsonOpt = False,
     ) -> None:
         """Build the base with mmdebstrap (SOURCE_DATE_EPOCH: identical inputs, identical tarball) and import it."""
-        from imagekit import compat
         from imagekit.effects.docker import Engine
         from imagekit.services.base_images import ensure_base
 
-        data = compat.load()
+        data = inputs.compat_data()
         wanted = python or sorted(data.bases)
         unknown = [p for p in wanted if p not in data.bases]
         if unknown:

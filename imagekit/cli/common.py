@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
-from imagekit import compat, matrix
+from imagekit import matrix
 from imagekit.cli.options import Selection
 from imagekit.compat import CompatData
 from imagekit.errors import EnvironmentFailure, ImagekitError, UsageError
@@ -91,7 +91,7 @@ def output_file_option(path: Path, flag: str) -> Path:
 
 
 def load(matrix_path: Path | None) -> tuple[CompatData, matrix.MatrixConfig]:
-    data = compat.load()
+    data = inputs.compat_data()
     return data, inputs.load_matrix(matrix_path, data)
 
 

@@ -12,6 +12,7 @@ from imagekit.cli.common import err_console, handles_errors, out, out_json, outp
 from imagekit.cli.options import JsonOpt
 from imagekit.errors import EXIT_NO, EnvironmentFailure, UsageError
 from imagekit.resolution import redact
+from imagekit.services import inputs
 
 
 def _user_file() -> Path:
@@ -31,13 +32,13 @@ def _check(index: str, out_file: Path | None, as_json: bool) -> None:
 
     if out_file is not None:
         hint = "pass a metadata file `imagekit compat refresh --out FILE` wrote, or drop --out to check the data in use"
-        doc = compat.read_user_metadata(out_file, hint)
+        doc = inputs.read_user_metadata(out_file, hint)
         if doc is None:
             raise UsageError(f"--out {out_file} does not exist: there is nothing to compare", hint)
         where, origin = str(out_file), "--out"
         fix = f"run `imagekit compat refresh --out {out_file}` to regenerate it"
     else:
-        doc, where, origin, _ = compat.choose_metadata(compat.user_metadata_path())
+        doc, where, origin, _ = inputs.choose_metadata(compat.user_metadata_path())
         fix = (
             "run `imagekit compat refresh` (it writes the user data file imagekit reads from then on); to update the "
             "data shipped with imagekit, `imagekit compat refresh --out imagekit/data/pypi-metadata.json` in its "
@@ -144,7 +145,7 @@ def build() -> typer.Typer:
         """Which compatibility data files are in use: their paths, versions and release counts."""
         user = compat.user_metadata_path()
         try:
-            metadata, where, origin, passed_over = compat.choose_metadata(user)
+            metadata, where, origin, passed_over = inputs.choose_metadata(user)
             state = "in use" if origin == compat.USER else f"not used: {passed_over}" if passed_over else "absent"
         except UsageError as exc:  # an unusable user file: say so here (every other command refuses it)
             metadata, where, origin = (

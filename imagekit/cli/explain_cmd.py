@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 
-from imagekit import compat, rules, validate
+from imagekit import rules, validate
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import JsonOpt
 from imagekit.model import Query
+from imagekit.services import inputs
 
 
 def register(app: typer.Typer) -> None:
@@ -60,7 +61,7 @@ def register(app: typer.Typer) -> None:
 
         Exit 0 when compatible, 1 when not, 2 for bad or unknown versions.
         """
-        data = compat.load()
+        data = inputs.compat_data()
         resolved: dict[str, str] = {}
 
         def release(name: str, value: str | None) -> str | None:

@@ -15,6 +15,7 @@ from imagekit import compat, matrix, validate
 from imagekit.cli.common import err_console, handles_errors, output_file_option
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.errors import UsageError
+from imagekit.services import inputs
 
 # A small matrix from the shipped default's own axes (imagekit/data/default-matrix.toml): two torch releases on
 # two CUDA variants; the rules keep the pairs torch publishes wheels for, `imagekit matrix --explain` shows the rest.
@@ -165,7 +166,7 @@ def register(app: typer.Typer) -> None:
         names = {validate.requirement_name(p) for p in extra}
         packages = tuple(p for p in DEFAULT_PACKAGES if validate.requirement_name(p) not in names) + extra
         repo = _valid("--repository", validate.repository, repository)
-        data = compat.load()
+        data = inputs.compat_data()
         unbased = [p for p in axes["python"] if p not in data.bases]
         if unbased:
             raise UsageError(

@@ -66,7 +66,7 @@ def build_metadata(index: str = refresh.DEFAULT_INDEX) -> dict:
 
 def write(out: Path, index: str = refresh.DEFAULT_INDEX, floor: dict | None = None) -> dict:
     """Fetch, check and write atomically. ``floor`` (the shipped metadata, when writing the file imagekit reads):
-    refuse a document `compat.load` would pass over, so what is written is what is used."""
+    refuse a document `inputs.compat_data` would pass over, so what is written is what is used."""
     doc = build_metadata(index)
     why = refresh.refusal(doc, floor)
     if why:

@@ -1,12 +1,15 @@
 """The files a user hands in, read through `effects.files` (a FIFO, a folder or a non-UTF-8 file is a usage error,
-not a hang): the matrix file. Parsing is the pure core's (`matrix.parse`)."""
+not a hang): the matrix file, and the compatibility data (the curated facts shipped with imagekit, and the user's
+refreshed PyPI metadata when it is there). Parsing is the pure core's (`matrix.parse`, `compat.parse`)."""
 
 from __future__ import annotations
 
+import sys
+from functools import cache
 from pathlib import Path
 
-from imagekit import matrix
-from imagekit.compat import CompatData
+from imagekit import compat, matrix
+from imagekit.compat import METADATA_FILE, SHIPPED, USER, CompatData
 from imagekit.effects.files import read_input
 from imagekit.errors import UsageError
 from imagekit.matrix import ConfigError, MatrixConfig
@@ -42,3 +45,56 @@ def _read_toml(path: Path) -> dict:
             raise ConfigError([exc.message], "save it as UTF-8") from None
         raise
     return matrix.parse_text(text or "", str(path))
+
+
+def read_user_metadata(path: Path, hint: str | None = None) -> dict | None:
+    """The user's refreshed metadata (or another metadata file, with its own ``hint``): None when absent; a
+    UsageError (exit 2) when it is there but unusable."""
+    hint = hint or (
+        f"run `imagekit compat refresh` to write it again, or delete {path} to use the data shipped with imagekit"
+    )
+    text = read_input(path, "compatibility data", hint, missing_ok=True)  # a FIFO or a folder there: refused
+    return None if text is None else compat.parse_user_metadata(text, path, hint)
+
+
+def choose_metadata(path: Path | None) -> tuple[dict, str, str, str | None]:
+    """(metadata document, its path, "user" or "shipped", why a user file was passed over)."""
+    shipped = compat.shipped_metadata()
+    doc = read_user_metadata(path) if path is not None else None
+    if doc is None or path is None:
+        return shipped, compat.shipped_path(METADATA_FILE), SHIPPED, None
+    why = compat.floor_problem(doc, shipped)
+    if why:
+        return shipped, compat.shipped_path(METADATA_FILE), SHIPPED, f"{path}: {why}"
+    return doc, str(path), USER, None
+
+
+def compat_data() -> CompatData:
+    """The compatibility data: the curated facts shipped with imagekit, and the user's refreshed PyPI metadata when
+    it is there and valid (else the shipped metadata). Cached per state of the user file."""
+    path = compat.user_metadata_path()
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        st = None
+    if path is None or st is None:  # no user file: one cache entry whatever the path (tests change HOME often)
+        return _compat_data(None, None)
+    return _compat_data(str(path), (st.st_mtime_ns, st.st_size))
+
+
+@cache
+def _compat_data(path: str | None, _signature: tuple[int, int] | None) -> CompatData:
+    curated = compat.curated_document()
+    metadata, where, origin, passed_over = choose_metadata(Path(path) if path is not None else None)
+    if passed_over:  # an older copy (imagekit was upgraded since the refresh): the shipped data is newer
+        sys.stderr.write(
+            f"warning: not using {passed_over}; using the shipped data\n"
+            "hint: run `imagekit compat refresh` to update it, or delete it\n"
+        )
+    return compat.parse(
+        curated,
+        metadata,
+        curated_path=compat.shipped_path(compat.CURATED_FILE),
+        metadata_path=where,
+        metadata_origin=origin,
+    )
