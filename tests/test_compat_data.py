@@ -117,7 +117,7 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
     assert before.returncode == 2 and "compat refresh" in before.stderr  # the shipped data lacks it
     with index_of(newer_than_shipped()) as (index, _):
         res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
-        current = cli("compat", "refresh", "--check", "--index", index, data_dir=data_dir)
+        current = cli("compat", "refresh", "--check", "--index-url", index, data_dir=data_dir)
     assert res.returncode == 0, res.stderr
     written = data_dir / "pypi-metadata.json"
     assert f"wrote {written}: torch {len(SHIPPED['torch']) + 1} releases" in res.stderr
@@ -151,7 +151,7 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
 def test_refresh_refuses_an_index_knowing_fewer_torch_releases_than_shipped(tmp_path):
     data_dir = tmp_path / "data"
     with index_server(tmp_path) as (index, _):  # two torch releases
-        res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
+        res = cli("compat", "refresh", "--index-url", index, data_dir=data_dir)
     assert res.returncode == 3, res.stderr
     assert f"fewer than the {len(SHIPPED['torch'])} shipped" in res.stderr and "was not written" in res.stderr
     assert res.stderr.count("error:") == 1 and res.stderr.count("hint:") == 1
@@ -163,8 +163,8 @@ def test_refresh_refuses_an_index_that_lost_releases_of_a_package(tmp_path):
     lost["packages"]["peft"] = dict(list(SHIPPED["packages"]["peft"].items())[:3])
     data_dir = tmp_path / "data"
     with index_of(lost) as (index, _):
-        res = cli("compat", "refresh", "--index", index, data_dir=data_dir)
-        export = cli("compat", "refresh", "--index", index, "--out", str(tmp_path / "export.json"), data_dir=data_dir)
+        res = cli("compat", "refresh", "--index-url", index, data_dir=data_dir)
+        export = cli("compat", "refresh", "--index-url", index, "--out", str(tmp_path / "export.json"), data_dir=data_dir)
     assert res.returncode == 3, res.stderr
     want = len(SHIPPED["packages"]["peft"])
     assert f"it knows 3 peft releases, fewer than the {want} shipped with imagekit" in res.stderr
@@ -199,8 +199,8 @@ def test_check_names_each_release_the_index_has_and_writes_nothing(tmp_path):
     shipped_file = ROOT / "imagekit" / "data" / "pypi-metadata.json"
     shipped_bytes = shipped_file.read_bytes()
     with index_of(newer_than_shipped()) as (index, handler):
-        res = cli("compat", "refresh", "--check", "--index", index, data_dir=data_dir)
-        as_json = cli("compat", "refresh", "--check", "--json", "--index", index, data_dir=data_dir)
+        res = cli("compat", "refresh", "--check", "--index-url", index, data_dir=data_dir)
+        as_json = cli("compat", "refresh", "--check", "--json", "--index-url", index, data_dir=data_dir)
     assert res.returncode == 1, res.stderr
     stale = f"stale: torch 2.16.0, transformers 9.0.0 are on the index and not in the data ({shipped_file}, shipped)"
     assert stale in res.stderr and res.stdout == ""
@@ -222,8 +222,8 @@ def test_check_names_each_release_the_index_has_and_writes_nothing(tmp_path):
 
 def test_check_of_data_the_index_matches_is_up_to_date(tmp_path):
     with index_of(SHIPPED) as (index, _):
-        res = cli("compat", "refresh", "--check", "--index", index, data_dir=tmp_path / "data")
-        as_json = cli("compat", "refresh", "--check", "--json", "--index", index, data_dir=tmp_path / "data")
+        res = cli("compat", "refresh", "--check", "--index-url", index, data_dir=tmp_path / "data")
+        as_json = cli("compat", "refresh", "--check", "--json", "--index-url", index, data_dir=tmp_path / "data")
     assert res.returncode == 0, res.stderr
     assert res.stderr.startswith("up to date: ") and res.stderr.count("\n") == 1 and res.stdout == ""
     doc = json.loads(as_json.stdout)
@@ -237,9 +237,9 @@ def test_check_compares_the_file_out_names(tmp_path):
     exported = tmp_path / "export.json"
     exported.write_text(json.dumps(older))
     with index_of(SHIPPED) as (index, _):
-        res = cli("compat", "refresh", "--check", "--out", str(exported), "--index", index, data_dir=tmp_path)
+        res = cli("compat", "refresh", "--check", "--out", str(exported), "--index-url", index, data_dir=tmp_path)
         missing = cli(
-            "compat", "refresh", "--check", "--out", str(tmp_path / "nope.json"), "--index", index, data_dir=tmp_path
+            "compat", "refresh", "--check", "--out", str(tmp_path / "nope.json"), "--index-url", index, data_dir=tmp_path
         )
     assert res.returncode == 1, res.stderr
     assert f"stale: accelerate {newest} is on the index and not in the data ({exported}, --out)" in res.stderr
@@ -257,7 +257,7 @@ def test_check_against_an_unreachable_index_is_exit_3(tmp_path):
     assert res.stderr.startswith("error: ") and "hint:" in res.stderr and "Traceback" not in res.stderr
     assert "stale" not in res.stderr and "up to date" not in res.stderr
     with index_of(SHIPPED) as (index, _):
-        gone = cli("compat", "refresh", "--check", "--index", index.replace("/simple", "/none"), data_dir=tmp_path)
+        gone = cli("compat", "refresh", "--check", "--index-url", index.replace("/simple", "/none"), data_dir=tmp_path)
     assert gone.returncode == 3 and "HTTP 404" in gone.stderr and "hint:" in gone.stderr
     assert not (tmp_path / "data").exists()
 

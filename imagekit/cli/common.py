@@ -98,7 +98,9 @@ def load(matrix_path: Path | None) -> tuple[CompatData, matrix.MatrixConfig]:
 def selected_compatible(selection: Selection) -> tuple[CompatData, matrix.MatrixConfig, list[matrix.EvaluatedCell]]:
     """The compatible cells of the matrix that the selection picks; an empty pick is a usage error."""
     data, config = load(selection.matrix_file)
-    cells = [c for c in matrix.select(matrix.evaluate(config, data), selection.selector()) if c.verdict.compatible]
+    evaluated = matrix.evaluate(config, data)
+    selection.unknown_cells(evaluated)
+    cells = [c for c in matrix.select(evaluated, selection.selector()) if c.verdict.compatible]
     cells = selection.by_source(cells, data)
     if not cells:
         raise UsageError(

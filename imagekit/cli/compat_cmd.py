@@ -9,7 +9,7 @@ import typer
 
 from imagekit import compat, validate
 from imagekit.cli.common import err_console, handles_errors, out, out_json, output_file_option
-from imagekit.cli.options import JsonOpt
+from imagekit.cli.options import JsonOpt, OldIndexOpt
 from imagekit.errors import EXIT_NO, EnvironmentFailure, UsageError
 from imagekit.resolution import redact
 from imagekit.services import inputs
@@ -99,9 +99,10 @@ def build() -> typer.Typer:
                 "with --check, the file to compare.",
             ),
         ] = None,
-        index: Annotated[
-            str, typer.Option(metavar="URL", help="PEP 691 simple index to read.")
+        index_url: Annotated[
+            str, typer.Option("--index-url", metavar="URL", help="PEP 691 simple index to read.")
         ] = "https://pypi.org/simple",
+        old_index: OldIndexOpt = None,
         check: Annotated[
             bool,
             typer.Option(
@@ -120,7 +121,8 @@ def build() -> typer.Typer:
         with imagekit. Lock input hashes cover the curated facts' data version, not this file, so refreshing never
         makes locks stale. --check reads only the index's release lists (no metadata) and writes nothing.
         """
-        validate.index_url(index, "--index")
+        index, flag = (old_index, "--index") if old_index is not None else (index_url, "--index-url")
+        validate.index_url(index, flag)
         if check:
             _check(index, out_file, as_json)
             return

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from imagekit.cli.common import err_console, folder_option, handles_errors, print_plan, selected_compatible
-from imagekit.cli.options import JsonOpt, LockDirOpt, QuietOpt, ResolverOptions, Selection, with_groups
+from imagekit import resolution
+from imagekit.cli.common import err_console, folder_option, handles_errors, out_json, print_plan, selected_compatible
+from imagekit.cli.options import JsonOpt, LockDirOpt, QuietOpt, Selection, with_groups
 from imagekit.errors import UsageError
 
 
@@ -37,7 +38,6 @@ def register(app: typer.Typer) -> None:
                 "`imagekit render --out DIR`.",
             ),
         ] = None,
-        resolving: ResolverOptions,
     ) -> None:
         """Download every locked wheel once into the wheel cache, verifying each sha256."""
         from imagekit.cli.progress_display import ConsoleProgress
@@ -58,13 +58,14 @@ def register(app: typer.Typer) -> None:
                 config,
                 data,
                 lock_dir=lock_dir,
-                settings=resolving.settings(),  # which locks are current: judged as `lock` would judge them
+                settings=resolution.LockSettings(),
                 build=False,
             )
             print_plan(plan, as_json, build=False)
             if not plan.disk_ok:
                 raise plan.disk_error()
             return
+        rows: list[dict] = []
         for e in cells:
             lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
             if lock is None:
@@ -76,8 +77,16 @@ def register(app: typer.Typer) -> None:
             if into is not None:
                 fetch_service.link_wheels(got, into / e.cell.id / "wheels")
                 fetch_service.write_requirements(lock, into / e.cell.id / "wheels")
-            progress.line(
-                e.cell.id,
+            new_bytes = sum(w.path.stat().st_size for w in new)
+            summary = (
                 f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
-                f"({len(new)} downloaded, {sum(w.path.stat().st_size for w in new) / 1e9:.2f} GB)",
+                f"({len(new)} downloaded, {new_bytes / 1e9:.2f} GB)"
             )
+            if quiet:  # progress is silenced; the result is not
+                console.print(f"{e.cell.id}: {summary}", markup=False)
+            else:
+                progress.line(e.cell.id, summary)
+            rows.append({"cell": e.cell.id, "wheels": len(got), "bytes": size, "downloaded": len(new),
+                         "downloaded_bytes": new_bytes})  # fmt: skip
+        if as_json:
+            out_json(rows)

@@ -93,7 +93,9 @@ def register(app: typer.Typer) -> None:
         if fmt not in FORMATS:
             raise UsageError(f"invalid --format {fmt!r}", f"use one of {', '.join(FORMATS)}")
         data, config = load(selection.matrix_file)
-        cells = matrix_mod.select(matrix_mod.evaluate(config, data), selection.selector())
+        evaluated = matrix_mod.evaluate(config, data)
+        selection.unknown_cells(evaluated)
+        cells = matrix_mod.select(evaluated, selection.selector())
         cells = selection.by_source(cells, data)
         if locked_only:
             cells = _locked(cells, folder_option(lock_dir, "--lock-dir"), data)

@@ -85,6 +85,16 @@ class Selection:
             ids=tuple(self.cell or ()),
         )
 
+    def unknown_cells(self, cells: list[matrix.EvaluatedCell]) -> None:
+        """A --cell id that is no cell of the matrix (compatible or not) is a usage error, not an empty pick."""
+        known = {c.cell.id for c in cells}
+        missing = [c for c in self.cell or () if c not in known]
+        if missing:
+            raise UsageError(
+                f"--cell {missing[0]!r} is not a cell of the matrix",
+                "`imagekit matrix --explain` lists the cells (ids as cu124-torch2.5.1-py3.11-tf4.48.2)",
+            )
+
     def by_source(self, cells: list[matrix.EvaluatedCell], data: CompatData) -> list[matrix.EvaluatedCell]:
         if self.source not in ("all", "pypi", "pytorch"):
             raise UsageError(f"invalid --source {self.source!r}", "use all, pypi or pytorch")
@@ -136,6 +146,7 @@ class ResolverOptions:
 LockDirOpt = Annotated[Path, typer.Option("--lock-dir", metavar="DIR", help="Where lockfiles live.")]
 OldLockDirOpt = Annotated[Path | None, typer.Option("--dir", metavar="DIR", hidden=True)]  # `lock --dir`, kept
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout (what the command reports as text).")]
+OldIndexOpt = Annotated[str | None, typer.Option("--index", metavar="URL", hidden=True)]  # `compat refresh --index`
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr; only the result.")]
 ReleaseIndexOpt = Annotated[
     Path,
@@ -152,8 +163,8 @@ GROUPS = (Selection, ResolverOptions)
 def lock_dir(new: Path, old: Path | None) -> tuple[Path, str]:
     """--lock-dir, or the older spelling --dir where a command had it; (folder, the flag the user gave)."""
     if old is not None:
-        if new != Path("lockfiles"):
-            raise UsageError("--dir and --lock-dir name the same folder", "pass --lock-dir alone")
+        if new not in (Path("lockfiles"), old):
+            raise UsageError(f"--dir {old} and --lock-dir {new} disagree", "--dir is the older spelling: pass one")
         return old, "--dir"
     return new, "--lock-dir"
 
