@@ -164,7 +164,9 @@ def test_refresh_refuses_an_index_that_lost_releases_of_a_package(tmp_path):
     data_dir = tmp_path / "data"
     with index_of(lost) as (index, _):
         res = cli("compat", "refresh", "--index-url", index, data_dir=data_dir)
-        export = cli("compat", "refresh", "--index-url", index, "--out", str(tmp_path / "export.json"), data_dir=data_dir)
+        export = cli(
+            "compat", "refresh", "--index-url", index, "--out", str(tmp_path / "export.json"), data_dir=data_dir
+        )
     assert res.returncode == 3, res.stderr
     want = len(SHIPPED["packages"]["peft"])
     assert f"it knows 3 peft releases, fewer than the {want} shipped with imagekit" in res.stderr
@@ -239,7 +241,14 @@ def test_check_compares_the_file_out_names(tmp_path):
     with index_of(SHIPPED) as (index, _):
         res = cli("compat", "refresh", "--check", "--out", str(exported), "--index-url", index, data_dir=tmp_path)
         missing = cli(
-            "compat", "refresh", "--check", "--out", str(tmp_path / "nope.json"), "--index-url", index, data_dir=tmp_path
+            "compat",
+            "refresh",
+            "--check",
+            "--out",
+            str(tmp_path / "nope.json"),
+            "--index-url",
+            index,
+            data_dir=tmp_path,
         )
     assert res.returncode == 1, res.stderr
     assert f"stale: accelerate {newest} is on the index and not in the data ({exported}, --out)" in res.stderr

@@ -443,3 +443,42 @@ def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp
     finally:
         for tag in ("one", "alias", "commit", "built"):
             engine.remove(f"imagekit-test/cfg:{tag}")
+
+
+def test_runtime_config_over_a_pulled_base_with_history_of_its_own(engine, registry, tmp_path):
+    """A base pulled from a registry (as nvidia/cuda bases are) has history entries that name no image: their sizes
+    say which made a layer. The config is still set without a commit, and the layers stay as built."""
+    from imagekit import imageconfig
+    from imagekit.services.build import set_runtime_config
+
+    root = ensure_base(inputs.compat_data().bases["3.11"], engine)
+    base_repo = f"{registry.address}/imagekit-test/pulledbase"
+    ctx = tmp_path / "base"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {root.reference}\nENV A=1\nRUN echo base > /base.txt\nLABEL b=2\n")
+    built_base = engine.build(ctx, [f"{base_repo}:v1"], {})
+    engine.push(base_repo, "v1")
+    engine.remove(f"{base_repo}:v1")
+    engine.remove(built_base)  # the builder's intermediate images go too: the pulled history names none of them
+    pulled = engine.pull(f"{base_repo}:v1")
+    history = engine.history(pulled)
+    assert [h["Id"] for h in history[1:]] == ["<missing>"] * (len(history) - 1)
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "Dockerfile").write_text(f"FROM {base_repo}:v1\nRUN echo app > /app.txt\n")
+    built = engine.build(app, ["imagekit-test/cfg:pulled-built"], {})
+    said: list[str] = []
+    try:
+        image_id = set_runtime_config(
+            engine, built, f"{base_repo}:v1", imageconfig.runtime({"c": "3"}), BuildOptions(repository="x"),
+            ["imagekit-test/cfg:pulled"], said.append,
+        )  # fmt: skip
+        assert not said  # the fast path: the pulled base's history was matched to its layers
+        img = engine.image(image_id)
+        assert img["RootFS"] == engine.image(built)["RootFS"] and img["Config"]["Labels"] == {"b": "2", "c": "3"}
+        assert "A=1" in img["Config"]["Env"] and "VIRTUAL_ENV=/opt/venv" in img["Config"]["Env"]
+        code, out, _ = engine.run(image_id, ["cat /base.txt /app.txt"], entrypoint=["sh", "-c"])
+        assert (code, out.split()) == (0, ["base", "app"])
+    finally:
+        for ref in ("imagekit-test/cfg:pulled", "imagekit-test/cfg:pulled-built", f"{base_repo}:v1"):
+            engine.remove(ref)
