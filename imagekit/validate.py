@@ -239,7 +239,12 @@ _INDEX_URL = re.compile(r"https?://[^\s/?#@]+(@[^\s/?#@]+)?(/[^\s]*)?", re.ASCII
 def index_url(value: object, what: str = "index URL") -> str:
     """An http(s) package index URL: no whitespace or control characters (they would reach the resolver's input)."""
     if not isinstance(value, str) or not value:
-        raise _bad(what, value, "an http(s) index URL such as https://pypi.org/simple")
+        raise _bad(
+            what,
+            value,
+            "an http(s) index URL such as https://pypi.org/simple",
+            "pass a URL, or leave the option out for its default",
+        )
     if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value) or not _parses(value):
         from imagekit.resolution import redact
 

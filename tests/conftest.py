@@ -109,3 +109,17 @@ def real_build(engine, registry, tmp_path_factory):
     assert result.status == "published", result.error and result.error.render()
     engine.tag(result.image_id, "imagekit-test/train", REAL_CELL.id)  # a stable local tag keeps the layer cache
     return result, opts
+
+
+# ---- a PyPI-shaped index on loopback serving small wheels the tests build (fast cells; no network) ---------
+@pytest.fixture
+def fake_index(tmp_path, monkeypatch):
+    """The index URL; the wheel and resolver caches are this test's own."""
+    from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
+
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    root = tmp_path / "pypi"
+    write_simple_index(root, fake_pypi_wheels(tmp_path / "w"))
+    with serve(root) as url:
+        yield f"{url}/simple"

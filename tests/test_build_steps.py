@@ -15,20 +15,9 @@ from imagekit.model import Cell
 from imagekit.services import inputs
 from imagekit.services.build import BuildOptions, build_cell
 from tests.fakes import RecordingEngine, RecordingRegistry
-from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
 
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11")
 REPO = "registry.test:5000/team/train"
-
-
-@pytest.fixture
-def fake_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    root = tmp_path / "pypi"
-    write_simple_index(root, fake_pypi_wheels(tmp_path / "w"))
-    with serve(root) as url:
-        yield f"{url}/simple"
 
 
 @pytest.fixture

@@ -230,16 +230,6 @@ def test_registry_stopped_mid_push_then_retry(real_build, engine, tmp_path):
 
 
 # ---- small cells from wheels the tests build (fast; the faults before publishing) ------------------------
-@pytest.fixture
-def fake_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    root = tmp_path / "pypi"
-    write_simple_index(root, fake_pypi_wheels(tmp_path / "w"))
-    with serve(root) as url:
-        yield f"{url}/simple"
-
-
 def _fake_opts(tmp_path, index_url, repository, push=True):
     return BuildOptions(
         repository=repository,

@@ -133,8 +133,6 @@ def register(app: typer.Typer) -> None:
                 engine=forecast.engine_or_none(),
             )
             print_plan(plan, as_json, build=True)
-            if not plan.disk_ok:
-                raise plan.disk_error()
             return
         from imagekit.effects.docker import Engine
 

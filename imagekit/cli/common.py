@@ -111,7 +111,7 @@ def selected_compatible(selection: Selection) -> tuple[CompatData, matrix.Matrix
 
 
 def print_plan(plan: Any, as_json: bool, *, build: bool) -> None:
-    """A forecast (`--dry-run`): text on stdout, or its JSON."""
+    """A forecast (`--dry-run`): text on stdout, or its JSON; then refused when the disk cannot hold it."""
     from imagekit.services import forecast
 
     if as_json:
@@ -119,3 +119,5 @@ def print_plan(plan: Any, as_json: bool, *, build: bool) -> None:
     else:
         out("\n".join(forecast.render_text(plan, build=build)))
         out(f"(planned in {plan.seconds:.1f} s; nothing was changed)")
+    if not plan.disk_ok:
+        raise plan.disk_error()

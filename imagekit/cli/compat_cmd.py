@@ -9,8 +9,9 @@ import typer
 
 from imagekit import compat, validate
 from imagekit.cli.common import err_console, handles_errors, out, out_json, output_file_option
-from imagekit.cli.options import JsonOpt, OldIndexOpt
+from imagekit.cli.options import JsonOpt, OldIndexOpt, renamed
 from imagekit.errors import EXIT_NO, EnvironmentFailure, UsageError
+from imagekit.refresh import DEFAULT_INDEX
 from imagekit.resolution import redact
 from imagekit.services import inputs
 
@@ -101,7 +102,7 @@ def build() -> typer.Typer:
         ] = None,
         index_url: Annotated[
             str, typer.Option("--index-url", metavar="URL", help="PEP 691 simple index to read.")
-        ] = "https://pypi.org/simple",
+        ] = DEFAULT_INDEX,
         old_index: OldIndexOpt = None,
         check: Annotated[
             bool,
@@ -121,7 +122,7 @@ def build() -> typer.Typer:
         with imagekit. Lock input hashes cover the curated facts' data version, not this file, so refreshing never
         makes locks stale. --check reads only the index's release lists (no metadata) and writes nothing.
         """
-        index, flag = (old_index, "--index") if old_index is not None else (index_url, "--index-url")
+        index, flag = renamed(index_url, DEFAULT_INDEX, old_index, "--index-url", "--index")
         validate.index_url(index, flag)
         if check:
             _check(index, out_file, as_json)

@@ -62,8 +62,6 @@ def register(app: typer.Typer) -> None:
                 build=False,
             )
             print_plan(plan, as_json, build=False)
-            if not plan.disk_ok:
-                raise plan.disk_error()
             return
         rows: list[dict] = []
         for e in cells:

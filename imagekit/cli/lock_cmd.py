@@ -10,7 +10,7 @@ import typer
 
 from imagekit import validate
 from imagekit.cli.common import err_console, folder_option, handles_errors, out_json, selected_compatible
-from imagekit.cli.options import JsonOpt, LockDirOpt, OldLockDirOpt, ResolverOptions, Selection, lock_dir, with_groups
+from imagekit.cli.options import JsonOpt, LockDirOpt, OldLockDirOpt, ResolverOptions, Selection, renamed, with_groups
 from imagekit.effects.resolver import IndexUnreachable
 from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK
 from imagekit.services import lock_cells as lock_service
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Resolve each selected compatible cell into lockfiles/<cell id>.txt (torch layer + app layer)."""
         settings = resolving.settings()
-        directory, flag = lock_dir(lock_folder, old_lock_folder)
+        directory, flag = renamed(lock_folder, Path("lockfiles"), old_lock_folder, "--lock-dir", "--dir")
         folder_option(directory, flag)
         data, _config, cells = selected_compatible(selection)
         plain = [c.cell for c in cells]

@@ -22,6 +22,7 @@ from imagekit.compat import CompatData
 from imagekit.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 # ---- the cell selection: which cells of which matrix -------------------------------------------------------------
 MatrixOpt = Annotated[
@@ -160,13 +161,14 @@ ReleaseIndexOpt = Annotated[
 GROUPS = (Selection, ResolverOptions)
 
 
-def lock_dir(new: Path, old: Path | None) -> tuple[Path, str]:
-    """--lock-dir, or the older spelling --dir where a command had it; (folder, the flag the user gave)."""
-    if old is not None:
-        if new not in (Path("lockfiles"), old):
-            raise UsageError(f"--dir {old} and --lock-dir {new} disagree", "--dir is the older spelling: pass one")
-        return old, "--dir"
-    return new, "--lock-dir"
+def renamed(new: T, default: T, old: T | None, flag: str, old_flag: str) -> tuple[T, str]:
+    """An option given under its name or its older, hidden spelling: (value, the flag the user gave). Both at once
+    only when they agree (or the new one is left at its default)."""
+    if old is None:
+        return new, flag
+    if new not in (default, old):
+        raise UsageError(f"{old_flag} {old} and {flag} {new} disagree", f"{old_flag} is the older spelling: pass one")
+    return old, old_flag
 
 
 def with_groups(fn: F) -> F:
