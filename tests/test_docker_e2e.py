@@ -408,12 +408,12 @@ def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp
     (ctx / "Dockerfile").write_text(f"FROM {base.reference}\nRUN echo x > /x\nRUN true\nLABEL old=1\n")
     built = engine.build(ctx, ["imagekit-test/cfg:built"], {})
     runtime = imageconfig.runtime({"imagekit.cell": "c1", "org.opencontainers.image.title": "t"})
-    opts = BuildOptions(repository="imagekit-test/cfg")
+    epoch = BuildOptions(repository="imagekit-test/cfg").source_date_epoch
     said: list[str] = []
     tags = ["imagekit-test/cfg:one", "imagekit-test/cfg:alias"]
     try:
-        first = set_runtime_config(engine, built, base.reference, runtime, opts, tags, said.append)
-        again = set_runtime_config(engine, built, base.reference, runtime, opts, tags, said.append)
+        first = set_runtime_config(engine, built, base.reference, runtime, epoch, tags, said.append)
+        again = set_runtime_config(engine, built, base.reference, runtime, epoch, tags, said.append)
         assert first == again and not said  # the fast path, deterministic
         img, was = engine.image("imagekit-test/cfg:alias"), engine.image(built)
         assert img["Id"] == first and img["RootFS"] == was["RootFS"]
@@ -458,10 +458,11 @@ def test_runtime_config_over_a_pulled_base_with_history_of_its_own(engine, regis
     (app / "Dockerfile").write_text(f"FROM {base_repo}:v1\nRUN echo app > /app.txt\n")
     built = engine.build(app, ["imagekit-test/cfg:pulled-built"], {})
     said: list[str] = []
+    epoch = BuildOptions(repository="x").source_date_epoch
     try:
         image_id = set_runtime_config(
-            engine, built, f"{base_repo}:v1", imageconfig.runtime({"c": "3"}), BuildOptions(repository="x"),
-            ["imagekit-test/cfg:pulled"], said.append,
+            engine, built, f"{base_repo}:v1", imageconfig.runtime({"c": "3"}), epoch, ["imagekit-test/cfg:pulled"],
+            said.append,
         )  # fmt: skip
         assert not said  # the fast path: the pulled base's history was matched to its layers
         img = engine.image(image_id)

@@ -182,13 +182,13 @@ class Engine:
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         try:
-            answer = self.api.load_image(out.getvalue())
-            text = json.dumps(list(answer) if answer is not None and not isinstance(answer, dict | str) else answer)
+            events = list(self.api.load_image(out.getvalue()) or ())  # the stream, decoded; docker-py raises nothing
         except APIError as exc:
             raise EnvironmentFailure(f"docker load of an image config failed: {exc}") from None
+        errors = [e for e in events if isinstance(e, dict) and ("error" in e or "errorDetail" in e)]
         found = self.image(f"sha256:{digest}")
-        if "error" in text.lower() or not found:
-            raise EnvironmentFailure(f"docker load of an image config failed: {text[:300]}")
+        if errors or not found:
+            raise EnvironmentFailure(f"docker load of an image config failed: {json.dumps(errors or events)[:300]}")
         return found["Id"]
 
     def commit_changes(self, image_id: str, changes: list[str], tags: list[str]) -> str:

@@ -187,7 +187,9 @@ def build_cell(
             steps.close()
         with activity(progress, cell.id, "image config"):
             runtime = imageconfig.runtime(naming.labels(manifest(plan, data)))
-            result.image_id = set_runtime_config(engine, built, base.reference, runtime, opts, [immutable, alias], say)
+            result.image_id = set_runtime_config(
+                engine, built, base.reference, runtime, opts.source_date_epoch, [immutable, alias], say
+            )
         result.tag = immutable
         result.size = int(engine.image(immutable)["Size"])
         say(f"built {immutable} ({human_bytes(result.size)}) in {time.monotonic() - built_at:.0f} s")
@@ -262,7 +264,7 @@ def set_runtime_config(
     built: str,
     base: str,
     runtime: imageconfig.RuntimeConfig,
-    opts: BuildOptions,
+    source_date_epoch: int,
     tags: list[str],
     say: Callable[[str], None],
 ) -> str:
@@ -283,7 +285,7 @@ def set_runtime_config(
         built_image = engine.image(built)
         if built_image is None:
             raise imageconfig.Unknown(f"the engine has no image {built}")
-        config = imageconfig.config_json(built_image, entries, runtime, opts.source_date_epoch, __version__)
+        config = imageconfig.config_json(built_image, entries, runtime, source_date_epoch, __version__)
         return engine.load_config(config, tags)
     except (imageconfig.Unknown, EnvironmentFailure) as exc:
         say(f"setting the image config by a container commit ({exc})")
