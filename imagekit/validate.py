@@ -14,6 +14,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import UsageError
+from imagekit.redact import redact
 
 _CUDA = re.compile(r"\d{1,2}\.\d{1,2}", re.ASCII)
 _PYTHON = re.compile(r"3\.\d{1,2}", re.ASCII)
@@ -246,8 +247,6 @@ def index_url(value: object, what: str = "index URL") -> str:
             "pass a URL, or leave the option out for its default",
         )
     if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value) or not _parses(value):
-        from imagekit.resolution import redact
-
         raise UsageError(
             f"invalid {what} {redact(value)!r}: expected an http(s) URL without spaces or control characters",
             "pass one URL per option, e.g. --extra-index-url https://example.com/simple",
@@ -270,6 +269,4 @@ def http_url(value: object, what: str) -> str:
     """An http(s) URL on one line (an API endpoint): anything else would reach urllib as an unknown scheme."""
     if isinstance(value, str) and _SAFE_TEXT.fullmatch(value) and _INDEX_URL.fullmatch(value) and _parses(value):
         return value
-    from imagekit.resolution import redact
-
     raise _bad(what, redact(value) if isinstance(value, str) else value, "an http(s) URL such as https://host/path")

@@ -420,7 +420,7 @@ def test_index_annotations_are_read_per_canonical_name():
     ],
 )
 def test_redaction_keeps_everything_but_secrets(url, shown):
-    from imagekit.resolution import redact
+    from imagekit.redact import redact
 
     assert redact(url) == shown
 

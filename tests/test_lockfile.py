@@ -60,7 +60,7 @@ def test_content_hash_ignores_comments_but_not_pins():
 
 
 def test_credentials_are_redacted_everywhere():
-    from imagekit.resolution import redact, redact_text
+    from imagekit.redact import redact, redact_text
 
     assert redact("https://ci:s3cret@pkgs.example.com/simple") == "https://pkgs.example.com/simple"
     assert redact("https://gitlab.example.com/api/v4/projects/7/packages/pypi/simple?private_token=glpat-abc") == (

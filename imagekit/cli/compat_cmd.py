@@ -11,8 +11,8 @@ from imagekit import compat, validate
 from imagekit.cli.common import err_console, handles_errors, out, out_json, output_file_option
 from imagekit.cli.options import JsonOpt, OldIndexOpt, renamed
 from imagekit.errors import EXIT_NO, EnvironmentFailure, UsageError
+from imagekit.redact import redact
 from imagekit.refresh import DEFAULT_INDEX
-from imagekit.resolution import redact
 from imagekit.services import inputs
 
 

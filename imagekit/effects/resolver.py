@@ -14,7 +14,8 @@ from pathlib import Path
 
 from imagekit.effects import http, process
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.resolution import LockRequest, redact, redact_text
+from imagekit.redact import redact, redact_text
+from imagekit.resolution import LockRequest
 
 _NETWORK_SIGNS = (
     "Failed to fetch",

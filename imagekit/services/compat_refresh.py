@@ -12,7 +12,7 @@ from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
 from imagekit.metadata import parse_metadata
-from imagekit.resolution import redact
+from imagekit.redact import redact
 
 
 def simple_page(index: str, name: str) -> dict:

@@ -1,0 +1,36 @@
+"""Credentials out of what is shown or stored: URLs and texts that may carry them. Pure."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+_SECRET_PARAM = re.compile(r"token|key|secret|passw|auth|sig|credential", re.I)
+_TOKENISH = re.compile(r"^(?=[A-Za-z0-9_]*[0-9])(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{20,}$")  # e.g. /<token>/simple
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact(url: str) -> str:
+    """A URL without credentials: ``user:password@``, secret-looking query values (``?private_token=...``) and
+    token-like path segments (``https://host/<token>/simple``) never reach a lockfile, a log or an error."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:  # "https://[::1": nothing of it can be shown safely
+        return "<unparseable URL>"
+    host = parts.netloc
+    if parts.username is not None or parts.password is not None:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+    path = "/".join("***" if _TOKENISH.match(seg) else seg for seg in parts.path.split("/"))
+    query = "&".join(
+        f"{k}=***" if _SECRET_PARAM.search(k) else (f"{k}={v}" if sep else k)
+        for k, sep, v in (pair.partition("=") for pair in parts.query.split("&") if pair)
+    )
+    return urlunsplit((parts.scheme, host, path, query, parts.fragment))
+
+
+def redact_text(text: str) -> str:
+    """Every URL in a text (a resolver's stderr, an error) redacted."""
+    return _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), text)

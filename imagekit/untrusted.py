@@ -1,0 +1,149 @@
+"""What the far side sends — a pod, a registry, a package index, a release record, a provider's API — is data to
+check before it reaches a file, a path, a header, a command line or the terminal. Pure.
+
+Each reader here either returns a value of the expected shape, size and characters, or raises
+:class:`UntrustedData` (a ``ValueError``) saying what was wrong without echoing the hostile bytes; the effect
+that received the data turns it into the command's error (usually exit 3: the environment failed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from pathlib import PurePosixPath
+from typing import Any
+
+MAX_JSON_DEPTH = 64  # no API imagekit reads nests deeper than about 8; 64 is far below Python's recursion limit
+MAX_JSON_BYTES = 64 << 20
+MAX_TEXT = 300  # characters of a far side's message shown in an error
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
+_HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
+# C0 and C1 controls (tab and newline are dealt with by the caller's choice), DEL, and the Unicode format characters
+# that reorder or hide text on a terminal (bidi overrides and isolates, zero-width joiners).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC
+    r"|\x1b[ -/]*[0-~]?"  # two-byte and nF sequences, or a lone ESC
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+)
+_HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?", re.ASCII)
+
+
+class UntrustedData(ValueError):
+    """Data from the far side that is not of the expected shape, size or characters."""
+
+
+def printable(text: object, limit: int = MAX_TEXT, *, lines: bool = False) -> str:
+    """``text`` as it may be shown on the user's terminal: escape sequences and control characters (C0, C1, DEL,
+    bidi overrides) removed, newlines kept only with ``lines`` (else each run of whitespace is one space, so a far
+    side cannot start a spoofed ``error:`` line), at most ``limit`` characters (an ellipsis marks the cut)."""
+    if not isinstance(text, str):
+        text = repr(text) if not isinstance(text, bytes) else text.decode("utf-8", "replace")
+    text = _ESCAPE.sub("", text)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if lines:
+        text = _CONTROL.sub("", text.replace("\t", "    "))
+    else:
+        text = " ".join(_CONTROL.sub("", text.replace("\n", " ").replace("\t", " ")).split())
+    text = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cs", "Co", "Cn") or ch == "\n")
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def load_json(data: bytes | str, what: str, *, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """JSON from the far side: at most ``max_bytes``, nested at most ``max_depth`` deep, numbers of reasonable size
+    (a 5,000-digit integer would make every later ``int()`` or ``str()`` fail), no NaN or Infinity."""
+    if len(data) > max_bytes:
+        raise UntrustedData(f"{what} is larger than {max_bytes} bytes")
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UntrustedData(f"{what} is not UTF-8") from None
+
+    def _number(text: str) -> int | float:
+        if len(text) > 40:
+            raise UntrustedData(f"{what} has a number of {len(text)} digits")
+        return float(text) if any(c in text for c in ".eE") else int(text)
+
+    def _constant(name: str) -> Any:
+        raise UntrustedData(f"{what} has {name}, which JSON does not allow")
+
+    depth = _max_depth(data)
+    if depth > max_depth:
+        raise UntrustedData(f"{what} is nested {depth} levels deep (at most {max_depth})")
+    try:
+        return json.loads(data, parse_int=_number, parse_float=_number, parse_constant=_constant)
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise UntrustedData(f"{what} is nested too deep") from None
+    except json.JSONDecodeError as exc:
+        raise UntrustedData(f"{what} is not JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+
+
+def _max_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` outside strings (a linear scan: ``json`` recurses per level)."""
+    depth = deepest = 0
+    for m in _STRUCTURE.finditer(text):
+        token = m.group(0)
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def digest(value: object, what: str = "digest") -> str:
+    """A content digest as registries and imagekit write it: ``sha256:`` and 64 lower-case hex digits, nothing
+    else (a digest becomes a URL path segment: ``../../admin`` must never get there)."""
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise UntrustedData(f"{what} {printable(value, 80)!r} is not a sha256 digest (sha256:<64 hex digits>)")
+    return value
+
+
+def sha256_hex(value: object, what: str = "sha256") -> str:
+    """64 lower-case hex digits."""
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+        raise UntrustedData(f"{what} {printable(value, 80)!r} is not a sha256 (64 hex digits)")
+    return value
+
+
+def header_value(value: str, what: str) -> str:
+    """A value that may go into an HTTP header: visible ASCII and inner spaces only. A CR or LF would split the
+    header (and httpx would quote the secret in its error); a non-ASCII one cannot be encoded."""
+    if not _HEADER_VALUE.fullmatch(value):
+        bad = next((c for c in value if not 0x20 <= ord(c) <= 0x7E), None) if value else None
+        why = "is empty" if not value else ("has surrounding spaces" if bad is None else f"holds {_char_name(bad)}")
+        raise UntrustedData(f"{what} {why}")
+    return value
+
+
+def _char_name(ch: str) -> str:
+    names = {"\r": "a carriage return (CR)", "\n": "a line feed (LF)", "\t": "a tab", "\x00": "a NUL"}
+    return names.get(ch, f"the character U+{ord(ch):04X}")
+
+
+def relative_member(name: str) -> PurePosixPath:
+    """A path inside an archive or a listing that stays inside its destination: relative, no ``..``, no empty or
+    control-character names. Returns it normalised (``./a//b`` -> ``a/b``)."""
+    if not isinstance(name, str) or not name or re.search(r"[\x00-\x1f]", name) or _CONTROL.search(name):
+        raise UntrustedData(f"archive member {printable(name, 80)!r} has an empty name or a control character")
+    if name.startswith("/") or re.match(r"[A-Za-z]:[\\/]", name) or "\\" in name:
+        raise UntrustedData(f"archive member {printable(name, 80)!r} is an absolute path")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise UntrustedData(f"archive member {printable(name, 80)!r} leaves the destination (..)")
+    return PurePosixPath(*parts) if parts else PurePosixPath(".")
+
+
+def bounded_text(value: object, what: str, limit: int = 256) -> str:
+    """A short single-line string of printable characters (a version, a tag, a name a far side gives)."""
+    if not isinstance(value, str) or not value or len(value) > limit or value != printable(value, limit):
+        raise UntrustedData(f"{what} {printable(value, 80)!r} is not a short single-line text")
+    return value

@@ -1,0 +1,99 @@
+"""The one reader of far-side data: shapes, sizes and characters checked before anything uses them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagekit import untrusted
+from imagekit.untrusted import UntrustedData
+
+
+@settings(derandomize=True, max_examples=300)
+@given(st.text())
+def test_printable_never_passes_a_control_character_or_a_line_break(text):
+    shown = untrusted.printable(text)
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", shown)
+    assert len(shown) <= untrusted.MAX_TEXT
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\x1b[31mred\x1b[0m",
+        "\x1b]0;title\x07x",
+        "ok\nerror: spoofed",
+        "\x9b31mC1",
+        "a\u202etxt.exe",
+        "\x85next line",
+    ],
+)
+def test_printable_removes_what_would_steer_the_terminal(text):
+    shown = untrusted.printable(text)
+    assert "\x1b" not in shown and "\n" not in shown and "\x9b" not in shown and "\u202e" not in shown
+    assert "\x85" not in shown
+
+
+def test_printable_keeps_lines_when_asked_and_cuts_long_text():
+    assert untrusted.printable("a\r\nb", lines=True) == "a\nb"
+    assert untrusted.printable("x" * 1000, 10) == "x" * 9 + "…"
+
+
+def test_json_depth_and_number_size_are_bounded():
+    assert untrusted.load_json(b'{"a": [1, 2.5, {"b": null}]}', "doc") == {"a": [1, 2.5, {"b": None}]}
+    with pytest.raises(UntrustedData, match="nested 100001 levels"):
+        untrusted.load_json("[" * 100_001 + "]" * 100_001, "doc")
+    with pytest.raises(UntrustedData, match="5000 digits"):
+        untrusted.load_json("1" * 5000, "doc")
+    with pytest.raises(UntrustedData, match="NaN"):
+        untrusted.load_json("[NaN]", "doc")
+    with pytest.raises(UntrustedData, match="not UTF-8"):
+        untrusted.load_json(b"\xff\xfe", "doc")
+    with pytest.raises(UntrustedData, match="larger than"):
+        untrusted.load_json(b"[]" * 10, "doc", max_bytes=4)
+    # brackets inside strings are not nesting
+    assert untrusted.load_json(json.dumps({"s": "[" * 500}), "doc") == {"s": "[" * 500}
+
+
+@pytest.mark.parametrize(
+    "value", ["../../admin/delete?all=1#", "sha256:" + "A" * 64, "sha256:" + "0" * 63, "sha512:" + "0" * 64, 7, None]
+)
+def test_a_digest_is_exactly_sha256_and_64_hex_digits(value):
+    with pytest.raises(UntrustedData):
+        untrusted.digest(value)
+
+
+def test_a_good_digest_passes():
+    d = "sha256:" + "ab" * 32
+    assert untrusted.digest(d) == d
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("key\r", "carriage return"),
+        ("key\nX-Evil: 1", "line feed"),
+        ("kéy", r"U\+00E9"),
+        ("", "empty"),
+        (" k", "spaces"),
+    ],
+)
+def test_header_values_refuse_what_would_split_or_not_encode_and_never_echo_it(value, why):
+    with pytest.raises(UntrustedData, match=why) as err:
+        untrusted.header_value(value, "RUNPOD_API_KEY")
+    assert value.strip() not in str(err.value) or not value.strip()
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../x", "a/../../x", "", "a\nb", "C:\\x", "a\\..\\b", "\x1b[2J"])
+def test_archive_members_stay_inside(name):
+    with pytest.raises(UntrustedData):
+        untrusted.relative_member(name)
+
+
+def test_archive_members_are_normalised():
+    assert str(untrusted.relative_member("./a//b/")) == "a/b"
+    assert str(untrusted.relative_member(".")) == "."
