@@ -6,7 +6,7 @@ APT_PACKAGES := mmdebstrap docker-registry curl openssh-client openssh-server rs
 DEMO_CELL ?= cu121-torch2.1.2-py3.11-tf4.48.2
 MUTATION_JOBS ?= 2
 
-.PHONY: setup registry demo pod test lint bench mutation
+.PHONY: setup registry demo pod test test-fast lint bench mutation
 
 setup: $(VENV)/.installed
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -37,8 +37,14 @@ pod:
 	  -e PUBLIC_KEY="$$(cat $$HOME/.ssh/*.pub 2>/dev/null)" 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) >/dev/null
 	@echo "started imagekit-pod:  ssh root@127.0.0.1 -p 2222  |  docker logs imagekit-pod  |  docker rm -f imagekit-pod"
 
+# Everything (what CI runs: .ci/run): Docker builds, real sshd, real resolvers, loopback servers.
 test: setup
 	$(PY) -m pytest -q
+
+# What needs only Python (in-process, loopback HTTP servers in threads), in parallel: under a minute. After each change.
+FAST := not sweep and not docker and not sshd and not resolver and not network and not slow
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -n 2 -m "$(FAST)" -p no:cacheprovider
 
 lint: setup
 	$(VENV)/bin/ruff check imagekit tests bench && $(VENV)/bin/ruff format --check imagekit tests bench

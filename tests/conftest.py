@@ -123,3 +123,104 @@ def fake_index(tmp_path, monkeypatch):
     write_simple_index(root, fake_pypi_wheels(tmp_path / "w"))
     with serve(root) as url:
         yield f"{url}/simple"
+
+
+# ---- test tiers: what a test needs, marked from the fixtures it uses, and checked while it runs --------------
+# `make test-fast` runs what needs only Python (in-process, loopback HTTP servers in threads); `make test` runs all.
+FIXTURE_MARKS = {
+    "engine": "docker",
+    "registry": "docker",
+    "real_build": "docker",
+    "gateway": "sshd",
+    "full": "sshd",
+    "sshd_server": "sshd",
+    "hostile_pod": "sshd",
+}
+# A process a test starts tells what it needs; a test in the fast tier that starts one of these is mis-marked.
+PROGRAM_MARKS = {
+    "uv": "resolver",
+    "pip-compile": "resolver",
+    "sshd": "sshd",
+    "docker": "docker",
+    "dockerd": "docker",
+    "mmdebstrap": "docker",
+    "skopeo": "docker",
+}
+_running: list[pytest.Item] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            mark = FIXTURE_MARKS.get(fixture)
+            if mark and not item.get_closest_marker(mark):
+                item.add_marker(mark)
+        if item.get_closest_marker("pip_tools") and shutil.which("pip-compile") is None:
+            item.add_marker(pytest.mark.skip(reason="needs the pip-tools extra: pip install -e '.[pip-tools]'"))
+
+
+def _needed_mark(args: object) -> str | None:
+    argv = args if isinstance(args, list | tuple) else [args]
+    if not argv:
+        return None
+    words = [str(a) for a in argv]
+    program = os.path.basename(words[0])
+    if program.startswith("python") and len(words) > 2 and words[1] == "-m":
+        program = {"piptools": "pip-compile", "uv": "uv"}.get(words[2].split(".")[0], program)
+    if program == "uv" and not {"compile", "lock", "sync"} & set(words):
+        return None  # `uv venv`, `uv pip install` of local wheels: tools of a fast test, not a resolution
+    return PROGRAM_MARKS.get(program)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tier_guard() -> Iterator[None]:
+    """Fail a test that starts a program of a tier it is not marked for (so the fast tier stays fast and honest)."""
+    import subprocess
+
+    original = subprocess.Popen.__init__
+
+    def checked(self, args, *a, **kw):  # type: ignore[no-untyped-def]
+        mark = _needed_mark(args)
+        if mark and _running and not _running[-1].get_closest_marker(mark):
+            item = _running[-1]
+            item.stash.setdefault(_MISMARKED, set()).add(mark)
+        return original(self, args, *a, **kw)
+
+    subprocess.Popen.__init__ = checked  # type: ignore[method-assign]
+    yield
+    subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+
+
+_MISMARKED = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    report = yield
+    missing = item.stash.get(_MISMARKED, set())
+    if call.when == "teardown" and missing and report.passed and os.environ.get("IMAGEKIT_TIER_AUDIT") != "report":
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid} starts a program of the {', '.join(sorted(missing))} tier: mark it so"
+    if call.when == "teardown" and missing:
+        item.config.stash.setdefault(_AUDIT, {})[item.nodeid] = sorted(missing)
+    return report
+
+
+_AUDIT = pytest.StashKey[dict]()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    found = config.stash.get(_AUDIT, {})
+    if found and os.environ.get("IMAGEKIT_TIER_AUDIT") == "report":
+        path = Path(os.environ.get("IMAGEKIT_TIER_AUDIT_FILE", "/tmp/tier-audit.txt"))
+        path.write_text("".join(f"{k}\t{','.join(v)}\n" for k, v in sorted(found.items())))
+        terminalreporter.write_line(f"tier audit: {len(found)} mis-marked tests listed in {path}")

@@ -16,6 +16,8 @@ from imagekit.services import inputs
 from imagekit.services.build import BuildOptions, build_cell
 from tests.fakes import RecordingEngine, RecordingRegistry
 
+pytestmark = pytest.mark.resolver  # real uv resolutions (against loopback indexes)
+
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11")
 REPO = "registry.test:5000/team/train"
 

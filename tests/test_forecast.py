@@ -45,6 +45,7 @@ def _tree(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.resolver
 def test_dry_run_plans_without_changing_anything(app, runner, fake, tmp_path):
     sel = ["--cell", CELL.id, "--lock-dir", "locks", "--state-dir", "state"]
     missing = _run(app, runner, "build", "--dry-run", "--json", "--index-url", fake, *sel)
@@ -86,6 +87,7 @@ def test_dry_run_plans_without_changing_anything(app, runner, fake, tmp_path):
     assert doc["cells"][0]["base"]["action"] == "none"  # fetch plans no base
 
 
+@pytest.mark.resolver
 def test_dry_run_names_a_stale_lock_and_its_reason(app, runner, fake, tmp_path):
     assert _run(app, runner, "lock", "--index-url", fake, "--dir", "locks", "--cell", CELL.id).exit_code == 0
     res = _run(
@@ -96,6 +98,7 @@ def test_dry_run_names_a_stale_lock_and_its_reason(app, runner, fake, tmp_path):
     assert f"{CELL.id}: lock stale: re-resolve" in res.stdout and "nothing was changed" in res.stdout
 
 
+@pytest.mark.resolver
 def test_dry_run_text_names_what_is_to_download(app, runner, fake, tmp_path):
     assert _run(app, runner, "lock", "--index-url", fake, "--dir", "locks", "--cell", CELL.id).exit_code == 0
     res = _run(app, runner, "build", "--dry-run", "--index-url", fake, "--lock-dir", "locks", "--cell", CELL.id)

@@ -540,6 +540,8 @@ def test_every_command_is_covered() -> None:
     assert all(COMMANDS[c] for c in COMMANDS)
 
 
+@pytest.mark.slow  # Hypothesis over every command: about 1.5 minutes on two cores
+@pytest.mark.resolver  # a hostile value may still lock (against a dead index: uv refuses at once)
 @pytest.mark.parametrize("command", sorted(BASELINE))
 def test_hostile_values_fail_well(command: str, hostile_base: Path) -> None:
     counts = COUNTS.setdefault(command, Counter())
@@ -591,6 +593,7 @@ def sweep(command: str) -> list[tuple[list[str], list[tuple[str, str]]]]:
 
 
 @pytest.mark.sweep
+@pytest.mark.resolver
 @pytest.mark.parametrize("command", sorted(BASELINE))
 def test_sweep_every_curated_value(command: str, hostile_base: Path) -> None:
     """The exhaustive companion (minutes): each curated value in each option, all failures reported at once."""
@@ -871,6 +874,7 @@ def answering() -> Iterator[Callable[[str], str]]:
         s.server_close()
 
 
+@pytest.mark.resolver
 @pytest.mark.parametrize("mode", ["401", "403", "html", "shape"])
 def test_an_index_that_refuses_or_garbles_is_an_environment_failure(box: Box, answering, mode: str) -> None:
     """Exit 3, not 1: a 401 or a login page says nothing about the pins."""

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from imagekit import resolution
 from imagekit.effects import resolver
 from imagekit.effects.resolver import IndexUnreachable
@@ -148,6 +150,7 @@ def test_up_to_date_locks_need_no_network(tmp_path):
     assert res.stderr.count("up-to-date") == 3 and "error" not in res.stderr
 
 
+@pytest.mark.resolver
 def test_every_cell_in_a_process_shares_one_probe_and_one_error(data, tmp_path):
     """`lock` resolves cells concurrently and `build` calls lock_one per stale cell: each URL is probed once."""
     cells = [Cell("11.8", t, "4.48.2", "3.11") for t in ("2.5.1", "2.6.0", "2.7.1")]

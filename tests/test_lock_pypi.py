@@ -11,6 +11,7 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.network
+@pytest.mark.resolver
 def test_real_pypi_lock_of_a_real_cell(data, tmp_path):
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",))
     res = lock_service.lock_one(cell, tmp_path, resolution.LockSettings(), data)

@@ -22,6 +22,9 @@ CELL_118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")
 CELL_124 = Cell("12.4", "2.5.1", "4.48.2", "3.11")
 
 
+pytestmark = pytest.mark.resolver  # real uv resolutions (against loopback indexes)
+
+
 @pytest.fixture(autouse=True)
 def _no_uv_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
@@ -295,6 +298,7 @@ def test_json_summary(indexes, tmp_path, app, runner):
     assert rows[0]["status"] == "locked" and len(rows[0]["lock_hash"]) == 64
 
 
+@pytest.mark.pip_tools
 def test_pip_tools_backend_where_host_is_target(indexes, data, tmp_path):
     settings = resolution.LockSettings(index_url=indexes["pypi"], resolver="pip-tools")
     host = f"{sys.version_info.major}.{sys.version_info.minor}"
