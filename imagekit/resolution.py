@@ -125,7 +125,23 @@ class LockRequest:
         ]
         if matrix:
             argv += ["--matrix", matrix]
-        return shlex.join(argv)
+        return shlex.join(argv + self.settings_args())
+
+    def settings_args(self) -> list[str]:
+        """The resolver settings that differ from the defaults, as `imagekit lock` options (URLs redacted: a lock
+        never carries a credential, so a private index's token must be given again)."""
+        s, default, args = self.settings, LockSettings(), []
+        if s.index_url != default.index_url:
+            args += ["--index-url", redact(s.index_url)]
+        for url in s.extra_index_urls:
+            args += ["--extra-index-url", redact(url)]
+        if s.torch_index_base != default.torch_index_base:
+            args += ["--torch-index-url", redact(s.torch_index_base)]
+        if s.exclude_newer:
+            args += ["--exclude-newer", s.exclude_newer]
+        if s.resolver != default.resolver:
+            args += ["--resolver", s.resolver]
+        return args
 
 
 def _platform(cell: Cell, data: CompatData) -> str:

@@ -371,7 +371,13 @@ def test_the_resolver_command_line(data):
     assert "--exclude-newer" not in resolution.request(CU118, resolution.LockSettings(), data).uv_args()
     assert req.regenerate_command("my matrix.toml") == (
         "imagekit lock --cuda 11.8 --torch 2.5.1 --transformers 4.48.2 --python 3.11 --matrix 'my matrix.toml'"
+        " --index-url https://m.example/simple --extra-index-url https://e1.example/simple"
+        " --extra-index-url https://e2.example/simple --exclude-newer 2025-01-01T00:00:00Z"
     )
+    default = resolution.request(CU118, resolution.LockSettings(), data)
+    assert default.regenerate_command(None) == (
+        "imagekit lock --cuda 11.8 --torch 2.5.1 --transformers 4.48.2 --python 3.11"
+    )  # the committed locks' headers stay as they are
 
 
 def test_which_packages_belong_to_the_torch_family():

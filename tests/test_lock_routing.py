@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -133,6 +134,27 @@ def test_credentials_never_reach_the_lockfile(indexes, data, tmp_path):
     res = lock_service.lock_one(CELL_124, tmp_path / "locks", resolution.LockSettings(index_url=secret_url), data)
     assert res.status == "locked", res.error and res.error.render()
     assert "s3cr3t" not in res.path.read_text()
+
+
+def test_the_header_command_reproduces_the_lock(indexes, tmp_path, app, runner, monkeypatch):
+    """The command a lock's header says regenerates it selects the same cell with the same settings: run with
+    `--check`, it finds the lock up to date (a header that dropped --index-url or --extra-index-url would not)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.toml").write_text(
+        '[matrix]\ncuda = ["12.4"]\ntorch = ["2.5.1"]\ntransformers = ["4.48.2"]\npython = ["3.11"]\n'
+    )
+    settings = ["--index-url", indexes["pypi"], "--torch-index-url", indexes["torch"]]
+    settings += ["--extra-index-url", indexes["pypi"] + "/"]
+    made = runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks", *settings])
+    assert made.exit_code == 0, made.output
+    (lock,) = (tmp_path / "locks").glob("*.txt")
+    command = next(line for line in lock.read_text().splitlines() if line.startswith("#    imagekit lock"))
+    argv = shlex.split(command.removeprefix("#    imagekit "))
+    assert argv.count("--extra-index-url") == 1 and "--index-url" in argv and "--torch-index-url" in argv
+    check = runner.invoke(app, [*argv, "--lock-dir", "locks", "--check"])
+    assert check.exit_code == 0, check.output
+    bare = runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks", "--check"])
+    assert bare.exit_code == 1  # without the settings the same cell is another lock: the header must carry them
 
 
 def test_unchanged_inputs_are_a_no_op_and_check_passes(indexes, data, tmp_path):
