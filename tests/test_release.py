@@ -29,25 +29,27 @@ def reg(tmp_path_factory):
     registry.stop()
 
 
-def _blob(base: str, data: bytes) -> str:
+def _blob(base: str, data: bytes, auth: tuple[str, str] | None = None) -> str:
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    start = httpx.post(f"{base}/blobs/uploads/")
+    start = httpx.post(f"{base}/blobs/uploads/", auth=auth)
     assert start.status_code == 202, start.text
     location = httpx.URL(base).join(start.headers["Location"])
-    done = httpx.put(location.copy_merge_params({"digest": digest}), content=data)
+    done = httpx.put(location.copy_merge_params({"digest": digest}), content=data, auth=auth)
     assert done.status_code == 201, done.text
     return digest
 
 
-def push_image(reg: Registry, repo: str, tag: str, payload: str) -> tuple[str, str]:
+def push_image(
+    reg: Registry, repo: str, tag: str, payload: str, auth: tuple[str, str] | None = None
+) -> tuple[str, str]:
     """A minimal image (one layer, a config) pushed over the registry API: (manifest digest, config digest)."""
     base = f"http://{reg.address}/v2/{repo}"
     layer = payload.encode()
-    layer_digest = _blob(base, layer)
+    layer_digest = _blob(base, layer, auth)
     config = json.dumps(
         {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [layer_digest]}}
     ).encode()
-    config_digest = _blob(base, config)
+    config_digest = _blob(base, config, auth)
     manifest = json.dumps(
         {
             "schemaVersion": 2,
@@ -70,6 +72,7 @@ def push_image(reg: Registry, repo: str, tag: str, payload: str) -> tuple[str, s
         f"{base}/manifests/{tag}",
         content=manifest,
         headers={"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"},
+        auth=auth,
     )
     assert answer.status_code == 201, answer.text
     return answer.headers["Docker-Content-Digest"], config_digest
