@@ -177,8 +177,9 @@ def test_credentials_are_bound_to_their_registry():
         assert other.server.auth_seen() == [None]
         # a registry outside the binding that asks for credentials gets none: a 401 is the answer
         other.override = lambda req: (401, {"WWW-Authenticate": f'Basic realm="{other.address}"'}, b"")
-        with pytest.raises(EnvironmentFailure, match="IMAGEKIT_REGISTRY_USER"):
+        with pytest.raises(EnvironmentFailure, match="none are given for it") as exc:
             client.manifest(registry_api.Remote(other.address, "team/app"), "v1")
+        assert "--registry" in exc.value.hint
         assert other.server.credentials_seen() == []
 
 
@@ -195,7 +196,9 @@ def index(tmp_path):
 
 @pytest.mark.parametrize(("key", "why"), BAD_KEYS)
 @pytest.mark.parametrize("command", ["runpod-template", "pod stop", "pod terminate"])
-def test_a_runpod_key_that_cannot_be_a_header_is_named_never_printed(app, runner, index, monkeypatch, key, why, command):
+def test_a_runpod_key_that_cannot_be_a_header_is_named_never_printed(
+    app, runner, index, monkeypatch, key, why, command
+):
     monkeypatch.setenv("RUNPOD_API_KEY", key)
     with serve(fallback=lambda req: hostile_http.json_answer({"data": {"saveTemplate": {"id": "t1"}}})) as api:
         args = (
@@ -211,7 +214,7 @@ def test_a_runpod_key_that_cannot_be_a_header_is_named_never_printed(app, runner
     assert api.seen == []  # nothing was sent
 
 
-@pytest.mark.parametrize(("password", "why"), [("Reg1stry\r\n", "carriage return"), ("Regé1stry", "U+00E9")])
+@pytest.mark.parametrize(("password", "why"), [("Reg1stry\r\n", "carriage return"), ("Reg1\nstry", "line feed")])
 def test_a_registry_password_that_cannot_be_sent_is_named_never_printed(
     app, runner, good, monkeypatch, in_tmp, password, why
 ):
@@ -221,14 +224,14 @@ def test_a_registry_password_that_cannot_be_sent_is_named_never_printed(
     digest, config = push_image(good, REPO, f"{CELL_A}-{BUILD}", "pw", auth=(USER, PASSWORD))
     publish.write_record(in_tmp / "records", _entry(repo, CELL_A, digest, config))
     res = runner.invoke(app, ["release", "merge", "records", "--index", "i.json", "--registry", repo])
-    assert "Reg1stry" not in res.output and "Regé" not in res.output
+    assert "Reg1" not in res.output
     assert res.exit_code == 2, res.output
     _clean(res.output)
     assert "IMAGEKIT_REGISTRY_PASSWORD" in res.output and why in res.output
     assert not (in_tmp / "i.json").exists()
 
 
-@pytest.mark.parametrize("token", ["tok\r\nX-Evil: 1", "tøken", "t" * 10_000, 17])
+@pytest.mark.parametrize("token", ["tok\r\nX-Evil: 1", "tøken", "t" * 20_000, 17])
 def test_a_token_the_token_service_sends_must_fit_a_header(token):
     with hostile_http.registry() as reg:
         reg.add_image("team/app", "v1")
@@ -482,8 +485,11 @@ def _mutated(changes: list[tuple[tuple[str, ...], object, bool]]) -> dict:
 @given(st.lists(st.tuples(st.sampled_from(PATHS), HOSTILE_VALUES, st.booleans()), min_size=1, max_size=3))
 def test_an_entry_the_index_check_accepts_makes_a_sane_template(changes):
     entry = _mutated(changes)
-    if publish.index_problems({"images": {"t": entry}}):
+    key = entry["tag"] if isinstance(entry.get("tag"), str) else "t"
+    if publish.index_problems({"images": {key: entry}}):
+        ACCEPTED.append(False)
         return
+    ACCEPTED.append(True)
     for with_digest in (False, True):
         tpl = runpod.template(entry, with_digest=with_digest)
         assert _PORTS.fullmatch(tpl["ports"]), tpl["ports"]
@@ -491,6 +497,14 @@ def test_an_entry_the_index_check_accepts_makes_a_sane_template(changes):
         assert "\n" not in tpl["name"] and "\n" not in tpl["imageName"] and len(tpl["imageName"]) < 700
         for line in tpl["readme"].splitlines():
             assert line == runpod_printable(line)
+
+
+ACCEPTED: list[bool] = []
+
+
+def test_the_fuzzing_reaches_entries_the_check_accepts():
+    """Run after the fuzz test (file order): it must not be vacuous, many mutated entries are accepted."""
+    assert ACCEPTED.count(True) > 50 and ACCEPTED.count(False) > 50, (ACCEPTED.count(True), ACCEPTED.count(False))
 
 
 def runpod_printable(line: str) -> str:
