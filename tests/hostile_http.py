@@ -202,3 +202,11 @@ RUNPOD_ANSWERS: dict[str, Answer] = {
     "errors of the wrong shape": json_answer({"errors": {"message": "x"}}),
     "errors not a list of objects": json_answer({"errors": [[["x"]]]}),
 }
+
+
+@contextmanager
+def runpod(answer: Answer | Route) -> Iterator[Server]:
+    """RunPod's API as a hostile or broken provider: every request (GraphQL or REST) gets ``answer`` (one of
+    ``RUNPOD_ANSWERS``, or a function of the request), and is recorded with its headers."""
+    with serve(fallback=answer if callable(answer) else lambda req: answer) as server:
+        yield server

@@ -332,7 +332,7 @@ def test_display_redacts_user_info_and_secret_queries():
 @pytest.mark.parametrize("answer", list(hostile_http.RUNPOD_ANSWERS))
 def test_create_says_created_only_for_a_saved_template(app, runner, index, monkeypatch, answer):
     monkeypatch.setenv("RUNPOD_API_KEY", "rp_key")
-    with serve(fallback=lambda req: hostile_http.RUNPOD_ANSWERS[answer]) as api:
+    with hostile_http.runpod(hostile_http.RUNPOD_ANSWERS[answer]) as api:
         args = ["runpod-template", CELL_B, "--release-index", str(index), "--create", "--api-url", f"{api.url}/graphql"]
         res = runner.invoke(app, args)
     assert res.exit_code == 3, res.output
@@ -354,7 +354,7 @@ def test_a_redirect_that_turns_the_post_into_a_get_is_not_created(app, runner, i
 def test_runpods_error_text_reaches_the_terminal_as_plain_text(app, runner, index, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", "rp_key")
     answer = hostile_http.json_answer({"errors": [{"message": hostile_http.SPOOF}]})
-    with serve(fallback=lambda req: answer) as api:
+    with hostile_http.runpod(answer) as api:
         args = ["runpod-template", CELL_B, "--release-index", str(index), "--create", "--api-url", f"{api.url}/graphql"]
         res = runner.invoke(app, args)
     assert res.exit_code == 1, res.output
@@ -376,7 +376,7 @@ def test_runpods_error_text_reaches_the_terminal_as_plain_text(app, runner, inde
 @pytest.mark.parametrize("action", ["stop", "terminate"])
 def test_pod_stop_survives_what_runpod_answers(app, runner, monkeypatch, answer, action):
     monkeypatch.setenv("RUNPOD_API_KEY", "rp_key")
-    with serve(fallback=lambda req: answer) as api:
+    with hostile_http.runpod(answer) as api:
         res = runner.invoke(app, ["pod", action, "abc123xyz456", "--api-url", f"{api.url}/v1"])
     assert res.exit_code == 3, res.output
     _clean(res.output)

@@ -39,9 +39,9 @@ def _load(path: Path, text: str, what: str, hint: str) -> object:
     from imagekit import untrusted
 
     try:
-        return untrusted.load_json(text, f"{what} {path}")
+        return untrusted.load_json(text, "it")
     except untrusted.UntrustedData as exc:
-        raise UsageError(str(exc), hint) from None
+        raise UsageError(f"{what} {path} is not a {what}: {exc}", hint) from None
 
 
 def read_index(path: Path) -> dict:
