@@ -25,10 +25,12 @@ def authorization(api_key: str) -> dict[str, str]:
             raise untrusted.UntrustedData(f"{KEY_VARIABLE} is longer than {MAX_KEY} characters")
         untrusted.header_value(api_key, KEY_VARIABLE)
     except untrusted.UntrustedData as exc:
-        raise UsageError(
-            f"{exc}: it cannot be sent as an API key",
-            f"strip the line ending: export {KEY_VARIABLE}=$(tr -d '\\r\\n' < key.txt)",
-        ) from None
+        hint = (
+            f"strip the line ending: export {KEY_VARIABLE}=$(tr -d '\\r\\n' < key.txt)"
+            if "\r" in api_key or "\n" in api_key
+            else f"set {KEY_VARIABLE} to the key as RunPod's console shows it (Settings, API Keys), nothing around it"
+        )
+        raise UsageError(f"{exc}: it cannot be sent as an API key", hint) from None
     return {"Authorization": f"Bearer {api_key}"}
 
 

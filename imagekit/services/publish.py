@@ -145,8 +145,8 @@ def entry_problems(entry: dict) -> list[str]:
 
     check("tag", tagged, entry.get("tag"))
     check("alias", tagged, entry.get("alias"))
-    check("digest", lambda v: untrusted.digest(v), entry.get("digest"))
-    check("config_digest", optional(lambda v: untrusted.digest(v)), entry.get("config_digest"))
+    check("digest", lambda v: untrusted.digest(v, "value"), entry.get("digest"))
+    check("config_digest", optional(lambda v: untrusted.digest(v, "value")), entry.get("config_digest"))
     check("size_bytes", size, entry.get("size_bytes", 0))
     check("published_at", optional(text(64)), entry.get("published_at"))
     manifest = entry.get("manifest")

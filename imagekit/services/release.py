@@ -90,7 +90,7 @@ def check_registries(by_tag: dict[str, tuple[dict, Path]], allowed: list[Named],
         if not any(n.holds(remote) for n in allowed):
             where = "--registry" if source == "--registry" else f"--registry or listed in {index}"
             raise CheckFailed(
-                f"{path} records {tag} on {remote.registry}/{remote.name}: not a registry named by {where} ({names})",
+                f"{path} names {remote.registry}/{remote.name}, not a registry named by {where} ({names})",
                 f"if that registry is yours, pass --registry {remote.registry}/{remote.name}; otherwise remove the "
                 "record; nothing was sent to it and nothing was written",
             )
