@@ -59,7 +59,8 @@ def named_registry(value: str) -> Named:
             if not value.startswith(remote.registry + "/"):
                 raise UsageError(f"--registry {value!r} names no registry host", hint)
             return Named(_HUB.get(remote.registry, remote.registry), remote.name)
-        return Named(_HUB.get(value, value) if Remote(value, "x") else value)
+        Remote(value, "x")  # the host alone: of the grammar, or UsageError
+        return Named(_HUB.get(value, value))
     except UsageError as exc:
         raise UsageError(f"--registry: {exc.message}", hint) from None
 
