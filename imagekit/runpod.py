@@ -71,6 +71,9 @@ def unreachable_registry(image: str) -> str | None:
     return None
 
 
+MAX_VOLUME_GB = 10_000
+
+
 def template(
     entry: dict,
     *,
@@ -78,14 +81,17 @@ def template(
     volume_gb: int = 50,
     require_gpu: bool = True,
 ) -> dict:
-    """From a release-index entry: pinned to the immutable tag (optionally @digest), disk sized from the image,
-    listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it)."""
+    """From a release-index entry (as `services.publish.read_index` checked it: every field read here has its type,
+    grammar and range, the optional ones may be absent): pinned to the immutable tag (optionally @digest), disk
+    sized from the image, listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it)."""
+    if isinstance(volume_gb, bool) or not isinstance(volume_gb, int) or not 1 <= volume_gb <= MAX_VOLUME_GB:
+        raise ValueError(f"volume_gb must be 1 to {MAX_VOLUME_GB}")
     image = entry["tag"] + (f"@{entry['digest']}" if with_digest else "")
     size_gb = entry.get("size_bytes", 0) / 1e9
     container_disk = max(20, math.ceil(size_gb * 1.5 + 10))
     cell = entry["manifest"]["cell"]
     features = entry["manifest"].get("image") or {}
-    jupyter = bool(features.get("jupyter"))
+    jupyter = features.get("jupyter") is True
     ports = ",".join(features.get("ports") or ["22/tcp"])
     env = [
         {"key": "HF_HOME", "value": "/workspace/.cache/huggingface"},
@@ -108,11 +114,15 @@ def template(
 def readme(entry: dict, jupyter: bool) -> str:
     m = entry["manifest"]
     cell = m["cell"]
+    known = lambda value: value if isinstance(value, str) and value else "?"  # noqa: E731
+    driver = known((m.get("driver") or {}).get("minimum"))
+    archs = ", ".join((m.get("torch") or {}).get("archs") or []) or "?"
     lines = [
         f"# imagekit {cell['id']}",
-        f"torch {cell['torch']}+{cell['variant']}, transformers {cell['transformers']}, Python {cell['python']}; "
-        f"every package pinned by hash (image {entry['tag']}, digest {entry.get('digest', '?')}).",
-        f"Needs an NVIDIA driver >= {m['driver']['minimum']}; GPU architectures: {', '.join(m['torch']['archs'])}.",
+        f"torch {known(cell.get('torch'))}+{known(cell.get('variant'))}, transformers "
+        f"{known(cell.get('transformers'))}, Python {known(cell.get('python'))}; "
+        f"every package pinned by hash (image {entry['tag']}, digest {entry['digest']}).",
+        f"Needs an NVIDIA driver >= {driver}; GPU architectures: {archs}.",
         "",
         "SSH: add your public key to the account (PUBLIC_KEY); the image runs sshd on 22/tcp with key-only root "
         "login. Use the direct TCP port for `ssh root@IP -p PORT 'cmd'`, scp, sftp and rsync (the proxied gateway "

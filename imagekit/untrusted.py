@@ -107,6 +107,10 @@ def digest(value: object, what: str = "digest") -> str:
     return value
 
 
+def is_digest(value: object) -> bool:
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
+
+
 def sha256_hex(value: object, what: str = "sha256") -> str:
     """64 lower-case hex digits."""
     if not isinstance(value, str) or not _HEX64.fullmatch(value):
@@ -127,6 +131,11 @@ def header_value(value: str, what: str) -> str:
 def _char_name(ch: str) -> str:
     names = {"\r": "a carriage return (CR)", "\n": "a line feed (LF)", "\t": "a tab", "\x00": "a NUL"}
     return names.get(ch, f"the character U+{ord(ch):04X}")
+
+
+def char_name(ch: str) -> str:
+    """A character named for an error message (so the message never has to show it)."""
+    return _char_name(ch)
 
 
 def relative_member(name: str) -> PurePosixPath:

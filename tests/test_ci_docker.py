@@ -118,7 +118,15 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
     # the release job: merge both runners' records into a fresh index, each digest checked with the registry
     res = runner.invoke(
         app,
-        ["release", "merge", *(str(tmp_path / f"records-{c}") for c in images), "--index", str(tmp_path / "i.json")],
+        [
+            "release",
+            "merge",
+            *(str(tmp_path / f"records-{c}") for c in images),
+            "--index",
+            str(tmp_path / "i.json"),
+            "--registry",
+            repo,
+        ],
     )
     assert res.exit_code == 0, res.output
     merged = json.loads((tmp_path / "i.json").read_text())["images"]

@@ -4,14 +4,8 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import http.server
 import json
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -21,78 +15,9 @@ from imagekit.effects import registry, remote_zip, runpod_api
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.services import fetch
+from tests.hostile_http import Answer, Route, Seen, Server, basic, redirect, serve
 
-Answer = tuple[int, dict[str, str], bytes]
-Route = Callable[["Seen"], Answer]
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Server:
-    """A real HTTP/1.0 server: ``routes`` maps a path to an answer (or a function of the request); it records every
-    request it gets, headers included."""
-
-    routes: dict[str, Answer | Route] = field(default_factory=dict)
-    seen: list[Seen] = field(default_factory=list)
-    port: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def auth_seen(self) -> list[str | None]:
-        return [s.headers.get("Authorization") for s in self.seen]
-
-
-@contextmanager
-def serve(routes: dict[str, Answer | Route] | None = None) -> Iterator[Server]:
-    state = Server(dict(routes or {}))
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            req = Seen(self.command, self.path, dict(self.headers.items()), self.rfile.read(length))
-            state.seen.append(req)
-            route = state.routes.get(self.path.split("?")[0], (404, {}, b"not here"))
-            status, headers, body = route(req) if callable(route) else route
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            if "Content-Length" not in headers and headers.get("X-No-Length") is None:
-                self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        do_GET = do_POST = do_PUT = do_HEAD = _answer
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def redirect(to: str, code: int = 302) -> Answer:
-    return code, {"Location": to}, b""
-
-
-def basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+# the recording server and its answers live in tests/hostile_http.py, shared with every remote feature's tests
 
 
 # ---- the client's own rules ---------------------------------------------------------------------------------------
@@ -181,10 +106,11 @@ def test_unreachable_server_is_an_environment_failure():
 
 
 # ---- registry: Basic and Bearer, blobs redirected to another origin --------------------------------------------------
+D, C = "sha256:" + "d" * 64, "sha256:" + "c" * 64
 MANIFEST = json.dumps(
-    {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {"digest": "sha256:c"}}
+    {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {"digest": C}}
 ).encode()
-MANIFEST_ANSWER = (200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json", "Docker-Content-Digest": "d"})
+MANIFEST_ANSWER = (200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json", "Docker-Content-Digest": D})
 
 
 def _remote(server: Server) -> registry.Remote:
@@ -195,8 +121,8 @@ def test_registry_basic_credentials_stay_with_the_registry():
     with serve() as cdn, serve() as reg:
         cdn.routes["/store/manifest"] = (*MANIFEST_ANSWER, MANIFEST)
         reg.routes["/v2/team/app/manifests/latest"] = redirect(f"{cdn.url}/store/manifest", 307)
-        info = registry.RegistryClient("ci", "s3cret").manifest(_remote(reg), "latest")
-    assert info == registry.ManifestInfo("d", "sha256:c")
+        info = registry.RegistryClient("ci", "s3cret", registries=[reg.address]).manifest(_remote(reg), "latest")
+    assert info == registry.ManifestInfo(D, C)
     assert reg.auth_seen() == [basic("ci", "s3cret")]
     assert cdn.auth_seen() == [None]
 
@@ -215,23 +141,21 @@ def test_registry_bearer_flow_and_same_origin_redirects():
         auth.routes["/token"] = lambda req: (
             (200, {}, b'{"token": "tok"}') if req.headers.get("Authorization") == basic("ci", "pw") else (401, {}, b"")
         )
-        reg.routes["/v2/team/app/manifests/latest"] = guarded(redirect("/v2/team/app/manifests/sha256:d"))
-        reg.routes["/v2/team/app/manifests/sha256:d"] = guarded((*MANIFEST_ANSWER, MANIFEST))
-        reg.routes["/v2/team/app/blobs/sha256:c"] = guarded(redirect(f"{cdn.url}/blob?sig=abc"))
+        reg.routes["/v2/team/app/manifests/latest"] = guarded(redirect(f"/v2/team/app/manifests/{D}"))
+        reg.routes[f"/v2/team/app/manifests/{D}"] = guarded((*MANIFEST_ANSWER, MANIFEST))
+        reg.routes[f"/v2/team/app/blobs/{C}"] = guarded(redirect(f"{cdn.url}/blob?sig=abc"))
         cdn.routes["/blob"] = (200, {}, b'{"rootfs": {"diff_ids": []}}')
-        client_ = registry.RegistryClient("ci", "pw")
-        assert client_.manifest(_remote(reg), "latest") == registry.ManifestInfo("d", "sha256:c")
-        assert client_.blob_json(_remote(reg), "sha256:c") == {"rootfs": {"diff_ids": []}}
+        client_ = registry.RegistryClient("ci", "pw", registries=[reg.address])
+        assert client_.manifest(_remote(reg), "latest") == registry.ManifestInfo(D, C)
+        assert client_.blob_json(_remote(reg), C) == {"rootfs": {"diff_ids": []}}
     assert auth.auth_seen() == [basic("ci", "pw"), basic("ci", "pw")]
     # same-origin redirect: the token went along to the manifest by digest
-    assert ("/v2/team/app/manifests/sha256:d", "Bearer tok") in [
-        (s.path, s.headers.get("Authorization")) for s in reg.seen
-    ]
+    assert (f"/v2/team/app/manifests/{D}", "Bearer tok") in [(s.path, s.headers.get("Authorization")) for s in reg.seen]
     assert cdn.auth_seen() == [None]
 
 
 def test_registry_non_json_manifest_is_exit_3():
-    with serve({"/v2/team/app/manifests/latest": (200, {"Docker-Content-Digest": "d"}, b"<html>proxy</html>")}) as reg:
+    with serve({"/v2/team/app/manifests/latest": (200, {"Docker-Content-Digest": D}, b"<html>proxy</html>")}) as reg:
         with pytest.raises(EnvironmentFailure) as exc:
             registry.RegistryClient().manifest(_remote(reg), "latest")
     assert exc.value.exit_code == 3 and "did not answer JSON" in exc.value.message and "--registry" in exc.value.hint
@@ -241,7 +165,7 @@ def test_registry_refuses_a_token_realm_outside_http():
     challenge = 'Bearer realm="file:///etc/passwd",service="reg"'
     with serve({"/v2/team/app/manifests/latest": (401, {"WWW-Authenticate": challenge}, b"")}) as reg:
         with pytest.raises(EnvironmentFailure, match="token realm"):
-            registry.RegistryClient("ci", "pw").manifest(_remote(reg), "latest")
+            registry.RegistryClient("ci", "pw", registries=[reg.address]).manifest(_remote(reg), "latest")
 
 
 # ---- RunPod: the API key ---------------------------------------------------------------------------------------------

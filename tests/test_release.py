@@ -29,25 +29,27 @@ def reg(tmp_path_factory):
     registry.stop()
 
 
-def _blob(base: str, data: bytes) -> str:
+def _blob(base: str, data: bytes, auth: tuple[str, str] | None = None) -> str:
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    start = httpx.post(f"{base}/blobs/uploads/")
+    start = httpx.post(f"{base}/blobs/uploads/", auth=auth)
     assert start.status_code == 202, start.text
     location = httpx.URL(base).join(start.headers["Location"])
-    done = httpx.put(location.copy_merge_params({"digest": digest}), content=data)
+    done = httpx.put(location.copy_merge_params({"digest": digest}), content=data, auth=auth)
     assert done.status_code == 201, done.text
     return digest
 
 
-def push_image(reg: Registry, repo: str, tag: str, payload: str) -> tuple[str, str]:
+def push_image(
+    reg: Registry, repo: str, tag: str, payload: str, auth: tuple[str, str] | None = None
+) -> tuple[str, str]:
     """A minimal image (one layer, a config) pushed over the registry API: (manifest digest, config digest)."""
     base = f"http://{reg.address}/v2/{repo}"
     layer = payload.encode()
-    layer_digest = _blob(base, layer)
+    layer_digest = _blob(base, layer, auth)
     config = json.dumps(
         {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [layer_digest]}}
     ).encode()
-    config_digest = _blob(base, config)
+    config_digest = _blob(base, config, auth)
     manifest = json.dumps(
         {
             "schemaVersion": 2,
@@ -70,6 +72,7 @@ def push_image(reg: Registry, repo: str, tag: str, payload: str) -> tuple[str, s
         f"{base}/manifests/{tag}",
         content=manifest,
         headers={"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"},
+        auth=auth,
     )
     assert answer.status_code == 201, answer.text
     return answer.headers["Docker-Content-Digest"], config_digest
@@ -126,13 +129,13 @@ def test_merge_builds_the_index_from_records_verified_against_the_registry(app, 
     for n, cell in enumerate((CELL_A, CELL_B)):
         digest, config = push_image(reg, "imagekit-test/merge", f"{cell}-0123456789ab", f"layer {n}")
         publish.write_record(records / f"runner-{n}", _entry(_published(repo, cell, digest, config)))
-    res = _merge(app, runner, "records", "--index", "out/index.json", "--json")
+    res = _merge(app, runner, "records", "--index", "out/index.json", "--json", "--registry", repo)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["added"] == sorted(f"{repo}:{c}-0123456789ab" for c in (CELL_A, CELL_B))
     images = json.loads((in_tmp / "out" / "index.json").read_text())["images"]
     assert {e["manifest"]["cell"]["id"] for e in images.values()} == {CELL_A, CELL_B}
     first = (in_tmp / "out" / "index.json").read_text()
-    again = _merge(app, runner, "records", "--index", "out/index.json", "--json")  # idempotent
+    again = _merge(app, runner, "records", "--index", "out/index.json", "--json")  # idempotent; the index names it
     assert again.exit_code == 0 and len(json.loads(again.stdout)["unchanged"]) == 2
     assert (in_tmp / "out" / "index.json").read_text() == first
 
@@ -143,7 +146,7 @@ def test_merge_refuses_a_digest_the_registry_lacks_and_writes_nothing(app, runne
     publish.write_record(in_tmp / "records", _entry(_published(repo, CELL_A, digest, config)))
     ghost = "sha256:" + "f" * 64
     publish.write_record(in_tmp / "records", _entry(_published(repo, CELL_B, ghost)))
-    res = _merge(app, runner, "records", "--index", "index.json")
+    res = _merge(app, runner, "records", "--index", "index.json", "--registry", reg.address)
     assert res.exit_code == 1, res.output
     assert f"has no manifest {ghost}" in res.output and "hint:" in res.output
     assert not (in_tmp / "index.json").exists()
@@ -154,11 +157,11 @@ def test_merge_refuses_a_moved_tag_and_a_wrong_config(app, runner, reg, in_tmp):
     old, config = push_image(reg, "imagekit-test/moved", f"{CELL_A}-0123456789ab", "first")
     push_image(reg, "imagekit-test/moved", f"{CELL_A}-0123456789ab", "second: the tag moved")
     publish.write_record(in_tmp / "a", _entry(_published(repo, CELL_A, old, config)))
-    res = _merge(app, runner, "a", "--index", "index.json")
+    res = _merge(app, runner, "a", "--index", "index.json", "--registry", repo)
     assert res.exit_code == 1 and "points at sha256:" in res.output, res.output
     digest, _ = push_image(reg, "imagekit-test/moved", f"{CELL_B}-0123456789ab", "b")
     publish.write_record(in_tmp / "b", _entry(_published(repo, CELL_B, digest, "sha256:" + "0" * 64)))
-    res = _merge(app, runner, "b", "--index", "index.json")
+    res = _merge(app, runner, "b", "--index", "index.json", "--registry", repo)
     assert res.exit_code == 1 and "has config" in res.output, res.output
     assert not (in_tmp / "index.json").exists()
 

@@ -70,6 +70,12 @@ def test_a_digest_is_exactly_sha256_and_64_hex_digits(value):
 def test_a_good_digest_passes():
     d = "sha256:" + "ab" * 32
     assert untrusted.digest(d) == d
+    assert untrusted.is_digest(d) and not untrusted.is_digest(d + "\n") and not untrusted.is_digest(None)
+
+
+def test_a_character_is_named_not_shown():
+    assert untrusted.char_name("\r") == "a carriage return (CR)"
+    assert untrusted.char_name("\x1b") == "the character U+001B"
 
 
 @pytest.mark.parametrize(

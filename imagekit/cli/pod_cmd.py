@@ -190,7 +190,7 @@ def build() -> typer.Typer:
         key = os.environ.get("RUNPOD_API_KEY", "")
         if not key.strip():
             raise UsageError(f"pod {action} needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
-        doc = runpod_api.pod_action(action, pod_id, key.strip(), api_url)
+        doc = runpod_api.pod_action(action, pod_id, key, api_url)  # a key with a line ending is refused, named
         if as_json:
             out_json({"pod": pod_id, "action": action, "answer": doc})
         else:

@@ -11,12 +11,14 @@ import typer
 from imagekit.cli.common import err_console, handles_errors, out_json, output_file_option
 from imagekit.cli.options import JsonOpt
 
-EPILOG = """Example: imagekit release merge records/ --index releases/index.json
+EPILOG = """Example: imagekit release merge records/ --index releases/index.json --registry ghcr.io/acme/train
 
 Each `imagekit build --push` writes releases/records/<cell id>-<build hash>.json beside the index; on CI each
 runner uploads its record and one job merges them. Every record is checked against the registry first (its
 digest, its image config, its immutable tag); one the registry does not serve is exit 1 and nothing is written.
-Registry credentials: IMAGEKIT_REGISTRY_USER and IMAGEKIT_REGISTRY_PASSWORD, as for `imagekit build --push`."""
+A record may only name a registry given with --registry (or, without it, one the index already lists): one that
+names another is exit 1, before any request. Registry credentials: IMAGEKIT_REGISTRY_USER and
+IMAGEKIT_REGISTRY_PASSWORD, as for `imagekit build --push`; they go only to those registries."""
 
 
 def build() -> typer.Typer:
@@ -32,6 +34,14 @@ def build() -> typer.Typer:
         index: Annotated[
             Path, typer.Option("--index", metavar="FILE", help="The release index to create or update.")
         ] = Path("releases/index.json"),
+        registries: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--registry",
+                metavar="HOST[/REPO]",
+                help="A registry (or repository) the records may name; repeatable. Default: those the index lists.",
+            ),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Verify release records against the registry and add them to the release index (atomically)."""
@@ -40,10 +50,15 @@ def build() -> typer.Typer:
         from imagekit.services.publish import read_index
 
         output_file_option(index, "--index")
-        read_index(index)  # a broken index is refused before the registry is asked
+        current = read_index(index)  # a broken index is refused before the registry is asked
+        allowed = release.allowed_registries(list(registries or []), current)
         console = err_console()
-        client = RegistryClient(os.environ.get("IMAGEKIT_REGISTRY_USER"), os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"))
-        done = release.merge(records, index, client, log=lambda m: console.print(m, markup=False))
+        client = RegistryClient(
+            os.environ.get("IMAGEKIT_REGISTRY_USER"),
+            os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
+            registries=[n.registry for n in allowed[0]],  # the credentials go there and nowhere else
+        )
+        done = release.merge(records, index, client, log=lambda m: console.print(m, markup=False), allowed=allowed)
         if as_json:
             out_json(
                 {"index": str(done.index), "records": done.records, "added": done.added, "unchanged": done.unchanged}

@@ -48,11 +48,7 @@ def register(app: typer.Typer) -> None:
 
         validate_http_url(api_url, "--api-url")
         images = read_index(release_index).get("images", {})
-        matches = [
-            e
-            for tag, e in sorted(images.items())
-            if tag == ref or e.get("alias") == ref or e["manifest"]["cell"].get("id") == ref
-        ]
+        matches = [e for tag, e in sorted(images.items()) if ref in (tag, e["alias"], e["manifest"]["cell"]["id"])]
         if not matches:
             raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
         entry = max(matches, key=lambda e: e.get("published_at", ""))
@@ -64,7 +60,9 @@ def register(app: typer.Typer) -> None:
         )
         if not create:
             if unreachable:
-                err_console().print(f"warning: no pod can pull {entry['tag']}: {unreachable}\nhint: {hint}")
+                err_console().print(
+                    f"warning: no pod can pull {entry['tag']}: {unreachable}\nhint: {hint}", markup=False
+                )
             out_json(body)
             return
         if unreachable and not allow_private_registry:
@@ -72,6 +70,6 @@ def register(app: typer.Typer) -> None:
         key = os.environ.get("RUNPOD_API_KEY")
         if not key:
             raise UsageError("--create needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
-        doc = runpod_api.post(body, key, api_url)
-        out_json(doc.get("data", {}))
-        err_console().print(f"created RunPod template for {entry['tag']}")
+        saved = runpod_api.save_template(body, key, api_url)
+        out_json({"saveTemplate": saved})
+        err_console().print(f"created RunPod template {saved['id']} for {entry['tag']}", markup=False)

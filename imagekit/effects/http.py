@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import tempfile
 import time
@@ -21,7 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from imagekit import untrusted
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.redact import redact, redact_text
 
 if TYPE_CHECKING:
     import httpx
@@ -81,7 +82,9 @@ def require_http(url: str, what: str = "URL", error: type[Exception] = UsageErro
         u = httpx.URL(url)
         url.encode()  # lone surrogates (undecodable argv bytes) would fail later, inside the request
     except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
-        raise error(f"{what} {_display(url)!r} is not a valid URL: {exc}", hint or "pass an http(s):// URL") from None
+        raise error(
+            f"{what} {_display(url)!r} is not a valid URL: {_reason(exc)}", hint or "pass an http(s):// URL"
+        ) from None
     if u.scheme not in SCHEMES or not u.host:
         raise error(f"{what} {_display(url)!r} is not an http(s) URL", hint or "pass an http(s):// URL")
     return url
@@ -151,7 +154,7 @@ def stream(
                 time.sleep(0.2 * attempt)
                 continue
             raise EnvironmentFailure(
-                f"cannot reach {_display(url)}: {exc.__class__.__name__}: {exc}", "check network access to it"
+                f"cannot reach {_display(url)}: {exc.__class__.__name__}: {_reason(exc)}", "check network access to it"
             ) from None
         if response.status_code >= 500 and method in RETRY_METHODS and attempt + 1 < attempts:
             response.close()
@@ -200,9 +203,21 @@ def unreachable(url: str, timeout: float) -> str | None:
         return exc.message.removeprefix(f"cannot reach {_display(url)}: ")
 
 
-def _display(url: str) -> str:
-    """The URL without its query (which may carry signatures or tokens)."""
-    return url.split("?", 1)[0]
+def display(url: str) -> str:
+    """The URL as it may be shown: no user-info, no query (signatures, tokens), no token-like path segment, no
+    control characters (imagekit.redact.redact, then imagekit.untrusted.printable)."""
+    if not isinstance(url, str):
+        return "<not a URL>"
+    return untrusted.printable(redact(url.split("?", 1)[0]), 500)
+
+
+_display = display
+
+
+def _reason(exc: BaseException) -> str:
+    """A library's error text as it may be shown: URLs in it redacted, printable, bounded. (Header values never get
+    here: callers check them with imagekit.untrusted.header_value before a request is built.)"""
+    return untrusted.printable(redact_text(str(exc)))
 
 
 def request(
@@ -219,7 +234,9 @@ def request(
         try:
             return resp.status_code, resp.headers, _read(resp, max_bytes, url)
         except httpx.HTTPError as exc:
-            raise EnvironmentFailure(f"reading {_display(url)} failed: {exc}", "retry; check network access") from None
+            raise EnvironmentFailure(
+                f"reading {_display(url)} failed: {_reason(exc)}", "retry; check network access"
+            ) from None
 
 
 def _read(resp: httpx.Response, max_bytes: int, url: str) -> bytes:
@@ -249,12 +266,15 @@ def get(
 
 
 def parse_json(body: bytes, what: str, hint: str = "check the URL: it does not serve the expected API") -> Any:
-    """JSON out of an answer; anything else is an EnvironmentFailure (exit 3) quoting its start."""
+    """JSON out of an answer, bounded (imagekit.untrusted.load_json: size, depth, numbers); anything else is an
+    EnvironmentFailure (exit 3) saying what was wrong, its start shown as plain text."""
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        start = body[:80].decode("utf-8", "replace").strip()
-        raise EnvironmentFailure(f"{what} did not answer JSON (it began {start!r})", hint) from None
+        return untrusted.load_json(body, what)
+    except untrusted.UntrustedData as exc:
+        if str(exc).startswith(f"{what} is not JSON") or str(exc).startswith(f"{what} is not UTF-8"):
+            start = untrusted.printable(body[:80].decode("utf-8", "replace").strip(), 80)
+            raise EnvironmentFailure(f"{what} did not answer JSON (it began {start!r})", hint) from None
+        raise EnvironmentFailure(str(exc), hint) from None
 
 
 def get_json(url: str, accept: str | None = None) -> dict:
@@ -312,7 +332,7 @@ def download(
         os.replace(tmp, dest)
     except httpx.HTTPError as exc:
         raise EnvironmentFailure(
-            f"cannot download {_display(url)}: {exc}", "check network access to the index"
+            f"cannot download {_display(url)}: {_reason(exc)}", "check network access to the index"
         ) from None
     except OSError as exc:
         raise EnvironmentFailure(f"cannot write {dest}: {exc}", "check free space in the cache") from None

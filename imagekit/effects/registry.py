@@ -1,19 +1,24 @@
 """Registry HTTP API v2: what a tag points at, read straight from the registry (Basic and Bearer auth).
 
-Credentials go to the registry and to the token realm its challenge names; a redirect elsewhere (blobs served
-from a CDN) is followed without them (imagekit.effects.http)."""
+Credentials are bound to their origin: they go to the registries the client was given them for (``registries``)
+and to the token realm such a registry's challenge names; to any other registry the client speaks without them. A
+redirect elsewhere (blobs served from a CDN) is followed without them (imagekit.effects.http). No URL is built from a
+name or reference that is not of the distribution grammar, and what the registry answers is checked here
+(imagekit.untrusted), not by the callers."""
 
 from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from imagekit import untrusted, validate
 from imagekit.effects import http
-from imagekit.errors import EnvironmentFailure
+from imagekit.errors import EnvironmentFailure, UsageError
 
 MANIFEST_TYPES = ", ".join(
     [
@@ -23,12 +28,26 @@ MANIFEST_TYPES = ", ".join(
         "application/vnd.oci.image.index.v1+json",
     ]
 )
+MAX_TOKEN = 16 << 10  # bytes of a bearer token (real ones are 1-4 KiB)
+USER_VARIABLE, PASSWORD_VARIABLE = "IMAGEKIT_REGISTRY_USER", "IMAGEKIT_REGISTRY_PASSWORD"
+STRIP_HINT = "strip the line ending: export {var}=$(tr -d '\\r\\n' < file)"
 
 
 @dataclass(frozen=True)
 class Remote:
     registry: str  # host[:port]
     name: str  # path inside the registry
+
+    def __post_init__(self) -> None:
+        """Both of the distribution grammar: they become a URL's host and path."""
+        first = self.registry.partition("/")[0] if isinstance(self.registry, str) else ""
+        named = isinstance(self.name, str) and isinstance(self.registry, str) and first == self.registry
+        if not named or not ("." in first or ":" in first or first == "localhost"):
+            raise UsageError(
+                f"invalid registry {untrusted.printable(self.registry, 80)!r}: expected HOST[:PORT]",
+                "name it as REGISTRY/NAME, e.g. ghcr.io/acme/train",
+            )
+        validate.repository(f"{self.registry}/{self.name}")
 
     @classmethod
     def parse(cls, repository: str) -> Remote:
@@ -44,6 +63,27 @@ class Remote:
         return f"{scheme}://{self.registry}/v2/{self.name}"
 
 
+def reference(value: object) -> str:
+    """A tag (``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``) or a digest: the only references put into a URL."""
+    if isinstance(value, str) and (validate.TAG.fullmatch(value) or untrusted.is_digest(value)):
+        return value
+    raise UsageError(
+        f"{untrusted.printable(value, 80)!r} is not a tag or a digest",
+        "a tag is up to 128 of [A-Za-z0-9_.-] (not starting with '.' or '-'); a digest is sha256:<64 hex digits>",
+    )
+
+
+def blob_digest(value: object) -> str:
+    try:
+        return untrusted.digest(value, "blob digest")
+    except untrusted.UntrustedData as exc:
+        raise UsageError(str(exc), "a blob is named by its digest, sha256:<64 hex digits>") from None
+
+
+def _refused(registry: str, exc: untrusted.UntrustedData, hint: str = "check --registry") -> EnvironmentFailure:
+    return EnvironmentFailure(f"registry {registry}'s answer is refused: {exc}", hint)
+
+
 @dataclass(frozen=True)
 class ManifestInfo:
     digest: str
@@ -51,14 +91,23 @@ class ManifestInfo:
 
 
 class RegistryClient:
-    def __init__(self, username: str | None = None, password: str | None = None) -> None:
+    def __init__(
+        self, username: str | None = None, password: str | None = None, registries: Iterable[str] = ()
+    ) -> None:
+        """``registries``: the hosts (``host[:port]``) the credentials were given for; none: they go nowhere."""
         self.username = username
         self.password = password
+        self.registries = frozenset(r.lower() for r in registries)
 
-    def _basic(self) -> str | None:
-        if self.username is None:
+    def bound_to(self, registry: str) -> bool:
+        return self.username is not None and registry.lower() in self.registries
+
+    def _basic(self, registry: str) -> str | None:
+        if not self.bound_to(registry):
             return None
-        token = base64.b64encode(f"{self.username}:{self.password or ''}".encode()).decode()
+        user = _credential(self.username or "", USER_VARIABLE, user=True)
+        password = _credential(self.password or "", PASSWORD_VARIABLE, user=False)
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
         return f"Basic {token}"
 
     def _request(
@@ -79,12 +128,12 @@ class RegistryClient:
             status, answer, body = http.request(method, url, headers=headers, content=data, max_bytes=max_bytes)
         except EnvironmentFailure as exc:
             raise EnvironmentFailure(
-                f"registry {url.split('/v2/')[0]} is unreachable: {exc.message}",
+                f"registry {http.display(url.split('/v2/')[0])} is unreachable: {exc.message}",
                 "start the registry, or check --registry",
             ) from None
         return status, dict(answer), body
 
-    def _bearer(self, challenge: str) -> str | None:
+    def _bearer(self, remote: Remote, challenge: str) -> str | None:
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         if "realm" not in params:
             return None
@@ -92,80 +141,142 @@ class RegistryClient:
             params["realm"], "the registry's token realm", EnvironmentFailure, "the registry's auth challenge is broken"
         )
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
-        status, _, body = self._request(str(httpx.URL(realm).copy_merge_params(query)), auth=self._basic())
+        status, _, body = self._request(
+            str(httpx.URL(realm).copy_merge_params(query)), auth=self._basic(remote.registry), max_bytes=1 << 20
+        )
         if status != 200:
             return None
-        doc = _json(body, f"the token service {realm}")
+        doc = _json(body, f"the token service {http.display(realm)}")
         token = doc.get("token") or doc.get("access_token")
-        return f"Bearer {token}" if isinstance(token, str) and token else None
+        what = f"the token service of registry {remote.registry}"
+        if not isinstance(token, str) or not token or len(token) > MAX_TOKEN:
+            raise EnvironmentFailure(f"{what} answered no usable token", "check the registry's auth service")
+        try:
+            untrusted.header_value(token, "its token")
+        except untrusted.UntrustedData as exc:
+            raise EnvironmentFailure(
+                f"{what} answered a token that cannot be sent: {exc}", "check the registry"
+            ) from None
+        return f"Bearer {token}"
 
     def _authed(
         self,
+        remote: Remote,
         url: str,
         method: str = "GET",
         data: bytes | None = None,
         content_type: str | None = None,
         max_bytes: int = 64 << 20,
     ) -> tuple[int, dict, bytes]:
-        status, headers, body = self._request(url, method, self._basic(), data, content_type, max_bytes)
+        status, headers, body = self._request(url, method, self._basic(remote.registry), data, content_type, max_bytes)
         if status == 401:
             challenge = {k.lower(): v for k, v in headers.items()}.get("www-authenticate", "")
-            auth = self._bearer(challenge) if challenge.lower().startswith("bearer") else None
+            auth = self._bearer(remote, challenge) if challenge.lower().startswith("bearer") else None
             if auth is None:
+                given = self.bound_to(remote.registry)
                 raise EnvironmentFailure(
-                    f"registry {url.split('/v2/')[0]} refused the credentials (HTTP 401)",
-                    "set IMAGEKIT_REGISTRY_USER and IMAGEKIT_REGISTRY_PASSWORD",
+                    f"registry {remote.registry} refused the credentials (HTTP 401)"
+                    if given
+                    else f"registry {remote.registry} asks for credentials (HTTP 401); none are given for it",
+                    f"set {USER_VARIABLE} and {PASSWORD_VARIABLE}"
+                    + ("" if given else " and name the registry (--registry) they are for"),
                 )
             status, headers, body = self._request(url, method, auth, data, content_type, max_bytes)
         return status, headers, body
 
     def copy_tag(self, remote: Remote, digest: str, tag: str) -> None:
         """Point ``tag`` at the manifest ``digest`` (the same bytes, so the same digest)."""
-        status, headers, body = self._authed(f"{remote.base}/manifests/{digest}")
+        digest = untrusted_digest(digest)
+        tag = reference(tag)
+        status, headers, body = self._authed(remote, f"{remote.base}/manifests/{digest}")
         if status != 200:
             raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {digest}")
         media = {k.lower(): v for k, v in headers.items()}.get("content-type") or _json(
             body, f"registry {remote.registry}"
         ).get("mediaType")
-        status, _, answer = self._authed(f"{remote.base}/manifests/{tag}", "PUT", body, media)
+        try:
+            media = untrusted.header_value(media if isinstance(media, str) else "", "its media type")
+        except untrusted.UntrustedData as exc:
+            raise _refused(remote.registry, exc) from None
+        status, _, answer = self._authed(remote, f"{remote.base}/manifests/{tag}", "PUT", body, media)
         if status not in (200, 201):
             raise EnvironmentFailure(
-                f"registry {remote.registry} refused tagging {tag} (HTTP {status}): {answer[:300]!r}",
+                f"registry {remote.registry} refused tagging {tag} (HTTP {status}): {untrusted.printable(answer)!r}",
                 "retry; check push rights",
             )
 
     def blob_json(self, remote: Remote, digest: str) -> dict:
         """A JSON blob (an image config) by digest."""
-        status, _, body = self._authed(f"{remote.base}/blobs/{digest}")
+        digest = blob_digest(digest)
+        status, _, body = self._authed(remote, f"{remote.base}/blobs/{digest}")
         if status != 200:
             raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
         return _json(body, f"registry {remote.registry} (blob {digest})")
 
     def blob(self, remote: Remote, digest: str, max_bytes: int) -> bytes:
         """A blob's bytes by digest, refused when larger than ``max_bytes``."""
-        status, _, body = self._authed(f"{remote.base}/blobs/{digest}", max_bytes=max_bytes)
+        digest = blob_digest(digest)
+        status, _, body = self._authed(remote, f"{remote.base}/blobs/{digest}", max_bytes=max_bytes)
         if status != 200:
             raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
         return body
 
-    def manifest_json(self, remote: Remote, reference: str) -> dict:
+    def manifest_json(self, remote: Remote, ref: str) -> dict:
         """The manifest document itself (layers, config)."""
-        status, _, body = self._authed(f"{remote.base}/manifests/{reference}")
+        ref = reference(ref)
+        status, _, body = self._authed(remote, f"{remote.base}/manifests/{ref}")
         if status != 200:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {reference}")
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {ref}")
         return _json(body, f"registry {remote.registry}")
 
-    def manifest(self, remote: Remote, reference: str) -> ManifestInfo | None:
-        """The manifest a tag or digest names, or None when the registry does not have it."""
-        status, headers, body = self._authed(f"{remote.base}/manifests/{reference}")
+    def manifest(self, remote: Remote, ref: str) -> ManifestInfo | None:
+        """The manifest a tag or digest names, or None when the registry does not have it. Its digest is the
+        registry's Docker-Content-Digest (checked), else the sha256 of the bytes it served."""
+        ref = reference(ref)
+        status, headers, body = self._authed(remote, f"{remote.base}/manifests/{ref}")
         if status == 404:
             return None
         if status != 200:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {reference}")
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {ref}")
         lowered = {k.lower(): v for k, v in headers.items()}
         doc = _json(body, f"registry {remote.registry}")
         config = doc.get("config", {}).get("digest") if isinstance(doc.get("config"), dict) else None
-        return ManifestInfo(lowered.get("docker-content-digest", ""), config)
+        try:
+            digest = lowered.get("docker-content-digest") or "sha256:" + _sha256(body)
+            untrusted.digest(digest, "a manifest digest")
+            if config is not None:
+                untrusted.digest(config, "a config digest")
+        except untrusted.UntrustedData as exc:
+            hint = "the registry does not speak the registry API v2; check --registry"
+            raise _refused(remote.registry, exc, hint) from None
+        return ManifestInfo(digest, config)
+
+
+def untrusted_digest(value: object) -> str:
+    try:
+        return untrusted.digest(value, "manifest digest")
+    except untrusted.UntrustedData as exc:
+        raise UsageError(str(exc), "a manifest is named by its digest, sha256:<64 hex digits>") from None
+
+
+def _sha256(body: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(body).hexdigest()
+
+
+def _credential(value: str, variable: str, *, user: bool) -> str:
+    """A user name or password as Basic auth carries it (RFC 7617): no control characters (a line ending read from
+    a file), no ':' in the user name. The error names the variable, never the value."""
+    bad = next((c for c in value if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F), None)
+    if bad is not None:
+        raise UsageError(
+            f"{variable} holds {untrusted.char_name(bad)}, which no registry accepts",
+            STRIP_HINT.format(var=variable),
+        )
+    if user and ":" in value:
+        raise UsageError(f"{variable} holds a ':', which Basic auth cannot carry in a user name", "check the name")
+    return value
 
 
 def _json(body: bytes, what: str) -> dict[str, Any]:

@@ -1,40 +1,86 @@
-"""POST a GraphQL request to RunPod (base URL overridable). The API key goes in a header, never in logs, and never
-to another origin (see imagekit.effects.http)."""
+"""RunPod's APIs (base URLs overridable): GraphQL (``saveTemplate``) and REST (stop, terminate a pod). The API key goes
+in a header, checked first (never in logs or errors, never to another origin: imagekit.effects.http); what RunPod
+answers is checked here (shape, size, characters: imagekit.untrusted) before any of it is used or shown."""
 
 from __future__ import annotations
 
 import json
 import re
 
+from imagekit import untrusted
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 
 DEFAULT_API = "https://api.runpod.io/graphql"
+KEY_VARIABLE = "RUNPOD_API_KEY"
+MAX_KEY = 4096
+_TEMPLATE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
 
 
-def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
-    http.require_http(url, "--api-url", UsageError, "pass the RunPod GraphQL endpoint, https://api.runpod.io/graphql")
+def authorization(api_key: str) -> dict[str, str]:
+    """The Authorization header for ``api_key``; a key that cannot be one (a CR or LF read from a file, a non-ASCII
+    character, surrounding spaces) is a usage error naming the variable and what is wrong, never the value."""
     try:
-        status, _, raw = http.request(
-            "POST",
-            url,
-            content=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
+        if len(api_key) > MAX_KEY:
+            raise untrusted.UntrustedData(f"{KEY_VARIABLE} is longer than {MAX_KEY} characters")
+        untrusted.header_value(api_key, KEY_VARIABLE)
+    except untrusted.UntrustedData as exc:
+        hint = (
+            f"strip the line ending: export {KEY_VARIABLE}=$(tr -d '\\r\\n' < key.txt)"
+            if "\r" in api_key or "\n" in api_key
+            else f"set {KEY_VARIABLE} to the key as RunPod's console shows it (Settings, API Keys), nothing around it"
         )
+        raise UsageError(f"{exc}: it cannot be sent as an API key", hint) from None
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+def _send(method: str, url: str, headers: dict[str, str], content: bytes | None = None) -> tuple[int, bytes]:
+    try:
+        status, _, raw = http.request(method, url, headers=headers, content=content, max_bytes=4 << 20)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
     if status in (401, 403):
-        raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", "check RUNPOD_API_KEY")
+        raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", f"check {KEY_VARIABLE}")
+    return status, raw
+
+
+def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
+    """A GraphQL request; its answer, an object without ``errors`` (RunPod's rejection is exit 1, quoted as
+    plain text; an answer of another shape is exit 3)."""
+    headers = {"Content-Type": "application/json", **authorization(api_key)}
+    http.require_http(url, "--api-url", UsageError, "pass the RunPod GraphQL endpoint, https://api.runpod.io/graphql")
+    status, raw = _send("POST", url, headers, json.dumps(body).encode())
     if status != 200:
         raise EnvironmentFailure(f"RunPod API answered HTTP {status}", "retry later")
     doc = http.parse_json(raw, "the RunPod API", "check --api-url: it must be RunPod's GraphQL endpoint")
     if not isinstance(doc, dict):
         raise EnvironmentFailure("the RunPod API answered JSON that is not an object", "check --api-url")
-    if doc.get("errors"):
-        first = doc["errors"][0] if isinstance(doc["errors"], list) and doc["errors"] else {}
-        message = first.get("message") if isinstance(first, dict) else first
-        raise CheckFailed(f"RunPod rejected the template: {message}", "fix the template input")
+    errors = doc.get("errors")
+    if errors is not None and errors != []:
+        messages = [e.get("message") for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+        if not messages or not all(isinstance(m, str) for m in messages):
+            raise EnvironmentFailure(
+                "the RunPod API answered errors of an unknown shape", "check --api-url: it must be RunPod's GraphQL"
+            )
+        raise CheckFailed(f"RunPod rejected the request: {untrusted.printable(messages[0])}", "fix the template input")
     return doc
+
+
+def save_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
+    """``saveTemplate``; the saved template's fields, exactly when RunPod says it saved one (``data.saveTemplate``
+    with a template id). Anything else (an empty answer after a redirect turned the POST into a GET) is exit 3."""
+    doc = post(body, api_key, url)
+    data = doc.get("data")
+    saved = data.get("saveTemplate") if isinstance(data, dict) else None
+    template_id = saved.get("id") if isinstance(saved, dict) else None
+    if not isinstance(template_id, str) or not _TEMPLATE_ID.fullmatch(template_id):
+        raise EnvironmentFailure(
+            "the RunPod API did not say it saved the template (no data.saveTemplate.id in its answer)",
+            "check --api-url: it must be RunPod's GraphQL endpoint, reached without a redirect",
+        )
+    return {
+        k: v if isinstance(v, int | float | bool) or v is None else untrusted.printable(v) for k, v in saved.items()
+    }
 
 
 DEFAULT_REST = "https://rest.runpod.io/v1"
@@ -44,16 +90,15 @@ _POD_ID = re.compile(r"[A-Za-z0-9]{4,64}", re.ASCII)
 def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
     """RunPod's REST API: ``stop`` (POST /pods/{id}/stop: billing for the GPU ends, the volume stays) or
     ``terminate`` (DELETE /pods/{id}: the pod and its container disk are gone)."""
-    if not _POD_ID.fullmatch(pod_id or ""):
-        raise UsageError(f"not a RunPod pod id: {pod_id!r}", "give the id from the console or API, e.g. abc123xyz456")
+    if not isinstance(pod_id, str) or not _POD_ID.fullmatch(pod_id):
+        raise UsageError(
+            f"not a RunPod pod id: {untrusted.printable(pod_id, 80)!r}",
+            "give the id from the console or API, e.g. abc123xyz456",
+        )
+    headers = authorization(api_key)
     http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
     method, path = ("POST", f"/pods/{pod_id}/stop") if action == "stop" else ("DELETE", f"/pods/{pod_id}")
-    try:
-        status, _, raw = http.request(method, base.rstrip("/") + path, headers={"Authorization": f"Bearer {api_key}"})
-    except EnvironmentFailure as exc:
-        raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
-    if status in (401, 403):
-        raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", "check RUNPOD_API_KEY")
+    status, raw = _send(method, base.rstrip("/") + path, headers)
     if status == 404:
         raise CheckFailed(f"RunPod has no pod {pod_id}", "check the id (imagekit never guesses one)")
     if status not in (200, 201, 202, 204):

@@ -122,8 +122,8 @@ def push_base(
     image = engine.image(ref.reference)
     if image is None:
         raise EnvironmentFailure(f"{ref.reference} is not in the engine", "run `imagekit base bootstrap` first")
-    registry = RegistryClient(username, password)
     remote = Remote.parse(repository)
+    registry = RegistryClient(username, password, registries=[remote.registry])
     existing = registry.manifest(remote, tag)
     if existing is not None and existing.config_digest != image["Id"]:
         raise CheckFailed(

@@ -118,7 +118,9 @@ def build_cell(
     """Lock (when stale) -> base -> fetch -> render -> build -> runtime config -> size budget -> self-test -> publish.
     Nothing is pushed unless the self-test passed; the alias tag moves only after the immutable tag is published."""
     result = CellResult(cell)
-    registry = registry or RegistryClient(opts.username, opts.password)
+    registry = registry or RegistryClient(
+        opts.username, opts.password, registries=[Remote.parse(opts.repository).registry]
+    )
     start = time.time()
     say = lambda msg: log(cell.id, msg)  # noqa: E731
     progress = progress or NullProgress()

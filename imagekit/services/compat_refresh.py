@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from imagekit import refresh
+from imagekit import refresh, untrusted
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
@@ -22,16 +22,23 @@ def simple_page(index: str, name: str) -> dict:
     files = page.get("files") if isinstance(page, dict) else None
     hint = "the index must serve PEP 691 JSON (application/vnd.pypi.simple.v1+json)"
     if not isinstance(files, list):
-        raise EnvironmentFailure(f"the index page {page_url} has no list of files", hint)
+        raise EnvironmentFailure(f"the index page {http.display(page_url)} has no list of files", hint)
     fixed = []
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
-            raise EnvironmentFailure(f"the index page {page_url} lists a file without a filename or url", hint)
+            raise EnvironmentFailure(
+                f"the index page {http.display(page_url)} lists a file without a filename or url", hint
+            )
         try:
             url = str(httpx.URL(page_url).join(f["url"]))
         except httpx.InvalidURL:
             url = f["url"]
-        http.require_http(url, f"the index lists {f['filename']} at", EnvironmentFailure, "use another index")
+        http.require_http(
+            url,
+            f"the index lists {untrusted.printable(f['filename'], 120)!r} at",
+            EnvironmentFailure,
+            "use another index",
+        )
         fixed.append({**f, "url": url})
     return {**page, "files": fixed}
 

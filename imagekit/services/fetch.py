@@ -65,14 +65,18 @@ def _filename(url: str) -> str:
 
 def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
     """PEP 691 files; PEP 700's ``size`` kept when declared."""
-    page: Any = http.parse_json(raw, f"the index page {base}", "check the index URL: it must be a PEP 691/503 index")
+    page: Any = http.parse_json(
+        raw, f"the index page {http.display(base)}", "check the index URL: it must be a PEP 691/503 index"
+    )
     files = page.get("files") if isinstance(page, dict) else None
     if not isinstance(files, list):
-        raise EnvironmentFailure(f"the index page {base} has no list of files", "check the index URL")
+        raise EnvironmentFailure(f"the index page {http.display(base)} has no list of files", "check the index URL")
     out = []
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
-            raise EnvironmentFailure(f"the index page {base} lists a file without a filename or url", "check the index")
+            raise EnvironmentFailure(
+                f"the index page {http.display(base)} lists a file without a filename or url", "check the index"
+            )
         hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
         size = f.get("size")
         declared = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None

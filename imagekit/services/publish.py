@@ -6,6 +6,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,57 +30,139 @@ class Published:
     config_digest: str | None = None  # the image config the registry serves under ``digest``
 
 
+MAX_IMAGE_BYTES = 10**13  # 10 TB: no image is larger; a bigger size_bytes would size a template's disk absurdly
+_PORT = re.compile(r"([0-9]{1,5})/(tcp|udp|http)", re.ASCII)
+_CELL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
+
+
+def _load(path: Path, text: str, what: str, hint: str) -> object:
+    from imagekit import untrusted
+
+    try:
+        return untrusted.load_json(text, "it")
+    except untrusted.UntrustedData as exc:
+        raise UsageError(f"{what} {path} is not a {what}: {exc}", hint) from None
+
+
 def read_index(path: Path) -> dict:
     """The release index (empty when missing); one of another shape is a usage error naming what is wrong."""
     hint = f"pass the index `imagekit build --push` writes, or move {path} aside"
     text = read_input(path, "release index", hint, missing_ok=True)
     if text is None:
         return {"schema": 1, "images": {}}
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"release index {path} is not JSON: {exc}", hint) from None
+    doc = _load(path, text, "release index", hint)
     problems = index_problems(doc)
     if problems:
         raise UsageError(f"release index {path} is not a release index: " + "; ".join(problems[:5]), hint)
+    assert isinstance(doc, dict)
     return doc
 
 
 def index_problems(doc: object) -> list[str]:
-    """What keeps ``doc`` from being a release index (the fields readers use, with their types)."""
-    from imagekit import validate
-
+    """What keeps ``doc`` from being a release index: every field a reader uses (`release merge`, `build`'s size
+    budget, `runpod-template` and the template it makes), with its type, grammar and range. One check for all of
+    them: what passes here, every reader can use as it is."""
     if not isinstance(doc, dict) or not isinstance(doc.get("images", {}), dict):
         return ["expected an object with an 'images' object"]
-    problems = []
+    problems: list[str] = []
     for tag, entry in doc.get("images", {}).items():
         where = f"images[{tag[:80]!r}]"
         if not isinstance(entry, dict):
             problems.append(f"{where}: expected an object")
             continue
-        for key in ("tag", "alias", "digest"):
-            if not isinstance(entry.get(key), str):
-                problems.append(f"{where}.{key}: expected a string")
+        problems += [f"{where}.{p}" for p in entry_problems(entry)]
+        if isinstance(entry.get("tag"), str) and entry["tag"] != tag:
+            problems.append(f"{where}.tag: names another image than its key")
+    return problems
+
+
+def entry_problems(entry: dict) -> list[str]:
+    """What is wrong with one release (an index entry, a record's content): ``field: why``."""
+    from imagekit import untrusted, validate
+
+    problems = []
+
+    def check(key: str, fn: Callable[[object], object], value: object) -> None:
         try:
-            validate.image_ref(entry.get("tag"), "tag")
-        except UsageError as exc:
-            problems.append(f"{where}.tag: {exc.message}")
-        size = entry.get("size_bytes", 0)
-        if isinstance(size, bool) or not isinstance(size, int | float) or not math.isfinite(size) or size < 0:
-            problems.append(f"{where}.size_bytes: expected a number of bytes")
-        if not isinstance(entry.get("published_at", ""), str):
-            problems.append(f"{where}.published_at: expected a string")
-        manifest = entry.get("manifest")
-        cell = manifest.get("cell") if isinstance(manifest, dict) else None
-        if not isinstance(cell, dict) or not isinstance(cell.get("id"), str):
-            problems.append(f"{where}.manifest.cell.id: expected a string")
-        image = manifest.get("image") if isinstance(manifest, dict) else None
-        if image is not None and not (
-            isinstance(image, dict)
-            and isinstance(image.get("ports") or [], list)
-            and all(isinstance(p, str) for p in image.get("ports") or [])
+            fn(value)
+        except (UsageError, untrusted.UntrustedData) as exc:
+            problems.append(f"{key}: {exc.message if isinstance(exc, UsageError) else exc}")
+
+    def tagged(value: object) -> None:
+        validate.image_ref(value, "reference")
+        m = validate.IMAGE_REF.fullmatch(value)  # type: ignore[arg-type]
+        if m is None or not m["tag"] or m["digest"]:
+            raise UsageError(f"{value!r} is not REPOSITORY:TAG")
+
+    def text(limit: int) -> Callable[[object], object]:
+        return lambda v: untrusted.bounded_text(v, "value", limit)
+
+    def optional(fn: Callable[[object], object]) -> Callable[[object], object]:
+        return lambda v: None if v is None else fn(v)
+
+    def strings(limit: int, count: int, pattern: re.Pattern[str] | None = None) -> Callable[[object], object]:
+        def fn(v: object) -> None:
+            if not isinstance(v, list) or len(v) > count:
+                raise UsageError(f"expected a list of at most {count} strings")
+            for item in v:
+                untrusted.bounded_text(item, "item", limit)
+                if pattern is not None and not pattern.fullmatch(item):
+                    raise UsageError(f"{untrusted.printable(item, 40)!r} is not of the form {pattern.pattern}")
+
+        return fn
+
+    def size(v: object) -> None:
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or not 0 <= v <= MAX_IMAGE_BYTES
         ):
-            problems.append(f"{where}.manifest.image: expected an object with a list of port strings")
+            raise UsageError(f"expected a number of bytes from 0 to {MAX_IMAGE_BYTES}")
+
+    def cell_id(v: object) -> None:
+        if not isinstance(v, str) or not _CELL_ID.fullmatch(v):
+            raise UsageError("expected a cell id (such as cu121-torch2.1.2-py3.11-tf4.48.2)")
+
+    def ports(v: object) -> None:
+        strings(16, 32, _PORT)(v)
+        for item in v:  # type: ignore[union-attr]
+            if not 1 <= int(_PORT.fullmatch(item)[1]) <= 65535:  # type: ignore[index]
+                raise UsageError(f"{item!r}: a port from 1 to 65535")
+
+    def flag(v: object) -> None:
+        if not isinstance(v, bool):
+            raise UsageError("expected true or false")
+
+    def section(key: str, value: object, fields: dict[str, Callable[[object], object]]) -> None:
+        if value is None:
+            return
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected an object")
+            return
+        for name, fn in fields.items():
+            check(f"{key}.{name}", fn, value.get(name))
+
+    check("tag", tagged, entry.get("tag"))
+    check("alias", tagged, entry.get("alias"))
+    check("digest", lambda v: untrusted.digest(v, "value"), entry.get("digest"))
+    check("config_digest", optional(lambda v: untrusted.digest(v, "value")), entry.get("config_digest"))
+    check("size_bytes", size, entry.get("size_bytes", 0))
+    check("published_at", optional(text(64)), entry.get("published_at"))
+    manifest = entry.get("manifest")
+    if not isinstance(manifest, dict):
+        problems.append("manifest.cell.id: expected a string")
+        return problems
+    cell = manifest.get("cell")
+    if not isinstance(cell, dict):
+        problems.append("manifest.cell.id: expected a string")
+    else:
+        check("manifest.cell.id", cell_id, cell.get("id"))
+        for name in ("torch", "variant", "transformers", "python"):
+            check(f"manifest.cell.{name}", optional(text(64)), cell.get(name))
+    section("manifest.driver", manifest.get("driver"), {"minimum": optional(text(32))})
+    section("manifest.torch", manifest.get("torch"), {"archs": optional(strings(16, 64))})
+    section("manifest.image", manifest.get("image"), {"ports": optional(ports), "jupyter": optional(flag)})
     return problems
 
 
@@ -276,14 +359,13 @@ def read_record(path: Path) -> dict:
     """A release record (one index entry); another shape is a usage error naming the file."""
     hint = f"pass the folder `imagekit build --push --release-records` writes, or move {path} aside"
     text = read_input(path, "release record", hint)
-    try:
-        entry = json.loads(text or "")
-    except ValueError as exc:
-        raise UsageError(f"release record {path} is not JSON: {exc}", hint) from None
-    tag = entry.get("tag") if isinstance(entry, dict) else None
-    problems = index_problems({"images": {str(tag): entry}})
-    if not problems and (":" not in tag or path.name != record_name(tag)):
-        problems = [f"its name is not the tag it records ({tag[:120]})"]
+    entry = _load(path, text or "", "release record", hint)
+    if not isinstance(entry, dict):
+        raise UsageError(f"release record {path} is not a release record: expected an object", hint)
+    problems = entry_problems(entry)
+    tag = entry["tag"] if not problems else ""
+    if not problems and path.name != record_name(tag):
+        problems = [f"its name is not the tag it records ({tag})"]
     if problems:
         raise UsageError(f"release record {path} is not a release record: " + "; ".join(problems[:5]), hint)
     return entry

@@ -3,6 +3,10 @@
 Each record is checked against the registry before anything is written: the manifest its digest names exists
 (with the recorded image config) and its immutable tag still points at it. An immutable tag is never given
 another digest, neither by two records nor over the index's entry.
+
+A record is a CI artifact, so it is data to check: it may only name a registry the user named (``--registry``) or
+one the index already lists, and that is checked before any request, so the registry credentials (bound to those
+registries) never reach another.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagekit import validate
 from imagekit.effects.files import write_atomic
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, UsageError
@@ -24,6 +29,72 @@ class Merged:
     added: list[str]  # tags new to the index
     unchanged: list[str]  # tags the index already had with the same digest
     index: Path
+
+
+@dataclass(frozen=True)
+class Named:
+    """A registry the user named: a host (every repository on it) or one repository (and those under it)."""
+
+    registry: str
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.registry + (f"/{self.name}" if self.name else "")
+
+    def holds(self, remote: Remote) -> bool:
+        return remote.registry.lower() == self.registry.lower() and (
+            self.name is None or remote.name == self.name or remote.name.startswith(self.name + "/")
+        )
+
+
+_HUB = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}  # as Remote.parse names it
+
+
+def named_registry(value: str) -> Named:
+    """``--registry HOST[:PORT]`` or ``HOST[:PORT]/REPO``, of the distribution grammar."""
+    hint = "name your registry as HOST[:PORT] or HOST[:PORT]/REPO, e.g. --registry ghcr.io/acme/train"
+    try:
+        if "/" in value:
+            remote = Remote.parse(validate.repository(value))
+            if not value.startswith(remote.registry + "/"):
+                raise UsageError(f"--registry {value!r} names no registry host", hint)
+            return Named(_HUB.get(remote.registry, remote.registry), remote.name)
+        Remote(value, "x")  # the host alone: of the grammar, or UsageError
+        return Named(_HUB.get(value, value))
+    except UsageError as exc:
+        raise UsageError(f"--registry: {exc.message}", hint) from None
+
+
+def allowed_registries(flags: list[str], index: dict) -> tuple[list[Named], str]:
+    """The registries records may name, and where that list came from: ``--registry`` when given, else the
+    repositories the index already lists."""
+    if flags:
+        return [named_registry(v) for v in flags], "--registry"
+    repos = sorted({e["tag"].rsplit(":", 1)[0] for e in index.get("images", {}).values()})
+    return [Named(r.registry, r.name) for r in map(Remote.parse, repos)], "the index"
+
+
+def check_registries(by_tag: dict[str, tuple[dict, Path]], allowed: list[Named], source: str, index: Path) -> None:
+    """Every record names a registry the user named: refused before any request (nothing is sent, nothing
+    written)."""
+    if not by_tag:
+        return
+    if not allowed:
+        raise UsageError(
+            f"name the registry the records are for: {index} lists none yet",
+            "pass --registry HOST[/REPO] (repeatable), e.g. --registry ghcr.io/acme/train; the registry "
+            "credentials go only there",
+        )
+    names = ", ".join(map(str, allowed))
+    for tag, (_, path) in sorted(by_tag.items()):
+        remote = Remote.parse(tag.rsplit(":", 1)[0])
+        if not any(n.holds(remote) for n in allowed):
+            where = "--registry" if source == "--registry" else f"--registry or listed in {index}"
+            raise CheckFailed(
+                f"{path} names {remote.registry}/{remote.name}, not a registry named by {where} ({names})",
+                f"if that registry is yours, pass --registry {remote.registry}/{remote.name}; otherwise remove the "
+                "record; nothing was sent to it and nothing was written",
+            )
 
 
 def find_records(folders: list[Path]) -> list[Path]:
@@ -85,10 +156,13 @@ def merge(
     index_path: Path,
     registry: RegistryClient,
     log: Callable[[str], None] = lambda _: None,
+    allowed: tuple[list[Named], str] = ([], "--registry"),
 ) -> Merged:
-    """Verify every record against the registry, then add them to the index in one atomic write (or none)."""
+    """Check every record names an allowed registry, verify each against it, then add them to the index in one
+    atomic write (or none)."""
     paths = find_records(folders)
     by_tag = collect(paths)
+    check_registries(by_tag, *allowed, index_path)
     with index_locked(index_path):
         index = read_index(index_path)
         images = index.setdefault("images", {})
