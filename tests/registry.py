@@ -49,17 +49,17 @@ class Registry:
         binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "config.yml").write_text(self.config())
-        self.proc = subprocess.Popen(
-            [binary, "serve", str(self.root / "config.yml")],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.root / "registry.log", "ab"),
-        )
+        with open(self.root / "registry.log", "ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [binary, "serve", str(self.root / "config.yml")], stdout=subprocess.DEVNULL, stderr=log
+            )
         deadline = time.time() + 20
         while time.time() < deadline:
             try:
-                urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1)
-                return self
-            except urllib.error.HTTPError:
+                with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1):
+                    return self
+            except urllib.error.HTTPError as exc:
+                exc.close()
                 return self  # 401 from an auth registry: it is up
             except OSError:
                 time.sleep(0.1)

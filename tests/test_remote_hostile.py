@@ -314,6 +314,7 @@ def test_a_password_in_a_url_is_never_printed(app, runner, in_tmp, index, monkey
     assert "Traceback" not in res.output
 
 
+@pytest.mark.resolver
 def test_a_password_in_the_index_url_is_never_printed_by_lock(app, runner, in_tmp, index, fake_index):
     res = runner.invoke(app, _url_commands("http://127.0.0.1:9", index)["lock"])
     assert SECRET not in res.output and res.exit_code == 3, res.output

@@ -26,10 +26,34 @@ class Capabilities:
     notes: tuple[str, ...] = field(default=())
 
 
+def _unix_socket_problem() -> str | None:
+    """Why the engine's Unix socket cannot be connected to, or None. Checked first with a socket closed here:
+    docker-py leaves the socket of a failed connect open (a ResourceWarning at some later garbage collection)."""
+    import os
+    import socket
+
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not host.startswith("unix://"):
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        try:
+            sock.connect(host.removeprefix("unix://"))
+        except (OSError, ValueError) as exc:
+            return f"{host}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
+    return None
+
+
 def _client():
     import docker
     from docker.errors import DockerException
 
+    problem = _unix_socket_problem()
+    if problem is not None:
+        raise EnvironmentFailure(
+            f"the Docker engine is not reachable: {problem}",
+            "start Docker (systemctl start docker) or set DOCKER_HOST",
+        )
     try:
         client = docker.from_env(timeout=600)
         client.ping()
