@@ -63,6 +63,7 @@ def register(app: typer.Typer) -> None:
             )
             print_plan(plan, as_json, build=False)
             return
+        contexts = {e.cell.id: fetch_service.context_wheels(into, e.cell.id) for e in cells} if into else {}
         rows: list[dict] = []
         for e in cells:
             lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
@@ -73,8 +74,7 @@ def register(app: typer.Typer) -> None:
             size = sum(w.path.stat().st_size for w in got)
             new = [w for w in got if w.downloaded]
             if into is not None:
-                fetch_service.link_wheels(got, into / e.cell.id / "wheels")
-                fetch_service.write_requirements(lock, into / e.cell.id / "wheels")
+                fetch_service.link_wheels(got, contexts[e.cell.id], fetch_service.requirements(lock))
             new_bytes = sum(w.path.stat().st_size for w in new)
             summary = (
                 f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "

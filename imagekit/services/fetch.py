@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -18,7 +18,7 @@ from typing import Any
 from imagekit import tools, wheels
 from imagekit.effects import http
 from imagekit.effects.cache import cache_root
-from imagekit.effects.files import write_atomic
+from imagekit.effects.files import refuse_links, replace_folder, write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.resolution import is_torch_family
@@ -342,28 +342,40 @@ def _uncompressed(path: Path) -> int:
         return int(path.stat().st_size * INSTALL_RATIO)
 
 
-def link_wheels(fetched: list[FetchedWheel], directory: Path) -> Path:
-    """A folder holding exactly these wheels as real files (hard links into the cache, else copies), for a
-    BuildKit build context: a context carries symlinks as links, so links into the cache would dangle there."""
-    directory.mkdir(parents=True, exist_ok=True)
-    want = {w.path.name: w.path for w in fetched}
-    for old in directory.iterdir():
-        if old.name not in want or old.is_symlink() or not old.is_file() or not os.path.samefile(old, want[old.name]):
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old)
-            else:
-                old.unlink()
-    for name, src in sorted(want.items()):
-        dest = directory / name
-        if dest.exists():
-            continue
-        try:
-            os.link(src, dest)
-        except OSError:  # another filesystem: a copy, renamed into place whole
-            tmp = directory / f".{name}.partial"
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dest)
+CONTEXT_HINT = "pass --into a folder of its own (`imagekit render --out DIR` makes one), with no links inside it"
+
+
+def context_wheels(into: Path, cell_id: str) -> Path:
+    """``DIR/<cell>/wheels`` for `fetch --into DIR`, refused when the cell folder or the wheels folder is a link or
+    a file (DIR itself may be a link: the user named it). Checked before anything is downloaded."""
+    return refuse_links(into / cell_id / "wheels", 2, "--into", CONTEXT_HINT)
+
+
+def link_wheels(fetched: list[FetchedWheel], directory: Path, files: Mapping[str, str] | None = None) -> Path:
+    """A folder holding exactly these wheels as real files (hard links into the cache, else copies), and
+    ``files`` (each layer's requirements) beside them, for a BuildKit build context: a context carries symlinks as
+    links, so links into the cache would dangle there. Built in a staging folder and swapped in whole; a link at
+    ``directory`` or its parent is refused, never followed (`refuse_links`)."""
+    refuse_links(directory, 2, "the wheels folder", CONTEXT_HINT)
+
+    def fill(tmp: Path) -> None:
+        for name, src in sorted({w.path.name: w.path for w in fetched}.items()):
+            try:
+                os.link(src, tmp / name)
+            except OSError:  # another filesystem: a copy
+                shutil.copyfile(src, tmp / name)
+        for name, text in sorted((files or {}).items()):
+            write_atomic(tmp / name, text)
+
+    replace_folder(directory, fill)
     return directory
+
+
+def requirements(lock: Lock) -> dict[str, str]:
+    """Each layer's requirements file (name -> text): the RUN that installs a layer reads it beside the wheels."""
+    from imagekit import layers
+
+    return {layer.filename: layer.requirements for layer in layers.plan(lock).layers}
 
 
 def write_requirements(lock: Lock, directory: Path) -> None:
@@ -375,10 +387,13 @@ def write_requirements(lock: Lock, directory: Path) -> None:
 
 
 def wheelhouse(fetched: list[FetchedWheel], directory: Path) -> Path:
-    """A folder of links to exactly these wheels, for `pip --no-index --find-links`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for old in directory.iterdir():
-        old.unlink()
-    for w in fetched:
-        (directory / w.path.name).symlink_to(w.path)
+    """A folder of links to exactly these wheels, for `pip --no-index --find-links`: swapped in whole, never
+    through a link at ``directory`` or its parent (`state/wheelhouse/<cell>`)."""
+    refuse_links(directory, 2, "the wheelhouse", "remove the link, or pass another --state-dir")
+
+    def fill(tmp: Path) -> None:
+        for w in fetched:
+            (tmp / w.path.name).symlink_to(w.path)
+
+    replace_folder(directory, fill)
     return directory
