@@ -22,7 +22,7 @@ from typing import Any
 
 from imagekit import tools, untrusted, wheels
 from imagekit.effects import http
-from imagekit.effects.cache import cache_root
+from imagekit.effects.cache import cache_root, unusable
 from imagekit.effects.files import refuse_links, replace_folder, write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
 from imagekit.lockfile import Lock, LockEntry
@@ -39,6 +39,17 @@ class FetchedWheel:
 
 def wheel_cache() -> Path:
     return cache_root() / "wheels"
+
+
+def require_cache() -> Path:
+    """The wheel cache, when it can take files; else an EnvironmentFailure saying what is in the way."""
+    problem = unusable(wheel_cache())
+    if problem:
+        raise EnvironmentFailure(
+            f"the wheel cache cannot be used: {problem}",
+            "point IMAGEKIT_CACHE (or XDG_CACHE_HOME) at a writable folder, or move what is in the way",
+        )
+    return wheel_cache()
 
 
 def _sha256(path: Path) -> str:
@@ -289,6 +300,7 @@ def fetch_lock(
     index, torch_index, routed = _sources(lock)
     supported = wheels.supported_tags(python, glibc)
     progress = progress or NullProgress()
+    require_cache()
     sweep_partials()
     cancel = threading.Event()
 
