@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from imagekit.errors import EnvironmentFailure
+from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.services import fetch
 
@@ -42,6 +42,7 @@ def test_a_cache_holding_only_another_pythons_wheel_is_a_miss(tmp_path, monkeypa
 
 # ---- `fetch --into DIR`: the wheels folder is swapped in whole, and a link there is never followed -------------
 CELL_ID = "cu124-torch2.5.1-py3.11-tf4.48.2"
+NUMPY_WHEEL = "numpy-1.26.4-py3-none-any.whl"
 MATRIX = '[[matrix.include]]\ncuda = "12.4"\ntorch = "2.5.1"\ntransformers = "4.48.2"\npython = "3.11"\n'
 
 
@@ -104,3 +105,32 @@ def test_fetch_into_swaps_in_exactly_the_locked_wheels(app, runner, locked, tmp_
     res = runner.invoke(app, [*locked, "--into", str(tmp_path / "via")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "elsewhere" / CELL_ID / "wheels" / "requirements-torch.txt").is_file()
+
+
+def test_the_build_wheelhouse_refuses_a_link_and_leaves_its_target_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    sha = _cached(tmp_path / "cache", NUMPY_WHEEL, b"wheel")
+    wheel = fetch.FetchedWheel("numpy", tmp_path / "cache" / "wheels" / sha.split(":")[1] / NUMPY_WHEEL, False)
+    precious = _precious(tmp_path / "precious")
+    before = _tree(precious)
+    for linked in ("wheelhouse", "wheelhouse/cell"):
+        state = tmp_path / f"state-{linked.count('/')}"
+        (state / linked).parent.mkdir(parents=True, exist_ok=True)
+        (state / linked).symlink_to(precious, target_is_directory=True)
+        with pytest.raises(UsageError, match="is a symbolic link"):
+            fetch.wheelhouse([wheel], state / "wheelhouse" / "cell")
+        assert _tree(precious) == before
+    house = fetch.wheelhouse([wheel], tmp_path / "state" / "wheelhouse" / "cell")
+    assert [p.name for p in house.iterdir()] == [NUMPY_WHEEL] and (house / NUMPY_WHEEL).is_symlink()
+    assert fetch.wheelhouse([], house) == house and not any(house.iterdir())  # swapped whole: nothing left over
+
+
+def test_a_planted_picks_memo_never_ends_a_plan(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path))
+    lock = _lock("sha256:" + "a" * 64)
+    memo = fetch._picks_file(lock, "3.11", "2.36")
+    memo.parent.mkdir(parents=True)
+    for text in ("[" * 100_000 + "]" * 100_000, '{"numpy==1.26.4": {"sha256": "' + "a" * 64 + '", "size": 1e308}}'):
+        memo.write_text(text)
+        picks = fetch._load_picks(lock, "3.11", "2.36")
+        assert picks in ({}, {"numpy==1.26.4": ("a" * 64, None)})

@@ -455,8 +455,8 @@ def _picks_file(lock: Lock, python: str, glibc: str) -> Path:
 def _load_picks(lock: Lock, python: str, glibc: str) -> dict[str, tuple[str, int | None]]:
     """pin -> (sha256, size) of the wheel an earlier look at the index picked for this lock and platform. A pick
     never changes (the lock's hashes name the files), so the index need not be asked again."""
-    try:
-        doc = json.loads(_picks_file(lock, python, glibc).read_text())
+    try:  # a memo in the cache: bounded like anything read back (a planted file must not end the plan)
+        doc = untrusted.load_json(_picks_file(lock, python, glibc).read_bytes(), "picks", max_bytes=16 << 20)
     except (OSError, ValueError):
         return {}
     out = {}
@@ -465,7 +465,8 @@ def _load_picks(lock: Lock, python: str, glibc: str) -> dict[str, tuple[str, int
         if not isinstance(got, dict) or f"sha256:{got.get('sha256')}" not in entry.hashes:
             continue
         size = got.get("size")
-        out[entry.pin] = (got["sha256"], size if isinstance(size, int) and not isinstance(size, bool) else None)
+        plausible = isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= http.MAX_DOWNLOAD
+        out[entry.pin] = (got["sha256"], size if plausible else None)
     return out
 
 
