@@ -40,8 +40,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--into",
                 metavar="DIR",
-                help="Also put each cell's wheels into DIR/<cell id>/wheels (hard links) for BuildKit builds of "
-                "`imagekit render --out DIR`.",
+                help="Also put each cell's wheels into DIR/<cell id>/wheels (hard links, swapped in whole; a "
+                "symbolic link there is refused, never followed) for BuildKit builds of `imagekit render --out DIR`.",
             ),
         ] = None,
     ) -> None:
