@@ -107,23 +107,22 @@ def replace_folder(root: Path, fill: Callable[[Path], None]) -> None:
     _sweep_staging(root)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
     old = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".old", dir=root.parent))
+    moved = False
     try:
         os.chmod(tmp, 0o755)
         fill(tmp)
         if os.path.lexists(root):
-            os.replace(root, old)  # a folder onto the empty one; a link (a race) replaces it: moved, not followed
+            # a folder renamed onto the empty one; anything else there (a link put in meanwhile) makes rename fail
+            os.replace(root, old)
+            moved = True
         os.replace(tmp, root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not os.path.lexists(root) and os.path.lexists(old) and not _empty_dir(old):
+        if moved and not os.path.lexists(root):
             os.replace(old, root)
         _remove(old)
         raise
     _remove(old)
-
-
-def _empty_dir(path: Path) -> bool:
-    return not os.path.islink(path) and os.path.isdir(path) and not os.listdir(path)
 
 
 def _remove(path: Path) -> None:
