@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import UnknownVersionError, UsageError
+from imagekit.untrusted import UntrustedData, load_json, printable
 
 METADATA_FILE = "pypi-metadata.json"
 CURATED_FILE = "compat.toml"
@@ -253,12 +256,22 @@ def parse(
     )
 
 
+# Bounds on what a metadata file may hold. A version of 64 characters or a specifier of 200 is far beyond any real
+# one, and keeps every number in them far below int()'s digit limit (a 5,000-digit version breaks every comparison).
+MAX_VERSION = 64
+MAX_SPECIFIER = 200
+_NAME = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?", re.ASCII)
+_PYTHON = re.compile(r"3\.\d{1,2}", re.ASCII)
+_GLIBC = re.compile(r"\d{1,2}\.\d{1,3}", re.ASCII)
+
+
 def metadata_problems(doc: object) -> list[str]:
-    """What keeps ``doc`` from being PyPI metadata `parse` can use (pure): the shape `imagekit compat refresh`
-    writes. Empty when it is usable."""
+    """What keeps ``doc`` from being PyPI metadata `parse` and the rules can use (pure): the shape `imagekit compat
+    refresh` writes, every field checked (versions, specifiers, Python minors, glibc, names; each bounded). Empty
+    when it is usable; at most five, each naming the release and the field."""
     if not isinstance(doc, dict):
         return [f"expected a JSON object, got {type(doc).__name__}"]
-    problems = []
+    problems: list[str] = []
     torch, packages = doc.get("torch"), doc.get("packages")
     if not isinstance(torch, dict) or not torch:
         problems.append("'torch' is not a non-empty object of releases")
@@ -267,46 +280,78 @@ def metadata_problems(doc: object) -> list[str]:
         problems.append("'packages' is not an object")
         packages = {}
     for ver, rel in torch.items():
+        where = f"torch {ver if _is_version(ver) else _shown(ver)}"
         if not _is_version(ver):
-            problems.append(f"torch release {ver!r} is not a version")
-        elif not isinstance(rel, dict) or not _strings(rel.get("python")) or not rel.get("python"):
-            problems.append(f"torch {ver}: 'python' is not a non-empty list of versions")
-        elif not _release_ok(rel, required=False):
-            problems.append(f"torch {ver}: requires_python, requires or cuda_runtime has the wrong type")
+            problems.append(f"torch release {_shown(ver)} is not a version")
+        elif not isinstance(rel, dict) or not isinstance(rel.get("python"), list) or not rel.get("python"):
+            problems.append(f"{where}: 'python' is not a non-empty list of versions")
+        elif not all(isinstance(p, str) and _PYTHON.fullmatch(p) for p in rel["python"]):
+            bad = next(p for p in rel["python"] if not (isinstance(p, str) and _PYTHON.fullmatch(p)))
+            problems.append(f"{where}: python {_shown(bad)} is not a Python 3 minor (3.N)")
+        elif "glibc" in rel and not (isinstance(rel["glibc"], str) and _GLIBC.fullmatch(rel["glibc"])):
+            problems.append(f"{where}: glibc {_shown(rel['glibc'])} is not a glibc version (2.N)")
+        else:
+            problems += _release_problems(where, rel, required=False)
     for name, releases in packages.items():
-        if not isinstance(releases, dict):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            problems.append(f"packages: {_shown(name)} is not a package name")
+        elif not isinstance(releases, dict):
             problems.append(f"packages.{name} is not an object of releases")
-            continue
-        for ver, rel in releases.items():
-            if not _is_version(ver) or not _release_ok(rel, required=True):
-                problems.append(f"packages.{name} {ver!r}: not a release with requires_python and requires")
+        else:
+            for ver, rel in releases.items():
+                where = f"{name} {ver if _is_version(ver) else _shown(ver)}"
+                if not _is_version(ver):
+                    problems.append(f"{name} release {_shown(ver)} is not a version")
+                else:
+                    problems += _release_problems(where, rel, required=True)
     return problems[:5]
+
+
+def _shown(value: object) -> str:
+    """A value as a message quotes it: printable, cut short (a 5,000-digit one is not echoed)."""
+    text = printable(value, 40) if isinstance(value, str) else type(value).__name__
+    return repr(text) + (f" ({len(value)} characters)" if isinstance(value, str) and len(value) > 40 else "")
 
 
 def _is_version(value: object) -> bool:
     try:
-        return isinstance(value, str) and str(Version(value)) == value
-    except InvalidVersion:
+        return isinstance(value, str) and len(value) <= MAX_VERSION and str(Version(value)) == value
+    except (InvalidVersion, ValueError):
         return False
 
 
-def _strings(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+def _is_specifier(value: object) -> bool:
+    """A PEP 440 specifier set ("" for none) of at most `MAX_SPECIFIER` characters."""
+    if not isinstance(value, str) or len(value) > MAX_SPECIFIER:
+        return False
+    try:
+        SpecifierSet(value)
+    except (InvalidSpecifier, ValueError):
+        return False
+    return True
 
 
-def _release_ok(rel: object, *, required: bool) -> bool:
+def _release_problems(where: str, rel: object, *, required: bool) -> list[str]:
     if not isinstance(rel, dict):
-        return False
+        return [f"{where}: not an object"]
     if required and not ("requires_python" in rel and "requires" in rel):
-        return False
+        return [f"{where}: not a release with requires_python and requires"]
     requires = rel.get("requires", {})
-    return (
-        isinstance(rel.get("requires_python", ""), str)
-        and isinstance(requires, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in requires.items())
-        and isinstance(rel.get("cuda_runtime"), str | None)
-        and isinstance(rel.get("yanked", False), bool)
-    )
+    cuda = rel.get("cuda_runtime")
+    if not _is_specifier(rel.get("requires_python", "")):
+        return [f"{where}: requires_python {_shown(rel.get('requires_python'))} is not a version specifier"]
+    if not isinstance(requires, dict):
+        return [f"{where}: requires is not an object of name: specifier"]
+    for name, spec in requires.items():
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            return [f"{where}: requires: {_shown(name)} is not a package name"]
+        if not _is_specifier(spec):
+            return [f"{where}: requires.{name} {_shown(spec)} is not a version specifier"]
+    if cuda is not None and not _is_version(cuda):
+        return [f"{where}: cuda_runtime {_shown(cuda)} is not a version"]
+    if not isinstance(rel.get("yanked", False), bool):
+        return [f"{where}: yanked is not true or false"]
+    return []
 
 
 def floor_problem(doc: dict, shipped: dict) -> str | None:
@@ -356,8 +401,8 @@ def shipped_metadata() -> dict:
 def parse_user_metadata(text: str, path: Path, hint: str) -> dict:
     """A metadata file's text, checked: a UsageError (exit 2) naming ``path`` when it is not JSON of the right shape."""
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
+        doc = load_json(text, "its text", max_bytes=16 << 20, max_depth=8)  # the file is 4 levels deep
+    except UntrustedData as exc:
         raise UsageError(f"the compatibility data {path} is not valid JSON: {exc}", hint) from None
     problems = metadata_problems(doc)
     if problems:

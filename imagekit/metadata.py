@@ -15,6 +15,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from imagekit.compat import MAX_VERSION
+from imagekit.untrusted import printable
+
 # Packages whose Requires-Python and Requires-Dist we record, and the floor of versions worth recording.
 WATCHED: dict[str, str] = {
     "transformers": "4.40",
@@ -50,7 +53,7 @@ _ENV = image_marker_env("3.11")
 _WHEEL_RE = re.compile(
     r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
 )
-_MANYLINUX_RE = re.compile(r"manylinux_(\d+)_(\d+)_x86_64|manylinux(1|2010|2014)_x86_64")
+_MANYLINUX_RE = re.compile(r"manylinux_(\d{1,3})_(\d{1,3})_x86_64|manylinux(1|2010|2014)_x86_64")
 _LEGACY_GLIBC = {"1": "2.5", "2010": "2.12", "2014": "2.17"}
 
 
@@ -75,10 +78,18 @@ class PackageMeta:
 
 
 def parse_metadata(text: str) -> PackageMeta:
-    """Parse a core-metadata file (the METADATA inside a wheel, or PEP 658 ``.metadata``)."""
+    """Parse a core-metadata file (the METADATA inside a wheel, or PEP 658 ``.metadata``). A Version that is none
+    is a ValueError; the other fields are checked where the document is (`compat.metadata_problems`)."""
     msg = HeaderParser().parsestr(text)
     name = canonicalize_name(msg["Name"] or "")
-    version = str(Version(msg["Version"] or ""))
+    raw = str(msg["Version"] or "")
+    try:
+        if len(raw) > MAX_VERSION:
+            raise ValueError(raw)
+        version = str(Version(raw))
+    except ValueError:  # InvalidVersion, or a number past int()'s digit limit
+        shown = printable(raw, 40) + (f"… ({len(raw)} characters)" if len(raw) > 40 else "")
+        raise ValueError(f"its Version {shown!r} is not a version") from None
     specs: dict[str, SpecifierSet] = {}
     cuda_runtime = None
     for line in msg.get_all("Requires-Dist") or []:
@@ -122,7 +133,7 @@ def wheel_files(simple_json: dict) -> list[WheelFile]:
     out = []
     for f in simple_json.get("files", []):
         m = _WHEEL_RE.match(f["filename"])
-        if not m:
+        if not m or len(m["version"]) > MAX_VERSION:
             continue
         try:
             version = str(Version(m["version"]))
@@ -173,7 +184,7 @@ def torch_releases(simple_json: dict, floor: str = TORCH_FLOOR) -> dict[str, Tor
         if v.is_prerelease or v.is_devrelease or v < Version(floor) or w.yanked:
             continue
         glibc = glibc_of(w.platform)
-        m = re.fullmatch(r"cp3(\d+)", w.python_tag)
+        m = re.fullmatch(r"cp3(\d{1,2})", w.python_tag)
         if glibc is None or not m or w.abi.endswith("t"):
             continue
         pythons.setdefault(w.version, set()).add(f"3.{m[1]}")

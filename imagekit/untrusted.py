@@ -156,3 +156,26 @@ def bounded_text(value: object, what: str, limit: int = 256) -> str:
     if not isinstance(value, str) or not value or len(value) > limit or value != printable(value, limit):
         raise UntrustedData(f"{what} {printable(value, 80)!r} is not a short single-line text")
     return value
+
+
+# PEP 427: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl, each part of letters, digits, `_` `.` `+` `!`
+# (compressed tag sets join with `.`). No `/`, `\`, space or control character: the name becomes a file name.
+_WHEEL_FILENAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.+!]*)(?:-[A-Za-z0-9_.+!]+){4,5}\.whl", re.ASCII)
+MAX_FILENAME = 255  # a file name longer than this cannot be created on Linux
+
+
+def wheel_filename(value: object, what: str = "wheel file name") -> str:
+    """A wheel's file name as an index lists it, safe to use as one path component: the PEP 427 grammar, at most
+    255 characters, never ``.`` or ``..`` (a name like ``any.x/../../evil.whl`` that `packaging` may accept as a
+    tag set is refused here)."""
+    if not isinstance(value, str) or len(value) > MAX_FILENAME or not _WHEEL_FILENAME.fullmatch(value):
+        raise UntrustedData(f"{what} {printable(value, 80)!r} is not a wheel file name")
+    return value
+
+
+def sha256_lenient(value: object) -> str:
+    """A sha256 as an index writes it (hex digits of either case), lower-cased; "" for anything else, which
+    matches no hash a lock allows."""
+    if isinstance(value, str) and len(value) == 64 and _HEX64.fullmatch(value.lower()):
+        return value.lower()
+    return ""

@@ -673,3 +673,57 @@ def test_isolated_doctor_still_sees_pythonpath_shadowing(tmp_path, wheels, lock)
 def test_hostile_doctor_options_are_usage_errors(args):
     res = subprocess.run([sys.executable, str(DOCTOR), "--tier", "quick", *args], capture_output=True, text=True)
     assert res.returncode == 2 and "error:" in res.stderr and "hint:" in res.stderr and "Traceback" not in res.stderr
+
+
+# ---- what the doctor reads is bounded and checked: a manifest file, and what an interpreter says of itself ------
+def _doctor(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp / "home"), "HF_HOME": str(tmp / "hf")}
+    return subprocess.run([sys.executable, str(DOCTOR), "--json", *args], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"distributions": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"distributions": {"alpha": "1.0"}, "cell": {"n": ' + "9" * 5000 + "}}",
+        '{"distributions": {"alpha": "1.0"}, "cell": {"n": NaN}}',
+    ],
+)
+def test_a_hostile_manifest_is_a_check_that_could_not_run(tmp_path, text):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(text)
+    res = _doctor("--tier", "quick", "--expect", str(manifest), tmp=tmp_path)
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    check = by_id(json.loads(res.stdout))["manifest"]
+    assert res.returncode in (1, 3) and check["status"] == "error" and f"cannot read {manifest}" in check["message"]
+    assert len(check["message"]) < 400 and check["fix"]
+
+
+INTERPRETER_SAYS = {
+    "a list": "[]",
+    "no dists": '{"prefix": "/x", "executable": "/x/bin/python", "version": "3.11.7"}',
+    "dists of strings": '{"prefix": "/x", "executable": "/x/bin/python", "version": "3.11.7", "dists": {"a": "1"}, '
+    '"user_site": "", "enable_user_site": false, "path": []}',
+    "a number prefix": '{"prefix": 5, "executable": "/x/bin/python", "version": "3.11.7", "dists": {}, '
+    '"user_site": "", "enable_user_site": false, "path": []}',
+    "nested": "[" * 100_000 + "]" * 100_000,
+    "no JSON": "hello",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(INTERPRETER_SAYS))
+@pytest.mark.parametrize("tier", ["quick", "standard"])
+def test_an_interpreter_answering_the_wrong_shape_is_a_check_that_could_not_run(tmp_path, kind, tier, lock):
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    (tmp_path / "says.json").write_text(INTERPRETER_SAYS[kind])
+    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'says.json'}\n")  # what it prints, whatever it is asked
+    fake.chmod(0o755)
+    res = _doctor("--tier", tier, "--python", str(fake), "--expect", str(lock), "--timeout", "30", tmp=tmp_path)
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    checks = by_id(json.loads(res.stdout))
+    assert res.returncode in (1, 3) and checks["interpreter"]["status"] == "error", checks
+    assert f"cannot inspect {fake}" in checks["interpreter"]["message"] and checks["interpreter"]["fix"]
+    if tier == "standard":  # the same program answers the torch probe: a shape that is not the probe's is said so
+        probe = checks["torch-probe"]
+        assert probe["status"] in ("error", "skip") and (kind != "a list" or "wrong shape" in probe["message"])

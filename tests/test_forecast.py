@@ -144,3 +144,46 @@ def test_build_refuses_to_start_without_the_disk_it_needs(tmp_path):
         and "download " not in res.stderr.replace("to download", "")
     )
     assert not (tmp_path / "state").exists() and not (tmp_path / "rel.json").exists()
+
+
+def _read_only_mounts() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    probe = 'd=$(mktemp -d) && mount --bind -o ro "$d" "$d" && umount "$d"; rc=$?; rmdir "$d"; exit $rc'
+    return subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo", "under-a-file"])
+def test_a_wheel_cache_that_cannot_take_files_is_a_blocker(app, runner, fake, tmp_path, monkeypatch, kind):
+    assert _run(app, runner, "lock", "--index-url", fake, "--dir", "locks", "--cell", CELL.id).exit_code == 0
+    cache = tmp_path / "not-a-cache"
+    if kind == "fifo":
+        os.mkfifo(cache)
+    else:
+        cache.write_text("a file the user keeps\n")
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(cache / "deeper" if kind == "under-a-file" else cache))
+    for command in (["fetch", "--dry-run"], ["build", "--dry-run", "--index-url", fake], ["fetch"]):
+        res = _run(app, runner, *command, "--lock-dir", "locks", "--cell", CELL.id)
+        assert res.exit_code == 3, (command, res.output)
+        assert "error: " in res.output and "wheel cache cannot be used" in res.output and "hint:" in res.output
+        assert ("a FIFO" if kind == "fifo" else "a file") in res.output and "Traceback" not in res.output
+    assert kind == "fifo" or cache.read_text() == "a file the user keeps\n"
+
+
+@pytest.mark.skipif(not _read_only_mounts(), reason="needs root and mount namespaces (unshare -m)")
+def test_a_read_only_wheel_cache_is_a_blocker(fake, tmp_path):
+    """The cache on a read-only mount (root ignores permission bits, a mount it cannot)."""
+    cache = tmp_path / "ro-cache"
+    (cache / "wheels").mkdir(parents=True)
+    env = {**os.environ, "IMAGEKIT_CACHE": str(cache), "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    imagekit = f"{sys.executable} -m imagekit"
+    script = (
+        f'mount --bind -o ro "{cache}" "{cache}" || exit 99\n'
+        f"{imagekit} lock --matrix m.toml --index-url {fake} --dir locks --cell {CELL.id} >/dev/null 2>&1 || exit 98\n"
+        f"{imagekit} fetch --dry-run --matrix m.toml --lock-dir locks --cell {CELL.id}\n"
+    )
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "wheel cache cannot be used" in res.stderr and "not writable (read-only)" in res.stderr
+    assert "NOT USABLE" in res.stdout and "Traceback" not in res.stderr

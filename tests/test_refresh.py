@@ -91,7 +91,9 @@ class Index(http.server.BaseHTTPRequestHandler):
                 return self._send(404, b"not found")
             if SIMPLE_JSON not in (self.headers.get("Accept") or ""):
                 return self._send(406, b"ask for JSON")
-            return self._send(200, json.dumps(self.pages[m[1]]).encode(), {"Content-Type": SIMPLE_JSON})
+            page = self.pages[m[1]]  # bytes: served as they are (a hostile page)
+            body = page if isinstance(page, bytes) else json.dumps(page).encode()
+            return self._send(200, body, {"Content-Type": SIMPLE_JSON})
         body = self.files.get(self.path.removeprefix("/files/"))
         if body is None:
             return self._send(404, b"not found")
@@ -323,3 +325,112 @@ def test_the_pure_part_imports_no_effects(module):
 def test_the_import_walk_sees_the_service_s_effects():
     found = _imports(ROOT / "imagekit/services/compat_refresh.py")
     assert {"httpx", "imagekit.effects.http", "imagekit.effects.files"} <= found
+
+
+# ---- a hostile index: nothing it sends reaches pypi-metadata.json unchecked, or ends in a traceback ------------
+TF_PEP658 = "transformers-4.48.2-py3-none-any.whl.metadata"
+HUGE = "9" * 5000
+
+
+def _refresh(app, runner, index: str, out: Path):
+    return runner.invoke(app, ["compat", "refresh", "--out", str(out), "--index-url", index])
+
+
+def _refused(res, out: Path, *words: str) -> None:
+    text = res.output
+    assert res.exit_code == 3, text
+    assert "Traceback" not in text and "error:" in text and "hint:" in text and "was not written" in text
+    assert not out.exists()
+    assert len(text) < 3000 and HUGE[:100] not in text
+    for word in words:
+        assert word in text, (word, text)
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "words"),
+    [
+        ("Requires-Python", ">=3.9,<<4", ("transformers 4.48.2", "requires_python")),
+        ("Requires-Python", ">=3." + HUGE, ("transformers 4.48.2", "requires_python")),
+        ("Version", "not a version!", ("transformers 4.48.2", "Version")),
+        ("Version", "4." + HUGE, ("transformers 4.48.2", "Version")),
+        ("Requires-Dist", "torch>=2." + HUGE, ("transformers 4.48.2", "requires")),
+    ],
+)
+def test_hostile_metadata_refuses_the_whole_refresh(app, runner, tmp_path, header, value, words):
+    out = tmp_path / "pypi-metadata.json"
+    with index_server(tmp_path) as (index, handler):
+        meta = handler.files[TF_PEP658].decode()
+        lines = [line for line in meta.splitlines() if not line.startswith(f"{header}:")]
+        handler.files[TF_PEP658] = "\n".join([lines[0], f"{header}: {value}", *lines[1:]]).encode() + b"\n"
+        res = _refresh(app, runner, index, out)
+    _refused(res, out, *words)
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"n": ' + HUGE.encode() + b"}"]
+)
+def test_a_hostile_page_refuses_the_refresh(app, runner, tmp_path, body):
+    out = tmp_path / "pypi-metadata.json"
+    with index_server(tmp_path) as (index, handler):
+        handler.pages["peft"] = body  # served as it is
+        res = _refresh(app, runner, index, out)
+    assert res.exit_code == 3 and "Traceback" not in res.output and "/simple/peft/" in res.output, res.output
+    assert not out.exists()
+
+
+def test_wheel_names_with_absurd_numbers_are_left_out(app, runner, tmp_path):
+    out = tmp_path / "pypi-metadata.json"
+    with index_server(tmp_path) as (index, handler):
+        files = handler.pages["torch"]["files"]
+        good = next(f for f in files if f["filename"] == "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl")
+        for name in (
+            f"torch-2.5.1-cp3{HUGE}-cp3{HUGE}-manylinux1_x86_64.whl",  # a 5000-digit Python tag
+            f"torch-2.5.1-cp312-cp312-manylinux_2_{HUGE}_x86_64.whl",  # a 5000-digit glibc
+            f"torch-2.{HUGE}-cp312-cp312-manylinux1_x86_64.whl",  # a 5000-digit release
+        ):
+            files.append({**good, "filename": name})
+        res = _refresh(app, runner, index, out)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert sorted(doc["torch"]) == ["2.5.1", "2.6.0"] and doc["torch"]["2.5.1"]["python"] == ["3.11", "3.12"]
+    assert doc["torch"]["2.5.1"]["glibc"] == "2.5"
+
+
+def _user_file(tmp_path, monkeypatch, text: str) -> Path:
+    monkeypatch.setenv("IMAGEKIT_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "pypi-metadata.json"
+    path.write_text(text)
+    return path
+
+
+def _edited(edit) -> str:
+    from imagekit import compat
+
+    doc = compat.shipped_metadata()
+    edit(doc)
+    return refresh.dump(doc)
+
+
+HOSTILE_FILES = {
+    "requires-python": _edited(lambda d: d["packages"]["transformers"]["4.48.2"].update(requires_python=">=3.9,<<4")),
+    "requirement": _edited(lambda d: d["packages"]["transformers"]["4.48.2"]["requires"].update(torch=">=2." + HUGE)),
+    "version-key": _edited(lambda d: d["packages"]["trl"].update({"not-a-version": d["packages"]["trl"]["0.9.6"]})),
+    "python-tag": _edited(lambda d: d["torch"]["2.5.1"].update(python=["3." + HUGE])),
+    "cuda-runtime": _edited(lambda d: d["torch"]["2.5.1"].update(cuda_runtime="12.4.<script>")),
+    "glibc": _edited(lambda d: d["torch"]["2.5.1"].update(glibc="2." + HUGE)),
+    "nested": '{"torch": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "huge-number": '{"torch": {}, "packages": {}, "n": ' + HUGE + "}",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_FILES))
+def test_a_hostile_user_metadata_file_is_an_error_naming_it_for_every_command(app, runner, in_tmp, monkeypatch, kind):
+    path = _user_file(in_tmp, monkeypatch, HOSTILE_FILES[kind])
+    for args in (["matrix"], ["explain", "--torch", "2.5.1", "--python", "3.11"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert f"error: the compatibility data {path}" in res.output and "hint:" in res.output, res.output
+        assert "compat refresh" in res.output and "Traceback" not in res.output and HUGE[:100] not in res.output
+    shown = runner.invoke(app, ["compat", "show"])
+    assert shown.exit_code == 0 and "unusable" in shown.output, shown.output

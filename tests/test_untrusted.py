@@ -103,3 +103,40 @@ def test_archive_members_stay_inside(name):
 def test_archive_members_are_normalised():
     assert str(untrusted.relative_member("./a//b/")) == "a/b"
     assert str(untrusted.relative_member(".")) == "."
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "numpy-1.26.4-py3-none-any.x/../../evil.whl",
+        "../numpy-1.26.4-py3-none-any.whl",
+        "numpy-1.26.4-py3-none-any.\x1b]0;pwned\x07.whl",
+        "numpy-1.26.4-1\x1b-py3-none-any.whl",
+        "numpy-1.26.4-py3-none-any\\..\\x.whl",
+        "numpy-1.26.4-py3-none-an y.whl",
+        "numpy-1.26.4.whl",
+        "numpy-1.26.4-py3-none-any.tar.gz",
+        "numpy-1.26.4-py3-none-" + "a" * 300 + ".whl",
+        "",
+        None,
+    ],
+)
+def test_a_wheel_file_name_from_an_index_is_one_plain_path_component(name):
+    with pytest.raises(UntrustedData) as exc:
+        untrusted.wheel_filename(name)
+    assert "\x1b" not in str(exc.value) and "\x07" not in str(exc.value)
+
+
+def test_real_wheel_file_names_pass():
+    for name in (
+        "torch-2.5.1+cu124-cp311-cp311-linux_x86_64.whl",
+        "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        "pkg-1!2.0-1build-py2.py3-none-any.whl",
+    ):
+        assert untrusted.wheel_filename(name) == name
+
+
+def test_an_index_sha256_is_hex_or_nothing():
+    assert untrusted.sha256_lenient("AB" * 32) == "ab" * 32
+    for bad in ("ab" * 31, "zz" * 32, "../" * 22, 7, None, "ab" * 32 + "\n"):
+        assert untrusted.sha256_lenient(bad) == ""

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -34,8 +40,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--into",
                 metavar="DIR",
-                help="Also put each cell's wheels into DIR/<cell id>/wheels (hard links) for BuildKit builds of "
-                "`imagekit render --out DIR`.",
+                help="Also put each cell's wheels into DIR/<cell id>/wheels (hard links, swapped in whole; a "
+                "symbolic link there is refused, never followed) for BuildKit builds of `imagekit render --out DIR`.",
             ),
         ] = None,
     ) -> None:
@@ -63,28 +69,65 @@ def register(app: typer.Typer) -> None:
             )
             print_plan(plan, as_json, build=False)
             return
+        contexts = {e.cell.id: fetch_service.context_wheels(into, e.cell.id) for e in cells} if into else {}
         rows: list[dict] = []
-        for e in cells:
-            lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
-            if lock is None:
-                raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
-            glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
-            got = fetch_service.fetch_for_build(lock, e.cell.python, glibc, progress=progress, cell=e.cell.id)
-            size = sum(w.path.stat().st_size for w in got)
-            new = [w for w in got if w.downloaded]
-            if into is not None:
-                fetch_service.link_wheels(got, into / e.cell.id / "wheels")
-                fetch_service.write_requirements(lock, into / e.cell.id / "wheels")
-            new_bytes = sum(w.path.stat().st_size for w in new)
-            summary = (
-                f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
-                f"({len(new)} downloaded, {new_bytes / 1e9:.2f} GB)"
-            )
-            if quiet:  # progress is silenced; the result is not
-                console.print(f"{e.cell.id}: {summary}", markup=False)
-            else:
-                progress.line(e.cell.id, summary)
-            rows.append({"cell": e.cell.id, "wheels": len(got), "bytes": size, "downloaded": len(new),
-                         "downloaded_bytes": new_bytes})  # fmt: skip
+        with _stops_cleanly():
+            for e in cells:
+                lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
+                if lock is None:
+                    raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
+                glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
+                got = fetch_service.fetch_for_build(lock, e.cell.python, glibc, progress=progress, cell=e.cell.id)
+                size = sum(w.path.stat().st_size for w in got)
+                new = [w for w in got if w.downloaded]
+                if e.cell.id in contexts:
+                    fetch_service.link_wheels(got, contexts[e.cell.id], fetch_service.requirements(lock))
+                new_bytes = sum(w.path.stat().st_size for w in new)
+                summary = (
+                    f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
+                    f"({len(new)} downloaded, {new_bytes / 1e9:.2f} GB)"
+                )
+                if quiet:  # progress is silenced; the result is not
+                    console.print(f"{e.cell.id}: {summary}", markup=False)
+                else:
+                    progress.line(e.cell.id, summary)
+                rows.append({"cell": e.cell.id, "wheels": len(got), "bytes": size, "downloaded": len(new),
+                             "downloaded_bytes": new_bytes})  # fmt: skip
         if as_json:
             out_json(rows)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C is: the same clean-up runs."""
+
+
+@contextmanager
+def _stops_cleanly() -> Iterator[None]:
+    """SIGTERM is handled as SIGINT: the partial downloads are removed (`fetch.discard_partials`), and the command
+    ends with ``error:``/``hint:`` and 143 (SIGTERM) or 130 (SIGINT), not a traceback or a silent kill. Threads
+    still blocked in a read do not hold the exit up: their files are gone already."""
+
+    def terminate(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if main else None
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        from imagekit.services import fetch as fetch_service
+
+        fetch_service.discard_partials()
+        name, code = ("SIGTERM", 143) if isinstance(exc, Terminated) else ("SIGINT", 130)
+        sys.stderr.write(
+            f"error: fetch was stopped ({name}): its partial downloads were removed; the wheels fetched and "
+            "verified so far stay in the cache\nhint: run the same `imagekit fetch` again to fetch the rest\n"
+        )
+        sys.stderr.flush()
+        sys.stdout.flush()
+        if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
+            os._exit(code)  # a download thread blocked in a read would keep the process alive until its timeout
+        raise typer.Exit(code) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)

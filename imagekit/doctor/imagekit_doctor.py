@@ -141,11 +141,48 @@ def read_regular(path):
         return fh.read()
 
 
+MAX_JSON_DEPTH = 64  # a manifest nests 3 deep, an interpreter's description 3; json recurses once per level
+MAX_JSON_DIGITS = 40
+_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+
+
+def load_json(text, what, max_depth=MAX_JSON_DEPTH):
+    """JSON that another program or file hands the doctor, bounded: nested at most ``max_depth`` deep (deeper is
+    a RecursionError inside json), numbers of at most 40 characters (a 5,000-digit one is a ValueError on every
+    later use), no NaN or Infinity. Anything else is a ValueError saying what, without echoing it. (The doctor's
+    own small copy of imagekit.untrusted.load_json: it runs inside images with the standard library only.)"""
+    depth = deepest = 0
+    for m in _JSON_STRUCTURE.finditer(text):
+        token = m.group(0)
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    if deepest > max_depth:
+        raise ValueError(f"{what} is nested {deepest} levels deep (at most {max_depth})")
+
+    def number(token):
+        if len(token) > MAX_JSON_DIGITS:
+            raise ValueError(f"{what} has a number of {len(token)} digits")
+        return float(token) if any(c in token for c in ".eE") else int(token)
+
+    def constant(name):
+        raise ValueError(f"{what} has {name}, which JSON does not allow")
+
+    try:
+        return json.loads(text, parse_int=number, parse_float=number, parse_constant=constant)
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deep") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not JSON ({exc.msg} at line {exc.lineno})") from None
+
+
 def load_expectation(path):
     """A manifest (JSON), a lockfile (every line name==version), or a requirements file with ranges."""
     text = read_regular(path)
     if text.lstrip().startswith("{"):
-        doc = json.loads(text)
+        doc = load_json(text, f"{path}")
         if not isinstance(doc, dict) or "distributions" not in doc:
             raise ValueError(f"{path}: a JSON file without 'distributions' is not an imagekit manifest")
         problem = manifest_problem(doc)
@@ -315,11 +352,36 @@ def describe_interpreter(python):
             exec(ENV_DUMP, ns)  # noqa: S102 - our own constant
         finally:
             sys.stdout = old
-        return json.loads(buf.getvalue())
+        return interpreter_shape(load_json(buf.getvalue(), "this interpreter's description"), "this interpreter")
     res = subprocess.run([python, "-c", ENV_DUMP], capture_output=True, text=True, timeout=60)
     if res.returncode != 0:
         raise RuntimeError(f"{python} could not describe itself: {res.stderr.strip()[-500:]}")
-    return json.loads(res.stdout)
+    return interpreter_shape(load_json(res.stdout, "its description of itself"), "it")
+
+
+def interpreter_shape(env, who):
+    """``env`` when it has the shape ENV_DUMP prints (what the checks read), else a ValueError naming the field:
+    `--python` may name any program, and it may print anything."""
+    def wrong(field, want):
+        return ValueError(f"{who} described itself in the wrong shape: {field} is not {want}")
+
+    if not isinstance(env, dict):
+        raise wrong("the description", "an object")
+    for field in ("prefix", "executable", "version", "user_site"):
+        if not isinstance(env.get(field), str):
+            raise wrong(field, "a string")
+    if not isinstance(env.get("enable_user_site"), bool):
+        raise wrong("enable_user_site", "true or false")
+    if not isinstance(env.get("path"), list) or not all(isinstance(p, str) for p in env["path"]):
+        raise wrong("path", "a list of strings")
+    dists = env.get("dists")
+    if not isinstance(dists, dict):
+        raise wrong("dists", "an object of name: {version, location}")
+    for name, info in dists.items():
+        if not (isinstance(info, dict) and isinstance(info.get("version"), str)
+                and isinstance(info.get("location", ""), str)):
+            raise wrong(f"dists.{printable(name)[:80]}", "an object with a version and a location")
+    return env
 
 
 def check_interpreter_identity(env, manifest):
@@ -605,6 +667,24 @@ def start_torch_probe(python):
                             text=True)
 
 
+def probe_problem(probe):
+    """The first field of the probe's answer that is not of the type TORCH_PROBE prints, or None."""
+    if not isinstance(probe, dict):
+        return "not an object"
+    for field, kinds in (("import_error", str), ("init_error", str), ("kernel_error", str), ("version", str),
+                         ("cuda", (str, type(None))), ("available", bool), ("count", int), ("kernel_sum", float)):
+        if field in probe and not isinstance(probe[field], kinds):
+            return f"{field} has the wrong type"
+    for field in ("warnings", "arch_list"):
+        if field in probe and not (isinstance(probe[field], list) and all(isinstance(w, str) for w in probe[field])):
+            return f"{field} is not a list of strings"
+    if "import_error" not in probe and not isinstance(probe.get("version"), str):
+        return "version is missing"
+    if probe.get("available") and not isinstance(probe.get("count"), int):
+        return "count is missing"
+    return None
+
+
 def check_torch_probe(python, gpu_state, timeout, gpu_required=False, proc=None):
     """The torch CUDA probe. GPUs visible to the driver (or required) while torch sees none is a blocker."""
     gpus = gpu_state[0]
@@ -618,9 +698,13 @@ def check_torch_probe(python, gpu_state, timeout, gpu_required=False, proc=None)
         return result("torch-probe", "error", f"the torch probe did not finish in {timeout} s",
                       "a hung CUDA init often means a wedged GPU; check nvidia-smi", {})
     try:
-        probe = json.loads(stdout.strip().splitlines()[-1])
+        probe = load_json(stdout.strip().splitlines()[-1], "the torch probe's answer")
     except (ValueError, IndexError):
         return result("torch-probe", "error", f"the torch probe crashed: {stderr.strip()[-500:]}", "", {})
+    problem = probe_problem(probe)
+    if problem:
+        return result("torch-probe", "error", f"the torch probe answered in the wrong shape: {problem}",
+                      f"check that {python} is a Python interpreter (--python)", {})
     if "import_error" in probe:
         return result("torch-probe", "fail", f"import torch failed: {probe['import_error']}",
                       "the environment is broken; rebuild or re-pull the image", probe)

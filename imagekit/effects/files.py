@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import stat
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from imagekit.errors import UsageError
@@ -65,6 +68,80 @@ def replace_tree(
             os.replace(old, root)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+STALE_STAGING_S = 3600  # a staging folder this old belongs to no live run (a run swaps its folder in seconds)
+
+
+def refuse_links(path: Path, levels: int, what: str, hint: str) -> Path:
+    """``path`` when neither it nor its ``levels - 1`` nearest parents is a symbolic link or a non-folder: the
+    folders imagekit owns and replaces whole (``DIR/<cell>/wheels``: the cell folder and the wheels folder). A link
+    there is refused, never followed: replacing it would empty the folder it points to. Missing is fine."""
+    path = Path(path)
+    for level in [path, *path.parents][:levels]:
+        try:
+            info = os.lstat(level)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"cannot use {what} {path}: {level}: {exc.strerror or exc}", hint) from None
+        where = f"{what} {path}" if level == path else f"{what} {path}: its folder {level}"
+        if stat.S_ISLNK(info.st_mode):
+            raise UsageError(
+                f"{where} is a symbolic link; imagekit replaces that folder whole and never follows a link there "
+                "(it would empty the folder the link points to)",
+                f"remove the link {level} (what it points to is left alone), or pass another folder",
+            )
+        if not stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"{where} is not a folder", hint)
+    return path
+
+
+def replace_folder(root: Path, fill: Callable[[Path], None]) -> None:
+    """Fill a fresh staging folder beside ``root`` (``fill(staging)``), then swap it in for ``root``: a reader sees
+    the old folder or the new one, a failure leaves the old one, and a link at ``root`` is never followed (the
+    caller refuses one first: `refuse_links`; a link put there meanwhile is moved aside, its target untouched).
+    Staging and old folders that a killed run left beside it are swept once they are an hour old."""
+    root = Path(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_staging(root)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
+    old = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".old", dir=root.parent))
+    moved = False
+    try:
+        os.chmod(tmp, 0o755)
+        fill(tmp)
+        if os.path.lexists(root):
+            # a folder renamed onto the empty one; anything else there (a link put in meanwhile) makes rename fail
+            os.replace(root, old)
+            moved = True
+        os.replace(tmp, root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if moved and not os.path.lexists(root):
+            os.replace(old, root)
+        _remove(old)
+        raise
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """A folder imagekit made (its links removed as links), or a link itself."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        os.unlink(path)
+    elif os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)  # never follows a link inside (fd-based on Linux)
+
+
+def _sweep_staging(root: Path) -> None:
+    cutoff = time.time() - STALE_STAGING_S
+    for leftover in root.parent.glob(f".{glob.escape(root.name)}.*"):
+        if leftover.name.endswith((".tmp", ".old")):
+            try:
+                if os.lstat(leftover).st_mtime < cutoff:
+                    _remove(leftover)
+            except OSError:
+                pass
 
 
 def read_input(path: Path, what: str, hint: str | None = None, *, missing_ok: bool = False) -> str | None:

@@ -18,9 +18,12 @@ from imagekit.redact import redact
 def simple_page(index: str, name: str) -> dict:
     """A PEP 691 page, checked: a list of files with names and http(s) URLs (made absolute against the page)."""
     page_url = f"{index.rstrip('/')}/{name}/"
-    page = http.get_json(page_url, accept=http.SIMPLE_JSON)
-    files = page.get("files") if isinstance(page, dict) else None
     hint = "the index must serve PEP 691 JSON (application/vnd.pypi.simple.v1+json)"
+    try:  # bounded: nested thousands deep, a 5,000-digit number or NaN is refused, not a traceback later
+        page = untrusted.load_json(http.get(page_url, accept=http.SIMPLE_JSON), f"the index page {redact(page_url)}")
+    except untrusted.UntrustedData as exc:
+        raise EnvironmentFailure(str(exc), hint) from None
+    files = page.get("files") if isinstance(page, dict) else None
     if not isinstance(files, list):
         raise EnvironmentFailure(f"the index page {http.display(page_url)} has no list of files", hint)
     fixed = []
@@ -33,12 +36,8 @@ def simple_page(index: str, name: str) -> dict:
             url = str(httpx.URL(page_url).join(f["url"]))
         except httpx.InvalidURL:
             url = f["url"]
-        http.require_http(
-            url,
-            f"the index lists {untrusted.printable(f['filename'], 120)!r} at",
-            EnvironmentFailure,
-            "use another index",
-        )
+        shown = untrusted.printable(f["filename"], 120)
+        http.require_http(url, f"the index lists {shown} at", EnvironmentFailure, "use another index")
         fixed.append({**f, "url": url})
     return {**page, "files": fixed}
 
@@ -58,23 +57,35 @@ def _fetch_metadata(url: str) -> str:
         return remote_zip.read_member(wheel, ".dist-info/METADATA").decode("utf-8", "replace")
 
 
-def _metadata_for(page: dict, versions: list[str]) -> dict[str, dict]:
+def _metadata_for(name: str, page: dict, versions: list[str]) -> dict[str, dict]:
     urls = [(v, w.url + ".metadata") for v, w in refresh.metadata_wheels(page, versions).items()]
     texts = http.map_concurrently(_fetch_metadata, [u for _, u in urls])
-    return {v: parse_metadata(t).to_json() for (v, _), t in zip(urls, texts, strict=True)}
+    out = {}
+    for (v, url), text in zip(urls, texts, strict=True):
+        try:
+            out[v] = parse_metadata(text).to_json()
+        except ValueError as exc:  # the fields `parse_metadata` leaves as text are checked with the document
+            raise EnvironmentFailure(
+                f"the metadata of {name} {v} ({redact(url)}) is unusable: {exc}",
+                "the index is broken or does not mirror PyPI; use another index (the default https://pypi.org/simple)",
+            ) from None
+    return out
 
 
 def build_metadata(index: str = refresh.DEFAULT_INDEX) -> dict:
-    """Fetch and parse everything; returns the JSON document (not yet written)."""
+    """Fetch and parse everything; returns the JSON document (not yet written, nor checked: `refresh.refusal`)."""
     found = pages(index)
-    metadata = {name: _metadata_for(page, refresh.recorded_releases(name, page)) for name, page in found.items()}
+    metadata = {name: _metadata_for(name, page, refresh.recorded_releases(name, page)) for name, page in found.items()}
     return refresh.document(found, metadata)
 
 
 def write(out: Path, index: str = refresh.DEFAULT_INDEX, floor: dict | None = None) -> dict:
     """Fetch, check and write atomically. ``floor`` (the shipped metadata, when writing the file imagekit reads):
     refuse a document `inputs.compat_data` would pass over, so what is written is what is used."""
-    doc = build_metadata(index)
+    try:
+        doc = build_metadata(index)
+    except EnvironmentFailure as exc:
+        raise EnvironmentFailure(f"{exc.message}; {out} was not written", exc.hint) from None
     why = refresh.refusal(doc, floor)
     if why:
         raise EnvironmentFailure(

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import stat
+import tempfile
+import threading
+import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from imagekit import tools, wheels
+from imagekit import tools, untrusted, wheels
 from imagekit.effects import http
-from imagekit.effects.cache import cache_root
-from imagekit.effects.files import write_atomic
+from imagekit.effects.cache import cache_root, unusable
+from imagekit.effects.files import refuse_links, replace_folder, write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.resolution import is_torch_family
@@ -34,6 +39,17 @@ class FetchedWheel:
 
 def wheel_cache() -> Path:
     return cache_root() / "wheels"
+
+
+def require_cache() -> Path:
+    """The wheel cache, when it can take files; else an EnvironmentFailure saying what is in the way."""
+    problem = unusable(wheel_cache())
+    if problem:
+        raise EnvironmentFailure(
+            f"the wheel cache cannot be used: {problem}",
+            "point IMAGEKIT_CACHE (or XDG_CACHE_HOME) at a writable folder, or move what is in the way",
+        )
+    return wheel_cache()
 
 
 def _sha256(path: Path) -> str:
@@ -64,10 +80,13 @@ def _filename(url: str) -> str:
 
 
 def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
-    """PEP 691 files; PEP 700's ``size`` kept when declared."""
-    page: Any = http.parse_json(
-        raw, f"the index page {http.display(base)}", "check the index URL: it must be a PEP 691/503 index"
-    )
+    """PEP 691 files; PEP 700's ``size`` kept when declared and plausible (0 to `http.MAX_DOWNLOAD`); a sha256 that
+    is not 64 hex digits is none (it matches no locked hash)."""
+    hint = "check the index URL: it must be a PEP 691/503 index"
+    try:
+        page: Any = untrusted.load_json(raw, f"the index page {http.display(base)}")
+    except untrusted.UntrustedData as exc:
+        raise EnvironmentFailure(str(exc), hint) from None
     files = page.get("files") if isinstance(page, dict) else None
     if not isinstance(files, list):
         raise EnvironmentFailure(f"the index page {http.display(base)} has no list of files", "check the index URL")
@@ -79,9 +98,13 @@ def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
             )
         hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
         size = f.get("size")
-        declared = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+        plausible = isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= http.MAX_DOWNLOAD
         # the URL stays as the page gives it: joined only for the wheel picked (pages list thousands of files)
-        out.append(wheels.Candidate(f["filename"], f["url"], str(hashes.get("sha256", "")), declared))
+        out.append(
+            wheels.Candidate(
+                f["filename"], f["url"], untrusted.sha256_lenient(hashes.get("sha256")), size if plausible else None
+            )
+        )
     return out
 
 
@@ -96,26 +119,112 @@ def _candidates(index: str, name: str) -> list[wheels.Candidate]:
     out = []
     for href in parser.hrefs:
         url, _, fragment = href.partition("#")
-        sha = fragment.split("=", 1)[1] if fragment.startswith("sha256=") else ""
+        sha = untrusted.sha256_lenient(fragment.split("=", 1)[1]) if fragment.startswith("sha256=") else ""
         out.append(wheels.Candidate(_filename(_join(base, url)), _join(base, url), sha))
     return out
 
 
-def _download(cand: wheels.Candidate, dest: Path, on_bytes: Callable[[int], None] | None = None) -> None:
-    """The wheel into the cache: http(s) only, no larger than the index declares (or http.MAX_DOWNLOAD)."""
+PARTIAL = ".partial-"  # a download in progress: wheels/<sha>/.partial-XXXX/{.lock, the temporary file}
+STALE_PARTIAL_S = 3600  # a partial download without a lock file (or an older imagekit's) this old is dead
+_live: set[Path] = set()  # this process's partial downloads (removed at once when it is interrupted)
+_live_lock = threading.Lock()
+
+
+class Interrupted(Exception):
+    """A download stopped because the fetch was interrupted (SIGINT, SIGTERM, or another download failed)."""
+
+
+def _download(
+    cand: wheels.Candidate,
+    dest: Path,
+    on_bytes: Callable[[int], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> None:
+    """The wheel into the cache: http(s) only, no larger than the index declares (or http.MAX_DOWNLOAD). The bytes go
+    to a folder of its own beside ``dest`` whose lock file this process holds while it writes, so that a later
+    fetch can tell a dead run's partial download (swept: `sweep_partials`) from a live one (left alone)."""
     http.require_http(
         cand.url,
         f"the index lists {cand.filename} at",
         EnvironmentFailure,
         "an index may only point at http(s) files; use another index",
     )
-    http.download(
-        cand.url,
-        dest,
-        sha256=cand.sha256,
-        max_bytes=cand.size if cand.size is not None else http.MAX_DOWNLOAD,
-        on_bytes=on_bytes,
-    )
+
+    def advance(n: int) -> None:
+        if cancel is not None and cancel.is_set():
+            raise Interrupted(cand.filename)
+        if on_bytes is not None:
+            on_bytes(n)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=PARTIAL, dir=dest.parent))
+    with _live_lock:
+        _live.add(staging)
+    try:
+        with open(staging / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            http.download(
+                cand.url,
+                staging / dest.name,
+                sha256=cand.sha256,
+                max_bytes=cand.size if cand.size is not None else http.MAX_DOWNLOAD,
+                on_bytes=advance,
+            )
+            os.replace(staging / dest.name, dest)
+    finally:
+        with _live_lock:
+            _live.discard(staging)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def discard_partials() -> None:
+    """Remove this process's partial downloads now (an interrupted fetch: its threads may still be reading)."""
+    with _live_lock:
+        for staging in list(_live):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def sweep_partials() -> int:
+    """Remove the partial downloads that killed runs left in the wheel cache: a ``.partial-*`` folder whose lock
+    no live process holds (or, lacking a lock file, an hour old), and an older imagekit's ``.download-*`` file
+    not written for an hour. A live download, this process's or another's, is never touched. Returns the count."""
+    cutoff = time.time() - STALE_PARTIAL_S
+    removed = 0
+    for path in wheel_cache().glob(f"*/{PARTIAL}*"):
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            fd = os.open(path / ".lock", os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            if _older(path, cutoff):
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # held: a live download
+        shutil.rmtree(path, ignore_errors=True)  # removed while this holds its lock
+        os.close(fd)
+        removed += 1
+    for path in wheel_cache().glob("*/.download-*"):
+        try:
+            if stat.S_ISREG(os.lstat(path).st_mode) and _older(path, cutoff):
+                path.unlink()
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _older(path: Path, cutoff: float) -> bool:
+    try:
+        return os.lstat(path).st_mtime < cutoff
+    except OSError:
+        return False
 
 
 def _sources(lock: Lock) -> tuple[str, str, bool]:
@@ -141,6 +250,22 @@ def _cached(entry: LockEntry, supported: list[str]) -> Path | None:
     return Path(hit.url) if hit is not None else None
 
 
+def _named_safely(entry: LockEntry, found: list[wheels.Candidate]) -> None:
+    """Every file the index lists with one of the pin's hashes has a name that can be a file name in the cache (a
+    wheel-name grammar: no `/`, `..` or control character), else the index is not to be built from."""
+    allowed = {h.split(":", 1)[1] for h in entry.hashes}
+    for cand in found:
+        if cand.sha256 in allowed:
+            try:
+                untrusted.wheel_filename(cand.filename)
+            except untrusted.UntrustedData as exc:
+                raise EnvironmentFailure(
+                    f"{entry.pin}: the index lists its file sha256:{cand.sha256[:12]}… under a name that is "
+                    f"not a wheel file name ({exc})",
+                    "the index is broken or hostile; do not build from it (use another index or mirror)",
+                ) from None
+
+
 def _remote(
     entry: LockEntry, source: str, python: str, glibc: str, supported: list, pages: dict | None = None
 ) -> wheels.Candidate:
@@ -153,6 +278,7 @@ def _remote(
         found = _candidates(source, entry.name)
         if pages is not None:
             pages[key] = found
+    _named_safely(entry, found)
     cand = wheels.pick(found, entry.hashes, supported)
     if cand is None:
         raise CheckFailed(
@@ -176,6 +302,9 @@ def fetch_lock(
     index, torch_index, routed = _sources(lock)
     supported = wheels.supported_tags(python, glibc)
     progress = progress or NullProgress()
+    require_cache()
+    sweep_partials()
+    cancel = threading.Event()
 
     def one(entry: LockEntry) -> FetchedWheel:
         path = _cached(entry, supported)
@@ -191,11 +320,24 @@ def fetch_lock(
         dest = wheel_cache() / cand.sha256 / cand.filename
         log(f"downloading {cand.filename}" + (f" ({human_bytes(cand.size)})" if cand.size else ""))
         with activity(progress, cell, f"download {cand.filename}", total=cand.size, unit="B") as act:
-            _download(cand, dest, act.advance)
+            _download(cand, dest, act.advance, cancel)
         return FetchedWheel(entry.name, dest, True)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, lock.entries))
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures = [pool.submit(one, entry) for entry in lock.entries]
+    try:
+        got = [f.result() for f in futures]
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI raises it: stop now, the partial files go first
+        cancel.set()
+        discard_partials()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    except BaseException:  # one download failed: the others stop at their next block
+        cancel.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return got
 
 
 def fetch_for_build(lock: Lock, python: str, glibc: str, **kw: Any) -> list[FetchedWheel]:
@@ -315,8 +457,8 @@ def _picks_file(lock: Lock, python: str, glibc: str) -> Path:
 def _load_picks(lock: Lock, python: str, glibc: str) -> dict[str, tuple[str, int | None]]:
     """pin -> (sha256, size) of the wheel an earlier look at the index picked for this lock and platform. A pick
     never changes (the lock's hashes name the files), so the index need not be asked again."""
-    try:
-        doc = json.loads(_picks_file(lock, python, glibc).read_text())
+    try:  # a memo in the cache: bounded like anything read back (a planted file must not end the plan)
+        doc = untrusted.load_json(_picks_file(lock, python, glibc).read_bytes(), "picks", max_bytes=16 << 20)
     except (OSError, ValueError):
         return {}
     out = {}
@@ -325,7 +467,8 @@ def _load_picks(lock: Lock, python: str, glibc: str) -> dict[str, tuple[str, int
         if not isinstance(got, dict) or f"sha256:{got.get('sha256')}" not in entry.hashes:
             continue
         size = got.get("size")
-        out[entry.pin] = (got["sha256"], size if isinstance(size, int) and not isinstance(size, bool) else None)
+        plausible = isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= http.MAX_DOWNLOAD
+        out[entry.pin] = (got["sha256"], size if plausible else None)
     return out
 
 
@@ -346,28 +489,40 @@ def _uncompressed(path: Path) -> int:
         return int(path.stat().st_size * INSTALL_RATIO)
 
 
-def link_wheels(fetched: list[FetchedWheel], directory: Path) -> Path:
-    """A folder holding exactly these wheels as real files (hard links into the cache, else copies), for a
-    BuildKit build context: a context carries symlinks as links, so links into the cache would dangle there."""
-    directory.mkdir(parents=True, exist_ok=True)
-    want = {w.path.name: w.path for w in fetched}
-    for old in directory.iterdir():
-        if old.name not in want or old.is_symlink() or not old.is_file() or not os.path.samefile(old, want[old.name]):
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old)
-            else:
-                old.unlink()
-    for name, src in sorted(want.items()):
-        dest = directory / name
-        if dest.exists():
-            continue
-        try:
-            os.link(src, dest)
-        except OSError:  # another filesystem: a copy, renamed into place whole
-            tmp = directory / f".{name}.partial"
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dest)
+CONTEXT_HINT = "pass --into a folder of its own (`imagekit render --out DIR` makes one), with no links inside it"
+
+
+def context_wheels(into: Path, cell_id: str) -> Path:
+    """``DIR/<cell>/wheels`` for `fetch --into DIR`, refused when the cell folder or the wheels folder is a link or
+    a file (DIR itself may be a link: the user named it). Checked before anything is downloaded."""
+    return refuse_links(into / cell_id / "wheels", 2, "--into", CONTEXT_HINT)
+
+
+def link_wheels(fetched: list[FetchedWheel], directory: Path, files: Mapping[str, str] | None = None) -> Path:
+    """A folder holding exactly these wheels as real files (hard links into the cache, else copies), and
+    ``files`` (each layer's requirements) beside them, for a BuildKit build context: a context carries symlinks as
+    links, so links into the cache would dangle there. Built in a staging folder and swapped in whole; a link at
+    ``directory`` or its parent is refused, never followed (`refuse_links`)."""
+    refuse_links(directory, 2, "the wheels folder", CONTEXT_HINT)
+
+    def fill(tmp: Path) -> None:
+        for name, src in sorted({w.path.name: w.path for w in fetched}.items()):
+            try:
+                os.link(src, tmp / name)
+            except OSError:  # another filesystem: a copy
+                shutil.copyfile(src, tmp / name)
+        for name, text in sorted((files or {}).items()):
+            write_atomic(tmp / name, text)
+
+    replace_folder(directory, fill)
     return directory
+
+
+def requirements(lock: Lock) -> dict[str, str]:
+    """Each layer's requirements file (name -> text): the RUN that installs a layer reads it beside the wheels."""
+    from imagekit import layers
+
+    return {layer.filename: layer.requirements for layer in layers.plan(lock).layers}
 
 
 def write_requirements(lock: Lock, directory: Path) -> None:
@@ -379,10 +534,13 @@ def write_requirements(lock: Lock, directory: Path) -> None:
 
 
 def wheelhouse(fetched: list[FetchedWheel], directory: Path) -> Path:
-    """A folder of links to exactly these wheels, for `pip --no-index --find-links`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for old in directory.iterdir():
-        old.unlink()
-    for w in fetched:
-        (directory / w.path.name).symlink_to(w.path)
+    """A folder of links to exactly these wheels, for `pip --no-index --find-links`: swapped in whole, never
+    through a link at ``directory`` or its parent (`state/wheelhouse/<cell>`)."""
+    refuse_links(directory, 2, "the wheelhouse", "remove the link, or pass another --state-dir")
+
+    def fill(tmp: Path) -> None:
+        for w in fetched:
+            (tmp / w.path.name).symlink_to(w.path)
+
+    replace_folder(directory, fill)
     return directory

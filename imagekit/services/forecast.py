@@ -13,7 +13,7 @@ from pathlib import Path
 
 from imagekit import resolution
 from imagekit.compat import CompatData
-from imagekit.effects.cache import cache_root
+from imagekit.effects.cache import cache_root, unusable
 from imagekit.errors import EnvironmentFailure, ImagekitError
 from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
@@ -61,10 +61,11 @@ class DiskForecast:
     purpose: str
     free_bytes: int | None  # None: not on this machine (a remote engine)
     needed_bytes: int
+    problem: str | None = None  # why the folder cannot take files at all (a file there, read-only)
 
     @property
     def ok(self) -> bool:
-        return self.free_bytes is None or self.needed_bytes <= self.free_bytes
+        return self.problem is None and (self.free_bytes is None or self.needed_bytes <= self.free_bytes)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,12 @@ class Forecast:
         }
 
     def disk_error(self) -> EnvironmentFailure:
+        broken = [d for d in self.disks if d.problem]
+        if broken:
+            return EnvironmentFailure(
+                "; ".join(f"the {d.purpose} cannot be used: {d.problem}" for d in broken),
+                "point IMAGEKIT_CACHE (or XDG_CACHE_HOME) at a writable folder, or move what is in the way",
+            )
         short = [d for d in self.disks if not d.ok]
         what = "; ".join(
             f"{d.purpose} ({d.path}) needs {human_bytes(d.needed_bytes)}, {human_bytes(d.free_bytes or 0)} free"
@@ -185,7 +192,8 @@ def forecast(
     downloads = {sha: size for r in rows if r.wheels for sha, size in r.wheels.downloads}
     disks: list[DiskForecast] = []
     cache_dir, cache_free, cache_dev = _free(fetch.wheel_cache())
-    disks.append(DiskForecast(str(cache_dir), "wheel cache", cache_free, sum(downloads.values())))
+    problem = unusable(fetch.wheel_cache())
+    disks.append(DiskForecast(str(cache_dir), "wheel cache", cache_free, sum(downloads.values()), problem))
     if build:
         root = engine.root_dir() if engine is not None else None
         bases = {r.base.reference: r.base.new_bytes for r in rows}
@@ -196,7 +204,7 @@ def forecast(
             docker_dir, docker_free, docker_dev = _free(root)
             if docker_dev is not None and docker_dev == cache_dev:  # one disk holds both: they add up
                 disks[0] = DiskForecast(
-                    str(docker_dir), "wheel cache + Docker", docker_free, disks[0].needed_bytes + needed
+                    str(docker_dir), "wheel cache + Docker", docker_free, disks[0].needed_bytes + needed, problem
                 )
             else:
                 disks.append(DiskForecast(str(docker_dir), "Docker", docker_free, needed))
@@ -234,7 +242,7 @@ def render_text(fc: Forecast, *, build: bool = True) -> list[str]:
             lines.append(f"  {r.lock_note}")
     for d in fc.disks:
         free = human_bytes(d.free_bytes) if d.free_bytes is not None else "unknown"
-        verdict = "ok" if d.ok else "NOT ENOUGH"
+        verdict = f"NOT USABLE ({d.problem})" if d.problem else "ok" if d.ok else "NOT ENOUGH"
         lines.append(f"disk {d.purpose} {d.path}: needs {human_bytes(d.needed_bytes)}, {free} free: {verdict}")
     lines += [f"note: {n}" for n in fc.notes]
     return lines
