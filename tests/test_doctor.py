@@ -610,10 +610,17 @@ def test_missing_python_is_a_usage_error(tmp_path):
     assert res.returncode == 2 and "no such executable" in res.stderr
 
 
-def test_a_missing_relative_expect_is_cannot_read(app, runner, in_tmp):
+def test_a_missing_relative_expect_is_cannot_read(app, runner, in_tmp, monkeypatch):
+    """A check that could not run and no blocker: exit 3 (README, exit codes). PATH and HF_HOME are this test's,
+    so nothing of the host's (another `python` first on PATH) adds a blocker, which would make it 1."""
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+    monkeypatch.setenv("HF_HOME", str(in_tmp / "hf"))
     res = runner.invoke(app, ["doctor", "--tier", "quick", "--expect", "manifest.json", "--json"])
-    check = by_id(json.loads(res.stdout))["manifest"]
-    assert res.exit_code in (1, 3) and check["status"] == "error" and "cannot read manifest.json" in check["message"]
+    report = json.loads(res.stdout)
+    check = by_id(report)["manifest"]
+    assert check["status"] == "error" and "cannot read manifest.json" in check["message"]
+    assert [c["id"] for c in report["checks"] if c["status"] == "fail"] == []
+    assert res.exit_code == 3 and report["exit_code"] == 3
 
 
 def test_printed_reports_escape_control_characters():

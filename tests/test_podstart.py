@@ -7,6 +7,7 @@ tests/test_pod_e2e.py; here the pieces run against temporary folders and real sh
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -114,8 +115,11 @@ def test_job_mode_runs_the_command_unless_blocked(tmp_path, env, code, ran):
     )
     assert res.returncode == code, res.stderr
     assert marker.exists() is ran
-    if not ran:
-        assert "not starting" in res.stderr and "no GPU" in res.stderr
+    if ran:
+        assert "start check took" in res.stderr and "not starting" not in res.stderr
+    else:  # blocked: the start tier's torch probe ran (the quick tier says "no GPU" too, but never probes)
+        assert f"the start check found a blocker; not starting `sh -c 'touch {marker}'`" in res.stderr
+        assert re.search(r"^\[FAIL\] (torch-probe|cpu-fallback): ", res.stderr, re.M), res.stderr
 
 
 def test_a_failing_step_never_exits_a_pod(capsys):
