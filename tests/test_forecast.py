@@ -153,6 +153,7 @@ def _read_only_mounts() -> bool:
     return subprocess.run(["unshare", "-m", "sh", "-c", probe], capture_output=True).returncode == 0
 
 
+@pytest.mark.resolver
 @pytest.mark.parametrize("kind", ["file", "fifo", "under-a-file"])
 def test_a_wheel_cache_that_cannot_take_files_is_a_blocker(app, runner, fake, tmp_path, monkeypatch, kind):
     assert _run(app, runner, "lock", "--index-url", fake, "--dir", "locks", "--cell", CELL.id).exit_code == 0
@@ -170,6 +171,7 @@ def test_a_wheel_cache_that_cannot_take_files_is_a_blocker(app, runner, fake, tm
     assert kind == "fifo" or cache.read_text() == "a file the user keeps\n"
 
 
+@pytest.mark.resolver
 @pytest.mark.skipif(not _read_only_mounts(), reason="needs root and mount namespaces (unshare -m)")
 def test_a_read_only_wheel_cache_is_a_blocker(fake, tmp_path):
     """The cache on a read-only mount (root ignores permission bits, a mount it cannot)."""

@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import ROOT
 from tests.hostile_index import HostileIndex, Route, honest_index, huge_number, json_page, nested, wheel_file
 
+pytestmark = pytest.mark.resolver  # each test first locks a cell with real uv against the loopback index
+
 NUMPY = "numpy-1.26.4-py3-none-any.whl"
 MATRIX = '[[matrix.include]]\ncuda = "12.4"\ntorch = "2.5.1"\ntransformers = "4.48.2"\npython = "3.11"\n'
 FETCH = ["fetch", "--matrix", "m.toml", "--lock-dir", "locks"]
