@@ -25,6 +25,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 # C0 and C1 controls (tab and newline are dealt with by the caller's choice), DEL, and the Unicode format characters
 # that reorder or hide text on a terminal (bidi overrides and isolates, zero-width joiners).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+CONTROL = _CONTROL  # what podwire.clean strips from a terminal's text (tab and newline are kept)
 _ESCAPE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC

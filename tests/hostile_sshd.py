@@ -72,10 +72,14 @@ exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"
 """
 
 
+SILENT = "#!/bin/sh\nexec cat >/dev/null\n"
+
+
 @contextlib.contextmanager
 def serve(root: Path, kind: str) -> Iterator[HostilePod]:
     """A real sshd of ``kind`` ("full" or "gateway") whose PATH starts with ``root/bin`` and whose sessions start
-    in ``root/home`` (so relative remote paths, ``-n`` included, land there and not in the real home)."""
+    in ``root/home`` (so relative remote paths, ``-n`` included, land there and not in the real home); or
+    "silent": a server that logs in and then never prints anything, on a terminal or not."""
     bin_dir, home = root / "bin", root / "home"
     bin_dir.mkdir(parents=True, exist_ok=True)
     home.mkdir(exist_ok=True)
@@ -86,7 +90,9 @@ def serve(root: Path, kind: str) -> Iterator[HostilePod]:
         wrapper.write_text(FULL_WRAPPER.format(path=shlex.quote(path), home=shlex.quote(str(home))))
         wrapper.chmod(0o755)
         extra.append(f"ForceCommand {wrapper}")
-    with sshd.serve(root, kind, rc_extra=f"export PATH={path}; cd {shlex.quote(str(home))}", extra_config=extra) as server:
+    with sshd.serve(
+        root, kind, rc_extra=f"export PATH={path}; cd {shlex.quote(str(home))}", extra_config=extra
+    ) as server:
         yield HostilePod(server, bin_dir)
 
 
@@ -151,3 +157,39 @@ def cve_2025_4517(path: Path, dest: Path, payload: bytes = b"written outside\n")
         _add(tar, "escape", tarfile.SYMTYPE, link=os.path.join(linkpath, ".."))
         _add(tar, "escape/newfile", data=payload)
     return path
+
+
+@contextlib.contextmanager
+def mute_port(greeting: bytes = b"") -> Iterator[int]:
+    """A TCP port on loopback that accepts connections and sends ``greeting`` (nothing: no SSH banner ever) and
+    then nothing more, keeping them open until the end."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            if greeting:
+                conn.sendall(greeting)
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in held:
+            conn.close()
+        listener.close()

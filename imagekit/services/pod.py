@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from imagekit import podwire, untrusted
-from imagekit.effects.ssh import CommandTimeout, Connection, ConnectionLost
+from imagekit.effects.ssh import Connection, ConnectionLost
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.podwire import CHUNK, Target, q
 
@@ -77,7 +77,10 @@ def _capture(conn: Connection, opts: PodOptions, command: str, timeout: float = 
 def _checked(conn: Connection, opts: PodOptions, command: str, what: str, timeout: float = 300.0) -> str:
     code, out = _capture(conn, opts, command, timeout)
     if code != 0:
-        raise EnvironmentFailure(f"{what} failed on the pod (exit {code}): {out.strip()[-300:]}", "check the path")
+        said = untrusted.printable(out.strip()[-2000:], 300)
+        raise EnvironmentFailure(
+            f"{what} failed on the pod (exit {code})" + (f": {said}" if said else ""), "check the path"
+        )
     return out
 
 
@@ -87,10 +90,7 @@ def run_command(target: Target, command: str, opts: PodOptions, out: Log, err: L
     with connect(target, opts, warn) as conn:
         if _uses_exec(conn, opts):
             return conn.run(command, opts.timeout, out, err), "exec"
-        try:
-            return conn.shell().run(command, opts.timeout, out), "pty"
-        except CommandTimeout as exc:
-            raise CommandTimeout(f"timed out after {opts.timeout:g} s: {command}", exc.hint) from None
+        return conn.shell().run(command, opts.timeout, out), "pty"
 
 
 # ---- doctor ----------------------------------------------------------------------------------------------
@@ -160,7 +160,8 @@ def _sha256_file(path: Path, limit: int | None = None) -> str:
 def _remote_sha(conn: Connection, opts: PodOptions, path: str, limit: int | None = None) -> str:
     source = f"head -c {limit} {q(path)}" if limit is not None else f"cat {q(path)}"
     out = _checked(conn, opts, f"{source} | sha256sum | cut -c1-64", f"sha256 of {path}", 3600)
-    return out.strip().splitlines()[-1].lower() if out.strip() else ""
+    last = out.strip().splitlines()[-1].lower() if out.strip() else ""
+    return last if len(last) == 64 and all(c in "0123456789abcdef" for c in last) else ""
 
 
 def _put_file(conn: Connection, opts: PodOptions, local: Path, remote: str, progress: Progress, log: Log) -> int:
@@ -217,7 +218,7 @@ def _put_file(conn: Connection, opts: PodOptions, local: Path, remote: str, prog
     if got != sha:
         _capture(conn, opts, f"rm -f {q(part)}", 30)
         raise CheckFailed(
-            f"{remote}: sha256 on the pod is {got or 'unknown'}, here {sha}: the copy is corrupt and was removed",
+            f"{remote}: sha256 on the pod is {got or 'unreadable'}, here {sha}: the copy is corrupt and was removed",
             "run the copy again",
         )
     _checked(conn, opts, f"mv -f {q(part)} {q(remote)}", f"rename {part}")
@@ -273,7 +274,7 @@ def _get_file(conn: Connection, opts: PodOptions, remote: str, local: Path, prog
     if got != sha:
         part.unlink(missing_ok=True)
         raise CheckFailed(
-            f"{remote}: sha256 here is {got}, on the pod {untrusted.printable(sha, 80) or 'unknown'}: the copy is "
+            f"{remote}: sha256 here is {got}, on the pod {sha or 'unreadable'}: the copy is "
             "corrupt and was removed (did the file change during the copy?)",
             "run the copy again",
         )
@@ -317,7 +318,8 @@ def _get_chunks(
     done, index = start, start // CHUNK
     while done < total:
         for _ in range(CHUNK_TRIES):
-            code, text = shell.capture_raw(podwire.chunk_download_command(remote, index), 600)
+            command = podwire.chunk_download_command(remote, index)
+            code, text = shell.capture_raw(command, 600, limit=podwire.chunk_text_limit())
             try:
                 data, digest = podwire.parse_chunk(text)
             except ValueError:
@@ -362,9 +364,7 @@ def _download_target(remote: str, local: Path, force: bool) -> Path:
             raise UsageError(f"{remote} has no name to give the copy in {local}", "name the destination: LOCAL/NAME")
         local = local / name
     if os.path.lexists(local) and not force:
-        raise UsageError(
-            f"{local} exists: nothing was copied", "give another destination, or --force to replace it"
-        )
+        raise UsageError(f"{local} exists: nothing was copied", "give another destination, or --force to replace it")
     return local
 
 
