@@ -85,13 +85,18 @@ def serve(root: Path, kind: str) -> Iterator[HostilePod]:
     home.mkdir(exist_ok=True)
     path = f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
     extra: list[str] = []
-    if kind == "full":
+    if kind in ("full", "silent"):
         wrapper = root / "session.sh"
-        wrapper.write_text(FULL_WRAPPER.format(path=shlex.quote(path), home=shlex.quote(str(home))))
+        wrapper.write_text(
+            SILENT if kind == "silent" else FULL_WRAPPER.format(path=shlex.quote(path), home=shlex.quote(str(home)))
+        )
         wrapper.chmod(0o755)
         extra.append(f"ForceCommand {wrapper}")
     with sshd.serve(
-        root, kind, rc_extra=f"export PATH={path}; cd {shlex.quote(str(home))}", extra_config=extra
+        root,
+        "full" if kind == "silent" else kind,
+        rc_extra=f"export PATH={path}; cd {shlex.quote(str(home))}",
+        extra_config=extra,
     ) as server:
         yield HostilePod(server, bin_dir)
 

@@ -514,3 +514,41 @@ def test_a_chunk_bigger_than_a_chunk_can_be_is_refused():
         shell.capture_raw("dd ...", 30, limit=chunk_text_limit())
     thread.join(5)
     theirs.close()
+
+
+# ---- a resumed download ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("partial", ["matching", "changed"])
+def test_a_resumed_download_keeps_a_partial_only_when_it_matches_the_pods(evil_gateway, tmp_path, monkeypatch, partial):
+    from imagekit.podwire import CHUNK
+    from imagekit.services import pod
+
+    _home_knowing(tmp_path, monkeypatch, evil_gateway)
+    data = os.urandom(2 * CHUNK + 5)
+    remote = evil_gateway.home / f"resume-{tmp_path.name}.bin"
+    remote.write_bytes(data)
+    local = tmp_path / "got.bin"
+    prefix = bytearray(data[: CHUNK + 100])  # a whole chunk and a bit, as a dropped copy leaves it
+    if partial == "changed":
+        prefix[CHUNK - 1] ^= 0xFF  # the last byte of the last whole chunk differs from the pod's
+    (tmp_path / "got.bin.imkpart").write_bytes(bytes(prefix))
+    logs: list[str] = []
+    result = pod.copy(
+        f"{evil_gateway.target}:{remote}",
+        str(local),
+        pod.PodOptions(key=evil_gateway.key),
+        lambda d, t: None,
+        logs.append,
+    )
+    assert local.read_bytes() == data
+    if partial == "matching":
+        assert result.sent == len(data) - CHUNK and any("resuming" in m for m in logs), logs
+    else:
+        assert result.sent == len(data) and not any("resuming" in m for m in logs), logs
+
+
+def test_pod_doctor_output_from_a_hostile_pod_is_clean(app, runner, evil, tmp_path, monkeypatch):
+    _home_knowing(tmp_path, monkeypatch, evil)
+    evil.plant("imagekit-doctor", "#!/bin/sh\nprintf '\\033]0;owned\\007\\033[2J\\302\\233Hok\\n'\nexit 1\n")
+    res = runner.invoke(app, ["pod", "doctor", evil.target, "--key", str(evil.key)])
+    assert res.exit_code == 1, res.output
+    assert "ok" in res.stdout and "\x1b" not in res.output and "\x9b" not in res.output and "\x07" not in res.output

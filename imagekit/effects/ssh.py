@@ -67,7 +67,12 @@ def load_key(path: Path) -> paramiko.PKey:
         )
     try:
         return paramiko.PKey.from_path(path)
-    except paramiko.PasswordRequiredException:
+    except (paramiko.PasswordRequiredException, TypeError) as exc:  # cryptography: TypeError "password-protected"
+        if isinstance(exc, TypeError) and "password" not in str(exc):
+            raise UsageError(
+                f"--key {path} is not a private key imagekit can read",
+                "give an OpenSSH or PEM private key (ssh-keygen)",
+            ) from None
         raise UsageError(
             f"--key {path} is encrypted (it needs its passphrase)",
             f"load it into ssh-agent (ssh-add {path}) and leave out --key, or give an unencrypted key",

@@ -128,8 +128,14 @@ def run_doctor(
                         f"{target} has no Python >= 3.8 to run the doctor with", "install python3 on the pod"
                     )
                 _put_file(conn, opts, DOCTOR, f"{tmp}/imagekit_doctor.py", lambda d, t: None, log)
-                program = f"{q(python.strip().splitlines()[-1])} -I {q(tmp + '/imagekit_doctor.py')}"
-                how = f"the stdlib doctor sent over, run with {python.strip().splitlines()[-1]}"
+                python = python.strip().splitlines()[-1] if python.strip() else ""
+                if not python.startswith("/") or untrusted.printable(python, 4096) != python:
+                    raise EnvironmentFailure(
+                        f"{target} named no usable Python (got {untrusted.printable(python, 80)!r})",
+                        "install python3 on the pod",
+                    )
+                program = f"{q(python)} -I {q(tmp + '/imagekit_doctor.py')}"
+                how = f"the stdlib doctor sent over, run with {untrusted.printable(python, 200)}"
             command = f"{program} {shlex.join(argv)}".strip()
             if _uses_exec(conn, opts):
                 code = conn.run(command, opts.timeout, out, err)
