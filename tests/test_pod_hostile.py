@@ -413,7 +413,7 @@ def test_c1_and_bidi_controls_never_reach_the_terminal(app, runner, evil, tmp_pa
 
 def test_a_pods_words_in_an_error_are_printable_one_line(app, runner, evil, tmp_path, monkeypatch):
     _home_knowing(tmp_path, monkeypatch, evil)
-    evil.plant("mkdir", "#!/bin/sh\nprintf '\\033]0;owned\\007\\033[2J\\nerror: spoofed\\n'\nexit 1\n")
+    evil.plant("mkdir", "#!/bin/sh\nprintf '\\033]0;owned\\007\\033[2Jdenied\\nerror: spoofed\\n'\nexit 1\n")
     local = tmp_path / "f.txt"
     local.write_text("x")
     res = _cp(app, runner, evil, local, f"{evil.target}:{evil.home}/sub/f.txt")
