@@ -15,6 +15,7 @@ import secrets
 import shlex
 from dataclasses import dataclass
 
+from imagekit import untrusted
 from imagekit.errors import UsageError
 
 LINE_LIMIT = 4095  # N_TTY_BUF_SIZE - 1: the longest line a Linux terminal in canonical mode delivers whole
@@ -38,7 +39,6 @@ _ANSI = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
 )
 _CRLF = re.compile(r"\r+\n")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,11 @@ def split_remote(spec: str) -> tuple[Target, str] | None:
 
 
 def clean(text: str) -> str:
-    """What a terminal printed, as plain text: escape sequences and control characters removed, CRLF -> LF, and a
-    lone CR (a progress bar redrawing itself) kept as a line break."""
+    """What a terminal printed, as plain text: escape sequences and control characters (C0, C1, DEL, the bidi and
+    zero-width format characters) removed, CRLF -> LF, and a lone CR (a progress bar redrawing itself) kept as a
+    line break."""
     text = _CRLF.sub("\n", _ANSI.sub("", text)).replace("\r", "\n")  # a terminal turns \r\n into \r\r\n
-    return _CONTROL.sub("", text)
+    return untrusted.CONTROL.sub("", text)  # C0, C1 (U+0080-U+009F, from UTF-8 too), DEL, bidi controls
 
 
 def new_nonce() -> str:
@@ -148,7 +149,8 @@ def data_lines(encoded: str) -> list[str]:
 
 
 def q(path: str) -> str:
-    return shlex.quote(path)
+    """A path as one shell word that no command takes for an option (``-n`` goes as ``./-n``)."""
+    return shlex.quote("./" + path if path.startswith("-") else path)
 
 
 def probe_script() -> str:
@@ -163,15 +165,24 @@ def probe_script() -> str:
 
 def chunk_upload_line(nonce: str, part: str, expect_sha: str, length: int) -> str:
     """Receive one chunk (``length`` characters of base64 lines) into ``part.c``; append it to ``part`` only when
-    its sha256 matches, and say which. The terminal is raw while the lines arrive (no line editing: three times the
-    throughput of canonical mode); its settings are restored right after."""
-    c = q(part + ".c")
+    its sha256 matches, and say which: ``K ok``, ``K bad <sha> <error>`` (sent again), or ``K fail <error>`` when
+    the pod cannot write (a full disk, a read-only folder: no use sending it again). Whatever fails, the typed
+    lines are read to the end (never run as commands). The terminal is raw while the lines arrive (no line editing:
+    three times the throughput of canonical mode); its settings are restored right after."""
+    c, p = q(part + ".c"), q(part)
+    one_line = "\"$(printf %s \"$e\" | tr -s '\\r\\n' '  ' | head -c 200)\""
     return (
-        f's=$(stty -g); stty raw -echo; {print_mark(nonce, "G")}; head -c {length} | base64 -d > {c}; stty "$s"; '
+        f"s=$(stty -g); stty raw -echo; {print_mark(nonce, 'G')}; "
+        f'e=$(head -c {length} | {{ base64 -d > {c} || {{ cat > /dev/null; exit 1; }}; }} 2>&1); stty "$s"; '
         f"h=$(sha256sum < {c} | cut -c1-64); "
-        f'if [ "$h" = {expect_sha} ]; then cat {c} >> {q(part)} && rm -f {c} && {print_mark(nonce, "K", "ok")}; '
-        f"else rm -f {c}; {print_mark(nonce, 'K', 'bad', '$h')}; fi\n"
+        f'if [ "$h" = {expect_sha} ]; then if e=$(cat {c} 2>&1 >> {p}); '
+        f"then rm -f {c}; {print_mark(nonce, 'K', 'ok')}; "
+        f"else rm -f {c}; {print_mark(nonce, 'K', 'fail', one_line)}; fi; "
+        f"else rm -f {c}; {print_mark(nonce, 'K', 'bad', '$h', one_line)}; fi\n"
     )
+
+
+WRITE_ERRORS = re.compile(r"No space left|Read-only file system|Disk quota|Permission denied|Input/output error", re.I)
 
 
 def chunk_lines(encoded: str) -> str:
@@ -183,6 +194,13 @@ def chunk_download_command(path: str, index: int, chunk: int = CHUNK) -> str:
     """Print one chunk as base64 lines, then ``#<sha256 of the chunk>``."""
     dd = f"dd if={q(path)} bs={chunk} skip={index} count=1 2>/dev/null"
     return f'{dd} | base64 -w {TYPED_LINE}; echo "#$({dd} | sha256sum | cut -c1-64)"'
+
+
+def chunk_text_limit(chunk: int = CHUNK) -> int:
+    """The most characters a terminal shows for one chunk printed by :func:`chunk_download_command`: its base64,
+    a line break (CR LF at worst) per typed line, the ``#`` and digest line. More than that is a hostile pod."""
+    encoded = (chunk + 2) // 3 * 4
+    return encoded + 2 * (encoded // TYPED_LINE + 1) + 256
 
 
 def parse_chunk(text: str) -> tuple[bytes, str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -23,6 +25,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 # C0 and C1 controls (tab and newline are dealt with by the caller's choice), DEL, and the Unicode format characters
 # that reorder or hide text on a terminal (bidi overrides and isolates, zero-width joiners).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+CONTROL = _CONTROL  # what podwire.clean strips from a terminal's text (tab and newline are kept)
 _ESCAPE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC
@@ -149,6 +152,109 @@ def relative_member(name: str) -> PurePosixPath:
     if any(p == ".." for p in parts):
         raise UntrustedData(f"archive member {printable(name, 80)!r} leaves the destination (..)")
     return PurePosixPath(*parts) if parts else PurePosixPath(".")
+
+
+@dataclass(frozen=True)
+class TreeMember:
+    """One checked member of an archive of a folder: where it goes, what it is, and the mode it gets."""
+
+    path: PurePosixPath
+    kind: str  # file | dir | symlink | hardlink
+    mode: int  # 0o644 or 0o755 (files, dirs); no setuid, setgid, sticky or group/other write
+    link: str = ""  # symlink: its (relative) target as written; hardlink: the member it repeats
+    source: Any = None  # what the caller read it from (a tarfile.TarInfo)
+
+
+class LinkLeaves(UntrustedData):
+    """A symlink in the archive points outside the folder (absolute, or up through ``..``)."""
+
+    def __init__(self, message: str, first: str, count: int) -> None:
+        super().__init__(message)
+        self.first, self.count = first, count
+
+
+_KINDS = {b"0": "file", b"\0": "file", b"7": "file", b"5": "dir", b"2": "symlink", b"1": "hardlink"}
+_SPECIAL = {b"3": "a character device", b"4": "a block device", b"6": "a FIFO"}
+MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
+
+
+def tree_members(members: Iterable[Any]) -> list[TreeMember]:
+    """The members of a tar of a folder (``tarfile.TarInfo``s), checked as a whole before anything is written: every
+    name relative and inside (:func:`relative_member`), each once; only files, folders, symlinks and hardlinks; no
+    member inside a symlink or a file (so nothing is ever written through a link, whatever the links are); every
+    symlink relative and, followed through the archive's own links, inside the folder (else :class:`LinkLeaves`);
+    every hardlink to a file of the archive listed before it. Modes made safe. The root entry (``.``) is dropped."""
+    out: list[TreeMember] = []
+    seen: dict[PurePosixPath, TreeMember] = {}
+    for info in members:
+        path = relative_member(info.name)
+        kind = _KINDS.get(info.type)
+        if kind is None:
+            what = _SPECIAL.get(info.type, f"of the unknown type {printable(info.type, 10)!r}")
+            raise UntrustedData(f"archive member {printable(str(path), 120)!r} is {what}")
+        if path == PurePosixPath("."):
+            if kind != "dir":
+                raise UntrustedData("the archive's root entry is not a folder")
+            continue
+        if path in seen:
+            raise UntrustedData(f"archive member {printable(str(path), 120)!r} is in the archive twice")
+        link = ""
+        if kind in ("symlink", "hardlink"):
+            link = info.linkname
+            if not isinstance(link, str) or not link or _CONTROL.search(link) or re.search(r"[\x00-\x1f]", link):
+                raise UntrustedData(f"link {printable(str(path), 120)!r} has an empty target or a control character")
+        if kind == "hardlink":
+            target = relative_member(link)
+            if seen.get(target) is None or seen[target].kind != "file":
+                raise UntrustedData(
+                    f"hardlink {printable(str(path), 120)!r} does not repeat a file listed before it in the archive"
+                )
+            link = str(target)
+        executable = kind == "dir" or (kind != "symlink" and bool(info.mode & 0o111))
+        member = TreeMember(path, kind, 0o755 if executable else 0o644, link, info)
+        seen[path] = member
+        out.append(member)
+    for member in out:
+        for parent in member.path.parents:
+            if parent in seen and seen[parent].kind != "dir":
+                raise UntrustedData(
+                    f"archive member {printable(str(member.path), 120)!r} lies inside "
+                    f"{'a link' if seen[parent].kind == 'symlink' else 'a file'} ({printable(str(parent), 120)!r})"
+                )
+    links = {m.path.parts: m.link for m in out if m.kind == "symlink"}
+    leaving = [m for m in out if m.kind == "symlink" and _resolve(list(m.path.parts[:-1]), m.link, links) is None]
+    if leaving:
+        first = f"{leaving[0].path} -> {leaving[0].link}"
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise LinkLeaves(f"the link {printable(first, 200)}{more} points outside the folder", first, len(leaving))
+    return out
+
+
+def _resolve(base: list[str], target: str, links: dict[tuple[str, ...], str], hops: list[int] | None = None):
+    """``target`` (a link's text, relative to the folder ``base``) followed through ``links`` as the kernel would
+    in a folder holding only the archive: the parts of where it ends, or None when it leaves the folder (or loops)."""
+    hops = hops if hops is not None else [0]
+    if target.startswith("/"):
+        return None
+    at = list(base)
+    for part in target.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not at:
+                return None
+            at.pop()
+            continue
+        at.append(part)
+        if tuple(at) in links:
+            hops[0] += 1
+            if hops[0] > MAX_LINK_HOPS:
+                return None
+            resolved = _resolve(at[:-1], links[tuple(at)], links, hops)
+            if resolved is None:
+                return None
+            at = resolved
+    return at
 
 
 def bounded_text(value: object, what: str, limit: int = 256) -> str:

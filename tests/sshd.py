@@ -8,7 +8,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,8 +55,8 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(root: Path, kind: str, rc_extra: str = "") -> Iterator[Server]:
-    """``kind``: "full" (exec + SFTP) or "gateway" (terminal only)."""
+def serve(root: Path, kind: str, rc_extra: str = "", extra_config: Sequence[str] = ()) -> Iterator[Server]:
+    """``kind``: "full" (exec + SFTP) or "gateway" (terminal only); ``extra_config``: more sshd_config lines."""
     root.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(exist_ok=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / "host")], check=True)
@@ -86,6 +86,7 @@ def serve(root: Path, kind: str, rc_extra: str = "") -> Iterator[Server]:
         gateway.write_text(GATEWAY.format(rc=root / "rc"))
         gateway.chmod(0o755)
         lines.append(f"ForceCommand {gateway}")
+    lines.extend(extra_config)
     (root / "sshd_config").write_text("\n".join(lines) + "\n")
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(root / "sshd_config")], stderr=subprocess.PIPE)
     try:

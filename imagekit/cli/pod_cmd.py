@@ -155,14 +155,25 @@ def build() -> typer.Typer:
         insecure_host_key: InsecureOpt = False,
         accept_new_host_key: AcceptNewOpt = False,
         as_json: JsonOpt = False,
+        force: Annotated[
+            bool, typer.Option("--force", help="A download may replace a file or folder of that name (once complete).")
+        ] = False,
+        dereference: Annotated[
+            bool,
+            typer.Option("--dereference", help="Download a folder with what its symlinks point to, not the links."),
+        ] = False,
     ) -> None:
         """Copy a file or directory to or from the pod; sha256 compared on both ends (exit 1 if they differ), resumed
-        after a dropped connection. TARGET:PATH is USER@HOST[:PORT]:PATH."""
+        after a dropped connection. TARGET:PATH is USER@HOST[:PORT]:PATH. Like cp, a download into an existing
+        folder lands as FOLDER/NAME; an existing file or folder is never overwritten without --force."""
+        import dataclasses
+
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
         from imagekit.services import pod
 
         opts = _options(key, 3600.0, insecure_host_key, accept_new_host_key)
+        opts = dataclasses.replace(opts, force=force, dereference=dereference)
         console = err_console()
         columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
         with Progress(*columns, console=console, transient=False, disable=as_json) as bar:

@@ -7,9 +7,12 @@ connection, never a silently truncated file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shlex
+import shutil
+import stat
 import tarfile
 import tempfile
 import time
@@ -17,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from imagekit import podwire
-from imagekit.effects.ssh import CommandTimeout, Connection, ConnectionLost
+from imagekit import podwire, untrusted
+from imagekit.effects.ssh import Connection, ConnectionLost
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.podwire import CHUNK, Target, q
 
@@ -36,6 +39,8 @@ class PodOptions:
     timeout: float = 3600.0  # per remote command
     connect_timeout: float = 20.0
     force_pty: bool = False  # use the terminal path even where exec/SFTP work (tests, benchmarks)
+    force: bool = False  # a download may replace an existing file or folder of the same kind
+    dereference: bool = False  # a folder is packed with what its symlinks point to, not the links
 
 
 @dataclass
@@ -72,7 +77,10 @@ def _capture(conn: Connection, opts: PodOptions, command: str, timeout: float = 
 def _checked(conn: Connection, opts: PodOptions, command: str, what: str, timeout: float = 300.0) -> str:
     code, out = _capture(conn, opts, command, timeout)
     if code != 0:
-        raise EnvironmentFailure(f"{what} failed on the pod (exit {code}): {out.strip()[-300:]}", "check the path")
+        said = untrusted.printable(out.strip()[-2000:], 300)
+        raise EnvironmentFailure(
+            f"{what} failed on the pod (exit {code})" + (f": {said}" if said else ""), "check the path"
+        )
     return out
 
 
@@ -82,10 +90,7 @@ def run_command(target: Target, command: str, opts: PodOptions, out: Log, err: L
     with connect(target, opts, warn) as conn:
         if _uses_exec(conn, opts):
             return conn.run(command, opts.timeout, out, err), "exec"
-        try:
-            return conn.shell().run(command, opts.timeout, out), "pty"
-        except CommandTimeout as exc:
-            raise CommandTimeout(f"timed out after {opts.timeout:g} s: {command}", exc.hint) from None
+        return conn.shell().run(command, opts.timeout, out), "pty"
 
 
 # ---- doctor ----------------------------------------------------------------------------------------------
@@ -123,8 +128,14 @@ def run_doctor(
                         f"{target} has no Python >= 3.8 to run the doctor with", "install python3 on the pod"
                     )
                 _put_file(conn, opts, DOCTOR, f"{tmp}/imagekit_doctor.py", lambda d, t: None, log)
-                program = f"{q(python.strip().splitlines()[-1])} -I {q(tmp + '/imagekit_doctor.py')}"
-                how = f"the stdlib doctor sent over, run with {python.strip().splitlines()[-1]}"
+                python = python.strip().splitlines()[-1] if python.strip() else ""
+                if not python.startswith("/") or untrusted.printable(python, 4096) != python:
+                    raise EnvironmentFailure(
+                        f"{target} named no usable Python (got {untrusted.printable(python, 80)!r})",
+                        "install python3 on the pod",
+                    )
+                program = f"{q(python)} -I {q(tmp + '/imagekit_doctor.py')}"
+                how = f"the stdlib doctor sent over, run with {untrusted.printable(python, 200)}"
             command = f"{program} {shlex.join(argv)}".strip()
             if _uses_exec(conn, opts):
                 code = conn.run(command, opts.timeout, out, err)
@@ -155,7 +166,8 @@ def _sha256_file(path: Path, limit: int | None = None) -> str:
 def _remote_sha(conn: Connection, opts: PodOptions, path: str, limit: int | None = None) -> str:
     source = f"head -c {limit} {q(path)}" if limit is not None else f"cat {q(path)}"
     out = _checked(conn, opts, f"{source} | sha256sum | cut -c1-64", f"sha256 of {path}", 3600)
-    return out.strip().splitlines()[-1].lower() if out.strip() else ""
+    last = out.strip().splitlines()[-1].lower() if out.strip() else ""
+    return last if len(last) == 64 and all(c in "0123456789abcdef" for c in last) else ""
 
 
 def _put_file(conn: Connection, opts: PodOptions, local: Path, remote: str, progress: Progress, log: Log) -> int:
@@ -212,17 +224,39 @@ def _put_file(conn: Connection, opts: PodOptions, local: Path, remote: str, prog
     if got != sha:
         _capture(conn, opts, f"rm -f {q(part)}", 30)
         raise CheckFailed(
-            f"{remote}: sha256 on the pod is {got or 'unknown'}, here {sha}: the copy is corrupt and was removed",
+            f"{remote}: sha256 on the pod is {got or 'unreadable'}, here {sha}: the copy is corrupt and was removed",
             "run the copy again",
         )
     _checked(conn, opts, f"mv -f {q(part)} {q(remote)}", f"rename {part}")
     return sent
 
 
+def _open_part(part: Path, keep: bool) -> tuple[int, int]:
+    """Open the partial download ``part`` (created if missing): (fd, bytes already there, 0 unless ``keep``).
+    Never through a link: a symlink, a hardlink or anything but a plain file planted there is refused."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(part, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(
+                f"{part} is a symlink, not a partial download: nothing was written", "remove it, then copy again"
+            ) from None
+        raise EnvironmentFailure(f"cannot write {part}: {exc.strerror}", "check the destination folder") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        what = "a hardlink to another file" if stat.S_ISREG(st.st_mode) else "not a plain file"
+        raise UsageError(f"{part} is {what}, not a partial download: nothing was written", "remove it, then copy again")
+    if not keep:
+        os.ftruncate(fd, 0)
+    return fd, st.st_size if keep else 0
+
+
 def _get_file(conn: Connection, opts: PodOptions, remote: str, local: Path, progress: Progress, log: Log) -> int:
     """Download one file to ``local`` (through ``local.imkpart``); returns the payload bytes received."""
     out = _checked(conn, opts, f"wc -c < {q(remote)}", f"size of {remote}").split()
-    if not out or not out[-1].isdigit():
+    if not out or not out[-1].isdigit() or len(out[-1]) > 18:
         raise EnvironmentFailure(f"cannot read the size of {remote} on the pod", "check the path")
     total = int(out[-1])
     sha = _remote_sha(conn, opts, remote)
@@ -230,68 +264,114 @@ def _get_file(conn: Connection, opts: PodOptions, remote: str, local: Path, prog
     part = local.with_name(local.name + ".imkpart")
     sftp = conn.sftp() if _uses_exec(conn, opts) else None
     received = 0
-    if sftp is not None:
-        try:
-            sftp.get(remote, str(part), callback=progress)
-        except (OSError, EOFError) as exc:
-            raise ConnectionLost(f"SFTP download of {remote} failed: {exc}", "run the copy again") from None
-        received = total
-    else:
-        shell = conn.shell()
-        have = part.stat().st_size if part.exists() else 0
-        start = 0 if have > total else have // CHUNK * CHUNK
-        with part.open("ab") as fh:
-            fh.truncate(start)
-        if start and _remote_sha(conn, opts, remote, start) != _sha256_file(part):
-            start = 0
-            part.write_bytes(b"")
-        elif start:
-            log(f"resuming {local} at {start:,} of {total:,} bytes")
-        progress(start, total)
-        with part.open("r+b") as fh:
-            fh.seek(start)
-            done, index = start, start // CHUNK
-            while done < total:
-                for _ in range(CHUNK_TRIES):
-                    code, text = shell.capture_raw(podwire.chunk_download_command(remote, index), 600)
-                    try:
-                        data, digest = podwire.parse_chunk(text)
-                    except ValueError:
-                        data, digest = b"", "unreadable"
-                    if code == 0 and data and hashlib.sha256(data).hexdigest() == digest:
-                        break
-                    log(f"chunk {index} of {remote} arrived corrupted; reading it again")
-                else:
-                    part.unlink(missing_ok=True)
-                    raise CheckFailed(
-                        f"chunk {index} of {remote} arrived corrupted {CHUNK_TRIES} times: nothing was written",
-                        "the terminal alters what the pod prints; check the pod's stty settings",
-                    )
-                fh.write(data)
-                done += len(data)
-                received += len(data)
-                index += 1
-                progress(done, total)
+    fd, have = _open_part(part, keep=sftp is None)
+    with os.fdopen(fd, "r+b") as fh:
+        if sftp is not None:
+            try:
+                sftp.getfo(remote, fh, callback=progress)
+            except (OSError, EOFError) as exc:
+                raise ConnectionLost(
+                    f"SFTP download of {remote} failed: {untrusted.printable(exc)}", "run the copy again"
+                ) from None
+            received = total
+        else:
+            received = _get_chunks(conn, opts, remote, part, fh, have, total, progress, log)
     got = _sha256_file(part)
     if got != sha:
         part.unlink(missing_ok=True)
         raise CheckFailed(
-            f"{remote}: sha256 here is {got}, on the pod {sha}: the copy is corrupt and was removed "
-            "(did the file change during the copy?)",
+            f"{remote}: sha256 here is {got}, on the pod {sha or 'unreadable'}: the copy is "
+            "corrupt and was removed (did the file change during the copy?)",
             "run the copy again",
         )
     os.replace(part, local)
     return received
 
 
+def _get_chunks(
+    conn: Connection,
+    opts: PodOptions,
+    remote: str,
+    part: Path,
+    fh,
+    have: int,
+    total: int,
+    progress: Progress,
+    log: Log,
+) -> int:
+    """The terminal path of :func:`_get_file`: verified chunks appended to ``fh``, resumed after the last whole
+    chunk of an earlier try when those bytes still match the pod's (sha256 of the prefix on both ends)."""
+    shell = conn.shell()
+    start = 0 if have > total else have // CHUNK * CHUNK
+    fh.truncate(start)
+    if start:  # what is here already against the same bytes on the pod: a file changed since is read anew
+        fh.seek(0)
+        mine, left = hashlib.sha256(), start
+        while left:
+            block = fh.read(min(1 << 20, left))
+            if not block:
+                break
+            mine.update(block)
+            left -= len(block)
+        if _remote_sha(conn, opts, remote, start) != mine.hexdigest():
+            start = 0
+            fh.truncate(0)
+        else:
+            log(f"resuming {part.with_name(part.name[: -len('.imkpart')])} at {start:,} of {total:,} bytes")
+    progress(start, total)
+    received = 0
+    fh.seek(start)
+    done, index = start, start // CHUNK
+    while done < total:
+        for _ in range(CHUNK_TRIES):
+            command = podwire.chunk_download_command(remote, index)
+            code, text = shell.capture_raw(command, 600, limit=podwire.chunk_text_limit())
+            try:
+                data, digest = podwire.parse_chunk(text)
+            except ValueError:
+                data, digest = b"", "unreadable"
+            if code == 0 and data and len(data) <= CHUNK and hashlib.sha256(data).hexdigest() == digest:
+                break
+            log(f"chunk {index} of {remote} arrived corrupted; reading it again")
+        else:
+            part.unlink(missing_ok=True)
+            raise CheckFailed(
+                f"chunk {index} of {remote} arrived corrupted {CHUNK_TRIES} times: nothing was written",
+                "the terminal alters what the pod prints; check the pod's stty settings",
+            )
+        fh.write(data)
+        done += len(data)
+        received += len(data)
+        index += 1
+        progress(done, total)
+    return received
+
+
 def _kind(conn: Connection, opts: PodOptions, path: str) -> str:
+    """``file`` (a regular file), ``dir``, ``other`` (a FIFO, a device, a socket: never copied) or ``none``."""
+    p = q(path)
     out = _checked(
         conn,
         opts,
-        f"if [ -d {q(path)} ]; then echo dir; elif [ -f {q(path)} ]; then echo file; else echo none; fi",
+        f"if [ -d {p} ]; then echo dir; elif [ -f {p} ]; then echo file; elif [ -e {p} ]; then echo other; "
+        "else echo none; fi",
         f"look at {path}",
     )
-    return out.split()[-1] if out.split() else "none"
+    kind = out.split()[-1] if out.split() else "none"
+    return kind if kind in ("dir", "file", "other", "none") else "none"
+
+
+def _download_target(remote: str, local: Path, force: bool) -> Path:
+    """Where a download lands, as with cp: into an existing folder as ``LOCAL/<name>``, else at ``LOCAL``. What is
+    there already is never overwritten unless ``force``."""
+    name = PurePosixPath(remote).name
+    if local.is_dir():
+        if not name or name in (".", ".."):
+            raise UsageError(f"{remote} has no name to give the copy in {local}", "name the destination: LOCAL/NAME")
+        local = local / name
+    if os.path.lexists(local) and not force:
+        raise UsageError(f"{local} exists: nothing was copied", "give another destination, or --force to replace it")
+    return local
 
 
 def copy(src: str, dst: str, opts: PodOptions, progress: Progress, log: Log) -> CopyResult:
@@ -312,7 +392,7 @@ def copy(src: str, dst: str, opts: PodOptions, progress: Progress, log: Log) -> 
     else:
         assert remote_src is not None
         target, path = remote_src
-        local = Path(dst)
+        local = _download_target(path, Path(dst), opts.force)
         result = _retrying(
             target, opts, log, lambda conn, again: _download(conn, opts, path, local, progress, log, again)
         )
@@ -371,27 +451,34 @@ def _download(
     kind = _kind(conn, opts, remote)
     if kind == "none":
         raise UsageError(f"{remote}: no such file or directory on the pod", "check the remote path")
+    if kind == "other":
+        raise UsageError(
+            f"{remote} on the pod is not a regular file or a folder (a FIFO, a device or a socket)",
+            "copy regular files and folders only",
+        )
+    if os.path.lexists(local) and os.path.isdir(local) != (kind == "dir"):
+        have, got = ("a folder", "a file") if kind != "dir" else ("a file", "a folder")
+        raise UsageError(f"{local} is {have}; {remote} is {got}: nothing was copied", "give another destination")
     if kind == "dir":
-        staged = f"/tmp/.imk-{hashlib.sha256(remote.encode()).hexdigest()[:20]}.tar"
-        pack = f"tar -cf {staged} -C {q(remote)} ."
+        staged = f"/tmp/.imk-{hashlib.sha256(f'{remote} {opts.dereference}'.encode()).hexdigest()[:20]}.tar"
+        pack = f"tar -c{'h' if opts.dereference else ''}f {staged} -C {q(remote)} ."
         if resuming:  # the archive made before the connection dropped, so the partial download stays valid
             pack = f"[ -f {staged} ] || {pack}"
         _checked(conn, opts, pack, f"pack {remote}", 3600)
         archive = local.with_name(local.name + ".imktar")
-        received = _get_file(conn, opts, staged, archive, progress, log)
         try:
-            files = _untar(archive, local)
+            received = _get_file(conn, opts, staged, archive, progress, log)
+            files = _untar(archive, local, remote, opts.force)
             return CopyResult(
                 "download", str(local), archive.stat().st_size, _sha256_file(archive), mode, received, files=files
             )
         finally:
-            archive.unlink(missing_ok=True)
+            if archive.is_file() and not archive.is_symlink():
+                archive.unlink()
             try:
                 _capture(conn, opts, f"rm -f {staged}", 30)
             except EnvironmentFailure:
                 pass
-    if local.is_dir():  # like cp: into the directory
-        local = local / PurePosixPath(remote).name
     received = _get_file(conn, opts, remote, local, progress, log)
     return CopyResult("download", str(local), local.stat().st_size, _sha256_file(local), mode, received)
 
@@ -405,9 +492,85 @@ def _tar(root: Path, archive: Path) -> tuple[Path, int]:
     return archive, files
 
 
-def _untar(archive: Path, dest: Path) -> int:
-    dest.mkdir(parents=True, exist_ok=True)
+def _untar(archive: Path, dest: Path, remote: str, replace: bool) -> int:
+    """Unpack the pod's tar of ``remote`` to ``dest``. The archive is never trusted (nor ``tarfile``'s filters,
+    which symlink chains bypass on older Pythons, CVE-2025-4517): every member is checked first
+    (:func:`untrusted.tree_members`), then written into a fresh staging folder next to ``dest`` by name, never
+    through a link (links are made last), and the folder moved into place whole. Returns the number of files."""
+    try:
+        with tarfile.open(archive) as tar:
+            members = untrusted.tree_members(tar.getmembers())
+    except untrusted.LinkLeaves as exc:
+        raise EnvironmentFailure(
+            f"{remote} on the pod holds a link that points outside it: {untrusted.printable(exc.first, 200)}"
+            + (f" (and {exc.count - 1} more)" if exc.count > 1 else "")
+            + "; nothing was written",
+            "copy it with --dereference to bring what the links point to, or remove those links on the pod",
+        ) from None
+    except untrusted.UntrustedData as exc:
+        raise EnvironmentFailure(
+            f"the pod sent an archive of {remote} that cannot be unpacked safely: {exc}; nothing was written",
+            "a folder on the pod holds only files, folders and links inside it: check what runs as tar there",
+        ) from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise EnvironmentFailure(
+            f"the pod sent an unreadable archive of {remote} ({untrusted.printable(exc, 120)}); nothing was written",
+            "run the copy again; check what runs as tar on the pod",
+        ) from None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.imkstage-", dir=dest.parent))
+    try:
+        _unpack(archive, members, staging)
+        _move_into_place(staging, dest, replace)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return sum(1 for m in members if m.kind in ("file", "hardlink"))
+
+
+def _unpack(archive: Path, members: list[untrusted.TreeMember], staging: Path) -> None:
+    nofollow = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     with tarfile.open(archive) as tar:
-        members = tar.getmembers()
-        tar.extractall(dest, filter="data")  # no absolute paths, no '..', no device files
-    return sum(1 for m in members if m.isfile())
+        for m in members:
+            path = staging.joinpath(*m.path.parts)
+            if m.kind == "dir":
+                path.mkdir(mode=0o755, parents=True, exist_ok=True)
+                continue
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if m.kind == "file":
+                src = tar.extractfile(m.source)
+                with os.fdopen(os.open(path, nofollow, 0o600), "wb") as out:
+                    if src is not None:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                os.chmod(path, m.mode)
+                mtime = m.source.mtime
+                if isinstance(mtime, (int, float)) and 0 <= mtime < 2**33:
+                    os.utime(path, (mtime, mtime))
+            elif m.kind == "hardlink":
+                os.link(staging.joinpath(*PurePosixPath(m.link).parts), path, follow_symlinks=False)
+        for m in members:  # links last: nothing above was written through one
+            if m.kind == "symlink":
+                os.symlink(m.link, staging.joinpath(*m.path.parts))
+        for m in members:
+            if m.kind == "dir":
+                os.chmod(staging.joinpath(*m.path.parts), 0o755)
+    os.chmod(staging, 0o755)
+
+
+def _move_into_place(staging: Path, dest: Path, replace: bool) -> None:
+    if not os.path.lexists(dest):
+        os.rename(staging, dest)
+        return
+    if not replace:
+        raise UsageError(f"{dest} exists: nothing was copied", "give another destination, or --force to replace it")
+    old = dest.with_name(f".{dest.name}.imkold-{os.getpid()}")
+    os.rename(dest, old)
+    try:
+        os.rename(staging, dest)
+    except BaseException:
+        os.rename(old, dest)
+        raise
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        old.unlink()
