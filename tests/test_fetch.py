@@ -68,6 +68,7 @@ def _tree(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+@pytest.mark.resolver  # `locked` resolves the cell with real uv
 @pytest.mark.parametrize("linked", ["wheels", "cell"])
 def test_fetch_into_never_empties_the_folder_a_link_points_to(app, runner, locked, tmp_path, linked):
     precious = _precious(tmp_path / "precious")
@@ -86,6 +87,7 @@ def test_fetch_into_never_empties_the_folder_a_link_points_to(app, runner, locke
     assert "Traceback" not in res.output and link.is_symlink()
 
 
+@pytest.mark.resolver
 def test_fetch_into_swaps_in_exactly_the_locked_wheels(app, runner, locked, tmp_path):
     into = tmp_path / "build"
     wheels = into / CELL_ID / "wheels"

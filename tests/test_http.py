@@ -321,7 +321,7 @@ def test_a_file_index_is_refused(cache):
     ("answer", "needle"),
     [
         ((401, {"WWW-Authenticate": "Basic"}, b""), "HTTP 401"),
-        ((200, {}, b"{not json"), "did not answer JSON"),
+        ((200, {}, b"{not json"), "is not JSON"),
         ((200, {}, b'{"files": 3}'), "no list of files"),
         ((200, {}, b'{"files": [{"filename": 1}]}'), "without a filename"),
     ],

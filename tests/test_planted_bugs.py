@@ -169,10 +169,11 @@ def test_merging_a_tag_again_keeps_its_first_published_at(tmp_path):
     registry = RecordingRegistry(calls=[])
     index = tmp_path / "index.json"
     first = _record(tmp_path / "runner-1", registry, "2026-11-01T10:00:00Z")
-    release.merge([tmp_path / "runner-1"], index, registry)
+    allowed = ([release.named_registry("r.example.com/acme/train")], "--registry")
+    release.merge([tmp_path / "runner-1"], index, registry, allowed=allowed)
     # the same image published again later (a re-run job), its record merged into the same index
     _record(tmp_path / "runner-2", registry, "2026-11-30T18:00:00Z")
-    merged = release.merge([tmp_path / "runner-2"], index, registry)
+    merged = release.merge([tmp_path / "runner-2"], index, registry, allowed=allowed)
     assert merged.unchanged == [first["tag"]] and merged.added == []
     assert json.loads(index.read_text())["images"][first["tag"]]["published_at"] == "2026-11-01T10:00:00Z"
 
