@@ -37,9 +37,10 @@ pod:
 	  -e PUBLIC_KEY="$$(cat $$HOME/.ssh/*.pub 2>/dev/null)" 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) >/dev/null
 	@echo "started imagekit-pod:  ssh root@127.0.0.1 -p 2222  |  docker logs imagekit-pod  |  docker rm -f imagekit-pod"
 
-# Everything (what CI runs: .ci/run): Docker builds, real sshd, real resolvers, loopback servers.
+# Everything (what CI runs: .ci/run): Docker builds, real sshd, real resolvers, loopback servers. Two workers: one
+# takes the Docker tests in order (one engine), the other the rest.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # What needs only Python (in-process, loopback HTTP servers in threads), in parallel: under a minute. After each change.
 FAST := not sweep and not docker and not sshd and not resolver and not network and not slow
