@@ -324,7 +324,8 @@ def test_the_pure_part_imports_no_effects(module):
 
 def test_the_import_walk_sees_the_service_s_effects():
     found = _imports(ROOT / "imagekit/services/compat_refresh.py")
-    assert {"httpx", "imagekit.effects.http", "imagekit.effects.files"} <= found
+    assert {"imagekit.effects.http", "imagekit.effects.files"} <= found
+    assert "httpx" not in found  # URLs are joined by effects.http: the service holds no HTTP library of its own
 
 
 # ---- a hostile index: nothing it sends reaches pypi-metadata.json unchecked, or ends in a traceback ------------

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
 from imagekit import refresh, untrusted
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
@@ -32,10 +30,7 @@ def simple_page(index: str, name: str) -> dict:
             raise EnvironmentFailure(
                 f"the index page {http.display(page_url)} lists a file without a filename or url", hint
             )
-        try:
-            url = str(httpx.URL(page_url).join(f["url"]))
-        except httpx.InvalidURL:
-            url = f["url"]
+        url = http.join(page_url, f["url"])
         shown = untrusted.printable(f["filename"], 120)
         http.require_http(url, f"the index lists {shown} at", EnvironmentFailure, "use another index")
         fixed.append({**f, "url": url})
