@@ -134,7 +134,8 @@ FIXTURE_MARKS = {
     "gateway": "sshd",
     "full": "sshd",
     "sshd_server": "sshd",
-    "hostile_pod": "sshd",
+    "evil_full": "sshd",
+    "evil_gateway": "sshd",
 }
 # A process a test starts tells what it needs; a test in the fast tier that starts one of these is mis-marked.
 PROGRAM_MARKS = {

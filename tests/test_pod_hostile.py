@@ -387,6 +387,7 @@ def test_a_port_that_is_not_an_ssh_server_is_a_clean_exit_3(tmp_path, monkeypatc
     assert "Exception (client)" not in capfd.readouterr().err
 
 
+@pytest.mark.sshd
 def test_a_silent_terminal_is_said_with_its_timeout(tmp_path_factory, tmp_path, monkeypatch):
     from imagekit.errors import EnvironmentFailure
     from imagekit.podwire import parse_target
