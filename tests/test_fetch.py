@@ -136,3 +136,26 @@ def test_a_planted_picks_memo_never_ends_a_plan(tmp_path, monkeypatch):
         memo.write_text(text)
         picks = fetch._load_picks(lock, "3.11", "2.36")
         assert picks in ({}, {"numpy==1.26.4": ("a" * 64, None)})
+
+
+def test_a_locked_sdist_beside_the_wheel_is_passed_over_not_refused():
+    """PyPI lists a release's sdist with its wheels, and a lock hashes both: the sdist is never downloaded, so its
+    name (not a wheel's) is no reason to refuse the index; a hostile `.whl` name still is."""
+    from imagekit.errors import EnvironmentFailure
+    from imagekit.lockfile import LockEntry
+    from imagekit.services import fetch
+    from imagekit.wheels import Candidate, supported_tags
+
+    wheel, sdist = "a" * 64, "b" * 64
+    entry = LockEntry("filelock", "4.3.1", (f"sha256:{wheel}", f"sha256:{sdist}"))
+    found = [
+        Candidate("filelock-4.3.1.tar.gz", "filelock-4.3.1.tar.gz", sdist),
+        Candidate("filelock-4.3.1-py3-none-any.whl", "filelock-4.3.1-py3-none-any.whl", wheel),
+    ]
+    pages = {("https://pypi.example/simple", "filelock"): found}
+    picked = fetch._remote(entry, "https://pypi.example/simple", "3.11", "2.28", supported_tags("3.11"), pages)
+    assert picked.filename == "filelock-4.3.1-py3-none-any.whl"
+    hostile = [*found, Candidate("filelock-4.3.1-py3-none-any.x/../../evil.whl", "x", sdist)]
+    pages = {("https://pypi.example/simple", "filelock"): hostile}
+    with pytest.raises(EnvironmentFailure, match="not a wheel file name"):
+        fetch._remote(entry, "https://pypi.example/simple", "3.11", "2.28", supported_tags("3.11"), pages)

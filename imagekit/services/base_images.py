@@ -37,7 +37,9 @@ def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = Tr
         )
     if spec.vendor == "ubuntu":
         keyring = ["--keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg", "--components=main,universe"]
-    tmp = out.with_name(out.stem + ".partial.tar")
+    # one partial file per process: two builds on one host (CI runners side by side) may bootstrap at once; each
+    # renames its own byte-identical tarball into place
+    tmp = out.with_name(f"{out.stem}.{os.getpid()}.partial.tar")
     argv = [
         "mmdebstrap",
         "--quiet",

@@ -251,11 +251,12 @@ def _cached(entry: LockEntry, supported: list[str]) -> Path | None:
 
 
 def _named_safely(entry: LockEntry, found: list[wheels.Candidate]) -> None:
-    """Every file the index lists with one of the pin's hashes has a name that can be a file name in the cache (a
-    wheel-name grammar: no `/`, `..` or control character), else the index is not to be built from."""
+    """Every wheel the index lists with one of the pin's hashes has a name that can be a file name in the cache (a
+    wheel-name grammar: no `/`, `..` or control character), else the index is not to be built from. Other files
+    (the sdist a lock also hashes) are never downloaded: `wheels.pick` takes only names ending in `.whl`."""
     allowed = {h.split(":", 1)[1] for h in entry.hashes}
     for cand in found:
-        if cand.sha256 in allowed:
+        if cand.sha256 in allowed and cand.filename.endswith(".whl"):
             try:
                 untrusted.wheel_filename(cand.filename)
             except untrusted.UntrustedData as exc:
