@@ -40,7 +40,7 @@ pod:
 # Everything (what CI runs: .ci/run): Docker builds, real sshd, real resolvers, loopback servers. Two workers: one
 # takes the Docker tests in order (one engine), the other the rest.
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10
 
 # What needs only Python (in-process, loopback HTTP servers in threads), in parallel: under a minute. After each change.
 FAST := not sweep and not docker and not sshd and not resolver and not network and not slow

@@ -87,9 +87,22 @@ def split_remote(spec: str) -> tuple[Target, str] | None:
         target_text, path = f"{target_text}:{port[1]}", port[2]
     if not path:
         raise UsageError(f"no remote path in {spec!r}", "give TARGET:PATH, e.g. root@host:/workspace/out")
-    if "\x00" in path or "\n" in path:
-        raise UsageError(f"the remote path in {spec!r} has a control character", "name the file plainly")
-    return parse_target(target_text), path
+    return parse_target(target_text), remote_path(path)
+
+
+_PATH_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def remote_path(path: str) -> str:
+    """A path on the pod, refused when it holds a control character: typed into a terminal, ^U erases the line
+    before it and ^C interrupts, so the rest of the name would run as a command."""
+    bad = _PATH_CONTROL.search(path)
+    if bad:
+        raise UsageError(
+            f"the remote path {untrusted.printable(path, 120)!r} has a control character (U+{ord(bad[0]):04X})",
+            "name the file plainly (no control characters)",
+        )
+    return path
 
 
 def clean(text: str) -> str:
@@ -169,10 +182,14 @@ def chunk_upload_line(nonce: str, part: str, expect_sha: str, length: int) -> st
     the pod cannot write (a full disk, a read-only folder: no use sending it again). Whatever fails, the typed
     lines are read to the end (never run as commands). The terminal is raw while the lines arrive (no line editing:
     three times the throughput of canonical mode); its settings are restored right after."""
-    c, p = q(part + ".c"), q(part)
+    remote_path(part)
+    # the names go as base64 too (never typed as they are): the line holds nothing the terminal could act on
+    encoded = base64.b64encode(("./" + part if part.startswith("-") else part).encode()).decode()
+    names = f'p=$(printf %s {encoded} | base64 -d); c="$p.c"; '
+    c, p = '"$c"', '"$p"'
     one_line = "\"$(printf %s \"$e\" | tr -s '\\r\\n' '  ' | head -c 200)\""
     return (
-        f"s=$(stty -g); stty raw -echo; {print_mark(nonce, 'G')}; "
+        f"{names}s=$(stty -g); stty raw -echo; {print_mark(nonce, 'G')}; "
         f'e=$(head -c {length} | {{ base64 -d > {c} || {{ cat > /dev/null; exit 1; }}; }} 2>&1); stty "$s"; '
         f"h=$(sha256sum < {c} | cut -c1-64); "
         f'if [ "$h" = {expect_sha} ]; then if e=$(cat {c} 2>&1 >> {p}); '

@@ -264,6 +264,27 @@ def test_remote_names_starting_with_a_dash_are_names_not_options(app, runner, ev
         (evil.home / name).unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("name", ["y\x15touch PWNED #", "z\x03touch PWNED", "a\x1b[2Jb", "c\x7fd"])
+def test_a_control_character_in_a_remote_name_is_refused_never_typed(app, runner, evil, tmp_path, name):
+    """Typed into the gateway's terminal, ^U erases the line before it and ^C interrupts: the rest of the name would
+    run as a command on the pod. Refused (exit 2) before anything is sent; nothing runs."""
+    local = tmp_path / "payload.bin"
+    local.write_bytes(b"x" * 1000)
+    up = _cp(app, runner, evil, local, f"{evil.target}:{name}")
+    assert up.exit_code == 2, up.output
+    assert "control character" in up.output
+    assert not (evil.home / "PWNED").exists() and not list(evil.home.glob("*PWNED*"))
+
+
+def test_the_chunk_line_types_no_name_as_it_is():
+    from imagekit import podwire
+
+    line = podwire.chunk_upload_line("ABC", "/workspace/it's $(here)", "0" * 64, 10)
+    assert "it's" not in line and "$(here)" not in line  # the names travel as base64
+    with pytest.raises(Exception, match="control character"):
+        podwire.chunk_upload_line("ABC", "/workspace/a\x15b", "0" * 64, 10)
+
+
 def _failing_append(pod) -> None:
     """A `cat` that cannot append a received chunk (as on a full or read-only disk)."""
     pod.plant(

@@ -4,6 +4,7 @@ recording servers as the attacker's registry and a lying RunPod)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -181,6 +182,23 @@ def test_credentials_are_bound_to_their_registry():
             client.manifest(registry_api.Remote(other.address, "team/app"), "v1")
         assert "--registry" in exc.value.hint
         assert other.server.credentials_seen() == []
+
+
+def test_a_challenge_from_where_a_redirect_led_gets_no_credentials():
+    """The named registry redirects a manifest to another server, which answers 401 with a Bearer realm of its own:
+    that is not the registry's challenge, so its realm never gets the registry's password."""
+    with hostile_http.registry() as mine, hostile_http.serve() as evil:
+        mine.add_image("team/app", "v1")
+        evil.fallback = lambda req: (
+            (200, {}, json.dumps({"token": "t"}).encode())
+            if req.path.startswith("/token")
+            else (401, {"WWW-Authenticate": f'Bearer realm="{evil.url}/token",service="x"'}, b"")
+        )
+        mine.override = lambda req: hostile_http.redirect(evil.url + req.path) if "/manifests/" in req.path else None
+        client = registry_api.RegistryClient(USER, PASSWORD, registries=[mine.address])
+        with contextlib.suppress(EnvironmentFailure):
+            client.manifest(registry_api.Remote(mine.address, "team/app"), "v1")
+        assert evil.credentials_seen() == [], evil.credentials_seen()
 
 
 # ---- HIGH 4: secrets that cannot go into a header are named, never printed -----------------------------------------

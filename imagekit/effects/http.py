@@ -230,9 +230,26 @@ def request(
     client: httpx.Client | None = None,
 ) -> tuple[int, httpx.Headers, bytes]:
     """(status, headers, body) of the final answer, whatever its status; the body bounded by ``max_bytes``."""
+    status, answer, body, _ = request_final(
+        method, url, headers=headers, content=content, max_bytes=max_bytes, client=client
+    )
+    return status, answer, body
+
+
+def request_final(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    content: bytes | None = None,
+    max_bytes: int = 64 << 20,
+    client: httpx.Client | None = None,
+) -> tuple[int, httpx.Headers, bytes, str]:
+    """Like :func:`request`, and the URL that gave the final answer (after redirects): a caller deciding whether to
+    answer its challenge with credentials must know whose challenge it is."""
     with stream(method, url, headers=headers, content=content, client=client) as resp:
         try:
-            return resp.status_code, resp.headers, _read(resp, max_bytes, url)
+            return resp.status_code, resp.headers, _read(resp, max_bytes, url), str(resp.url)
         except httpx.HTTPError as exc:
             raise EnvironmentFailure(
                 f"reading {_display(url)} failed: {_reason(exc)}", "retry; check network access"

@@ -119,21 +119,37 @@ class RegistryClient:
         content_type: str | None = None,
         max_bytes: int = 64 << 20,
     ) -> tuple[int, dict, bytes]:
+        status, answer, body, _ = self._request_final(url, method, auth, data, content_type, max_bytes)
+        return status, answer, body
+
+    def _request_final(
+        self,
+        url: str,
+        method: str = "GET",
+        auth: str | None = None,
+        data: bytes | None = None,
+        content_type: str | None = None,
+        max_bytes: int = 64 << 20,
+    ) -> tuple[int, dict, bytes, str]:
         headers = {"Accept": MANIFEST_TYPES}
         if auth:
             headers["Authorization"] = auth
         if content_type:
             headers["Content-Type"] = content_type
         try:
-            status, answer, body = http.request(method, url, headers=headers, content=data, max_bytes=max_bytes)
+            status, answer, body, final = http.request_final(
+                method, url, headers=headers, content=data, max_bytes=max_bytes
+            )
         except EnvironmentFailure as exc:
             raise EnvironmentFailure(
                 f"registry {http.display(url.split('/v2/')[0])} is unreachable: {exc.message}",
                 "start the registry, or check --registry",
             ) from None
-        return status, dict(answer), body
+        return status, dict(answer), body, final
 
-    def _bearer(self, remote: Remote, challenge: str) -> str | None:
+    def _bearer(self, remote: Remote, challenge: str, own: bool = True) -> str | None:
+        """A token for the challenge; the registry's credentials go to its realm only when the challenge is the
+        registry's ``own`` (not one from a server a redirect led to)."""
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         if "realm" not in params:
             return None
@@ -142,7 +158,9 @@ class RegistryClient:
         )
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
         status, _, body = self._request(
-            str(httpx.URL(realm).copy_merge_params(query)), auth=self._basic(remote.registry), max_bytes=1 << 20
+            str(httpx.URL(realm).copy_merge_params(query)),
+            auth=self._basic(remote.registry) if own else None,
+            max_bytes=1 << 20,
         )
         if status != 200:
             return None
@@ -168,10 +186,13 @@ class RegistryClient:
         content_type: str | None = None,
         max_bytes: int = 64 << 20,
     ) -> tuple[int, dict, bytes]:
-        status, headers, body = self._request(url, method, self._basic(remote.registry), data, content_type, max_bytes)
+        status, headers, body, final = self._request_final(
+            url, method, self._basic(remote.registry), data, content_type, max_bytes
+        )
         if status == 401:
             challenge = {k.lower(): v for k, v in headers.items()}.get("www-authenticate", "")
-            auth = self._bearer(remote, challenge) if challenge.lower().startswith("bearer") else None
+            own = http.origin(final) == http.origin(url)  # a challenge from where a redirect led is not the registry's
+            auth = self._bearer(remote, challenge, own) if challenge.lower().startswith("bearer") else None
             if auth is None:
                 given = self.bound_to(remote.registry)
                 raise EnvironmentFailure(
