@@ -4,6 +4,7 @@ outside the destination, nothing half-written is left, and the terminal sees no 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tarfile
@@ -283,6 +284,29 @@ def test_the_chunk_line_types_no_name_as_it_is():
     assert "it's" not in line and "$(here)" not in line  # the names travel as base64
     with pytest.raises(Exception, match="control character"):
         podwire.chunk_upload_line("ABC", "/workspace/a\x15b", "0" * 64, 10)
+
+
+def test_exec_json_keeps_a_bounded_output(app, runner, evil_full, tmp_path, monkeypatch):
+    """`pod exec --json` holds the output to print it whole: a pod printing without end must not grow it without
+    bound; what was left out is said."""
+    from imagekit.cli import pod_cmd
+
+    _home_knowing(tmp_path, monkeypatch, evil_full)
+    monkeypatch.setattr(pod_cmd, "JSON_OUTPUT_LIMIT", 1000)
+    cmd = [
+        "pod",
+        "exec",
+        evil_full.target,
+        "--key",
+        str(evil_full.key),
+        "--json",
+        "--",
+        "head -c 200000 /dev/zero | tr '\\0' a",
+    ]
+    res = runner.invoke(app, cmd)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert len(doc["output"]) == 1000 and doc["output_truncated"] is True and doc["output_chars"] >= 200000
 
 
 def _failing_append(pod) -> None:

@@ -371,6 +371,22 @@ def test_a_redirect_that_turns_the_post_into_a_get_is_not_created(app, runner, i
     _clean(res.output)
 
 
+@pytest.mark.parametrize("code", [302, 307])
+def test_an_answer_from_where_a_redirect_led_is_not_runpods(app, runner, index, monkeypatch, code):
+    """--api-url redirects to another server answering a saved template: the key stayed behind (never sent there),
+    so nothing was created at RunPod, and the command must not say it was."""
+    monkeypatch.setenv("RUNPOD_API_KEY", "rp_key")
+    saved = hostile_http.json_answer({"data": {"saveTemplate": {"id": "t1", "name": "x"}}})
+    with serve({"/graphql": saved}) as elsewhere:
+        with serve({"/graphql": hostile_http.redirect(f"{elsewhere.url}/graphql", code)}) as api:
+            args = ["runpod-template", CELL_B, "--release-index", str(index), "--create"]
+            res = runner.invoke(app, [*args, "--api-url", f"{api.url}/graphql"])
+        assert elsewhere.credentials_seen() == []
+    assert res.exit_code == 3 and "created" not in res.output, res.output
+    assert "redirected to another server" in res.output
+    _clean(res.output)
+
+
 def test_runpods_error_text_reaches_the_terminal_as_plain_text(app, runner, index, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", "rp_key")
     answer = hostile_http.json_answer({"errors": [{"message": hostile_http.SPOOF}]})

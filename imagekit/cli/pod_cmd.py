@@ -14,6 +14,8 @@ from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import JsonOpt
 from imagekit.errors import UsageError
 
+JSON_OUTPUT_LIMIT = 16 << 20  # characters of a command's output `pod exec --json` keeps
+
 TargetArg = Annotated[
     str, typer.Argument(metavar="TARGET", help="USER@HOST[:PORT], or RunPod's gateway form POD-HEX@ssh.runpod.io.")
 ]
@@ -92,7 +94,16 @@ def build() -> typer.Typer:
         if not text.strip():
             raise UsageError("no command given", "put it after --: imagekit pod exec TARGET -- nvidia-smi")
         collected: list[str] = []
-        sink = collected.append if as_json else _write
+        kept = [0]
+
+        def keep(text: str) -> None:
+            """--json holds the output to print it whole: bounded, so a pod printing without end cannot exhaust
+            memory (the command goes on; what came after the bound is said to be left out)."""
+            if kept[0] < JSON_OUTPUT_LIMIT:
+                collected.append(text[: JSON_OUTPUT_LIMIT - kept[0]])
+            kept[0] += len(text)
+
+        sink = keep if as_json else _write
         started = time.monotonic()
         code, transport = pod.run_command(
             podwire.parse_target(target), text, opts, sink, sink if as_json else _stderr, _warn
@@ -105,6 +116,8 @@ def build() -> typer.Typer:
                     "transport": transport,
                     "exit_code": code,
                     "output": "".join(collected),
+                    "output_truncated": kept[0] > JSON_OUTPUT_LIMIT,
+                    "output_chars": kept[0],
                     "seconds": round(time.monotonic() - started, 3),
                 }
             )

@@ -36,9 +36,15 @@ def authorization(api_key: str) -> dict[str, str]:
 
 def _send(method: str, url: str, headers: dict[str, str], content: bytes | None = None) -> tuple[int, bytes]:
     try:
-        status, _, raw = http.request(method, url, headers=headers, content=content, max_bytes=4 << 20)
+        status, _, raw, final = http.request_final(method, url, headers=headers, content=content, max_bytes=4 << 20)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
+    if http.origin(final) != http.origin(url):  # the key stayed behind: whatever answered there is not RunPod
+        raise EnvironmentFailure(
+            f"the RunPod API at {http.display(url)} redirected to another server ({http.display(final)}): "
+            "its answer is not RunPod's, and nothing was done",
+            "check --api-url: it must be RunPod's own endpoint",
+        )
     if status in (401, 403):
         raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", f"check {KEY_VARIABLE}")
     return status, raw
