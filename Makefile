@@ -37,15 +37,16 @@ pod:
 	  -e PUBLIC_KEY="$$(cat $$HOME/.ssh/*.pub 2>/dev/null)" 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) >/dev/null
 	@echo "started imagekit-pod:  ssh root@127.0.0.1 -p 2222  |  docker logs imagekit-pod  |  docker rm -f imagekit-pod"
 
-# Everything (what CI runs: .ci/run): Docker builds, real sshd, real resolvers, loopback servers. Two workers: one
-# takes the Docker tests in order (one engine), the other the rest.
+# Everything (what CI runs: .ci/run): real sshd, real resolvers, loopback servers on two workers (a file's tests on
+# one worker, in order), then the Docker tests one at a time (one engine, two cores).
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker" --durations=10
+	$(PY) -m pytest -q -m "not sweep and docker" --durations=10
 
 # What needs only Python (in-process, loopback HTTP servers in threads), in parallel: under a minute. After each change.
 FAST := not sweep and not docker and not sshd and not resolver and not network and not slow
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 -m "$(FAST)" -p no:cacheprovider
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" -p no:cacheprovider
 
 lint: setup
 	$(VENV)/bin/ruff check imagekit tests bench && $(VENV)/bin/ruff format --check imagekit tests bench

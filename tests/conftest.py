@@ -156,8 +156,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             mark = FIXTURE_MARKS.get(fixture)
             if mark and not item.get_closest_marker(mark):
                 item.add_marker(mark)
-        if item.get_closest_marker("docker"):  # one engine, 2 cores: the Docker tests run one at a time, on one worker
-            item.add_marker(pytest.mark.xdist_group("docker"))
         if item.get_closest_marker("pip_tools") and shutil.which("pip-compile") is None:
             item.add_marker(pytest.mark.skip(reason="needs the pip-tools extra: pip install -e '.[pip-tools]'"))
 

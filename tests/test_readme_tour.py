@@ -21,8 +21,6 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.xdist_group("readme-tour")  # the lines run in order, in one clone
-
 SKIPPED = {
     "imagekit base bootstrap": "needs Docker and mmdebstrap",
     "imagekit fetch": "downloads gigabytes of wheels (tests/test_fetch.py runs it against a loopback index)",
