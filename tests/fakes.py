@@ -29,6 +29,7 @@ class RecordingEngine:
     calls: list[tuple] = field(default_factory=list)
     selftest_passes: bool = True
     push_error: str | None = None
+    build_error: str | None = None
     size: int = 5_000_000_000
     images: dict[str, dict] = field(default_factory=dict)  # ref (id or tag) -> inspect
     registry: RecordingRegistry | None = None  # where a push lands
@@ -65,6 +66,8 @@ class RecordingEngine:
     def build(self, context, tags, buildargs, *, nocache=False, on_line=None, extra_hosts=None) -> str:
         dockerfile = (Path(context) / "Dockerfile").read_text()
         self._record("build", tags[0], nocache)
+        if self.build_error:
+            raise EnvironmentFailure(f"docker build failed: {self.build_error}", "see the build's output above")
         base = next(line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM "))
         below = self.image(base)
         assert below is not None, f"the build names a base the engine lacks: {base}"
@@ -270,3 +273,23 @@ def _tar_of(tree: dict[str, bytes]) -> bytes:
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
+
+
+@dataclass
+class ScriptedResolver:
+    """A resolver (`imagekit.effects.resolver.Resolver`) that answers from ``script`` in order: an exception is
+    raised, text is returned as the resolution; each request it got lands in ``requests``."""
+
+    script: list[object]
+    name: str = "scripted"
+    requests: list = field(default_factory=list)
+
+    def version(self) -> str:
+        return "scripted 1.0"
+
+    def compile(self, req, preferences=None, upgrade=(), upgrade_all=False, abort=None) -> str:
+        self.requests.append(req)
+        answer = self.script.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return str(answer)
