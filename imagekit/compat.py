@@ -105,6 +105,12 @@ class CompatData:
             )
         return self.torch_minors[minor]
 
+    def torch_from_pypi(self, torch: str, variant: str) -> bool:
+        """Whether torch ``torch`` built for ``variant`` (``cu124``) is the build PyPI serves (its minor's default
+        variant); else it comes from the PyTorch index (a lock request "routed" there). The one answer to "is this
+        cell's torch from PyPI": every other place asks this."""
+        return variant == self.torch_minor(torch).pypi_default
+
     def package(self, name: str, version: str) -> PackageRelease:
         known = self.packages.get(name, {})
         if version not in known:

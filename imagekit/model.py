@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 
+def variant_of(cuda: str) -> str:
+    """The torch wheel variant of a CUDA version: ``12.4`` -> ``cu124``."""
+    return "cu" + cuda.replace(".", "")
+
+
 @dataclass(frozen=True, order=True)
 class Cell:
     """One image: a torch CUDA variant, torch, transformers and Python, plus extra pinned packages."""
@@ -17,7 +22,7 @@ class Cell:
 
     @property
     def variant(self) -> str:
-        return "cu" + self.cuda.replace(".", "")
+        return variant_of(self.cuda)
 
     @property
     def id(self) -> str:

@@ -10,7 +10,7 @@ from imagekit import rules
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
 from imagekit.matrix import EvaluatedCell, MatrixConfig
-from imagekit.model import Query
+from imagekit.model import Query, variant_of
 
 GITHUB_JOB_LIMIT = 256
 
@@ -18,7 +18,7 @@ GITHUB_JOB_LIMIT = 256
 def cell_row(e: EvaluatedCell, data: CompatData) -> dict:
     c = e.cell
     archs, ptx = rules.supported_archs(data, c.torch, c.cuda)
-    source = "pypi" if c.variant == data.torch_minor(c.torch).pypi_default else "pytorch"
+    source = "pypi" if data.torch_from_pypi(c.torch, c.variant) else "pytorch"
     return {
         **c.to_json(),
         "compatible": e.verdict.compatible,
@@ -116,7 +116,7 @@ def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
     """torch × CUDA for the matrix's torch releases and variants, checked against its fleet and driver."""
     torches = sorted({c.torch for c in config.cells}, key=Version)
     cudas = sorted({c.cuda for c in config.cells}, key=Version)
-    head = "| torch \\ CUDA | " + " | ".join(f"cu{c.replace('.', '')}" for c in cudas) + " |"
+    head = "| torch \\ CUDA | " + " | ".join(variant_of(c) for c in cudas) + " |"
     lines = [head, "|---|" + "---|" * len(cudas)]
     for t in torches:
         row = [f"**{t}**"]
@@ -125,7 +125,7 @@ def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
                 Query(cuda=c, torch=t, archs=config.targets.archs, driver=config.targets.min_driver), data
             )
             if verdict.compatible:
-                pypi = " (PyPI)" if f"cu{c.replace('.', '')}" == data.torch_minor(t).pypi_default else ""
+                pypi = " (PyPI)" if data.torch_from_pypi(t, variant_of(c)) else ""
                 row.append("✓" + pypi)
             else:
                 row.append("✗ " + "; ".join(sorted({short_reason(v.rule, v.message) for v in verdict.violations})))

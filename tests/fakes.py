@@ -1,13 +1,19 @@
 """Recording fakes of the container engine and the registry (`imagekit.services.ports`): every call lands in one
 shared log, in order, so tests can check the build's steps and failure branches without Docker. Scripted outcomes:
-the self-test's report, a failing push, a registry that already holds the immutable tag with other contents."""
+the self-test's report, a failing push, a registry that already holds the immutable tag with other contents. And a
+fake pod transport (`imagekit.effects.ssh.Transport`) for `services/pod.py`'s decisions without an SSH server."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import shlex
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from imagekit.effects.docker import Capabilities
 from imagekit.effects.registry import ManifestInfo, Remote
@@ -23,6 +29,7 @@ class RecordingEngine:
     calls: list[tuple] = field(default_factory=list)
     selftest_passes: bool = True
     push_error: str | None = None
+    build_error: str | None = None
     size: int = 5_000_000_000
     images: dict[str, dict] = field(default_factory=dict)  # ref (id or tag) -> inspect
     registry: RecordingRegistry | None = None  # where a push lands
@@ -59,6 +66,8 @@ class RecordingEngine:
     def build(self, context, tags, buildargs, *, nocache=False, on_line=None, extra_hosts=None) -> str:
         dockerfile = (Path(context) / "Dockerfile").read_text()
         self._record("build", tags[0], nocache)
+        if self.build_error:
+            raise EnvironmentFailure(f"docker build failed: {self.build_error}", "see the build's output above")
         base = next(line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM "))
         below = self.image(base)
         assert below is not None, f"the build names a base the engine lacks: {base}"
@@ -157,3 +166,130 @@ class RecordingRegistry:
     def copy_tag(self, remote: Remote, digest: str, tag: str) -> None:
         self.calls.append(("registry.copy_tag", tag))
         self.manifests[(remote.name, tag)] = self.manifests[(remote.name, digest)]
+
+
+@dataclass
+class FakeTransport:
+    """A pod as `effects.ssh.Transport` is to `services/pod.py`, over an in-memory file tree: every command and copy
+    lands in ``calls`` in order. Scripted: ``answers`` (the first key a command starts with gives its (exit code,
+    output)), which doctor the pod has, its Python, a connection that drops on the first ``drops`` copies.
+    ``dial`` is what the service's ``dial`` parameter takes; each call is a new connection (``connections``)."""
+
+    mode: str = "exec"  # exec | pty
+    copy_mode: str = "sftp"  # sftp | pty
+    files: dict[str, bytes] = field(default_factory=dict)  # path on the pod -> contents
+    dirs: set[str] = field(default_factory=lambda: {"/", "/tmp"})
+    answers: dict[str, tuple[int, str]] = field(default_factory=dict)
+    own_doctor: bool = False
+    python: str = "/usr/bin/python3"
+    run_exit: int = 0
+    drops: int = 0  # copies that fail with ConnectionLost before this many reconnections
+    calls: list[tuple] = field(default_factory=list)
+    connections: int = 0
+    uploaded: dict[str, bytes] = field(default_factory=dict)  # every upload, kept after the pod removes it
+
+    @contextmanager
+    def dial(self, target, opts, warn) -> Iterator[FakeTransport]:
+        self.connections += 1
+        self.calls.append(("connect", str(target)))
+        yield self
+
+    def commands(self) -> list[str]:
+        return [c[1] for c in self.calls if c[0] in ("run", "capture")]
+
+    def run(self, command: str, timeout: float, out, err) -> int:
+        self.calls.append(("run", command))
+        out(f"ran {command}\n")
+        return self.run_exit
+
+    def capture(self, command: str, timeout: float = 300.0) -> tuple[int, str]:
+        self.calls.append(("capture", command))
+        for start, answer in self.answers.items():
+            if command.startswith(start):
+                return answer
+        if command.startswith("command -v imagekit-doctor"):
+            return (0, "/usr/local/bin/imagekit-doctor\n") if self.own_doctor else (1, "")
+        if command.startswith("mktemp -d /tmp/imagekit-doctor."):
+            self.dirs.add("/tmp/imagekit-doctor.FAKE")
+            return 0, "/tmp/imagekit-doctor.FAKE\n"
+        if command.startswith("for p in python3"):
+            return (0, self.python + "\n") if self.python else (1, "")
+        if command.startswith("if [ -d "):
+            path = shlex.split(command)[3]
+            kind = "dir" if path in self.dirs else "file" if path in self.files else "none"
+            return 0, kind + "\n"
+        if command.startswith("mkdir -p "):
+            self.dirs.add(shlex.split(command)[2])
+            return 0, ""
+        if command.startswith("rm -"):
+            for path in shlex.split(command.split(";")[0])[2:]:
+                self.dirs.discard(path)
+                self.files = {k: v for k, v in self.files.items() if k != path and not k.startswith(path + "/")}
+            return 0, ""
+        if command.startswith(("tar -c", "[ -f ")):  # pack a folder: tar -c[h]f STAGED -C DIR .
+            words = shlex.split(command.split("|| ")[-1])
+            staged, root = words[2], words[4]
+            self.files[staged] = _tar_of(
+                {k[len(root) + 1 :]: v for k, v in self.files.items() if k.startswith(root + "/")}
+            )
+            return 0, ""
+        return 0, ""
+
+    def _drop(self, what: str) -> None:
+        if self.connections <= self.drops:
+            from imagekit.effects.ssh import ConnectionLost
+
+            raise ConnectionLost(f"the SSH connection dropped during {what}", "run the copy again")
+
+    def put(self, local: Path, remote: str, progress, log) -> int:
+        self.calls.append(("put", remote))
+        self._drop(f"the upload of {remote}")
+        data = Path(local).read_bytes()
+        self.files[remote] = self.uploaded[remote] = data
+        progress(len(data), len(data))
+        return len(data)
+
+    def get(self, remote: str, local: Path, progress, log) -> int:
+        self.calls.append(("get", remote))
+        self._drop(f"the download of {remote}")
+        data = self.files[remote]
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(data)
+        progress(len(data), len(data))
+        return len(data)
+
+
+def _tar_of(tree: dict[str, bytes]) -> bytes:
+    """A tar of ``tree`` (relative path -> contents), folders implied, as the pod's tar makes it."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        folders = sorted({str(PurePosixPath(p).parent) for p in tree} - {"."})
+        for name in folders:
+            info = tarfile.TarInfo(f"./{name}")
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for name, data in sorted(tree.items()):
+            info = tarfile.TarInfo(f"./{name}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@dataclass
+class ScriptedResolver:
+    """A resolver (`imagekit.effects.resolver.Resolver`) that answers from ``script`` in order: an exception is
+    raised, text is returned as the resolution; each request it got lands in ``requests``."""
+
+    script: list[object]
+    name: str = "scripted"
+    requests: list = field(default_factory=list)
+
+    def version(self) -> str:
+        return "scripted 1.0"
+
+    def compile(self, req, preferences=None, upgrade=(), upgrade_all=False, abort=None) -> str:
+        self.requests.append(req)
+        answer = self.script.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return str(answer)

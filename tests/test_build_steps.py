@@ -66,6 +66,22 @@ def test_steps_in_order_and_the_alias_after_the_immutable_tag(setup):
     assert res.tag in json.dumps(index) and res.digest in json.dumps(index)
 
 
+def test_the_stages_run_in_the_documented_order():
+    from imagekit.services import build
+
+    steps = [step for step, _ in build.STAGES]
+    assert steps == ["lock", "base", "fetch", "render", "build", "build", "size-budget", "self-test", "publish"]
+
+
+def test_a_failed_build_stops_there_nothing_configured_tested_or_pushed(setup):
+    engine, registry, opts = setup
+    engine.build_error = "RUN uv pip install: exit 1"
+    res, _ = _build(engine, registry, opts)
+    assert (res.status, res.step) == ("failed", "build") and "exit 1" in res.error.message
+    assert res.lock == "re-resolved" and res.tag is None  # the stages before it ran; none after
+    assert _kinds(engine.calls)[-1] == "build" and not (opts.state_dir / "reports").exists()
+
+
 def test_a_failed_selftest_pushes_and_records_nothing(setup):
     engine, registry, opts = setup
     engine.selftest_passes = False

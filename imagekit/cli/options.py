@@ -102,7 +102,7 @@ class Selection:
         if self.source == "all":
             return cells
         want_pypi = self.source == "pypi"
-        return [c for c in cells if (c.cell.variant == data.torch_minor(c.cell.torch).pypi_default) == want_pypi]
+        return [c for c in cells if data.torch_from_pypi(c.cell.torch, c.cell.variant) == want_pypi]
 
 
 # ---- the resolver settings: one set, one meaning, for every command that can lock --------------------------------
@@ -132,15 +132,17 @@ class ResolverOptions:
     resolver: ResolverOpt = "uv"
 
     def settings(self) -> resolution.LockSettings:
-        if self.resolver not in ("uv", "pip-tools"):
-            raise UsageError(f"invalid --resolver {self.resolver!r}", "use uv or pip-tools")
-        return resolution.LockSettings(
+        from imagekit.effects import resolver
+
+        settings = resolution.LockSettings(
             index_url=self.index_url,
             extra_index_urls=tuple(self.extra_index_url or ()),
             torch_index_base=self.torch_index_url,
             exclude_newer=self.exclude_newer,
             resolver=self.resolver,
         )
+        resolver.for_settings(settings)  # an unknown --resolver is a usage error here, before anything runs
+        return settings
 
 
 # ---- single shared options ---------------------------------------------------------------------------------------

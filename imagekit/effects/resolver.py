@@ -1,4 +1,6 @@
-"""The resolver behind one interface: uv (default) or pip-tools, run as subprocesses via effects.process."""
+"""The resolver behind one interface (:class:`Resolver`; pip-tools' ``BaseRepository`` is the model): uv (the
+default) or pip-tools, each a class, run as subprocesses via effects.process. :func:`for_settings` picks one by
+``LockSettings.resolver``; the lock use case knows only the interface."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import threading
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 from imagekit.effects import http, process
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.redact import redact, redact_text
-from imagekit.resolution import LockRequest
+from imagekit.resolution import LockRequest, LockSettings
 
 _NETWORK_SIGNS = (
     "Failed to fetch",
@@ -177,7 +180,7 @@ def compile_uv(
         return (work / "out.txt").read_text()
 
 
-def compile_pip_tools(req: LockRequest, timeout: float = 3600) -> str:
+def compile_pip_tools(req: LockRequest, timeout: float = 3600, abort: Callable[[], bool] | None = None) -> str:
     """pip-compile, for teams that require it: only where the host is the target (it cannot cross-resolve)."""
     host = f"{sys.version_info.major}.{sys.version_info.minor}"
     if req.routed:
@@ -208,7 +211,76 @@ def compile_pip_tools(req: LockRequest, timeout: float = 3600) -> str:
             "out.txt",
             "requirements.in",
         ]
-        res = process.run(args, cwd=work, timeout=timeout)
+        res = process.run(args, cwd=work, timeout=timeout, abort=abort)
         if not res.ok:
             raise _fail(req, res.stderr)
         return (work / "out.txt").read_text()
+
+
+class Resolver(Protocol):
+    """What the lock use case needs of a resolver: its name and version (the lock header records them), and one
+    resolution of a :class:`LockRequest` to ``uv pip compile``-style output (hash-pinned requirements).
+    ``preferences`` (an earlier lock's text) keeps pins that need not move; ``abort`` stops it
+    (:class:`process.Aborted`) when it answers True. A resolver that cannot honour a request raises UsageError."""
+
+    name: str
+
+    def version(self) -> str: ...
+    def compile(
+        self,
+        req: LockRequest,
+        preferences: str | None = None,
+        upgrade: tuple[str, ...] = (),
+        upgrade_all: bool = False,
+        abort: Callable[[], bool] | None = None,
+    ) -> str: ...
+
+
+class UvResolver:
+    """uv: cross-resolves for the image's platform and Python; torch's variant index as a source."""
+
+    name = "uv"
+
+    def version(self) -> str:
+        return uv_version()
+
+    def compile(
+        self,
+        req: LockRequest,
+        preferences: str | None = None,
+        upgrade: tuple[str, ...] = (),
+        upgrade_all: bool = False,
+        abort: Callable[[], bool] | None = None,
+    ) -> str:
+        return compile_uv(req, preferences, upgrade, upgrade_all, abort=abort)
+
+
+class PipToolsResolver:
+    """pip-compile, for teams that require it: only where the host is the target, PyPI-default torch only; it
+    takes no preferences (each lock is resolved anew)."""
+
+    name = "pip-tools"
+
+    def version(self) -> str:
+        return "pip-tools"
+
+    def compile(
+        self,
+        req: LockRequest,
+        preferences: str | None = None,
+        upgrade: tuple[str, ...] = (),
+        upgrade_all: bool = False,
+        abort: Callable[[], bool] | None = None,
+    ) -> str:
+        return compile_pip_tools(req, abort=abort)
+
+
+RESOLVERS: dict[str, Resolver] = {"uv": UvResolver(), "pip-tools": PipToolsResolver()}
+
+
+def for_settings(settings: LockSettings) -> Resolver:
+    """The resolver ``settings.resolver`` names."""
+    try:
+        return RESOLVERS[settings.resolver]
+    except KeyError:
+        raise UsageError(f"invalid --resolver {settings.resolver!r}", f"use {' or '.join(RESOLVERS)}") from None

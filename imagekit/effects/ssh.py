@@ -1,25 +1,35 @@
 """SSH to a pod (paramiko): the exec channel and SFTP where the server offers them, else a terminal session whose
-commands are framed by sentinels (podwire). Host keys are checked like OpenSSH does."""
+commands are framed by sentinels (podwire). Host keys are checked like OpenSSH does.
+
+What a use case drives is a :class:`Transport`, chosen once per connection by :func:`open_transport`:
+:class:`ExecTransport` (commands on exec channels, files over SFTP) or :class:`TerminalTransport` (everything through
+one terminal; files in verified chunks). Both copy protocols (upload and download) live here, on this side."""
 
 from __future__ import annotations
 
 import base64
 import codecs
+import errno
 import hashlib
 import logging
+import os
 import re
 import socket
+import stat
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Protocol
 
 import paramiko
 
 from imagekit import podwire, untrusted
-from imagekit.errors import EnvironmentFailure, UsageError
-from imagekit.podwire import Target
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.podwire import CHUNK, Target, q
 
 Sink = Callable[[str], None]
+Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
+CHUNK_TRIES = 3  # a chunk that arrives corrupted this many times fails the copy
 CONNECT_TIMEOUT = 20.0
 MAX_CAPTURE = 1 << 20  # characters of a command's output read whole (a size, a sha256, a path: bytes, really)
 
@@ -405,10 +415,6 @@ class Connection:
                 self._exec = False
         return self._exec
 
-    @property
-    def mode(self) -> str:
-        return "exec" if self.exec_works else "pty"
-
     def sftp(self) -> paramiko.SFTPClient | None:
         if self._sftp is None:
             try:
@@ -485,20 +491,6 @@ class Connection:
             chan.close()
         return code, out.close(), errs.close()
 
-    def run(self, command: str, timeout: float, sink: Sink, err: Sink | None = None) -> int:
-        """Run a shell command on the pod, streaming its output; the exit code is the command's."""
-        if self.exec_works:
-            code, _, _ = self._exec_run(command, timeout, sink, err or sink)
-            return code
-        return self.shell().run(command, timeout, sink)
-
-    def capture(self, command: str, timeout: float = 120.0, limit: int = MAX_CAPTURE) -> tuple[int, str]:
-        """(exit code, output) of a command whose output is read whole: at most ``limit`` characters."""
-        if self.exec_works:
-            code, out, _ = self._exec_run(command, timeout, None, None, keep=limit)
-            return code, out
-        return self.shell().capture(command, timeout, limit)
-
     def close(self) -> None:
         for closing in (self._shell, self._sftp or None):
             try:
@@ -513,6 +505,317 @@ class Connection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# ---- the transport: what a use case drives, chosen once per connection ---------------------------------------
+class Transport(Protocol):
+    """A pod as a use case sees it (fabric's ``Remote``/``RemoteShell`` split): run or capture a command, put or get
+    one file, verified by sha256 on both ends and resumable. ``mode`` is how commands run (``exec`` | ``pty``),
+    ``copy_mode`` how files travel (``sftp`` | ``pty``). Real ones: :class:`ExecTransport`,
+    :class:`TerminalTransport`; ``tests/fakes.py`` has a recording fake."""
+
+    mode: str
+
+    @property
+    def copy_mode(self) -> str: ...
+    def run(self, command: str, timeout: float, out: Sink, err: Sink) -> int: ...
+    def capture(self, command: str, timeout: float = 300.0) -> tuple[int, str]: ...
+    def put(self, local: Path, remote: str, progress: Progress, log: Sink) -> int: ...
+    def get(self, remote: str, local: Path, progress: Progress, log: Sink) -> int: ...
+
+
+def open_transport(conn: Connection, force_pty: bool = False) -> ExecTransport | TerminalTransport:
+    """The one place exec-vs-terminal is decided: exec where the server runs commands on exec channels (unless
+    ``force_pty``: tests, benchmarks), else the terminal (RunPod's gateway)."""
+    return ExecTransport(conn) if not force_pty and conn.exec_works else TerminalTransport(conn)
+
+
+def checked(t: Transport, command: str, what: str, timeout: float = 300.0) -> str:
+    """The output of ``command``; a non-zero exit is :class:`EnvironmentFailure` with the pod's last words."""
+    code, out = t.capture(command, timeout)
+    if code != 0:
+        said = untrusted.printable(out.strip()[-2000:], 300)
+        raise EnvironmentFailure(
+            f"{what} failed on the pod (exit {code})" + (f": {said}" if said else ""), "check the path"
+        )
+    return out
+
+
+def sha256_file(path: Path, limit: int | None = None) -> str:
+    """sha256 of a local file (of its first ``limit`` bytes)."""
+    h, left = hashlib.sha256(), limit
+    with path.open("rb") as fh:
+        while left is None or left > 0:
+            block = fh.read(1 << 20 if left is None else min(1 << 20, left))
+            if not block:
+                break
+            h.update(block)
+            if left is not None:
+                left -= len(block)
+    return h.hexdigest()
+
+
+def remote_sha256(t: Transport, path: str, limit: int | None = None) -> str:
+    """sha256 of a file on the pod (of its first ``limit`` bytes); '' when the pod's answer is not one."""
+    source = f"head -c {limit} {q(path)}" if limit is not None else f"cat {q(path)}"
+    out = checked(t, f"{source} | sha256sum | cut -c1-64", f"sha256 of {path}", 3600)
+    last = out.strip().splitlines()[-1].lower() if out.strip() else ""
+    return last if len(last) == 64 and all(c in "0123456789abcdef" for c in last) else ""
+
+
+def open_part(part: Path, keep: bool) -> tuple[int, int]:
+    """Open the partial download ``part`` (created if missing): (fd, bytes already there, 0 unless ``keep``).
+    Never through a link: a symlink, a hardlink or anything but a plain file planted there is refused."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(part, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(
+                f"{part} is a symlink, not a partial download: nothing was written", "remove it, then copy again"
+            ) from None
+        raise EnvironmentFailure(f"cannot write {part}: {exc.strerror}", "check the destination folder") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        what = "a hardlink to another file" if stat.S_ISREG(st.st_mode) else "not a plain file"
+        raise UsageError(f"{part} is {what}, not a partial download: nothing was written", "remove it, then copy again")
+    if not keep:
+        os.ftruncate(fd, 0)
+    return fd, st.st_size if keep else 0
+
+
+class _Copies:
+    """What both transports do around the bytes: a file goes to ``NAME.imkpart`` (on the pod for an upload, here
+    for a download), is renamed only once its sha256 matches the other end's, and is removed when it does not.
+    A subclass moves the bytes: ``_send`` (to the pod's part) and ``_receive`` (into the local part, ``fh``)."""
+
+    conn: Connection
+    mode: str
+
+    def capture(self, command: str, timeout: float = 300.0) -> tuple[int, str]:
+        raise NotImplementedError
+
+    def _send(self, local: Path, part: str, parent: str, total: int, progress: Progress, log: Sink) -> int:
+        raise NotImplementedError
+
+    def _receive(
+        self, remote: str, part: Path, fh: BinaryIO, have: int, total: int, progress: Progress, log: Sink
+    ) -> int:
+        raise NotImplementedError
+
+    def _resumes(self) -> bool:
+        """Whether a local partial download is kept to resume from (the chunked protocol), or started anew."""
+        raise NotImplementedError
+
+    def put(self, local: Path, remote: str, progress: Progress, log: Sink) -> int:
+        """Upload one file to ``remote`` (through ``remote.imkpart``, renamed only once its sha256 matches); the
+        payload bytes sent. The chunked protocol resumes from an earlier partial upload."""
+        total, sha = local.stat().st_size, sha256_file(local)
+        part = remote + ".imkpart"
+        sent = self._send(local, part, str(PurePosixPath(remote).parent), total, progress, log)
+        got = remote_sha256(self, part)
+        if got != sha:
+            self.capture(f"rm -f {q(part)}", 30)
+            raise CheckFailed(
+                f"{remote}: sha256 on the pod is {got or 'unreadable'}, here {sha}: the copy is corrupt and was "
+                "removed",
+                "run the copy again",
+            )
+        checked(self, f"mv -f {q(part)} {q(remote)}", f"rename {part}")
+        return sent
+
+    def get(self, remote: str, local: Path, progress: Progress, log: Sink) -> int:
+        """Download one file to ``local`` (through ``local.imkpart``); the payload bytes received."""
+        out = checked(self, f"wc -c < {q(remote)}", f"size of {remote}").split()
+        if not out or not out[-1].isdigit() or len(out[-1]) > 18:
+            raise EnvironmentFailure(f"cannot read the size of {remote} on the pod", "check the path")
+        total = int(out[-1])
+        sha = remote_sha256(self, remote)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        part = local.with_name(local.name + ".imkpart")
+        fd, have = open_part(part, keep=self._resumes())
+        with os.fdopen(fd, "r+b") as fh:
+            received = self._receive(remote, part, fh, have, total, progress, log)
+        got = sha256_file(part)
+        if got != sha:
+            part.unlink(missing_ok=True)
+            raise CheckFailed(
+                f"{remote}: sha256 here is {got}, on the pod {sha or 'unreadable'}: the copy is "
+                "corrupt and was removed (did the file change during the copy?)",
+                "run the copy again",
+            )
+        os.replace(part, local)
+        return received
+
+    # ---- the terminal's chunked protocol, both directions ----------------------------------------------------
+    def _put_chunks(self, local: Path, part: str, parent: str, total: int, progress: Progress, log: Sink) -> int:
+        """Verified chunks appended to the pod's ``part``, resumed after its last whole chunk when those bytes
+        still match ours (sha256 of the prefix on both ends)."""
+        shell = self.conn.shell()
+        out = checked(
+            self, f"mkdir -p {q(parent)} && {{ wc -c < {q(part)} 2>/dev/null || echo 0; }}", f"mkdir {parent}"
+        )
+        have = int(out.split()[-1]) if out.split() and out.split()[-1].isdigit() else 0
+        start = 0 if have > total else have // CHUNK * CHUNK
+        if start:
+            checked(self, f"truncate -s {start} {q(part)}", "resume")
+            if remote_sha256(self, part) != sha256_file(local, start):
+                start = 0
+            else:
+                log(f"resuming {part[: -len('.imkpart')]} at {start:,} of {total:,} bytes")
+        if not start:
+            checked(self, f": > {q(part)}", f"create {part}")
+        progress(start, total)
+        sent = 0
+        with local.open("rb") as fh:
+            fh.seek(start)
+            index, done = start // CHUNK, start
+            while done < total:
+                data = fh.read(CHUNK)
+                for _ in range(CHUNK_TRIES):
+                    if shell.upload_chunk(part, data, 600):
+                        break
+                    log(f"chunk {index} of {local} arrived corrupted; sending it again")
+                else:
+                    self.capture(f"rm -f {q(part)}", 30)
+                    raise CheckFailed(
+                        f"chunk {index} of {local} arrived corrupted {CHUNK_TRIES} times: nothing was written",
+                        "the terminal alters what is typed into it; check the pod's stty settings",
+                    )
+                done += len(data)
+                sent += len(data)
+                index += 1
+                progress(done, total)
+        return sent
+
+    def _get_chunks(
+        self, remote: str, part: Path, fh: BinaryIO, have: int, total: int, progress: Progress, log: Sink
+    ) -> int:
+        """Verified chunks appended to ``fh``, resumed after the last whole chunk of an earlier try when those
+        bytes still match the pod's (sha256 of the prefix on both ends)."""
+        shell = self.conn.shell()
+        start = 0 if have > total else have // CHUNK * CHUNK
+        fh.truncate(start)
+        if start:  # what is here already against the same bytes on the pod: a file changed since is read anew
+            fh.seek(0)
+            mine, left = hashlib.sha256(), start
+            while left:
+                block = fh.read(min(1 << 20, left))
+                if not block:
+                    break
+                mine.update(block)
+                left -= len(block)
+            if remote_sha256(self, remote, start) != mine.hexdigest():
+                start = 0
+                fh.truncate(0)
+            else:
+                log(f"resuming {part.with_name(part.name[: -len('.imkpart')])} at {start:,} of {total:,} bytes")
+        progress(start, total)
+        received = 0
+        fh.seek(start)
+        done, index = start, start // CHUNK
+        while done < total:
+            for _ in range(CHUNK_TRIES):
+                command = podwire.chunk_download_command(remote, index)
+                code, text = shell.capture_raw(command, 600, limit=podwire.chunk_text_limit())
+                try:
+                    data, digest = podwire.parse_chunk(text)
+                except ValueError:
+                    data, digest = b"", "unreadable"
+                if code == 0 and data and len(data) <= CHUNK and hashlib.sha256(data).hexdigest() == digest:
+                    break
+                log(f"chunk {index} of {remote} arrived corrupted; reading it again")
+            else:
+                part.unlink(missing_ok=True)
+                raise CheckFailed(
+                    f"chunk {index} of {remote} arrived corrupted {CHUNK_TRIES} times: nothing was written",
+                    "the terminal alters what the pod prints; check the pod's stty settings",
+                )
+            fh.write(data)
+            done += len(data)
+            received += len(data)
+            index += 1
+            progress(done, total)
+        return received
+
+
+class ExecTransport(_Copies):
+    """A full SSH server: each command on its own exec channel (stdout and stderr apart); files over SFTP, opened
+    on the first copy. A server without the SFTP subsystem gets the terminal's chunked protocol for files."""
+
+    mode = "exec"
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    @property
+    def copy_mode(self) -> str:
+        return "sftp" if self.conn.sftp() is not None else "pty"
+
+    def run(self, command: str, timeout: float, out: Sink, err: Sink) -> int:
+        code, _, _ = self.conn._exec_run(command, timeout, out, err)
+        return code
+
+    def capture(self, command: str, timeout: float = 300.0) -> tuple[int, str]:
+        code, out, _ = self.conn._exec_run(command, timeout, None, None, keep=MAX_CAPTURE)
+        return code, out
+
+    def _resumes(self) -> bool:
+        return self.conn.sftp() is None
+
+    def _send(self, local: Path, part: str, parent: str, total: int, progress: Progress, log: Sink) -> int:
+        sftp = self.conn.sftp()
+        if sftp is None:
+            return self._put_chunks(local, part, parent, total, progress, log)
+        checked(self, f"mkdir -p {q(parent)}", f"mkdir {parent}")
+        try:
+            sftp.put(str(local), part, callback=progress, confirm=True)
+        except (OSError, EOFError) as exc:
+            raise ConnectionLost(f"SFTP upload of {local} failed: {exc}", "run the copy again") from None
+        return total
+
+    def _receive(
+        self, remote: str, part: Path, fh: BinaryIO, have: int, total: int, progress: Progress, log: Sink
+    ) -> int:
+        sftp = self.conn.sftp()
+        if sftp is None:
+            return self._get_chunks(remote, part, fh, have, total, progress, log)
+        try:
+            sftp.getfo(remote, fh, callback=progress)
+        except (OSError, EOFError) as exc:
+            raise ConnectionLost(
+                f"SFTP download of {remote} failed: {untrusted.printable(exc)}", "run the copy again"
+            ) from None
+        return total
+
+
+class TerminalTransport(_Copies):
+    """A terminal-only gateway (RunPod's proxy): one shell session, commands framed by sentinels, files in verified
+    chunks. The command's errors arrive mixed into its output (a terminal has one stream)."""
+
+    mode = "pty"
+    copy_mode = "pty"
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def run(self, command: str, timeout: float, out: Sink, err: Sink) -> int:
+        return self.conn.shell().run(command, timeout, out)
+
+    def capture(self, command: str, timeout: float = 300.0) -> tuple[int, str]:
+        return self.conn.shell().capture(command, timeout)
+
+    def _resumes(self) -> bool:
+        return True
+
+    def _send(self, local: Path, part: str, parent: str, total: int, progress: Progress, log: Sink) -> int:
+        return self._put_chunks(local, part, parent, total, progress, log)
+
+    def _receive(
+        self, remote: str, part: Path, fh: BinaryIO, have: int, total: int, progress: Progress, log: Sink
+    ) -> int:
+        return self._get_chunks(remote, part, fh, have, total, progress, log)
 
 
 class _Stream:

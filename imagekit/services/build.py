@@ -1,4 +1,5 @@
-"""Build use case, per cell: lock (if stale) -> fetch wheels -> render -> docker build -> self-test -> publish."""
+"""Build use case, per cell: one function per stage (:data:`STAGES`): lock (if stale) -> base -> fetch wheels ->
+render -> docker build -> runtime config -> size budget -> self-test -> publish."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from imagekit.effects.docker import Engine
 from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
+from imagekit.lockfile import Lock
 from imagekit.model import Cell
 from imagekit.services import fetch, publish, selftest_runner
 from imagekit.services import lock_cells as lock_service
@@ -106,6 +108,216 @@ class _StepTimer:
             self.current = None
 
 
+@dataclass
+class _Build:
+    """One cell's build as it goes: the inputs, and what each stage hands the next."""
+
+    cell: Cell
+    opts: BuildOptions
+    engine: ContainerEngine
+    data: CompatData
+    registry: Registry
+    progress: Progress
+    say: Callable[[str], None]
+    result: CellResult
+    lock: Lock | None = None
+    base: BaseRef | None = None
+    wheels: list[fetch.FetchedWheel] = field(default_factory=list)
+    plan: BuildPlan | None = None
+    files: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    built: str = ""  # the builder's image, before its runtime config
+    built_at: float = 0.0
+    immutable: str = ""  # the tag the tested image is published under (it names the context's digest)
+    report: selftest_runner.SelfTestReport | None = None
+
+
+def _lock(b: _Build) -> None:
+    """The cell's lock, re-resolved when missing or stale (a line only when it takes time: when it resolves)."""
+    with activity(b.progress, b.cell.id, "lock"):
+        locked = lock_service.lock_one(b.cell, b.opts.lock_dir, b.opts.settings, b.data)
+    if locked.error:
+        raise locked.error
+    b.lock = locked.lock
+    assert b.lock is not None
+    b.result.lock = "re-resolved" if locked.status == "locked" else locked.status
+    if locked.status == "locked":
+        b.say(f"re-resolved {locked.path} (it was missing or stale): {b.lock.short_hash}; review and commit it")
+    else:
+        b.say(f"lock {locked.status} ({b.lock.short_hash})")
+
+
+def _base(b: _Build) -> None:
+    """The base image: the matrix's registry base, pulled, or imagekit's own, bootstrapped once."""
+    if b.cell.python in b.opts.bases:
+        b.base = b.opts.bases[b.cell.python]
+        with activity(b.progress, b.cell.id, f"pulling base {b.base.reference}"):
+            b.engine.pull(b.base.reference)
+    else:
+        with activity(b.progress, b.cell.id, "base"):
+            b.base = ensure_base(
+                b.data.bases[b.cell.python],
+                b.engine,
+                b.opts.source_date_epoch,
+                b.say,
+                compiler=b.opts.options.compiler,
+            )
+
+
+def _fetch(b: _Build) -> None:
+    """Every locked wheel, sha256 checked, from the content-addressed cache or its index."""
+    assert b.lock is not None and b.base is not None
+    with activity(b.progress, b.cell.id, "fetching wheels"):
+        b.wheels = fetch.fetch_for_build(b.lock, b.cell.python, b.base.glibc, progress=b.progress, cell=b.cell.id)
+    got = [w for w in b.wheels if w.downloaded]
+    b.say(
+        f"{len(b.wheels)} wheels ready ({len(got)} downloaded, {human_bytes(sum(w.path.stat().st_size for w in got))})"
+    )
+
+
+def _render(b: _Build) -> None:
+    """The Dockerfile and its context, written whole, with clamped dates."""
+    assert b.lock is not None and b.base is not None
+    b.plan = BuildPlan(
+        cell=b.cell,
+        lock=b.lock,
+        base=b.base,
+        repository=b.opts.repository,
+        source_revision=source_revision(),
+        source_date_epoch=b.opts.source_date_epoch,
+    )
+    b.files = render.render_plan(b.plan, b.data)
+    context = b.opts.state_dir / "build" / b.cell.id
+    shutil.rmtree(context, ignore_errors=True)
+    write_tree_atomic(context, {k: v[0] for k, v in b.files.items()}, {k: v[1] for k, v in b.files.items()})
+    clamp_mtimes(context, b.opts.source_date_epoch)
+
+
+def _build(b: _Build) -> None:
+    """The engine builds the context, its wheels served from a loopback wheel server of this build's own."""
+    assert b.lock is not None
+    b.immutable = naming.immutable_tag(b.opts.repository, b.cell, render.context_digest(b.files))
+    house = fetch.wheelhouse(b.wheels, b.opts.state_dir / "wheelhouse" / b.cell.id)
+    fetch.write_requirements(b.lock, house)  # each layer's RUN reads its requirements from the server too
+    write_atomic(house / render.APP_TARBALL, render.app_tarball(b.files, b.opts.source_date_epoch))
+    steps = _StepTimer(b.progress, b.cell.id)
+    b.built_at = time.monotonic()
+    try:
+        with wheelserver.serve(house) as address:  # a loopback address of its own: builds run side by side
+            b.built = b.engine.build(
+                b.opts.state_dir / "build" / b.cell.id,
+                [naming.build_cache_tag(b.cell)],
+                {},
+                nocache=b.opts.nocache,
+                on_line=steps,
+                extra_hosts={wheelserver.HOST: address},
+            )
+    finally:
+        steps.close()
+
+
+def _config(b: _Build) -> None:
+    """The runtime config (ENV, WORKDIR, ENTRYPOINT, CMD, labels) over the built layers; the image tagged."""
+    assert b.plan is not None and b.base is not None
+    immutable = b.immutable
+    with activity(b.progress, b.cell.id, "image config"):
+        runtime = imageconfig.runtime(naming.labels(manifest(b.plan, b.data)))
+        b.result.image_id = set_runtime_config(
+            b.engine,
+            b.built,
+            b.base.reference,
+            runtime,
+            b.opts.source_date_epoch,
+            [immutable, naming.alias_tag(b.opts.repository, b.cell)],
+            b.say,
+        )
+    b.result.tag = immutable
+    b.result.size = int(b.engine.image(immutable)["Size"])  # type: ignore[index]
+    b.say(f"built {immutable} ({human_bytes(b.result.size)}) in {time.monotonic() - b.built_at:.0f} s")
+
+
+def _budget(b: _Build) -> None:
+    """An image over its size budget (or grown past it since the last release) goes no further."""
+    assert b.result.size is not None
+    previous = publish.last_size(b.opts.release_index, b.cell.id)
+    too_big = budget.over(b.result.size, budget.parse(b.opts.options.size_budget), previous)
+    if too_big:
+        raise CheckFailed(
+            f"size budget: {too_big}",
+            f"see what grew with `docker history {b.immutable}`; or set [image] size_budget; nothing was pushed",
+        )
+
+
+def _selftest(b: _Build) -> None:
+    """The image's self-test in the image (with GPUs where the engine has them); its report kept either way."""
+    caps = b.engine.capabilities()
+    gpus = b.opts.gpus == "on" or (b.opts.gpus == "auto" and caps.gpu_runtime)
+    b.report = selftest_runner.run(
+        b.engine, b.immutable, gpus=gpus, require_gpu=b.opts.require_gpu, progress=b.progress, cell=b.cell.id
+    )
+    b.result.report = b.report.report
+    reports = b.opts.state_dir / "reports" / f"{b.cell.id}.json"
+    write_atomic(reports, json.dumps(b.report.report, indent=2) + "\n")
+    if not b.report.passed:
+        raise CheckFailed(
+            f"self-test failed: {', '.join(b.report.failed)}", f"details in {reports}; nothing was pushed"
+        )
+    b.result.status = "passed"
+
+
+def _publish(b: _Build) -> None:
+    """Push the tested image under its immutable tag, then move the alias; record the release."""
+    if not b.opts.push:
+        return
+    assert b.report is not None and b.lock is not None and b.plan is not None and b.result.image_id
+    repo, tag = b.immutable.rsplit(":", 1)
+    with activity(b.progress, b.cell.id, "publish"):
+        published = publish.publish(
+            b.engine,
+            b.registry,
+            image_id=b.result.image_id,
+            repository=repo,
+            immutable_tag=tag,
+            alias_tag=b.cell.id,
+            report=b.report,
+            auth=b.opts.auth,
+            log=b.say,
+            progress=b.progress,
+        )
+    b.result.digest = published.digest
+    try:
+        layer_sizes = publish.layer_sizes(b.registry, Remote.parse(repo), published.digest, published.config_digest)
+    except ImagekitError as exc:  # published already: the record goes without its layer sizes
+        layer_sizes = None
+        b.say(f"warning: layer sizes not read back from the registry: {exc.message}")
+    publish.record(
+        b.opts.release_index,
+        published,
+        lock_hash=b.lock.content_hash,
+        manifest=manifest(b.plan, b.data),
+        report=b.report.report,
+        size=b.result.size,
+        records_dir=b.opts.release_records,
+        layers=layer_sizes,
+    )
+    b.result.status = "published"
+    b.say(f"published {published.immutable}@{published.digest}")
+
+
+# The build, stage by stage: (the step a failure is reported at, the stage). Each stage reads what the ones before
+# it left on the _Build; a failure stops the build there (nothing is pushed unless the self-test passed).
+STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
+    ("lock", _lock),
+    ("base", _base),
+    ("fetch", _fetch),
+    ("render", _render),
+    ("build", _build),
+    ("build", _config),
+    ("size-budget", _budget),
+    ("self-test", _selftest),
+    ("publish", _publish),
+)
+
+
 def build_cell(
     cell: Cell,
     opts: BuildOptions,
@@ -115,143 +327,19 @@ def build_cell(
     progress: Progress | None = None,
     registry: Registry | None = None,
 ) -> CellResult:
-    """Lock (when stale) -> base -> fetch -> render -> build -> runtime config -> size budget -> self-test -> publish.
-    Nothing is pushed unless the self-test passed; the alias tag moves only after the immutable tag is published."""
+    """Lock (when stale) -> base -> fetch -> render -> build -> runtime config -> size budget -> self-test -> publish
+    (:data:`STAGES`). Nothing is pushed unless the self-test passed; the alias tag moves only after the immutable tag
+    is published."""
     result = CellResult(cell)
     registry = registry or RegistryClient(
         opts.username, opts.password, registries=[Remote.parse(opts.repository).registry]
     )
     start = time.time()
-    say = lambda msg: log(cell.id, msg)  # noqa: E731
-    progress = progress or NullProgress()
+    run = _Build(cell, opts, engine, data, registry, progress or NullProgress(), lambda msg: log(cell.id, msg), result)
     try:
-        with activity(progress, cell.id, "lock"):  # a line only when it takes time: when it resolves
-            locked = lock_service.lock_one(cell, opts.lock_dir, opts.settings, data)
-        if locked.error:
-            raise locked.error
-        lock = locked.lock
-        result.lock = "re-resolved" if locked.status == "locked" else locked.status
-        if locked.status == "locked":
-            say(f"re-resolved {locked.path} (it was missing or stale): {lock.short_hash}; review and commit it")
-        else:
-            say(f"lock {locked.status} ({lock.short_hash})")
-        result.step = "base"
-        if cell.python in opts.bases:
-            base = opts.bases[cell.python]
-            with activity(progress, cell.id, f"pulling base {base.reference}"):
-                engine.pull(base.reference)
-        else:
-            with activity(progress, cell.id, "base"):
-                base = ensure_base(
-                    data.bases[cell.python], engine, opts.source_date_epoch, say, compiler=opts.options.compiler
-                )
-        result.step = "fetch"
-        with activity(progress, cell.id, "fetching wheels"):
-            wheels = fetch.fetch_for_build(lock, cell.python, base.glibc, progress=progress, cell=cell.id)
-        got = [w for w in wheels if w.downloaded]
-        say(
-            f"{len(wheels)} wheels ready ({len(got)} downloaded, "
-            f"{human_bytes(sum(w.path.stat().st_size for w in got))})"
-        )
-        result.step = "render"
-        plan = BuildPlan(
-            cell=cell,
-            lock=lock,
-            base=base,
-            repository=opts.repository,
-            source_revision=source_revision(),
-            source_date_epoch=opts.source_date_epoch,
-        )
-        files = render.render_plan(plan, data)
-        context = opts.state_dir / "build" / cell.id
-        shutil.rmtree(context, ignore_errors=True)
-        write_tree_atomic(context, {k: v[0] for k, v in files.items()}, {k: v[1] for k, v in files.items()})
-        clamp_mtimes(context, opts.source_date_epoch)
-        result.step = "build"
-        alias = naming.alias_tag(opts.repository, cell)
-        immutable = naming.immutable_tag(opts.repository, cell, render.context_digest(files))
-        house = fetch.wheelhouse(wheels, opts.state_dir / "wheelhouse" / cell.id)
-        fetch.write_requirements(lock, house)  # each layer's RUN reads its requirements from the server too
-        write_atomic(house / render.APP_TARBALL, render.app_tarball(files, opts.source_date_epoch))
-        steps = _StepTimer(progress, cell.id)
-        built_at = time.monotonic()
-        try:
-            with wheelserver.serve(house) as address:  # a loopback address of its own: builds run side by side
-                built = engine.build(
-                    context,
-                    [naming.build_cache_tag(cell)],
-                    {},
-                    nocache=opts.nocache,
-                    on_line=steps,
-                    extra_hosts={wheelserver.HOST: address},
-                )
-        finally:
-            steps.close()
-        with activity(progress, cell.id, "image config"):
-            runtime = imageconfig.runtime(naming.labels(manifest(plan, data)))
-            result.image_id = set_runtime_config(
-                engine, built, base.reference, runtime, opts.source_date_epoch, [immutable, alias], say
-            )
-        result.tag = immutable
-        result.size = int(engine.image(immutable)["Size"])
-        say(f"built {immutable} ({human_bytes(result.size)}) in {time.monotonic() - built_at:.0f} s")
-        result.step = "size-budget"
-        previous = publish.last_size(opts.release_index, cell.id)
-        too_big = budget.over(result.size, budget.parse(opts.options.size_budget), previous)
-        if too_big:
-            raise CheckFailed(
-                f"size budget: {too_big}",
-                "see what grew with `docker history " + immutable + "`; or set [image] size_budget; nothing was pushed",
-            )
-        result.step = "self-test"
-        caps = engine.capabilities()
-        gpus = opts.gpus == "on" or (opts.gpus == "auto" and caps.gpu_runtime)
-        report = selftest_runner.run(
-            engine, immutable, gpus=gpus, require_gpu=opts.require_gpu, progress=progress, cell=cell.id
-        )
-        result.report = report.report
-        write_atomic(opts.state_dir / "reports" / f"{cell.id}.json", json.dumps(report.report, indent=2) + "\n")
-        if not report.passed:
-            raise CheckFailed(
-                f"self-test failed: {', '.join(report.failed)}",
-                f"details in {opts.state_dir / 'reports' / (cell.id + '.json')}; nothing was pushed",
-            )
-        result.status = "passed"
-        if opts.push:
-            result.step = "publish"
-            repo, tag = immutable.rsplit(":", 1)
-            with activity(progress, cell.id, "publish"):
-                published = publish.publish(
-                    engine,
-                    registry,
-                    image_id=result.image_id,
-                    repository=repo,
-                    immutable_tag=tag,
-                    alias_tag=cell.id,
-                    report=report,
-                    auth=opts.auth,
-                    log=say,
-                    progress=progress,
-                )
-            result.digest = published.digest
-            remote = Remote.parse(repo)
-            try:
-                layer_sizes = publish.layer_sizes(registry, remote, published.digest, published.config_digest)
-            except ImagekitError as exc:  # published already: the record goes without its layer sizes
-                layer_sizes = None
-                say(f"warning: layer sizes not read back from the registry: {exc.message}")
-            publish.record(
-                opts.release_index,
-                published,
-                lock_hash=lock.content_hash,
-                manifest=manifest(plan, data),
-                report=report.report,
-                size=result.size,
-                records_dir=opts.release_records,
-                layers=layer_sizes,
-            )
-            result.status = "published"
-            say(f"published {published.immutable}@{published.digest}")
+        for step, stage in STAGES:
+            result.step = step
+            stage(run)
         result.step = "done"
     except ImagekitError as exc:
         result.status = "failed"

@@ -87,23 +87,22 @@ def _beside(fn: Callable[..., T], *args: object) -> Future[T]:
 
 
 def _resolve_routed(
+    tool: resolver.Resolver,
     req: resolution.LockRequest,
     prefs: str | None,
     upgrade: tuple[str, ...],
     upgrade_all: bool,
     abort: Callable[[], bool] | None = None,
 ) -> tuple[resolution.LockRequest, str]:
-    """Resolve; for a routed cell, repeat while torch-closure packages (nvidia-*, triton) came from elsewhere.
-
-    uv applies an index source only to direct dependencies, so each pass names the strays directly.
-    """
+    """Resolve with ``tool``; for a routed cell, repeat while torch-closure packages (nvidia-*, triton) came from
+    elsewhere. uv applies an index source only to direct dependencies, so each pass names the strays directly."""
     if req.routed and prefs:
         req = req.with_routed(
             {e.name for e in lockfile.parse_requirements(prefs) if resolution.is_torch_family(e.name)}
         )
     for _ in range(4):
         try:
-            output = resolver.compile_uv(req, prefs, upgrade, upgrade_all, abort=abort)
+            output = tool.compile(req, prefs, upgrade, upgrade_all, abort=abort)
         except CheckFailed as exc:
             missing = resolution.missing_family_package(req, exc.message)
             if not missing:
@@ -142,7 +141,10 @@ def lock_one(
     matrix: str | None = None,
     upgrade: tuple[str, ...] = (),
     upgrade_all: bool = False,
+    using: resolver.Resolver | None = None,
 ) -> LockResult:
+    """Lock ``cell`` unless its lock is made for its present inputs (or an upgrade is asked for); the resolver is
+    the one ``settings`` names unless ``using`` (a test's fake) is given."""
     path = lock_path(directory, cell)
     req = resolution.request(cell, settings, data)
     try:
@@ -151,24 +153,15 @@ def lock_one(
         return LockResult(cell, "failed", path, error=exc)
     if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
         return LockResult(cell, "up-to-date", path, existing)
-    if settings.resolver == "pip-tools":
-        down = resolver.unreachable_index(req)  # probed once per URL and process, before the resolver runs
-        if down is not None:
-            return LockResult(cell, "failed", path, existing, down)
-        try:
-            lock = resolution.build_lock(req, resolver.compile_pip_tools(req), matrix, data, "pip-tools")
-        except ImagekitError as exc:
-            return LockResult(cell, "failed", path, existing, exc)
-        write_atomic(path, lock.render())
-        return LockResult(cell, "locked", path, lock)
-    # uv starts at once; the index probe (once per URL and process) and `uv --version` run beside it. An index that
-    # does not answer stops uv (which would retry for half a minute) with the probe's one clear error.
+    tool = using or resolver.for_settings(settings)
+    # The resolver starts at once; the index probe (once per URL and process) and its version run beside it. An
+    # index that does not answer stops the resolver (uv would retry for half a minute) with the probe's one error.
     probe = _beside(resolver.unreachable_index, req)
-    version = _beside(resolver.uv_version)
+    version = _beside(tool.version)
     try:
         prefs = None if upgrade_all else _preferences(directory, cell, existing)
         req, output = _resolve_routed(
-            req, prefs, upgrade, upgrade_all, abort=lambda: probe.done() and bool(probe.result())
+            tool, req, prefs, upgrade, upgrade_all, abort=lambda: probe.done() and bool(probe.result())
         )
         lock = resolution.build_lock(req, output, matrix, data, version.result())
     except (ImagekitError, process.Aborted) as exc:

@@ -1,34 +1,35 @@
 """A live pod from a script: run a command, run the image's doctor, copy files with a sha256 compared on both ends.
 
-Over a full SSH server commands use the exec channel and copies use SFTP; over a terminal-only gateway (RunPod's
-proxy) both go through the terminal (effects/ssh.Shell): copies in verified chunks, resumed after a dropped
-connection, never a silently truncated file.
+Everything goes through one :class:`~imagekit.effects.ssh.Transport` per connection: exec and SFTP over a full SSH
+server, the terminal over a terminal-only gateway (RunPod's proxy), where copies travel in verified chunks. What is
+decided here is the same for both: which doctor runs, where a copy lands, a folder as one tar stream, reconnecting
+and resuming after a dropped connection, never a silently truncated file. ``dial`` (default :func:`connect`) is
+how a test passes a fake transport (``tests/fakes.py``).
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import shlex
 import shutil
-import stat
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from imagekit import podwire, untrusted
-from imagekit.effects.ssh import Connection, ConnectionLost
-from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.podwire import CHUNK, Target, q
+from imagekit.effects import ssh
+from imagekit.effects.ssh import Connection, ConnectionLost, Progress, Transport, checked, sha256_file
+from imagekit.errors import CheckFailed as CheckFailed  # raised by the transport; callers catch it from here
+from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.podwire import Target, q
 
 Log = Callable[[str], None]
-Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 RECONNECTS = 5
-CHUNK_TRIES = 3
 DOCTOR = Path(__file__).resolve().parent.parent / "doctor" / "imagekit_doctor.py"
 
 
@@ -60,37 +61,24 @@ class CopyResult:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def connect(target: Target, opts: PodOptions, warn: Log) -> Connection:
-    return Connection(target, key=opts.key, host_keys=opts.host_keys, timeout=opts.connect_timeout, warn=warn)
+Dial = Callable[[Target, PodOptions, Log], AbstractContextManager[Transport]]
 
 
-def _uses_exec(conn: Connection, opts: PodOptions) -> bool:
-    return not opts.force_pty and conn.exec_works
-
-
-def _capture(conn: Connection, opts: PodOptions, command: str, timeout: float = 300.0) -> tuple[int, str]:
-    if _uses_exec(conn, opts):
-        return conn.capture(command, timeout)
-    return conn.shell().capture(command, timeout)
-
-
-def _checked(conn: Connection, opts: PodOptions, command: str, what: str, timeout: float = 300.0) -> str:
-    code, out = _capture(conn, opts, command, timeout)
-    if code != 0:
-        said = untrusted.printable(out.strip()[-2000:], 300)
-        raise EnvironmentFailure(
-            f"{what} failed on the pod (exit {code})" + (f": {said}" if said else ""), "check the path"
-        )
-    return out
+@contextmanager
+def connect(target: Target, opts: PodOptions, warn: Log) -> Iterator[Transport]:
+    """One SSH connection to ``target`` as a :class:`Transport` (exec or terminal, decided here once)."""
+    conn = Connection(target, key=opts.key, host_keys=opts.host_keys, timeout=opts.connect_timeout, warn=warn)
+    with conn:
+        yield ssh.open_transport(conn, opts.force_pty)
 
 
 # ---- exec ------------------------------------------------------------------------------------------------
-def run_command(target: Target, command: str, opts: PodOptions, out: Log, err: Log, warn: Log) -> tuple[int, str]:
-    """Run ``command`` on the pod; (its exit code, the transport used)."""
-    with connect(target, opts, warn) as conn:
-        if _uses_exec(conn, opts):
-            return conn.run(command, opts.timeout, out, err), "exec"
-        return conn.shell().run(command, opts.timeout, out), "pty"
+def run_command(
+    target: Target, command: str, opts: PodOptions, out: Log, err: Log, warn: Log, dial: Dial = connect
+) -> tuple[int, str]:
+    """Run ``command`` on the pod; (its exit code, the transport used: exec | pty)."""
+    with dial(target, opts, warn) as t:
+        return t.run(command, opts.timeout, out, err), t.mode
 
 
 # ---- doctor ----------------------------------------------------------------------------------------------
@@ -102,14 +90,21 @@ _FIND_PYTHON = (
 
 
 def run_doctor(
-    target: Target, args: list[str], expect: Path | None, opts: PodOptions, out: Log, err: Log, log: Log
+    target: Target,
+    args: list[str],
+    expect: Path | None,
+    opts: PodOptions,
+    out: Log,
+    err: Log,
+    log: Log,
+    dial: Dial = connect,
 ) -> tuple[int, str]:
     """The image's own doctor when the pod has it; else the stdlib doctor sent over (checksum verified), run with
     the pod's Python (>= 3.8) and removed afterwards. (exit code, how it ran)."""
-    with connect(target, opts, log) as conn:
-        code, found = _capture(conn, opts, "command -v imagekit-doctor", 30)
+    with dial(target, opts, log) as t:
+        code, found = t.capture("command -v imagekit-doctor", 30)
         own = code == 0 and found.strip().endswith("imagekit-doctor")
-        code, tmp = _capture(conn, opts, "mktemp -d /tmp/imagekit-doctor.XXXXXX", 30)
+        code, tmp = t.capture("mktemp -d /tmp/imagekit-doctor.XXXXXX", 30)
         tmp = tmp.strip().splitlines()[-1] if code == 0 and tmp.strip() else ""
         if not tmp.startswith("/tmp/imagekit-doctor."):
             raise EnvironmentFailure(f"cannot make a temporary directory on {target}", "is /tmp writable there?")
@@ -117,17 +112,17 @@ def run_doctor(
             argv = list(args)
             if expect is not None:
                 remote_expect = f"{tmp}/{expect.name}"
-                _put_file(conn, opts, expect, remote_expect, lambda d, t: None, log)
+                t.put(expect, remote_expect, _quiet, log)
                 argv += ["--expect", remote_expect]
             if own:
                 program, how = "imagekit-doctor", "the image's doctor"
             else:
-                code, python = _capture(conn, opts, _FIND_PYTHON, 30)
+                code, python = t.capture(_FIND_PYTHON, 30)
                 if code != 0:
                     raise EnvironmentFailure(
                         f"{target} has no Python >= 3.8 to run the doctor with", "install python3 on the pod"
                     )
-                _put_file(conn, opts, DOCTOR, f"{tmp}/imagekit_doctor.py", lambda d, t: None, log)
+                t.put(DOCTOR, f"{tmp}/imagekit_doctor.py", _quiet, log)
                 python = python.strip().splitlines()[-1] if python.strip() else ""
                 if not python.startswith("/") or untrusted.printable(python, 4096) != python:
                     raise EnvironmentFailure(
@@ -137,222 +132,24 @@ def run_doctor(
                 program = f"{q(python)} -I {q(tmp + '/imagekit_doctor.py')}"
                 how = f"the stdlib doctor sent over, run with {untrusted.printable(python, 200)}"
             command = f"{program} {shlex.join(argv)}".strip()
-            if _uses_exec(conn, opts):
-                code = conn.run(command, opts.timeout, out, err)
-            else:
-                code = conn.shell().run(command, opts.timeout, out)
-            return code, how
+            return t.run(command, opts.timeout, out, err), how
         finally:
             try:
-                _capture(conn, opts, f"rm -rf {q(tmp)}", 30)
+                t.capture(f"rm -rf {q(tmp)}", 30)
             except EnvironmentFailure:
                 pass
 
 
 # ---- copy ------------------------------------------------------------------------------------------------
-def _sha256_file(path: Path, limit: int | None = None) -> str:
-    h, left = hashlib.sha256(), limit
-    with path.open("rb") as fh:
-        while left is None or left > 0:
-            block = fh.read(1 << 20 if left is None else min(1 << 20, left))
-            if not block:
-                break
-            h.update(block)
-            if left is not None:
-                left -= len(block)
-    return h.hexdigest()
+def _quiet(done: int, total: int) -> None:
+    """No progress shown (the doctor's small files)."""
 
 
-def _remote_sha(conn: Connection, opts: PodOptions, path: str, limit: int | None = None) -> str:
-    source = f"head -c {limit} {q(path)}" if limit is not None else f"cat {q(path)}"
-    out = _checked(conn, opts, f"{source} | sha256sum | cut -c1-64", f"sha256 of {path}", 3600)
-    last = out.strip().splitlines()[-1].lower() if out.strip() else ""
-    return last if len(last) == 64 and all(c in "0123456789abcdef" for c in last) else ""
-
-
-def _put_file(conn: Connection, opts: PodOptions, local: Path, remote: str, progress: Progress, log: Log) -> int:
-    """Upload one file to ``remote`` (through ``remote.imkpart``, renamed only once its sha256 matches); returns
-    the payload bytes sent. Resumes from an earlier partial upload."""
-    total, sha = local.stat().st_size, _sha256_file(local)
-    part = remote + ".imkpart"
-    parent = str(PurePosixPath(remote).parent)
-    sftp = conn.sftp() if _uses_exec(conn, opts) else None
-    if sftp is not None:
-        _checked(conn, opts, f"mkdir -p {q(parent)}", f"mkdir {parent}")
-        try:
-            sftp.put(str(local), part, callback=progress, confirm=True)
-        except (OSError, EOFError) as exc:
-            raise ConnectionLost(f"SFTP upload of {local} failed: {exc}", "run the copy again") from None
-        sent = total
-    else:
-        shell = conn.shell()
-        out = _checked(
-            conn, opts, f"mkdir -p {q(parent)} && {{ wc -c < {q(part)} 2>/dev/null || echo 0; }}", f"mkdir {parent}"
-        )
-        have = int(out.split()[-1]) if out.split() and out.split()[-1].isdigit() else 0
-        start = 0 if have > total else have // CHUNK * CHUNK
-        if start:
-            _checked(conn, opts, f"truncate -s {start} {q(part)}", "resume")
-            if _remote_sha(conn, opts, part) != _sha256_file(local, start):
-                start = 0
-            else:
-                log(f"resuming {remote} at {start:,} of {total:,} bytes")
-        if not start:
-            _checked(conn, opts, f": > {q(part)}", f"create {part}")
-        progress(start, total)
-        sent = 0
-        with local.open("rb") as fh:
-            fh.seek(start)
-            index, done = start // CHUNK, start
-            while done < total:
-                data = fh.read(CHUNK)
-                for _ in range(CHUNK_TRIES):
-                    if shell.upload_chunk(part, data, 600):
-                        break
-                    log(f"chunk {index} of {local} arrived corrupted; sending it again")
-                else:
-                    _capture(conn, opts, f"rm -f {q(part)}", 30)
-                    raise CheckFailed(
-                        f"chunk {index} of {local} arrived corrupted {CHUNK_TRIES} times: nothing was written",
-                        "the terminal alters what is typed into it; check the pod's stty settings",
-                    )
-                done += len(data)
-                sent += len(data)
-                index += 1
-                progress(done, total)
-    got = _remote_sha(conn, opts, part)
-    if got != sha:
-        _capture(conn, opts, f"rm -f {q(part)}", 30)
-        raise CheckFailed(
-            f"{remote}: sha256 on the pod is {got or 'unreadable'}, here {sha}: the copy is corrupt and was removed",
-            "run the copy again",
-        )
-    _checked(conn, opts, f"mv -f {q(part)} {q(remote)}", f"rename {part}")
-    return sent
-
-
-def _open_part(part: Path, keep: bool) -> tuple[int, int]:
-    """Open the partial download ``part`` (created if missing): (fd, bytes already there, 0 unless ``keep``).
-    Never through a link: a symlink, a hardlink or anything but a plain file planted there is refused."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(part, flags, 0o600)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UsageError(
-                f"{part} is a symlink, not a partial download: nothing was written", "remove it, then copy again"
-            ) from None
-        raise EnvironmentFailure(f"cannot write {part}: {exc.strerror}", "check the destination folder") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-        os.close(fd)
-        what = "a hardlink to another file" if stat.S_ISREG(st.st_mode) else "not a plain file"
-        raise UsageError(f"{part} is {what}, not a partial download: nothing was written", "remove it, then copy again")
-    if not keep:
-        os.ftruncate(fd, 0)
-    return fd, st.st_size if keep else 0
-
-
-def _get_file(conn: Connection, opts: PodOptions, remote: str, local: Path, progress: Progress, log: Log) -> int:
-    """Download one file to ``local`` (through ``local.imkpart``); returns the payload bytes received."""
-    out = _checked(conn, opts, f"wc -c < {q(remote)}", f"size of {remote}").split()
-    if not out or not out[-1].isdigit() or len(out[-1]) > 18:
-        raise EnvironmentFailure(f"cannot read the size of {remote} on the pod", "check the path")
-    total = int(out[-1])
-    sha = _remote_sha(conn, opts, remote)
-    local.parent.mkdir(parents=True, exist_ok=True)
-    part = local.with_name(local.name + ".imkpart")
-    sftp = conn.sftp() if _uses_exec(conn, opts) else None
-    received = 0
-    fd, have = _open_part(part, keep=sftp is None)
-    with os.fdopen(fd, "r+b") as fh:
-        if sftp is not None:
-            try:
-                sftp.getfo(remote, fh, callback=progress)
-            except (OSError, EOFError) as exc:
-                raise ConnectionLost(
-                    f"SFTP download of {remote} failed: {untrusted.printable(exc)}", "run the copy again"
-                ) from None
-            received = total
-        else:
-            received = _get_chunks(conn, opts, remote, part, fh, have, total, progress, log)
-    got = _sha256_file(part)
-    if got != sha:
-        part.unlink(missing_ok=True)
-        raise CheckFailed(
-            f"{remote}: sha256 here is {got}, on the pod {sha or 'unreadable'}: the copy is "
-            "corrupt and was removed (did the file change during the copy?)",
-            "run the copy again",
-        )
-    os.replace(part, local)
-    return received
-
-
-def _get_chunks(
-    conn: Connection,
-    opts: PodOptions,
-    remote: str,
-    part: Path,
-    fh,
-    have: int,
-    total: int,
-    progress: Progress,
-    log: Log,
-) -> int:
-    """The terminal path of :func:`_get_file`: verified chunks appended to ``fh``, resumed after the last whole
-    chunk of an earlier try when those bytes still match the pod's (sha256 of the prefix on both ends)."""
-    shell = conn.shell()
-    start = 0 if have > total else have // CHUNK * CHUNK
-    fh.truncate(start)
-    if start:  # what is here already against the same bytes on the pod: a file changed since is read anew
-        fh.seek(0)
-        mine, left = hashlib.sha256(), start
-        while left:
-            block = fh.read(min(1 << 20, left))
-            if not block:
-                break
-            mine.update(block)
-            left -= len(block)
-        if _remote_sha(conn, opts, remote, start) != mine.hexdigest():
-            start = 0
-            fh.truncate(0)
-        else:
-            log(f"resuming {part.with_name(part.name[: -len('.imkpart')])} at {start:,} of {total:,} bytes")
-    progress(start, total)
-    received = 0
-    fh.seek(start)
-    done, index = start, start // CHUNK
-    while done < total:
-        for _ in range(CHUNK_TRIES):
-            command = podwire.chunk_download_command(remote, index)
-            code, text = shell.capture_raw(command, 600, limit=podwire.chunk_text_limit())
-            try:
-                data, digest = podwire.parse_chunk(text)
-            except ValueError:
-                data, digest = b"", "unreadable"
-            if code == 0 and data and len(data) <= CHUNK and hashlib.sha256(data).hexdigest() == digest:
-                break
-            log(f"chunk {index} of {remote} arrived corrupted; reading it again")
-        else:
-            part.unlink(missing_ok=True)
-            raise CheckFailed(
-                f"chunk {index} of {remote} arrived corrupted {CHUNK_TRIES} times: nothing was written",
-                "the terminal alters what the pod prints; check the pod's stty settings",
-            )
-        fh.write(data)
-        done += len(data)
-        received += len(data)
-        index += 1
-        progress(done, total)
-    return received
-
-
-def _kind(conn: Connection, opts: PodOptions, path: str) -> str:
+def _kind(t: Transport, path: str) -> str:
     """``file`` (a regular file), ``dir``, ``other`` (a FIFO, a device, a socket: never copied) or ``none``."""
     p = q(path)
-    out = _checked(
-        conn,
-        opts,
+    out = checked(
+        t,
         f"if [ -d {p} ]; then echo dir; elif [ -f {p} ]; then echo file; elif [ -e {p} ]; then echo other; "
         "else echo none; fi",
         f"look at {path}",
@@ -374,7 +171,7 @@ def _download_target(remote: str, local: Path, force: bool) -> Path:
     return local
 
 
-def copy(src: str, dst: str, opts: PodOptions, progress: Progress, log: Log) -> CopyResult:
+def copy(src: str, dst: str, opts: PodOptions, progress: Progress, log: Log, dial: Dial = connect) -> CopyResult:
     """``imagekit pod cp``: exactly one side is ``TARGET:PATH``. A directory goes as one tar stream."""
     remote_src, remote_dst = podwire.split_remote(src), podwire.split_remote(dst)
     if (remote_src is None) == (remote_dst is None):
@@ -388,25 +185,27 @@ def copy(src: str, dst: str, opts: PodOptions, progress: Progress, log: Log) -> 
         local = Path(src)
         if not local.exists():
             raise UsageError(f"{src}: no such file or directory", "check the local path")
-        result = _retrying(target, opts, log, lambda conn, again: _upload(conn, opts, local, path, progress, log))
+        result = _retrying(target, opts, log, dial, lambda t, again: _upload(t, local, path, progress, log))
     else:
         assert remote_src is not None
         target, path = remote_src
         local = _download_target(path, Path(dst), opts.force)
         result = _retrying(
-            target, opts, log, lambda conn, again: _download(conn, opts, path, local, progress, log, again)
+            target, opts, log, dial, lambda t, again: _download(t, opts, path, local, progress, log, again)
         )
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
 
-def _retrying(target: Target, opts: PodOptions, log: Log, fn: Callable[[Connection, bool], CopyResult]) -> CopyResult:
+def _retrying(
+    target: Target, opts: PodOptions, log: Log, dial: Dial, fn: Callable[[Transport, bool], CopyResult]
+) -> CopyResult:
     """Run a copy; after a dropped connection, reconnect and resume (at most RECONNECTS times)."""
     drops = 0
     while True:
         try:
-            with connect(target, opts, log) as conn:
-                result = fn(conn, drops > 0)
+            with dial(target, opts, log) as t:
+                result = fn(t, drops > 0)
                 result.resumed = drops
                 return result
         except ConnectionLost as exc:
@@ -424,31 +223,30 @@ def _retrying(target: Target, opts: PodOptions, log: Log, fn: Callable[[Connecti
             time.sleep(min(0.2 * 2**drops, 5))
 
 
-def _upload(conn: Connection, opts: PodOptions, local: Path, remote: str, progress: Progress, log: Log) -> CopyResult:
-    mode = "sftp" if _uses_exec(conn, opts) and conn.sftp() is not None else "pty"
+def _upload(t: Transport, local: Path, remote: str, progress: Progress, log: Log) -> CopyResult:
+    mode = t.copy_mode
     if local.is_dir():
         with tempfile.TemporaryDirectory(prefix="imagekit-cp-") as tmp:
             archive, files = _tar(local, Path(tmp) / "tree.tar")
-            staged = f"/tmp/.imk-{_sha256_file(archive)[:20]}.tar"  # the same name again when resuming
-            sent = _put_file(conn, opts, archive, staged, progress, log)
-            _checked(
-                conn,
-                opts,
+            staged = f"/tmp/.imk-{sha256_file(archive)[:20]}.tar"  # the same name again when resuming
+            sent = t.put(archive, staged, progress, log)
+            checked(
+                t,
                 f"mkdir -p {q(remote)} && tar -xf {staged} -C {q(remote)}; c=$?; rm -f {staged}; exit $c",
                 f"unpack into {remote}",
             )
-            return CopyResult("upload", remote, archive.stat().st_size, _sha256_file(archive), mode, sent, files=files)
-    if _kind(conn, opts, remote) == "dir":  # like cp: into the directory
+            return CopyResult("upload", remote, archive.stat().st_size, sha256_file(archive), mode, sent, files=files)
+    if _kind(t, remote) == "dir":  # like cp: into the directory
         remote = f"{remote.rstrip('/')}/{local.name}"
-    sent = _put_file(conn, opts, local, remote, progress, log)
-    return CopyResult("upload", remote, local.stat().st_size, _sha256_file(local), mode, sent)
+    sent = t.put(local, remote, progress, log)
+    return CopyResult("upload", remote, local.stat().st_size, sha256_file(local), mode, sent)
 
 
 def _download(
-    conn: Connection, opts: PodOptions, remote: str, local: Path, progress: Progress, log: Log, resuming: bool
+    t: Transport, opts: PodOptions, remote: str, local: Path, progress: Progress, log: Log, resuming: bool
 ) -> CopyResult:
-    mode = "sftp" if _uses_exec(conn, opts) and conn.sftp() is not None else "pty"
-    kind = _kind(conn, opts, remote)
+    mode = t.copy_mode
+    kind = _kind(t, remote)
     if kind == "none":
         raise UsageError(f"{remote}: no such file or directory on the pod", "check the remote path")
     if kind == "other":
@@ -464,23 +262,23 @@ def _download(
         pack = f"tar -c{'h' if opts.dereference else ''}f {staged} -C {q(remote)} ."
         if resuming:  # the archive made before the connection dropped, so the partial download stays valid
             pack = f"[ -f {staged} ] || {pack}"
-        _checked(conn, opts, pack, f"pack {remote}", 3600)
+        checked(t, pack, f"pack {remote}", 3600)
         archive = local.with_name(local.name + ".imktar")
         try:
-            received = _get_file(conn, opts, staged, archive, progress, log)
+            received = t.get(staged, archive, progress, log)
             files = _untar(archive, local, remote, opts.force)
             return CopyResult(
-                "download", str(local), archive.stat().st_size, _sha256_file(archive), mode, received, files=files
+                "download", str(local), archive.stat().st_size, sha256_file(archive), mode, received, files=files
             )
         finally:
             if archive.is_file() and not archive.is_symlink():
                 archive.unlink()
             try:
-                _capture(conn, opts, f"rm -f {staged}", 30)
+                t.capture(f"rm -f {staged}", 30)
             except EnvironmentFailure:
                 pass
-    received = _get_file(conn, opts, remote, local, progress, log)
-    return CopyResult("download", str(local), local.stat().st_size, _sha256_file(local), mode, received)
+    received = t.get(remote, local, progress, log)
+    return CopyResult("download", str(local), local.stat().st_size, sha256_file(local), mode, received)
 
 
 def _tar(root: Path, archive: Path) -> tuple[Path, int]:
