@@ -175,7 +175,8 @@ DATA = (200, {"Content-Type": "application/json"}, b'{"data": {"saveTemplate": {
 def test_runpod_key_is_not_sent_to_another_origin():
     with serve({"/graphql": DATA}) as other, serve() as api:
         api.routes["/graphql"] = redirect(f"{other.url}/graphql", 307)
-        runpod_api.post({"query": "q"}, "rp_key", f"{api.url}/graphql")
+        with pytest.raises(EnvironmentFailure, match="redirected to another server"):
+            runpod_api.post({"query": "q"}, "rp_key", f"{api.url}/graphql")  # whatever answers there is not RunPod
     assert api.auth_seen() == ["Bearer rp_key"]
     (landed,) = other.seen
     assert "rp_key" not in json.dumps(landed.headers) and json.loads(landed.body) == {"query": "q"}
