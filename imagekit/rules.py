@@ -14,7 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from imagekit.compat import ArchEntry, CompatData
-from imagekit.doctor import imagekit_doctor as doctor
+from imagekit.in_image import imagekit_doctor as doctor
 from imagekit.model import Query, Verdict, Violation
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 

@@ -35,7 +35,7 @@ def _layer(module: str) -> str:
     parts = module.split(".")
     if module == "imagekit.__main__":
         return "entry"
-    if len(parts) > 1 and parts[1] in ("cli", "services", "effects", "doctor", "data"):
+    if len(parts) > 1 and parts[1] in ("cli", "services", "effects", "in_image", "data"):
         return parts[1]
     return "core"
 
@@ -59,7 +59,7 @@ MODULES = _modules()
 
 def test_the_layers_are_where_the_map_says():
     layers = {m: _layer(m) for m in MODULES}
-    assert {"core", "cli", "services", "effects", "doctor"} <= set(layers.values())
+    assert {"core", "cli", "services", "effects", "in_image"} <= set(layers.values())
     assert len(MODULES) > 60  # the walk found the package
 
 
@@ -80,9 +80,9 @@ def test_effects_know_no_use_case_and_use_cases_no_cli(module):
     assert not bad, f"{module} imports {bad}"
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) == "doctor"])
+@pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) == "in_image"])
 def test_in_image_code_imports_nothing_from_imagekit(module):
-    bad = sorted(n for n in _imports(module) if n.split(".")[0] == "imagekit" and not n.startswith("imagekit.doctor"))
+    bad = sorted(n for n in _imports(module) if n.split(".")[0] == "imagekit" and not n.startswith("imagekit.in_image"))
     assert not bad, f"{module} runs in the image with the standard library and its siblings only; it imports {bad}"
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import FIXTURES, ROOT
 
-DOCTOR_DIR = ROOT / "imagekit" / "doctor"
+DOCTOR_DIR = ROOT / "imagekit" / "in_image"
 QUOTED = json.loads((FIXTURES / "gpu" / "torch-warnings.json").read_text())
 
 FAKE_TORCH = r'''

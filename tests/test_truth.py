@@ -92,7 +92,7 @@ def test_cuda_versions_are_exact(bad):
 # ---- one implementation: the doctor in the image and the core on the build host judge alike ------------------
 def test_doctor_and_rules_agree_on_every_arch_entry_and_gpu(data):
     from imagekit import rules
-    from imagekit.doctor import imagekit_doctor as doctor
+    from imagekit.in_image import imagekit_doctor as doctor
 
     gpus = sorted({*data.gpus.values(), "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0", "12.1"})
     judged = 0
@@ -110,7 +110,7 @@ def test_doctor_and_rules_agree_on_every_arch_entry_and_gpu(data):
 
 
 def test_the_highest_cubin_and_three_digit_archs():
-    from imagekit.doctor import imagekit_doctor as doctor
+    from imagekit.in_image import imagekit_doctor as doctor
 
     assert doctor.arch_runs("8.9", ["sm_86", "sm_80", "sm_89"], None) == (True, "cubin sm_89")  # not the last listed
     assert doctor.arch_runs("8.6", ["sm_80", "sm_90"], None) == (True, "cubin sm_80")
@@ -130,7 +130,7 @@ def test_the_highest_cubin_and_three_digit_archs():
 
 def test_torch_family_is_one_definition():
     from imagekit import lockfile, resolution
-    from imagekit.doctor import imagekit_doctor as doctor
+    from imagekit.in_image import imagekit_doctor as doctor
 
     assert lockfile.TORCH_FAMILY is doctor.TORCH_FAMILY and resolution.is_torch_family is doctor.is_torch_family
     assert [doctor.is_torch_family(n) for n in ("torch", "nvidia-cudnn-cu12", "cuda-toolkit", "transformers")] == [

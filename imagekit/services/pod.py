@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from imagekit import podwire, untrusted
+from imagekit import podwire, render, untrusted
 from imagekit.effects.ssh import Connection, ConnectionLost
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.podwire import CHUNK, Target, q
@@ -29,7 +29,8 @@ Log = Callable[[str], None]
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 RECONNECTS = 5
 CHUNK_TRIES = 3
-DOCTOR = Path(__file__).resolve().parent.parent / "doctor" / "imagekit_doctor.py"
+# The stdlib doctor sent to a pod without one: the program and the sibling modules it imports.
+DOCTOR_FILES = ("imagekit_doctor.py",)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def run_doctor(
                     raise EnvironmentFailure(
                         f"{target} has no Python >= 3.8 to run the doctor with", "install python3 on the pod"
                     )
-                _put_file(conn, opts, DOCTOR, f"{tmp}/imagekit_doctor.py", lambda d, t: None, log)
+                for name in DOCTOR_FILES:
+                    _put_file(conn, opts, render.sources().program(name), f"{tmp}/{name}", lambda d, t: None, log)
                 python = python.strip().splitlines()[-1] if python.strip() else ""
                 if not python.startswith("/") or untrusted.printable(python, 4096) != python:
                     raise EnvironmentFailure(

@@ -207,15 +207,15 @@ def manifest_problem(doc):
         return "distributions: expected an object of name: version"
     for name, version in dists.items():
         if not isinstance(version, str) or not version or len(version) > 200:
-            return "distributions.%s: expected a version string, not %s" % (name[:80], type(version).__name__)
+            return f"distributions.{name[:80]}: expected a version string, not {type(version).__name__}"
     for key in ("cell", "python", "torch", "driver", "image"):
         if key in doc and not isinstance(doc[key], dict):
-            return "%s: expected an object" % key
+            return f"{key}: expected an object"
     for key, field, kind in (("python", "executable", str), ("driver", "minimum", str), ("torch", "variant", str),
                              ("torch", "archs", list), ("cell", "id", str)):
         value = (doc.get(key) or {}).get(field)
         if value is not None and not isinstance(value, kind):
-            return "%s.%s: expected a %s" % (key, field, kind.__name__)
+            return f"{key}.{field}: expected a {kind.__name__}"
     if "driver" in doc and not isinstance(doc["driver"].get("minimum"), str):
         return "driver.minimum: expected a driver version string"
     if not all(isinstance(a, str) for a in (doc.get("torch") or {}).get("archs") or []):
@@ -249,7 +249,7 @@ def parse_version(text):
     elif pre is None:
         pre_key = (1, 0, 0)
     else:
-        pre_key = (0,) + pre
+        pre_key = (0, *pre)
     key = (int(m.group(1) or 0), tuple(trimmed), pre_key, (-1, 0) if post is None else (0, post),
            (1, 0) if dev is None else (0, dev))
     return key, release, (m.group(10) or "").lower()
@@ -341,15 +341,15 @@ def describe_interpreter(python):
     # PYTHONPATH that the environment's own runs would: then ask a plain child of the same interpreter
     if sys.flags.isolated and python is None:
         python = sys.executable
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable \
-            and not sys.flags.isolated:
+    if python is None or (os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable \
+            and not sys.flags.isolated):
         ns = {}
         from io import StringIO
 
         buf, old = StringIO(), sys.stdout
         sys.stdout = buf
         try:
-            exec(ENV_DUMP, ns)  # noqa: S102 - our own constant
+            exec(ENV_DUMP, ns)  # our own constant
         finally:
             sys.stdout = old
         return interpreter_shape(load_json(buf.getvalue(), "this interpreter's description"), "this interpreter")
@@ -478,11 +478,12 @@ def check_drift(env, manifest):
     missing = sorted(set(want) - set(have))
     extra = sorted(set(have) - set(want) - VENV_SEEDS)
     different = sorted(n for n in set(want) & set(have) if want[n] != have[n])
-    lines = [f"{n} {have[n]} (pinned {want[n]})" for n in different] + [f"{n} missing (pinned {want[n]})" for n in missing]
+    lines = [f"{n} {have[n]} (pinned {want[n]})" for n in different]
+    lines += [f"{n} missing (pinned {want[n]})" for n in missing]
     evidence = {"different": {n: {"installed": have[n], "pinned": want[n]} for n in different}, "missing": missing,
                 "extra": {n: have[n] for n in extra}}
     if len(lines) > 8:
-        lines = lines[:8] + [f"and {len(lines) - 8} more"]
+        lines = [*lines[:8], f"and {len(lines) - 8} more"]
     if lines:
         torch_drift = [n for n in different + missing if is_torch_family(n)]
         head = "torch-family drift (the GPU stack is not the tested one): " if torch_drift else "drift from the lock: "
@@ -605,8 +606,8 @@ def arch_runs(cc, archs, ptx):
     if how is None:
         return False, None
     if how[0] == "cubin":
-        return True, "cubin sm_%d%d" % how[1]
-    return True, "PTX JIT from %s" % ptx
+        return True, "cubin sm_{}{}".format(*how[1])
+    return True, f"PTX JIT from {ptx}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1121,8 +1122,9 @@ def run_checks(args):
     if expect:
         try:
             manifest = load_expectation(expect)
+            count = len(manifest.get("distributions") or manifest.get("requirements") or ())
             checks.append(result("manifest", "pass", f"expecting {expect}", "",
-                                 {"cell": (manifest.get("cell") or {}).get("id"), "count": len(manifest.get("distributions") or manifest.get("requirements") or ())}))
+                                 {"cell": (manifest.get("cell") or {}).get("id"), "count": count}))
         except (OSError, ValueError) as exc:
             checks.append(result("manifest", "error", f"cannot read {expect}: {exc}", "pass --expect FILE"))
     else:

@@ -57,7 +57,7 @@ def classify(text, torch_cuda):
         from imagekit_doctor import classify_cuda_failure
     except ImportError:
         try:
-            from imagekit.doctor.imagekit_doctor import classify_cuda_failure
+            from imagekit.in_image.imagekit_doctor import classify_cuda_failure
         except ImportError:
             return ("unknown", "CUDA could not be initialised", "run imagekit-doctor for the cause")
     return classify_cuda_failure(text, torch_cuda, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -82,7 +82,7 @@ def run_gpu_checks(require_gpu=False):
             if torch.version.cuda:
                 try:
                     torch.cuda.init()  # is_available() hides why; init() raises torch's own text
-                except Exception as exc:  # noqa: BLE001 - its text is the finding
+                except Exception as exc:  # its text is the finding
                     init_error = repr(exc)
             cause, what, fix = classify(warning_text + " " + init_error, torch.version.cuda)
             evidence.update(cause=cause, init_error=init_error[-1000:],
