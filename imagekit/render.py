@@ -44,6 +44,7 @@ def _dq(value: object) -> str:
 # published image sees; tests/test_core_mutants.py checks that every module of the package is listed).
 IN_IMAGE = {
     "__init__.py": "doctor/__init__.py",
+    "facts.py": "doctor/facts.py",
     "imagekit_doctor.py": "doctor/imagekit_doctor.py",
     "gpu_checks.py": "doctor/gpu_checks.py",
     "selftest.py": "doctor/selftest.py",

@@ -15,15 +15,13 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from gpu_checks import check, run_gpu_checks
-
-VENV_SEEDS = {"pip", "setuptools", "wheel"}
-
-
-def canon(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
+if __package__:  # imported from the host's package, imagekit.in_image
+    from . import facts
+    from .gpu_checks import check, run_gpu_checks
+else:  # the program in the image: its siblings lie beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import facts
+    from gpu_checks import check, run_gpu_checks
 
 
 def image_paths(manifest=None):
@@ -39,16 +37,17 @@ def installed(manifest=None):
     for dist in metadata.distributions(path=image_paths(manifest)):
         name = dist.metadata["Name"]
         if name:
-            out[canon(name)] = dist.version
+            out[facts.canon(name)] = dist.version
     return out
 
 
 def check_distributions(manifest):
-    want = {canon(k): v for k, v in manifest["distributions"].items()}
+    """`dists-match-lock` before publishing: the image is its lock exactly, so anything extra fails too."""
+    want = {facts.canon(k): v for k, v in manifest["distributions"].items()}
     have = installed(manifest)
-    missing = sorted(set(want) - set(have))
-    extra = sorted(set(have) - set(want) - VENV_SEEDS)
-    different = sorted(f"{n} {have[n]} (lock {want[n]})" for n in set(want) & set(have) if have[n] != want[n])
+    drift = facts.lock_drift(want, have)
+    missing, extra = drift["missing"], drift["extra"]
+    different = [f"{n} {have[n]} (lock {want[n]})" for n in drift["different"]]
     ev = {"missing": missing, "extra": extra, "different": different, "count": len(have)}
     if missing or extra or different:
         parts = []

@@ -30,7 +30,7 @@ Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 RECONNECTS = 5
 CHUNK_TRIES = 3
 # The stdlib doctor sent to a pod without one: the program and the sibling modules it imports.
-DOCTOR_FILES = ("imagekit_doctor.py",)
+DOCTOR_FILES = ("imagekit_doctor.py", "facts.py")
 
 
 @dataclass(frozen=True)
