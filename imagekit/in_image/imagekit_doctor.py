@@ -200,13 +200,14 @@ def manifest_problem(doc):
 VERSION = re.compile(
     r"^v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
     r"(?:-(\d+)|[-_.]?(post|rev|r)[-_.]?(\d*))?(?:[-_.]?(dev)[-_.]?(\d*))?(?:\+([a-z0-9]+(?:[-_.][a-z0-9]+)*))?$",
-    re.I,
+    re.I | re.ASCII,  # ASCII: '٣' is not a version (int() would read it)
 )
 PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
 
 
 def parse_version(text):
-    """(sort key, release tuple, local label) or None."""
+    """(sort key, release tuple, local label) or None. The key orders public versions as PEP 440 does; the local
+    label is normalised (`ubuntu-1` and `ubuntu.1` are one label, `01` is `1`)."""
     m = VERSION.match((text or "").strip())
     if not m:
         return None
@@ -225,7 +226,9 @@ def parse_version(text):
         pre_key = (0, *pre)
     key = (int(m.group(1) or 0), tuple(trimmed), pre_key, (-1, 0) if post is None else (0, post),
            (1, 0) if dev is None else (0, dev))
-    return key, release, (m.group(10) or "").lower()
+    local = ".".join(str(int(p)) if p.isdigit() else p for p in re.split(r"[-_.]", m.group(10).lower())) \
+        if m.group(10) else ""
+    return key, release, local
 
 
 def version_satisfies(have, op, want):
@@ -254,13 +257,19 @@ def version_satisfies(have, op, want):
     if op == "<=":
         return hk <= w[0]
     same_release = hk[:2] == w[0][:2]
-    if op == ">":  # PEP 440: >V excludes V's post-releases unless V is one
-        return hk > w[0] and not (same_release and hk[3] != (-1, 0) and w[0][3] == (-1, 0))
-    if op == "<":  # PEP 440: <V excludes V's pre-releases unless V is one
-        return hk < w[0] and not (same_release and hk[2] != (1, 0, 0) and w[0][2] == (1, 0, 0))
+    if op == ">":  # PEP 440: >V excludes V's post-releases (those sharing its pre segment) unless V is one or a dev
+        if not same_release or w[0][3] != (-1, 0) or w[0][4] != (1, 0):
+            return hk > w[0]
+        return hk > w[0] and (hk[2] if hk[2][0] == 0 else None) != (w[0][2] if w[0][2][0] == 0 else None)
+    if op == "<":  # PEP 440: <V is <V.dev0 unless V is a pre-release or a dev release
+        if not same_release or w[0][2][0] == 0 or w[0][4] != (1, 0):
+            return hk < w[0]
+        if w[0][3] == (-1, 0):  # a final V: all of its release below it is its pre-releases
+            return False
+        return hk < w[0] and not (hk[2:4] == w[0][2:4] and hk[4] != (1, 0))  # V.postN.devM is not below V.postN
     if op == "~=":
         prefix = w[1][:-1] if len(w[1]) > 1 else w[1]
-        return hk >= w[0] and h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
+        return hk >= w[0] and hk[0] == w[0][0] and h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
     return False
 
 
