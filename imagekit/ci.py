@@ -10,7 +10,7 @@ import jinja2
 
 from imagekit import validate
 from imagekit.errors import UsageError
-from imagekit.render import template_root
+from imagekit.render import sources
 
 DEFAULT_OUT = ".github/workflows/images.yml"
 DEFAULT_INSTALL = "imagekit"
@@ -60,7 +60,7 @@ def command_line(opts: CiOptions) -> str:
 def _environment() -> jinja2.Environment:
     # [[ ]] and [% %]: the workflow is full of GitHub's own ${{ }} expressions, which stay as written.
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(template_root() / "templates" / "ci")),
+        loader=jinja2.FileSystemLoader(str(sources().root / "templates" / "ci")),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
-from imagekit.doctor.imagekit_doctor import TORCH_FAMILY as TORCH_FAMILY  # the doctor's: one definition
 from imagekit.errors import UsageError
+from imagekit.in_image.facts import TORCH_FAMILY as TORCH_FAMILY  # one definition, shared with the image
 
 TORCH_MARK = "# --- layer: torch ---"
 APP_MARK = "# --- layer: app ---"

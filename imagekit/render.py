@@ -1,8 +1,9 @@
 """BuildPlan -> build-context files (Dockerfile, split requirements, manifest, in-image scripts). Pure: never writes.
 
 Templates live in the repository's ``templates/`` and ``Dockerfile.base`` (shipped in the wheel as
-``imagekit/_templates``). The Jinja environment is strict: an undefined name fails, and the only way a value
-enters a Dockerfile is through a filter that refuses anything that could start a new instruction.
+``imagekit/_templates``); the Python programs that run in the image in the ``imagekit.in_image`` package;
+``sources()`` is the one lookup for both. The Jinja environment is strict: an undefined name fails, and the only
+way a value enters a Dockerfile is through a filter that refuses anything that could start a new instruction.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import io
 import json
 import re
 import tarfile
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -38,17 +40,45 @@ def _dq(value: object) -> str:
     return f'"{text}"'
 
 
-def template_root() -> Path:
-    """Installed wheel: imagekit/_templates; source checkout: the repository root."""
-    packaged = resources.files("imagekit").joinpath("_templates")
-    if packaged.is_dir():
-        return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent
+# The in-image package's programs and where each lies in the image, under /opt/imagekit (the paths a user of a
+# published image sees; tests/test_core_mutants.py checks that every module of the package is listed).
+IN_IMAGE = {
+    "__init__.py": "doctor/__init__.py",
+    "facts.py": "doctor/facts.py",
+    "imagekit_doctor.py": "doctor/imagekit_doctor.py",
+    "gpu_checks.py": "doctor/gpu_checks.py",
+    "selftest.py": "doctor/selftest.py",
+    "podstart.py": "doctor/podstart.py",
+    "install_layer.py": "bin/install-layer",
+}
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where what a build context is made of comes from: ``root`` holds ``templates/`` and ``Dockerfile.base``
+    (rendered or copied verbatim), ``in_image`` the stdlib programs that run in the image."""
+
+    root: Path
+    in_image: Path
+
+    def program(self, name: str) -> Path:
+        """A program of the in-image package by its file name (``imagekit_doctor.py``)."""
+        if name not in IN_IMAGE:
+            raise KeyError(name)
+        return self.in_image / name
+
+
+def sources() -> Sources:
+    """The one lookup. Installed wheel: templates from imagekit/_templates; source checkout: the repository root.
+    The in-image programs are a package of imagekit in both."""
+    package = Path(str(resources.files("imagekit")))
+    packaged = package / "_templates"
+    return Sources(packaged if packaged.is_dir() else package.parent, package / "in_image")
 
 
 @cache
 def environment() -> jinja2.Environment:
-    root = template_root()
+    root = sources().root
     templates = root / "templates"
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(templates), str(root)]),
@@ -102,17 +132,17 @@ def layer_file(layer: layers.Layer) -> str:
 
 
 def _context_files() -> dict[str, tuple[bytes, int]]:
-    """Scripts that run inside the image, shipped as real files: bin/ from templates, doctor/ from the package."""
-    root = template_root() / "templates" / "context"
+    """What runs inside the image, shipped as real files: the shell scripts and settings of templates/context, the
+    programs of the in-image package (bin/ executable)."""
+    where = sources()
+    root = where.root / "templates" / "context"
     out = {}
     for path in sorted(root.rglob("*")):
         if path.is_file():
             rel = path.relative_to(root).as_posix()
             out[f"{APP_FILES}/{rel}"] = (path.read_bytes(), EXECUTABLE if rel.startswith("bin/") else 0o644)
-    doctor = resources.files("imagekit").joinpath("doctor")
-    for entry in sorted(doctor.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".py"):
-            out[f"{APP_FILES}/doctor/{entry.name}"] = (entry.read_bytes(), 0o644)
+    for name, rel in sorted(IN_IMAGE.items(), key=lambda item: item[1]):
+        out[f"{APP_FILES}/{rel}"] = (where.program(name).read_bytes(), EXECUTABLE if rel.startswith("bin/") else 0o644)
     for script in BASE_STAGE_SCRIPTS:
         out[f"{ROOTFS}/base/{IMAGEKIT_DIR}/bin/{script}"] = out[f"{APP_FILES}/bin/{script}"]
     return out

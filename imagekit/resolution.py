@@ -14,8 +14,8 @@ from packaging.version import Version
 
 from imagekit import __version__, validate
 from imagekit.compat import CompatData
-from imagekit.doctor.imagekit_doctor import is_torch_family as is_torch_family  # one definition
 from imagekit.errors import CheckFailed
+from imagekit.in_image.facts import is_torch_family as is_torch_family  # one definition, shared with the image
 from imagekit.lockfile import TORCH_FAMILY, Lock, LockEntry, split, torch_closure
 from imagekit.metadata import image_marker_env
 from imagekit.model import Cell

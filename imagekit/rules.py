@@ -14,7 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from imagekit.compat import ArchEntry, CompatData
-from imagekit.doctor import imagekit_doctor as doctor
+from imagekit.in_image import facts
 from imagekit.model import Query, Verdict, Violation
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
@@ -49,9 +49,8 @@ def driver_floor(data: CompatData, cuda: str) -> DriverFloor:
 
 def how_arch_runs(entry: ArchEntry, target: str) -> str | None:
     """ "cubin sm_80" when a same-major cubin not newer than the GPU exists, "ptx" when only PTX JIT can run it
-    (the doctor's own rule, shared so the build host and the pod judge a GPU alike)."""
-    cubins = [k for k in (doctor.arch_key(a) for a in entry.archs) if k is not None]
-    how = doctor.best_kernel(arch_key(target), cubins, doctor.arch_key(entry.ptx) if entry.ptx else None)
+    (facts.best_kernel: one rule, so the build host and the pod judge a GPU alike)."""
+    how = facts.best_kernel(arch_key(target), entry.archs, entry.ptx)
     if how is None:
         return None
     return f"cubin sm_{how[1][0]}{how[1][1]}" if how[0] == "cubin" else "ptx"

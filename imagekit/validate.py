@@ -14,13 +14,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import UsageError
+from imagekit.in_image import facts
 from imagekit.redact import redact
 
 _CUDA = re.compile(r"\d{1,2}\.\d{1,2}", re.ASCII)
 _PYTHON = re.compile(r"3\.\d{1,2}", re.ASCII)
 _DRIVER = re.compile(r"\d{2,4}(\.\d{1,4}){1,2}", re.ASCII)
-_SM = re.compile(r"sm_(\d{1,2})(\d)([af]?)", re.ASCII)
-_CC = re.compile(r"(\d{1,2})\.(\d)([af]?)", re.ASCII)
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
 _SAFE_TEXT = re.compile(r"[\x20-\x7e]*", re.ASCII)
 
@@ -110,21 +109,19 @@ def arch(value: object, gpus: dict[str, str] | None = None) -> str:
         by_name = {k.lower(): v for k, v in gpus.items()}
         if value.lower() in by_name:
             value = by_name[value.lower()]
-    m = _SM.fullmatch(value) or _CC.fullmatch(value)
-    if m is None and re.fullmatch(r"\d{2,3}", value, re.ASCII):
-        m = _SM.fullmatch(f"sm_{value}")
-    if m is None:
+    parsed = None if value.startswith("compute_") else facts.parse_arch(value)  # a GPU, not PTX
+    if parsed is None or value != value.strip():
         known = f"; known GPU names: {', '.join(sorted(gpus))}" if gpus else ""
         raise _bad("GPU architecture", value, f"a compute capability such as 'sm_90' or '9.0'{known}")
-    return f"sm_{int(m[1])}{m[2]}{m[3]}"
+    return "sm_{}{}{}".format(*parsed)
 
 
 def arch_key(value: str) -> tuple[int, int]:
     """``sm_120`` -> (12, 0); ``sm_90a`` -> (9, 0)."""
-    m = _SM.fullmatch(value)
-    if m is None:
+    key = facts.arch_key(value) if value.startswith("sm_") and value == value.strip() else None
+    if key is None:
         raise _bad("GPU architecture", value, "'sm_XY'")
-    return int(m[1]), int(m[2])
+    return key
 
 
 def cc_to_sm(cc: str) -> str:

@@ -1,6 +1,7 @@
 """The code's shape, enforced: every module imports on its own (no hidden order, no side effect it relies on); the
 pure core touches no process, socket, network or effect; effects know no use case; use cases know no CLI; the
-in-image code (`doctor/`) imports nothing from imagekit, because it runs in the image with the standard library."""
+in-image code (`in_image/`) imports nothing from the host side, because it runs in the image with the standard
+library and its siblings; the host imports of it only the shared facts module (`in_image/facts.py`)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _layer(module: str) -> str:
     parts = module.split(".")
     if module == "imagekit.__main__":
         return "entry"
-    if len(parts) > 1 and parts[1] in ("cli", "services", "effects", "doctor", "data"):
+    if len(parts) > 1 and parts[1] in ("cli", "services", "effects", "in_image", "data"):
         return parts[1]
     return "core"
 
@@ -59,7 +60,7 @@ MODULES = _modules()
 
 def test_the_layers_are_where_the_map_says():
     layers = {m: _layer(m) for m in MODULES}
-    assert {"core", "cli", "services", "effects", "doctor"} <= set(layers.values())
+    assert {"core", "cli", "services", "effects", "in_image"} <= set(layers.values())
     assert len(MODULES) > 60  # the walk found the package
 
 
@@ -80,10 +81,83 @@ def test_effects_know_no_use_case_and_use_cases_no_cli(module):
     assert not bad, f"{module} imports {bad}"
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) == "doctor"])
-def test_in_image_code_imports_nothing_from_imagekit(module):
-    bad = sorted(n for n in _imports(module) if n.split(".")[0] == "imagekit" and not n.startswith("imagekit.doctor"))
+IN_IMAGE = PACKAGE / "in_image"
+SIBLINGS = {p.stem for p in IN_IMAGE.glob("*.py")} - {"__init__"}
+# What the in-image checks exist to probe: the image's own environment, imported inside the checks that need it.
+UNDER_TEST = {"torch", "numpy", "transformers", "importlib_metadata"}
+AFTER_PY38 = {"graphlib", "zoneinfo", "tomllib"}  # in this interpreter's standard library, not in 3.8's
+SHARED_FACTS = "imagekit.in_image.facts"
+# The one host module that runs an in-image program in-process: `imagekit doctor` is the image's doctor on any host.
+RUNS_THE_DOCTOR = {"imagekit.cli.doctor_cmd": {"imagekit.in_image.imagekit_doctor"}}
+
+
+def _in_image_imports(path: Path) -> set[str]:
+    """Every import of an in-image module: top-level names, and ``.name`` for a relative one."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            found |= {f".{node.module}"} if node.module else {f".{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) == "in_image"])
+def test_in_image_code_imports_the_standard_library_and_its_siblings_only(module):
+    """It runs in the image under any Python >= 3.8, where imagekit is not installed: no `imagekit.*` import, only
+    the 3.8 standard library, its sibling modules (beside it in /opt/imagekit/doctor/) and what its checks probe."""
+    path = ROOT / Path(*module.split(".")).with_suffix(".py")
+    if path.name == "__init__.py" or not path.exists():
+        path = ROOT / Path(*module.split(".")) / "__init__.py"
+    bad = []
+    for name in sorted(_in_image_imports(path)):
+        top = name.lstrip(".").split(".")[0]
+        sibling = name.startswith(".") or top in SIBLINGS
+        stdlib = top in sys.stdlib_module_names and top not in AFTER_PY38
+        if not (sibling or stdlib or top in UNDER_TEST) or top == "imagekit":
+            bad.append(name)
     assert not bad, f"{module} runs in the image with the standard library and its siblings only; it imports {bad}"
+
+
+def test_the_facts_module_imports_nothing_but_the_standard_library():
+    """The one in-image module the core imports: no sibling, so the core never pulls in a program."""
+    names = _in_image_imports(IN_IMAGE / "facts.py")
+    assert names and all(n.split(".")[0] in sys.stdlib_module_names for n in names), names
+
+
+def _from_in_image(module: str) -> set[str]:
+    """The in-image modules ``module`` imports, by full name (``from imagekit.in_image import facts`` included)."""
+    rel = Path(*module.split("."))
+    path = ROOT / rel.with_suffix(".py") if (ROOT / rel.with_suffix(".py")).exists() else ROOT / rel / "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("imagekit.in_image")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "imagekit.in_image":
+                found |= {f"imagekit.in_image.{a.name}" for a in node.names}
+            elif node.module.startswith("imagekit.in_image"):
+                found.add(node.module)
+            elif node.module == "imagekit" and any(a.name == "in_image" for a in node.names):
+                found.add("imagekit.in_image")
+    return found
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) not in ("in_image", "entry")])
+def test_the_host_imports_the_shared_facts_not_the_in_image_programs(module):
+    """The core depends on facts, not on a program: of the in-image package the host imports `facts` only (the
+    `imagekit doctor` command, which runs the doctor in-process, excepted)."""
+    allowed = {SHARED_FACTS} | RUNS_THE_DOCTOR.get(module, set())
+    bad = sorted(_from_in_image(module) - allowed)
+    assert not bad, f"{module} imports {bad}: put what the host and the image share in {SHARED_FACTS}"
+
+
+def test_the_core_imports_the_facts_module():
+    """The rules, the lock format and the resolution check judge by the same facts as the doctor in the image."""
+    for module in ("imagekit.rules", "imagekit.lockfile", "imagekit.resolution", "imagekit.validate"):
+        assert _from_in_image(module) == {SHARED_FACTS}, module
 
 
 def test_every_module_imports_on_its_own():

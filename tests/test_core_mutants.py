@@ -146,18 +146,29 @@ def test_only_the_in_image_scripts_are_executable(data):
     files = _files(data)
     executable = {rel for rel, (_, mode) in files.items() if mode == 0o755}
     scripts = {f"{render.APP_FILES}/bin/{p.name}" for p in (ROOT / "templates" / "context" / "bin").iterdir()}
+    scripts.add(f"{render.APP_FILES}/bin/install-layer")  # the in-image package's one program on PATH's side
     base = {f"rootfs/base/opt/imagekit/bin/{name}" for name in ("finalize-layer", "install-layer")}
     assert executable == scripts | base
     assert {mode for _, mode in files.values()} == {0o644, 0o755}
 
 
-def test_the_context_ships_the_doctor_package_byte_for_byte(data):
+def test_the_context_ships_the_in_image_package_byte_for_byte_at_the_image_paths(data):
+    """Every module of imagekit/in_image is in the image, at the path images have always had it (the doctor under
+    /opt/imagekit/doctor/, install-layer under /opt/imagekit/bin/), with the package's bytes."""
     files = _files(data)
-    doctor = ROOT / "imagekit" / "doctor"
+    package = ROOT / "imagekit" / "in_image"
     app = render.APP_FILES
+    assert set(render.IN_IMAGE) == {p.name for p in package.glob("*.py")}  # no program left out of the image
+    for name, rel in render.IN_IMAGE.items():
+        assert files[f"{app}/{rel}"][0] == (package / name).read_bytes(), name
     shipped = {rel for rel in files if rel.startswith(f"{app}/doctor/")}
-    assert shipped == {f"{app}/doctor/{p.name}" for p in doctor.glob("*.py")}
-    assert files[f"{app}/doctor/imagekit_doctor.py"][0] == (doctor / "imagekit_doctor.py").read_bytes()
+    assert shipped == {f"{app}/{rel}" for rel in render.IN_IMAGE.values() if rel.startswith("doctor/")}
+    assert render.IN_IMAGE["imagekit_doctor.py"] == "doctor/imagekit_doctor.py"
+    assert render.IN_IMAGE["podstart.py"] == "doctor/podstart.py"  # templates/context/bin/entrypoint runs it there
+    assert render.IN_IMAGE["selftest.py"] == "doctor/selftest.py"
+    assert render.IN_IMAGE["install_layer.py"] == "bin/install-layer"  # Dockerfile.j2 runs it there
+    assert files[f"{app}/bin/install-layer"][0].startswith(b"#!/opt/venv/bin/python\n")
+    assert files["rootfs/base/opt/imagekit/bin/install-layer"] == files[f"{app}/bin/install-layer"]
     assert files[f"{app}/etc/sshd_config"][0] == (ROOT / "templates" / "context" / "etc" / "sshd_config").read_bytes()
 
 
@@ -226,17 +237,20 @@ def test_an_installed_wheel_renders_from_its_packaged_templates(tmp_path):
         copy = shutil.copytree if (ROOT / src).is_dir() else shutil.copy
         copy(ROOT / src, site / dest)
     code = (
-        "from imagekit import render; print(render.template_root()); "
-        "print(render.environment().get_template('Dockerfile.j2').filename)"
+        "from imagekit import render; print(render.sources().root); "
+        "print(render.environment().get_template('Dockerfile.j2').filename); "
+        "print(render.sources().program('imagekit_doctor.py')); print(len(render._context_files()))"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     res = subprocess.run(  # -P: the checkout (cwd) is not on sys.path, only the wheel's layout
         [sys.executable, "-P", "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 0, res.stderr
-    root, template = res.stdout.splitlines()
+    root, template, doctor, count = res.stdout.splitlines()
     assert root == str(site / "imagekit" / "_templates")
     assert template == str(site / "imagekit" / "_templates" / "templates" / "Dockerfile.j2")
+    assert doctor == str(site / "imagekit" / "in_image" / "imagekit_doctor.py")  # the wheel's package, not a checkout
+    assert int(count) == len(render._context_files())  # the same context as from the checkout
 
 
 # ---- naming: tags and references --------------------------------------------------------------------------

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.doctor import imagekit_doctor as doc
+from imagekit.in_image import imagekit_doctor as doc
 from tests.conftest import FIXTURES, ROOT
 from tests.wheelfactory import build_wheel
 
-DOCTOR = ROOT / "imagekit" / "doctor" / "imagekit_doctor.py"
+DOCTOR = ROOT / "imagekit" / "in_image" / "imagekit_doctor.py"
 GPU = FIXTURES / "gpu"
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.doctor import imagekit_doctor as doc
 from imagekit.effects.resolver import uv_binary
+from imagekit.in_image import imagekit_doctor as doc
 from tests.test_doctor import DOCTOR, by_id, make_venv, run_doctor
 
 

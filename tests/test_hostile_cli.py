@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from imagekit.cli import build_app
-from imagekit.doctor import imagekit_doctor
+from imagekit.in_image import imagekit_doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 CELL = "cu121-torch2.1.2-py3.11-tf4.48.2"

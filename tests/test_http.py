@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from imagekit.doctor import imagekit_doctor as doc
 from imagekit.effects import http as client
 from imagekit.effects import registry, remote_zip, runpod_api
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.in_image import imagekit_doctor as doc
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.services import fetch
 from tests.hostile_http import Answer, Route, Seen, Server, basic, redirect, serve

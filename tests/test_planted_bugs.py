@@ -21,9 +21,9 @@ import pytest
 
 from imagekit import lockfile, matrix, naming, render, resolution, rules, runpod
 from imagekit.buildplan import BuildPlan, bootstrap_base, manifest
-from imagekit.doctor import imagekit_doctor as doc
 from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed
+from imagekit.in_image import imagekit_doctor as doc
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.model import Cell, Query
 from imagekit.services import publish, release
@@ -31,8 +31,8 @@ from tests.conftest import FIXTURES, ROOT
 from tests.fakes import RecordingRegistry
 from tests.test_verify_truth import CU118, PYPI, ROOT_VIA, TORCH_118, uv_output
 
-PODSTART = ROOT / "imagekit" / "doctor" / "podstart.py"
-DOCTOR = ROOT / "imagekit" / "doctor" / "imagekit_doctor.py"
+PODSTART = ROOT / "imagekit" / "in_image" / "podstart.py"
+DOCTOR = ROOT / "imagekit" / "in_image" / "imagekit_doctor.py"
 GPU = FIXTURES / "gpu"
 
 

@@ -393,8 +393,8 @@ def test_the_doctor_sent_to_any_pod_parses_as_python_3_8():
     """`pod doctor` runs the stdlib doctor with the pod's own Python (>= 3.8, e.g. runpod/pytorch's 3.10)."""
     import ast
 
-    for name in ("imagekit_doctor.py", "gpu_checks.py", "podstart.py"):
-        source = (ROOT / "imagekit" / "doctor" / name).read_text()
+    for path in sorted((ROOT / "imagekit" / "in_image").glob("*.py")):
+        name, source = path.name, path.read_text()
         ast.parse(source, feature_version=(3, 8))  # no match statements, parenthesized context managers, ...
         after_38 = r"\.remove(?:prefix|suffix)\(|functools\.cache\b|is_relative_to\(|, strict=True|\bzoneinfo\b"
         newer = re.findall(after_38, source)

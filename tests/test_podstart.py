@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from imagekit.doctor import podstart
+from imagekit.in_image import podstart
 from tests.conftest import ROOT
 
-PODSTART = ROOT / "imagekit" / "doctor" / "podstart.py"
+PODSTART = ROOT / "imagekit" / "in_image" / "podstart.py"
 PROFILE = ROOT / "templates" / "context" / "etc" / "profile.sh"
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHQnkEdIvQk0m3f1H0QfZ6G7m0U0b1m3aB8b3lJ4k9Zp user@laptop"
 

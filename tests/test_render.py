@@ -146,7 +146,7 @@ def test_dockerfile_contract(app, runner, tmp_path, in_tmp):
     instructions = [line.split(" ", 1)[0] for line in text.splitlines() if re.match(r"[A-Z]+ ", line)]
     # the runtime config comes after the last RUN: no RUN sees it, so both builders give RUNs the same environment
     assert instructions[-5:] == ["ENV", "WORKDIR", "ENTRYPOINT", "CMD", "LABEL"] and "ENV" not in instructions[:-5]
-    installer = (ROOT / "templates" / "context" / "bin" / "install-layer").read_text()
+    installer = (ROOT / "imagekit" / "in_image" / "install_layer.py").read_text()
     for flag in ("--no-index", "--require-hashes", "--no-deps", "--no-cache", "--no-config"):
         assert f'"{flag}"' in installer
     assert "finalize-layer" in text and "ln -s /opt/imagekit/manifest.json /etc/imagekit/manifest.json" in text
@@ -243,6 +243,7 @@ def test_templates_ship_in_the_wheel(tmp_path):
     assert "imagekit/_templates/Dockerfile.base" in names
     assert "imagekit/_templates/templates/Dockerfile.j2" in names
     assert "imagekit/_templates/templates/context/bin/entrypoint" in names
+    assert {"imagekit/in_image/imagekit_doctor.py", "imagekit/in_image/install_layer.py"} <= names
     assert "imagekit/data/compat.toml" in names and "imagekit/data/pypi-metadata.json" in names
 
 

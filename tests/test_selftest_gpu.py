@@ -1,4 +1,4 @@
-"""The self-test's GPU checks (imagekit/doctor/gpu_checks.py, run by selftest.py) in real child processes.
+"""The self-test's GPU checks (imagekit/in_image/gpu_checks.py, run by selftest.py) in real child processes.
 
 torch and nvidia-smi are the outer boundary here: a fake `nvidia-smi` on PATH and a small pure-Python `torch` on
 PYTHONPATH stand in for the driver and the CUDA build, configured per test through environment variables. The
@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import FIXTURES, ROOT
 
-DOCTOR_DIR = ROOT / "imagekit" / "doctor"
+DOCTOR_DIR = ROOT / "imagekit" / "in_image"
 QUOTED = json.loads((FIXTURES / "gpu" / "torch-warnings.json").read_text())
 
 FAKE_TORCH = r'''

@@ -92,7 +92,7 @@ def test_cuda_versions_are_exact(bad):
 # ---- one implementation: the doctor in the image and the core on the build host judge alike ------------------
 def test_doctor_and_rules_agree_on_every_arch_entry_and_gpu(data):
     from imagekit import rules
-    from imagekit.doctor import imagekit_doctor as doctor
+    from imagekit.in_image import imagekit_doctor as doctor
 
     gpus = sorted({*data.gpus.values(), "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0", "12.1"})
     judged = 0
@@ -110,14 +110,15 @@ def test_doctor_and_rules_agree_on_every_arch_entry_and_gpu(data):
 
 
 def test_the_highest_cubin_and_three_digit_archs():
-    from imagekit.doctor import imagekit_doctor as doctor
+    from imagekit.in_image import facts
+    from imagekit.in_image import imagekit_doctor as doctor
 
     assert doctor.arch_runs("8.9", ["sm_86", "sm_80", "sm_89"], None) == (True, "cubin sm_89")  # not the last listed
     assert doctor.arch_runs("8.6", ["sm_80", "sm_90"], None) == (True, "cubin sm_80")
     assert doctor.arch_runs("10.0", ["sm_90"], "sm_100") == (True, "PTX JIT from sm_100")  # sm_100 is 10.0, not 1.0
     assert doctor.arch_runs("9.0", ["sm_80"], "sm_100") == (False, None)
     assert doctor.arch_runs("12.0", ["sm_90", "sm_100", "sm_120"], None) == (True, "cubin sm_120")
-    assert [doctor.arch_key(t) for t in ("sm_90a", "9.0", "90", "sm_100", "x", "", None)] == [
+    assert [facts.arch_key(t) for t in ("sm_90a", "9.0", "90", "sm_100", "x", "", None)] == [
         (9, 0),
         (9, 0),
         (9, 0),
@@ -130,10 +131,10 @@ def test_the_highest_cubin_and_three_digit_archs():
 
 def test_torch_family_is_one_definition():
     from imagekit import lockfile, resolution
-    from imagekit.doctor import imagekit_doctor as doctor
+    from imagekit.in_image import facts
 
-    assert lockfile.TORCH_FAMILY is doctor.TORCH_FAMILY and resolution.is_torch_family is doctor.is_torch_family
-    assert [doctor.is_torch_family(n) for n in ("torch", "nvidia-cudnn-cu12", "cuda-toolkit", "transformers")] == [
+    assert lockfile.TORCH_FAMILY is facts.TORCH_FAMILY and resolution.is_torch_family is facts.is_torch_family
+    assert [facts.is_torch_family(n) for n in ("torch", "nvidia-cudnn-cu12", "cuda-toolkit", "transformers")] == [
         True,
         True,
         True,

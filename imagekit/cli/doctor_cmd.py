@@ -12,8 +12,8 @@ from pathlib import Path
 import typer
 
 from imagekit import validate
-from imagekit.doctor import imagekit_doctor
 from imagekit.errors import ImagekitError
+from imagekit.in_image import imagekit_doctor
 
 HELP = (
     "Report drift from the pinned manifest and block launches that would fail or silently train on the CPU. "

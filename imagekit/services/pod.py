@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from imagekit import podwire, untrusted
+from imagekit import podwire, render, untrusted
 from imagekit.effects import ssh
 from imagekit.effects.ssh import Connection, ConnectionLost, Progress, Transport, checked, sha256_file
 from imagekit.errors import CheckFailed as CheckFailed  # raised by the transport; callers catch it from here
@@ -30,7 +30,8 @@ from imagekit.podwire import Target, q
 
 Log = Callable[[str], None]
 RECONNECTS = 5
-DOCTOR = Path(__file__).resolve().parent.parent / "doctor" / "imagekit_doctor.py"
+# The stdlib doctor sent to a pod without one: the program and the sibling modules it imports.
+DOCTOR_FILES = ("imagekit_doctor.py", "facts.py")
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def run_doctor(
                     raise EnvironmentFailure(
                         f"{target} has no Python >= 3.8 to run the doctor with", "install python3 on the pod"
                     )
-                t.put(DOCTOR, f"{tmp}/imagekit_doctor.py", _quiet, log)
+                for name in DOCTOR_FILES:
+                    t.put(render.sources().program(name), f"{tmp}/{name}", _quiet, log)
                 python = python.strip().splitlines()[-1] if python.strip() else ""
                 if not python.startswith("/") or untrusted.printable(python, 4096) != python:
                     raise EnvironmentFailure(

@@ -6,6 +6,7 @@ import json
 import time
 from dataclasses import dataclass
 
+from imagekit import render
 from imagekit.errors import CheckFailed
 from imagekit.services.ports import ContainerEngine
 from imagekit.services.progress import NullProgress, Progress, activity
@@ -44,7 +45,7 @@ def run(
     progress: Progress | None = None,
     cell: str = "",
 ) -> SelfTestReport:
-    argv = ["/opt/imagekit/doctor/selftest.py"] + (["--require-gpu"] if require_gpu else [])
+    argv = [f"/{render.IMAGEKIT_DIR}/{render.IN_IMAGE['selftest.py']}"] + (["--require-gpu"] if require_gpu else [])
     progress = progress or NullProgress()
     start = time.monotonic()
     with activity(progress, cell, "self-test", total=None) as act:

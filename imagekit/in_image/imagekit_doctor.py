@@ -1,6 +1,7 @@
 """imagekit doctor: prove the environment is the pinned one, and block a launch when it is not.
 
-Standard library only (this file runs as-is inside every image, under any Python >= 3.8), no network except the
+Standard library only (this file and its sibling facts.py run as they are inside every image, under any Python
+>= 3.8), no network except the
 --deep tier, no telemetry. Tiers: quick (no torch import, no CUDA context), start (quick, plus the torch CUDA probe
 whenever a GPU is expected: the image's start check), standard (the probe always, in a child process with a
 timeout), deep (adds Hugging Face access checks).
@@ -24,8 +25,15 @@ import tempfile
 import time
 import urllib.parse
 
+if __package__:  # imported from the host's package, imagekit.in_image
+    from . import facts
+else:  # a program in the image, or sent to a pod: its sibling facts.py lies beside it
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    if _HERE not in sys.path:
+        sys.path.insert(0, _HERE)
+    import facts
+
 DEFAULT_MANIFEST = "/etc/imagekit/manifest.json"
-VENV_SEEDS = {"pip", "setuptools", "wheel"}
 EPHEMERAL_FS = {"overlay", "tmpfs", "aufs", "fuse-overlayfs", "ramfs", "squashfs"}
 TIERS = ("quick", "start", "standard", "deep")
 
@@ -59,41 +67,6 @@ PROVIDERS = [
 ]
 
 
-def canon(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-# Shared with the core (imagekit.lockfile / resolution / rules import these): one definition of which packages are
-# the GPU stack and of which compiled architecture runs on a GPU, in the image and on the build host alike.
-TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
-SM = re.compile(r"(?:sm_)?(\d{1,2}?)(\d)[af]?$|(\d{1,2})\.(\d)$")
-
-
-def is_torch_family(name):
-    """Torch, its companions, and the CUDA libraries it pulls in (nvidia-*, cuda-*): the GPU stack."""
-    return name in TORCH_FAMILY or name.startswith(("nvidia-", "cuda-"))
-
-
-def arch_key(text):
-    """(major, minor) of a compute capability written 'sm_90', 'sm_90a', 'sm_100', '90' or '9.0'; None if not one."""
-    m = SM.match(str(text or "").strip())
-    if not m:
-        return None
-    return (int(m.group(1)), int(m.group(2))) if m.group(1) is not None else (int(m.group(3)), int(m.group(4)))
-
-
-def best_kernel(target, cubins, ptx):
-    """How code compiled for ``cubins`` (+ PTX ``ptx``) runs on a GPU of compute capability ``target`` (all
-    (major, minor)): ("cubin", the highest same-major cubin not newer than the GPU), ("ptx", ptx) when only the
-    driver's PTX JIT can run it, or None ('no kernel image is available')."""
-    same_major = [c for c in cubins if c[0] == target[0] and c[1] <= target[1]]
-    if same_major:
-        return "cubin", max(same_major)
-    if ptx is not None and ptx <= target:
-        return "ptx", ptx
-    return None
-
-
 def result(cid, status, message, fix="", evidence=None):
     return {"id": cid, "status": status, "message": message, "fix": fix, "evidence": evidence or {}}
 
@@ -116,7 +89,7 @@ def parse_requirements(text, path="<requirements>"):
             continue
         if "@" in line.split(";")[0] or "://" in line or line.startswith((".", "/")):
             name = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)", line)
-            out.append((canon(name.group(1)) if name else line, "@direct-reference", None, ""))
+            out.append((facts.canon(name.group(1)) if name else line, "@direct-reference", None, ""))
             continue
         m = REQUIREMENT.match(line)
         if not m:
@@ -129,7 +102,7 @@ def parse_requirements(text, path="<requirements>"):
                     c.group(1) != "===" and parse_version(c.group(2)[:-2] if wildcard else c.group(2)) is None):
                 raise ValueError(f"{path}: line {number}: cannot read the version specifier {part.strip()!r}")
             clauses.append((c.group(1), c.group(2)))
-        out.append((canon(m.group(1)), m.group(2).replace(" ", ""), clauses, (m.group(3) or "")[1:].strip()))
+        out.append((facts.canon(m.group(1)), m.group(2).replace(" ", ""), clauses, (m.group(3) or "")[1:].strip()))
     return out
 
 
@@ -207,15 +180,15 @@ def manifest_problem(doc):
         return "distributions: expected an object of name: version"
     for name, version in dists.items():
         if not isinstance(version, str) or not version or len(version) > 200:
-            return "distributions.%s: expected a version string, not %s" % (name[:80], type(version).__name__)
+            return f"distributions.{name[:80]}: expected a version string, not {type(version).__name__}"
     for key in ("cell", "python", "torch", "driver", "image"):
         if key in doc and not isinstance(doc[key], dict):
-            return "%s: expected an object" % key
+            return f"{key}: expected an object"
     for key, field, kind in (("python", "executable", str), ("driver", "minimum", str), ("torch", "variant", str),
                              ("torch", "archs", list), ("cell", "id", str)):
         value = (doc.get(key) or {}).get(field)
         if value is not None and not isinstance(value, kind):
-            return "%s.%s: expected a %s" % (key, field, kind.__name__)
+            return f"{key}.{field}: expected a {kind.__name__}"
     if "driver" in doc and not isinstance(doc["driver"].get("minimum"), str):
         return "driver.minimum: expected a driver version string"
     if not all(isinstance(a, str) for a in (doc.get("torch") or {}).get("archs") or []):
@@ -227,13 +200,14 @@ def manifest_problem(doc):
 VERSION = re.compile(
     r"^v?(?:(\d+)!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
     r"(?:-(\d+)|[-_.]?(post|rev|r)[-_.]?(\d*))?(?:[-_.]?(dev)[-_.]?(\d*))?(?:\+([a-z0-9]+(?:[-_.][a-z0-9]+)*))?$",
-    re.I,
+    re.I | re.ASCII,  # ASCII: '٣' is not a version (int() would read it)
 )
 PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
 
 
 def parse_version(text):
-    """(sort key, release tuple, local label) or None."""
+    """(sort key, release tuple, local label) or None. The key orders public versions as PEP 440 does; the local
+    label is normalised (`ubuntu-1` and `ubuntu.1` are one label, `01` is `1`)."""
     m = VERSION.match((text or "").strip())
     if not m:
         return None
@@ -249,10 +223,12 @@ def parse_version(text):
     elif pre is None:
         pre_key = (1, 0, 0)
     else:
-        pre_key = (0,) + pre
+        pre_key = (0, *pre)
     key = (int(m.group(1) or 0), tuple(trimmed), pre_key, (-1, 0) if post is None else (0, post),
            (1, 0) if dev is None else (0, dev))
-    return key, release, (m.group(10) or "").lower()
+    local = ".".join(str(int(p)) if p.isdigit() else p for p in re.split(r"[-_.]", m.group(10).lower())) \
+        if m.group(10) else ""
+    return key, release, local
 
 
 def version_satisfies(have, op, want):
@@ -281,19 +257,25 @@ def version_satisfies(have, op, want):
     if op == "<=":
         return hk <= w[0]
     same_release = hk[:2] == w[0][:2]
-    if op == ">":  # PEP 440: >V excludes V's post-releases unless V is one
-        return hk > w[0] and not (same_release and hk[3] != (-1, 0) and w[0][3] == (-1, 0))
-    if op == "<":  # PEP 440: <V excludes V's pre-releases unless V is one
-        return hk < w[0] and not (same_release and hk[2] != (1, 0, 0) and w[0][2] == (1, 0, 0))
+    if op == ">":  # PEP 440: >V excludes V's post-releases (those sharing its pre segment) unless V is one or a dev
+        if not same_release or w[0][3] != (-1, 0) or w[0][4] != (1, 0):
+            return hk > w[0]
+        return hk > w[0] and (hk[2] if hk[2][0] == 0 else None) != (w[0][2] if w[0][2][0] == 0 else None)
+    if op == "<":  # PEP 440: <V is <V.dev0 unless V is a pre-release or a dev release
+        if not same_release or w[0][2][0] == 0 or w[0][4] != (1, 0):
+            return hk < w[0]
+        if w[0][3] == (-1, 0):  # a final V: all of its release below it is its pre-releases
+            return False
+        return hk < w[0] and not (hk[2:4] == w[0][2:4] and hk[4] != (1, 0))  # V.postN.devM is not below V.postN
     if op == "~=":
         prefix = w[1][:-1] if len(w[1]) > 1 else w[1]
-        return hk >= w[0] and h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
+        return hk >= w[0] and hk[0] == w[0][0] and h[1][:len(prefix)] + (0,) * max(0, len(prefix) - len(h[1])) == prefix
     return False
 
 
 def check_requirements(env, expectation):
     """Each requirement of a requirements file (ranges allowed) against what is installed."""
-    have = {canon(k): v["version"] for k, v in env["dists"].items()}
+    have = {facts.canon(k): v["version"] for k, v in env["dists"].items()}
     broken, skipped, ok = [], [], 0
     for name, spec, clauses, marker in expectation["requirements"]:
         if marker or clauses is None:
@@ -341,15 +323,15 @@ def describe_interpreter(python):
     # PYTHONPATH that the environment's own runs would: then ask a plain child of the same interpreter
     if sys.flags.isolated and python is None:
         python = sys.executable
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable \
-            and not sys.flags.isolated:
+    if python is None or (os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable \
+            and not sys.flags.isolated):
         ns = {}
         from io import StringIO
 
         buf, old = StringIO(), sys.stdout
         sys.stdout = buf
         try:
-            exec(ENV_DUMP, ns)  # noqa: S102 - our own constant
+            exec(ENV_DUMP, ns)  # our own constant
         finally:
             sys.stdout = old
         return interpreter_shape(load_json(buf.getvalue(), "this interpreter's description"), "this interpreter")
@@ -387,7 +369,7 @@ def interpreter_shape(env, who):
 def check_interpreter_identity(env, manifest):
     prefix = env["prefix"]
     bindir = os.path.join(prefix, "bin")
-    pinned = {canon(k) for k in (manifest or {}).get("distributions", {})}
+    pinned = {facts.canon(k) for k in (manifest or {}).get("distributions", {})}
     problems, evidence = [], {"prefix": prefix}
     for tool, dist in (("python", None), ("python3", None), ("pip", "pip"), ("accelerate", "accelerate"),
                        ("torchrun", "torch")):
@@ -442,12 +424,12 @@ def _script_prefix(path):
 
 def check_shadowing(env, manifest):
     evidence = {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "user_site": env.get("user_site")}
-    pinned = {canon(k) for k in (manifest or {}).get("distributions", {})}
+    pinned = {facts.canon(k) for k in (manifest or {}).get("distributions", {})}
     shadows = []
     user_site = env.get("user_site") or ""
     for name, info in env["dists"].items():
         loc = info.get("location", "")
-        if user_site and loc.startswith(user_site) and canon(name) in pinned:
+        if user_site and loc.startswith(user_site) and facts.canon(name) in pinned:
             shadows.append(f"{name} {info['version']} in {user_site}")
     if os.environ.get("PYTHONPATH"):
         for entry in os.environ["PYTHONPATH"].split(os.pathsep):
@@ -456,8 +438,8 @@ def check_shadowing(env, manifest):
             root = os.path.join(os.path.abspath(entry), "")
             # installed there (dist-info: also when the import name differs, PyYAML -> yaml), or a bare package or
             # module of a pinned name (a checkout's alpha/ or alpha.py)
-            held = sorted({canon(name) for name, info in env["dists"].items()
-                           if canon(name) in pinned and os.path.abspath(info.get("location", "")).startswith(root)}
+            held = sorted({n for n, info in ((facts.canon(k), v) for k, v in env["dists"].items())
+                           if n in pinned and os.path.abspath(info.get("location", "")).startswith(root)}
                           | {n for n in pinned if any(os.path.exists(os.path.join(entry, n.replace("-", "_") + ext))
                                                       for ext in ("", ".py"))})
             if held:
@@ -473,18 +455,20 @@ def check_shadowing(env, manifest):
 
 
 def check_drift(env, manifest):
-    want = {canon(k): v for k, v in manifest["distributions"].items()}
-    have = {canon(k): v["version"] for k, v in env["dists"].items()}
-    missing = sorted(set(want) - set(have))
-    extra = sorted(set(have) - set(want) - VENV_SEEDS)
-    different = sorted(n for n in set(want) & set(have) if want[n] != have[n])
-    lines = [f"{n} {have[n]} (pinned {want[n]})" for n in different] + [f"{n} missing (pinned {want[n]})" for n in missing]
+    """`lock-drift` on a live environment: a pin missing or at another version blocks; a distribution the lock does
+    not have only warns (the user may have added it on purpose; untested with this stack)."""
+    want = {facts.canon(k): v for k, v in manifest["distributions"].items()}
+    have = {facts.canon(k): v["version"] for k, v in env["dists"].items()}
+    drift = facts.lock_drift(want, have)
+    missing, extra, different = drift["missing"], drift["extra"], drift["different"]
+    lines = [f"{n} {have[n]} (pinned {want[n]})" for n in different]
+    lines += [f"{n} missing (pinned {want[n]})" for n in missing]
     evidence = {"different": {n: {"installed": have[n], "pinned": want[n]} for n in different}, "missing": missing,
                 "extra": {n: have[n] for n in extra}}
     if len(lines) > 8:
-        lines = lines[:8] + [f"and {len(lines) - 8} more"]
+        lines = [*lines[:8], f"and {len(lines) - 8} more"]
     if lines:
-        torch_drift = [n for n in different + missing if is_torch_family(n)]
+        torch_drift = [n for n in different + missing if facts.is_torch_family(n)]
         head = "torch-family drift (the GPU stack is not the tested one): " if torch_drift else "drift from the lock: "
         return result("lock-drift", "fail", head + "; ".join(lines),
                       "rebuild or re-pull the image; never `pip install -U` over a pinned environment", evidence)
@@ -597,16 +581,12 @@ def check_gpus(gpu_state, manifest, require_gpu):
 
 
 def arch_runs(cc, archs, ptx):
-    target = arch_key(cc)
-    if target is None:
-        return False, None
-    cubins = [k for k in (arch_key(a) for a in archs) if k is not None]
-    how = best_kernel(target, cubins, arch_key(ptx) if ptx else None)
+    how = facts.best_kernel(cc, archs, ptx)
     if how is None:
         return False, None
     if how[0] == "cubin":
-        return True, "cubin sm_%d%d" % how[1]
-    return True, "PTX JIT from %s" % ptx
+        return True, "cubin sm_{}{}".format(*how[1])
+    return True, f"PTX JIT from {ptx}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1121,8 +1101,9 @@ def run_checks(args):
     if expect:
         try:
             manifest = load_expectation(expect)
+            count = len(manifest.get("distributions") or manifest.get("requirements") or ())
             checks.append(result("manifest", "pass", f"expecting {expect}", "",
-                                 {"cell": (manifest.get("cell") or {}).get("id"), "count": len(manifest.get("distributions") or manifest.get("requirements") or ())}))
+                                 {"cell": (manifest.get("cell") or {}).get("id"), "count": count}))
         except (OSError, ValueError) as exc:
             checks.append(result("manifest", "error", f"cannot read {expect}: {exc}", "pass --expect FILE"))
     else:

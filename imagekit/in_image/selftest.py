@@ -15,15 +15,13 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from gpu_checks import check, run_gpu_checks  # noqa: E402
-
-VENV_SEEDS = {"pip", "setuptools", "wheel"}
-
-
-def canon(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
+if __package__:  # imported from the host's package, imagekit.in_image
+    from . import facts
+    from .gpu_checks import check, run_gpu_checks
+else:  # the program in the image: its siblings lie beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import facts
+    from gpu_checks import check, run_gpu_checks
 
 
 def image_paths(manifest=None):
@@ -39,16 +37,17 @@ def installed(manifest=None):
     for dist in metadata.distributions(path=image_paths(manifest)):
         name = dist.metadata["Name"]
         if name:
-            out[canon(name)] = dist.version
+            out[facts.canon(name)] = dist.version
     return out
 
 
 def check_distributions(manifest):
-    want = {canon(k): v for k, v in manifest["distributions"].items()}
+    """`dists-match-lock` before publishing: the image is its lock exactly, so anything extra fails too."""
+    want = {facts.canon(k): v for k, v in manifest["distributions"].items()}
     have = installed(manifest)
-    missing = sorted(set(want) - set(have))
-    extra = sorted(set(have) - set(want) - VENV_SEEDS)
-    different = sorted(f"{n} {have[n]} (lock {want[n]})" for n in set(want) & set(have) if have[n] != want[n])
+    drift = facts.lock_drift(want, have)
+    missing, extra = drift["missing"], drift["extra"]
+    different = [f"{n} {have[n]} (lock {want[n]})" for n in drift["different"]]
     ev = {"missing": missing, "extra": extra, "different": different, "count": len(have)}
     if missing or extra or different:
         parts = []
@@ -58,7 +57,8 @@ def check_distributions(manifest):
             parts.append("missing: " + ", ".join(missing))
         if extra:
             parts.append("not in the lock: " + ", ".join(extra))
-        return check("dists-match-lock", "fail", "; ".join(parts), "rebuild from the lock; never pip install over it", ev)
+        return check("dists-match-lock", "fail", "; ".join(parts), "rebuild from the lock; never pip install over it",
+                     ev)
     return check("dists-match-lock", "pass", f"{len(want)} distributions match the lock exactly", "", ev)
 
 
@@ -98,7 +98,8 @@ def check_torch_cuda(manifest):
     ev = {"torch": torch.__version__, "torch.version.cuda": got, "manifest": want}
     if got and ".".join(got.split(".")[:2]) == want:
         return check("torch-cuda-version", "pass", f"torch {torch.__version__} is built for CUDA {got}", "", ev)
-    return check("torch-cuda-version", "fail", f"torch {torch.__version__} is built for CUDA {got}, the cell says {want}",
+    return check("torch-cuda-version", "fail",
+                 f"torch {torch.__version__} is built for CUDA {got}, the cell says {want}",
                  "the image does not match its name; rebuild from the lock", ev)
 
 
@@ -124,15 +125,17 @@ def check_cuda_libraries(manifest):
             if CUDA_LIB.search(os.path.basename(path)):
                 mapped.add(path)
     real = {p: os.path.realpath(p) for p in sorted(mapped)}
-    ours = sorted(p for p, r in real.items() if r.startswith(prefix.rstrip("/") + "/"))
-    other = sorted(f"{p} -> {r}" if p != r else p for p, r in real.items() if not r.startswith(prefix.rstrip("/") + "/"))
+    inside = prefix.rstrip("/") + "/"
+    ours = sorted(p for p, r in real.items() if r.startswith(inside))
+    other = sorted(f"{p} -> {r}" if p != r else p for p, r in real.items() if not r.startswith(inside))
     ev = {"prefix": prefix, "from_prefix": [os.path.basename(p) for p in ours], "elsewhere": other}
     if other:
         return check("cuda-libraries", "fail", f"torch loaded CUDA libraries from outside {prefix}: {', '.join(other)}",
                      "a system CUDA install shadows the locked wheels; unset LD_LIBRARY_PATH or remove it", ev)
     if not ours:
         return check("cuda-libraries", "fail", f"import torch mapped no CUDA runtime library from {prefix}",
-                     f"torch did not load the locked {', '.join(wheels[:3])}...; check the site-packages/nvidia link", ev)
+                     f"torch did not load the locked {', '.join(wheels[:3])}...; check the site-packages/nvidia link",
+                     ev)
     return check("cuda-libraries", "pass", f"{len(ours)} CUDA libraries loaded from {prefix}: "
                  + ", ".join(sorted({os.path.basename(p).split('.so')[0] for p in ours})), "", ev)
 
@@ -150,9 +153,11 @@ def check_numpy_interop():
         warnings.simplefilter("always")
         try:
             total = int(torch.from_numpy(numpy.arange(4)).sum())
-        except Exception as exc:  # noqa: BLE001 - any failure here is the finding
-            return check("numpy-interop", "fail", f"torch {torch.__version__} cannot use numpy {numpy.__version__}: {exc}",
-                         "pin a numpy this torch was built against (e.g. numpy<2 for older torch) in the cell's packages")
+        except Exception as exc:  # any failure here is the finding
+            return check("numpy-interop", "fail",
+                         f"torch {torch.__version__} cannot use numpy {numpy.__version__}: {exc}",
+                         "pin a numpy this torch was built against (e.g. numpy<2 for older torch) in the cell's "
+                         "packages")
     noisy = [str(w.message) for w in caught if "numpy" in str(w.message).lower()]
     if total != 6 or noisy:
         return check("numpy-interop", "fail", f"numpy {numpy.__version__} with torch {torch.__version__}: "
@@ -175,10 +180,11 @@ def check_tiny_model():
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     ok = bool(torch.isfinite(loss)) and grads and all(bool(torch.isfinite(g).all()) for g in grads)
-    ev = {"device": device, "loss": float(loss), "params_with_grad": len(grads), "seconds": round(time.time() - start, 3)}
+    ev = {"device": device, "loss": float(loss), "params_with_grad": len(grads),
+          "seconds": round(time.time() - start, 3)}
     if ok:
-        return check("tiny-model", "pass", f"GPT-2 (1 layer, from config) forward+backward on {device}: loss {float(loss):.3f}",
-                     "", ev)
+        return check("tiny-model", "pass",
+                     f"GPT-2 (1 layer, from config) forward+backward on {device}: loss {float(loss):.3f}", "", ev)
     return check("tiny-model", "fail", f"forward/backward on {device} gave non-finite values", "", ev)
 
 
@@ -201,7 +207,7 @@ def check_torch_compile(manifest):
         x = torch.randn(256, device=device)
         got = torch.compile(f)(x)
         ok = bool(torch.allclose(got, f(x), atol=1e-5))
-    except Exception as exc:  # noqa: BLE001 - InvalidCxxCompiler, "Failed to find C compiler", ...
+    except Exception as exc:  # InvalidCxxCompiler, "Failed to find C compiler", ...
         return check("torch-compile", "fail", f"torch.compile on {device} ({backend}) failed: "
                      f"{type(exc).__name__}: {exc}"[:1500],
                      "the image needs gcc/g++ and the Python headers ([image] compiler = true, the default)")
@@ -227,7 +233,7 @@ def guarded(cid, fn, *args):
     start = time.time()
     try:
         result = fn(*args)
-    except Exception as exc:  # noqa: BLE001 - a crash is a failed check, with its text as evidence
+    except Exception as exc:  # a crash is a failed check, with its text as evidence
         result = check(cid, "fail", f"{type(exc).__name__}: {exc}"[:1500])
     return announce(result, time.time() - start)
 
@@ -257,12 +263,13 @@ def main(argv=None):
     try:
         compiled = json.loads(out)
     except ValueError:
-        compiled = announce(check("torch-compile", "fail", f"the check's process ended with exit {compiling.returncode} "
+        compiled = announce(check("torch-compile", "fail",
+                                  f"the check's process ended with exit {compiling.returncode} "
                                   f"and no result: {out[-500:]!r}"))
     checks.append(compiled)
     try:
         gpu = run_gpu_checks(require_gpu="--require-gpu" in argv)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         gpu = [check("gpu-cuda-available", "fail", f"{type(exc).__name__}: {exc}"[:1500])]
     checks += [announce(c) for c in gpu]  # run as one block: no time of their own
     failed = [c["id"] for c in checks if c["status"] == "fail"]

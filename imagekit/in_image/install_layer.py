@@ -7,8 +7,9 @@ usage: install-layer --wheels URL|DIR --uv FILENAME#sha256=HEX --requirements UR
 The uv wheel comes from the same wheelhouse as the locked wheels and is checked against its sha256 before use; it
 is unpacked into a temporary folder that is gone when this ends; the requirements are checked against theirs too.
 Installs are --no-index --require-hashes --no-deps. --compile byte-compiles what this layer added (hash-checked
-.pyc under SOURCE_DATE_EPOCH), not the whole environment again. uv records a wheel file's mtime in `<dist-info>/uv_cache.json` when it installs from a folder; that
-file (and its RECORD line) is removed, so the layer's bytes do not depend on when the wheels were downloaded.
+.pyc under SOURCE_DATE_EPOCH), not the whole environment again. uv records a wheel file's mtime in
+`<dist-info>/uv_cache.json` when it installs from a folder; that file (and its RECORD line) is removed, so the
+layer's bytes do not depend on when the wheels were downloaded.
 
 --files unpacks a tarball of files at their image paths into / first, checked by its sha256 (the app layer's
 files on the legacy builder, where a COPY after the big layers would cost a container commit of its own).
@@ -19,9 +20,9 @@ site-packages, so the libraries' RPATHs ($ORIGIN/../../nvidia/cublas/lib) resolv
 
 import argparse
 import hashlib
+import io
 import os
 import shutil
-import io
 import subprocess
 import sys
 import tarfile
@@ -49,7 +50,8 @@ def read_checked(ref, what, hint):
         fail(f"cannot read {what} {source}: {exc}", hint)
     got = hashlib.sha256(data).hexdigest()
     if got != digest:
-        fail(f"{source} has sha256 {got}, the Dockerfile pins {digest}", "other bytes than rendered; fetch/render again")
+        fail(f"{source} has sha256 {got}, the Dockerfile pins {digest}",
+             "other bytes than rendered; fetch/render again")
     return data
 
 

@@ -1,6 +1,7 @@
 """GPU checks that need torch: run by the image self-test, the doctor's standard-tier probe and on GPU hosts.
 
-No imagekit imports: this file runs as a plain script inside any image (``python gpu_checks.py --json``).
+Standard library only, with its siblings (facts.py; the doctor for a CUDA failure's cause): this file runs as a plain
+script inside any image (``python gpu_checks.py --json``).
 A CPU fallback is never a warning here: GPUs visible to the driver while torch sees none is a failure.
 """
 
@@ -8,11 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import warnings
+
+if __package__:  # imported from the host's package, imagekit.in_image
+    from . import facts
+else:  # a program in the image: its siblings lie beside it
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    if _HERE not in sys.path:
+        sys.path.insert(0, _HERE)
+    import facts
 
 
 def check(cid, status, message, fix="", evidence=None):
@@ -36,30 +44,27 @@ def visible_gpus():
 
 
 def arch_supported(cap, arch_list):
-    """(ok, how): a same-major cubin not newer than the GPU, or PTX at or below it."""
-    major, minor = cap
-    best = None
-    for entry in arch_list:
-        m = re.fullmatch(r"(sm|compute)_(\d+?)(\d)[a-z]?", entry)
-        if not m:
-            continue
-        amaj, amin = int(m.group(2)), int(m.group(3))
-        if m.group(1) == "sm" and amaj == major and amin <= minor:
-            best = best or entry
-        if m.group(1) == "compute" and (amaj, amin) <= (major, minor):
-            best = best or (entry + " (PTX JIT)")
-    return best is not None, best
+    """(ok, how) for a GPU of capability ``cap`` and torch's ``arch_list`` (sm_XY cubins, compute_XY PTX), by the
+    one rule (facts.best_kernel): the highest cubin that runs on it, else PTX the driver can JIT for it."""
+    cubins = [a for a in arch_list if a.startswith("sm_")]
+    ptx = [a for a in arch_list if a.startswith("compute_")]
+    how = facts.best_kernel(tuple(cap), cubins, ptx)
+    if how is None:
+        return False, None
+    pool = cubins if how[0] == "cubin" else ptx
+    text = next(a for a in pool if facts.arch_key(a) == how[1] and facts.runs_on(a, tuple(cap), pool is ptx))
+    return True, text if how[0] == "cubin" else text + " (PTX JIT)"
 
 
 def classify(text, torch_cuda):
     """(cause id, what, fix) from torch's own text, by the doctor's table (a sibling file in every image)."""
     try:
-        from imagekit_doctor import classify_cuda_failure
+        if __package__:
+            from .imagekit_doctor import classify_cuda_failure
+        else:
+            from imagekit_doctor import classify_cuda_failure
     except ImportError:
-        try:
-            from imagekit.doctor.imagekit_doctor import classify_cuda_failure
-        except ImportError:
-            return ("unknown", "CUDA could not be initialised", "run imagekit-doctor for the cause")
+        return ("unknown", "CUDA could not be initialised", "run imagekit-doctor for the cause")
     return classify_cuda_failure(text, torch_cuda, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
@@ -82,7 +87,7 @@ def run_gpu_checks(require_gpu=False):
             if torch.version.cuda:
                 try:
                     torch.cuda.init()  # is_available() hides why; init() raises torch's own text
-                except Exception as exc:  # noqa: BLE001 - its text is the finding
+                except Exception as exc:  # its text is the finding
                     init_error = repr(exc)
             cause, what, fix = classify(warning_text + " " + init_error, torch.version.cuda)
             evidence.update(cause=cause, init_error=init_error[-1000:],

@@ -3,8 +3,8 @@
 No command: **pod mode**, the way RunPod and Vast.ai start an image (detached, no TTY, env injected, a root-owned
 volume on /workspace, restarted whenever it exits): save the env for SSH sessions and shells, run /pre_start.sh,
 start sshd when PUBLIC_KEY is set and JupyterLab when JUPYTER_PASSWORD is set, run the start check and
-/post_start.sh, then stay up. A blocker never exits a pod (that would be a restart loop with no way in): the logs and a login banner say what
-is wrong and how to fix it, and `imagekit-doctor` exits 1 until it is fixed.
+/post_start.sh, then stay up. A blocker never exits a pod (that would be a restart loop with no way in): the logs
+and a login banner say what is wrong and how to fix it, and `imagekit-doctor` exits 1 until it is fixed.
 
 A command: **job mode**: the start check, then exec the command; a blocker exits 1 with the report.
 The start check is the doctor's `start` tier: the quick checks, plus torch's CUDA probe whenever a GPU is expected
@@ -255,7 +255,7 @@ def safely(what, fn, *args, default=None):
     """A pod never exits on a failed step (that would be a restart loop with no way in): log it and go on."""
     try:
         return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - any failure of one step is logged, the pod stays up
+    except Exception as exc:  # any failure of one step is logged, the pod stays up
         log(f"{what} failed: {type(exc).__name__}: {exc}")
         return default
 

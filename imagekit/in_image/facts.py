@@ -1,0 +1,102 @@
+"""What the build host and the image both need to know, defined once: which distributions are the GPU stack, how a
+distribution name is canonicalised, which compiled GPU code runs on which GPU, and when an environment has drifted
+from its lock.
+
+Standard library only, Python >= 3.8: this file runs inside every image, beside the doctor (/opt/imagekit/doctor/),
+and the host's pure core imports it (imagekit.rules, resolution, lockfile). It imports nothing, not even a sibling.
+"""
+
+from __future__ import annotations
+
+import re
+
+# What `python -m venv` puts in an environment by itself: never "not in the lock".
+VENV_SEEDS = frozenset({"pip", "setuptools", "wheel"})
+
+# Torch and its companions: built together, from the PyTorch index, one version line.
+TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton"})
+
+
+def canon(name):
+    """A distribution name as PEP 503 compares it: runs of ``-_.`` are one ``-``, lower case."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def is_torch_family(name):
+    """Torch, its companions, and the CUDA libraries it pulls in (nvidia-*, cuda-*): the GPU stack."""
+    return name in TORCH_FAMILY or name.startswith(("nvidia-", "cuda-"))
+
+
+# ---- GPU architectures ------------------------------------------------------------------------------------------
+# A compute capability as torch, nvcc and nvidia-smi write it: sm_90, sm_90a, sm_100f, compute_90 (PTX), 90, 9.0.
+ARCH = re.compile(r"(?:(?:sm|compute)_)?(\d{1,2}?)(\d)([af]?)|(\d{1,2})\.(\d)([af]?)", re.ASCII)
+
+
+def parse_arch(text):
+    """(major, minor, suffix) of a compute capability ('sm_90a' -> (9, 0, 'a'), 'sm_100' -> (10, 0, ''),
+    '8.6' -> (8, 6, '')); None if ``text`` is not one."""
+    m = ARCH.fullmatch(str(text or "").strip())
+    if not m:
+        return None
+    if m.group(1) is not None:
+        return int(m.group(1)), int(m.group(2)), m.group(3)
+    return int(m.group(4)), int(m.group(5)), m.group(6)
+
+
+def arch_key(text):
+    """(major, minor) of a compute capability ('sm_90a' -> (9, 0)); None if ``text`` is not one."""
+    parsed = parse_arch(text)
+    return None if parsed is None else parsed[:2]
+
+
+def runs_on(arch, target, ptx=False):
+    """Does code compiled for ``arch`` (a text) run on a GPU of compute capability ``target`` ((major, minor))?
+
+    The one rule (CUDA's compatibility rules, docs/compat-facts.md): a cubin runs on the GPUs of its major
+    version at or above its minor (sm_80 on 8.0, 8.6, 8.9; never on 9.0); PTX is compiled by the driver for any GPU
+    at or above it (compute_90 on 9.0, 10.0, 12.0). An arch-specific build (``a``: sm_90a, compute_90a) runs on
+    exactly its own GPU; a family build (``f``: sm_100f) is a cubin like any other."""
+    parsed = parse_arch(arch)
+    if parsed is None:
+        return False
+    major, minor, suffix = parsed
+    if suffix == "a":
+        return (major, minor) == tuple(target)
+    if ptx:
+        return (major, minor) <= tuple(target)
+    return major == target[0] and minor <= target[1]
+
+
+def best_kernel(target, cubins, ptx=None):
+    """How code compiled for ``cubins`` (arch texts) plus PTX ``ptx`` (a text, several, or None) runs on a GPU of
+    compute capability ``target`` ((major, minor), or a text): ("cubin", (major, minor)) of the highest cubin that
+    runs on it (the one the CUDA driver loads, whatever order the list is in), else ("ptx", (major, minor)) of the
+    highest PTX the driver can JIT for it, else None ('no kernel image is available for execution on the device')."""
+    if not isinstance(target, tuple):
+        target = arch_key(target)
+        if target is None:
+            return None
+    ptxs = [] if ptx is None else [ptx] if isinstance(ptx, str) else list(ptx)
+    usable = [arch_key(a) for a in cubins if runs_on(a, target)]
+    if usable:
+        return "cubin", max(usable)
+    usable = [arch_key(p) for p in ptxs if runs_on(p, target, ptx=True)]
+    if usable:
+        return "ptx", max(usable)
+    return None
+
+
+# ---- lock drift -------------------------------------------------------------------------------------------------
+def lock_drift(want, have):
+    """The lock ``want`` ({name: version}) against what is installed ``have`` ({name: version}): names canonicalised,
+    versions compared as text (a local label is part of the version: 2.5.1+cu118 is not 2.5.1+cu121). Returns
+    {"missing": [names], "extra": [names], "different": [names]}, each sorted; the venv's seeds are never extra.
+    The self-test (`dists-match-lock`, before publishing) and the doctor (`lock-drift`, on a live pod) both judge
+    by this; each says what a finding means where it runs."""
+    want = {canon(k): v for k, v in want.items()}
+    have = {canon(k): v for k, v in have.items()}
+    return {
+        "missing": sorted(set(want) - set(have)),
+        "extra": sorted(set(have) - set(want) - VENV_SEEDS),
+        "different": sorted(n for n in set(want) & set(have) if want[n] != have[n]),
+    }
