@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from imagekit.in_image.facts import json_depth
+
 MAX_JSON_DEPTH = 64  # no API imagekit reads nests deeper than about 8; 64 is far below Python's recursion limit
 MAX_JSON_BYTES = 64 << 20
 MAX_TEXT = 300  # characters of a far side's message shown in an error
@@ -75,7 +77,7 @@ def load_json(data: bytes | str, what: str, *, max_bytes: int = MAX_JSON_BYTES, 
     def _constant(name: str) -> Any:
         raise UntrustedData(f"{what} has {name}, which JSON does not allow")
 
-    depth = _max_depth(data)
+    depth = json_depth(data)
     if depth > max_depth:
         raise UntrustedData(f"{what} is nested {depth} levels deep (at most {max_depth})")
     try:
@@ -84,22 +86,6 @@ def load_json(data: bytes | str, what: str, *, max_bytes: int = MAX_JSON_BYTES, 
         raise UntrustedData(f"{what} is nested too deep") from None
     except json.JSONDecodeError as exc:
         raise UntrustedData(f"{what} is not JSON ({exc.msg} at line {exc.lineno})") from None
-
-
-_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
-
-
-def _max_depth(text: str) -> int:
-    """The deepest nesting of ``[`` and ``{`` outside strings (a linear scan: ``json`` recurses per level)."""
-    depth = deepest = 0
-    for m in _STRUCTURE.finditer(text):
-        token = m.group(0)
-        if token in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token in "]}":
-            depth -= 1
-    return deepest
 
 
 def digest(value: object, what: str = "digest") -> str:

@@ -220,19 +220,10 @@ def _reason(exc: BaseException) -> str:
     return untrusted.printable(redact_text(str(exc)))
 
 
-def request(
-    method: str,
-    url: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    content: bytes | None = None,
-    max_bytes: int = 64 << 20,
-    client: httpx.Client | None = None,
-) -> tuple[int, httpx.Headers, bytes]:
-    """(status, headers, body) of the final answer, whatever its status; the body bounded by ``max_bytes``."""
-    status, answer, body, _ = request_final(
-        method, url, headers=headers, content=content, max_bytes=max_bytes, client=client
-    )
+def request(method: str, url: str, **kw: Any) -> tuple[int, httpx.Headers, bytes]:
+    """(status, headers, body) of the final answer, whatever its status; the body bounded by ``max_bytes``
+    (the keywords of :func:`request_final`)."""
+    status, answer, body, _ = request_final(method, url, **kw)
     return status, answer, body
 
 

@@ -110,16 +110,8 @@ class RegistryClient:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         return f"Basic {token}"
 
-    def _request(
-        self,
-        url: str,
-        method: str = "GET",
-        auth: str | None = None,
-        data: bytes | None = None,
-        content_type: str | None = None,
-        max_bytes: int = 64 << 20,
-    ) -> tuple[int, dict, bytes]:
-        status, answer, body, _ = self._request_final(url, method, auth, data, content_type, max_bytes)
+    def _request(self, url: str, *args: Any, **kw: Any) -> tuple[int, dict, bytes]:
+        status, answer, body, _ = self._request_final(url, *args, **kw)
         return status, answer, body
 
     def _request_final(

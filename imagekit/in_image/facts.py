@@ -100,3 +100,21 @@ def lock_drift(want, have):
         "extra": sorted(set(have) - set(want) - VENV_SEEDS),
         "different": sorted(n for n in set(want) & set(have) if want[n] != have[n]),
     }
+
+
+_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+
+
+def json_depth(text):
+    # type: (str) -> int
+    """The deepest nesting of ``[`` and ``{`` outside strings in a JSON text: a linear scan, so what a far side
+    sends can be refused before ``json`` recurses once per level (the doctor and the host read JSON through it)."""
+    depth = deepest = 0
+    for m in _JSON_STRUCTURE.finditer(text):
+        token = m.group(0)
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest

@@ -116,7 +116,6 @@ def read_regular(path):
 
 MAX_JSON_DEPTH = 64  # a manifest nests 3 deep, an interpreter's description 3; json recurses once per level
 MAX_JSON_DIGITS = 40
-_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 
 
 def load_json(text, what, max_depth=MAX_JSON_DEPTH):
@@ -124,14 +123,7 @@ def load_json(text, what, max_depth=MAX_JSON_DEPTH):
     a RecursionError inside json), numbers of at most 40 characters (a 5,000-digit one is a ValueError on every
     later use), no NaN or Infinity. Anything else is a ValueError saying what, without echoing it. (The doctor's
     own small copy of imagekit.untrusted.load_json: it runs inside images with the standard library only.)"""
-    depth = deepest = 0
-    for m in _JSON_STRUCTURE.finditer(text):
-        token = m.group(0)
-        if token in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token in "]}":
-            depth -= 1
+    deepest = facts.json_depth(text)
     if deepest > max_depth:
         raise ValueError(f"{what} is nested {deepest} levels deep (at most {max_depth})")
 
