@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from imagekit import render
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.podwire import parse_target
 from imagekit.services import pod
@@ -50,13 +51,18 @@ def test_without_one_the_stdlib_doctor_is_sent_with_the_expect_file_and_run_isol
     code, how, _ = _doctor(t, ["--json"], expect)
     assert code == 0 and "/opt/py/bin/python3" in how
     puts = [c[1] for c in t.calls if c[0] == "put"]
-    assert puts == ["/tmp/imagekit-doctor.FAKE/cell.txt", "/tmp/imagekit-doctor.FAKE/imagekit_doctor.py"]
+    assert puts == [
+        "/tmp/imagekit-doctor.FAKE/cell.txt",
+        "/tmp/imagekit-doctor.FAKE/imagekit_doctor.py",
+        "/tmp/imagekit-doctor.FAKE/facts.py",  # the doctor's sibling module, beside it
+    ]
     ran = next(c[1] for c in t.calls if c[0] == "run")
     assert ran == (
         "/opt/py/bin/python3 -I /tmp/imagekit-doctor.FAKE/imagekit_doctor.py "
         "--json --expect /tmp/imagekit-doctor.FAKE/cell.txt"
     )
-    assert t.uploaded["/tmp/imagekit-doctor.FAKE/imagekit_doctor.py"] == pod.DOCTOR.read_bytes()
+    for name in pod.DOCTOR_FILES:
+        assert t.uploaded[f"/tmp/imagekit-doctor.FAKE/{name}"] == render.sources().program(name).read_bytes()
     assert t.commands()[-1] == "rm -rf /tmp/imagekit-doctor.FAKE"
 
 
