@@ -10,6 +10,7 @@ import tarfile
 
 import pytest
 
+from imagekit import render
 from imagekit.effects.files import content_mtime
 from imagekit.layers import plan as layer_plan
 from imagekit.services.lock_cells import read_lock
@@ -77,10 +78,21 @@ def test_golden_legacy_dockerfile(app, runner, tmp_path, in_tmp, update_golden):
     cell_id = REPRESENTATIVE[0]
     _render_cli(app, runner, tmp_path, "--cell", cell_id, "--builder", "legacy")
     got = (tmp_path / cell_id / "Dockerfile").read_text()
+    # The app tarball's digest changes with any in-image file: the golden shows a reviewer the Dockerfile, and the
+    # digest is checked for what it means instead: the sha256 of the tarball of exactly the rendered rootfs/app/.
+    (digest,) = re.findall(r"app-files\.tar#sha256=([0-9a-f]{64})", got)
+    rendered = {
+        p.relative_to(tmp_path / cell_id).as_posix(): (p.read_bytes(), p.stat().st_mode & 0o777)
+        for p in sorted((tmp_path / cell_id / "rootfs" / "app").rglob("*"))
+        if p.is_file()
+    }
+    epoch = int(re.search(r"SOURCE_DATE_EPOCH=(\d+)", got)[1])
+    assert hashlib.sha256(render.app_tarball(rendered, epoch)).hexdigest() == digest
+    shown = got.replace(digest, "<sha256 of app-files.tar>")
     golden = GOLDEN / f"{cell_id}.legacy.Dockerfile"
     if update_golden:
-        golden.write_text(got)
-    assert got == golden.read_text(), "golden differs: review, then `pytest --update-golden`"
+        golden.write_text(shown)
+    assert shown == golden.read_text(), "golden differs: review, then `pytest --update-golden`"
     assert "--mount" not in got and "--wheels http://imagekit-wheels:8765/ " in got
     assert "--requirements http://imagekit-wheels:8765/requirements-torch.txt#sha256=" in got
 

@@ -60,7 +60,7 @@ RUN export SOURCE_DATE_EPOCH=1735689600 \
  && /opt/imagekit/bin/install-layer --wheels http://imagekit-wheels:8765/ --uv uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl#sha256=d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19 \
       --requirements http://imagekit-wheels:8765/requirements-app.txt#sha256=e70cce47bdf3a37d6018a398011902be1221b8b98401748361ad344502811c3a \
       --venv /opt/venv --compile \
-      --files http://imagekit-wheels:8765/app-files.tar#sha256=52cf25be38acaf87887a1f3e4ac5b67ab56930b3ae9c733acd5f75f4914bf4a7 \
+      --files http://imagekit-wheels:8765/app-files.tar#sha256=<sha256 of app-files.tar> \
  && /opt/imagekit/bin/finalize-layer /opt/venv /opt/imagekit
 # The image's runtime config: `imagekit build` sets it on the built image, with no container commit (each Dockerfile
 # instruction is one on the legacy builder, 10-20 s over the whole tree); `docker history` shows it as the last step.
