@@ -168,7 +168,10 @@ def test_wrong_credentials_publish_nothing(real_build, engine, tmp_path):
                 auth={"username": "ci", "password": "wrong"},
             )
         assert "credentials" in exc.value.render() or "401" in exc.value.render()
-        assert RegistryClient("ci", "right-password").manifest(Remote.parse(repo), "wrong-creds") is None
+        assert (
+            RegistryClient("ci", "right-password", registries=[reg.address]).manifest(Remote.parse(repo), "wrong-creds")
+            is None
+        )
     finally:
         reg.stop()
         engine.remove(f"{reg.address}/{REPO}:wrong-creds")
