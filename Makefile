@@ -43,7 +43,7 @@ test: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker" --durations=10
 	$(PY) -m pytest -q -m "not sweep and docker" --durations=10
 
-# What needs only Python (in-process, loopback HTTP servers in threads), in parallel: under a minute. After each change.
+# What needs only Python (in-process, loopback HTTP servers in threads), in parallel (about two minutes on two cores). After each change.
 FAST := not sweep and not docker and not sshd and not resolver and not network and not slow
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" -p no:cacheprovider
