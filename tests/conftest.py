@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,15 @@ from tests.recording import RecordingProgress
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests run as in an activated virtual environment: `python` and `python3` on PATH are the interpreter running
+    them (a version manager's shim first on PATH costs 0.2 s a call, and the doctor asks each for its prefix)."""
+    bindir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bindir:
+        os.environ["PATH"] = bindir + os.pathsep + path
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -136,6 +146,14 @@ FIXTURE_MARKS = {
     "sshd_server": "sshd",
     "evil_full": "sshd",
     "evil_gateway": "sshd",
+    # servers on 127.0.0.1 in threads or as processes
+    "honest_registry": "loopback",
+    "release_registry": "loopback",
+    "any_index": "loopback",
+    "runpod_graphql": "loopback",
+    "runpod_api": "loopback",
+    "hub_server": "loopback",
+    "answering": "loopback",
 }
 # A process a test starts tells what it needs; a test in the fast tier that starts one of these is mis-marked.
 PROGRAM_MARKS = {
@@ -146,7 +164,10 @@ PROGRAM_MARKS = {
     "dockerd": "docker",
     "mmdebstrap": "docker",
     "skopeo": "docker",
+    "docker-registry": "loopback",
 }
+# Outside the fast tier (`make test-fast` deselects these): a test marked with one may listen on a loopback port.
+SLOW_TIERS = ("loopback", "docker", "sshd", "resolver", "network", "slow", "sweep")
 _running: list[pytest.Item] = []
 
 
@@ -175,10 +196,13 @@ def _needed_mark(args: object) -> str | None:
 
 @pytest.fixture(scope="session", autouse=True)
 def tier_guard() -> Iterator[None]:
-    """Fail a test that starts a program of a tier it is not marked for (so the fast tier stays fast and honest)."""
+    """Fail a test that starts a program of a tier it is not marked for, or listens on a port without a tier that
+    allows servers (so the fast tier stays fast and honest)."""
+    import socket
     import subprocess
 
     original = subprocess.Popen.__init__
+    original_listen = socket.socket.listen
 
     def checked(self, args, *a, **kw):  # type: ignore[no-untyped-def]
         mark = _needed_mark(args)
@@ -188,9 +212,17 @@ def tier_guard() -> Iterator[None]:
             item.stash.setdefault(_MISMARKED, set()).add(mark)
         return original(self, args, *a, **kw)
 
+    def listening(self, *a, **kw):  # type: ignore[no-untyped-def]
+        item = _running[-1] if _running else None
+        if item is not None and not any(item.get_closest_marker(m) for m in SLOW_TIERS):
+            item.stash.setdefault(_MISMARKED, set()).add("loopback")
+        return original_listen(self, *a, **kw)
+
     subprocess.Popen.__init__ = checked  # type: ignore[method-assign]
+    socket.socket.listen = listening  # type: ignore[method-assign]
     yield
     subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+    socket.socket.listen = original_listen  # type: ignore[method-assign]
 
 
 _MISMARKED = pytest.StashKey[set]()
@@ -211,7 +243,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
     missing = item.stash.get(_MISMARKED, set())
     if call.when == "teardown" and missing and report.passed and os.environ.get("IMAGEKIT_TIER_AUDIT") != "report":
         report.outcome = "failed"
-        report.longrepr = f"{item.nodeid} starts a program of the {', '.join(sorted(missing))} tier: mark it so"
+        tiers = ", ".join(sorted(missing))
+        report.longrepr = f"{item.nodeid} starts a program (or a server) of the {tiers} tier: mark it so"
     if call.when == "teardown" and missing:
         item.config.stash.setdefault(_AUDIT, {})[item.nodeid] = sorted(missing)
     return report

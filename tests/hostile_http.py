@@ -9,10 +9,11 @@ import base64
 import hashlib
 import http.server
 import json
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from tests import loopback
 
 Answer = tuple[int, dict[str, str], bytes]
 Route = Callable[["Seen"], Answer]
@@ -80,13 +81,11 @@ def serve(routes: dict[str, Answer | Route] | None = None, fallback: Route | Non
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    loopback.start(server)
     try:
         yield state
     finally:
-        server.shutdown()
-        server.server_close()
+        loopback.stop(server)
 
 
 def redirect(to: str, code: int = 302) -> Answer:

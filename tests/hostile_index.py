@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests import loopback
 from tests.wheelfactory import _Quiet, fake_pypi_wheels, write_simple_index
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -83,13 +84,12 @@ class HostileIndex:
         self.simple = f"{self.url}/simple"
 
     def __enter__(self) -> HostileIndex:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        loopback.start(self.server)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-        self.server.shutdown()
-        self.server.server_close()
+        loopback.stop(self.server)
 
     def release(self) -> None:
         """Let every stalled answer end (its connection closes short of its Content-Length)."""

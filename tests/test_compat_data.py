@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from packaging.version import Version
 
 from imagekit import compat
 from imagekit.services import inputs
+from tests import loopback
 from tests.conftest import ROOT
 from tests.test_refresh import Index, index_server
 
@@ -72,12 +72,11 @@ def index_of(doc: dict) -> Iterator[tuple[str, type[Index]]]:
             add(name, f"{name}-{version}-py3-none-any.whl", _metadata_text(name, version, rel), rel["yanked"])
     handler = type("Handler", (Index,), {"pages": pages, "files": files, "seen": [], "honour_range": True})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback.start(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/simple", handler
     finally:
-        server.shutdown()
-        server.server_close()
+        loopback.stop(server)
 
 
 def newer_than_shipped() -> dict:
@@ -109,6 +108,7 @@ def test_the_test_session_reads_only_the_shipped_data():
 # ---- refresh writes it, load reads it ------------------------------------------------------------------
 
 
+@pytest.mark.loopback
 def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monkeypatch):
     data_dir = tmp_path / "data"
     shipped_file = ROOT / "imagekit" / "data" / "pypi-metadata.json"
@@ -148,6 +148,7 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
     assert check.returncode == 0, check.stderr
 
 
+@pytest.mark.loopback
 def test_refresh_refuses_an_index_knowing_fewer_torch_releases_than_shipped(tmp_path):
     data_dir = tmp_path / "data"
     with index_server(tmp_path) as (index, _):  # two torch releases
@@ -158,6 +159,7 @@ def test_refresh_refuses_an_index_knowing_fewer_torch_releases_than_shipped(tmp_
     assert not (data_dir / "pypi-metadata.json").exists()
 
 
+@pytest.mark.loopback
 def test_refresh_refuses_an_index_that_lost_releases_of_a_package(tmp_path):
     lost = copy.deepcopy(SHIPPED)
     lost["packages"]["peft"] = dict(list(SHIPPED["packages"]["peft"].items())[:3])
@@ -196,6 +198,7 @@ def test_the_floor_names_each_short_package():
 # ---- compat refresh --check: what the index has that the data lacks ------------------------------------
 
 
+@pytest.mark.loopback
 def test_check_names_each_release_the_index_has_and_writes_nothing(tmp_path):
     data_dir = tmp_path / "data"
     shipped_file = ROOT / "imagekit" / "data" / "pypi-metadata.json"
@@ -222,6 +225,7 @@ def test_check_names_each_release_the_index_has_and_writes_nothing(tmp_path):
     }
 
 
+@pytest.mark.loopback
 def test_check_of_data_the_index_matches_is_up_to_date(tmp_path):
     with index_of(SHIPPED) as (index, _):
         res = cli("compat", "refresh", "--check", "--index-url", index, data_dir=tmp_path / "data")
@@ -232,6 +236,7 @@ def test_check_of_data_the_index_matches_is_up_to_date(tmp_path):
     assert as_json.returncode == 0 and doc["up_to_date"] is True and doc["missing"] == {}
 
 
+@pytest.mark.loopback
 def test_check_compares_the_file_out_names(tmp_path):
     older = copy.deepcopy(SHIPPED)
     newest = max(older["packages"]["accelerate"], key=Version)
@@ -257,6 +262,7 @@ def test_check_compares_the_file_out_names(tmp_path):
     assert missing.returncode == 2 and "nope.json does not exist" in missing.stderr and "hint:" in missing.stderr
 
 
+@pytest.mark.loopback
 def test_check_against_an_unreachable_index_is_exit_3(tmp_path):
     with socket.socket() as sock:  # a port nothing listens on: the connection is refused
         sock.bind(("127.0.0.1", 0))

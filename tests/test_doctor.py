@@ -11,12 +11,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from imagekit.in_image import imagekit_doctor as doc
+from tests import loopback
 from tests.conftest import FIXTURES, ROOT
 from tests.wheelfactory import build_wheel
 
@@ -335,9 +335,9 @@ class _Hub(http.server.BaseHTTPRequestHandler):
 def hub_server():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
     server.seen = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback.start(server)
     yield server
-    server.shutdown()
+    loopback.stop(server)
 
 
 @pytest.fixture
@@ -395,6 +395,7 @@ def test_hf_token_from_the_login_file(tmp_path, hub, hub_server):
     assert ("/org/gated/resolve/main/config.json", "Bearer accepted") in hub_server.seen
 
 
+@pytest.mark.loopback
 def test_deep_tier_end_to_end(tmp_path, wheels, lock, hub):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
     code, report, _ = run_doctor(

@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from typer.testing import CliRunner
 
 from imagekit.cli import build_app
 from imagekit.in_image import imagekit_doctor
+from tests import loopback
 
 ROOT = Path(__file__).resolve().parent.parent
 CELL = "cu121-torch2.1.2-py3.11-tf4.48.2"
@@ -864,14 +864,13 @@ def answering() -> Iterator[Callable[[str], str]]:
     def start(mode: str) -> str:
         handler = type("Handler", (_Answers,), {"mode": mode})
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        loopback.start(server)
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}"
 
     yield start
     for s in servers:
-        s.shutdown()
-        s.server_close()
+        loopback.stop(s)
 
 
 @pytest.mark.resolver

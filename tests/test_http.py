@@ -33,6 +33,7 @@ def test_only_http_urls_are_read(url):
         client.get(url)
 
 
+@pytest.mark.loopback
 def test_a_cross_origin_redirect_drops_every_credential_header():
     with serve() as other, serve() as first:
         other.routes["/landed"] = (200, {}, b"here")
@@ -45,6 +46,7 @@ def test_a_cross_origin_redirect_drops_every_credential_header():
     assert first.auth_seen() == ["Bearer t"]
 
 
+@pytest.mark.loopback
 def test_credentials_do_not_come_back_after_leaving_the_origin():
     """first -> other -> first: the second visit to the first origin carries no token either."""
     with serve() as other, serve() as first:
@@ -55,6 +57,7 @@ def test_credentials_do_not_come_back_after_leaving_the_origin():
     assert first.auth_seen() == ["Bearer t", None] and other.auth_seen() == [None]
 
 
+@pytest.mark.loopback
 def test_a_same_origin_redirect_keeps_the_credentials():
     with serve() as server:
         server.routes["/old"] = redirect("/new", 301)
@@ -63,6 +66,7 @@ def test_a_same_origin_redirect_keeps_the_credentials():
     assert server.auth_seen() == ["Bearer t", "Bearer t"]
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize("target", ["file:///etc/passwd", "ftp://127.0.0.1/x"])
 def test_a_redirect_out_of_http_is_refused(target):
     with serve({"/x": redirect(target)}) as server, pytest.raises(EnvironmentFailure) as exc:
@@ -70,12 +74,14 @@ def test_a_redirect_out_of_http_is_refused(target):
     assert exc.value.exit_code == 3 and "redirected to" in exc.value.message and exc.value.hint
 
 
+@pytest.mark.loopback
 def test_a_redirect_loop_ends():
     with serve({"/a": redirect("/b"), "/b": redirect("/a")}) as server, pytest.raises(EnvironmentFailure) as exc:
         client.get(f"{server.url}/a")
     assert "redirects" in exc.value.message and len(server.seen) == client.MAX_REDIRECTS + 1
 
 
+@pytest.mark.loopback
 def test_5xx_is_retried_then_reported():
     answers = iter([(503, {}, b"busy"), (200, {}, b"ok")])
     with serve({"/flaky": lambda _: next(answers), "/down": (500, {}, b"no")}) as server:
@@ -85,12 +91,14 @@ def test_5xx_is_retried_then_reported():
     assert [s.path for s in server.seen] == ["/flaky", "/flaky", "/down", "/down", "/down"]
 
 
+@pytest.mark.loopback
 def test_a_post_is_not_repeated_after_a_5xx():
     with serve({"/api": (502, {}, b"")}) as server:
         status, _, _ = client.request("POST", f"{server.url}/api", content=b"{}")
     assert status == 502 and len(server.seen) == 1
 
 
+@pytest.mark.loopback
 def test_non_json_answer_is_an_environment_failure_with_a_hint():
     with serve({"/simple/x/": (200, {"Content-Type": "text/html"}, b"<html>login</html>")}) as server:
         with pytest.raises(EnvironmentFailure) as exc:
@@ -98,6 +106,7 @@ def test_non_json_answer_is_an_environment_failure_with_a_hint():
     assert exc.value.exit_code == 3 and "did not answer JSON" in exc.value.message and exc.value.hint
 
 
+@pytest.mark.loopback
 def test_unreachable_server_is_an_environment_failure():
     with serve() as server:
         url = server.url
@@ -117,6 +126,7 @@ def _remote(server: Server) -> registry.Remote:
     return registry.Remote(f"127.0.0.1:{server.port}", "team/app")
 
 
+@pytest.mark.loopback
 def test_registry_basic_credentials_stay_with_the_registry():
     with serve() as cdn, serve() as reg:
         cdn.routes["/store/manifest"] = (*MANIFEST_ANSWER, MANIFEST)
@@ -127,6 +137,7 @@ def test_registry_basic_credentials_stay_with_the_registry():
     assert cdn.auth_seen() == [None]
 
 
+@pytest.mark.loopback
 def test_registry_bearer_flow_and_same_origin_redirects():
     def guarded(answer: Answer) -> Route:
         def route(req: Seen) -> Answer:
@@ -154,6 +165,7 @@ def test_registry_bearer_flow_and_same_origin_redirects():
     assert cdn.auth_seen() == [None]
 
 
+@pytest.mark.loopback
 def test_registry_non_json_manifest_is_exit_3():
     with serve({"/v2/team/app/manifests/latest": (200, {"Docker-Content-Digest": D}, b"<html>proxy</html>")}) as reg:
         with pytest.raises(EnvironmentFailure) as exc:
@@ -161,6 +173,7 @@ def test_registry_non_json_manifest_is_exit_3():
     assert exc.value.exit_code == 3 and "did not answer JSON" in exc.value.message and "--registry" in exc.value.hint
 
 
+@pytest.mark.loopback
 def test_registry_refuses_a_token_realm_outside_http():
     challenge = 'Bearer realm="file:///etc/passwd",service="reg"'
     with serve({"/v2/team/app/manifests/latest": (401, {"WWW-Authenticate": challenge}, b"")}) as reg:
@@ -172,6 +185,7 @@ def test_registry_refuses_a_token_realm_outside_http():
 DATA = (200, {"Content-Type": "application/json"}, b'{"data": {"saveTemplate": {"id": "t"}}}')
 
 
+@pytest.mark.loopback
 def test_runpod_key_is_not_sent_to_another_origin():
     with serve({"/graphql": DATA}) as other, serve() as api:
         api.routes["/graphql"] = redirect(f"{other.url}/graphql", 307)
@@ -182,12 +196,14 @@ def test_runpod_key_is_not_sent_to_another_origin():
     assert "rp_key" not in json.dumps(landed.headers) and json.loads(landed.body) == {"query": "q"}
 
 
+@pytest.mark.loopback
 def test_runpod_key_follows_a_same_origin_redirect():
     with serve({"/graphql": DATA, "/v1/graphql": redirect("/graphql", 308)}) as api:
         assert runpod_api.post({"query": "q"}, "rp_key", f"{api.url}/v1/graphql")["data"]["saveTemplate"]["id"] == "t"
     assert api.auth_seen() == ["Bearer rp_key", "Bearer rp_key"] and [s.method for s in api.seen] == ["POST", "POST"]
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     ("answer", "error"),
     [
@@ -209,6 +225,7 @@ def test_runpod_api_url_must_be_http():
 
 
 # ---- the doctor's Hub probe (stdlib) -----------------------------------------------------------------------------
+@pytest.mark.loopback
 def test_doctor_hf_token_never_leaves_the_hub():
     info = json.dumps({"gated": "manual", "siblings": [{"rfilename": "config.json"}]}).encode()
     with serve() as cdn, serve() as hub:
@@ -223,6 +240,7 @@ def test_doctor_hf_token_never_leaves_the_hub():
     assert cdn.seen == []  # another origin: not followed, so the token never goes there
 
 
+@pytest.mark.loopback
 def test_doctor_redirect_handler_follows_same_origin_only():
     with serve() as other, serve() as hub:
         other.routes["/x"] = (200, {}, b"elsewhere")
@@ -265,6 +283,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.loopback
 def test_a_wheel_within_its_declared_size_is_fetched(cache):
     payload = b"w" * 1000
     sha = hashlib.sha256(payload).hexdigest()
@@ -275,6 +294,7 @@ def test_a_wheel_within_its_declared_size_is_fetched(cache):
     assert _cache_files(cache) == [f"wheels/{sha}/{WHEEL}"]
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize("length", ["declared", "unsaid"])
 def test_a_download_larger_than_declared_is_refused_and_leaves_nothing(cache, length):
     payload = b"w" * 100_000
@@ -288,6 +308,7 @@ def test_a_download_larger_than_declared_is_refused_and_leaves_nothing(cache, le
     assert _cache_files(cache) == []
 
 
+@pytest.mark.loopback
 def test_a_wrong_hash_leaves_nothing(cache):
     with serve({"/files/w.whl": (200, {}, b"other bytes")}) as idx:
         idx.routes["/simple/numpy/"] = _page(f"{idx.url}/files/w.whl", "a" * 64)
@@ -296,6 +317,7 @@ def test_a_wrong_hash_leaves_nothing(cache):
     assert _cache_files(cache) == []
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize("wheel_url", ["file:///etc/passwd", "ftp://127.0.0.1/w.whl"])
 def test_an_index_cannot_point_the_client_at_files(cache, wheel_url):
     with serve() as idx:
@@ -305,6 +327,7 @@ def test_an_index_cannot_point_the_client_at_files(cache, wheel_url):
     assert exc.value.hint and _cache_files(cache) == []
 
 
+@pytest.mark.loopback
 def test_an_html_index_cannot_point_the_client_at_files(cache):
     """PEP 503: the file name comes from the URL's path, so a file:// URL naming a wheel is refused, not skipped."""
     html = f'<a href="file:///tmp/{WHEEL}#sha256={"a" * 64}">{WHEEL}</a>'.encode()
@@ -318,6 +341,7 @@ def test_a_file_index_is_refused(cache):
         _fetch("file:///srv/simple", "a" * 64)
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     ("answer", "needle"),
     [
@@ -333,6 +357,7 @@ def test_bad_index_answers_are_exit_3(cache, answer, needle):
     assert exc.value.exit_code == 3 and exc.value.hint
 
 
+@pytest.mark.loopback
 def test_refresh_refuses_file_urls_in_the_index():
     from imagekit.services.compat_refresh import simple_page
 
@@ -345,11 +370,13 @@ def test_refresh_refuses_file_urls_in_the_index():
     assert page["files"][0]["url"] == f"{idx.url}/files/x.whl"
 
 
+@pytest.mark.loopback
 def test_remote_zip_needs_range_support():
     with serve({"/w.whl": (200, {}, b"PK whole file")}) as server, pytest.raises(EnvironmentFailure, match="range"):
         remote_zip.read_member(f"{server.url}/w.whl", ".dist-info/METADATA")
 
 
+@pytest.mark.loopback
 def test_the_shared_client_follows_the_proxy_environment(monkeypatch):
     """httpx reads the proxy settings when a client is made: a client made before they change must not be reused
     (a process that sets HTTPS_PROXY later, or a test sandbox, would otherwise bypass the proxy)."""

@@ -25,6 +25,7 @@ from imagekit.effects import resolver
 from imagekit.effects.resolver import IndexUnreachable
 from imagekit.model import Cell
 from imagekit.services import lock_cells as lock_service
+from tests import loopback
 from tests.conftest import ROOT
 
 CU118_CELLS = 5  # the default matrix's cu118 cells: every one takes torch from the PyTorch index
@@ -48,12 +49,11 @@ def answering() -> Iterator[tuple[str, list[tuple[str, str]]]]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback.start(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", seen
     finally:
-        server.shutdown()
-        server.server_close()
+        loopback.stop(server)
 
 
 @contextmanager
@@ -99,6 +99,7 @@ def lines_starting(text: str, prefix: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(prefix)]
 
 
+@pytest.mark.loopback
 def test_an_unreachable_pytorch_index_is_one_error_after_one_probe_per_url(tmp_path):
     with answering() as (pypi, seen):
         torch_index = f"{dead_url()}/whl"
@@ -116,6 +117,7 @@ def test_an_unreachable_pytorch_index_is_one_error_after_one_probe_per_url(tmp_p
     assert not (tmp_path / "locks").exists() or not any((tmp_path / "locks").iterdir())
 
 
+@pytest.mark.resolver  # the probe stops the uv runs `lock --jobs 4` started beside it (and waits its 5 s timeout)
 def test_an_index_that_never_answers_is_probed_once_with_the_short_timeout(tmp_path):
     with answering() as (pypi, seen), silent() as (torch_base, accepted):
         res = cli(tmp_path, "lock", "--cuda", "11.8", "--dir", "locks", "--index-url", f"{pypi}/simple",
@@ -130,6 +132,7 @@ def test_an_index_that_never_answers_is_probed_once_with_the_short_timeout(tmp_p
     assert connections >= 1  # the probe's (and those of the uv runs it stopped)
 
 
+@pytest.mark.loopback
 def test_an_unreachable_main_index_names_the_flag_that_replaces_it(tmp_path):
     dead = f"{dead_url()}/simple"
     res = cli(tmp_path, "lock", "--cuda", "12.4", "--source", "pypi", "--dir", "locks", "--index-url", dead)
@@ -140,6 +143,7 @@ def test_an_unreachable_main_index_names_the_flag_that_replaces_it(tmp_path):
     assert "--index-url" in hint and "--source pypi" not in hint  # PyPI cells need the main index too
 
 
+@pytest.mark.loopback
 def test_up_to_date_locks_need_no_network(tmp_path):
     """Every proxy points at a dead port: a probe (or uv) would fail, so exit 0 proves nothing was asked."""
     shutil.copytree(ROOT / "lockfiles", tmp_path / "locks")

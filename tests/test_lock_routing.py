@@ -17,6 +17,7 @@ from imagekit import lockfile, resolution
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.model import Cell
 from imagekit.services import lock_cells as lock_service
+from tests import loopback
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 
 CELL_118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")
@@ -343,7 +344,6 @@ def test_pip_tools_backend_refuses_what_it_cannot_do(indexes, data, tmp_path):
 def test_an_index_refusing_access_is_exit_3_not_a_conflict(data, tmp_path, status):
     """uv words a 401 from the index as 'not found ... unsatisfiable'; it is the environment, not the pins."""
     import http.server
-    import threading
 
     class Refuse(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -355,12 +355,12 @@ def test_an_index_refusing_access_is_exit_3_not_a_conflict(data, tmp_path, statu
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback.start(server)
     try:
         url = f"http://user:s3cr3t@127.0.0.1:{server.server_address[1]}/simple"
         res = lock_service.lock_one(CELL_124, tmp_path / "locks", resolution.LockSettings(index_url=url), data)
     finally:
-        server.shutdown()
+        loopback.stop(server)
     assert isinstance(res.error, EnvironmentFailure) and res.error.exit_code == 3, res.error
     assert f"HTTP {status}" in res.error.message and "credentials" in res.error.hint
     assert "s3cr3t" not in res.error.message + res.error.hint and not res.path.exists()

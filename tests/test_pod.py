@@ -8,7 +8,6 @@ import http.server
 import json
 import os
 import re
-import threading
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,7 +15,7 @@ import pytest
 
 from imagekit.podwire import CHUNK, parse_target
 from imagekit.services import pod
-from tests import sshd
+from tests import loopback, sshd
 
 ROOT = Path(__file__).resolve().parent.parent
 # A `base64` earlier on the pod's PATH that corrupts bulk data (stdin over 8 KiB) for its first LIMIT runs: what a
@@ -357,9 +356,9 @@ class _RunPod(http.server.BaseHTTPRequestHandler):
 def runpod_api():
     _RunPod.seen, _RunPod.status = [], 200
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RunPod)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback.start(server)
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    loopback.stop(server)
 
 
 def test_stop_and_terminate_call_runpods_rest_api(app, runner, runpod_api, monkeypatch):

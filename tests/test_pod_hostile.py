@@ -410,6 +410,7 @@ def test_a_malformed_known_hosts_line_is_skipped_with_a_warning(app, runner, evi
     assert "Traceback" not in res.output
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize("greeting", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n"])
 def test_a_port_that_is_not_an_ssh_server_is_a_clean_exit_3(tmp_path, monkeypatch, capfd, greeting):
     from imagekit.errors import EnvironmentFailure
@@ -422,7 +423,7 @@ def test_a_port_that_is_not_an_ssh_server_is_a_clean_exit_3(tmp_path, monkeypatc
             pod.run_command(
                 parse_target(f"root@127.0.0.1:{port}"),
                 "true",
-                pod.PodOptions(connect_timeout=1.0),
+                pod.PodOptions(connect_timeout=0.3),
                 lambda _: None,
                 lambda _: None,
                 lambda _: None,

@@ -134,6 +134,7 @@ def test_self_test_lines_are_relayed_one_per_check():
     assert rec.lines == [("c", "self-test pass dists-match-lock 0.4s"), ("c", "self-test fail tiny-model 3.1s")]
 
 
+@pytest.mark.loopback
 def test_downloads_report_their_bytes(tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
     noise = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(40_000))  # ~1.3 MB compressed

@@ -17,7 +17,6 @@ import random
 import re
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from imagekit import refresh
 from imagekit.errors import EnvironmentFailure
 from imagekit.metadata import WATCHED
 from imagekit.services import compat_refresh
+from tests import loopback
 from tests.conftest import FIXTURES, ROOT
 
 META = FIXTURES / "metadata"
@@ -155,12 +155,11 @@ def index_server(tmp: Path, honour_range: bool = True) -> Iterator[tuple[str, ty
             handler.files[filename + ".metadata"] = meta.encode()
             entry["core-metadata"] = {"sha256": hashlib.sha256(meta.encode()).hexdigest()}
         handler.pages[project]["files"].append(entry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback.start(server)
     try:
         yield f"{base}/simple", handler
     finally:
-        server.shutdown()
-        server.server_close()
+        loopback.stop(server)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -170,6 +169,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.loopback
 def test_refresh_writes_what_the_index_says(tmp_path):
     out = tmp_path / "data" / "pypi-metadata.json"
     with index_server(tmp_path) as (index, handler):
@@ -220,6 +220,7 @@ def test_refresh_writes_what_the_index_says(tmp_path):
     assert ("/files/transformers-4.48.2-py3-none-any.whl.metadata", None) in handler.seen  # its relative url
 
 
+@pytest.mark.loopback
 def test_range_reader_finds_a_member_far_from_the_end(tmp_path):
     """The 200 kB wheel: METADATA's local header lies outside the 64 KiB tail; the reader follows the directory."""
     with index_server(tmp_path) as (index, handler):
@@ -235,6 +236,7 @@ def test_range_reader_finds_a_member_far_from_the_end(tmp_path):
     assert ranges[0] == "bytes=-65536" and len(ranges) >= 3  # tail, directory, local header (+ data)
 
 
+@pytest.mark.loopback
 def test_an_index_that_ignores_range_requests_is_a_clean_error(tmp_path):
     out = tmp_path / "pypi-metadata.json"
     out.write_text("previous contents\n")
@@ -247,6 +249,7 @@ def test_an_index_that_ignores_range_requests_is_a_clean_error(tmp_path):
     assert out.read_text() == "previous contents\n"  # nothing half-written
 
 
+@pytest.mark.loopback
 def test_an_unreachable_or_missing_index_is_a_clean_error(tmp_path):
     out = tmp_path / "pypi-metadata.json"
     with index_server(tmp_path) as (index, _):
@@ -255,6 +258,7 @@ def test_an_unreachable_or_missing_index_is_a_clean_error(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.loopback
 def test_check_reads_release_lists_only_and_agrees_with_what_refresh_records(tmp_path):
     with index_server(tmp_path) as (index, handler):
         doc = compat_refresh.build_metadata(index)
@@ -347,6 +351,7 @@ def _refused(res, out: Path, *words: str) -> None:
         assert word in text, (word, text)
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     ("header", "value", "words"),
     [
@@ -367,6 +372,7 @@ def test_hostile_metadata_refuses_the_whole_refresh(app, runner, tmp_path, heade
     _refused(res, out, *words)
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     "body", [b'{"files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"n": ' + HUGE.encode() + b"}"]
 )
@@ -379,6 +385,7 @@ def test_a_hostile_page_refuses_the_refresh(app, runner, tmp_path, body):
     assert not out.exists()
 
 
+@pytest.mark.loopback
 def test_wheel_names_with_absurd_numbers_are_left_out(app, runner, tmp_path):
     out = tmp_path / "pypi-metadata.json"
     with index_server(tmp_path) as (index, handler):

@@ -23,7 +23,7 @@ CELL_A, CELL_B = "cu124-torch2.5.1-py3.11-tf4.48.2", "cu121-torch2.1.2-py3.11-tf
 
 
 @pytest.fixture(scope="module")
-def reg(tmp_path_factory):
+def release_registry(tmp_path_factory):
     registry = Registry(tmp_path_factory.mktemp("reg"), free_port()).start()
     yield registry
     registry.stop()
@@ -40,10 +40,10 @@ def _blob(base: str, data: bytes, auth: tuple[str, str] | None = None) -> str:
 
 
 def push_image(
-    reg: Registry, repo: str, tag: str, payload: str, auth: tuple[str, str] | None = None
+    release_registry: Registry, repo: str, tag: str, payload: str, auth: tuple[str, str] | None = None
 ) -> tuple[str, str]:
     """A minimal image (one layer, a config) pushed over the registry API: (manifest digest, config digest)."""
-    base = f"http://{reg.address}/v2/{repo}"
+    base = f"http://{release_registry.address}/v2/{repo}"
     layer = payload.encode()
     layer_digest = _blob(base, layer, auth)
     config = json.dumps(
@@ -123,11 +123,11 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
     assert not [p for p in index.parent.iterdir() if p.name.startswith(".")]  # no temp or lock file left
 
 
-def test_merge_builds_the_index_from_records_verified_against_the_registry(app, runner, reg, in_tmp):
-    repo = f"{reg.address}/imagekit-test/merge"
+def test_merge_builds_the_index_from_records_verified_against_the_registry(app, runner, release_registry, in_tmp):
+    repo = f"{release_registry.address}/imagekit-test/merge"
     records = in_tmp / "records"
     for n, cell in enumerate((CELL_A, CELL_B)):
-        digest, config = push_image(reg, "imagekit-test/merge", f"{cell}-0123456789ab", f"layer {n}")
+        digest, config = push_image(release_registry, "imagekit-test/merge", f"{cell}-0123456789ab", f"layer {n}")
         publish.write_record(records / f"runner-{n}", _entry(_published(repo, cell, digest, config)))
     res = _merge(app, runner, "records", "--index", "out/index.json", "--json", "--registry", repo)
     assert res.exit_code == 0, res.output
@@ -140,35 +140,35 @@ def test_merge_builds_the_index_from_records_verified_against_the_registry(app, 
     assert (in_tmp / "out" / "index.json").read_text() == first
 
 
-def test_merge_refuses_a_digest_the_registry_lacks_and_writes_nothing(app, runner, reg, in_tmp):
-    repo = f"{reg.address}/imagekit-test/missing"
-    digest, config = push_image(reg, "imagekit-test/missing", f"{CELL_A}-0123456789ab", "real")
+def test_merge_refuses_a_digest_the_registry_lacks_and_writes_nothing(app, runner, release_registry, in_tmp):
+    repo = f"{release_registry.address}/imagekit-test/missing"
+    digest, config = push_image(release_registry, "imagekit-test/missing", f"{CELL_A}-0123456789ab", "real")
     publish.write_record(in_tmp / "records", _entry(_published(repo, CELL_A, digest, config)))
     ghost = "sha256:" + "f" * 64
     publish.write_record(in_tmp / "records", _entry(_published(repo, CELL_B, ghost)))
-    res = _merge(app, runner, "records", "--index", "index.json", "--registry", reg.address)
+    res = _merge(app, runner, "records", "--index", "index.json", "--registry", release_registry.address)
     assert res.exit_code == 1, res.output
     assert f"has no manifest {ghost}" in res.output and "hint:" in res.output
     assert not (in_tmp / "index.json").exists()
 
 
-def test_merge_refuses_a_moved_tag_and_a_wrong_config(app, runner, reg, in_tmp):
-    repo = f"{reg.address}/imagekit-test/moved"
-    old, config = push_image(reg, "imagekit-test/moved", f"{CELL_A}-0123456789ab", "first")
-    push_image(reg, "imagekit-test/moved", f"{CELL_A}-0123456789ab", "second: the tag moved")
+def test_merge_refuses_a_moved_tag_and_a_wrong_config(app, runner, release_registry, in_tmp):
+    repo = f"{release_registry.address}/imagekit-test/moved"
+    old, config = push_image(release_registry, "imagekit-test/moved", f"{CELL_A}-0123456789ab", "first")
+    push_image(release_registry, "imagekit-test/moved", f"{CELL_A}-0123456789ab", "second: the tag moved")
     publish.write_record(in_tmp / "a", _entry(_published(repo, CELL_A, old, config)))
     res = _merge(app, runner, "a", "--index", "index.json", "--registry", repo)
     assert res.exit_code == 1 and "points at sha256:" in res.output, res.output
-    digest, _ = push_image(reg, "imagekit-test/moved", f"{CELL_B}-0123456789ab", "b")
+    digest, _ = push_image(release_registry, "imagekit-test/moved", f"{CELL_B}-0123456789ab", "b")
     publish.write_record(in_tmp / "b", _entry(_published(repo, CELL_B, digest, "sha256:" + "0" * 64)))
     res = _merge(app, runner, "b", "--index", "index.json", "--registry", repo)
     assert res.exit_code == 1 and "has config" in res.output, res.output
     assert not (in_tmp / "index.json").exists()
 
 
-def test_an_immutable_tag_never_gets_a_second_digest(app, runner, reg, in_tmp):
-    repo = f"{reg.address}/imagekit-test/immutable"
-    digest, config = push_image(reg, "imagekit-test/immutable", f"{CELL_A}-0123456789ab", "one")
+def test_an_immutable_tag_never_gets_a_second_digest(app, runner, release_registry, in_tmp):
+    repo = f"{release_registry.address}/imagekit-test/immutable"
+    digest, config = push_image(release_registry, "imagekit-test/immutable", f"{CELL_A}-0123456789ab", "one")
     other = "sha256:" + "e" * 64
     publish.write_record(in_tmp / "r1", _entry(_published(repo, CELL_A, digest, config)))
     publish.write_record(in_tmp / "r2", _entry(_published(repo, CELL_A, other)))

@@ -33,7 +33,7 @@ REPO = "imagekit-test/train"
 
 
 @pytest.fixture(scope="module")
-def good(tmp_path_factory):
+def honest_registry(tmp_path_factory):
     """The user's registry: it takes only USER/PASSWORD."""
     reg = Registry(tmp_path_factory.mktemp("good-reg"), free_port(), auth=(USER, PASSWORD)).start()
     yield reg
@@ -65,14 +65,14 @@ def _clean(output: str) -> None:
 
 
 # ---- HIGH 3: registry credentials go only to the registry they were given for -------------------------------------
-def test_merge_sends_no_credentials_to_a_registry_the_user_did_not_name(app, runner, good, creds, in_tmp):
+def test_merge_sends_no_credentials_to_a_registry_the_user_did_not_name(app, runner, honest_registry, creds, in_tmp):
     """The index lists images of the user's registry; a record (a CI artifact anyone with a runner can upload)
     names the attacker's. Nothing of the credentials reaches it, the merge names the record, nothing is written,
     and `runpod-template` never gives the cell the attacker's image."""
-    repo = f"{good.address}/{REPO}"
-    d0, c0 = push_image(good, REPO, f"{CELL_A}-{BUILD}", "a", auth=(USER, PASSWORD))
+    repo = f"{honest_registry.address}/{REPO}"
+    d0, c0 = push_image(honest_registry, REPO, f"{CELL_A}-{BUILD}", "a", auth=(USER, PASSWORD))
     before = _index(in_tmp / "index.json", _entry(repo, CELL_A, d0, c0))
-    d1, c1 = push_image(good, REPO, f"{CELL_B}-{BUILD}", "b", auth=(USER, PASSWORD))
+    d1, c1 = push_image(honest_registry, REPO, f"{CELL_B}-{BUILD}", "b", auth=(USER, PASSWORD))
     publish.write_record(in_tmp / "records" / "runner-1", _entry(repo, CELL_B, d1, c1))
     with hostile_http.registry() as evil:
         image = evil.add_image(REPO, f"{CELL_C}-{BUILD}")
@@ -90,24 +90,23 @@ def test_merge_sends_no_credentials_to_a_registry_the_user_did_not_name(app, run
     assert tpl.exit_code == 2 and evil.address not in tpl.stdout
 
 
-def test_merge_takes_the_registries_the_user_names(app, runner, good, creds, in_tmp):
+def test_merge_takes_the_registries_the_user_names(app, runner, honest_registry, creds, in_tmp):
     """--registry HOST[/REPO] (repeatable) names where records may point and where the credentials go; a record
     elsewhere is refused before any request, even one on the named host but in another repository."""
-    repo = f"{good.address}/{REPO}"
-    digest, config = push_image(good, REPO, f"{CELL_B}-{BUILD}", "named", auth=(USER, PASSWORD))
+    repo = f"{honest_registry.address}/{REPO}"
+    digest, config = push_image(honest_registry, REPO, f"{CELL_B}-{BUILD}", "named", auth=(USER, PASSWORD))
     publish.write_record(in_tmp / "records", _entry(repo, CELL_B, digest, config))
     with hostile_http.registry() as evil:
         image = evil.add_image(REPO, f"{CELL_C}-{BUILD}")
         publish.write_record(
             in_tmp / "elsewhere", _entry(f"{evil.address}/{REPO}", CELL_C, image.digest, image.config_digest)
         )
-        for flags in (["--registry", repo], ["--registry", good.address]):
+        for flags in (["--registry", repo], ["--registry", honest_registry.address]):
             res = runner.invoke(app, ["release", "merge", "records", "elsewhere", "--index", "i.json", *flags])
             assert res.exit_code == 1 and "not a registry named" in res.output, res.output
         assert evil.seen == []
-        other_repo = runner.invoke(
-            app, ["release", "merge", "records", "--index", "i.json", "--registry", f"{good.address}/other/repo"]
-        )
+        other = f"{honest_registry.address}/other/repo"
+        other_repo = runner.invoke(app, ["release", "merge", "records", "--index", "i.json", "--registry", other])
         assert other_repo.exit_code == 1 and "not a registry named" in other_repo.output, other_repo.output
     assert not (in_tmp / "i.json").exists()
     res = runner.invoke(app, ["release", "merge", "records", "--index", "i.json", "--registry", repo, "--json"])
@@ -121,6 +120,7 @@ def test_merge_takes_the_registries_the_user_names(app, runner, good, creds, in_
     assert bad.exit_code == 2 and "hint:" in bad.output
 
 
+@pytest.mark.loopback
 def test_a_record_digest_never_becomes_another_url_path(app, runner, creds, in_tmp):
     """`../../admin/delete?all=1#` as a record's digest: refused when the record is read, before any request."""
     with hostile_http.registry() as evil:
@@ -139,6 +139,7 @@ def test_a_record_digest_never_becomes_another_url_path(app, runner, creds, in_t
     assert (in_tmp / "index.json").read_text() == before
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     "reference", ["../../admin", "latest/../../x", "sha256:abc", "tag?x=1", "a#b", "", "-x", "x" * 129, "tag\n"]
 )
@@ -165,6 +166,7 @@ def test_a_repository_name_outside_the_distribution_grammar_is_refused(name):
         registry_api.Remote.parse(f"127.0.0.1:5000/{name}")
 
 
+@pytest.mark.loopback
 def test_credentials_are_bound_to_their_registry():
     """The one rule in the client: Basic credentials go to the registries they were given for, and to the token
     realm such a registry names; to no other registry, whatever the caller asks."""
@@ -184,6 +186,7 @@ def test_credentials_are_bound_to_their_registry():
         assert other.server.credentials_seen() == []
 
 
+@pytest.mark.loopback
 def test_a_challenge_from_where_a_redirect_led_gets_no_credentials():
     """The named registry redirects a manifest to another server, which answers 401 with a Bearer realm of its own:
     that is not the registry's challenge, so its realm never gets the registry's password."""
@@ -212,6 +215,7 @@ def index(tmp_path):
     return _write_index(tmp_path / "index.json", TAG, {"ports": ["22/tcp"], "jupyter": False})
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(("key", "why"), BAD_KEYS)
 @pytest.mark.parametrize("command", ["runpod-template", "pod stop", "pod terminate"])
 def test_a_runpod_key_that_cannot_be_a_header_is_named_never_printed(
@@ -235,12 +239,12 @@ def test_a_runpod_key_that_cannot_be_a_header_is_named_never_printed(
 
 @pytest.mark.parametrize(("password", "why"), [("Reg1stry\r\n", "carriage return"), ("Reg1\nstry", "line feed")])
 def test_a_registry_password_that_cannot_be_sent_is_named_never_printed(
-    app, runner, good, monkeypatch, in_tmp, password, why
+    app, runner, honest_registry, monkeypatch, in_tmp, password, why
 ):
     monkeypatch.setenv("IMAGEKIT_REGISTRY_USER", USER)
     monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", password)
-    repo = f"{good.address}/{REPO}"
-    digest, config = push_image(good, REPO, f"{CELL_A}-{BUILD}", "pw", auth=(USER, PASSWORD))
+    repo = f"{honest_registry.address}/{REPO}"
+    digest, config = push_image(honest_registry, REPO, f"{CELL_A}-{BUILD}", "pw", auth=(USER, PASSWORD))
     publish.write_record(in_tmp / "records", _entry(repo, CELL_A, digest, config))
     res = runner.invoke(app, ["release", "merge", "records", "--index", "i.json", "--registry", repo])
     assert "Reg1" not in res.output
@@ -250,6 +254,7 @@ def test_a_registry_password_that_cannot_be_sent_is_named_never_printed(
     assert not (in_tmp / "i.json").exists()
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize("token", ["tok\r\nX-Evil: 1", "tøken", "t" * 20_000, 17])
 def test_a_token_the_token_service_sends_must_fit_a_header(token):
     with hostile_http.registry() as reg:
@@ -316,6 +321,7 @@ ANSWERS = {
 }
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize("answer", list(ANSWERS))
 @pytest.mark.parametrize(
     "command", ["compat refresh", "compat refresh --check", "pod stop", "pod terminate", "runpod-template --create"]
@@ -349,6 +355,7 @@ def test_display_redacts_user_info_and_secret_queries():
 
 
 # ---- MEDIUM: what RunPod answers is checked, and shown only as plain text -------------------------------------------
+@pytest.mark.loopback
 @pytest.mark.parametrize("answer", list(hostile_http.RUNPOD_ANSWERS))
 def test_create_says_created_only_for_a_saved_template(app, runner, index, monkeypatch, answer):
     monkeypatch.setenv("RUNPOD_API_KEY", "rp_key")
@@ -360,6 +367,7 @@ def test_create_says_created_only_for_a_saved_template(app, runner, index, monke
     assert "created" not in res.output and "spoofed" not in res.output
 
 
+@pytest.mark.loopback
 def test_a_redirect_that_turns_the_post_into_a_get_is_not_created(app, runner, index, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", "rp_key")
     routes = {"/graphql": hostile_http.redirect("/landing", 302), "/landing": hostile_http.json_answer({"data": {}})}
@@ -371,6 +379,7 @@ def test_a_redirect_that_turns_the_post_into_a_get_is_not_created(app, runner, i
     _clean(res.output)
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize("code", [302, 307])
 def test_an_answer_from_where_a_redirect_led_is_not_runpods(app, runner, index, monkeypatch, code):
     """--api-url redirects to another server answering a saved template: the key stayed behind (never sent there),
@@ -387,6 +396,7 @@ def test_an_answer_from_where_a_redirect_led_is_not_runpods(app, runner, index, 
     _clean(res.output)
 
 
+@pytest.mark.loopback
 def test_runpods_error_text_reaches_the_terminal_as_plain_text(app, runner, index, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", "rp_key")
     answer = hostile_http.json_answer({"errors": [{"message": hostile_http.SPOOF}]})
@@ -401,6 +411,7 @@ def test_runpods_error_text_reaches_the_terminal_as_plain_text(app, runner, inde
     assert "\u202e" not in res.output and "\x07" not in res.output and "rm -rf" in res.output
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     "answer",
     [
@@ -418,6 +429,7 @@ def test_pod_stop_survives_what_runpod_answers(app, runner, monkeypatch, answer,
     _clean(res.output)
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     "body", [hostile_http.nested(100_000), '{"schemaVersion": ' + hostile_http.HUGE_NUMBER + "}", '{"config": NaN}']
 )
@@ -429,6 +441,7 @@ def test_a_registry_answer_of_hostile_json_is_exit_3(body):
     assert exc.value.exit_code == 3 and exc.value.hint
 
 
+@pytest.mark.loopback
 def test_a_registry_digest_header_that_is_no_digest_is_exit_3():
     with hostile_http.registry() as reg:
         image = reg.add_image("team/app", "v1")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from typing import ClassVar
 
 import pytest
+
+from tests import loopback
 
 KEY = "rp_secret_key_123"
 CELL = "cu121-torch2.1.2-py3.11-tf4.48.2"
@@ -81,17 +82,18 @@ class _RunPod(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def runpod():
+def runpod_graphql():
     _RunPod.seen = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RunPod)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback.start(server)
     yield f"http://127.0.0.1:{server.server_address[1]}/graphql"
-    server.shutdown()
+    loopback.stop(server)
 
 
-def test_create_calls_the_api_and_never_prints_the_key(app, runner, index, runpod, monkeypatch):
+def test_create_calls_the_api_and_never_prints_the_key(app, runner, index, runpod_graphql, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
-    res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(index), "--create", "--api-url", runpod])
+    args = ["runpod-template", CELL, "--release-index", str(index), "--create", "--api-url", runpod_graphql]
+    res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert KEY not in res.output
     assert json.loads(res.stdout)["saveTemplate"]["id"] == "tpl-1"
@@ -100,12 +102,14 @@ def test_create_calls_the_api_and_never_prints_the_key(app, runner, index, runpo
     assert call["body"]["variables"]["input"]["imageName"] == TAG
 
 
-def test_create_with_a_rejected_key(app, runner, index, runpod, monkeypatch):
+def test_create_with_a_rejected_key(app, runner, index, runpod_graphql, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", "wrong")
-    res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(index), "--create", "--api-url", runpod])
+    args = ["runpod-template", CELL, "--release-index", str(index), "--create", "--api-url", runpod_graphql]
+    res = runner.invoke(app, args)
     assert res.exit_code == 3 and "refused the API key" in res.output and "wrong" not in res.stdout
 
 
+@pytest.mark.loopback
 def test_create_with_a_non_json_answer_is_exit_3(app, runner, index, monkeypatch):
     """A proxy's login page or a wrong --api-url: `error:` and `hint:`, exit 3, no traceback, no key."""
 
@@ -121,13 +125,13 @@ def test_create_with_a_non_json_answer_is_exit_3(app, runner, index, monkeypatch
             self.wfile.write(b"<html>sign in</html>")
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback.start(server)
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/graphql"
         res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(index), "--create", "--api-url", url])
     finally:
-        server.shutdown()
+        loopback.stop(server)
     assert res.exit_code == 3, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
     assert "error:" in res.output and "hint:" in res.output and "Traceback" not in res.output
@@ -194,10 +198,10 @@ def test_public_registries(image):
     assert runpod.unreachable_registry(image) is None
 
 
-def test_create_refuses_a_loopback_registry(app, runner, tmp_path, runpod, monkeypatch):
+def test_create_refuses_a_loopback_registry(app, runner, tmp_path, runpod_graphql, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
     path = _write_index(tmp_path / "i.json", LOCAL_TAG)
-    args = ["runpod-template", CELL, "--release-index", str(path), "--create", "--api-url", runpod]
+    args = ["runpod-template", CELL, "--release-index", str(path), "--create", "--api-url", runpod_graphql]
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and "no pod can pull" in res.output and "hint:" in res.output
     assert _RunPod.seen == []  # nothing was sent

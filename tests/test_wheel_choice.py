@@ -88,6 +88,7 @@ def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     ("offered", "python", "glibc", "chosen"),
     [
@@ -110,11 +111,13 @@ def test_the_most_specific_loadable_wheel_is_chosen(tmp_path, built, offered, py
     assert got == built[chosen].name
 
 
+@pytest.mark.loopback
 def test_same_choice_from_a_pep691_json_page(tmp_path, built):
     got = choose(tmp_path, list(built.values()), "3.11", "2.17", json_page=True)
     assert got == built["cp311-2_17"].name
 
 
+@pytest.mark.loopback
 @pytest.mark.parametrize(
     ("offered", "python", "glibc"),
     [
@@ -131,6 +134,7 @@ def test_an_unusable_set_is_a_clean_error(tmp_path, built, offered, python, glib
     assert "pkg==1.0" in exc.value.message and exc.value.hint
 
 
+@pytest.mark.loopback
 def test_only_hashes_in_the_lock_are_candidates(tmp_path, built):
     """The index offers the cp311 wheel, but the lock pinned only cp312's hash: never install unlocked bytes."""
     with pytest.raises(CheckFailed, match=r"no wheel for Python 3\.11"):
@@ -139,6 +143,7 @@ def test_only_hashes_in_the_lock_are_candidates(tmp_path, built):
     assert got == built["any"].name
 
 
+@pytest.mark.loopback
 def test_local_version_wheels_from_a_pytorch_style_index(tmp_path):
     """download.pytorch.org names: `torch-2.5.1+cu124-cp311-cp311-linux_x86_64.whl`, quoted `%2B` in hrefs."""
     out = tmp_path / "w"

@@ -6,7 +6,6 @@ import base64
 import hashlib
 import html
 import http.server
-import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -14,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
+
+from tests import loopback
 
 FIXED_TIME = (2025, 1, 1, 0, 0, 0)
 
@@ -116,10 +117,8 @@ def serve(root: Path, delay: float = 0.0) -> Iterator[str]:
     handler_cls = type("Handler", (_Quiet,), {"delay": delay})
     handler = lambda *a, **kw: handler_cls(*a, directory=str(root), **kw)  # noqa: E731
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    loopback.start(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
-        server.shutdown()
-        server.server_close()
+        loopback.stop(server)
