@@ -26,6 +26,9 @@ def pytest_configure(config: pytest.Config) -> None:
     path = os.environ.get("PATH", "")
     if path.split(os.pathsep)[0] != bindir:
         os.environ["PATH"] = bindir + os.pathsep + path
+    from tests import containers
+
+    containers.configure()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

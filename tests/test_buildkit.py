@@ -11,6 +11,7 @@ import tarfile
 
 import pytest
 
+from tests import containers
 from tests.conftest import REAL_CELL, ROOT
 from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
 
@@ -124,11 +125,9 @@ def test_buildx_builds_the_real_cell_and_its_self_test_passes(app, runner, engin
         report = json.loads(res.stdout)
         assert {c["id"] for c in report["checks"]} == {c["id"] for c in real_build[0].report["checks"]}
         assert "self-test passed: " in res.stderr
-        found = subprocess.run(
-            ["docker", "run", "--rm", "--entrypoint", "sh", tag, "-c",
-             "find / -xdev -name '*.whl' -not -path '/usr/share/python-wheels/*'; ls -A /mnt"],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        assert found.stdout.strip() == ""  # no wheel anywhere, and the mount point is left as it was (empty)
+        found = containers.output(
+            engine, tag, ["sh", "-c", "find / -xdev -name '*.whl' -not -path '/usr/share/python-wheels/*'; ls -A /mnt"]
+        )
+        assert found.strip() == ""  # no wheel anywhere, and the mount point is left as it was (empty)
     finally:
         engine.remove(tag)

@@ -25,6 +25,7 @@ from imagekit.services import fetch, inputs, publish, selftest_runner
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import ensure_base
 from imagekit.services.build import BuildOptions, build_cell
+from tests import containers
 from tests.conftest import REAL_BUILD_PROGRESS, REAL_CELL, REPO, _log
 from tests.registry import Registry, free_port
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
@@ -364,11 +365,10 @@ def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tm
         assert "nvidia_cuda_runtime_cu12/__init__.py" in files and not any("__pycache__" in f for f in files)
         assert not any(f.endswith("uv_cache.json") for f in files)
         # the torch layer links the CUDA folders into site-packages: RPATHs ($ORIGIN/../../<folder>/lib) resolve there
-        link = engine.client.containers.run(
-            tags[0], ["readlink", "/opt/venv/lib/python3.11/site-packages/nvidia_cuda_runtime_cu12"],
-            entrypoint=[], remove=True, network_mode="none",
-        )  # fmt: skip
-        assert link.decode().strip() == "/opt/cuda-libs/nvidia_cuda_runtime_cu12"
+        link = containers.output(
+            engine, tags[0], ["readlink", "/opt/venv/lib/python3.11/site-packages/nvidia_cuda_runtime_cu12"]
+        )
+        assert link.strip() == "/opt/cuda-libs/nvidia_cuda_runtime_cu12"
     finally:
         for t in tags:
             engine.remove(t)
@@ -378,10 +378,7 @@ def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tm
 
 
 def _files_in(engine, image: str, folder: str) -> list[str]:
-    out = engine.client.containers.run(
-        image, ["find", folder, "-type", "f", "-printf", "%P\\n"], entrypoint=[], remove=True, network_mode="none"
-    )
-    return out.decode().split()
+    return containers.output(engine, image, ["find", folder, "-type", "f", "-printf", "%P\\n"]).split()
 
 
 def test_an_image_over_its_size_budget_is_refused_and_not_pushed(engine, registry, fake_index, tmp_path):

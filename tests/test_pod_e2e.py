@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.services import inputs
+from tests import containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -30,39 +31,26 @@ def ssh_key(tmp_path_factory) -> Path:
 
 
 class Pod:
-    """A container started like a pod, with an SSH client pointed at its published port 22."""
+    """A container started like a pod (tests/containers.py: through testcontainers, ready when it says so), with an
+    SSH client pointed at its published port 22."""
 
     def __init__(self, engine, image: str, env: dict[str, str], volume: Path, key: Path, mounts: dict | None = None):
         self.key = key
-        self.container = engine.client.containers.run(
-            image,
-            detach=True,
-            tty=False,
-            stdin_open=False,
-            environment=env,
-            volumes={str(volume): {"bind": "/workspace", "mode": "rw"}, **(mounts or {})},
-            ports={"22/tcp": ("127.0.0.1", None)},
-        )
+        volumes = {str(volume): ("/workspace", "rw")}
+        volumes.update({host: (m["bind"], m["mode"]) for host, m in (mounts or {}).items()})
+        self.running = containers.start(engine, image, env=env, volumes=volumes, ports=("22/tcp",))
+        self.container = self.running.container
 
     def wait_ready(self, timeout: float = 120, starts: int = 1) -> str:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            self.container.reload()
-            logs = self.logs()
-            if self.container.status != "running":
-                raise AssertionError(f"the pod exited ({self.container.status}):\n{logs}")
-            if logs.count("imagekit: ready") >= starts:
-                return logs
-            time.sleep(0.5)
-        raise AssertionError(f"the pod did not become ready in {timeout} s:\n{self.logs()}")
+        """The logs, once the pod start said it is ready ``starts`` times (a restart says it again)."""
+        return self.running.wait(containers.ready_times(containers.READY, starts), timeout)
 
     def logs(self) -> str:
-        return self.container.logs().decode("utf-8", "replace")
+        return self.running.logs()
 
     @property
     def port(self) -> int:
-        self.container.reload()
-        return int(self.container.attrs["NetworkSettings"]["Ports"]["22/tcp"][0]["HostPort"])
+        return self.running.port("22/tcp")
 
     def ssh_opts(self) -> list[str]:
         return [
@@ -87,11 +75,10 @@ class Pod:
         )
 
     def exec(self, *argv: str) -> tuple[int, str]:
-        code, out = self.container.exec_run(list(argv), tty=False)
-        return code, out.decode("utf-8", "replace")
+        return self.running.exec(*argv)
 
     def remove(self) -> None:
-        self.container.remove(force=True)
+        self.running.remove()
 
 
 def _root_owned_volume(tmp_path: Path) -> Path:
@@ -302,34 +289,29 @@ def test_jupyter_starts_with_a_password_and_serves_the_workspace(jupyter_build, 
 
     features = from_engine(jupyter_build.tag)["image"]
     assert features["jupyter"] is True and features["ports"] == ["22/tcp", "8888/http"]
-    container = engine.client.containers.run(
+    notes = "/api/contents/notes.txt"
+    container = containers.start(
+        engine,
         jupyter_build.tag,
-        detach=True,
-        environment={"JUPYTER_PASSWORD": "s3cret"},
-        volumes={str(vol): {"bind": "/workspace", "mode": "rw"}},
-        ports={"8888/tcp": ("127.0.0.1", None)},
+        env={"JUPYTER_PASSWORD": "s3cret"},
+        volumes={str(vol): ("/workspace", "rw")},
+        ports=("8888/tcp",),
+        ready=containers.http_ready(8888, f"{notes}?token=s3cret"),
+        timeout=90,
     )
     try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8888/tcp"][0]["HostPort"]
-        url = f"http://127.0.0.1:{port}/api/contents/notes.txt"
-        deadline, status = time.time() + 90, None
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"{url}?token=s3cret", timeout=5) as resp:
-                    status, body = resp.status, json.loads(resp.read())
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(1)
-        assert status == 200, container.logs().decode()
+        url = f"http://127.0.0.1:{container.port('8888/tcp')}{notes}"
+        with urllib.request.urlopen(f"{url}?token=s3cret", timeout=5) as resp:
+            status, body = resp.status, json.loads(resp.read())
+        assert status == 200, container.logs()
         assert body["content"] == "on the volume\n"
         with pytest.raises(urllib.error.HTTPError) as denied:
             urllib.request.urlopen(url, timeout=5)
         assert denied.value.code in (401, 403)
-        _code, out = container.exec_run(["sh", "-c", "ps -eo args | grep -c '[s]3cret' || true"])
-        assert out.decode().strip() == "0"  # the password is not on any command line
+        _code, out = container.exec("sh", "-c", "ps -eo args | grep -c '[s]3cret' || true")
+        assert out.strip() == "0"  # the password is not on any command line
     finally:
-        container.remove(force=True)
+        container.remove()
 
 
 def test_imagekit_pod_reaches_the_images_own_sshd(real_build, engine, ssh_key, tmp_path, app, runner):

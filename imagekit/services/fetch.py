@@ -128,6 +128,7 @@ PARTIAL = ".partial-"  # a download in progress: wheels/<sha>/.partial-XXXX/{.lo
 STALE_PARTIAL_S = 3600  # a partial download without a lock file (or an older imagekit's) this old is dead
 _live: set[Path] = set()  # this process's partial downloads (removed at once when it is interrupted)
 _live_lock = threading.Lock()
+_discarded = threading.Event()  # set by discard_partials: no download of this process may start after it
 
 
 class Interrupted(Exception):
@@ -157,8 +158,10 @@ def _download(
             on_bytes(n)
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=PARTIAL, dir=dest.parent))
-    with _live_lock:
+    with _live_lock:  # made and recorded in one step: discard_partials sees every folder, or none starts after it
+        if _discarded.is_set():
+            raise Interrupted(cand.filename)
+        staging = Path(tempfile.mkdtemp(prefix=PARTIAL, dir=dest.parent))
         _live.add(staging)
     try:
         with open(staging / ".lock", "w") as lock:
@@ -180,8 +183,16 @@ def _download(
 def discard_partials() -> None:
     """Remove this process's partial downloads now (an interrupted fetch: its threads may still be reading)."""
     with _live_lock:
+        _discarded.set()
         for staging in list(_live):
-            shutil.rmtree(staging, ignore_errors=True)
+            # Renamed first: a thread still writing creates its files by path, so none lands in the folder
+            # being removed (where one created between rmtree's listing and its rmdir would keep it).
+            gone = staging.with_name(staging.name + ".gone")
+            try:
+                os.rename(staging, gone)
+            except OSError:
+                gone = staging
+            shutil.rmtree(gone, ignore_errors=True)
 
 
 def sweep_partials() -> int:
@@ -305,6 +316,7 @@ def fetch_lock(
     progress = progress or NullProgress()
     require_cache()
     sweep_partials()
+    _discarded.clear()  # a new fetch (in a process whose earlier one was stopped: tests, a long-lived caller)
     cancel = threading.Event()
 
     def one(entry: LockEntry) -> FetchedWheel:
