@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from imagekit import compat, matrix, render  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
-from imagekit.services.cell_plans import plans_for  # noqa: E402
+from imagekit.services.build_plans import plans_for  # noqa: E402
 
 
 def synthetic(data: compat.CompatData) -> dict:

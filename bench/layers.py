@@ -64,7 +64,7 @@ def human(n: float) -> str:
 
 def blobs(cell: str) -> list[tuple[str, int]]:
     """(digest, compressed size) of each layer of the pushed alias tag, bottom first."""
-    man = RegistryClient().manifest_json(Remote.parse(f"{REGISTRY}/{REPO}"), cell)
+    man = RegistryClient().oci_manifest_json(Remote.parse(f"{REGISTRY}/{REPO}"), cell)
     return [(layer["digest"], int(layer["size"])) for layer in man["layers"]]
 
 
@@ -129,7 +129,7 @@ def sharing(data: compat.CompatData) -> None:
     for cell in cells:
         lock = lockfile.parse((ROOT / "lockfiles" / f"{cell.id}.txt").read_text())
         before[(cell.python, lock.layer_text("torch", via=False))].append(cell.id)
-        for layer in layers.plan(lock).cuda:
+        for layer in layers.split(lock).cuda:
             now[layer.key].append(cell.id)
             names[layer.key] = f"{layer.name} ({len(layer.entries)} dists)"
     shared_before = [ids for ids in before.values() if len(ids) > 1]
@@ -166,7 +166,7 @@ def storage(data: compat.CompatData, cells: list) -> None:
     before = after = 0
     seen: set[str] = set()
     for cell, lock in local:
-        plan = layers.plan(lock)
+        plan = layers.split(lock)
         venv = wheel_bytes(plan.torch.entries + plan.app.entries, lock, cell.python)
         cuda = {layer.key: wheel_bytes(layer.entries, lock, cell.python) for layer in plan.cuda}
         before += venv + sum(cuda.values())

@@ -98,7 +98,7 @@ def manifest(plan: BuildPlan, data: CompatData) -> dict:
             "input_hash": plan.lock.meta.get("input-hash", ""),
             "torch_layer": [e.name for e in plan.lock.torch],
         },
-        "layers": layers.plan(plan.lock).to_json(),
+        "layers": layers.split(plan.lock).to_json(),
         "installer": f"{tools.UV.name} {tools.UV.version}",
         "distributions": dict(sorted(pins.items())),
         "torch": {

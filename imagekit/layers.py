@@ -1,4 +1,4 @@
-"""The layer plan of one cell: which locked distributions go into which image layer, bottom first. Pure.
+"""The layering of one cell: which locked distributions go into which image layer, bottom first. Pure.
 
 Layers are ordered by how often they change, so a rebuild or a pull redoes as little as possible:
 
@@ -66,7 +66,9 @@ class Layer:
 
 
 @dataclass(frozen=True)
-class LayerPlan:
+class Layering:
+    """Which locked distributions go into which image layer, bottom first (a part of a build plan, not a plan)."""
+
     cuda: tuple[Layer, ...]
     torch: Layer
     app: Layer
@@ -101,7 +103,7 @@ def _group(name: str) -> str:
     return re.sub(r"-cu\d+$", "", stem)
 
 
-def plan(lock: Lock) -> LayerPlan:
+def split(lock: Lock) -> Layering:
     """The lock's torch section split into CUDA runtime layers and the torch layer; its app section is the app layer."""
     groups: dict[str, list[LockEntry]] = {}
     rest = []
@@ -120,7 +122,7 @@ def plan(lock: Lock) -> LayerPlan:
         )
         for g in order
     )
-    return LayerPlan(
+    return Layering(
         cuda,
         Layer("torch", tuple(rest), VENV, "torch and its closure"),
         Layer("app", lock.app, VENV, "everything else"),

@@ -152,9 +152,9 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
     """The build context of one cell: relative path -> (bytes, mode)."""
     facts = manifest(plan, data)
     labels = naming.labels(facts)
-    layer_plan = layers.plan(plan.lock)
+    layering = layers.split(plan.lock)
     files = {MANIFEST: ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644)}
-    for layer in layer_plan.layers:  # kept in the image for whoever looks; installed from the wheelhouse's copy
+    for layer in layering.layers:  # kept in the image for whoever looks; installed from the wheelhouse's copy
         files[layer_file(layer)] = (layer.requirements.encode(), 0o644)
     files.update(_context_files())
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
@@ -169,9 +169,9 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         source_date_epoch=int(plan.source_date_epoch),
         wheels="/mnt" if _builder(plan.builder) == "buildkit" else _url(plan.wheels_url),
         builder=plan.builder,
-        layers=layer_plan.layers,
+        layers=layering.layers,
         cuda_prefix=layers.CUDA_PREFIX,
-        cuda_layers=len(layer_plan.cuda),
+        cuda_layers=len(layering.cuda),
         uv=tools.UV,
         runtime=imageconfig.runtime(labels),
         app_files=f"{APP_TARBALL}#sha256={app_files}",

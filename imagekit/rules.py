@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from imagekit.compat import ArchEntry, CompatData
 from imagekit.in_image import facts
-from imagekit.model import Query, Verdict, Violation
+from imagekit.model import Query, Verdict, Violation, variant_of
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
 PYPI_META = "[PYPI] wheel METADATA on PyPI"
@@ -25,10 +25,6 @@ PYPI_META = "[PYPI] wheel METADATA on PyPI"
 def _allows(spec: str, version: str) -> bool:
     """Cached `SpecifierSet(spec).contains(version)`: matrices repeat the same few pairs thousands of times."""
     return SpecifierSet(spec).contains(version, prereleases=True)
-
-
-def variant_of(cuda: str) -> str:
-    return "cu" + cuda.replace(".", "")
 
 
 def cuda_major(cuda: str) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from imagekit.effects.docker import Capabilities
-from imagekit.effects.registry import ManifestInfo, Remote
+from imagekit.effects.registry import OciManifest, Remote
 from imagekit.errors import EnvironmentFailure
 
 
@@ -150,14 +150,14 @@ class RecordingRegistry:
             return reference
         return _digest(json.dumps(self.manifests[(remote.name, reference)], sort_keys=True))
 
-    def manifest(self, remote: Remote, reference: str) -> ManifestInfo | None:
+    def oci_manifest(self, remote: Remote, reference: str) -> OciManifest | None:
         self.calls.append(("registry.manifest", reference))
         found = self.manifests.get((remote.name, reference))
         if found is None:
             return None
-        return ManifestInfo(self._digest_of(remote, reference), found["config"]["digest"])
+        return OciManifest(self._digest_of(remote, reference), found["config"]["digest"])
 
-    def manifest_json(self, remote: Remote, reference: str) -> dict:
+    def oci_manifest_json(self, remote: Remote, reference: str) -> dict:
         return self.manifests[(remote.name, reference)]
 
     def blob_json(self, remote: Remote, digest: str) -> dict:

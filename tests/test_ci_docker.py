@@ -132,6 +132,8 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
     merged = json.loads((tmp_path / "i.json").read_text())["images"]
     assert {t: e["digest"] for t, e in merged.items()} == published
     for tag, digest in published.items():
-        assert RegistryClient().manifest(Remote.parse(tag.rsplit(":", 1)[0]), tag.rsplit(":", 1)[1]).digest == digest
+        assert (
+            RegistryClient().oci_manifest(Remote.parse(tag.rsplit(":", 1)[0]), tag.rsplit(":", 1)[1]).digest == digest
+        )
     for cell in images:
         engine.remove(f"{repo}:{cell}-0123456789ab")

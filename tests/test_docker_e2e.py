@@ -56,8 +56,8 @@ def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, 
     # the registry serves exactly this image under the immutable tag, and the alias points at it too
     remote = Remote.parse(f"{registry.address}/{REPO}")
     tag = result.tag.rsplit(":", 1)[1]
-    assert RegistryClient().manifest(remote, tag).digest == result.digest
-    assert RegistryClient().manifest(remote, REAL_CELL.id).digest == result.digest
+    assert RegistryClient().oci_manifest(remote, tag).digest == result.digest
+    assert RegistryClient().oci_manifest(remote, REAL_CELL.id).digest == result.digest
     # labels tell the truth
     labels = engine.image(result.tag)["Config"]["Labels"]
     assert labels["imagekit.torch"] == "2.1.2" and labels["imagekit.cuda"] == "12.1"
@@ -146,7 +146,7 @@ def test_an_immutable_tag_never_moves(real_build, engine, registry):
             report=passed,
         )
     remote = Remote.parse(f"{registry.address}/{REPO}")
-    assert RegistryClient().manifest(remote, tag).digest == result.digest
+    assert RegistryClient().oci_manifest(remote, tag).digest == result.digest
 
 
 @pytest.mark.slow
@@ -170,7 +170,9 @@ def test_wrong_credentials_publish_nothing(real_build, engine, tmp_path):
             )
         assert "credentials" in exc.value.render() or "401" in exc.value.render()
         assert (
-            RegistryClient("ci", "right-password", registries=[reg.address]).manifest(Remote.parse(repo), "wrong-creds")
+            RegistryClient("ci", "right-password", registries=[reg.address]).oci_manifest(
+                Remote.parse(repo), "wrong-creds"
+            )
             is None
         )
     finally:
@@ -252,8 +254,8 @@ def test_failing_selftest_pushes_nothing(engine, registry, fake_index, tmp_path)
     assert res.status == "failed" and res.step == "self-test", res.error and res.error.render()
     assert "torch-cuda-version" in res.report["failed"] and "tiny-model" in res.report["failed"]
     assert res.report["checks"][0]["id"] == "dists-match-lock" and res.report["checks"][0]["status"] == "pass"
-    assert RegistryClient().manifest(Remote.parse(repo), res.tag.rsplit(":", 1)[1]) is None
-    assert RegistryClient().manifest(Remote.parse(repo), cell.id) is None
+    assert RegistryClient().oci_manifest(Remote.parse(repo), res.tag.rsplit(":", 1)[1]) is None
+    assert RegistryClient().oci_manifest(Remote.parse(repo), cell.id) is None
     assert not (tmp_path / "releases.json").exists()
 
 
@@ -390,7 +392,7 @@ def test_an_image_over_its_size_budget_is_refused_and_not_pushed(engine, registr
     try:
         assert res.status == "failed" and res.step == "size-budget", res.error and res.error.render()
         assert "over 0.10 GB (the budget 100 MB)" in res.error.message and "nothing was pushed" in res.error.hint
-        assert RegistryClient().manifest(Remote.parse(repo), cell.id) is None
+        assert RegistryClient().oci_manifest(Remote.parse(repo), cell.id) is None
     finally:
         if res.tag:
             engine.remove(res.tag)

@@ -131,8 +131,8 @@ def test_registry_basic_credentials_stay_with_the_registry():
     with serve() as cdn, serve() as reg:
         cdn.routes["/store/manifest"] = (*MANIFEST_ANSWER, MANIFEST)
         reg.routes["/v2/team/app/manifests/latest"] = redirect(f"{cdn.url}/store/manifest", 307)
-        info = registry.RegistryClient("ci", "s3cret", registries=[reg.address]).manifest(_remote(reg), "latest")
-    assert info == registry.ManifestInfo(D, C)
+        info = registry.RegistryClient("ci", "s3cret", registries=[reg.address]).oci_manifest(_remote(reg), "latest")
+    assert info == registry.OciManifest(D, C)
     assert reg.auth_seen() == [basic("ci", "s3cret")]
     assert cdn.auth_seen() == [None]
 
@@ -157,7 +157,7 @@ def test_registry_bearer_flow_and_same_origin_redirects():
         reg.routes[f"/v2/team/app/blobs/{C}"] = guarded(redirect(f"{cdn.url}/blob?sig=abc"))
         cdn.routes["/blob"] = (200, {}, b'{"rootfs": {"diff_ids": []}}')
         client_ = registry.RegistryClient("ci", "pw", registries=[reg.address])
-        assert client_.manifest(_remote(reg), "latest") == registry.ManifestInfo(D, C)
+        assert client_.oci_manifest(_remote(reg), "latest") == registry.OciManifest(D, C)
         assert client_.blob_json(_remote(reg), C) == {"rootfs": {"diff_ids": []}}
     assert auth.auth_seen() == [basic("ci", "pw"), basic("ci", "pw")]
     # same-origin redirect: the token went along to the manifest by digest
@@ -169,7 +169,7 @@ def test_registry_bearer_flow_and_same_origin_redirects():
 def test_registry_non_json_manifest_is_exit_3():
     with serve({"/v2/team/app/manifests/latest": (200, {"Docker-Content-Digest": D}, b"<html>proxy</html>")}) as reg:
         with pytest.raises(EnvironmentFailure) as exc:
-            registry.RegistryClient().manifest(_remote(reg), "latest")
+            registry.RegistryClient().oci_manifest(_remote(reg), "latest")
     assert exc.value.exit_code == 3 and "did not answer JSON" in exc.value.message and "--registry" in exc.value.hint
 
 
@@ -178,7 +178,7 @@ def test_registry_refuses_a_token_realm_outside_http():
     challenge = 'Bearer realm="file:///etc/passwd",service="reg"'
     with serve({"/v2/team/app/manifests/latest": (401, {"WWW-Authenticate": challenge}, b"")}) as reg:
         with pytest.raises(EnvironmentFailure, match="token realm"):
-            registry.RegistryClient("ci", "pw", registries=[reg.address]).manifest(_remote(reg), "latest")
+            registry.RegistryClient("ci", "pw", registries=[reg.address]).oci_manifest(_remote(reg), "latest")
 
 
 # ---- RunPod: the API key ---------------------------------------------------------------------------------------------

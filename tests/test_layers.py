@@ -17,7 +17,7 @@ def _names(layer: layers.Layer) -> list[str]:
 
 
 def test_the_torch_closure_splits_into_cuda_layers_then_torch():
-    plan = layers.plan(_lock("cu124-torch2.6.0-py3.11-tf5.9.0"))
+    plan = layers.split(_lock("cu124-torch2.6.0-py3.11-tf5.9.0"))
     assert [layer.name for layer in plan.layers] == [
         "cuda-toolkit", "cuda-cudnn", "cuda-nccl", "cuda-cusparselt", "torch", "app",
     ]  # fmt: skip
@@ -33,16 +33,16 @@ def test_the_torch_closure_splits_into_cuda_layers_then_torch():
 
 
 def test_cells_with_the_same_cuda_pins_share_their_cuda_layers_whatever_python_or_torch():
-    a = layers.plan(_lock("cu124-torch2.5.1-py3.11-tf4.48.2"))
-    b = layers.plan(_lock("cu124-torch2.6.0-py3.11-tf5.9.0"))  # adds cuSPARSELt to the same 12 pins
-    c = layers.plan(_lock("cu124-torch2.5.1-py3.12-tf5.9.0"))  # same torch, another Python
+    a = layers.split(_lock("cu124-torch2.5.1-py3.11-tf4.48.2"))
+    b = layers.split(_lock("cu124-torch2.6.0-py3.11-tf5.9.0"))  # adds cuSPARSELt to the same 12 pins
+    c = layers.split(_lock("cu124-torch2.5.1-py3.12-tf5.9.0"))  # same torch, another Python
     assert [layer.key for layer in a.cuda] == [layer.key for layer in b.cuda[:3]]  # the chain below holds
     assert [layer.key for layer in a.cuda] == [layer.key for layer in c.cuda]
     assert a.torch.key != b.torch.key and b.cuda[3].name == "cuda-cusparselt"
 
 
 def test_cuda13_names_without_suffix_are_toolkit_components():
-    plan = layers.plan(_lock("cu130-torch2.14.1-py3.13-tf5.24.0"))
+    plan = layers.split(_lock("cu130-torch2.14.1-py3.13-tf5.24.0"))
     assert "nvidia-cublas" in _names(plan.cuda[0]) and "nvidia-cuda-runtime" in _names(plan.cuda[0])
     assert [layer.name for layer in plan.cuda] == [
         "cuda-toolkit", "cuda-cudnn", "cuda-nccl", "cuda-cusparselt", "cuda-nvshmem",
@@ -51,7 +51,7 @@ def test_cuda13_names_without_suffix_are_toolkit_components():
 
 def test_a_lock_without_nvidia_wheels_has_no_cuda_layer():
     entry = LockEntry("torch", "2.5.1", ("sha256:" + "a" * 64,))
-    plan = layers.plan(Lock((entry,), (LockEntry("numpy", "2.0.0", ("sha256:" + "b" * 64,)),)))
+    plan = layers.split(Lock((entry,), (LockEntry("numpy", "2.0.0", ("sha256:" + "b" * 64,)),)))
     assert plan.cuda == () and _names(plan.torch) == ["torch"] and _names(plan.app) == ["numpy"]
 
 
@@ -60,7 +60,7 @@ def test_an_unknown_nvidia_library_gets_a_layer_of_its_own_after_the_known_ones(
     torch_part = tuple(
         LockEntry(n, "1.0", h) for n in ("nvidia-cublas-cu12", "nvidia-zzz-cu12", "nvidia-cudnn-cu12", "nvidia-aaa")
     )
-    plan = layers.plan(Lock(torch_part, ()))
+    plan = layers.split(Lock(torch_part, ()))
     assert [layer.name for layer in plan.cuda] == ["cuda-toolkit", "cuda-cudnn", "cuda-aaa", "cuda-zzz"]
     assert plan.torch.entries == ()
 
@@ -78,6 +78,6 @@ def test_the_manifest_and_the_render_name_every_layer(data):
     assert [layer["name"] for layer in facts["layers"]["layers"]][-2:] == ["torch", "app"]
     assert facts["installer"].startswith("uv ")
     files = render.render_plan(plan, data)
-    for layer in layers.plan(lock).layers:
+    for layer in layers.split(lock).layers:
         assert files[render.layer_file(layer)][0].decode() == layer.requirements
         assert f"/{layer.filename}#sha256={layer.requirements_sha256}" in files["Dockerfile"][0].decode()

@@ -148,7 +148,7 @@ def test_registry_base_glibc_feeds_the_rules(data):
 
 def test_image_options_jupyter_and_compiler(data):
     from imagekit.buildplan import bootstrap_base
-    from imagekit.services.cell_plans import base_for
+    from imagekit.services.build_plans import base_for
 
     axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
     plain = matrix.parse({"matrix": axes}, "m.toml", data)

@@ -147,7 +147,7 @@ def test_the_registry_client_builds_no_url_from_an_unchecked_reference(reference
     with serve() as server:
         client = registry_api.RegistryClient()
         remote = registry_api.Remote(server.address, "team/app")
-        for call in (client.manifest, client.manifest_json):
+        for call in (client.manifest, client.oci_manifest_json):
             with pytest.raises(UsageError, match="not a tag or a digest"):
                 call(remote, reference)
         for call in (client.blob_json, lambda r, d: client.blob(r, d, 10)):
@@ -174,14 +174,14 @@ def test_credentials_are_bound_to_their_registry():
         mine.add_image("team/app", "v1")
         other.add_image("team/app", "v1")
         client = registry_api.RegistryClient(USER, PASSWORD, registries=[mine.address])
-        assert client.manifest(registry_api.Remote(mine.address, "team/app"), "v1") is not None
-        assert client.manifest(registry_api.Remote(other.address, "team/app"), "v1") is not None
+        assert client.oci_manifest(registry_api.Remote(mine.address, "team/app"), "v1") is not None
+        assert client.oci_manifest(registry_api.Remote(other.address, "team/app"), "v1") is not None
         assert mine.server.auth_seen() == [hostile_http.basic(USER, PASSWORD)]
         assert other.server.auth_seen() == [None]
         # a registry outside the binding that asks for credentials gets none: a 401 is the answer
         other.override = lambda req: (401, {"WWW-Authenticate": f'Basic realm="{other.address}"'}, b"")
         with pytest.raises(EnvironmentFailure, match="none are given for it") as exc:
-            client.manifest(registry_api.Remote(other.address, "team/app"), "v1")
+            client.oci_manifest(registry_api.Remote(other.address, "team/app"), "v1")
         assert "--registry" in exc.value.hint
         assert other.server.credentials_seen() == []
 
@@ -200,7 +200,7 @@ def test_a_challenge_from_where_a_redirect_led_gets_no_credentials():
         mine.override = lambda req: hostile_http.redirect(evil.url + req.path) if "/manifests/" in req.path else None
         client = registry_api.RegistryClient(USER, PASSWORD, registries=[mine.address])
         with contextlib.suppress(EnvironmentFailure):
-            client.manifest(registry_api.Remote(mine.address, "team/app"), "v1")
+            client.oci_manifest(registry_api.Remote(mine.address, "team/app"), "v1")
         assert evil.credentials_seen() == [], evil.credentials_seen()
 
 
@@ -271,7 +271,7 @@ def test_a_token_the_token_service_sends_must_fit_a_header(token):
         reg.override = override
         client = registry_api.RegistryClient(USER, PASSWORD, registries=[reg.address])
         with pytest.raises(EnvironmentFailure) as exc:
-            client.manifest(registry_api.Remote(reg.address, "team/app"), "v1")
+            client.oci_manifest(registry_api.Remote(reg.address, "team/app"), "v1")
     assert "token" in exc.value.message and "tok" not in exc.value.message.replace("token", "")
     assert exc.value.hint
 
@@ -437,7 +437,7 @@ def test_a_registry_answer_of_hostile_json_is_exit_3(body):
     with hostile_http.registry() as reg:
         reg.override = lambda req: (200, {"Docker-Content-Digest": "sha256:" + "a" * 64}, body.encode())
         with pytest.raises(EnvironmentFailure) as exc:
-            registry_api.RegistryClient().manifest(registry_api.Remote(reg.address, "team/app"), "v1")
+            registry_api.RegistryClient().oci_manifest(registry_api.Remote(reg.address, "team/app"), "v1")
     assert exc.value.exit_code == 3 and exc.value.hint
 
 
@@ -447,7 +447,7 @@ def test_a_registry_digest_header_that_is_no_digest_is_exit_3():
         image = reg.add_image("team/app", "v1")
         reg.override = lambda req: (200, {"Docker-Content-Digest": "../../x\x1b[31m"}, image.manifest)
         with pytest.raises(EnvironmentFailure) as exc:
-            registry_api.RegistryClient().manifest(registry_api.Remote(reg.address, "team/app"), "v1")
+            registry_api.RegistryClient().oci_manifest(registry_api.Remote(reg.address, "team/app"), "v1")
     assert "\x1b" not in exc.value.message
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from imagekit import render
 from imagekit.effects.files import content_mtime
-from imagekit.layers import plan as layer_plan
+from imagekit.layers import split as layering
 from imagekit.services.lock_cells import read_lock
 from tests.conftest import ROOT
 
@@ -102,7 +102,7 @@ def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp
     _render_cli(app, runner, tmp_path, "--cell", cell_id)
     text = (tmp_path / cell_id / "Dockerfile").read_text()
     runs = [line for line in text.splitlines() if "/opt/imagekit/bin/install-layer" in line]
-    layers = layer_plan(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).layers
+    layers = layering(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).layers
     assert len(runs) == len(layers) == 5  # cuda toolkit, cudnn, nccl, torch, app
     for r in runs:
         assert "--wheels /mnt " in r and "--uv uv-" in r, r
@@ -192,7 +192,7 @@ def test_legacy_dockerfile_has_no_instruction_after_the_last_run(app, runner, tm
     ctx = tmp_path / cell_id
     text = (ctx / "Dockerfile").read_text()
     instructions = [line.split(" ", 1)[0] for line in text.splitlines() if re.match(r"[A-Z]+ ", line)]
-    n_layers = len(layer_plan(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).layers)
+    n_layers = len(layering(read_lock(ROOT / "lockfiles" / f"{cell_id}.txt")).layers)
     assert instructions == ["FROM", "COPY", "RUN", "FROM", *["RUN"] * n_layers]
     files = {
         p.relative_to(ctx).as_posix(): (p.read_bytes(), p.stat().st_mode & 0o777)

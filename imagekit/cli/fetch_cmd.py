@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         from imagekit.cli.progress_display import ConsoleProgress
         from imagekit.services import fetch as fetch_service
         from imagekit.services import forecast
-        from imagekit.services.cell_plans import base_for
+        from imagekit.services.build_plans import base_for
         from imagekit.services.lock_cells import lock_path, verified_lock
 
         folder_option(lock_dir, "--lock-dir")

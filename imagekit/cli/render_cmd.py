@@ -12,7 +12,7 @@ from imagekit.cli.common import err_console, folder_option, handles_errors, sele
 from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.effects.files import clamp_mtimes, replace_tree
 from imagekit.errors import EXIT_NO, UsageError
-from imagekit.services.cell_plans import plans_for
+from imagekit.services.build_plans import plans_for
 
 
 def register(app: typer.Typer) -> None:

@@ -85,7 +85,10 @@ def _refused(registry: str, exc: untrusted.UntrustedData, hint: str = "check --r
 
 
 @dataclass(frozen=True)
-class ManifestInfo:
+class OciManifest:
+    """What a registry says of a tag or digest: its OCI (or Docker v2) manifest's digest and its config blob's. In
+    imagekit "manifest" alone is the image's own /opt/imagekit/manifest.json (`buildplan.manifest`)."""
+
     digest: str
     config_digest: str | None
 
@@ -234,7 +237,7 @@ class RegistryClient:
             raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
         return body
 
-    def manifest_json(self, remote: Remote, ref: str) -> dict:
+    def oci_manifest_json(self, remote: Remote, ref: str) -> dict:
         """The manifest document itself (layers, config)."""
         ref = reference(ref)
         status, _, body = self._authed(remote, f"{remote.base}/manifests/{ref}")
@@ -242,7 +245,7 @@ class RegistryClient:
             raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {ref}")
         return _json(body, f"registry {remote.registry}")
 
-    def manifest(self, remote: Remote, ref: str) -> ManifestInfo | None:
+    def oci_manifest(self, remote: Remote, ref: str) -> OciManifest | None:
         """The manifest a tag or digest names, or None when the registry does not have it. Its digest is the
         registry's Docker-Content-Digest (checked), else the sha256 of the bytes it served."""
         ref = reference(ref)
@@ -262,7 +265,7 @@ class RegistryClient:
         except untrusted.UntrustedData as exc:
             hint = "the registry does not speak the registry API v2; check --registry"
             raise _refused(remote.registry, exc, hint) from None
-        return ManifestInfo(digest, config)
+        return OciManifest(digest, config)
 
 
 def untrusted_digest(value: object) -> str:

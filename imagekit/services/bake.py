@@ -10,7 +10,7 @@ from imagekit.compat import CompatData
 from imagekit.errors import CheckFailed
 from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
-from imagekit.services.cell_plans import plans_for
+from imagekit.services.build_plans import plans_for
 from imagekit.services.lock_cells import lock_path, verified_lock
 
 

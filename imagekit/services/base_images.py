@@ -126,7 +126,7 @@ def push_base(
         raise EnvironmentFailure(f"{ref.reference} is not in the engine", "run `imagekit base bootstrap` first")
     remote = Remote.parse(repository)
     registry = RegistryClient(username, password, registries=[remote.registry])
-    existing = registry.manifest(remote, tag)
+    existing = registry.oci_manifest(remote, tag)
     if existing is not None and existing.config_digest != image["Id"]:
         raise CheckFailed(
             f"{repository}:{tag} already exists with other contents (config {existing.config_digest})",
@@ -135,7 +135,7 @@ def push_base(
     engine.tag(image["Id"], repository, tag)
     auth = {"username": username, "password": password or ""} if username else None
     digest = existing.digest if existing is not None else engine.push(repository, tag, auth)
-    check = registry.manifest(remote, digest)
+    check = registry.oci_manifest(remote, digest)
     if check is None or check.config_digest != image["Id"]:
         raise EnvironmentFailure(f"the registry does not serve {repository}@{digest} as pushed", "retry the push")
     return f"{repository}@{digest}"

@@ -535,14 +535,14 @@ def requirements(lock: Lock) -> dict[str, str]:
     """Each layer's requirements file (name -> text): the RUN that installs a layer reads it beside the wheels."""
     from imagekit import layers
 
-    return {layer.filename: layer.requirements for layer in layers.plan(lock).layers}
+    return {layer.filename: layer.requirements for layer in layers.split(lock).layers}
 
 
 def write_requirements(lock: Lock, directory: Path) -> None:
     """Each layer's requirements beside the wheels: the RUN that installs a layer reads them from there."""
     from imagekit import layers
 
-    for layer in layers.plan(lock).layers:
+    for layer in layers.split(lock).layers:
         write_atomic(directory / layer.filename, layer.requirements)
 
 

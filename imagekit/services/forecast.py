@@ -19,7 +19,7 @@ from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
 from imagekit.services import fetch
 from imagekit.services import lock_cells as lock_service
-from imagekit.services.cell_plans import base_for
+from imagekit.services.build_plans import base_for
 from imagekit.services.progress import human_bytes
 
 # A bootstrapped base (Debian + Python + compilers + sshd), measured: 212 MB; without compilers about 200 MB less.

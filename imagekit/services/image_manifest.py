@@ -54,11 +54,11 @@ def from_registry(reference: str) -> dict:
     repo, tag, digest = split_reference(reference)
     remote = Remote.parse(repo)
     client = RegistryClient()
-    info = client.manifest(remote, digest or tag or "latest")
+    info = client.oci_manifest(remote, digest or tag or "latest")
     if info is None:
         raise UsageError(f"{reference}: not in the local engine nor in its registry", "pull or publish it first")
     try:
-        layers = client.manifest_json(remote, info.digest or digest or tag or "latest").get("layers")
+        layers = client.oci_manifest_json(remote, info.digest or digest or tag or "latest").get("layers")
         if not isinstance(layers, list):
             raise UsageError(f"{reference} is a multi-platform index or not an image", "pass --expect FILE instead")
         for layer in reversed(layers[-4:]):

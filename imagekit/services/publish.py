@@ -199,7 +199,7 @@ def publish(
             "fix the image; only tested images are pushed",
         )
     remote = Remote.parse(repository)
-    existing = registry.manifest(remote, immutable_tag)
+    existing = registry.oci_manifest(remote, immutable_tag)
     if (
         existing is not None
         and existing.config_digest != image_id
@@ -224,7 +224,7 @@ def publish(
             layers.close()
         log(f"pushed {human_bytes(layers.pushed_bytes)} in {time.monotonic() - started:.0f} s ({layers.summary()})")
         reused = False
-    check = registry.manifest(remote, digest)
+    check = registry.oci_manifest(remote, digest)
     expected = existing.config_digest if existing is not None else image_id
     if check is None or check.config_digest != expected:
         raise EnvironmentFailure(
@@ -291,7 +291,7 @@ def index_locked(index_path: Path) -> Iterator[None]:
 def layer_sizes(registry: Registry, remote: Remote, digest: str, config_digest: str | None) -> list[dict]:
     """Each layer of a published image, bottom first: blob digest, compressed bytes (what a pull downloads and a
     registry stores) and the step that made it (from the config's history, where `empty_layer` steps make none)."""
-    layers = registry.manifest_json(remote, digest).get("layers") or []
+    layers = registry.oci_manifest_json(remote, digest).get("layers") or []
     steps: list[str] = []
     if config_digest:
         history = registry.blob_json(remote, config_digest).get("history") or []

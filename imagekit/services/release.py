@@ -131,7 +131,7 @@ def verify(registry: RegistryClient, entry: dict, path: Path) -> None:
     """The registry serves the recorded manifest, with the recorded config, under the recorded tag."""
     repo, tag = entry["tag"].rsplit(":", 1)
     remote = Remote.parse(repo)
-    found = registry.manifest(remote, entry["digest"])
+    found = registry.oci_manifest(remote, entry["digest"])
     if found is None:
         raise CheckFailed(
             f"{repo} has no manifest {entry['digest']} ({path} records it for {entry['tag']})",
@@ -142,7 +142,7 @@ def verify(registry: RegistryClient, entry: dict, path: Path) -> None:
             f"{repo}@{entry['digest']} has config {found.config_digest}, but {path} records {entry['config_digest']}",
             "the record does not describe that image; remove it and publish again; nothing was written",
         )
-    tagged = registry.manifest(remote, tag)
+    tagged = registry.oci_manifest(remote, tag)
     if tagged is None or tagged.digest != entry["digest"]:
         now = tagged.digest if tagged is not None else "nothing"
         raise CheckFailed(
