@@ -13,20 +13,48 @@ from imagekit.errors import UsageError
 from imagekit.render import sources
 
 DEFAULT_OUT = ".github/workflows/images.yml"
-DEFAULT_INSTALL = "imagekit"
+WHEEL_DIR = ".github/imagekit"  # the wheel of the imagekit that wrote the workflow, committed with it
+LOCK_MODES = ("fail", "commit")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", re.ASCII)
 # A pip requirement or path as one shell word: `imagekit==0.4.0`, `.`, `git+https://host/org/imagekit@v1`.
 _INSTALL = re.compile(r"[A-Za-z0-9._@:/+=<>~!,\[\]-]{1,300}", re.ASCII)
+# A requirement by name (what only an index can serve), as opposed to a path, a URL or a VCS reference.
+_WHEEL_DIR = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]*(/[A-Za-z0-9._][A-Za-z0-9._-]*)*", re.ASCII)
+_BY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]*\])?([=<>~!][=<>~!A-Za-z0-9.*+,]*)?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """The committed wheel the jobs install, checked against its sha256 first."""
+
+    path: str  # relative to the repository's root: .github/imagekit/imagekit-0.1.0-py3-none-any.whl
+    sha256: str
 
 
 @dataclass(frozen=True)
 class CiOptions:
     registry: str | None = None  # REG/REPO; None: ghcr.io/<owner>/<repo> of the repository the workflow runs in
     gpu_runner: tuple[str, ...] = ()  # runs-on labels of a GPU runner; empty: ubuntu-latest, GPU checks skipped
-    install: str = DEFAULT_INSTALL  # what `pip install` gets imagekit from
+    install: str | None = None  # what `pip install` gets imagekit from; None: the committed wheel
+    locks: str = "fail"  # stale or missing locks, resolved on the runner: fail the plan with the diff, or commit them
+    wheel_dir: str = WHEEL_DIR  # where the committed wheel lies, relative to the repository's root
 
 
-def validated(registry: str | None, gpu_runner: list[str] | None, install: str) -> CiOptions:
+def requirement_name(install: str) -> str | None:
+    """The project name when ``install`` asks an index for it by name (``imagekit``, ``imagekit==0.4``), else
+    None (a path, a URL, a VCS reference: pip needs no index to find it)."""
+    if not _BY_NAME.fullmatch(install) or install in (".", ".."):
+        return None
+    return re.split(r"[\[=<>~!]", install, maxsplit=1)[0]
+
+
+def validated(
+    registry: str | None,
+    gpu_runner: list[str] | None,
+    install: str | None,
+    locks: str = "fail",
+    wheel_dir: str = WHEEL_DIR,
+) -> CiOptions:
     if registry is not None:
         try:
             validate.repository(registry)
@@ -38,18 +66,32 @@ def validated(registry: str | None, gpu_runner: list[str] | None, install: str) 
                 f"invalid --gpu-runner {label!r}",
                 "a runner label: letters, digits, '.', '_' and '-' (for example gpu or self-hosted)",
             )
-    if not _INSTALL.fullmatch(install) or install.startswith("-"):
+    if install is not None and (not _INSTALL.fullmatch(install) or install.startswith("-")):
         raise UsageError(
             f"invalid --install {install!r}",
-            "a pip requirement or path without spaces or quotes: imagekit, imagekit==0.4.0, ., git+https://...",
+            "a pip requirement or path without spaces or quotes: ., ./imagekit-0.1.0-py3-none-any.whl, "
+            "git+https://..., or imagekit==X from an index that serves it",
         )
-    return CiOptions(registry, tuple(gpu_runner or ()), install)
+    if locks not in LOCK_MODES:
+        raise UsageError(f"invalid --locks {locks!r}", "fail (the plan fails with the diff) or commit")
+    wheel_dir = wheel_dir.rstrip("/") or wheel_dir
+    if not _WHEEL_DIR.fullmatch(wheel_dir) or ".." in wheel_dir.split("/") or len(wheel_dir) > 200:
+        raise UsageError(
+            f"invalid --wheel-dir {wheel_dir!r}",
+            "a folder inside the repository, relative to its root: letters, digits, '.', '_', '-' and '/' "
+            "(the default is .github/imagekit)",
+        )
+    return CiOptions(registry, tuple(gpu_runner or ()), install, locks, wheel_dir)
 
 
 def command_line(opts: CiOptions) -> str:
     words = ["imagekit", "ci", "init"]
-    if opts.install != DEFAULT_INSTALL:
+    if opts.install is not None:
         words += ["--install", opts.install]
+    if opts.locks != "fail":
+        words += ["--locks", opts.locks]
+    if opts.wheel_dir != WHEEL_DIR:
+        words += ["--wheel-dir", opts.wheel_dir]
     if opts.registry:
         words += ["--registry", opts.registry]
     for label in opts.gpu_runner:
@@ -73,11 +115,40 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def workflow(opts: CiOptions) -> str:
-    """.github/workflows/images.yml: plan -> build (one runner per cell) -> release; compat on the schedule."""
-    host = opts.registry.split("/", 1)[0] if opts.registry else "ghcr.io"
-    if opts.registry and not ("." in host or ":" in host or host == "localhost"):
+def install_run(opts: CiOptions, wheel: Wheel | None) -> str:
+    """The `run:` of every "Install imagekit" step (a YAML block under a step at six spaces)."""
+    if opts.install is not None:
+        return f"python -m pip install '{opts.install}'"
+    if wheel is None:
+        raise ValueError("the committed wheel is needed when --install is not given")
+    return (
+        "|\n"
+        f'          echo "{wheel.sha256}  {wheel.path}" | sha256sum --check --strict -\n'
+        f'          python -m pip install "{wheel.path}"'
+    )
+
+
+def secrets_note(opts: CiOptions) -> str:
+    """What the user adds to the repository before the first run."""
+    host = registry_host(opts.registry)
+    if host == "ghcr.io":
+        return (
+            "no secret to add: GITHUB_TOKEN pushes to ghcr.io (Settings > Actions > General > Workflow permissions: "
+            "the workflow asks for packages: write)"
+        )
+    return f"add the repository secrets REGISTRY_USERNAME and REGISTRY_PASSWORD for {host} (Settings > Secrets)"
+
+
+def registry_host(registry: str | None) -> str:
+    host = registry.split("/", 1)[0] if registry else "ghcr.io"
+    if registry and not ("." in host or ":" in host or host == "localhost"):
         host = "docker.io"
+    return host
+
+
+def workflow(opts: CiOptions, wheel: Wheel | None = None) -> str:
+    """.github/workflows/images.yml: plan -> build (one runner per cell) -> release; compat on the schedule."""
+    host = registry_host(opts.registry)
     ghcr = host == "ghcr.io"
     if len(opts.gpu_runner) > 1:
         runs_on = "[" + ", ".join(opts.gpu_runner) + "]"
@@ -88,7 +159,9 @@ def workflow(opts: CiOptions) -> str:
         .get_template("images.yml.j2")
         .render(
             command=command_line(opts),
-            install=opts.install,
+            install_run=install_run(opts, wheel),
+            wheel_dir=opts.wheel_dir if opts.install is None else None,
+            commit_locks=opts.locks == "commit",
             registry=opts.registry,
             registry_host=host,
             user="github.actor" if ghcr else "secrets.REGISTRY_USERNAME",

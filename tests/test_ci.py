@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from imagekit import ci
+from tests import hostile_http
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / ".github" / "workflows" / "images.yml"
@@ -95,6 +98,97 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
     assert "biuld" in lint.stdout and "fromJSN" in lint.stdout
 
 
+def _install_lines(text: str) -> set[str]:
+    return set(re.findall(r"^      - name: Install imagekit\n        run: (\|\n(?:          .*\n)+|.*\n)", text, re.M))
+
+
+def test_every_job_installs_the_committed_wheel_of_the_imagekit_that_wrote_it(app, runner, in_tmp, tmp_path):
+    """No index serves imagekit: the workflow installs a wheel of this imagekit, committed beside it and checked
+    against its sha256; the wheel installs and runs (its templates and in-image programs inside it)."""
+    res = _init(app, runner)
+    assert res.exit_code == 0, res.output
+    text = (in_tmp / ".github" / "workflows" / "images.yml").read_text()
+    [install] = _install_lines(text)  # the same in all four jobs
+    assert text.count("      - name: Install imagekit\n") == 4
+    sha, path = re.search(r'echo "([0-9a-f]{64})  (\S+)" \| sha256sum --check --strict -', install).groups()
+    wheel = in_tmp / path
+    assert path == ".github/imagekit/imagekit-0.1.0-py3-none-any.whl" and f'pip install "{path}"' in install
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == sha
+    assert '      - ".github/imagekit/**"' in text  # a new wheel runs the workflow
+    assert "pip install 'imagekit'" not in text
+    first = wheel.read_bytes()
+    assert _init(app, runner, "--force").exit_code == 0 and wheel.read_bytes() == first  # deterministic
+
+    target = tmp_path / "installed"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target)]
+    subprocess.run([*pip, str(wheel)], check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": str(target), "IMAGEKIT_DATA_DIR": str(tmp_path / "data")}
+    where = subprocess.run(
+        [sys.executable, "-c", "import imagekit, imagekit.render as r; print(imagekit.__file__, r.sources().root)"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert where[0].startswith(str(target)) and where[1] == str(target / "imagekit" / "_templates")
+    shutil.copytree(ROOT / "lockfiles", tmp_path / "lockfiles")
+    rendered = subprocess.run(
+        [sys.executable, "-m", "imagekit", "render", "--cuda", "12.4", "--source", "pypi", "--out", "out"],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    assert list((tmp_path / "out").glob("*/rootfs/app/opt/imagekit/doctor/imagekit_doctor.py"))
+
+
+def test_the_plan_locks_on_the_runner_and_filters_no_cell_by_where_its_torch_is(app, runner, in_tmp):
+    """GitHub's runners reach the PyTorch index: no `--source pypi`; stale locks fail the plan with the diff, or
+    (--locks commit) are committed on the default branch and built from that commit."""
+    for args, commit in (([], False), (["--locks", "commit"], True)):
+        res = _init(app, runner, "--force", *args)
+        assert res.exit_code == 0, res.output
+        written = in_tmp / ".github" / "workflows" / "images.yml"
+        lint = actionlint(written)
+        assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
+        text = written.read_text()
+        assert "--source" not in text
+        plan = _job(text, "plan")
+        assert "          imagekit lock\n" in plan and "git status --porcelain -- lockfiles" in plan
+        assert ("contents: write" in plan) is commit and ("git push" in plan) is commit
+        assert ("git --no-pager diff -- lockfiles" in plan) is not commit
+        assert "ref: ${{ needs.plan.outputs.sha }}" in _job(text, "build")
+        assert "imagekit matrix --format github --locked-only" in plan
+
+
+def test_the_registry_is_the_matrix_files_unless_given(app, runner, in_tmp):
+    assert runner.invoke(app, ["init"]).exit_code == 0
+    toml = in_tmp / "imagekit.toml"
+    toml.write_text(toml.read_text().replace('"127.0.0.1:5000/imagekit/train"', '"docker.io/acme/train"'))
+    res = _init(app, runner)
+    assert res.exit_code == 0, res.output
+    text = (in_tmp / ".github" / "workflows" / "images.yml").read_text()
+    assert 'echo "registry=docker.io/acme/train"' in text and "secrets.REGISTRY_PASSWORD" in text
+    assert "pushes to docker.io/acme/train" in res.output and "REGISTRY_USERNAME and REGISTRY_PASSWORD" in res.output
+    assert "next: git add" in res.output
+    res = _init(app, runner, "--force", "--registry", "ghcr.io/acme/other")
+    text = (in_tmp / ".github" / "workflows" / "images.yml").read_text()
+    assert 'echo "registry=ghcr.io/acme/other"' in text and "no secret to add" in res.output
+
+
+@pytest.mark.loopback
+def test_a_name_the_index_does_not_serve_is_refused(app, runner, in_tmp, monkeypatch):
+    """`--install imagekit` wrote a workflow whose every job failed: the name is looked up on the index first."""
+    with hostile_http.serve({"/simple/imagekit-mirror/": (200, {}, b"<a href='x.whl'>x</a>")}) as index:
+        monkeypatch.setenv("PIP_INDEX_URL", f"{index.url}/simple")
+        res = _init(app, runner, "--install", "imagekit")
+        assert res.exit_code == 2 and "has no project 'imagekit'" in res.output and "hint:" in res.output
+        assert not (in_tmp / ".github").exists()
+        res = _init(app, runner, "--install", "imagekit-mirror==0.1.0")
+        assert res.exit_code == 0, res.output
+        assert "pip install 'imagekit-mirror==0.1.0'" in (in_tmp / ".github" / "workflows" / "images.yml").read_text()
+        assert not (in_tmp / ".github" / "imagekit").exists()  # no wheel when --install names what to install
+        assert [s.path for s in index.seen] == ["/simple/imagekit/", "/simple/imagekit-mirror/"]
+    for spec in (".", "./dist/imagekit-0.1.0-py3-none-any.whl", "git+https://example.com/imagekit@v1"):
+        assert ci.requirement_name(spec) is None, spec  # pip needs no index for these: nothing is asked
+    assert ci.requirement_name("imagekit[extra]>=0.1") == "imagekit"
+
+
 def test_committed_workflow_passes_actionlint_and_matches_ci_init():
     """.github/workflows/images.yml is `imagekit ci init --install .` (this repository installs itself)."""
     lint = actionlint(COMMITTED)
@@ -109,9 +203,11 @@ def test_ci_init_never_replaces_without_force(app, runner, in_tmp):
     res = _init(app, runner, "--out", "wf.yml")
     assert res.exit_code == 2 and "wf.yml exists" in res.output and "hint: pass --force" in res.output
     assert out.read_text() == "mine\n"
+    assert not (in_tmp / ".github").exists()  # nor the wheel
     res = _init(app, runner, "--out", "wf.yml", "--force", "--gpu-runner", "gpu")
     assert res.exit_code == 0 and "--require-gpu" in out.read_text()
-    assert [p.name for p in in_tmp.iterdir()] == ["wf.yml"]  # written through a temp file, none left
+    assert sorted(p.name for p in in_tmp.iterdir()) == [".github", "wf.yml"]  # through temp files, none left
+    assert [p.name for p in (in_tmp / ".github" / "imagekit").iterdir()] == ["imagekit-0.1.0-py3-none-any.whl"]
 
 
 @pytest.mark.parametrize(
@@ -122,6 +218,11 @@ def test_ci_init_never_replaces_without_force(app, runner, in_tmp):
         (["--install", "imagekit' && curl x"], "invalid --install"),
         (["--install", "--index-url=http://x"], "invalid --install"),
         (["--registry", "not a repo"], "image repository"),
+        (["--locks", "sometimes"], "invalid --locks"),
+        (["--install", "-e."], "invalid --install"),
+        (["--wheel-dir", "../outside"], "invalid --wheel-dir"),
+        (["--wheel-dir", "/abs/path"], "invalid --wheel-dir"),
+        (["--wheel-dir", 'a"; rm -rf /'], "invalid --wheel-dir"),
     ],
 )
 def test_ci_init_refuses_values_that_would_break_the_workflow(app, runner, in_tmp, args, needle):

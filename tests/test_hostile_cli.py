@@ -167,7 +167,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     "render": ("--out",),
     "build": ("--lock-dir", "--state-dir", "--release-index", "--release-records"),
     "release merge": ("--index",),
-    "ci init": ("--out",),
+    "ci init": ("--out", "--wheel-dir"),
     "compat refresh": ("--out",),
     "init": ("--out",),
     "doctor": ("--path",),  # its writable-output check makes (and removes) a probe file there
@@ -181,6 +181,7 @@ DEFAULT_OUTPUTS = {
     ("build", "--release-records"): "releases/records",
     ("release merge", "--index"): "releases/index.json",
     ("ci init", "--out"): ".github/workflows/images.yml",
+    ("ci init", "--wheel-dir"): ".github/imagekit",
     ("init", "--out"): "imagekit.toml",
 }
 

@@ -11,13 +11,20 @@ from imagekit.cli.common import err_console, handles_errors, output_file_option
 
 EPILOG = """Examples: imagekit ci init; imagekit ci init --registry ghcr.io/acme/train --gpu-runner gpu
 
-The workflow: plan (locks current, every cell renders, the matrix of cells with a current lock), build (one
-runner per cell: build, self-test inside the image, push, upload its release record), release (verify the records
-against the registry, merge them into releases/index.json, commit it on the default branch). It runs on pushes
-that touch lockfiles/, imagekit.toml, pyproject.toml or templates/, weekly, and by hand. Without --gpu-runner the
-runners have no GPU: the self-test's GPU checks are skipped, and the job summary says so. With the default
-registry (ghcr.io/<owner>/<repo>) the workflow logs in with GITHUB_TOKEN; another registry takes the secrets
-REGISTRY_USERNAME and REGISTRY_PASSWORD. A self-hosted runner's labels go in .github/actionlint.yaml for actionlint."""
+The workflow: plan (stale or missing locks resolved on the runner, which reaches the PyTorch index: the plan fails
+with the diff, or with --locks commit they are committed on the default branch; every cell renders; the matrix of
+cells with a current lock), build (one runner per cell: build, self-test inside the image, push, upload its release
+record), release (verify the records against the registry, merge them into releases/index.json, commit it on the
+default branch). It runs on pushes that touch lockfiles/, imagekit.toml, pyproject.toml, templates/ or the
+committed wheel, weekly, and by hand.
+
+Every job installs the imagekit that wrote the workflow: a wheel of it is written to --wheel-dir (commit it)
+and checked against its sha256 before `pip install`; --install SPEC installs SPEC instead (a path, a URL,
+git+https://..., or a name an index serves: a name is looked up on PIP_INDEX_URL, else PyPI, and refused when the
+index does not have it). The registry is --registry, else the matrix file's [image] repository, else
+ghcr.io/<owner>/<repo> (logged in with GITHUB_TOKEN); another registry takes the secrets REGISTRY_USERNAME and
+REGISTRY_PASSWORD. Without --gpu-runner the runners have no GPU: the self-test's GPU checks are skipped, and the job
+summary says so. A self-hosted runner's labels go in .github/actionlint.yaml for actionlint."""
 
 
 def build() -> typer.Typer:
@@ -44,20 +51,43 @@ def build() -> typer.Typer:
             ),
         ] = None,
         install: Annotated[
-            str, typer.Option(metavar="SPEC", help="What `pip install` gets imagekit from (., imagekit==X, a URL).")
-        ] = "imagekit",
+            str | None,
+            typer.Option(
+                metavar="SPEC",
+                help="What `pip install` gets imagekit from (., a wheel URL, git+https://...). Default: a wheel of "
+                "this imagekit, written to .github/imagekit/ (commit it).",
+            ),
+        ] = None,
+        locks: Annotated[
+            str,
+            typer.Option(
+                metavar="fail|commit",
+                help="Locks the runner finds stale or missing: fail the plan with the diff, or commit them on the "
+                "default branch.",
+            ),
+        ] = "fail",
+        wheel_dir: Annotated[
+            str,
+            typer.Option(
+                metavar="PATH",
+                help="Where the wheel the jobs install is written, relative to the repository's root (without "
+                "--install).",
+            ),
+        ] = ".github/imagekit",
         force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     ) -> None:
         """Write .github/workflows/images.yml: plan, build and self-test each cell on its own runner, release."""
         from imagekit import ci
-        from imagekit.effects.files import write_atomic
         from imagekit.errors import UsageError
+        from imagekit.services import ci_setup
 
         output_file_option(out, "--out")
-        text = ci.workflow(ci.validated(registry, gpu_runner, install))
+        opts = ci.validated(registry, gpu_runner, install, locks, wheel_dir)
         if (out.exists() or out.is_symlink()) and not force:
             raise UsageError(f"{out} exists", "pass --force to replace it, or --out PATH to write elsewhere")
-        write_atomic(out, text)
-        err_console().print(f"wrote {out}: commit it; the first push that touches lockfiles/ runs it", markup=False)
+        written = ci_setup.write(opts, out)
+        console = err_console()
+        for line in written.lines:
+            console.print(line, markup=False)
 
     return app
