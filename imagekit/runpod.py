@@ -80,6 +80,7 @@ def template(
     with_digest: bool = False,
     volume_gb: int = 50,
     require_gpu: bool = True,
+    registry_auth: str | None = None,
 ) -> dict:
     """From a release-index entry (as `services.publish.read_index` checked it: every field read here has its type,
     grammar and range, the optional ones may be absent): pinned to the immutable tag (optionally @digest), disk
@@ -97,7 +98,9 @@ def template(
         {"key": "HF_HOME", "value": "/workspace/.cache/huggingface"},
         {"key": "IMAGEKIT_REQUIRE_GPU", "value": "1" if require_gpu else "0"},
     ]
+    auth = {} if registry_auth is None else {"containerRegistryAuthId": registry_auth_id(registry_auth)}
     return {
+        **auth,
         "name": f"imagekit {cell['id']}",
         "imageName": image,
         "containerDiskInGb": container_disk,
@@ -137,6 +140,16 @@ def readme(entry: dict, jupyter: bool) -> str:
         "train.py` so training never starts on a broken pod or silently on the CPU.",
     ]
     return "\n".join(lines)
+
+
+_AUTH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", re.ASCII)
+
+
+def registry_auth_id(value: str) -> str:
+    """The id of a registry credential saved in RunPod (Settings > Container Registry Auth)."""
+    if not isinstance(value, str) or not _AUTH_ID.fullmatch(value):
+        raise ValueError("a RunPod registry auth id: letters, digits, '_' and '-', at most 64")
+    return value
 
 
 def mutation(template_input: dict) -> dict:

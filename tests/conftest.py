@@ -84,6 +84,16 @@ def _log(cid: str, msg: str) -> None:
     print(f"{cid}: {msg}", flush=True)
 
 
+@pytest.fixture
+def no_internet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request that would leave the machine goes to a dead proxy (refused at once); loopback stays direct. For
+    tests whose command would otherwise ask the internet (a ghcr.io tag checked before a RunPod template is made)."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+
+
 @pytest.fixture(scope="session")
 def engine():
     from imagekit.effects.docker import Engine

@@ -151,7 +151,7 @@ class RecordingRegistry:
         return _digest(json.dumps(self.manifests[(remote.name, reference)], sort_keys=True))
 
     def oci_manifest(self, remote: Remote, reference: str) -> OciManifest | None:
-        self.calls.append(("registry.manifest", reference))
+        self.calls.append(("registry.oci_manifest", reference))
         found = self.manifests.get((remote.name, reference))
         if found is None:
             return None

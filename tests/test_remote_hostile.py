@@ -22,6 +22,8 @@ from tests.hostile_http import Seen, serve
 from tests.registry import Registry, free_port
 from tests.test_release import push_image
 
+pytestmark = pytest.mark.usefixtures("no_internet")  # a tag on ghcr.io is checked before --create
+
 USER, PASSWORD = "ci-bot", "Reg1stryPassw0rd"
 CELL_A, CELL_B, CELL_C = (
     "cu124-torch2.5.1-py3.11-tf4.48.2",
@@ -147,7 +149,7 @@ def test_the_registry_client_builds_no_url_from_an_unchecked_reference(reference
     with serve() as server:
         client = registry_api.RegistryClient()
         remote = registry_api.Remote(server.address, "team/app")
-        for call in (client.manifest, client.oci_manifest_json):
+        for call in (client.oci_manifest, client.oci_manifest_json, registry_api.anonymous_refusal):
             with pytest.raises(UsageError, match="not a tag or a digest"):
                 call(remote, reference)
         for call in (client.blob_json, lambda r, d: client.blob(r, d, 10)):

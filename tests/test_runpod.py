@@ -10,6 +10,8 @@ import pytest
 
 from tests import loopback
 
+pytestmark = pytest.mark.usefixtures("no_internet")  # a tag on ghcr.io is checked before --create
+
 KEY = "rp_secret_key_123"
 CELL = "cu121-torch2.1.2-py3.11-tf4.48.2"
 TAG = f"ghcr.io/acme/train:{CELL}-0123456789ab"
@@ -97,6 +99,7 @@ def test_create_calls_the_api_and_never_prints_the_key(app, runner, index, runpo
     assert res.exit_code == 0, res.output
     assert KEY not in res.output
     assert json.loads(res.stdout)["saveTemplate"]["id"] == "tpl-1"
+    assert "warning: could not check that pods can pull ghcr.io/acme/train:" in res.output  # no internet here
     (call,) = _RunPod.seen
     assert call["auth"] == f"Bearer {KEY}" and "mutation saveTemplate" in call["body"]["query"]
     assert call["body"]["variables"]["input"]["imageName"] == TAG
@@ -232,3 +235,34 @@ def test_ipv4_forms_read_as_inet_aton_reads_them():
         except OSError:
             want = None
         assert _inet_aton(case) == want, case
+
+
+@pytest.mark.loopback
+def test_a_private_image_needs_registry_auth_for_create(app, runner, tmp_path, monkeypatch):
+    """A template for an image only credentials can pull gives pods that never start: --create refuses it, naming
+    RunPod's registry-auth setting; --registry-auth ID sets containerRegistryAuthId, and the printed template too."""
+    from tests import hostile_http
+
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    saved = {"data": {"saveTemplate": {"id": "t1", "name": "x", "imageName": "x"}}}
+    with hostile_http.serve() as private, hostile_http.runpod(hostile_http.json_answer(saved)) as api:
+        tag = f"{private.address}/imagekit/train:{CELL}-0123456789ab"
+        private.routes[f"/v2/imagekit/train/manifests/{CELL}-0123456789ab"] = (
+            401, {"WWW-Authenticate": 'Basic realm="private"'}, b"",
+        )  # fmt: skip
+        path = _write_index(tmp_path / "i.json", tag)
+        create = ["runpod-template", CELL, "--release-index", str(path), "--create", "--allow-private-registry",
+                  "--api-url", f"{api.url}/graphql"]  # fmt: skip
+        res = runner.invoke(app, create)
+        assert res.exit_code == 2, res.output
+        assert "cannot pull" in res.output and "asks for credentials" in res.output
+        assert "--registry-auth ID" in res.output and "Container Registry Auth" in res.output
+        assert api.seen == []  # nothing was created
+        res = runner.invoke(app, [*create, "--registry-auth", "clx9reg-auth_1"])
+        assert res.exit_code == 0, res.output
+        [request] = api.seen
+        assert json.loads(request.body)["variables"]["input"]["containerRegistryAuthId"] == "clx9reg-auth_1"
+    printed = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(path), "--registry-auth", "a1"])
+    assert json.loads(printed.stdout)["variables"]["input"]["containerRegistryAuthId"] == "a1"
+    bad = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(path), "--registry-auth", "a b\n"])
+    assert bad.exit_code == 2 and "invalid --registry-auth" in bad.output and "hint:" in bad.output

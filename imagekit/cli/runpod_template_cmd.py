@@ -12,7 +12,27 @@ from imagekit import runpod
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import ReleaseIndexOpt
 from imagekit.errors import UsageError
+from imagekit.untrusted import printable
 from imagekit.validate import http_url as validate_http_url
+
+
+def _refuse_a_private_image(tag: str) -> None:
+    """A template without registry auth for an image only credentials can pull gives pods that never start."""
+    from imagekit.effects import registry
+    from imagekit.errors import EnvironmentFailure
+
+    repository, name = tag.rsplit(":", 1)
+    try:
+        why = registry.anonymous_refusal(registry.Remote.parse(repository), name)
+    except EnvironmentFailure as exc:
+        err_console().print(f"warning: could not check that pods can pull {tag}: {exc.message}", markup=False)
+        return
+    if why:
+        raise UsageError(
+            f"a pod without registry credentials cannot pull {tag}: {why}",
+            "save the registry's credentials in RunPod (Settings > Container Registry Auth) and pass their id: "
+            "--registry-auth ID",
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +55,15 @@ def register(app: typer.Typer) -> None:
         api_url: Annotated[
             str, typer.Option(metavar="URL", help="RunPod GraphQL endpoint.")
         ] = "https://api.runpod.io/graphql",
+        registry_auth: Annotated[
+            str | None,
+            typer.Option(
+                "--registry-auth",
+                metavar="ID",
+                help="RunPod's id of the registry credentials pods pull a private image with "
+                "(containerRegistryAuthId).",
+            ),
+        ] = None,
         allow_private_registry: Annotated[
             bool,
             typer.Option(
@@ -52,7 +81,16 @@ def register(app: typer.Typer) -> None:
         if not matches:
             raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
         entry = max(matches, key=lambda e: e.get("published_at", ""))
-        body = runpod.mutation(runpod.template(entry, with_digest=digest, volume_gb=volume_gb))
+        if registry_auth is not None:
+            try:
+                runpod.registry_auth_id(registry_auth)
+            except ValueError as exc:
+                raise UsageError(
+                    f"invalid --registry-auth {printable(registry_auth)[:80]!r}: {exc}",
+                    "pass the id RunPod shows under Settings > Container Registry Auth",
+                ) from None
+        template = runpod.template(entry, with_digest=digest, volume_gb=volume_gb, registry_auth=registry_auth)
+        body = runpod.mutation(template)
         unreachable = runpod.unreachable_registry(entry["tag"])
         hint = (
             "publish to a registry pods can pull from (`imagekit build --push --registry ghcr.io/ORG/REPO`), "
@@ -67,6 +105,8 @@ def register(app: typer.Typer) -> None:
             return
         if unreachable and not allow_private_registry:
             raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", hint)
+        if registry_auth is None:
+            _refuse_a_private_image(entry["tag"])
         key = os.environ.get("RUNPOD_API_KEY")
         if not key:
             raise UsageError("--create needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")

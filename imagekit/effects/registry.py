@@ -300,3 +300,20 @@ def _json(body: bytes, what: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise EnvironmentFailure(f"{what} answered JSON that is not an object", "check --registry")
     return doc
+
+
+def anonymous_refusal(remote: Remote, ref: str) -> str | None:
+    """Why a client with no credentials (a pod that has no registry auth) cannot read ``ref``'s manifest, or None
+    when it can. A registry that cannot be reached from here raises (EnvironmentFailure)."""
+    ref = reference(ref)
+    try:
+        status, _, _ = RegistryClient()._authed(remote, f"{remote.base}/manifests/{ref}", max_bytes=4 << 20)
+    except EnvironmentFailure as exc:
+        if "asks for credentials" in exc.message:
+            return "it asks for credentials (HTTP 401)"
+        raise
+    if status in (401, 403):
+        return f"it refuses a pull without credentials (HTTP {status})"
+    if status == 404:
+        return "a client without credentials does not find it (HTTP 404: a private repository, or not pushed)"
+    return None
