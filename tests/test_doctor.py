@@ -735,3 +735,38 @@ def test_an_interpreter_answering_the_wrong_shape_is_a_check_that_could_not_run(
     if tier == "standard":  # the same program answers the torch probe: a shape that is not the probe's is said so
         probe = checks["torch-probe"]
         assert probe["status"] in ("error", "skip") and (kind != "a list" or "wrong shape" in probe["message"])
+
+
+def test_off_an_image_the_doctor_checks_the_python_on_path_not_its_own(tmp_path, wheels, lock):
+    """`imagekit doctor` on a host runs in imagekit's own venv: it checks the `python` a training command would
+    run (the first on PATH), says which it checked, never blames an image, and ends with a summary line."""
+    venv = make_venv(tmp_path / "v", wheels, "alpha==2.0", "beta==2.0")
+    env = {"PATH": str(venv / "bin"), "HOME": str(tmp_path / "home"),
+           "HF_HOME": str(tmp_path / "hf")}  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, str(DOCTOR), "--tier", "quick", "--json", "--expect", str(lock)],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    checks = by_id(json.loads(res.stdout))
+    assert checks["python"]["message"] == f"checking {venv / 'bin' / 'python'} (the python on PATH)"
+    drift = checks["lock-drift"]
+    assert drift["status"] == "fail" and "alpha 2.0 (pinned 1.0)" in drift["message"]  # the venv's, not imagekit's
+    assert "image" not in drift["fix"] and "--require-hashes" in drift["fix"]
+    text = subprocess.run(
+        [sys.executable, str(DOCTOR), "--tier", "quick", "--expect", str(lock)], capture_output=True, text=True, env=env
+    ).stdout.splitlines()
+    assert text[-1] == "1 blocker, no warnings", text
+    given = subprocess.run(
+        [sys.executable, str(DOCTOR), "--tier", "quick", "--json", "--python", sys.executable],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert by_id(json.loads(given.stdout))["python"]["message"] == f"checking {sys.executable} (--python)"
+
+
+def test_the_summary_counts_blockers_warnings_and_checks_that_could_not_run():
+    def c(status: str) -> dict:
+        return {"id": "x", "status": status, "message": "", "fix": ""}
+
+    assert doc.summary([c("pass")]) == "no blockers, no warnings"
+    assert doc.summary([c("fail"), c("fail"), c("warn")]) == "2 blockers, 1 warning"
+    assert doc.summary([c("warn"), c("warn"), c("error")]) == "no blockers, 2 warnings, 1 check could not run"

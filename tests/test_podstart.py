@@ -11,6 +11,7 @@ import re
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_pod_keys_are_exactly_public_key(tmp_path):
     """Rewritten at every start: a key dropped from PUBLIC_KEY stops working after a restart."""
     path = podstart.write_pod_keys([ED25519, "ssh-rsa AAAAB3 other"], str(tmp_path / "authorized_keys"))
     podstart.write_pod_keys([ED25519], path)
-    assert open(path).read().splitlines() == [ED25519]
+    assert Path(path).read_text().splitlines() == [ED25519]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert podstart.public_keys("ssh-ed25519\tAAAAC3Nz  me") == (["ssh-ed25519\tAAAAC3Nz  me"], 0)
 

@@ -446,7 +446,7 @@ def check_shadowing(env, manifest):
     return result("shadowing", "pass", "no ~/.local or PYTHONPATH shadowing", "", evidence)
 
 
-def check_drift(env, manifest):
+def check_drift(env, manifest, in_image=True):
     """`lock-drift` on a live environment: a pin missing or at another version blocks; a distribution the lock does
     not have only warns (the user may have added it on purpose; untested with this stack)."""
     want = {facts.canon(k): v for k, v in manifest["distributions"].items()}
@@ -462,8 +462,10 @@ def check_drift(env, manifest):
     if lines:
         torch_drift = [n for n in different + missing if facts.is_torch_family(n)]
         head = "torch-family drift (the GPU stack is not the tested one): " if torch_drift else "drift from the lock: "
-        return result("lock-drift", "fail", head + "; ".join(lines),
-                      "rebuild or re-pull the image; never `pip install -U` over a pinned environment", evidence)
+        fix = ("rebuild or re-pull the image; never `pip install -U` over a pinned environment" if in_image else
+               "install the environment from the lock (uv pip sync LOCK, or pip install --require-hashes -r LOCK); "
+               "never `pip install -U` over a pinned environment")
+        return result("lock-drift", "fail", head + "; ".join(lines), fix, evidence)
     if extra:
         return result("lock-drift", "warn", "not in the lock: " + ", ".join(f"{n} {have[n]}" for n in extra),
                       "extra packages are untested with this stack; add them to the matrix's packages", evidence)
@@ -657,7 +659,7 @@ def probe_problem(probe):
     return None
 
 
-def check_torch_probe(python, gpu_state, timeout, gpu_required=False, proc=None):
+def check_torch_probe(python, gpu_state, timeout, gpu_required=False, proc=None, in_image=True):
     """The torch CUDA probe. GPUs visible to the driver (or required) while torch sees none is a blocker."""
     gpus = gpu_state[0]
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -678,8 +680,9 @@ def check_torch_probe(python, gpu_state, timeout, gpu_required=False, proc=None)
         return result("torch-probe", "error", f"the torch probe answered in the wrong shape: {problem}",
                       f"check that {python} is a Python interpreter (--python)", {})
     if "import_error" in probe:
-        return result("torch-probe", "fail", f"import torch failed: {probe['import_error']}",
-                      "the environment is broken; rebuild or re-pull the image", probe)
+        fix = ("the environment is broken; rebuild or re-pull the image" if in_image else
+               f"install torch into {python}'s environment, or pass --python for the one your training runs")
+        return result("torch-probe", "fail", f"import torch failed: {probe['import_error']}", fix, probe)
     text = " ".join(probe.get("warnings", [])) + " " + probe.get("init_error", "") + " " + probe.get("kernel_error", "")
     if probe.get("available"):
         if "kernel_error" in probe:
@@ -1086,6 +1089,24 @@ def check_hf_repo(repo, endpoint, token, timeout=15, token_source=None):
 # ---------------------------------------------------------------------------------------------------------
 # Running it
 # ---------------------------------------------------------------------------------------------------------
+def choose_python(given, manifest):
+    """(interpreter, why it): --python; else the manifest's (the image's venv); else the `python` (then `python3`) on
+    PATH, the one a training command would run; else this one. Off an image the doctor checks the user's
+    environment, never imagekit's own."""
+    if given:
+        return given, "--python"
+    pinned = ((manifest or {}).get("python") or {}).get("executable")
+    if isinstance(pinned, str) and os.path.exists(pinned):
+        return pinned, "the manifest's interpreter"
+    for name in ("python", "python3"):
+        found = shutil.which(name)
+        if found:
+            if os.path.dirname(os.path.abspath(found)) == os.path.dirname(sys.executable):
+                return sys.executable, f"the {name} on PATH"
+            return found, f"the {name} on PATH"
+    return sys.executable, "the doctor's own interpreter: no python on PATH"
+
+
 def run_checks(args):
     checks = []
     manifest = None
@@ -1101,10 +1122,10 @@ def run_checks(args):
     else:
         checks.append(result("manifest", "warn", f"no manifest at {DEFAULT_MANIFEST} and no --expect",
                              "pass --expect MANIFEST_OR_LOCKFILE to check drift"))
-    python = args.python or (manifest or {}).get("python", {}).get("executable")
-    if python and not os.path.exists(python):
-        python = None
-    python = python or sys.executable
+    python, chosen_by = choose_python(args.python, manifest)
+    checks.append(result("python", "pass", f"checking {python} ({chosen_by})", "",
+                         {"python": python, "chosen_by": chosen_by}))
+    in_image = manifest is not None and expect == DEFAULT_MANIFEST
     gpu_state = query_gpus()
     require_gpu = args.require_gpu or os.environ.get("IMAGEKIT_REQUIRE_GPU") == "1"
     gpu_expected = require_gpu or bool(gpu_state[0])
@@ -1115,7 +1136,7 @@ def run_checks(args):
         checks.append(check_interpreter_identity(env, manifest))
         checks.append(check_shadowing(env, manifest))
         if manifest and manifest.get("distributions"):
-            checks.append(check_drift(env, manifest))
+            checks.append(check_drift(env, manifest, in_image))
         if manifest and manifest.get("requirements"):
             checks.append(check_requirements(env, manifest))
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
@@ -1140,7 +1161,7 @@ def run_checks(args):
     checks += check_disk(paths)
     checks.append(check_shm())
     if probe_proc is not None:
-        probe = check_torch_probe(python, gpu_state, args.timeout, require_gpu, probe_proc)
+        probe = check_torch_probe(python, gpu_state, args.timeout, require_gpu, probe_proc, in_image)
         checks.append(probe)
         driver = gpu_checks[0]
         if probe["status"] == "pass" and driver["status"] == "fail" and not gpu_state[2]:
@@ -1172,6 +1193,16 @@ def printable(text):
     """Control characters escaped: a hostile manifest or package name cannot forge `[ok  ]` lines or move the
     cursor."""
     return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in str(text))
+
+
+def summary(checks):
+    """One line: `2 blockers, 1 warning` (and the checks that could not run)."""
+    count = {k: sum(c["status"] == k for c in checks) for k in ("fail", "warn", "error")}
+    words = [f"{count['fail'] or 'no'} blocker{'' if count['fail'] == 1 else 's'}",
+             f"{count['warn'] or 'no'} warning{'' if count['warn'] == 1 else 's'}"]
+    if count["error"]:
+        words.append(f"{count['error']} check{'' if count['error'] == 1 else 's'} could not run")
+    return ", ".join(words)
 
 
 def render_text(checks, verbose=True):
@@ -1239,6 +1270,8 @@ def main(argv=None):
                           "checks": checks}, indent=2, sort_keys=True))
     else:
         text = render_text(checks, verbose=not args.entrypoint)
+        if text and not args.entrypoint:
+            text += "\n" + summary(checks)
         if text:
             print(text, file=sys.stderr if args.entrypoint or args.command else sys.stdout)
     if args.command:
