@@ -5,6 +5,8 @@ line, an HTTP answer), never after a fixed sleep; removed with their anonymous v
 only: an image that is not in the engine is an error here, never a pull (this machine can pull nothing, and a test
 must not run what a registry happens to serve). Ryuk, testcontainers' reaper, is off
 (``TESTCONTAINERS_RYUK_DISABLED``): its image cannot be pulled, and every test removes its own containers.
+testcontainers reads its settings from the environment when it is first imported, so it is imported only after
+``configure`` ran (in ``tests/conftest.py``'s ``pytest_configure``).
 """
 
 from __future__ import annotations
@@ -14,25 +16,38 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from testcontainers.core.container import DockerContainer
-from testcontainers.core.wait_strategies import HttpWaitStrategy, LogMessageWaitStrategy
-from testcontainers.core.waiting_utils import WaitStrategy
+if TYPE_CHECKING:
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import WaitStrategy
 
 READY = "imagekit: ready"  # what the pod start prints once its check ran and sshd (if any) listens
+SETTINGS = {
+    "TESTCONTAINERS_RYUK_DISABLED": "true",  # the reaper's image cannot be pulled; every test removes its own
+    # Ports are published on 127.0.0.1 and reached there, also where a /.dockerenv makes testcontainers believe it
+    # runs in a container (it would then try the bridge's gateway address).
+    "TESTCONTAINERS_CONNECTION_MODE": "docker_host",
+    "TESTCONTAINERS_HOST_OVERRIDE": "127.0.0.1",
+}
 
 
 def configure() -> None:
-    """Before the first container: no reaper (see the module's docstring)."""
-    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    """Before testcontainers is first imported: its settings (see the module's docstring)."""
+    for name, value in SETTINGS.items():
+        os.environ.setdefault(name, value)
 
 
-def ready_times(message: str, times: int) -> LogMessageWaitStrategy:
+def ready_times(message: str, times: int) -> WaitStrategy:
     """Ready once ``message`` was logged ``times`` times (a restart logs it again)."""
+    from testcontainers.core.wait_strategies import LogMessageWaitStrategy
+
     return LogMessageWaitStrategy(re.compile("(?s)" + ".*".join([re.escape(message)] * times)))
 
 
-def http_ready(port: int, path: str) -> HttpWaitStrategy:
+def http_ready(port: int, path: str) -> WaitStrategy:
+    from testcontainers.core.wait_strategies import HttpWaitStrategy
+
     return HttpWaitStrategy(port, path).for_status_code(200)
 
 
@@ -83,6 +98,8 @@ def start(
 ) -> Running:
     """Start ``image`` detached; return once ``ready`` holds (the pod start's ready line by default). A container that
     exits before it is ready, or is not ready in ``timeout`` s, raises (with its logs) and is removed."""
+    from testcontainers.core.container import DockerContainer
+
     if engine.image(image) is None:
         raise AssertionError(f"{image} is not in the engine: build it first (tests never pull)")
     tc = DockerContainer(image).with_envs(**(env or {}))
@@ -116,6 +133,8 @@ def started(engine, image: str, **kw: object) -> Iterator[Running]:  # type: ign
 def output(engine, image: str, argv: list[str], **docker_kw: object) -> str:  # type: ignore[no-untyped-def]
     """Run ``argv`` in a container of ``image`` (no entrypoint, no network) to its end; its stdout. A non-zero exit
     raises with the container's stderr."""
+    from testcontainers.core.container import DockerContainer
+
     if engine.image(image) is None:
         raise AssertionError(f"{image} is not in the engine: build it first (tests never pull)")
     tc = DockerContainer(image).with_command(argv).with_kwargs(entrypoint=[], network_mode="none", **docker_kw)
