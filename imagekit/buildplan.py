@@ -15,13 +15,16 @@ DEFAULT_WHEELS_URL = "http://imagekit-wheels:8765/"  # each build points the nam
 BOOTSTRAP_PACKAGES = ("ca-certificates", "passwd", "python3", "python3-venv")
 # What a pod needs (design.md, "Pod runtime contract"): an SSH server with scp/sftp/rsync, and tini as PID 1.
 POD_PACKAGES = ("openssh-server", "rsync", "tini")
+# What working on a pod needs: fetch code and data, keep a session across disconnects, edit a file, see processes.
+WORKING_PACKAGES = ("curl", "git", "less", "nano", "openssh-client", "procps", "tmux", "unzip", "vim-tiny", "wget")
 # torch.compile: Inductor compiles C++ on the CPU, Triton builds its launcher with a C compiler and Python.h.
 COMPILER_PACKAGES = ("g++", "gcc", "python3-dev")
 
 
 def base_packages(compiler: bool = True) -> tuple[str, ...]:
     """The Debian packages a bootstrapped base is made of (sorted, so the bootstrap key is stable)."""
-    return tuple(sorted({*BOOTSTRAP_PACKAGES, *POD_PACKAGES, *(COMPILER_PACKAGES if compiler else ())}))
+    extra = COMPILER_PACKAGES if compiler else ()
+    return tuple(sorted({*BOOTSTRAP_PACKAGES, *POD_PACKAGES, *WORKING_PACKAGES, *extra}))
 
 
 @dataclass(frozen=True)

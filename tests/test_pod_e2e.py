@@ -131,6 +131,10 @@ def test_pod_mode_ssh_shells_env_volume_and_stop(real_build, engine, ssh_key, tm
         ], res.stdout
         res = pod.ssh("", tty=True, stdin='echo "py=$(command -v python3) pod=$RUNPOD_POD_ID"; exit\n')
         assert "py=/opt/venv/bin/python3 pod=pod-sim-1" in res.stdout, res.stdout
+        # the tools of working on a pod: fetch code and data, keep a session, edit, look at processes
+        tools = "git curl wget tmux nano vi less ps unzip ssh"
+        res = pod.ssh(f"for t in {tools}; do command -v $t >/dev/null || echo missing $t; done; git --version")
+        assert res.returncode == 0 and "missing" not in res.stdout and "git version" in res.stdout, res.stdout
         res = pod.ssh("stat -c '%a %U' /etc/imagekit/env.sh /root/.ssh/environment; id -u")
         assert res.stdout.split() == ["600", "root", "600", "root", "0"]
 
