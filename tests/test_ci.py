@@ -229,3 +229,15 @@ def test_ci_init_refuses_values_that_would_break_the_workflow(app, runner, in_tm
     res = _init(app, runner, *args)
     assert res.exit_code == 2 and needle in res.output and "hint:" in res.output
     assert not (in_tmp / ".github").exists()
+
+
+def test_a_hosted_runner_frees_disk_before_the_build(app, runner, in_tmp):
+    """A hosted runner has about 14 GB free and a CUDA cell plans more: the build job frees the preinstalled
+    toolchains first (self-hosted runners are left alone); `build` itself refuses, naming the numbers, if it is
+    still short."""
+    assert _init(app, runner).exit_code == 0
+    build = _job((in_tmp / ".github" / "workflows" / "images.yml").read_text(), "build")
+    free = build.index("- name: Free disk")
+    assert free < build.index("- name: Build, self-test and push")
+    assert "if: runner.environment == 'github-hosted'" in build[free:]
+    assert "sudo rm -rf /usr/share/dotnet /usr/local/lib/android" in build[free:]
