@@ -587,3 +587,35 @@ def test_runpod_template_refuses_an_index_entry_it_cannot_use(app, runner, tmp_p
     assert res.exit_code == 2, res.output
     _clean(res.output)
     assert not [line for line in res.output.splitlines() if line.startswith("error: spoofed")]
+
+
+@pytest.mark.loopback
+def test_docker_logins_credentials_serve_merge_and_a_wrong_one_stops_build_before_it_builds(
+    app, runner, honest_registry, in_tmp, tmp_path, monkeypatch
+):
+    """A user who only ran `docker login`: `release merge` verifies with those credentials; with a wrong saved
+    password, `build --push` stops at once (exit 3), before any lock, base or build, naming `docker login`."""
+    import base64
+
+    def saved(password: str) -> None:
+        auth = base64.b64encode(f"{USER}:{password}".encode()).decode()
+        (tmp_path / "docker").mkdir(exist_ok=True)
+        (tmp_path / "docker" / "config.json").write_text(
+            json.dumps({"auths": {honest_registry.address: {"auth": auth}}})
+        )
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    for name in ("IMAGEKIT_REGISTRY_USER", "IMAGEKIT_REGISTRY_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    repo = f"{honest_registry.address}/{REPO}"
+    digest, config = push_image(honest_registry, REPO, f"{CELL_C}-{BUILD}", "dl", auth=(USER, PASSWORD))
+    publish.write_record(in_tmp / "records" / "runner-1", _entry(repo, CELL_C, digest, config))
+    saved(PASSWORD)
+    res = runner.invoke(app, ["release", "merge", "records", "--index", "i.json", "--registry", repo])
+    assert res.exit_code == 0, res.output
+    assert f"{repo}:{CELL_C}-{BUILD}" in json.loads((in_tmp / "i.json").read_text())["images"]
+    saved("wrong-password")
+    res = runner.invoke(app, ["build", "--cell", CELL_B, "--push", "--registry", repo, "--lock-dir", "nolocks"])
+    assert res.exit_code == 3, res.output
+    assert "refused the credentials" in res.output and f"docker login {honest_registry.address}" in res.output
+    assert not (in_tmp / "nolocks").exists() and not (in_tmp / ".imagekit").exists()  # nothing was started

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
@@ -61,15 +60,12 @@ def build() -> typer.Typer:
             console.print(f"{ref.reference} ({ref.digest})")
             row = {"python": py, "reference": ref.reference, "digest": ref.digest, "glibc": ref.glibc}
             if repository:
+                from imagekit.effects import credentials
+                from imagekit.effects.registry import Remote
                 from imagekit.services.base_images import push_base
 
-                pushed = push_base(
-                    engine,
-                    ref,
-                    repository,
-                    os.environ.get("IMAGEKIT_REGISTRY_USER"),
-                    os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
-                )
+                credential = credentials.for_registry(Remote.parse(repository).registry)
+                pushed = push_base(engine, ref, repository, credential.username, credential.password)
                 console.print(f"pushed {pushed}")
                 row["pushed"] = pushed
                 if not as_json:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +30,17 @@ from imagekit.cli.options import (
 )
 from imagekit.errors import EXIT_NO, UsageError
 from imagekit.validate import repository as validate_repository
+
+
+def _push_note(repo: str, credential) -> str:  # type: ignore[no-untyped-def]
+    """Where --push would publish, and with which credentials (their source, never their values)."""
+    if credential.found:
+        return f"push to {repo}: credentials from {credential.source}"
+    host = repo.split("/", 1)[0]
+    return (
+        f"push to {repo}: no credentials found (a registry that needs them refuses the push; set "
+        f"IMAGEKIT_REGISTRY_USER and IMAGEKIT_REGISTRY_PASSWORD, or run `docker login {host}`)"
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -102,6 +113,11 @@ def register(app: typer.Typer) -> None:
         read_index(release_index)  # a broken index is refused now, not after the build
         data, config, cells = selected_compatible(selection)
         repo = validate_repository(registry) if registry else config.repository
+        from imagekit.effects import credentials
+        from imagekit.effects.registry import RegistryClient, Remote
+
+        remote = Remote.parse(repo)
+        credential = credentials.for_registry(remote.registry) if push else credentials.NONE
         opts = BuildOptions(
             repository=repo,
             lock_dir=lock_dir,
@@ -115,8 +131,8 @@ def register(app: typer.Typer) -> None:
             settings=resolving.settings(),
             bases=config.bases,
             options=config.options,
-            username=os.environ.get("IMAGEKIT_REGISTRY_USER"),
-            password=os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
+            username=credential.username,
+            password=credential.password,
         )
         console = err_console()
         from imagekit.cli.progress_display import ConsoleProgress
@@ -132,8 +148,12 @@ def register(app: typer.Typer) -> None:
                 settings=opts.settings,
                 engine=forecast.engine_or_none(),
             )
+            if push:
+                plan = dataclasses.replace(plan, notes=(*plan.notes, _push_note(repo, credential)))
             print_plan(plan, as_json, build=True)
             return
+        if push:  # before the build: a refused login would otherwise surface after it, at the push
+            RegistryClient(credential.username, credential.password, registries=[remote.registry]).check_access(remote)
         from imagekit.effects.docker import Engine
 
         engine = Engine()

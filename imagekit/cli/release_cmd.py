@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -53,10 +52,15 @@ def build() -> typer.Typer:
         current = read_index(index)  # a broken index is refused before the registry is asked
         allowed = release.allowed_registries(list(registries or []), current)
         console = err_console()
+        from imagekit.effects import credentials
+
+        hosts = sorted({n.registry for n in allowed[0]})
+        # One registry: its credentials (env, else docker login's). Several: the env's, sent to each of them only.
+        credential = credentials.for_registry(hosts[0]) if len(hosts) == 1 else credentials.from_env()
         client = RegistryClient(
-            os.environ.get("IMAGEKIT_REGISTRY_USER"),
-            os.environ.get("IMAGEKIT_REGISTRY_PASSWORD"),
-            registries=[n.registry for n in allowed[0]],  # the credentials go there and nowhere else
+            credential.username,
+            credential.password,
+            registries=hosts,  # the credentials go there and nowhere else
         )
         done = release.merge(records, index, client, log=lambda m: console.print(m, markup=False), allowed=allowed)
         if as_json:

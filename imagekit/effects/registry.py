@@ -194,11 +194,22 @@ class RegistryClient:
                     f"registry {remote.registry} refused the credentials (HTTP 401)"
                     if given
                     else f"registry {remote.registry} asks for credentials (HTTP 401); none are given for it",
-                    f"set {USER_VARIABLE} and {PASSWORD_VARIABLE}"
+                    f"run `docker login {remote.registry}`, or set {USER_VARIABLE} and {PASSWORD_VARIABLE}"
                     + ("" if given else " and name the registry (--registry) they are for"),
                 )
             status, headers, body = self._request(url, method, auth, data, content_type, max_bytes)
         return status, headers, body
+
+    def check_access(self, remote: Remote) -> None:
+        """Ask the registry's API root with these credentials (or none): a registry that refuses them, or asks for
+        some when none are given, raises now, before a build that would end in a refused push."""
+        root = remote.base.split("/v2/", 1)[0] + "/v2/"
+        status, _, _ = self._authed(remote, root, max_bytes=1 << 20)
+        if status in (401, 403):
+            raise EnvironmentFailure(
+                f"registry {remote.registry} refuses these credentials (HTTP {status})",
+                f"check {USER_VARIABLE}/{PASSWORD_VARIABLE}, or run `docker login {remote.registry}` again",
+            )
 
     def copy_tag(self, remote: Remote, digest: str, tag: str) -> None:
         """Point ``tag`` at the manifest ``digest`` (the same bytes, so the same digest)."""
