@@ -210,6 +210,13 @@ def test_ci_init_never_replaces_without_force(app, runner, in_tmp):
     assert [p.name for p in (in_tmp / ".github" / "imagekit").iterdir()] == ["imagekit-0.1.0-py3-none-any.whl"]
 
 
+def test_a_file_where_the_wheel_folder_goes_is_a_usage_error(app, runner, in_tmp):
+    (in_tmp / "afile").write_text("mine\n")
+    res = _init(app, runner, "--wheel-dir", "afile")
+    assert res.exit_code == 2 and "--wheel-dir afile is a file" in res.output and "hint:" in res.output
+    assert (in_tmp / "afile").read_text() == "mine\n" and not (in_tmp / ".github").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from imagekit.cli.common import err_console, handles_errors, output_file_option
+from imagekit.cli.common import err_console, folder_option, handles_errors, output_file_option
 
 EPILOG = """Examples: imagekit ci init; imagekit ci init --registry ghcr.io/acme/train --gpu-runner gpu
 
@@ -83,6 +83,8 @@ def build() -> typer.Typer:
 
         output_file_option(out, "--out")
         opts = ci.validated(registry, gpu_runner, install, locks, wheel_dir)
+        if install is None:
+            folder_option(Path(opts.wheel_dir), "--wheel-dir")
         if (out.exists() or out.is_symlink()) and not force:
             raise UsageError(f"{out} exists", "pass --force to replace it, or --out PATH to write elsewhere")
         written = ci_setup.write(opts, out)
