@@ -45,7 +45,7 @@ class Layer:
     @property
     def requirements(self) -> str:
         """What the layer installs: pins and hashes, no `# via` (a new dependent elsewhere changes nothing here)."""
-        return "".join(e.render(via=False) + "\n" for e in self.entries)
+        return "".join(e.render(via=False, installed=True) + "\n" for e in self.entries)
 
     @property
     def requirements_sha256(self) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
+from imagekit import direct_wheels
 from imagekit.errors import UsageError
 from imagekit.in_image.facts import TORCH_FAMILY as TORCH_FAMILY  # one definition, shared with the image
 
@@ -21,6 +22,10 @@ TORCH_MARK = "# --- layer: torch ---"
 APP_MARK = "# --- layer: app ---"
 _PIN = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<version>[A-Za-z0-9.+!_-]+)(?:\s*;\s*(?P<marker>.+?))?\s*(\\)?$"
+)
+# A direct reference to a wheel (imagekit.direct_wheels): ``name @ https://.../name-version-tags.whl#sha256=...``
+_DIRECT = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*@\s*(?P<url>\S+?)(?:\s*;\s*(?P<marker>.+?))?\s*(\\)?$"
 )
 _HASH = re.compile(r"--hash=(?P<algo>sha256):(?P<digest>[0-9a-f]{64})")
 BODY_KEY = "body-sha256"  # the lock's digest of its own pins and hashes
@@ -33,13 +38,21 @@ class LockEntry:
     version: str
     hashes: tuple[str, ...]  # "sha256:<hex>", sorted
     via: tuple[str, ...] = ()
+    url: str | None = None  # a wheel that is on no index, named by URL (imagekit.direct_wheels); version from its name
 
     @property
     def pin(self) -> str:
         return f"{self.name}=={self.version}"
 
-    def render(self, via: bool = True) -> str:
-        lines = [self.pin + (" \\" if self.hashes else "")]
+    @property
+    def spec(self) -> str:
+        """What the lock says: the pin, or the wheel's URL (with its sha256) for a direct reference."""
+        return f"{self.name} @ {self.url}" if self.url else self.pin
+
+    def render(self, via: bool = True, installed: bool = False) -> str:
+        """The entry as a lock writes it; ``installed``: as the image installs it, a direct reference as its pin
+        (the wheel was fetched and verified on the host and is in the build's wheelhouse)."""
+        lines = [(self.pin if installed else self.spec) + (" \\" if self.hashes else "")]
         for i, h in enumerate(self.hashes):
             lines.append(f"    --hash={h}" + (" \\" if i < len(self.hashes) - 1 else ""))
         if self.via and via:
@@ -70,7 +83,7 @@ class Lock:
     def content_hash(self) -> str:
         """sha256 over what gets installed (pins and hashes of both layers), independent of comments."""
         body = "\n".join(
-            f"{layer}:{e.pin}:{','.join(e.hashes)}"
+            f"{layer}:{e.spec}:{','.join(e.hashes)}"
             for layer, part in (("torch", self.torch), ("app", self.app))
             for e in part
         )
@@ -104,9 +117,12 @@ def parse_requirements(text: str, origin: str = "<lock>", first_line: int = 1) -
     via: list[str] = []
     in_via = False
 
+    url: str | None = None
+
     def flush() -> None:
         if name is not None:
-            entries.append(LockEntry(canonicalize_name(name), version or "", tuple(sorted(hashes)), tuple(via)))
+            entry = LockEntry(canonicalize_name(name), version or "", tuple(sorted(hashes)), tuple(via), url)
+            entries.append(entry)
 
     for lineno, raw in enumerate(text.splitlines(), first_line):
         line = raw.strip()
@@ -116,12 +132,23 @@ def parse_requirements(text: str, origin: str = "<lock>", first_line: int = 1) -
             if line.startswith("-"):
                 continue  # options such as --index-url
             m = _PIN.match(line)
-            if not m:
+            d = None if m else _DIRECT.match(line)
+            if not m and not d:
                 raise UsageError(
-                    f"{origin}:{lineno}: not an exact pin: {line!r}", "locks contain only name==version lines"
+                    f"{origin}:{lineno}: not an exact pin: {line!r}",
+                    "locks contain only name==version lines and wheel URLs (name @ https://...whl#sha256=...)",
                 )
             flush()
-            name, version, hashes, via, in_via = m["name"], m["version"], [], [], False
+            if m:
+                name, version, url = m["name"], m["version"], None
+            else:
+                assert d is not None
+                try:
+                    wheel = direct_wheels.parse(d["name"], d["url"])
+                except direct_wheels.NotAWheel as exc:
+                    raise UsageError(f"{origin}:{lineno}: {exc}", exc.hint) from None
+                name, version, url = d["name"], wheel.version, f"{wheel.url}#sha256={wheel.sha256}"
+            hashes, via, in_via = [], [], False
             continue
         if line.startswith("--hash="):
             hm = _HASH.match(line)
@@ -174,7 +201,7 @@ def integrity_problems(lock: Lock, text: str) -> list[str]:
 
     def line_of(name: str) -> int:
         # any spelling that canonicalizes to ``name``: Foo_Bar, foo.bar, FOO-bar
-        pattern = re.compile("^" + "[-_.]+".join(re.escape(part) for part in name.split("-")) + "==", re.I)
+        pattern = re.compile("^" + "[-_.]+".join(re.escape(part) for part in name.split("-")) + r"(==|\s*@)", re.I)
         for i, line in enumerate(text.splitlines(), 1):
             if pattern.match(line):
                 return i
@@ -190,6 +217,8 @@ def integrity_problems(lock: Lock, text: str) -> list[str]:
         seen.add(e.name)
         if not e.hashes:
             problems.append(f"line {line_of(e.name)}: {e.pin} has no --hash")
+        elif e.url and e.hashes != ("sha256:" + e.url.rsplit("#sha256=", 1)[-1],):
+            problems.append(f"line {line_of(e.name)}: {e.name}'s --hash is not the sha256 its URL names")
     want = lock.body_digest
     if want is None:
         problems.append(f"no '# imagekit-{BODY_KEY}' line: not written by this imagekit")

@@ -102,6 +102,8 @@ class LockRequest:
             "--index-url",
             self.settings.index_url,
             "--no-config",
+            "--only-binary",  # images install wheels only: a source build is refused at lock time, with the fix
+            ":all:",
         ]
         for url in self.settings.extra_index_urls:
             args += ["--extra-index-url", url]
@@ -260,6 +262,8 @@ def unmet_requirements(req: LockRequest, pins: dict[str, LockEntry]) -> list[str
         pin = pins.get(canonicalize_name(r.name))
         if pin is None:
             unmet.append(f"{r.name} is not pinned")
+        elif r.url and (pin.url or "").split("#", 1)[0] != r.url.split("#", 1)[0]:
+            unmet.append(f"{r.name} is not pinned to the wheel URL the cell names")
         elif not r.specifier.contains(pin.version, prereleases=True):
             unmet.append(f"{r.name} {pin.version} does not satisfy {r.specifier}")
     return unmet
@@ -270,12 +274,33 @@ def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str] |
     that misses one of the cell's requirements. ``sources`` (uv's ``# from`` annotations) exist only right after
     resolving; a lock read back has none."""
     _verify_torch(req, entries, sources)
+    check_direct_wheels(req, [e.spec for e in entries if e.url])
     unmet = unmet_requirements(req, {e.name: e for e in entries})
     if unmet:
         raise CheckFailed(
             f"{req.cell.id}: the pins do not meet the cell's requirements: {'; '.join(unmet)}",
             "the lock is another cell's or out of date: run `imagekit lock` for this cell",
         )
+
+
+def check_direct_wheels(req: LockRequest, references: list[str]) -> None:
+    """Each wheel named by URL (``name @ url``, as the matrix file or a lock has it) runs in the cell: its tags fit
+    the image's Python and platform, and the torch and CUDA its local version names (``+cu12torch2.5``) are the
+    cell's."""
+    from imagekit import direct_wheels, wheels
+
+    glibc = req.platform.rsplit("_", 2)
+    supported = wheels.supported_tags(req.cell.python, f"{glibc[-2]}.{glibc[-1]}")
+    for ref in references:
+        r = Requirement(ref)
+        wheel = direct_wheels.parse(r.name, r.url or "")
+        problems = direct_wheels.cell_problems(wheel, supported, req.cell.torch, req.cell.cuda)
+        if problems:
+            raise CheckFailed(
+                f"{req.cell.id}: {wheel.filename} cannot run in this cell: {'; '.join(problems)}",
+                f"name the {wheel.name} wheel built for Python {req.cell.python}, torch {req.cell.torch} and CUDA "
+                f"{req.cell.cuda} (its release page lists one per combination), or drop the cell",
+            )
 
 
 def _verify_torch(req: LockRequest, entries: list[LockEntry], sources: dict[str, str] | None) -> None:

@@ -130,7 +130,8 @@ def cc_to_sm(cc: str) -> str:
 
 
 def requirement(value: object) -> str:
-    """A requirement string (``accelerate==1.2.1``) in canonical form; no URLs, no control characters."""
+    """A requirement string (``accelerate==1.2.1``) in canonical form, no control characters; a URL only to a wheel
+    with its sha256 (imagekit.direct_wheels)."""
     if not isinstance(value, str) or not value or not _SAFE_TEXT.fullmatch(value):
         raise _bad("requirement", value, "a single-line requirement such as 'accelerate==1.2.1'")
     try:
@@ -138,12 +139,15 @@ def requirement(value: object) -> str:
     except InvalidRequirement as exc:
         raise _bad("requirement", value, f"a PEP 508 requirement ({exc})") from None
     if req.url:
-        raise _bad(
-            "requirement",
-            value,
-            "a requirement on an index package",
-            "direct URL requirements cannot be hash-locked reproducibly here",
-        )
+        from imagekit import direct_wheels
+
+        try:
+            wheel = direct_wheels.parse(req.name, req.url)
+        except direct_wheels.NotAWheel as exc:
+            raise UsageError(f"invalid requirement: {exc}", exc.hint) from None
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        marker = f" ; {req.marker}" if req.marker else ""
+        return f"{wheel.name}{extras} @ {wheel.url}#sha256={wheel.sha256}{marker}"
     return str(req)
 
 

@@ -378,7 +378,7 @@ def test_the_resolver_command_line(data):
     assert req.uv_args() == [
         "pip", "compile", "pyproject.toml", "--generate-hashes", "--emit-index-annotation", "--no-header",
         "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
-        "--index-url", "https://m.example/simple", "--no-config",
+        "--index-url", "https://m.example/simple", "--no-config", "--only-binary", ":all:",
         "--extra-index-url", "https://e1.example/simple", "--extra-index-url", "https://e2.example/simple",
         "--exclude-newer", "2025-01-01T00:00:00Z",
     ]  # fmt: skip
@@ -610,7 +610,7 @@ def test_requirements_as_pip_compile_writes_them(tmp_path):
     with pytest.raises(UsageError) as exc:
         parse_requirements("a==1\n\nb>=2\n")
     assert exc.value.message == "<lock>:3: not an exact pin: 'b>=2'"
-    assert exc.value.hint == "locks contain only name==version lines"
+    assert exc.value.hint == "locks contain only name==version lines and wheel URLs (name @ https://...whl#sha256=...)"
     with pytest.raises(UsageError) as exc:
         parse_requirements("a==1 \\\n    --hash=md5:00\n")
     assert (exc.value.message, exc.value.hint) == (
@@ -690,11 +690,12 @@ def test_validators_give_a_hint_where_one_helps():
     assert exc.value.message == "invalid torch version 'v2.5.1': expected the canonical form '2.5.1'"
     assert exc.value.hint == "write versions without spaces or prefixes"
     with pytest.raises(UsageError) as exc:
-        validate.requirement("pkg @ https://x.example/pkg.whl")
+        validate.requirement("pkg @ https://x.example/pkg-1.0.tar.gz")
     assert exc.value.message == (
-        "invalid requirement 'pkg @ https://x.example/pkg.whl': expected a requirement on an index package"
+        "invalid requirement: pkg @ https://x.example/pkg-1.0.tar.gz: not a wheel (pkg-1.0.tar.gz); a source archive "
+        "is built"
     )
-    assert exc.value.hint == "direct URL requirements cannot be hash-locked reproducibly here"
+    assert exc.value.hint.startswith("name a prebuilt wheel by URL with its hash")
     with pytest.raises(UsageError) as exc:
         validate.requirement("==1")
     assert exc.value.message.startswith("invalid requirement '==1': expected a PEP 508 requirement (Expected package")

@@ -165,6 +165,8 @@ def register(app: typer.Typer) -> None:
         )
         for line in forecast.render_text(plan):
             progress.line("", "plan: " + line)
+        if plan.blockers:
+            raise plan.blocked_error()
         if not plan.disk_ok:
             raise plan.disk_error()
         results = build_cells(

@@ -119,5 +119,7 @@ def print_plan(plan: Any, as_json: bool, *, build: bool) -> None:
     else:
         out("\n".join(forecast.render_text(plan, build=build)))
         out(f"(planned in {plan.seconds:.1f} s; nothing was changed)")
+    if plan.blockers:
+        raise plan.blocked_error()
     if not plan.disk_ok:
         raise plan.disk_error()

@@ -123,6 +123,10 @@ _AUTH = re.compile(
 )
 
 
+# uv's words for a requirement that only an sdist meets (with --only-binary :all:)
+_NO_WHEEL = re.compile(r"(?:Because |and )(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)[^\n]*? has no usable wheels")
+
+
 def _fail(req: LockRequest, stderr: str) -> Exception:
     text = redact_text(stderr.strip())
     tail = "\n".join(text.splitlines()[-12:])
@@ -149,6 +153,15 @@ def _fail(req: LockRequest, stderr: str) -> Exception:
             "--index-url at a reachable mirror"
         )
         return EnvironmentFailure(f"{req.cell.id}: cannot reach the package index:\n{tail}", hint)
+    no_wheel = _NO_WHEEL.search(text)
+    if no_wheel:  # --only-binary: a version with an sdist only is not installable in an image
+        from imagekit import direct_wheels
+
+        return CheckFailed(
+            f"{req.cell.id}: {no_wheel['name']} has no wheel for Python {req.cell.python} on {req.platform} "
+            f"(images install wheels only; a source build differs on every machine):\n{tail}",
+            direct_wheels.FIX.replace("NAME", no_wheel["name"]),
+        )
     return CheckFailed(
         f"{req.cell.id}: no resolution:\n{tail}", "the cell's pins conflict; `imagekit explain` may say why"
     )
@@ -205,6 +218,7 @@ def compile_pip_tools(req: LockRequest, timeout: float = 3600, abort: Callable[[
             "--generate-hashes",
             "--no-header",
             "--quiet",
+            "--pip-args=--only-binary=:all:",
             "--index-url",
             req.settings.index_url,
             "-o",

@@ -20,7 +20,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from imagekit import tools, untrusted, wheels
+from imagekit import direct_wheels, tools, untrusted, wheels
 from imagekit.effects import http
 from imagekit.effects.cache import cache_root, unusable
 from imagekit.effects.files import refuse_links, replace_folder, write_atomic
@@ -281,7 +281,16 @@ def _named_safely(entry: LockEntry, found: list[wheels.Candidate]) -> None:
 def _remote(
     entry: LockEntry, source: str, python: str, glibc: str, supported: list, pages: dict | None = None
 ) -> wheels.Candidate:
-    """The wheel to download for this pin, its URL absolute; ``pages`` memoizes index pages across locks."""
+    """The wheel to download for this pin, its URL absolute; ``pages`` memoizes index pages across locks. A wheel
+    the lock names by URL is downloaded from there (its sha256 is the lock's)."""
+    if entry.url:
+        wheel = direct_wheels.parse(entry.name, entry.url)
+        if not wheels.pick([wheels.Candidate(wheel.filename, wheel.url, wheel.sha256)], entry.hashes, supported):
+            raise CheckFailed(
+                f"{entry.spec}: the wheel does not fit Python {python} / manylinux glibc {glibc}",
+                "name the wheel built for this cell, and lock again",
+            )
+        return wheels.Candidate(wheel.filename, wheel.url, wheel.sha256)
     key = (source, entry.name)
     found = pages.get(key) if pages is not None else None
     if isinstance(found, ImagekitError):  # read_pages could not read it: not asked again per pin
@@ -389,6 +398,8 @@ class WheelForecast:
     largest_bytes: int  # the largest wheel (a build holds it in the container while installing)
     downloads: tuple[tuple[str, int], ...] = ()  # (sha256, bytes) to download: cells sharing a wheel fetch it once
     error: str | None = None  # the index could not be read
+    blocker: str | None = None  # a pin the image cannot install (no wheel fits it): the build would fail
+    blocker_hint: str | None = None
 
 
 # Installed (uncompressed) bytes per wheel byte, measured on this project's torch closures (bench/dry_run.py).
@@ -418,7 +429,9 @@ def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages:
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             rows = list(pool.map(one, lock.entries))
-    except (EnvironmentFailure, CheckFailed) as exc:
+    except CheckFailed as exc:  # read, and no wheel fits: not an unreadable index, a build that cannot succeed
+        return WheelForecast(len(lock.entries), 0, 0, 0, 0, 0, 0, 0, blocker=exc.message, blocker_hint=exc.hint)
+    except EnvironmentFailure as exc:
         return WheelForecast(len(lock.entries), 0, 0, 0, 0, 0, 0, 0, error=exc.message)
     if len(picks) > known:
         _save_picks(lock, python, glibc, picks)

@@ -14,7 +14,7 @@ from pathlib import Path
 from imagekit import resolution
 from imagekit.compat import CompatData
 from imagekit.effects.cache import cache_root, unusable
-from imagekit.errors import EnvironmentFailure, ImagekitError
+from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
 from imagekit.services import fetch
@@ -79,11 +79,24 @@ class Forecast:
     def disk_ok(self) -> bool:
         return all(d.ok for d in self.disks)
 
+    @property
+    def blockers(self) -> list[tuple[str, str, str | None]]:
+        """(cell, why, hint) for each cell whose build cannot succeed as locked."""
+        return [(c.cell, c.wheels.blocker, c.wheels.blocker_hint) for c in self.cells if c.wheels and c.wheels.blocker]
+
+    def blocked_error(self) -> CheckFailed:
+        rows = self.blockers
+        hint = next((h for _, _, h in rows if h), None)
+        return CheckFailed(
+            f"{len(rows)} cell(s) cannot be built: " + "; ".join(f"{cell}: {why}" for cell, why, _ in rows), hint
+        )
+
     def to_json(self) -> dict:
         return {
             "cells": [c.to_json() for c in self.cells],
             "disk": [{**asdict(d), "ok": d.ok} for d in self.disks],
             "disk_ok": self.disk_ok,
+            "blockers": [{"cell": c, "message": m, "hint": h} for c, m, h in self.blockers],
             "notes": list(self.notes),
             "seconds": round(self.seconds, 2),
         }
@@ -174,7 +187,7 @@ def forecast(
         if status.lock is not None and status.status != "invalid":
             wheels = fetch.forecast_lock(status.lock, cell.python, glibc[cell.id], pages=pages, jobs=1)
         image = None
-        if build and wheels is not None and wheels.error is None:
+        if build and wheels is not None and wheels.error is None and wheels.blocker is None:
             image = base.bytes + VENV_BYTES + int(wheels.installed_bytes * (1 + BYTECODE_RATIO))
         return CellForecast(cell.id, status.status, str(status.path), note, base, wheels, image)
 
@@ -226,6 +239,8 @@ def render_text(fc: Forecast, *, build: bool = True) -> list[str]:
         w = r.wheels
         if w is None:
             parts.append("wheels: after locking")
+        elif w.blocker:
+            parts.append(f"wheels: BLOCKED ({w.blocker.splitlines()[0][:200]})")
         elif w.error:
             parts.append(f"wheels: index unreadable ({w.error.splitlines()[0][:160]})")
         else:

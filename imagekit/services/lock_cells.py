@@ -153,6 +153,10 @@ def lock_one(
         return LockResult(cell, "failed", path, error=exc)
     if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
         return LockResult(cell, "up-to-date", path, existing)
+    try:  # a wheel named by URL that cannot run in the cell: said in imagekit's words, before uv says it in its own
+        resolution.check_direct_wheels(req, [p for p in cell.packages if "@" in p])
+    except CheckFailed as exc:
+        return LockResult(cell, "failed", path, existing, exc)
     tool = using or resolver.for_settings(settings)
     # The resolver starts at once; the index probe (once per URL and process) and its version run beside it. An
     # index that does not answer stops the resolver (uv would retry for half a minute) with the probe's one error.
