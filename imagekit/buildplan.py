@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from imagekit import __version__, layers, rules, tools
+from imagekit.code_layer import CodeLayer, CopySpec
 from imagekit.compat import BaseSpec, CompatData
 from imagekit.lockfile import Lock
 from imagekit.model import Cell
@@ -34,6 +35,8 @@ class ImageOptions:
     jupyter: bool = False  # JupyterLab locked into the app layer, started when JUPYTER_PASSWORD is set
     compiler: bool = True  # gcc/g++ and the Python headers, so torch.compile works (about 200 MB)
     size_budget: str = "+10%"  # imagekit.budget: "6.5 GB", or growth over the cell's last release
+    copy: CopySpec | None = None  # the user's code, as the image's last layer (imagekit.code_layer)
+    command: tuple[str, ...] = ()  # the default command: a container started without one runs it (job mode)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class BuildPlan:
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
     wheels_url: str = DEFAULT_WHEELS_URL  # the legacy builder's wheel server
     builder: str = "legacy"  # legacy (wheels over loopback HTTP, `imagekit build`) | buildkit (wheels bind-mounted)
+    code: CodeLayer | None = None  # `[image] copy`, as read: the last layer
+    command: tuple[str, ...] = ()  # `[image] command`: the image's CMD
 
 
 def manifest(plan: BuildPlan, data: CompatData) -> dict:

@@ -49,8 +49,9 @@ class RuntimeConfig:
         ]
 
 
-def runtime(labels: dict[str, str]) -> RuntimeConfig:
-    return RuntimeConfig(ENV, WORKDIR, ENTRYPOINT, CMD, tuple(sorted(labels.items())))
+def runtime(labels: dict[str, str], cmd: tuple[str, ...] = CMD) -> RuntimeConfig:
+    """The config every image gets; ``cmd`` (`[image] command`) makes a container started without a command a job."""
+    return RuntimeConfig(ENV, WORKDIR, ENTRYPOINT, tuple(cmd), tuple(sorted(labels.items())))
 
 
 def _rfc3339(seconds: int) -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import posixpath
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
-from imagekit import budget, rules, validate
+from imagekit import budget, code_layer, rules, validate
 from imagekit.buildplan import BaseRef, ImageOptions
+from imagekit.code_layer import CopySpec
 from imagekit.compat import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
 from imagekit.model import Cell, Query, Targets, Verdict
@@ -130,6 +132,10 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     if isinstance(image, dict) and "repository" in image:
         repository = p.check("image.repository", validate.repository, image["repository"]) or DEFAULT_REPOSITORY
     options = _image_options(p, image)
+    if options.copy is not None:  # `from` is relative to the matrix file's folder
+        folder = posixpath.dirname(origin) if not origin.startswith("<") else ""
+        source = posixpath.normpath(posixpath.join(folder or ".", options.copy.source))
+        options = replace(options, copy=replace(options.copy, source=source))
     bases = _bases(p, doc.get("bases", {}))
     if p.items:
         raise ConfigError(
@@ -185,10 +191,26 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
     if not isinstance(image, dict):
         p.add("image", "expected a table")
         return ImageOptions()
+    allowed = ("repository", "jupyter", "compiler", "size_budget", "copy", "command")
     for k in image:
-        if k not in ("repository", "jupyter", "compiler", "size_budget"):
-            p.add(f"image.{k}", "unknown key (allowed: repository, jupyter, compiler, size_budget)")
+        if k not in allowed:
+            p.add(f"image.{k}", f"unknown key (allowed: {', '.join(allowed)})")
     flags: dict = {}
+    if "copy" in image:
+        spec = _copy(p, image["copy"])
+        if spec is not None:
+            flags["copy"] = spec
+    if "command" in image:
+        cmd = image["command"]
+        if (
+            not isinstance(cmd, list)
+            or not cmd
+            or len(cmd) > 64
+            or not all(isinstance(a, str) and 0 < len(a) <= 1024 and a.isprintable() for a in cmd)
+        ):
+            p.add("image.command", 'expected a list of printable strings, such as ["python", "/opt/app/train.py"]')
+        else:
+            flags["command"] = tuple(cmd)
     if "size_budget" in image:
         try:
             flags["size_budget"] = budget.parse(image["size_budget"]).text
@@ -201,6 +223,33 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
             else:
                 p.add(f"image.{k}", f"expected true or false, got {image[k]!r}")
     return ImageOptions(**flags)
+
+
+def _copy(p: _Problems, value: object) -> CopySpec | None:
+    """`copy = "."` or `copy = { from = "src", to = "/opt/app", exclude = ["data/"] }`; ``from`` relative to the
+    matrix file's folder (resolved in :func:`parse`, which knows where the file is)."""
+    if isinstance(value, str):
+        value = {"from": value}
+    if not isinstance(value, dict):
+        p.add("image.copy", 'expected a folder ("." or "src") or a table with from, to and exclude')
+        return None
+    unknown = set(value) - {"from", "to", "exclude"}
+    if unknown:
+        p.add("image.copy", f"unknown keys {', '.join(sorted(unknown))} (allowed: from, to, exclude)")
+    source = value.get("from", ".")
+    if not isinstance(source, str) or not source or "\0" in source or not source.isprintable():
+        p.add("image.copy.from", "expected a folder path, relative to the matrix file's folder")
+        return None
+    to = value.get("to", code_layer.DEFAULT_TO)
+    problem = code_layer.destination_problem(to)
+    if problem:
+        p.add("image.copy.to", problem)
+        return None
+    exclude = value.get("exclude", [])
+    if not isinstance(exclude, list) or not all(isinstance(x, str) and x.isprintable() for x in exclude):
+        p.add("image.copy.exclude", 'expected a list of .dockerignore patterns, such as ["data/", "*.ckpt"]')
+        return None
+    return CopySpec(source, to.rstrip("/"), tuple(exclude))
 
 
 def _with_jupyter(cell: Cell) -> Cell:

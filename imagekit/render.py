@@ -101,6 +101,8 @@ APP_FILES = f"{ROOTFS}/app/{IMAGEKIT_DIR}"  # the doctor, the entrypoint, shell/
 MANIFEST = f"{APP_FILES}/manifest.json"
 BASE_STAGE_SCRIPTS = ("finalize-layer", "install-layer")  # what the base stage's COPY brings: the layers run them
 APP_TARBALL = "app-files.tar"  # the legacy builder's app layer gets rootfs/app/ as this tarball, beside the wheels
+CODE_TARBALL = "code.tar"  # `[image] copy` on the legacy builder: the last layer's files, beside the wheels
+CODE_FILES = f"{ROOTFS}/code"  # and on BuildKit, at their image paths in the context (one COPY, free there)
 
 
 def app_tarball(files: dict[str, tuple[bytes, int]], epoch: int) -> bytes:
@@ -158,6 +160,10 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         files[layer_file(layer)] = (layer.requirements.encode(), 0o644)
     files.update(_context_files())
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
+    code = plan.code
+    if code is not None and _builder(plan.builder) == "buildkit":
+        for rel, data, mode in code.files:
+            files[f"{CODE_FILES}{code.to}/{rel}"] = (data, 0o755 if mode & 0o100 else 0o644)
     for value in labels.values():
         _dq(value)  # refuse before anything is rendered
     env = environment()
@@ -173,10 +179,17 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         cuda_prefix=layers.CUDA_PREFIX,
         cuda_layers=len(layering.cuda),
         uv=tools.UV,
-        runtime=imageconfig.runtime(labels),
+        runtime=imageconfig.runtime(labels, plan.command),
         app_files=f"{APP_TARBALL}#sha256={app_files}",
+        code=code,
+        code_files=f"{CODE_TARBALL}#sha256={code.sha256(int(plan.source_date_epoch))}" if code else "",
+        code_size=_size(code.size) if code else "",
     )
     return {"Dockerfile": (dockerfile.encode(), 0o644), **files}
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
 
 BUILDERS = ("legacy", "buildkit")

@@ -10,8 +10,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagekit.errors import UsageError
+
+if TYPE_CHECKING:
+    from imagekit.code_layer import CodeLayer, CopySpec
 
 MAX_INPUT_BYTES = 64 * 2**20  # a matrix, a release index or a lock is kilobytes; a bigger file is the wrong one
 
@@ -196,3 +200,56 @@ def clamp_mtimes(root: Path, epoch: int, skip: tuple[str, ...] = ()) -> None:
         stamp = content_mtime(path.read_bytes(), epoch) if path.is_file() and not path.is_symlink() else epoch
         os.utime(path, (stamp, stamp), follow_symlinks=False)
     os.utime(root, (epoch, epoch))
+
+
+def read_code(spec: CopySpec) -> CodeLayer:
+    """The folder `[image] copy` names, as the code layer holds it: regular files only, with what its excludes and
+    its own `.dockerignore` leave out left out. A link is followed only within the folder; one that leads out of it,
+    and anything but files and folders, is refused, as is a folder past the code layer's size limits."""
+    from imagekit import code_layer
+
+    root = Path(spec.source)
+    hint = "check `[image] copy` in the matrix file (`from` is relative to the matrix file's folder)"
+    if not root.is_dir():
+        raise UsageError(f"[image] copy: {root} is not a folder", hint)
+    patterns = spec.exclude
+    ignore = root / ".dockerignore"
+    if ignore.is_file():
+        patterns = (*code_layer.dockerignore_lines(ignore.read_text(errors="replace")), *patterns)
+    real_root = root.resolve()
+    files: list[tuple[str, bytes, int]] = []
+    total = 0
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        here = Path(folder)
+        rel_dir = here.relative_to(root).as_posix()
+        dirs[:] = sorted(d for d in dirs if not code_layer.excluded(_rel(rel_dir, d), patterns))
+        for d in dirs:
+            if (here / d).is_symlink():
+                raise UsageError(f"[image] copy: {_rel(rel_dir, d)} is a link to a folder", "copy the folder itself")
+        for name in sorted(names):
+            rel = _rel(rel_dir, name)
+            if code_layer.excluded(rel, patterns):
+                continue
+            path = here / name
+            target = path.resolve()
+            if path.is_symlink() and not target.is_relative_to(real_root):
+                raise UsageError(
+                    f"[image] copy: {rel} links outside the folder ({target})",
+                    "copy the file into the folder, or exclude it",
+                )
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode):
+                raise UsageError(f"[image] copy: {rel} is not a regular file", "exclude it (`exclude = [...]`)")
+            total += info.st_size
+            if len(files) >= code_layer.MAX_FILES or total > code_layer.MAX_BYTES:
+                raise UsageError(
+                    f"[image] copy: {root} holds more than {code_layer.MAX_FILES} files or "
+                    f"{code_layer.MAX_BYTES >> 20} MB",
+                    "exclude data, checkpoints and outputs (they belong on the pod's volume or the Hub)",
+                )
+            files.append((rel, path.read_bytes(), info.st_mode & 0o777))
+    return code_layer.CodeLayer(spec.to, tuple(sorted(files)))
+
+
+def _rel(folder: str, name: str) -> str:
+    return name if folder in ("", ".") else f"{folder}/{name}"

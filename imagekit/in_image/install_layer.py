@@ -3,6 +3,7 @@
 
 usage: install-layer --wheels URL|DIR --uv FILENAME#sha256=HEX --requirements URL|FILE#sha256=HEX
                      (--venv DIR [--link-from DIR] [--compile] | --target DIR) [--files URL|FILE#sha256=HEX]
+       install-layer --files URL|FILE#sha256=HEX     (a layer of files only: the user's code)
 
 The uv wheel comes from the same wheelhouse as the locked wheels and is checked against its sha256 before use; it
 is unpacked into a temporary folder that is gone when this ends; the requirements are checked against theirs too.
@@ -88,12 +89,12 @@ def drop_uv_cache_records(root, before):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--wheels", required=True)
-    ap.add_argument("--uv", required=True)
-    where = ap.add_mutually_exclusive_group(required=True)
+    ap.add_argument("--wheels")
+    ap.add_argument("--uv")
+    where = ap.add_mutually_exclusive_group()
     where.add_argument("--venv")
     where.add_argument("--target")
-    ap.add_argument("--requirements", required=True)
+    ap.add_argument("--requirements")
     ap.add_argument("--link-from")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--files")
@@ -103,6 +104,12 @@ def main():
         trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}  # checked above
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall("/", numeric_owner=True, **trusted)
+    if not args.requirements:  # --files alone: a layer of files (the user's code), no wheels
+        if args.files:
+            return
+        ap.error("--requirements (with --wheels, --uv and --venv or --target) or --files is required")
+    if not (args.wheels and args.uv and (args.venv or args.target)):
+        ap.error("--requirements needs --wheels, --uv and --venv or --target")
     python = os.path.join(args.venv or "/opt/venv", "bin", "python")
     if args.venv:
         root = subprocess.run(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from imagekit import __version__, budget, imageconfig, naming, render, resolution
 from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
+from imagekit.code_layer import CodeLayer
 from imagekit.compat import CompatData
 from imagekit.effects import process, wheelserver
 from imagekit.effects.docker import Engine
@@ -23,6 +24,7 @@ from imagekit.model import Cell
 from imagekit.services import fetch, publish, selftest_runner
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import ensure_base
+from imagekit.services.build_plans import code_for
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 
@@ -129,6 +131,7 @@ class _Build:
     built_at: float = 0.0
     immutable: str = ""  # the tag the tested image is published under (it names the context's digest)
     report: selftest_runner.SelfTestReport | None = None
+    code: CodeLayer | None = None  # `[image] copy`, as read when the context is rendered
 
 
 def _lock(b: _Build) -> None:
@@ -177,6 +180,7 @@ def _fetch(b: _Build) -> None:
 def _render(b: _Build) -> None:
     """The Dockerfile and its context, written whole, with clamped dates."""
     assert b.lock is not None and b.base is not None
+    b.code = code_for(b.opts.options)
     b.plan = BuildPlan(
         cell=b.cell,
         lock=b.lock,
@@ -184,6 +188,8 @@ def _render(b: _Build) -> None:
         repository=b.opts.repository,
         source_revision=source_revision(),
         source_date_epoch=b.opts.source_date_epoch,
+        code=b.code,
+        command=b.opts.options.command,
     )
     b.files = render.render_plan(b.plan, b.data)
     context = b.opts.state_dir / "build" / b.cell.id
@@ -199,6 +205,8 @@ def _build(b: _Build) -> None:
     house = fetch.wheelhouse(b.wheels, b.opts.state_dir / "wheelhouse" / b.cell.id)
     fetch.write_requirements(b.lock, house)  # each layer's RUN reads its requirements from the server too
     write_atomic(house / render.APP_TARBALL, render.app_tarball(b.files, b.opts.source_date_epoch))
+    if b.code is not None:
+        write_atomic(house / render.CODE_TARBALL, b.code.tar(b.opts.source_date_epoch))
     steps = _StepTimer(b.progress, b.cell.id)
     b.built_at = time.monotonic()
     try:
@@ -220,7 +228,7 @@ def _config(b: _Build) -> None:
     assert b.plan is not None and b.base is not None
     immutable = b.immutable
     with activity(b.progress, b.cell.id, "image config"):
-        runtime = imageconfig.runtime(naming.labels(manifest(b.plan, b.data)))
+        runtime = imageconfig.runtime(naming.labels(manifest(b.plan, b.data)), b.plan.command)
         b.result.image_id = set_runtime_config(
             b.engine,
             b.built,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagekit.buildplan import BaseRef, BuildPlan, bootstrap_base
+from imagekit.buildplan import BaseRef, BuildPlan, ImageOptions, bootstrap_base
+from imagekit.code_layer import CodeLayer
 from imagekit.compat import CompatData
+from imagekit.effects.files import read_code
 from imagekit.errors import UsageError
 from imagekit.matrix import MatrixConfig
 from imagekit.model import Cell
@@ -24,6 +26,11 @@ def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: Ma
     return bootstrap_base(spec, digest=digest, compiler=config.options.compiler if config is not None else True)
 
 
+def code_for(options: ImageOptions) -> CodeLayer | None:
+    """`[image] copy`, read now (once per build: every cell gets the same files)."""
+    return read_code(options.copy) if options.copy is not None else None
+
+
 def plans_for(
     cells: list[Cell],
     config: MatrixConfig,
@@ -33,6 +40,7 @@ def plans_for(
     builder: str = "legacy",
 ) -> list[BuildPlan]:
     missing, plans = [], []
+    code = code_for(config.options)
     for cell in cells:
         lock = verified_lock(lock_path(lock_dir, cell), cell, data, current=True)
         if lock is None:
@@ -46,6 +54,8 @@ def plans_for(
                 repository=config.repository,
                 source_revision=revision,
                 builder=builder,
+                code=code,
+                command=config.options.command,
             )
         )
     if missing:
