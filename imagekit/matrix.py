@@ -34,6 +34,8 @@ class MatrixConfig:
     origin: str = "<default>"
     bases: dict[str, BaseRef] = field(default_factory=dict)  # Python version -> a registry base by digest
     options: ImageOptions = field(default_factory=ImageOptions)
+    index_url: str | None = None  # `[lock] index_url`: the main package index (a private one, or a mirror)
+    extra_index_urls: tuple[str, ...] = ()  # `[lock] extra_index_urls`
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ def _cell_dict(p: _Problems, key: str, entry: object, *, partial: bool, packages
 def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     """Parse a matrix document (the TOML's top level, or pyproject's [tool.imagekit])."""
     p = _Problems(origin)
-    known_top = {"matrix", "targets", "image", "bases"}
+    known_top = {"matrix", "targets", "image", "bases", "lock"}
     for k in doc:
         if k not in known_top:
             p.add(k, f"unknown section (allowed: {', '.join(sorted(known_top))})")
@@ -137,6 +139,7 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         source = posixpath.normpath(posixpath.join(folder or ".", options.copy.source))
         options = replace(options, copy=replace(options.copy, source=source))
     bases = _bases(p, doc.get("bases", {}))
+    index_url, extra_index_urls = _indexes(p, doc.get("lock", {}))
     if p.items:
         raise ConfigError(
             p.items, "fix the keys above; `imagekit matrix --help` shows the file format, `imagekit init` writes one"
@@ -184,6 +187,8 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         origin=origin,
         bases=bases,
         options=options,
+        index_url=index_url,
+        extra_index_urls=extra_index_urls,
     )
 
 
@@ -223,6 +228,33 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
             else:
                 p.add(f"image.{k}", f"expected true or false, got {image[k]!r}")
     return ImageOptions(**flags)
+
+
+def _indexes(p: _Problems, table: object) -> tuple[str | None, tuple[str, ...]]:
+    """`[lock] index_url` and `extra_index_urls`: URLs only, never a credential (the file is committed; the
+    credentials come from IMAGEKIT_INDEX_USER/IMAGEKIT_INDEX_PASSWORD or a netrc)."""
+    if not isinstance(table, dict):
+        p.add("lock", "expected a table")
+        return None, ()
+    for k in table:
+        if k not in ("index_url", "extra_index_urls"):
+            p.add(f"lock.{k}", "unknown key (allowed: index_url, extra_index_urls)")
+
+    def url(key: str, value: object) -> str | None:
+        checked = p.check(key, lambda v: validate.index_url(v, key), value)
+        if checked and "@" in checked.split("//", 1)[-1].split("/", 1)[0]:
+            p.add(key, "a URL with a credential in it (the matrix file is committed): give the URL alone, and the "
+                  "credentials as IMAGEKIT_INDEX_USER / IMAGEKIT_INDEX_PASSWORD or in ~/.netrc")  # fmt: skip
+            return None
+        return checked
+
+    main = url("lock.index_url", table["index_url"]) if "index_url" in table else None
+    extras = table.get("extra_index_urls", [])
+    if not isinstance(extras, list):
+        p.add("lock.extra_index_urls", "expected a list of index URLs")
+        extras = []
+    found = [url(f"lock.extra_index_urls[{i}]", u) for i, u in enumerate(extras)]
+    return main, tuple(u for u in found if u)
 
 
 def _copy(p: _Problems, value: object) -> CopySpec | None:

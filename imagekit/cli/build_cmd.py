@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
             nocache=no_cache,
             gpus=gpus,
             require_gpu=require_gpu,
-            settings=resolving.settings(),
+            settings=resolving.settings(config),
             bases=config.bases,
             options=config.options,
             username=credential.username,

@@ -47,10 +47,10 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Resolve each selected compatible cell into lockfiles/<cell id>.txt (torch layer + app layer)."""
-        settings = resolving.settings()
         directory, flag = renamed(lock_folder, Path("lockfiles"), old_lock_folder, "--lock-dir", "--dir")
         folder_option(directory, flag)
-        data, _config, cells = selected_compatible(selection)
+        data, config, cells = selected_compatible(selection)
+        settings = resolving.settings(config)
         plain = [c.cell for c in cells]
         console = err_console()
         if check:

@@ -131,12 +131,17 @@ class ResolverOptions:
     exclude_newer: ExcludeNewerOpt = None
     resolver: ResolverOpt = "uv"
 
-    def settings(self) -> resolution.LockSettings:
+    def settings(self, config: Any = None) -> resolution.LockSettings:
+        """The options, over the matrix file's `[lock]` indexes (``config``): an option given wins."""
         from imagekit.effects import resolver
 
+        index_url = self.index_url
+        if index_url == resolution.PYPI and config is not None and config.index_url:
+            index_url = config.index_url
+        extras = tuple(self.extra_index_url or ()) or (tuple(config.extra_index_urls) if config is not None else ())
         settings = resolution.LockSettings(
-            index_url=self.index_url,
-            extra_index_urls=tuple(self.extra_index_url or ()),
+            index_url=index_url,
+            extra_index_urls=extras,
             torch_index_base=self.torch_index_url,
             exclude_newer=self.exclude_newer,
             resolver=self.resolver,

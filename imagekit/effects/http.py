@@ -266,7 +266,8 @@ def get(
     if status in (401, 403):
         raise EnvironmentFailure(
             f"GET {_display(url)} answered HTTP {status} (authentication required or refused)",
-            "this index needs credentials imagekit does not send; use a public index or a local mirror",
+            "give the index's credentials: IMAGEKIT_INDEX_USER and IMAGEKIT_INDEX_PASSWORD (for the indexes the matrix "
+            "file or --index-url names), or a ~/.netrc entry for its host",
         )
     if status not in (200, 206):
         raise EnvironmentFailure(f"GET {_display(url)} answered HTTP {status}", "check the index URL")
@@ -300,6 +301,7 @@ def download(
     max_bytes: int = MAX_DOWNLOAD,
     client: httpx.Client | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> None:
     """Stream ``url`` into ``dest`` (atomically: a temporary file in the same folder, renamed when the bytes are
     all there, of the right hash, within ``max_bytes``). Nothing is left behind on any failure."""
@@ -315,7 +317,11 @@ def download(
         with (
             os.fdopen(fd, "wb") as out,
             stream(
-                "GET", url, headers={"Accept-Encoding": "identity"}, timeout=_timeout(DOWNLOAD_TIMEOUT), client=client
+                "GET",
+                url,
+                headers={"Accept-Encoding": "identity", **(headers or {})},
+                timeout=_timeout(DOWNLOAD_TIMEOUT),
+                client=client,
             ) as resp,
         ):
             if resp.status_code != 200:

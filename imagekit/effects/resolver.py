@@ -4,6 +4,7 @@ default) or pip-tools, each a class, run as subprocesses via effects.process. :f
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -181,16 +182,32 @@ def compile_uv(
         work = Path(tmp)
         (work / "pyproject.toml").write_text(req.pyproject())
         args = [uv_binary(), *req.uv_args(), "-o", "out.txt"]
+        env = _netrc_env(req, work)
         if preferences:
             (work / "out.txt").write_text(preferences)
         for name in upgrade:
             args += ["--upgrade-package", name]
         if upgrade_all:
             args.append("--upgrade")
-        res = process.run(args, cwd=work, timeout=timeout, abort=abort)
+        res = process.run(args, cwd=work, env=env, timeout=timeout, abort=abort)
         if not res.ok:
             raise _fail(req, res.stderr)
         return (work / "out.txt").read_text()
+
+
+def _netrc_env(req: LockRequest, work: Path) -> dict[str, str] | None:
+    """A netrc of this run's own for the private indexes' environment credentials (imagekit.effects.index_auth),
+    so that none is on the resolver's command line; None when the resolver's own netrc lookup is all there is."""
+    from imagekit.effects import index_auth
+
+    text = index_auth.for_indexes([req.settings.index_url, *req.settings.extra_index_urls]).netrc_text()
+    if text is None:
+        return None
+    path = work / "netrc"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return {"NETRC": str(path)}
 
 
 def compile_pip_tools(req: LockRequest, timeout: float = 3600, abort: Callable[[], bool] | None = None) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import direct_wheels, tools, untrusted, wheels
-from imagekit.effects import http
+from imagekit.effects import http, index_auth
 from imagekit.effects.cache import cache_root, unusable
 from imagekit.effects.files import refuse_links, replace_folder, write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
@@ -111,7 +111,8 @@ def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
 def _candidates(index: str, name: str) -> list[wheels.Candidate]:
     """Files of a project from a PEP 691 (JSON) or PEP 503 (HTML, sha256 in the URL fragment) index page."""
     base = f"{index.rstrip('/')}/{name}/"
-    raw = http.get(base, accept=http.SIMPLE_JSON + ", text/html;q=0.1")
+    auth = index_auth.for_indexes([index]).headers(base)  # a private index's credentials (the env's, or netrc's)
+    raw = http.get(base, accept=http.SIMPLE_JSON + ", text/html;q=0.1", headers=auth)
     if raw.lstrip().startswith(b"{"):
         return _from_json(base, raw)
     parser = _Links()
@@ -140,8 +141,10 @@ def _download(
     dest: Path,
     on_bytes: Callable[[int], None] | None = None,
     cancel: threading.Event | None = None,
+    index: str | None = None,
 ) -> None:
-    """The wheel into the cache: http(s) only, no larger than the index declares (or http.MAX_DOWNLOAD). The bytes go
+    """The wheel into the cache, with the credentials of ``index`` (the index that listed it) for its host only:
+    http(s) only, no larger than the index declares (or http.MAX_DOWNLOAD). The bytes go
     to a folder of its own beside ``dest`` whose lock file this process holds while it writes, so that a later
     fetch can tell a dead run's partial download (swept: `sweep_partials`) from a live one (left alone)."""
     http.require_http(
@@ -172,6 +175,7 @@ def _download(
                 sha256=cand.sha256,
                 max_bytes=cand.size if cand.size is not None else http.MAX_DOWNLOAD,
                 on_bytes=advance,
+                headers=index_auth.for_indexes([index] if index else []).headers(cand.url),
             )
             os.replace(staging / dest.name, dest)
     finally:
@@ -242,11 +246,22 @@ def _sources(lock: Lock) -> tuple[str, str, bool]:
     index = lock.meta.get("index", "https://pypi.org/simple")
     torch_index = lock.meta.get("torch-index", "")
     routed = torch_index.startswith("http")
-    for url in (index, torch_index) if routed else (index,):
+    for url in (index, torch_index, *_extras(lock)) if routed else (index, *_extras(lock)):
         http.require_http(
             url, "the lock's index", UsageError, "fetch downloads from http(s) indexes; re-lock against one"
         )
     return index, torch_index, routed
+
+
+def _extras(lock: Lock) -> tuple[str, ...]:
+    """The lock's extra indexes (from its recorded settings): a pin the main index lacks is looked up there."""
+    from imagekit import resolution
+
+    try:
+        urls = resolution.recorded_settings(lock).get("extra_index_urls") or []
+    except CheckFailed:
+        return ()
+    return tuple(u for u in urls if isinstance(u, str))
 
 
 def _cached(entry: LockEntry, supported: list[str]) -> Path | None:
@@ -279,7 +294,13 @@ def _named_safely(entry: LockEntry, found: list[wheels.Candidate]) -> None:
 
 
 def _remote(
-    entry: LockEntry, source: str, python: str, glibc: str, supported: list, pages: dict | None = None
+    entry: LockEntry,
+    source: str,
+    python: str,
+    glibc: str,
+    supported: list,
+    pages: dict | None = None,
+    extras: tuple[str, ...] = (),
 ) -> wheels.Candidate:
     """The wheel to download for this pin, its URL absolute; ``pages`` memoizes index pages across locks. A wheel
     the lock names by URL is downloaded from there (its sha256 is the lock's)."""
@@ -301,6 +322,16 @@ def _remote(
             pages[key] = found
     _named_safely(entry, found)
     cand = wheels.pick(found, entry.hashes, supported)
+    for extra in extras if cand is None else ():  # uv took it from an extra index: look there, in order
+        try:
+            more = _candidates(extra, entry.name)
+        except EnvironmentFailure:
+            continue
+        _named_safely(entry, more)
+        cand = wheels.pick(more, entry.hashes, supported)
+        if cand is not None:
+            source = extra
+            break
     if cand is None:
         raise CheckFailed(
             f"{entry.pin}: no wheel for Python {python} / manylinux glibc {glibc} among its locked hashes",
@@ -321,6 +352,7 @@ def fetch_lock(
 ) -> list[FetchedWheel]:
     """Every wheel the lock names for this Python/platform, from the cache when its hash still verifies."""
     index, torch_index, routed = _sources(lock)
+    extras = _extras(lock)
     supported = wheels.supported_tags(python, glibc)
     progress = progress or NullProgress()
     require_cache()
@@ -338,11 +370,12 @@ def fetch_lock(
                 f"the wheel cache was tampered with; delete {path.parent} and fetch again",
             )
         source = torch_index if routed and is_torch_family(entry.name) else index
-        cand = _remote(entry, source, python, glibc, supported)
+        cand = _remote(entry, source, python, glibc, supported, extras=extras)
         dest = wheel_cache() / cand.sha256 / cand.filename
         log(f"downloading {cand.filename}" + (f" ({human_bytes(cand.size)})" if cand.size else ""))
+        listed_by = next((i for i in (source, *extras) if index_auth.host_of(i) == index_auth.host_of(cand.url)), None)
         with activity(progress, cell, f"download {cand.filename}", total=cand.size, unit="B") as act:
-            _download(cand, dest, act.advance, cancel)
+            _download(cand, dest, act.advance, cancel, index=listed_by)
         return FetchedWheel(entry.name, dest, True)
 
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
@@ -422,7 +455,7 @@ def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages:
             sha, size = picks[entry.pin]
             return False, size, int((size or 0) * INSTALL_RATIO), sha
         source = torch_index if routed and is_torch_family(entry.name) else index
-        cand = _remote(entry, source, python, glibc, supported, pages)
+        cand = _remote(entry, source, python, glibc, supported, pages, _extras(lock))
         picks[entry.pin] = (cand.sha256, cand.size)
         return False, cand.size, int((cand.size or 0) * INSTALL_RATIO), cand.sha256
 

@@ -1,0 +1,176 @@
+"""A private package index: named in the matrix file (`[lock] index_url`, `extra_index_urls`), its credentials from
+IMAGEKIT_INDEX_USER/IMAGEKIT_INDEX_PASSWORD or a netrc only, never in a lock, a render or the output; the resolver
+(real uv) and imagekit's fetch both get them, and no other host does. A real loopback index that demands basic
+auth stands in for Artifactory/GitLab/devpi."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import json
+from contextlib import contextmanager
+
+import pytest
+
+from imagekit import matrix
+from imagekit.effects import index_auth
+from imagekit.errors import ConfigError
+from tests import loopback
+from tests.hostile_index import honest_index
+from tests.wheelfactory import build_wheel, serve
+
+USER, PASSWORD = "ci-bot", "s3cret-token-value"
+MATRIX = """[[matrix.include]]
+cuda = "12.4"
+torch = "2.5.1"
+transformers = "4.48.2"
+python = "3.11"
+packages = [{packages}]
+
+[lock]
+index_url = "{index}"
+"""
+
+
+@contextmanager
+def auth_index(root, user: str = USER, password: str = PASSWORD):
+    """Serve ``root`` on 127.0.0.1, answering 401 to any request without these basic-auth credentials; yields
+    (base URL, the Authorization headers it was sent)."""
+    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    seen: list[str | None] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            got = self.headers.get("Authorization")
+            seen.append(got)
+            if got != expected:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="private"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            super().do_GET()
+
+        do_HEAD = do_GET
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: Handler(*a, directory=str(root), **kw))
+    loopback.start(server)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        loopback.stop(server)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # the machine's own ~/.netrc plays no part
+    monkeypatch.delenv(index_auth.USER_VARIABLE, raising=False)
+    monkeypatch.delenv(index_auth.PASSWORD_VARIABLE, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _write(root, index: str, packages: tuple[str, ...] = ()) -> None:
+    (root / "m.toml").write_text(MATRIX.format(index=index, packages=", ".join(json.dumps(p) for p in packages)))
+
+
+def _no_secret(*texts: str) -> None:
+    for text in texts:
+        assert PASSWORD not in text and base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode() not in text
+
+
+@pytest.mark.resolver
+def test_env_credentials_reach_the_resolver_and_the_fetch_and_no_file(app, runner, project, monkeypatch):
+    monkeypatch.setenv(index_auth.USER_VARIABLE, USER)
+    monkeypatch.setenv(index_auth.PASSWORD_VARIABLE, PASSWORD)
+    assets = project / "assets"
+    other = build_wheel(assets, "extra-tool", "1.0", [])
+    sha = hashlib.sha256(other.read_bytes()).hexdigest()
+    with auth_index(honest_index(project)) as (url, seen), serve(assets) as asset_host:
+        ref = f"extra-tool @ {asset_host}/{other.name}#sha256={sha}"
+        _write(project, f"{url}/simple", (ref,))
+        res = runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert res.exit_code == 0, res.output
+        (path,) = (project / "locks").glob("*.txt")
+        text = path.read_text()
+        assert f"# imagekit-index: {url}/simple" in text
+        _no_secret(text, res.output)
+        fetched = runner.invoke(app, ["fetch", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert fetched.exit_code == 0, fetched.output
+        _no_secret(fetched.output)
+        assert any(h and h.startswith("Basic ") for h in seen)  # the index was asked with them
+        wheels = {p.name for p in (project / "cache" / "wheels").rglob("*.whl")}
+        assert {"numpy-1.26.4-py3-none-any.whl", other.name} <= wheels
+        rendered = runner.invoke(app, ["render", "--matrix", "m.toml", "--lock-dir", "locks", "--out", "ctx"])
+        assert rendered.exit_code == 0, rendered.output
+        for f in (project / "ctx").rglob("*"):
+            if f.is_file():
+                _no_secret(f.read_text(errors="replace"))
+
+
+@pytest.mark.resolver
+def test_a_netrc_entry_is_enough_and_without_credentials_the_hint_names_both(app, runner, project, monkeypatch):
+    with auth_index(honest_index(project)) as (url, _):
+        _write(project, f"{url}/simple")
+        res = runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert res.exit_code != 0 and "refused access (HTTP 401)" in res.output, res.output
+        assert "netrc" in res.output
+        (project / "netrc").write_text(f"machine 127.0.0.1 login {USER} password {PASSWORD}\n")
+        (project / "netrc").chmod(0o600)
+        monkeypatch.setenv("NETRC", str(project / "netrc"))
+        res = runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert res.exit_code == 0, res.output
+        assert runner.invoke(app, ["fetch", "--matrix", "m.toml", "--lock-dir", "locks"]).exit_code == 0
+        # the netrc gone: the fetch of a wheel not yet cached says which credentials it needs
+        monkeypatch.setenv("NETRC", str(project / "no-netrc"))
+        for whl in (project / "cache" / "wheels").rglob("filelock-*.whl"):
+            whl.unlink()
+        res = runner.invoke(app, ["fetch", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert res.exit_code == 3 and "HTTP 401" in res.output and index_auth.USER_VARIABLE in res.output
+
+
+def test_env_credentials_go_to_the_private_indexes_only(monkeypatch, tmp_path):
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    monkeypatch.setenv(index_auth.USER_VARIABLE, USER)
+    monkeypatch.setenv(index_auth.PASSWORD_VARIABLE, PASSWORD)
+    auth = index_auth.for_indexes(["https://pkgs.example.com:8443/simple", "https://pypi.org/simple"])
+    assert auth.private == frozenset({"pkgs.example.com:8443"})
+    assert auth.headers("https://pkgs.example.com:8443/simple/x/")["Authorization"].startswith("Basic ")
+    assert auth.headers("https://pypi.org/simple/x/") == {}  # PyPI never gets a private index's token
+    assert auth.headers("https://files.example.com/x.whl") == {}  # nor a file host the index did not name
+    assert "machine pkgs.example.com login ci-bot" in auth.netrc_text()
+    assert PASSWORD not in auth.source and repr(auth).count(PASSWORD) == 0
+
+
+def test_a_credential_in_the_matrix_files_url_is_refused():
+    import tomllib
+
+    from imagekit.services import inputs
+
+    doc = tomllib.loads(MATRIX.format(index=f"https://{USER}:{PASSWORD}@pkgs.example.com/simple", packages=""))
+    with pytest.raises(ConfigError) as exc:
+        matrix.parse(doc, "imagekit.toml", inputs.compat_data())
+    assert "lock.index_url" in exc.value.render() and "IMAGEKIT_INDEX_USER" in exc.value.render()
+    _no_secret(exc.value.render())
+
+
+def test_the_matrix_files_indexes_are_the_defaults_an_option_overrides():
+    import tomllib
+
+    from imagekit.cli.options import ResolverOptions
+    from imagekit.services import inputs
+
+    text = MATRIX.format(index="https://pkgs.example.com/simple", packages="")
+    text += 'extra_index_urls = ["https://more.example.com/simple"]\n'
+    config = matrix.parse(tomllib.loads(text), "imagekit.toml", inputs.compat_data())
+    assert ResolverOptions().settings(config).index_url == "https://pkgs.example.com/simple"
+    assert ResolverOptions().settings(config).extra_index_urls == ("https://more.example.com/simple",)
+    given = ResolverOptions(index_url="https://mirror.example.com/simple").settings(config)
+    assert given.index_url == "https://mirror.example.com/simple"
