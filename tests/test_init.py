@@ -202,6 +202,10 @@ TABLE_KEYS = {
     "targets.min_driver",
     "image.repository",
     "image.jupyter",
+    "image.copy",
+    "image.command",
+    "lock.index_url",
+    "lock.extra_index_urls",
     "image.compiler",
     "image.size_budget",
     'bases."3.X".reference',
@@ -233,6 +237,7 @@ def test_readme_documents_every_key_and_its_example_is_a_valid_matrix(data):
         "targets": {"colour": 1},
         "image": {"colour": 1},
         "bases": {"3.12": {"colour": 1}},
+        "lock": {"colour": 1},
     }
     with pytest.raises(ConfigError) as exc:
         matrix.parse(bad, "README", data)
@@ -242,5 +247,5 @@ def test_readme_documents_every_key_and_its_example_is_a_valid_matrix(data):
         if m:
             prefix = m[1] + ('."3.X"' if m[2] else "")
             allowed[m[1]] = {f"{prefix}.{k}" for k in m[4].split(", ")}
-    assert set(allowed) == {"matrix", "targets", "image", "bases"}
+    assert set(allowed) == {"matrix", "targets", "image", "bases", "lock"}
     assert set().union(*allowed.values()) == TABLE_KEYS
