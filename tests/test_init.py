@@ -81,7 +81,10 @@ def test_every_commented_key_is_one_the_parser_accepts(data):
         "jupyter": True,
         "compiler": False,
         "size_budget": "+10%",
+        "copy": ".",
+        "command": ["python", "/opt/app/train.py"],
     }
+    assert set(doc["lock"]) == {"index_url", "extra_index_urls"}
     assert set(doc["targets"]) == {"gpus", "archs", "min_driver"}
     assert set(doc["bases"]["3.11"]) == {"reference", "glibc", "python"}
     assert doc["matrix"]["exclude"] and doc["matrix"]["include"]
@@ -89,6 +92,7 @@ def test_every_commented_key_is_one_the_parser_accepts(data):
     assert "cu124-torch2.8.0-py3.11-tf4.48.2" not in {c.id for c in config.cells}  # the exclude example
     assert "cu129-torch2.8.0-py3.12-tf5.9.0" in {c.id for c in config.cells}  # the include example
     assert config.options.jupyter and not config.options.compiler and "3.11" in config.bases
+    assert config.options.copy is not None and config.extra_index_urls == ("https://pkgs.example.com/simple",)
 
 
 def test_an_existing_file_is_kept_unless_forced(app, runner, in_tmp):

@@ -92,6 +92,14 @@ repository = {_toml(repository)}    # where `imagekit build --push` publishes: R
 # jupyter = true                     # JupyterLab in the image, started when JUPYTER_PASSWORD is set (default false)
 # compiler = false                   # leave out gcc/g++ and the Python headers: ~200 MB less, no torch.compile
 # size_budget = "+10%"               # refuse an image this much bigger than the cell's last release, or "6.5 GB"
+# copy = "."                         # this folder, as the image's last layer in /opt/app (a code change pushes it
+#                                    # alone): or {{ from = "src", to = "/opt/app", exclude = ["data/", "**/*.ckpt"] }}
+# command = ["python", "/opt/app/train.py"]   # the default command: a container started without one runs it
+
+# Private package indexes (URLs only: the credentials come from IMAGEKIT_INDEX_USER/_PASSWORD or ~/.netrc):
+# [{t}lock]
+# index_url = "https://pypi.org/simple"
+# extra_index_urls = ["https://pkgs.example.com/simple"]
 
 # Build FROM your registry's base instead of the Debian/Ubuntu base imagekit bootstraps, per Python version:
 # [{t}bases."3.11"]
