@@ -134,6 +134,116 @@ def real_build(engine, registry, tmp_path_factory):
     return result, opts
 
 
+# ---- a user's own project, as a new user makes one (tests/test_user_project.py) -----------------------------------
+PROJECT_USER, PROJECT_PASSWORD = "acme-ci", "registry-s3cret"  # the registry's (`docker login`)
+INDEX_USER, INDEX_PASSWORD = "acme-pkgs", "index-s3cret"  # the private package index's (IMAGEKIT_INDEX_*)
+KERNELS = "acme-kernels", "1.0+cu12torch2.1"  # a release-asset wheel, by URL (as flash-attn's are)
+
+
+@pytest.fixture(scope="session")
+def user_project(real_build, engine, registry, tmp_path_factory):
+    """A fine-tuning project of its own, built and pushed once for the session the way its user would: `imagekit
+    init` for the real cell with a wheel by URL (a release-asset server on loopback) and a package from a private
+    index (basic auth on loopback, credentials from IMAGEKIT_INDEX_*), then the file edited by hand (JupyterLab, the
+    project folder copied in, the private index), `imagekit lock`, `imagekit build --push` to a registry that asks
+    for credentials, given by `docker login`. The registry starts as a copy of the session's (its blobs hard-linked),
+    so the layers the real build pushed are there already, as on a registry a project has pushed to before."""
+    import hashlib
+    import json
+    import subprocess
+
+    from tests.registry import Registry, free_port
+    from tests.wheelfactory import build_wheel, serve, serve_with_auth, write_simple_index
+
+    work = tmp_path_factory.mktemp("user-project")
+    project = work / "acme-train"
+    project.mkdir()
+    assets = work / "assets"
+    kernels = build_wheel(assets, *KERNELS, tag="cp311-cp311-linux_x86_64", payload="def fused():\n    return 42\n")
+    index = work / "private-index"
+    write_simple_index(index, [build_wheel(work / "w", "acme-utils", "0.3.0", payload="NAME = 'acme'\n")])
+    auth_reg = Registry(work / "registry", free_port(), auth=(PROJECT_USER, PROJECT_PASSWORD))
+    (work / "registry").mkdir()
+    subprocess.run(["cp", "-al", str(registry.root / "data"), str(work / "registry" / "data")], check=True)
+    auth_reg.start()
+    docker_config = work / "docker-config"
+    docker_config.mkdir()
+    env = {
+        **os.environ,
+        "DOCKER_CONFIG": str(docker_config),
+        "IMAGEKIT_INDEX_USER": INDEX_USER,
+        "IMAGEKIT_INDEX_PASSWORD": INDEX_PASSWORD,
+        "NETRC": str(work / "no-netrc"),
+        "NO_COLOR": "1",
+    }
+    login = subprocess.run(
+        ["docker", "login", "-u", PROJECT_USER, "--password-stdin", auth_reg.address],
+        input=PROJECT_PASSWORD, text=True, capture_output=True, env=env,
+    )  # fmt: skip
+    assert login.returncode == 0, login.stderr
+    transcript: list[str] = []
+
+    def imagekit(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        res = subprocess.run(
+            [sys.executable, "-m", "imagekit", *args], cwd=project, env=env, capture_output=True, text=True
+        )
+        transcript.append(f"$ imagekit {' '.join(args)}\n{res.stdout}{res.stderr}")
+        if ok:
+            assert res.returncode == 0, transcript[-1]
+        return res
+
+    repo = f"{auth_reg.address}/acme/train"
+    with serve(assets) as asset_url, serve_with_auth(index, INDEX_USER, INDEX_PASSWORD) as (index_url, seen):
+        sha = hashlib.sha256(kernels.read_bytes()).hexdigest()
+        kernels_ref = f"{KERNELS[0]} @ {asset_url}/{kernels.name}#sha256={sha}"
+        c = REAL_CELL
+        imagekit("init", "--cuda", c.cuda, "--torch", c.torch, "--transformers", c.transformers, "--python", c.python,
+                 "--package", kernels_ref, "--package", "acme-utils==0.3.0", "--repository", repo)  # fmt: skip
+        toml = project / "imagekit.toml"
+        text = toml.read_text().replace("# jupyter = true", "jupyter = true").replace('# copy = "."', 'copy = "."')
+        text = text.replace("# [lock]", "[lock]").replace(
+            '# extra_index_urls = ["https://pkgs.example.com/simple"]', f'extra_index_urls = ["{index_url}/simple"]'
+        )
+        toml.write_text(text)
+        (project / "train.py").write_text("import acme_kernels\nprint('training with', acme_kernels.fused())\n")
+        (project / "acme").mkdir()
+        (project / "acme" / "__init__.py").write_text("VERSION = 1\n")
+        (project / "data").mkdir()
+        (project / "data" / "shard-0.bin").write_bytes(b"\0" * 4096)
+        (project / ".dockerignore").write_text("data/\n*.env\n")
+        (project / "wandb.env").write_text("WANDB_API_KEY=not-for-the-image\n")
+        (project / ".git").mkdir()
+        (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+        # the torch layers stay the real build's: the committed lock is the preference the resolver keeps
+        (project / "lockfiles").mkdir()
+        shutil.copy(ROOT / "lockfiles" / f"{c.id}.txt", project / "lockfiles")
+        imagekit("lock")
+        imagekit("build", "--dry-run", "--push")
+        built = imagekit("build", "--push", "--json")
+        assert any(h for h in seen)  # the private index was asked with its credentials
+    lock_text = (project / "lockfiles" / f"{c.id}.txt").read_text()
+    (result,) = json.loads(built.stdout)
+    assert result["status"] == "published", transcript[-1]
+    yield {
+        "project": project,
+        "repo": repo,
+        "registry": auth_reg,
+        "env": env,
+        "imagekit": imagekit,
+        "transcript": transcript,
+        "lock": lock_text,
+        "built": built,
+        "kernels_url": f"{asset_url}/{kernels.name}",
+        "result": result,
+    }
+    auth_reg.stop()
+    for image in engine.client.images.list():
+        for t in image.tags:
+            if t.startswith(f"{auth_reg.address}/"):
+                engine.remove(t)
+    shutil.rmtree(work / "registry", ignore_errors=True)
+
+
 # ---- a PyPI-shaped index on loopback serving small wheels the tests build (fast cells; no network) ---------
 @pytest.fixture
 def fake_index(tmp_path, monkeypatch):
@@ -154,6 +264,7 @@ FIXTURE_MARKS = {
     "engine": "docker",
     "registry": "docker",
     "real_build": "docker",
+    "user_project": "docker",
     "gateway": "sshd",
     "full": "sshd",
     "sshd_server": "sshd",

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.services import inputs
 from tests import containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -251,38 +250,8 @@ def test_job_mode_runs_the_command_as_root(real_build, engine, tmp_path):
     assert "start check took" in err
 
 
-@pytest.fixture(scope="module")
-def jupyter_build(real_build, engine, tmp_path_factory):
-    """The same cell with `[image] jupyter = true`: re-locked from the committed lock (the torch layer stays
-    byte-identical, so only the app layer is built), self-tested, not pushed."""
-    from imagekit import naming
-    from imagekit.model import Cell
-    from imagekit.services.build import BuildOptions, build_cell
-    from tests.conftest import REAL_CELL, ROOT, _log
-
-    result, _ = real_build
-    state = tmp_path_factory.mktemp("jupyter")
-    locks = state / "locks"
-    locks.mkdir()
-    shutil.copy(ROOT / "lockfiles" / f"{REAL_CELL.id}.txt", locks)
-    c = REAL_CELL
-    cell = Cell(c.cuda, c.torch, c.transformers, c.python, tuple(sorted((*c.packages, "jupyterlab"))))
-    opts = BuildOptions(repository="imagekit-test/jupyter", lock_dir=locks, state_dir=state, push=False)
-    built = build_cell(cell, opts, engine, inputs.compat_data(), _log)
-    assert built.status == "passed", built.error and built.error.render()
-    # layers: the base, the base stage's COPY and RUN, the CUDA layers, torch, then the app's RUN: every RUN below the
-    # app's is the same bytes whether the engine reused it or built it again (no `# via` in install files; mtimes
-    # clamped). The base stage's COPY is left out: the legacy builder's COPY cache ignores mtimes, so an engine that
-    # holds an earlier imagekit's base stage (other file mtimes) may reuse that one for one build and not another.
-    mine, theirs = engine.layers(built.tag), engine.layers(result.tag)
-    assert len(mine) == len(theirs) and mine[0] == theirs[0] and mine[2:-1] == theirs[2:-1] and mine[-1] != theirs[-1]
-    yield built
-    engine.remove(built.tag)
-    engine.remove(f"imagekit-test/jupyter:{cell.id}")
-    engine.remove(naming.build_cache_tag(cell))
-
-
-def test_jupyter_starts_with_a_password_and_serves_the_workspace(jupyter_build, engine, ssh_key, tmp_path):
+def test_jupyter_starts_with_a_password_and_serves_the_workspace(user_project, engine, ssh_key, tmp_path):
+    """On the user project's image (`[image] jupyter = true`, tests/conftest.py)."""
     import json
     import urllib.error
     import urllib.request
@@ -291,12 +260,12 @@ def test_jupyter_starts_with_a_password_and_serves_the_workspace(jupyter_build, 
     (vol / "notes.txt").write_text("on the volume\n")
     from imagekit.services.image_manifest import from_engine
 
-    features = from_engine(jupyter_build.tag)["image"]
+    features = from_engine(user_project["result"]["tag"])["image"]
     assert features["jupyter"] is True and features["ports"] == ["22/tcp", "8888/http"]
     notes = "/api/contents/notes.txt"
     container = containers.start(
         engine,
-        jupyter_build.tag,
+        user_project["result"]["tag"],
         env={"JUPYTER_PASSWORD": "s3cret"},
         volumes={str(vol): ("/workspace", "rw")},
         ports=("8888/tcp",),

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.server
 import json
-from contextlib import contextmanager
 
 import pytest
 
 from imagekit import matrix
 from imagekit.effects import index_auth
 from imagekit.errors import ConfigError
-from tests import loopback
 from tests.hostile_index import honest_index
-from tests.wheelfactory import build_wheel, serve
+from tests.wheelfactory import build_wheel, serve, serve_with_auth
 
 USER, PASSWORD = "ci-bot", "s3cret-token-value"
 MATRIX = """[[matrix.include]]
@@ -31,38 +28,6 @@ packages = [{packages}]
 [lock]
 index_url = "{index}"
 """
-
-
-@contextmanager
-def auth_index(root, user: str = USER, password: str = PASSWORD):
-    """Serve ``root`` on 127.0.0.1, answering 401 to any request without these basic-auth credentials; yields
-    (base URL, the Authorization headers it was sent)."""
-    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-    seen: list[str | None] = []
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            got = self.headers.get("Authorization")
-            seen.append(got)
-            if got != expected:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="private"')
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            super().do_GET()
-
-        do_HEAD = do_GET
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: Handler(*a, directory=str(root), **kw))
-    loopback.start(server)
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        loopback.stop(server)
 
 
 @pytest.fixture
@@ -93,7 +58,7 @@ def test_env_credentials_reach_the_resolver_and_the_fetch_and_no_file(app, runne
     assets = project / "assets"
     other = build_wheel(assets, "extra-tool", "1.0", [])
     sha = hashlib.sha256(other.read_bytes()).hexdigest()
-    with auth_index(honest_index(project)) as (url, seen), serve(assets) as asset_host:
+    with serve_with_auth(honest_index(project), USER, PASSWORD) as (url, seen), serve(assets) as asset_host:
         ref = f"extra-tool @ {asset_host}/{other.name}#sha256={sha}"
         _write(project, f"{url}/simple", (ref,))
         res = runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks"])
@@ -117,7 +82,7 @@ def test_env_credentials_reach_the_resolver_and_the_fetch_and_no_file(app, runne
 
 @pytest.mark.resolver
 def test_a_netrc_entry_is_enough_and_without_credentials_the_hint_names_both(app, runner, project, monkeypatch):
-    with auth_index(honest_index(project)) as (url, _):
+    with serve_with_auth(honest_index(project), USER, PASSWORD) as (url, _):
         _write(project, f"{url}/simple")
         res = runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks"])
         assert res.exit_code != 0 and "refused access (HTTP 401)" in res.output, res.output

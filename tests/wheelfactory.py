@@ -122,3 +122,35 @@ def serve(root: Path, delay: float = 0.0) -> Iterator[str]:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         loopback.stop(server)
+
+
+@contextmanager
+def serve_with_auth(root: Path, user: str, password: str) -> Iterator[tuple[str, list[str | None]]]:
+    """Serve ``root`` on 127.0.0.1, answering 401 to any request without these basic-auth credentials; yields
+    (base URL, the Authorization headers it was sent)."""
+    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    seen: list[str | None] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            got = self.headers.get("Authorization")
+            seen.append(got)
+            if got != expected:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="private"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            super().do_GET()
+
+        do_HEAD = do_GET
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **kw: Handler(*a, directory=str(root), **kw))
+    loopback.start(server)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        loopback.stop(server)

@@ -1,0 +1,100 @@
+"""A user's own project from `imagekit init` to a published image, the way its user works (tests/conftest.py,
+`user_project`): a wheel by URL, a private index with basic auth, the project folder copied in, a registry that
+takes `docker login`'s credentials. Then a code change: one small layer rebuilt and pushed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from imagekit import lockfile
+from imagekit.effects.registry import RegistryClient, Remote
+from tests.conftest import INDEX_PASSWORD, KERNELS, PROJECT_PASSWORD, PROJECT_USER, REAL_CELL
+from tests.test_ci import actionlint
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _run(engine, tag: str, script: str) -> tuple[int, str]:
+    code, out, err = engine.run(tag, [script], entrypoint=["sh", "-c"])
+    return code, out + err
+
+
+def test_the_project_locks_builds_and_publishes_with_everything_it_named(user_project, real_build, engine):
+    p = user_project
+    result = p["result"]
+    transcript = "\n".join(p["transcript"])
+    # the lock: the wheel by URL with its hash, the private package, the real cell's torch pins kept
+    lock = lockfile.parse(p["lock"])
+    assert lock.pins()["acme-kernels"] == KERNELS[1] and lock.pins()["acme-utils"] == "0.3.0"
+    assert f"acme-kernels @ {p['kernels_url']}#sha256=" in p["lock"]
+    committed = lockfile.parse((real_build[1].lock_dir / f"{REAL_CELL.id}.txt").read_text())
+    assert [e.spec for e in lock.torch] == [e.spec for e in committed.torch]
+    # no credential anywhere a user could commit or paste: the lock, the context, the output
+    rendered = "".join(f.read_text(errors="replace") for f in (p["project"] / ".imagekit").rglob("*.txt"))
+    for text in (p["lock"], transcript, rendered):
+        assert INDEX_PASSWORD not in text and PROJECT_PASSWORD not in text
+    assert "docker login" in transcript or "credentials" in transcript  # the dry run said which it found
+    # the image: the default tools, the wheels, the code (and nothing the .dockerignore or the rules leave out)
+    tag = result["tag"]
+    code, out = _run(
+        engine, tag,
+        "dpkg -s git tmux curl >/dev/null && echo tools-ok; "
+        "python -c 'import acme_kernels, acme_utils; print(acme_kernels.fused(), acme_utils.NAME)'; "
+        "cat /opt/app/acme/__init__.py; ls -a /opt/app; python /opt/app/train.py",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "tools-ok" in out and "42 acme" in out and "VERSION = 1" in out and "training with 42" in out
+    listing = out.split("VERSION = 1", 1)[1]
+    for gone in ("data", ".git", "wandb.env"):
+        assert re.search(rf"^{re.escape(gone)}$", listing, re.M) is None, listing
+    # the code is the last layer, above the real cell's layers, which the registry already held
+    mine, theirs = engine.layers(tag), engine.layers(real_build[0].tag)
+    assert len(mine) == len(theirs) + 1 and mine[0] == theirs[0] and mine[2:-2] == theirs[2:-1]
+    # the registry asks for credentials; with `docker login`'s it serves exactly the published digest
+    remote = Remote.parse(p["repo"])
+    host = p["registry"].address
+    assert (
+        RegistryClient(PROJECT_USER, PROJECT_PASSWORD, [host]).oci_manifest(remote, tag.rsplit(":", 1)[1]).digest
+        == (result["digest"])
+    )
+    with pytest.raises(Exception, match="401"):
+        RegistryClient().oci_manifest(remote, tag.rsplit(":", 1)[1])
+
+
+def test_a_code_change_rebuilds_and_pushes_only_the_code_layer(user_project, engine):
+    p = user_project
+    first = p["result"]
+    train = p["project"] / "train.py"
+    before = train.read_text()
+    train.write_text(before + "print('epoch 2')\n")
+    try:
+        again = p["imagekit"]("build", "--push", "--json")
+    finally:
+        train.write_text(before)
+    (second,) = json.loads(again.stdout)
+    assert second["status"] == "published" and second["tag"] != first["tag"], again.stderr
+    log = again.stderr
+    pushed = re.search(r"pushed ([0-9.]+ [kMG]?B) in [0-9]+ s \((\d+) layers pushed, (\d+) already there\)", log)
+    assert pushed, log
+    assert pushed[2] == "1", log  # the code layer; every other layer was in the registry already
+    assert pushed[1].endswith(" kB") or pushed[1].endswith(" B"), pushed[1]  # kilobytes, not the image
+    a, b = engine.layers(first["tag"]), engine.layers(second["tag"])
+    assert a[:-1] == b[:-1] and a[-1] != b[-1]
+    code, out = _run(engine, second["tag"], "python /opt/app/train.py")
+    assert code == 0 and "epoch 2" in out, out
+    engine.remove(second["tag"])
+
+
+def test_ci_init_for_the_project_writes_a_workflow_that_installs_this_imagekit(user_project):
+    p = user_project
+    p["imagekit"]("ci", "init")
+    written = p["project"] / ".github" / "workflows" / "images.yml"
+    workflow = written.read_text()
+    assert "--source pypi" not in workflow and p["repo"] in workflow  # the matrix file's registry
+    wheel = next((p["project"] / ".github" / "imagekit").glob("imagekit-*.whl"))
+    assert wheel.name in workflow  # every job installs the committed wheel of this imagekit
+    lint = actionlint(written)
+    assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
