@@ -7,6 +7,7 @@ start sshd when PUBLIC_KEY is set and JupyterLab when JUPYTER_PASSWORD is set, r
 and a login banner say what is wrong and how to fix it, and `imagekit-doctor` exits 1 until it is fixed.
 
 A command: **job mode**: the start check, then exec the command; a blocker exits 1 with the report.
+`--onstart`: what a Vast template's onstart runs where its launch mode replaced the entrypoint (see ``onstart``).
 The start check is the doctor's `start` tier: the quick checks, plus torch's CUDA probe whenever a GPU is expected
 (IMAGEKIT_REQUIRE_GPU=1 or GPUs visible to the driver), so a silent CPU fallback is caught before training starts.
 """
@@ -260,16 +261,47 @@ def safely(what, fn, *args, default=None):
         return default
 
 
+def port_in_use(port):
+    """Does something on this machine accept connections on ``port`` (Vast's own sshd, in its SSH launch mode)?"""
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def pod(environ):
     log(f"pod mode ({cell_name()})")
+    code = start(environ, jupyter=True)
+    log("ready" + (" (blocked: see above)" if code == 1 else ""))
+    stay_up()
+
+
+def onstart(environ):
+    """`entrypoint --onstart`: what a Vast template runs in the launch modes that replace the image's entrypoint
+    with Vast's own (SSH, Jupyter): the same start as pod mode, sshd unless something serves port 22 already (Vast
+    starts its own in SSH mode), no JupyterLab (Vast's Jupyter mode runs its own); then it returns, since Vast's init
+    keeps the container up. Exit 1 when blocked."""
+    log(f"onstart ({cell_name()}): the launch mode replaced the entrypoint; the start check runs here")
+    code = start(environ, jupyter=False, ssh_unless_served=True)
+    log("ready" + (" (blocked: see above)" if code == 1 else ""))
+    return 1 if code == 1 else 0
+
+
+def start(environ, jupyter, ssh_unless_served=False):
+    """Save the env, run the hooks, start the services the env asks for, run the start check; its exit code."""
     if os.geteuid() != 0:
         log(f"running as uid {os.geteuid()}, not root: the env cannot be saved for SSH and sshd cannot start")
     safely("clearing the last start's state", _clear_state)
     safely("saving the env for shells and SSH sessions", save_env, environ)
     safely(HOOKS[0], run_hook, HOOKS[0])
     # services first: a wedged GPU can make the check take minutes, and the pod must be reachable meanwhile
-    safely("SSH", start_ssh, environ)
-    safely("Jupyter", start_jupyter, environ)
+    if ssh_unless_served and safely("probing port 22", port_in_use, 22, default=False):
+        log("port 22 is served already (the platform's sshd): not starting the image's")
+    else:
+        safely("SSH", start_ssh, environ)
+    if jupyter:
+        safely("Jupyter", start_jupyter, environ)
     code, report, seconds, checks = safely("the start check", start_check, environ, default=(3, "", 0.0, []))
     if code == 1:
         text = banner(report)
@@ -282,8 +314,7 @@ def pod(environ):
     if checks:
         log(summary(checks, seconds))
     safely(HOOKS[1], run_hook, HOOKS[1])
-    log("ready" + (" (blocked: see above)" if code == 1 else ""))
-    stay_up()
+    return code
 
 
 def _clear_state():
@@ -317,6 +348,8 @@ def stay_up():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     environ = dict(os.environ)
+    if argv == ["--onstart"]:
+        return onstart(environ)
     if argv:
         return job(argv, environ)
     pod(environ)

@@ -1,0 +1,86 @@
+"""`imagekit vast-template`: a published image as a Vast.ai template (printed, or created through Vast's API)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit import runpod, vast
+from imagekit.cli.common import err_console, handles_errors, out_json
+from imagekit.cli.options import ReleaseIndexOpt
+from imagekit.errors import UsageError
+from imagekit.validate import http_url as validate_http_url
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "vast-template",
+        epilog="Examples: imagekit vast-template cu121-torch2.1.2-py3.11-tf4.48.2; imagekit vast-template CELL "
+        "--launch entrypoint; VAST_API_KEY=... imagekit vast-template CELL --login --create",
+    )
+    @handles_errors
+    def vast_template(
+        ref: Annotated[
+            str, typer.Argument(metavar="CELL_OR_TAG", help="A cell id, or a published tag from the release index.")
+        ],
+        release_index: ReleaseIndexOpt = Path("releases/index.json"),
+        launch: Annotated[
+            str,
+            typer.Option(
+                metavar="ssh|jupyter|entrypoint",
+                help="Vast's launch mode: ssh and jupyter replace the image's entrypoint (the start check runs from "
+                "onstart); entrypoint keeps it.",
+            ),
+        ] = "ssh",
+        login: Annotated[
+            bool, typer.Option("--login", help="The image is private: Vast asks for the registry's credentials.")
+        ] = False,
+        create: Annotated[bool, typer.Option("--create", help="Call Vast's API (needs VAST_API_KEY).")] = False,
+        api_url: Annotated[str, typer.Option(metavar="URL", help="Vast's template endpoint.")] = (
+            "https://console.vast.ai/api/v0/template/"
+        ),
+        allow_private_registry: Annotated[
+            bool,
+            typer.Option(
+                "--allow-private-registry", help="Create it even though the image is on a loopback/private registry."
+            ),
+        ] = False,
+    ) -> None:
+        """Print the Vast.ai template for a published image; --create makes it on Vast (its hash_id is printed)."""
+        from imagekit.effects import vast_api
+        from imagekit.services.publish import read_index
+
+        validate_http_url(api_url, "--api-url")
+        if launch not in vast.LAUNCH_MODES:
+            raise UsageError(f"invalid --launch {launch[:40]!r}", f"pass one of {', '.join(vast.LAUNCH_MODES)}")
+        images = read_index(release_index).get("images", {})
+        matches = [e for tag, e in sorted(images.items()) if ref in (tag, e["alias"], e["manifest"]["cell"]["id"])]
+        if not matches:
+            raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
+        entry = max(matches, key=lambda e: e.get("published_at", ""))
+        body = vast.template(entry, launch=launch, login=login)
+        unreachable = runpod.unreachable_registry(entry["tag"])
+        hint = (
+            "publish to a registry instances can pull from (`imagekit build --push --registry ghcr.io/ORG/REPO`), "
+            "or pass --allow-private-registry if your instances reach it"
+        )
+        if not create:
+            if unreachable:
+                err_console().print(
+                    f"warning: no instance can pull {entry['tag']}: {unreachable}\nhint: {hint}", markup=False
+                )
+            out_json(body)
+            return
+        if unreachable and not allow_private_registry:
+            raise UsageError(f"no instance can pull {entry['tag']}: {unreachable}", hint)
+        key = os.environ.get(vast_api.KEY_VARIABLE)
+        if not key:
+            raise UsageError("--create needs VAST_API_KEY in the environment", "export VAST_API_KEY=...")
+        made = vast_api.create_template(body, key, api_url)
+        out_json({"template": made})
+        err_console().print(
+            f"created Vast template {made['hash_id']} for {entry['tag']} (launch mode {launch})", markup=False
+        )

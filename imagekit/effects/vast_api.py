@@ -1,0 +1,65 @@
+"""Vast.ai's template API (base URL overridable): the API key goes in a header (never in logs or errors, never to
+another origin); what Vast answers is checked (shape, size, characters) before any of it is used or shown."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from imagekit import untrusted
+from imagekit.effects import http
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+
+DEFAULT_API = "https://console.vast.ai/api/v0/template/"
+KEY_VARIABLE = "VAST_API_KEY"
+MAX_KEY = 4096
+_HASH_ID = re.compile(r"[A-Za-z0-9]{1,128}", re.ASCII)
+
+
+def authorization(api_key: str) -> dict[str, str]:
+    """The Authorization header; a key that cannot be one is a usage error naming the variable, never the value."""
+    try:
+        if len(api_key) > MAX_KEY:
+            raise untrusted.UntrustedData(f"{KEY_VARIABLE} is longer than {MAX_KEY} characters")
+        untrusted.header_value(api_key, KEY_VARIABLE)
+    except untrusted.UntrustedData as exc:
+        raise UsageError(
+            f"{exc}: it cannot be sent as an API key",
+            f"set {KEY_VARIABLE} to the key as Vast's console shows it (Account, Keys), nothing around it",
+        ) from None
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
+    """Create the template; ``{"id": ..., "hash_id": ...}`` exactly when Vast says it made one."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json", **authorization(api_key)}
+    http.require_http(url, "--api-url", UsageError, f"pass Vast's template endpoint, {DEFAULT_API}")
+    try:
+        status, _, raw, final = http.request_final(
+            "POST", url, headers=headers, content=json.dumps(body).encode(), max_bytes=1 << 20
+        )
+    except EnvironmentFailure as exc:
+        raise EnvironmentFailure(f"cannot reach the Vast API: {exc.message}", "check the network") from None
+    if http.origin(final) != http.origin(url):
+        raise EnvironmentFailure(
+            f"the Vast API at {http.display(url)} redirected to another server ({http.display(final)}): its answer "
+            "is not Vast's, and nothing was done",
+            "check --api-url: it must be Vast's own endpoint",
+        )
+    if status in (401, 403):
+        raise EnvironmentFailure(f"Vast refused the API key (HTTP {status})", f"check {KEY_VARIABLE}")
+    doc = http.parse_json(raw, "the Vast API", "check --api-url: it must be Vast's template endpoint")
+    if not isinstance(doc, dict):
+        raise EnvironmentFailure("the Vast API answered JSON that is not an object", "check --api-url")
+    if status != 200 or doc.get("success") is not True:
+        why = doc.get("msg") or doc.get("error")
+        shown = untrusted.printable(why, 300) if isinstance(why, str) else f"HTTP {status}"
+        raise CheckFailed(f"Vast did not create the template: {shown}", "fix the template, or retry later")
+    made = doc.get("template")
+    ident = made.get("id") if isinstance(made, dict) else None
+    hash_id = made.get("hash_id") if isinstance(made, dict) else None
+    if isinstance(ident, bool) or not isinstance(ident, int) or not isinstance(hash_id, str):
+        raise EnvironmentFailure("the Vast API did not say which template it made", "check --api-url")
+    if not _HASH_ID.fullmatch(hash_id):
+        raise EnvironmentFailure("the Vast API answered a template hash_id that is not one", "check --api-url")
+    return {"id": ident, "hash_id": hash_id}

@@ -1,0 +1,80 @@
+"""Vast.ai template for a published image: the body of Vast's `POST /api/v0/template/`. Pure.
+
+Vast's launch modes decide what runs at start. SSH and Jupyter (``runtype`` ``ssh``/``jupyter``) replace the image's
+entrypoint with Vast's own, so the start check and the image's sshd run from the template's ``onstart``
+(``entrypoint --onstart``); the entrypoint mode (``runtype`` ``args``) keeps the image's entrypoint, as RunPod does.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from imagekit.runpod import registry_host
+
+LAUNCH_MODES = {"ssh": "ssh", "jupyter": "jupyter", "entrypoint": "args"}
+_CUDA = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
+ONSTART = "/opt/imagekit/bin/entrypoint --onstart"
+# What each launch mode keeps of the image's guarantees (the README's table says the same).
+GUARANTEES = {
+    "ssh": "Vast's entrypoint replaces the image's: the start check runs from onstart after Vast's init; a blocker "
+    "writes the login banner and `imagekit-doctor` exits 1, but nothing stops what you start yourself, so launch "
+    "training with `imagekit-doctor && ...`.",
+    "jupyter": "as SSH, with Vast's Jupyter (not the image's JupyterLab) on 8080; the start check runs from onstart.",
+    "entrypoint": "the image's own entrypoint: pod mode (the start check, sshd when PUBLIC_KEY is set, JupyterLab "
+    "when JUPYTER_PASSWORD is set) or, with arguments, job mode (a blocker exits 1 before your command runs). Add "
+    "PUBLIC_KEY to the template's env for SSH.",
+}
+
+
+def template(entry: dict, *, launch: str = "ssh", require_gpu: bool = True, login: bool = False) -> dict:
+    """From a release-index entry (checked by `services.publish.read_index`): the image by its immutable tag, the
+    launch mode, the ports the image serves, the env, the onstart the launch mode needs, the disk sized from the
+    image; ``login``: the image is private, so Vast asks for the registry's credentials (``docker_login_repo``)."""
+    if launch not in LAUNCH_MODES:
+        raise ValueError(f"launch mode {launch!r}: one of {', '.join(LAUNCH_MODES)}")
+    image, tag = entry["tag"].rsplit(":", 1)
+    cell = entry["manifest"]["cell"]
+    features = entry["manifest"].get("image") or {}
+    jupyter = features.get("jupyter") is True
+    ports = ["-p 22:22"] + (["-p 8888:8888"] if jupyter and launch == "entrypoint" else [])
+    env = [f"-e IMAGEKIT_REQUIRE_GPU={'1' if require_gpu else '0'}", "-e HF_HOME=/workspace/.cache/huggingface"]
+    size_gb = entry.get("size_bytes", 0) / 1e9
+    cuda = cell.get("cuda") if isinstance(cell.get("cuda"), str) and _CUDA.fullmatch(cell["cuda"]) else None
+    return {
+        "name": f"imagekit {cell['id']}",
+        "image": image,
+        "tag": tag,
+        "env": " ".join([*env, *ports]),
+        "runtype": LAUNCH_MODES[launch],
+        "onstart": ONSTART if launch != "entrypoint" else "",
+        "args_str": "",
+        "use_ssh": launch != "entrypoint",
+        "ssh_direct": launch == "ssh",
+        "jup_direct": launch == "jupyter",
+        "use_jupyter_lab": launch == "jupyter",
+        "jupyter_dir": "/workspace",
+        "docker_login_repo": registry_host(entry["tag"]) if login else "",
+        "recommended_disk_space": max(20, math.ceil(size_gb * 1.5 + 10)),
+        # offers whose driver runs this CUDA only (Vast's `cuda_max_good`: the newest CUDA the host's driver takes)
+        "extra_filters": {"cuda_max_good": {"gte": float(cuda)}} if cuda else {},
+        "desc": f"imagekit {cell['id']}: pinned, self-tested ({entry['digest'][:19]})",
+        "readme": readme(entry, launch),
+        "private": True,
+    }
+
+
+def readme(entry: dict, launch: str) -> str:
+    m = entry["manifest"]
+    cell = m["cell"]
+    driver = (m.get("driver") or {}).get("minimum") or "?"
+    return "\n".join(
+        [
+            f"# imagekit {cell['id']}",
+            f"Image {entry['tag']} (digest {entry['digest']}); every package pinned by hash.",
+            f"Needs an NVIDIA driver >= {driver}: filter offers with `cuda_max_good` at least the image's CUDA "
+            f"({cell['cuda'] if isinstance(cell.get('cuda'), str) and _CUDA.fullmatch(cell['cuda']) else '?'}).",
+            f"Launch mode {launch}: {GUARANTEES[launch]}",
+            "Volume: /workspace; HF_HOME=/workspace/.cache/huggingface keeps model downloads there.",
+        ]
+    )
