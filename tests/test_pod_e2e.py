@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import containers
+from tests.conftest import REAL_CELL
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -33,11 +34,20 @@ class Pod:
     """A container started like a pod (tests/containers.py: through testcontainers, ready when it says so), with an
     SSH client pointed at its published port 22."""
 
-    def __init__(self, engine, image: str, env: dict[str, str], volume: Path, key: Path, mounts: dict | None = None):
+    def __init__(
+        self,
+        engine,
+        image: str,
+        env: dict[str, str],
+        volume: Path,
+        key: Path,
+        mounts: dict | None = None,
+        **start_kw: object,
+    ):
         self.key = key
         volumes = {str(volume): ("/workspace", "rw")}
         volumes.update({host: (m["bind"], m["mode"]) for host, m in (mounts or {}).items()})
-        self.running = containers.start(engine, image, env=env, volumes=volumes, ports=("22/tcp",))
+        self.running = containers.start(engine, image, env=env, volumes=volumes, ports=("22/tcp",), **start_kw)
         self.container = self.running.container
 
     def wait_ready(self, timeout: float = 120, starts: int = 1) -> str:
@@ -220,6 +230,46 @@ def test_a_blocked_pod_stays_up_and_reachable(real_build, engine, ssh_key, tmp_p
         assert "exit=1" in res.stdout and "no GPU" in res.stdout
         res = pod.ssh("imagekit-doctor && echo training started")
         assert res.returncode == 1 and "training started" not in res.stdout
+        res = pod.ssh("", tty=True, stdin="exit\n")
+        assert "this pod has a blocker" in res.stdout  # the login banner
+    finally:
+        pod.remove()
+
+
+# What Vast's init does in its SSH launch mode, as far as the image sees it: the user's key in ~/.ssh/authorized_keys,
+# the image's entrypoint never run, the template's onstart run, the container kept up by Vast's own process.
+VAST_INIT = """mkdir -p /root/.ssh && printf '%s\\n' "$VAST_SIM_KEY" > /root/.ssh/authorized_keys
+chmod 700 /root/.ssh && chmod 600 /root/.ssh/authorized_keys
+sh -c "$ONSTART"; echo "vast-sim: onstart exited $?"
+exec sleep infinity
+"""
+
+
+def test_vast_ssh_launch_mode_runs_the_start_check_and_sshd_from_onstart(real_build, engine, ssh_key, tmp_path):
+    """The template `imagekit vast-template` makes, started the Vast way: the entrypoint replaced, the onstart run."""
+    from imagekit import vast
+
+    result, _ = real_build
+    entry = {"tag": result.tag, "digest": result.digest, "size_bytes": 1, "manifest": {"cell": REAL_CELL.to_json()}}
+    tpl = vast.template(entry, launch="ssh")
+    env = dict(re.findall(r"-e ([A-Z_]+)=(\S+)", tpl["env"]))
+    assert env["IMAGEKIT_REQUIRE_GPU"] == "1"  # as the template sets it: this GPU-less machine is a blocked host
+    env.update({"VAST_SIM_KEY": ssh_key.with_suffix(".pub").read_text().strip(), "ONSTART": tpl["onstart"]})
+    pod = Pod(
+        engine, result.tag, env, _root_owned_volume(tmp_path), ssh_key, entrypoint=["sh", "-c"], command=[VAST_INIT]
+    )
+    try:
+        logs = pod.wait_ready()
+        print(logs)
+        assert "onstart (cu121-torch2.1.2-py3.11-tf4.48.2)" in logs and "pod mode" not in logs
+        assert "SSH: sshd listening on port 22" in logs  # for the key Vast wrote, no PUBLIC_KEY needed
+        assert "BLOCKED" in logs and "no GPU" in logs
+        time.sleep(1)
+        assert "vast-sim: onstart exited 1" in pod.logs()  # it returned: Vast's process keeps the container up
+        pod.container.reload()
+        assert pod.container.status == "running"
+        res = pod.ssh("imagekit-doctor --tier quick; echo exit=$?")
+        assert "exit=1" in res.stdout and "no GPU" in res.stdout, res.stdout + res.stderr
         res = pod.ssh("", tty=True, stdin="exit\n")
         assert "this pod has a blocker" in res.stdout  # the login banner
     finally:

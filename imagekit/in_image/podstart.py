@@ -109,18 +109,25 @@ def host_key_fingerprints():
     return out
 
 
-def start_ssh(environ):
+def start_ssh(environ, own_keys=False):
+    """sshd for PUBLIC_KEY's keys; ``own_keys``: also when only ~/.ssh/authorized_keys has some (a platform that
+    writes the user's key there itself, as Vast's launch modes do)."""
     keys, rejected = public_keys(environ.get("PUBLIC_KEY", ""))
     write_pod_keys(keys)  # also when empty: a key dropped from PUBLIC_KEY must stop working
     if rejected:
         log(f"SSH: ignored {rejected} line(s) of PUBLIC_KEY that are not OpenSSH public keys")
+    if own_keys and not keys:
+        try:
+            with open(os.path.join(SSH_DIR, "authorized_keys")) as fh:
+                keys = public_keys(fh.read())[0]
+        except OSError:
+            keys = []
     if not keys:
         log("SSH: off (set PUBLIC_KEY to an OpenSSH public key to log in as root on port 22)")
         return False
     if not os.access(SSHD, os.X_OK):
         log(f"SSH: PUBLIC_KEY is set but this image has no {SSHD} (a base without openssh-server)")
         return False
-    write_pod_keys(keys)
     if not any(n.startswith("ssh_host_") and n.endswith("_key") for n in os.listdir("/etc/ssh")):
         res = subprocess.run(["ssh-keygen", "-A"], capture_output=True, text=True)  # this container's own keys
         if res.returncode != 0:
@@ -299,7 +306,7 @@ def start(environ, jupyter, ssh_unless_served=False):
     if ssh_unless_served and safely("probing port 22", port_in_use, 22, default=False):
         log("port 22 is served already (the platform's sshd): not starting the image's")
     else:
-        safely("SSH", start_ssh, environ)
+        safely("SSH", start_ssh, environ, ssh_unless_served)
     if jupyter:
         safely("Jupyter", start_jupyter, environ)
     code, report, seconds, checks = safely("the start check", start_check, environ, default=(3, "", 0.0, []))
