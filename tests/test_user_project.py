@@ -36,7 +36,8 @@ def test_the_project_locks_builds_and_publishes_with_everything_it_named(user_pr
     rendered = "".join(f.read_text(errors="replace") for f in (p["project"] / ".imagekit").rglob("*.txt"))
     for text in (p["lock"], transcript, rendered):
         assert INDEX_PASSWORD not in text and PROJECT_PASSWORD not in text
-    assert "docker login" in transcript or "credentials" in transcript  # the dry run said which it found
+    assert f"push to {p['repo']}: credentials from docker login" in transcript  # the dry run said which it found
+    assert f"{p['repo']}:{REAL_CELL.id} is not published yet" in transcript  # ... and what --push would add
     # the image: the default tools, the wheels, the code (and nothing the .dockerignore or the rules leave out)
     tag = result["tag"]
     code, out = _run(

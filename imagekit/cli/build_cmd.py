@@ -43,6 +43,29 @@ def _push_note(repo: str, credential) -> str:  # type: ignore[no-untyped-def]
     )
 
 
+def _published_notes(repo: str, credential, cells: list) -> list[str]:  # type: ignore[no-untyped-def]
+    """What the registry holds under each cell's alias tag now: a dry run says what --push would replace. The
+    registry's refusal or silence is a note too, never the plan's failure."""
+    from imagekit.effects.registry import RegistryClient, Remote
+    from imagekit.errors import ImagekitError
+
+    remote = Remote.parse(repo)
+    client = RegistryClient(credential.username, credential.password, registries=[remote.registry])
+    notes = []
+    for cell in cells:
+        try:
+            found = client.oci_manifest(remote, cell.id)
+        except ImagekitError as exc:
+            return [*notes, f"{repo}: cannot tell what is published ({exc.message.splitlines()[0][:200]})"]
+        notes.append(
+            f"{repo}:{cell.id} is published now ({found.digest[:19]}…): --push moves this alias to the new build "
+            "(its immutable tag is new)"
+            if found is not None
+            else f"{repo}:{cell.id} is not published yet"
+        )
+    return notes
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "build",
@@ -149,7 +172,8 @@ def register(app: typer.Typer) -> None:
                 engine=forecast.engine_or_none(),
             )
             if push:
-                plan = dataclasses.replace(plan, notes=(*plan.notes, _push_note(repo, credential)))
+                published = _published_notes(repo, credential, [c.cell for c in cells])
+                plan = dataclasses.replace(plan, notes=(*plan.notes, _push_note(repo, credential), *published))
             print_plan(plan, as_json, build=True)
             return
         if push:  # before the build: a refused login would otherwise surface after it, at the push
