@@ -27,34 +27,72 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = True) -> str:
-    """Run mmdebstrap (deterministic with SOURCE_DATE_EPOCH); returns the tarball's sha256."""
-    keyring = []
-    if spec.vendor == "ubuntu" and not Path("/usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file():
+KEYRINGS = {
+    "debian": ("/usr/share/keyrings/debian-archive-keyring.gpg", "debian-archive-keyring", ()),
+    "ubuntu": ("/usr/share/keyrings/ubuntu-archive-keyring.gpg", "ubuntu-keyring", ("--components=main,universe",)),
+}
+
+
+def bootstrap_argv(
+    spec: BaseSpec, epoch: int, tmp: Path, compiler: bool, *, euid: int, sudo: bool, keyrings: frozenset[str]
+) -> list[str]:
+    """The bootstrap's command line. Pure: ``euid`` (root runs it directly; anyone else through ``sudo -n``, as on a
+    hosted CI runner, where user namespaces for mmdebstrap's unshare mode are restricted), ``sudo`` (a non-interactive
+    sudo works), ``keyrings`` (the archive keyring files present). The vendor's archive keyring is always named, so a
+    Debian base bootstraps on an Ubuntu host (whose apt trusts Ubuntu's keys only) and the other way round."""
+    path, package, extra = KEYRINGS[spec.vendor]
+    if path not in keyrings:
         raise EnvironmentFailure(
-            f"bootstrapping {spec.name} needs Ubuntu's archive keyring",
-            "apt-get install ubuntu-keyring (and network access to the Ubuntu archive)",
+            f"bootstrapping {spec.name} needs {spec.vendor.capitalize()}'s archive keyring ({path})",
+            f"apt-get install {package} (and network access to the {spec.vendor} archive)",
         )
-    if spec.vendor == "ubuntu":
-        keyring = ["--keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg", "--components=main,universe"]
-    # one partial file per process: two builds on one host (CI runners side by side) may bootstrap at once; each
-    # renames its own byte-identical tarball into place
-    tmp = out.with_name(f"{out.stem}.{os.getpid()}.partial.tar")
-    argv = [
+    prefix: list[str] = []
+    if euid != 0:
+        if not sudo:
+            raise EnvironmentFailure(
+                "bootstrapping a base needs root (mmdebstrap makes a root filesystem), and `sudo -n` is refused",
+                "run as root, allow this user passwordless sudo (as GitHub's hosted runners do), or use a base from "
+                'a registry by digest ([bases."3.X"] in the matrix file)',
+            )
+        prefix = ["sudo", "-n", "env", f"SOURCE_DATE_EPOCH={epoch}"]
+    return [
+        *prefix,
         "mmdebstrap",
         "--quiet",
+        "--mode=root",
         "--format=tar",
         "--variant=apt",
         f"--include={','.join(base_packages(compiler))}",
         # openssh-server's postinst makes host keys: two pods of one image must never share them (and random
         # bytes would break the byte-identical tarball). The entrypoint generates them at a container's first start.
         '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
-        *keyring,
+        f"--keyring={path}",
+        *extra,
         spec.suite,
         str(tmp),
         spec.mirror,
     ]
+
+
+def _sudo_works() -> bool:
+    import shutil
+
+    if shutil.which("sudo") is None:
+        return False
+    return process.run(["sudo", "-n", "true"], timeout=30).ok
+
+
+def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = True) -> str:
+    """Run mmdebstrap (deterministic with SOURCE_DATE_EPOCH); returns the tarball's sha256."""
+    # one partial file per process: two builds on one host (CI runners side by side) may bootstrap at once; each
+    # renames its own byte-identical tarball into place
+    tmp = out.with_name(f"{out.stem}.{os.getpid()}.partial.tar")
+    euid = os.geteuid()
+    present = frozenset(path for path, _, _ in KEYRINGS.values() if Path(path).is_file())
+    argv = bootstrap_argv(spec, epoch, tmp, compiler, euid=euid, sudo=euid != 0 and _sudo_works(), keyrings=present)
     res = process.run(argv, env={"SOURCE_DATE_EPOCH": str(epoch)}, timeout=1800)
+    if euid != 0 and tmp.exists():  # written by root through sudo: the cache stays the user's
+        process.run(["sudo", "-n", "chown", f"{euid}:{os.getegid()}", str(tmp)], timeout=60)
     if not res.ok:
         tmp.unlink(missing_ok=True)
         text = (res.stderr or res.stdout)[-2000:]
