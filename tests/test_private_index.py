@@ -15,7 +15,7 @@ from imagekit import matrix
 from imagekit.effects import index_auth
 from imagekit.errors import ConfigError
 from tests.hostile_index import honest_index
-from tests.wheelfactory import build_wheel, serve, serve_with_auth
+from tests.wheelfactory import build_wheel, serve, serve_with_auth, write_simple_index
 
 USER, PASSWORD = "ci-bot", "s3cret-token-value"
 MATRIX = """[[matrix.include]]
@@ -139,3 +139,26 @@ def test_the_matrix_files_indexes_are_the_defaults_an_option_overrides():
     assert ResolverOptions().settings(config).extra_index_urls == ("https://more.example.com/simple",)
     given = ResolverOptions(index_url="https://mirror.example.com/simple").settings(config)
     assert given.index_url == "https://mirror.example.com/simple"
+
+
+@pytest.mark.resolver
+def test_a_package_from_an_extra_private_index_is_fetched_from_there(app, runner, project, monkeypatch):
+    """PyPI (here: a loopback look-alike) as the main index, the private one as an extra: the main index answers 404
+    for the private package, so the fetch and the plan look it up on the extra index, with its credentials."""
+    monkeypatch.setenv(index_auth.USER_VARIABLE, USER)
+    monkeypatch.setenv(index_auth.PASSWORD_VARIABLE, PASSWORD)
+    private = project / "private"
+    write_simple_index(private, [build_wheel(project / "pw", "acme-utils", "0.3.0")])
+    with serve(honest_index(project)) as public, serve_with_auth(private, USER, PASSWORD) as (url, seen):
+        _write(project, f"{public}/simple", ("acme-utils==0.3.0",))
+        toml = project / "m.toml"
+        toml.write_text(toml.read_text() + f'extra_index_urls = ["{url}/simple"]\n')
+        res = runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert res.exit_code == 0, res.output
+        plan = runner.invoke(app, ["fetch", "--matrix", "m.toml", "--lock-dir", "locks", "--dry-run"])
+        assert plan.exit_code == 0 and "unreadable" not in plan.output, plan.output
+        res = runner.invoke(app, ["fetch", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert res.exit_code == 0, res.output
+        assert list((project / "cache" / "wheels").rglob("acme_utils-0.3.0-py3-none-any.whl"))
+        assert any(h and h.startswith("Basic ") for h in seen)
+        _no_secret(res.output, plan.output)

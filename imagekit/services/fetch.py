@@ -312,25 +312,26 @@ def _remote(
                 "name the wheel built for this cell, and lock again",
             )
         return wheels.Candidate(wheel.filename, wheel.url, wheel.sha256)
-    key = (source, entry.name)
-    found = pages.get(key) if pages is not None else None
-    if isinstance(found, ImagekitError):  # read_pages could not read it: not asked again per pin
-        raise found
-    if found is None:
-        found = _candidates(source, entry.name)
-        if pages is not None:
-            pages[key] = found
-    _named_safely(entry, found)
-    cand = wheels.pick(found, entry.hashes, supported)
-    for extra in extras if cand is None else ():  # uv took it from an extra index: look there, in order
-        try:
-            more = _candidates(extra, entry.name)
-        except EnvironmentFailure:
-            continue
-        _named_safely(entry, more)
-        cand = wheels.pick(more, entry.hashes, supported)
+    cand = None
+    indexes = (source, *extras)  # uv may have taken it from an extra index: look there too, in order
+    for i, index in enumerate(indexes):
+        key = (index, entry.name)
+        found = pages.get(key) if pages is not None else None
+        if found is None:
+            try:
+                found = _candidates(index, entry.name)
+            except EnvironmentFailure as exc:
+                found = exc
+            if pages is not None:
+                pages[key] = found
+        if isinstance(found, ImagekitError):  # read_pages could not read it: not asked again per pin
+            if i + 1 < len(indexes) and "HTTP 404" in found.message:
+                continue  # not on this index: the next one may have it
+            raise found
+        _named_safely(entry, found)
+        cand = wheels.pick(found, entry.hashes, supported)
         if cand is not None:
-            source = extra
+            source = index
             break
     if cand is None:
         raise CheckFailed(
