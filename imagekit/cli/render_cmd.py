@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         data, config, cells = selected_compatible(selection)
         if builder not in render_mod.BUILDERS:
             raise UsageError(f"invalid --builder {builder!r}", "use buildkit or legacy")
-        plans = plans_for([c.cell for c in cells], config, lock_dir, data, builder=builder)
+        plans = plans_for([c.cell for c in cells], config, lock_dir, data, builder=builder, outputs=(out_dir,))
         files = render_mod.render_many(plans, data)
         console = err_console()
         if check:

@@ -15,9 +15,11 @@ from imagekit.services.lock_cells import lock_path, verified_lock
 
 
 def targets(
-    cells: list[Cell], config: MatrixConfig, data: CompatData, lock_dir: Path
+    cells: list[Cell], config: MatrixConfig, data: CompatData, lock_dir: Path, context_root: Path = Path("build")
 ) -> tuple[list[tuple[str, str, list[str]]], list[tuple[str, str]]]:
-    """(cell id, context digest, [alias, immutable]) for each cell with a current lock; (cell id, why) for the rest."""
+    """(cell id, context digest, [alias, immutable]) for each cell with a current lock; (cell id, why) for the rest.
+    ``context_root``: where `imagekit render --out` puts the contexts (left out of an `[image] copy` of the project,
+    as render leaves it out)."""
     locked, skipped = [], []
     for cell in cells:
         try:
@@ -30,7 +32,7 @@ def targets(
             continue
         locked.append(cell)
     out = []
-    for plan in plans_for(locked, config, lock_dir, data, builder="buildkit"):
+    for plan in plans_for(locked, config, lock_dir, data, builder="buildkit", outputs=(context_root,)):
         digest = render.context_digest(render.render_plan(plan, data))
         tags = [
             naming.alias_tag(config.repository, plan.cell),

@@ -180,7 +180,7 @@ def _fetch(b: _Build) -> None:
 def _render(b: _Build) -> None:
     """The Dockerfile and its context, written whole, with clamped dates."""
     assert b.lock is not None and b.base is not None
-    b.code = code_for(b.opts.options)
+    b.code = code_for(b.opts.options, (b.opts.state_dir,))
     b.plan = BuildPlan(
         cell=b.cell,
         lock=b.lock,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from imagekit.buildplan import BaseRef, BuildPlan, ImageOptions, bootstrap_base
@@ -26,9 +27,23 @@ def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: Ma
     return bootstrap_base(spec, digest=digest, compiler=config.options.compiler if config is not None else True)
 
 
-def code_for(options: ImageOptions) -> CodeLayer | None:
-    """`[image] copy`, read now (once per build: every cell gets the same files)."""
-    return read_code(options.copy) if options.copy is not None else None
+def code_for(options: ImageOptions, outputs: tuple[Path, ...] = ()) -> CodeLayer | None:
+    """`[image] copy`, read now (once per build: every cell gets the same files). ``outputs``: folders imagekit
+    writes into (the render's --out, the build's --state-dir), left out where they lie inside the copied folder, so
+    a second run never copies the first one's output in."""
+    spec = options.copy
+    if spec is None:
+        return None
+    root = Path(spec.source).resolve()
+    extra = []
+    for folder in outputs:
+        try:
+            extra.append(Path(folder).resolve().relative_to(root).as_posix())
+        except ValueError:
+            continue  # outside the copied folder
+    if extra:
+        spec = replace(spec, exclude=(*spec.exclude, *(f"/{e}" for e in extra if e != ".")))
+    return read_code(spec)
 
 
 def plans_for(
@@ -38,9 +53,10 @@ def plans_for(
     data: CompatData,
     revision: str = "unknown",
     builder: str = "legacy",
+    outputs: tuple[Path, ...] = (),
 ) -> list[BuildPlan]:
     missing, plans = [], []
-    code = code_for(config.options)
+    code = code_for(config.options, outputs)
     for cell in cells:
         lock = verified_lock(lock_path(lock_dir, cell), cell, data, current=True)
         if lock is None:
