@@ -147,6 +147,7 @@ BASELINE: dict[str, list[str]] = {
     "fetch": ["--cell", CELL, "--lock-dir", "lockfiles"],
     "init": ["--out", "imagekit.toml"],
     "runpod-template": [CELL, "--release-index", "releases/index.json", "--api-url", f"{DEAD}/graphql"],
+    "vast-template": [CELL, "--release-index", "releases/index.json", "--api-url", f"{DEAD}/api/v0/template/"],
     "doctor": ["--tier", "quick", "--timeout", "20"],
     "base bootstrap": [],
     "compat refresh": ["--out", "meta.json", "--index", f"{DEAD}/simple"],
@@ -791,6 +792,9 @@ UNREADABLE = [
     ("runpod-template", "--release-index", "notjson.json", [CELL]),
     ("runpod-template", "--release-index", "empty.json", [CELL]),
     ("runpod-template", "--release-index", "/dev/null", [CELL]),
+    ("vast-template", "--release-index", "fifo", [CELL]),
+    ("vast-template", "--release-index", "notjson.json", [CELL]),
+    ("vast-template", "--release-index", "/dev/null", [CELL]),
 ]
 
 
@@ -824,6 +828,8 @@ def test_bad_urls_for_refresh_and_runpod_are_usage_errors(box: Box, value: str) 
     code, out = box.run("compat", "refresh", "--out", "m.json", f"--index={value}")
     assert code == 2, out
     code, out = box.run("runpod-template", CELL, "--create", f"--api-url={value}")
+    assert code == 2, out
+    code, out = box.run("vast-template", CELL, "--create", f"--api-url={value}")
     assert code == 2, out
 
 
