@@ -236,6 +236,8 @@ def user_project(real_build, engine, registry, tmp_path_factory):
         "kernels_url": f"{asset_url}/{kernels.name}",
         "result": result,
     }
+    # kept with pytest's temporary folders: what a user of this project saw (docs and closing notes quote it)
+    (tmp_path_factory.getbasetemp() / "user-project-transcript.txt").write_text("\n".join(transcript))
     auth_reg.stop()
     for image in engine.client.images.list():
         for t in image.tags:
