@@ -49,7 +49,7 @@ test: setup
 # What needs only Python (in-process, loopback HTTP servers in threads), in parallel (about two minutes on two cores). After each change.
 FAST := not sweep and not docker and not sshd and not resolver and not network and not slow and not loopback
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" -p no:cacheprovider
+	IMAGEKIT_FAST_TIER=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" -p no:cacheprovider
 
 lint: setup
 	$(VENV)/bin/ruff check imagekit tests bench && $(VENV)/bin/ruff format --check imagekit tests bench

@@ -163,7 +163,9 @@ def test_the_core_imports_the_facts_module():
 # module loaded, so an import that works only after another imagekit module ran still fails, in milliseconds.
 _FORK_EACH = """
 import importlib, os, sys
-for lib in ("typer", "rich.console", "jinja2", "httpx", "paramiko", "packaging.version", "hypothesis"):
+for lib in ("typer", "rich.console", "jinja2", "httpx", "paramiko", "packaging.version", "packaging.requirements",
+            "packaging.tags", "packaging.utils", "hypothesis", "tarfile", "tomllib", "concurrent.futures", "netrc",
+            "html.parser", "http.server", "grp", "pwd"):
     try:
         importlib.import_module(lib)
     except ImportError:

@@ -87,7 +87,7 @@ def test_build_dry_run_push_says_where_and_with_which_credentials(app, runner, t
     _docker_config(tmp_path / "none", {}, monkeypatch)
     res = runner.invoke(app, args)
     assert f"push to {repo}: no credentials found" in res.output and f"docker login {HOST}" in res.output
-    assert f"{repo}: cannot tell what is published (registry http://{HOST} is unreachable" in res.output  # a note
+    assert f"{repo}: cannot tell what is published (registry {HOST} is unreachable" in res.output  # a note
     assert res.exit_code == 0, res.output
     path = _docker_config(tmp_path / "docker", {"auths": {HOST: {"auth": base64.b64encode(b"u:p").decode()}}},
                           monkeypatch)  # fmt: skip

@@ -14,6 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from imagekit.in_image import imagekit_doctor as doc
+from tests.props import examples
 
 SEP = st.sampled_from(["", ".", "-", "_"])
 NUMBER = st.one_of(st.just(""), st.integers(0, 12).map(str))
@@ -49,7 +50,7 @@ def _packaging(text: str) -> Version | None:
         return None
 
 
-@settings(derandomize=True, max_examples=200)
+@settings(derandomize=True, max_examples=examples(200))
 @given(versions())
 def test_every_version_packaging_reads_the_doctor_reads_alike(text):
     parsed = doc.parse_version(text)
@@ -60,7 +61,7 @@ def test_every_version_packaging_reads_the_doctor_reads_alike(text):
     assert local == (version.local or "")
 
 
-@settings(derandomize=True, max_examples=200)
+@settings(derandomize=True, max_examples=examples(200))
 @given(st.one_of(versions(), st.text(alphabet="0123456789.!+-_ abcdeilnoprstuvwxyzRV٣\n", max_size=14)))
 def test_the_doctor_refuses_exactly_what_packaging_refuses(text):
     assert (doc.parse_version(text) is None) == (_packaging(text) is None), repr(text)
@@ -70,7 +71,7 @@ def _sign(a, b) -> int:
     return (a > b) - (a < b)
 
 
-@settings(derandomize=True, max_examples=200)
+@settings(derandomize=True, max_examples=examples(200))
 @given(versions(), versions())
 def test_versions_order_as_packaging_orders_them(a, b):
     """The doctor's sort key orders public versions; a local label does not take part (as in every specifier but
@@ -91,7 +92,7 @@ def specifiers(draw) -> tuple[str, str]:
     return op, draw(versions(local=op in ("==", "!=")))
 
 
-@settings(derandomize=True, max_examples=500)
+@settings(derandomize=True, max_examples=examples(500))
 @given(versions(), specifiers())
 def test_specifiers_match_what_packaging_matches(have, spec):
     """`--expect` a requirements file: the installed version against each clause, as pip would judge it."""

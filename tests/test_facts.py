@@ -18,6 +18,7 @@ from imagekit import lockfile, resolution, rules, validate
 from imagekit.in_image import facts, gpu_checks, selftest
 from imagekit.in_image import imagekit_doctor as doctor
 from tests.conftest import ROOT
+from tests.props import examples
 
 IN_IMAGE = ROOT / "imagekit" / "in_image"
 
@@ -55,7 +56,7 @@ def test_torch_family_and_canonical_names():
     assert facts.canon("Foo_Bar..baz-_Qux") == "foo-bar-baz-qux"
 
 
-@settings(derandomize=True, max_examples=300)
+@settings(derandomize=True, max_examples=examples(300))
 @given(st.from_regex(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,20}[A-Za-z0-9])?", fullmatch=True))
 def test_canon_is_packagings_canonical_name(name):
     from packaging.utils import canonicalize_name
@@ -128,7 +129,7 @@ ARCHS = st.builds(lambda major, minor, suffix: f"sm_{major}{minor}{suffix}", st.
                   st.sampled_from(["", "", "", "a", "f"]))  # fmt: skip
 
 
-@settings(derandomize=True, max_examples=400)
+@settings(derandomize=True, max_examples=examples(400))
 @given(st.tuples(st.integers(3, 12), st.integers(0, 9)), st.lists(ARCHS, max_size=8), st.randoms())
 def test_the_chosen_cubin_runs_no_higher_one_does_and_the_order_does_not_matter(target, cubins, rnd):
     how = facts.best_kernel(target, cubins)

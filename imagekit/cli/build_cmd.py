@@ -46,10 +46,14 @@ def _push_note(repo: str, credential) -> str:  # type: ignore[no-untyped-def]
 def _published_notes(repo: str, credential, cells: list) -> list[str]:  # type: ignore[no-untyped-def]
     """What the registry holds under each cell's alias tag now: a dry run says what --push would replace. The
     registry's refusal or silence is a note too, never the plan's failure."""
+    from imagekit.effects import http
     from imagekit.effects.registry import RegistryClient, Remote
     from imagekit.errors import ImagekitError
 
     remote = Remote.parse(repo)
+    down = http.unreachable(remote.base.split("/v2/", 1)[0] + "/v2/", timeout=5)  # one try: a plan does not wait
+    if down is not None:
+        return [f"{repo}: cannot tell what is published (registry {remote.registry} is unreachable: {down})"]
     client = RegistryClient(credential.username, credential.password, registries=[remote.registry])
     notes = []
     for cell in cells:
