@@ -15,7 +15,8 @@ pytestmark = pytest.mark.usefixtures("no_internet")  # a tag on ghcr.io is check
 KEY = "rp_secret_key_123"
 CELL = "cu121-torch2.1.2-py3.11-tf4.48.2"
 TAG = f"ghcr.io/acme/train:{CELL}-0123456789ab"
-LOCAL_TAG = f"127.0.0.1:5000/imagekit/train:{CELL}-0123456789ab"
+# a loopback registry no one serves (port 9, discard): what is running on the machine plays no part
+LOCAL_TAG = f"127.0.0.1:9/imagekit/train:{CELL}-0123456789ab"
 DIGEST = "sha256:" + "a" * 64
 
 
