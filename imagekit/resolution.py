@@ -356,6 +356,13 @@ def verify_lock(lock: Lock, text: str, cell: Cell, data: CompatData, origin: str
     named = lock.meta.get("cell")
     if named != cell.id:
         problems.append(f"{origin}: is the lock of {named or 'an unnamed cell'}, not of {cell.id}")
+    if "settings" in lock.meta and not problems:  # the index line fetch reads must be the one resolved against
+        try:
+            resolved = recorded_settings(lock).get("index_url")
+        except CheckFailed:  # an unreadable settings line: stale (below, when current), re-resolved by `lock`
+            resolved = lock.meta.get("index")
+        if resolved != lock.meta.get("index"):
+            problems.append(f"{origin}: its index line is not the index it was resolved against (edited by hand)")
     if not problems:
         try:
             # Not current: the matrix's extra packages may have changed since (`lock` re-resolves such a lock).

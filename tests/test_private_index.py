@@ -162,3 +162,30 @@ def test_a_package_from_an_extra_private_index_is_fetched_from_there(app, runner
         assert list((project / "cache" / "wheels").rglob("acme_utils-0.3.0-py3-none-any.whl"))
         assert any(h and h.startswith("Basic ") for h in seen)
         _no_secret(res.output, plan.output)
+
+
+@pytest.mark.resolver
+def test_a_lock_never_decides_where_credentials_go(app, runner, project, monkeypatch):
+    """A lock whose index line was edited to another host: the fetch refuses it, and that host is never sent the
+    environment's credentials (they go to the indexes the matrix file or the options name, never a lock's)."""
+    monkeypatch.setenv(index_auth.USER_VARIABLE, USER)
+    monkeypatch.setenv(index_auth.PASSWORD_VARIABLE, PASSWORD)
+    with (
+        serve_with_auth(honest_index(project), USER, PASSWORD) as (url, _),
+        serve_with_auth(project / "nothing", "x", "y") as (collector, collected),
+    ):
+        (project / "nothing").mkdir(exist_ok=True)
+        _write(project, f"{url}/simple")
+        assert runner.invoke(app, ["lock", "--matrix", "m.toml", "--lock-dir", "locks"]).exit_code == 0
+        (path,) = (project / "locks").glob("*.txt")
+        path.write_text(
+            path.read_text().replace(f"# imagekit-index: {url}/simple", f"# imagekit-index: {collector}/simple")
+        )
+        for whl in (project / "cache" / "wheels").rglob("*.whl"):
+            whl.unlink()
+        res = runner.invoke(app, ["fetch", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert res.exit_code != 0 and "edited by hand" in res.output, res.output
+        check = runner.invoke(app, ["lock", "--check", "--matrix", "m.toml", "--lock-dir", "locks"])
+        assert check.exit_code == 1 and "edited by hand" in check.output, check.output
+        res = runner.invoke(app, ["fetch", "--matrix", "m.toml", "--lock-dir", "locks", "--dry-run"])
+        assert not [h for h in collected if h], collected  # no credential ever reached the lock's host

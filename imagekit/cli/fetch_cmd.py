@@ -58,13 +58,19 @@ def register(app: typer.Typer) -> None:
         data, config, cells = selected_compatible(selection)
         console = err_console()
         progress = ConsoleProgress(console, quiet=quiet)
+        from imagekit.effects import index_auth
+
+        settings = resolution.LockSettings(
+            index_url=config.index_url or resolution.PYPI, extra_index_urls=config.extra_index_urls
+        )  # the matrix file's indexes: where their credentials may go
+        auth = index_auth.for_indexes([settings.index_url, *settings.extra_index_urls])
         if dry_run:
             plan = forecast.forecast(
                 [c.cell for c in cells],
                 config,
                 data,
                 lock_dir=lock_dir,
-                settings=resolution.LockSettings(),
+                settings=settings,
                 build=False,
             )
             print_plan(plan, as_json, build=False)
@@ -77,7 +83,9 @@ def register(app: typer.Typer) -> None:
                 if lock is None:
                     raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
                 glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
-                got = fetch_service.fetch_for_build(lock, e.cell.python, glibc, progress=progress, cell=e.cell.id)
+                got = fetch_service.fetch_for_build(
+                    lock, e.cell.python, glibc, progress=progress, cell=e.cell.id, auth=auth
+                )
                 size = sum(w.path.stat().st_size for w in got)
                 new = [w for w in got if w.downloaded]
                 if e.cell.id in contexts:

@@ -14,7 +14,7 @@ from imagekit import __version__, budget, imageconfig, naming, render, resolutio
 from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
 from imagekit.code_layer import CodeLayer
 from imagekit.compat import CompatData
-from imagekit.effects import process, wheelserver
+from imagekit.effects import index_auth, process, wheelserver
 from imagekit.effects.docker import Engine
 from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient, Remote
@@ -170,7 +170,10 @@ def _fetch(b: _Build) -> None:
     """Every locked wheel, sha256 checked, from the content-addressed cache or its index."""
     assert b.lock is not None and b.base is not None
     with activity(b.progress, b.cell.id, "fetching wheels"):
-        b.wheels = fetch.fetch_for_build(b.lock, b.cell.python, b.base.glibc, progress=b.progress, cell=b.cell.id)
+        auth = index_auth.for_indexes([b.opts.settings.index_url, *b.opts.settings.extra_index_urls])
+        b.wheels = fetch.fetch_for_build(
+            b.lock, b.cell.python, b.base.glibc, progress=b.progress, cell=b.cell.id, auth=auth
+        )
     got = [w for w in b.wheels if w.downloaded]
     b.say(
         f"{len(b.wheels)} wheels ready ({len(got)} downloaded, {human_bytes(sum(w.path.stat().st_size for w in got))})"

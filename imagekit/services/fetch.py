@@ -108,11 +108,13 @@ def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
     return out
 
 
-def _candidates(index: str, name: str) -> list[wheels.Candidate]:
-    """Files of a project from a PEP 691 (JSON) or PEP 503 (HTML, sha256 in the URL fragment) index page."""
+def _candidates(index: str, name: str, auth: index_auth.IndexAuth | None = None) -> list[wheels.Candidate]:
+    """Files of a project from a PEP 691 (JSON) or PEP 503 (HTML, sha256 in the URL fragment) index page.
+    ``auth``: the credentials of the indexes the matrix file or the options name (a lock names indexes too, but
+    what a lock says never decides where credentials go); without it, a netrc entry for the host only."""
     base = f"{index.rstrip('/')}/{name}/"
-    auth = index_auth.for_indexes([index]).headers(base)  # a private index's credentials (the env's, or netrc's)
-    raw = http.get(base, accept=http.SIMPLE_JSON + ", text/html;q=0.1", headers=auth)
+    headers = (auth or index_auth.IndexAuth()).headers(base)
+    raw = http.get(base, accept=http.SIMPLE_JSON + ", text/html;q=0.1", headers=headers)
     if raw.lstrip().startswith(b"{"):
         return _from_json(base, raw)
     parser = _Links()
@@ -141,9 +143,9 @@ def _download(
     dest: Path,
     on_bytes: Callable[[int], None] | None = None,
     cancel: threading.Event | None = None,
-    index: str | None = None,
+    auth: index_auth.IndexAuth | None = None,
 ) -> None:
-    """The wheel into the cache, with the credentials of ``index`` (the index that listed it) for its host only:
+    """The wheel into the cache, with ``auth``'s credentials for its host (the configured private indexes' only):
     http(s) only, no larger than the index declares (or http.MAX_DOWNLOAD). The bytes go
     to a folder of its own beside ``dest`` whose lock file this process holds while it writes, so that a later
     fetch can tell a dead run's partial download (swept: `sweep_partials`) from a live one (left alone)."""
@@ -175,7 +177,7 @@ def _download(
                 sha256=cand.sha256,
                 max_bytes=cand.size if cand.size is not None else http.MAX_DOWNLOAD,
                 on_bytes=advance,
-                headers=index_auth.for_indexes([index] if index else []).headers(cand.url),
+                headers=(auth or index_auth.IndexAuth()).headers(cand.url),
             )
             os.replace(staging / dest.name, dest)
     finally:
@@ -244,6 +246,13 @@ def _older(path: Path, cutoff: float) -> bool:
 
 def _sources(lock: Lock) -> tuple[str, str, bool]:
     index = lock.meta.get("index", "https://pypi.org/simple")
+    recorded = _recorded_index(lock)
+    if recorded is not None and recorded != index:
+        raise CheckFailed(
+            f"the lock's index line ({http.display(index)}) is not the index it was resolved against "
+            f"({http.display(recorded)}): edited by hand",
+            "run `imagekit lock` to rewrite the lock",
+        )
     torch_index = lock.meta.get("torch-index", "")
     routed = torch_index.startswith("http")
     for url in (index, torch_index, *_extras(lock)) if routed else (index, *_extras(lock)):
@@ -251,6 +260,18 @@ def _sources(lock: Lock) -> tuple[str, str, bool]:
             url, "the lock's index", UsageError, "fetch downloads from http(s) indexes; re-lock against one"
         )
     return index, torch_index, routed
+
+
+def _recorded_index(lock: Lock) -> str | None:
+    from imagekit import resolution
+
+    if "settings" not in lock.meta:  # a lock of an older imagekit: its index line is all there is
+        return None
+    try:
+        url = resolution.recorded_settings(lock).get("index_url")
+    except CheckFailed:
+        return None
+    return url if isinstance(url, str) else None
 
 
 def _extras(lock: Lock) -> tuple[str, ...]:
@@ -301,6 +322,7 @@ def _remote(
     supported: list,
     pages: dict | None = None,
     extras: tuple[str, ...] = (),
+    auth: index_auth.IndexAuth | None = None,
 ) -> wheels.Candidate:
     """The wheel to download for this pin, its URL absolute; ``pages`` memoizes index pages across locks. A wheel
     the lock names by URL is downloaded from there (its sha256 is the lock's)."""
@@ -319,7 +341,7 @@ def _remote(
         found = pages.get(key) if pages is not None else None
         if found is None:
             try:
-                found = _candidates(index, entry.name)
+                found = _candidates(index, entry.name, auth)
             except EnvironmentFailure as exc:
                 found = exc
             if pages is not None:
@@ -350,8 +372,10 @@ def fetch_lock(
     log: Callable[[str], None] = lambda _: None,
     progress: Progress | None = None,
     cell: str = "",
+    auth: index_auth.IndexAuth | None = None,
 ) -> list[FetchedWheel]:
-    """Every wheel the lock names for this Python/platform, from the cache when its hash still verifies."""
+    """Every wheel the lock names for this Python/platform, from the cache when its hash still verifies; ``auth``:
+    the configured private indexes' credentials (index_auth.for_indexes of the settings, never of the lock)."""
     index, torch_index, routed = _sources(lock)
     extras = _extras(lock)
     supported = wheels.supported_tags(python, glibc)
@@ -371,12 +395,11 @@ def fetch_lock(
                 f"the wheel cache was tampered with; delete {path.parent} and fetch again",
             )
         source = torch_index if routed and is_torch_family(entry.name) else index
-        cand = _remote(entry, source, python, glibc, supported, extras=extras)
+        cand = _remote(entry, source, python, glibc, supported, extras=extras, auth=auth)
         dest = wheel_cache() / cand.sha256 / cand.filename
         log(f"downloading {cand.filename}" + (f" ({human_bytes(cand.size)})" if cand.size else ""))
-        listed_by = next((i for i in (source, *extras) if index_auth.host_of(i) == index_auth.host_of(cand.url)), None)
         with activity(progress, cell, f"download {cand.filename}", total=cand.size, unit="B") as act:
-            _download(cand, dest, act.advance, cancel, index=listed_by)
+            _download(cand, dest, act.advance, cancel, auth=auth)
         return FetchedWheel(entry.name, dest, True)
 
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
@@ -440,7 +463,15 @@ class WheelForecast:
 INSTALL_RATIO = 1.8
 
 
-def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages: dict | None = None) -> WheelForecast:
+def forecast_lock(
+    lock: Lock,
+    python: str,
+    glibc: str,
+    *,
+    jobs: int = 16,
+    pages: dict | None = None,
+    auth: index_auth.IndexAuth | None = None,
+) -> WheelForecast:
     """Count and size what `fetch_lock` would take from the cache and from the index (index metadata only)."""
     index, torch_index, routed = _sources(lock)
     supported = wheels.supported_tags(python, glibc)
@@ -456,7 +487,7 @@ def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages:
             sha, size = picks[entry.pin]
             return False, size, int((size or 0) * INSTALL_RATIO), sha
         source = torch_index if routed and is_torch_family(entry.name) else index
-        cand = _remote(entry, source, python, glibc, supported, pages, _extras(lock))
+        cand = _remote(entry, source, python, glibc, supported, pages, _extras(lock), auth)
         picks[entry.pin] = (cand.sha256, cand.size)
         return False, cand.size, int((cand.size or 0) * INSTALL_RATIO), cand.sha256
 
@@ -486,7 +517,9 @@ def forecast_lock(lock: Lock, python: str, glibc: str, *, jobs: int = 16, pages:
     )
 
 
-def read_pages(locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 6) -> None:
+def read_pages(
+    locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 6, auth: index_auth.IndexAuth | None = None
+) -> None:
     """Read, once each and concurrently, the index pages that forecasting these (lock, python, glibc) needs:
     the pins the cache cannot serve. A failure is remembered (forecast_lock reports it). Six at a time: each new
     connection is a DNS lookup, and a lost lookup costs the resolver's 5 s timeout."""
@@ -501,7 +534,7 @@ def read_pages(locks: list[tuple[Lock, str, str]], pages: dict, *, jobs: int = 6
 
     def one(key: tuple[str, str]) -> None:
         try:
-            pages[key] = _candidates(*key)
+            pages[key] = _candidates(*key, auth)
         except (EnvironmentFailure, CheckFailed, UsageError) as exc:
             pages[key] = exc  # remembered: forecast_lock reports it without asking again
 

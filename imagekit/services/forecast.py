@@ -13,6 +13,7 @@ from pathlib import Path
 
 from imagekit import resolution
 from imagekit.compat import CompatData
+from imagekit.effects import index_auth
 from imagekit.effects.cache import cache_root, unusable
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.matrix import MatrixConfig
@@ -176,8 +177,11 @@ def forecast(
     pages: dict = {}  # index pages, read once for all cells
     locks = {cell.id: _lock(cell, lock_dir, settings, data) for cell in cells}
     glibc = {cell.id: base_for(cell, data, config=config).glibc for cell in cells}
+    auth = index_auth.for_indexes([settings.index_url, *settings.extra_index_urls])
     fetch.read_pages(
-        [(s.lock, c.python, glibc[c.id]) for c in cells for s, _ in [locks[c.id]] if s.lock is not None], pages
+        [(s.lock, c.python, glibc[c.id]) for c in cells for s, _ in [locks[c.id]] if s.lock is not None],
+        pages,
+        auth=auth,
     )
 
     def one(cell: Cell) -> CellForecast:
@@ -185,7 +189,7 @@ def forecast(
         base = _base(cell, data, config, engine) if build else BaseForecast("", "none", 0, 0)
         wheels = None
         if status.lock is not None and status.status != "invalid":
-            wheels = fetch.forecast_lock(status.lock, cell.python, glibc[cell.id], pages=pages, jobs=1)
+            wheels = fetch.forecast_lock(status.lock, cell.python, glibc[cell.id], pages=pages, jobs=1, auth=auth)
         image = None
         if build and wheels is not None and wheels.error is None and wheels.blocker is None:
             image = base.bytes + VENV_BYTES + int(wheels.installed_bytes * (1 + BYTECODE_RATIO))
