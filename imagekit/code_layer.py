@@ -18,7 +18,9 @@ from fnmatch import fnmatchcase
 
 DEFAULT_TO = "/opt/app"
 # Never in an image: version control, imagekit's state (wheels, contexts), virtual environments, bytecode.
-ALWAYS_EXCLUDED = (".git", ".hg", ".svn", ".imagekit", ".venv", "venv", "**/__pycache__", "**/*.pyc", "**/.DS_Store")
+# At any depth, and a `!` line never brings them back.
+ALWAYS_EXCLUDED = ("**/.git", "**/.hg", "**/.svn", "**/.imagekit", "**/.venv", "**/venv", "**/__pycache__", "**/*.pyc",
+                   "**/.DS_Store")  # fmt: skip
 MAX_FILES = 20_000
 MAX_BYTES = 512 << 20  # code, not data: datasets and checkpoints belong on the pod's volume or the Hub
 _PATH = re.compile(r"/[A-Za-z0-9._/-]*", re.ASCII)
@@ -58,6 +60,8 @@ def destination_problem(to: object) -> str | None:
     """Why ``to`` cannot hold the code, or None."""
     if not isinstance(to, str) or not _PATH.fullmatch(to) or "//" in to or "/./" in f"{to}/" or "/../" in f"{to}/":
         return "expected an absolute path of letters, digits and . _ - / (such as /opt/app)"
+    if len(to) > 200:
+        return "expected a path of at most 200 characters"
     clean = to.rstrip("/") or "/"
     if clean == "/" or clean == "/opt":
         return f"{clean} is too wide: copy into a folder of its own (such as /opt/app)"
@@ -95,14 +99,26 @@ def excluded(rel: str, patterns: tuple[str, ...]) -> bool:
     """Is ``rel`` (a POSIX path relative to the folder) left out? `.dockerignore` rules: the last matching line
     wins, ``!`` brings a path back, ``**`` matches any number of folders, a matched folder leaves out its contents."""
     path = rel.split("/")
+    if always_excluded(rel):
+        return True
     out = False
-    for pattern in (*ALWAYS_EXCLUDED, *patterns):
+    for pattern in patterns:
         if not pattern.strip() or pattern.lstrip().startswith("#"):
             continue
         negated, parts = _translate(pattern)
         if _match(parts, path):
             out = not negated
     return out
+
+
+def always_excluded(rel: str) -> bool:
+    path = rel.split("/")
+    return any(_match(_translate(p)[1], path) for p in ALWAYS_EXCLUDED)
+
+
+def may_bring_back(patterns: tuple[str, ...]) -> bool:
+    """Is there a `!` line? Then an excluded folder is still walked: a line may bring back a file below it."""
+    return any(p.lstrip().startswith("!") for p in patterns)
 
 
 def dockerignore_lines(text: str) -> tuple[str, ...]:

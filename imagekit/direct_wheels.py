@@ -63,9 +63,16 @@ def parse(name: str, url: str) -> DirectWheel:
             "lock would keep",
             "serve it from a private index instead (credentials come from the environment or ~/.netrc)",
         )
+    if parts.query:
+        raise NotAWheel(
+            f"{name} @ {untrusted.printable(parts._replace(query='', fragment='').geturl(), 120)}?...: a URL with a "
+            "query (a signed or expiring download link) would keep its signature in the lock and stop working",
+            "name the wheel's permanent URL, or serve it from your own index",
+        )
     filename = unquote(parts.path.rsplit("/", 1)[-1])
     if not filename.endswith(".whl"):
-        raise NotAWheel(f"{name} @ {shown}: not a wheel ({filename or 'no file name'}); a source archive is built")
+        shown_file = untrusted.printable(filename, 80) or "no file name"
+        raise NotAWheel(f"{name} @ {shown}: not a wheel ({shown_file}); a source archive is built")
     try:
         untrusted.wheel_filename(filename)
         dist, _, _, _ = parse_wheel_filename(filename)

@@ -134,9 +134,13 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     if isinstance(image, dict) and "repository" in image:
         repository = p.check("image.repository", validate.repository, image["repository"]) or DEFAULT_REPOSITORY
     options = _image_options(p, image)
-    if options.copy is not None:  # `from` is relative to the matrix file's folder
+    if options.copy is not None:  # `from` is relative to the matrix file's folder, and inside it
+        given = posixpath.normpath(options.copy.source)
+        if posixpath.isabs(given) or given == ".." or given.startswith("../"):
+            p.add("image.copy.from", f"{options.copy.source!r} is outside the matrix file's folder: copy a folder "
+                  "inside the project (move the matrix file up to copy more)")  # fmt: skip
         folder = posixpath.dirname(origin) if not origin.startswith("<") else ""
-        source = posixpath.normpath(posixpath.join(folder or ".", options.copy.source))
+        source = posixpath.normpath(posixpath.join(folder or ".", given))
         options = replace(options, copy=replace(options.copy, source=source))
     bases = _bases(p, doc.get("bases", {}))
     index_url, extra_index_urls = _indexes(p, doc.get("lock", {}))

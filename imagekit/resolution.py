@@ -283,6 +283,14 @@ def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str] |
         )
 
 
+def is_direct(requirement: str) -> bool:
+    """A direct reference (``name @ url``), not an index requirement (whose marker may hold an `@`)."""
+    try:
+        return Requirement(requirement).url is not None
+    except InvalidRequirement:
+        return False
+
+
 def check_direct_wheels(req: LockRequest, references: list[str]) -> None:
     """Each wheel named by URL (``name @ url``, as the matrix file or a lock has it) runs in the cell: its tags fit
     the image's Python and platform, and the torch and CUDA its local version names (``+cu12torch2.5``) are the

@@ -26,6 +26,9 @@ INCLUDE = '[[matrix.include]]\ncuda = "12.1"\ntorch = "2.1.2"\ntransformers = "4
     [
         ("train.py", (), False),
         (".git/config", (), True),  # always: version control, imagekit's state, venvs, bytecode
+        ("vendor/lib/.git/config", (), True),  # at any depth
+        ("sub/.venv/bin/python", (), True),
+        (".git/config", ("!.git",), True),  # and no `!` line brings them back
         (".imagekit/wheelhouse/x.whl", (), True),
         ("pkg/__pycache__/m.cpython-311.pyc", (), True),
         ("pkg/deep/m.pyc", (), True),
@@ -99,7 +102,11 @@ def test_copy_and_command_in_the_matrix_file():
     assert opts.copy == CopySpec("proj", "/opt/app", ()) and opts.command == ("python", "/opt/app/train.py")
     table = _parse('copy = { from = "src", to = "/srv/code/", exclude = ["data/"] }\n').options.copy
     assert table == CopySpec("proj/src", "/srv/code", ("data/",))
-    assert _parse('copy = "../elsewhere"\n', "/abs/proj/imagekit.toml").options.copy.source == "/abs/elsewhere"
+    assert _parse('copy = "src/../app"\n', "/abs/proj/imagekit.toml").options.copy.source == "/abs/proj/app"
+    for outside in ("../elsewhere", "/home/me", "src/../../x", ".."):
+        with pytest.raises(ConfigError) as exc:  # the copy never reaches out of the project (~/.ssh ...)
+            _parse(f'copy = "{outside}"\n', "/abs/proj/imagekit.toml")
+        assert "outside the matrix file's folder" in exc.value.render()
 
 
 @pytest.mark.parametrize(
@@ -209,3 +216,41 @@ def test_buildkit_copies_the_code_from_the_context_last_and_sets_the_command():
     assert text.index("COPY rootfs/code/ /") > text.rindex("install-layer")
     assert 'CMD ["python", "/opt/app/train.py"]' in text
     assert "CMD []" in _render(_plan("buildkit", None))["Dockerfile"][0].decode()
+
+
+def test_a_link_never_brings_back_what_the_excludes_leave_out(tmp_path):
+    (tmp_path / ".env").write_text("TOKEN=secret\n")
+    (tmp_path / "config.env").symlink_to(".env")
+    (tmp_path / "train.py").write_text("x\n")
+    with pytest.raises(UsageError) as exc:
+        read_code(CopySpec(str(tmp_path), "/opt/app", (".env",)))
+    assert "links to a file the excludes leave out" in exc.value.message
+
+
+@pytest.mark.parametrize("make", ["loop", "self", "dangling"])
+def test_a_link_that_leads_nowhere_is_a_usage_error_naming_it(tmp_path, make):
+    if make == "loop":
+        (tmp_path / "a").symlink_to("b")
+        (tmp_path / "b").symlink_to("a")
+    elif make == "self":
+        (tmp_path / "a").symlink_to("a")
+    else:
+        (tmp_path / "a").symlink_to("missing")
+    with pytest.raises(UsageError) as exc:
+        read_code(CopySpec(str(tmp_path)))
+    assert "leads nowhere" in exc.value.message and exc.value.hint
+
+
+def test_a_negation_brings_a_file_back_from_an_excluded_folder_as_docker_does(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keep.txt").write_text("k\n")
+    (tmp_path / "data" / "big.bin").write_text("b\n")
+    names = [r for r, _, _ in read_code(CopySpec(str(tmp_path), "/opt/app", ("data/", "!data/keep.txt"))).files]
+    assert names == ["data/keep.txt"]
+
+
+def test_control_characters_in_a_file_name_never_reach_the_terminal(tmp_path):
+    os.mkfifo(tmp_path / "f\x1b]0;pwned\x07x")
+    with pytest.raises(UsageError) as exc:
+        read_code(CopySpec(str(tmp_path)))
+    assert "\x1b" not in exc.value.render() and "\x07" not in exc.value.render()

@@ -39,6 +39,8 @@ def test_a_wheel_url_with_its_hash_is_a_requirement():
         (f"flash-attn @ https://user:token@h/{FA_FILE}#sha256={SHA}", "carries a credential"),
         (f"xformers @ https://h/{FA_FILE}#sha256={SHA}", "a wheel of flash-attn, not of xformers"),
         (f"flash-attn @ https://h/flash_attn-1-x.whl#sha256={SHA}", "not a wheel file name"),
+        (f"flash-attn @ https://h/{FA_FILE}?X-Amz-Signature=abc#sha256={SHA}", "signed or expiring"),
+        ("x @ https://h.example/%1b]0;pwned%07%0aerror:%20fake.tar.gz", "not a wheel"),
     ],
 )
 def test_what_a_build_cannot_install_reproducibly_is_refused_with_the_fix(value, says):
@@ -46,6 +48,7 @@ def test_what_a_build_cannot_install_reproducibly_is_refused_with_the_fix(value,
         validate.requirement(value)
     assert says in exc.value.message and exc.value.hint
     assert "user:token" not in exc.value.render()  # a credential in the URL is never echoed
+    assert "\x1b" not in exc.value.render() and "\nerror: fake" not in exc.value.render()
 
 
 def test_the_wheels_tags_and_local_version_are_checked_against_the_cell():
@@ -209,3 +212,10 @@ def test_a_dry_run_of_a_pin_without_a_fitting_wheel_is_a_blocker_not_ok(app, run
     assert res.exit_code == 1, res.output
     assert "BLOCKED" in res.output and "filelock==3.16.1" in res.output and "cannot be built" in res.output
     assert "index unreadable" not in res.output
+
+
+def test_an_at_sign_in_a_marker_is_not_a_url():
+    from imagekit import resolution
+
+    assert not resolution.is_direct('accelerate==1.2.1 ; platform_machine != "a@b"')
+    assert resolution.is_direct(_ref())

@@ -189,3 +189,14 @@ def test_a_lock_never_decides_where_credentials_go(app, runner, project, monkeyp
         assert check.exit_code == 1 and "edited by hand" in check.output, check.output
         res = runner.invoke(app, ["fetch", "--matrix", "m.toml", "--lock-dir", "locks", "--dry-run"])
         assert not [h for h in collected if h], collected  # no credential ever reached the lock's host
+
+
+@pytest.mark.parametrize("password", ["pa ss", "pass#word", 'qu"ote', "caf\u00e9"])
+def test_a_credential_a_netrc_cannot_carry_is_refused_naming_the_variable(monkeypatch, password):
+    from imagekit.errors import UsageError
+
+    monkeypatch.setenv(index_auth.USER_VARIABLE, USER)
+    monkeypatch.setenv(index_auth.PASSWORD_VARIABLE, password)
+    with pytest.raises(UsageError) as exc:
+        index_auth.for_indexes(["https://pkgs.example.com/simple"])
+    assert index_auth.PASSWORD_VARIABLE in exc.value.message and password not in exc.value.render()

@@ -170,3 +170,18 @@ def test_create_without_a_key_or_for_a_loopback_registry_is_refused(app, runner,
         app, ["vast-template", CELL, "--release-index", str(local), "--create", "--allow-private-registry"]
     )
     assert res.exit_code == 2 and "VAST_API_KEY" in res.output
+
+
+def test_two_entries_for_a_cell_one_without_a_date_and_one_without_cuda(app, runner, tmp_path):
+    path = _write_index(tmp_path / "i.json", TAG)
+    doc = json.loads(path.read_text())
+    older = json.loads(json.dumps(doc["images"][TAG]))
+    older["tag"] = TAG.replace("0123456789ab", "ba9876543210")
+    older["published_at"] = None
+    doc["images"][older["tag"]] = older
+    path.write_text(json.dumps(doc))
+    res = runner.invoke(app, ["vast-template", CELL, "--release-index", str(path)])
+    assert res.exit_code == 0 and json.loads(res.stdout)["tag"] == TAG.rsplit(":", 1)[1], res.output
+    assert "names no CUDA version" in res.stderr and "hint:" in res.stderr  # no offer filter: said, not silent
+    res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(path)])
+    assert res.exit_code == 0, res.output

@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         matches = [e for tag, e in sorted(images.items()) if ref in (tag, e["alias"], e["manifest"]["cell"]["id"])]
         if not matches:
             raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
-        entry = max(matches, key=lambda e: e.get("published_at", ""))
+        entry = max(matches, key=lambda e: e.get("published_at") or "")
         if registry_auth is not None:
             try:
                 runpod.registry_auth_id(registry_auth)

@@ -60,8 +60,15 @@ def register(app: typer.Typer) -> None:
         matches = [e for tag, e in sorted(images.items()) if ref in (tag, e["alias"], e["manifest"]["cell"]["id"])]
         if not matches:
             raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
-        entry = max(matches, key=lambda e: e.get("published_at", ""))
+        entry = max(matches, key=lambda e: e.get("published_at") or "")
         body = vast.template(entry, launch=launch, login=login)
+        if not body["extra_filters"]:
+            err_console().print(
+                f"warning: the release entry of {entry['tag']} names no CUDA version: the template has no offer "
+                "filter, so instances may land on hosts whose driver cannot run the image\n"
+                "hint: publish it again with this imagekit (its manifest records the cell's CUDA)",
+                markup=False,
+            )
         unreachable = runpod.unreachable_registry(entry["tag"])
         hint = (
             "publish to a registry instances can pull from (`imagekit build --push --registry ghcr.io/ORG/REPO`), "

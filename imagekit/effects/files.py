@@ -204,46 +204,64 @@ def clamp_mtimes(root: Path, epoch: int, skip: tuple[str, ...] = ()) -> None:
 
 def read_code(spec: CopySpec) -> CodeLayer:
     """The folder `[image] copy` names, as the code layer holds it: regular files only, with what its excludes and
-    its own `.dockerignore` leave out left out. A link is followed only within the folder; one that leads out of it,
-    and anything but files and folders, is refused, as is a folder past the code layer's size limits."""
+    its own `.dockerignore` leave out left out. A link is followed only to a file within the folder that the
+    excludes keep; one that leads out of it, to a left-out file, in a loop or nowhere, and anything but files and
+    folders, is refused, as is a folder past the code layer's size limits."""
     from imagekit import code_layer
+    from imagekit.untrusted import printable
 
     root = Path(spec.source)
     hint = "check `[image] copy` in the matrix file (`from` is relative to the matrix file's folder)"
     if not root.is_dir():
-        raise UsageError(f"[image] copy: {root} is not a folder", hint)
+        raise UsageError(f"[image] copy: {printable(str(root), 200)} is not a folder", hint)
     patterns = spec.exclude
     ignore = root / ".dockerignore"
     if ignore.is_file():
         patterns = (*code_layer.dockerignore_lines(ignore.read_text(errors="replace")), *patterns)
+    walk_excluded = code_layer.may_bring_back(patterns)  # a `!` line may bring back a file in an excluded folder
     real_root = root.resolve()
     files: list[tuple[str, bytes, int]] = []
     total = 0
+
+    def refuse(rel: str, why: str, fix: str = "exclude it (`exclude = [...]` or the folder's .dockerignore)") -> None:
+        raise UsageError(f"[image] copy: {printable(rel, 200)} {why}", fix)
+
     for folder, dirs, names in os.walk(root, followlinks=False):
         here = Path(folder)
         rel_dir = here.relative_to(root).as_posix()
-        dirs[:] = sorted(d for d in dirs if not code_layer.excluded(_rel(rel_dir, d), patterns))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not code_layer.always_excluded(_rel(rel_dir, d))
+            and (walk_excluded or not code_layer.excluded(_rel(rel_dir, d), patterns))
+        )
         for d in dirs:
             if (here / d).is_symlink():
-                raise UsageError(f"[image] copy: {_rel(rel_dir, d)} is a link to a folder", "copy the folder itself")
+                refuse(_rel(rel_dir, d), "is a link to a folder", "copy the folder itself, or exclude the link")
         for name in sorted(names):
             rel = _rel(rel_dir, name)
             if code_layer.excluded(rel, patterns):
                 continue
             path = here / name
-            target = path.resolve()
-            if path.is_symlink() and not target.is_relative_to(real_root):
-                raise UsageError(
-                    f"[image] copy: {rel} links outside the folder ({target})",
-                    "copy the file into the folder, or exclude it",
-                )
-            info = os.stat(path)
+            if path.is_symlink():
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    refuse(rel, "is a link that leads nowhere (dangling, or a loop)")
+                if not target.is_relative_to(real_root):
+                    refuse(rel, "links outside the folder", "copy the file into the folder, or exclude the link")
+                if code_layer.excluded(target.relative_to(real_root).as_posix(), patterns):
+                    refuse(rel, "links to a file the excludes leave out", "exclude the link too, or keep its target")
+            try:
+                info = os.stat(path)
+            except OSError as exc:
+                refuse(rel, f"cannot be read ({exc.strerror})")
             if not stat.S_ISREG(info.st_mode):
-                raise UsageError(f"[image] copy: {rel} is not a regular file", "exclude it (`exclude = [...]`)")
+                refuse(rel, "is not a regular file")
             total += info.st_size
             if len(files) >= code_layer.MAX_FILES or total > code_layer.MAX_BYTES:
                 raise UsageError(
-                    f"[image] copy: {root} holds more than {code_layer.MAX_FILES} files or "
+                    f"[image] copy: {printable(str(root), 200)} holds more than {code_layer.MAX_FILES} files or "
                     f"{code_layer.MAX_BYTES >> 20} MB",
                     "exclude data, checkpoints and outputs (they belong on the pod's volume or the Hub)",
                 )

@@ -54,12 +54,20 @@ def _from_netrc(host: str) -> tuple[str, str] | None:
 
 
 def _checked(value: str, variable: str) -> str:
+    """A credential that can be sent in a header and written to a netrc (which has no quoting: a space, a `#` or a
+    quote would end or comment out the token)."""
     try:
-        return untrusted.header_value(value, variable)
+        untrusted.header_value(value, variable)
     except untrusted.UntrustedData:
         raise UsageError(
             f"{variable} holds a line break or a control character", f"set {variable} to the bare value"
         ) from None
+    if any(c in value for c in " \t#'\"") or not value.isascii():
+        raise UsageError(
+            f"{variable} holds a space, '#', a quote or a non-ASCII character, which a netrc cannot carry",
+            "use a token of printable ASCII without those (index tokens are), or a ~/.netrc entry you write yourself",
+        )
+    return value
 
 
 @dataclass(frozen=True)

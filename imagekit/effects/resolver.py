@@ -136,8 +136,9 @@ def _fail(req: LockRequest, stderr: str) -> Exception:
         status = auth["status"] or auth["code"]
         return EnvironmentFailure(
             f"{req.cell.id}: the package index refused access (HTTP {status}):\n{tail}",
-            "give the index credentials (https://USER:TOKEN@host/simple in --index-url, or a ~/.netrc entry); "
-            "imagekit never writes them into a lock",
+            "give the index's credentials: IMAGEKIT_INDEX_USER and IMAGEKIT_INDEX_PASSWORD (for the indexes the "
+            "matrix file or --index-url names), or a ~/.netrc entry for its host; imagekit never writes them into a "
+            "lock",
         )
     if any(sign in text for sign in _INDEX_SIGNS):
         return EnvironmentFailure(

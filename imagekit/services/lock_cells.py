@@ -154,7 +154,7 @@ def lock_one(
     if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
         return LockResult(cell, "up-to-date", path, existing)
     try:  # a wheel named by URL that cannot run in the cell: said in imagekit's words, before uv says it in its own
-        resolution.check_direct_wheels(req, [p for p in cell.packages if "@" in p])
+        resolution.check_direct_wheels(req, [p for p in cell.packages if resolution.is_direct(p)])
     except CheckFailed as exc:
         return LockResult(cell, "failed", path, existing, exc)
     tool = using or resolver.for_settings(settings)
