@@ -165,6 +165,10 @@ def user_project(real_build, engine, registry, tmp_path_factory):
     auth_reg = Registry(work / "registry", free_port(), auth=(PROJECT_USER, PROJECT_PASSWORD))
     (work / "registry").mkdir()
     subprocess.run(["cp", "-al", str(registry.root / "data"), str(work / "registry" / "data")], check=True)
+    # ... and the project's repository holds them, as after an earlier push of its own (a registry checks a blob's
+    # presence per repository; Docker then skips what is there, as a re-publish of a project does)
+    repos = work / "registry" / "data" / "docker" / "registry" / "v2" / "repositories"
+    shutil.copytree(repos / REPO / "_layers", repos / "acme" / "train" / "_layers")
     auth_reg.start()
     docker_config = work / "docker-config"
     docker_config.mkdir()

@@ -51,6 +51,9 @@ def test_the_project_locks_builds_and_publishes_with_everything_it_named(user_pr
     listing = out.split("VERSION = 1", 1)[1]
     for gone in ("data", ".git", "wandb.env"):
         assert re.search(rf"^{re.escape(gone)}$", listing, re.M) is None, listing
+    # the first push uploaded the project's own layers only: the real cell's were in the registry already
+    first = re.search(r"\((\d+) layers pushed, (\d+) already there\)", transcript)
+    assert first and int(first[2]) >= 5 and int(first[1]) <= 3, transcript[-3000:]
     # the code is the last layer, above the real cell's layers, which the registry already held
     mine, theirs = engine.layers(tag), engine.layers(real_build[0].tag)
     assert len(mine) == len(theirs) + 1 and mine[0] == theirs[0] and mine[2:-2] == theirs[2:-1]
