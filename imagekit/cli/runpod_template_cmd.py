@@ -73,14 +73,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the RunPod template (saveTemplate input) for a published image; --create saves it on RunPod."""
         from imagekit.effects import runpod_api
-        from imagekit.services.publish import read_index
+        from imagekit.services.publish import newest_release
 
         validate_http_url(api_url, "--api-url")
-        images = read_index(release_index).get("images", {})
-        matches = [e for tag, e in sorted(images.items()) if ref in (tag, e["alias"], e["manifest"]["cell"]["id"])]
-        if not matches:
-            raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
-        entry = max(matches, key=lambda e: e.get("published_at") or "")
+        entry = newest_release(release_index, ref)
         if registry_auth is not None:
             try:
                 runpod.registry_auth_id(registry_auth)

@@ -51,16 +51,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the Vast.ai template for a published image; --create makes it on Vast (its hash_id is printed)."""
         from imagekit.effects import vast_api
-        from imagekit.services.publish import read_index
+        from imagekit.services.publish import newest_release
 
         validate_http_url(api_url, "--api-url")
         if launch not in vast.LAUNCH_MODES:
             raise UsageError(f"invalid --launch {launch[:40]!r}", f"pass one of {', '.join(vast.LAUNCH_MODES)}")
-        images = read_index(release_index).get("images", {})
-        matches = [e for tag, e in sorted(images.items()) if ref in (tag, e["alias"], e["manifest"]["cell"]["id"])]
-        if not matches:
-            raise UsageError(f"{ref} is not in {release_index}", "publish it with `imagekit build --push` first")
-        entry = max(matches, key=lambda e: e.get("published_at") or "")
+        entry = newest_release(release_index, ref)
         body = vast.template(entry, launch=launch, login=login)
         if not body["extra_filters"]:
             err_console().print(

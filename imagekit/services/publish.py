@@ -337,6 +337,16 @@ def release_entry(
     return entry
 
 
+def newest_release(index_path: Path, ref: str) -> dict:
+    """The release ``ref`` names in the index (its immutable tag, alias or cell id; the newest when several do): what
+    `runpod-template` and `vast-template` make a template of."""
+    images = read_index(index_path).get("images", {})
+    matches = [e for tag, e in sorted(images.items()) if ref in (tag, e["alias"], e["manifest"]["cell"]["id"])]
+    if not matches:
+        raise UsageError(f"{ref} is not in {index_path}", "publish it with `imagekit build --push` first")
+    return max(matches, key=lambda e: e.get("published_at") or "")
+
+
 def last_size(index_path: Path, cell_id: str) -> int | None:
     """The size of the cell's most recently published image in the release index, if any."""
     images = read_index(index_path).get("images", {})
