@@ -37,6 +37,7 @@ class ImageOptions:
     size_budget: str = "+10%"  # imagekit.budget: "6.5 GB", or growth over the cell's last release
     copy: CopySpec | None = None  # the user's code, as the image's last layer (imagekit.code_layer)
     command: tuple[str, ...] = ()  # the default command: a container started without one runs it (job mode)
+    apt: tuple[str, ...] = ()  # Debian packages over the base, pinned per cell in its lock (imagekit.debs)
 
 
 @dataclass(frozen=True)
@@ -129,4 +130,15 @@ def manifest(plan: BuildPlan, data: CompatData) -> dict:
         },
         "source_revision": plan.source_revision,
         "source_date_epoch": plan.source_date_epoch,
+        # `[image] apt`: what was asked for and every .deb installed for it (the self-test and the doctor check dpkg)
+        **(
+            {
+                "apt": {
+                    "requested": list(cell.apt),
+                    "packages": {p.name: {"version": p.version, "arch": p.arch} for p in plan.lock.apt},
+                }
+            }
+            if plan.lock.apt
+            else {}
+        ),
     }

@@ -15,7 +15,9 @@ Layers are ordered by how often they change, so a rebuild or a pull redoes as li
      one of these keeps every layer below it, which matters for Docker's graph-driver store: it reuses a pulled
      layer only when the whole chain below it is the same (registries and containerd reuse any equal blob).
 2. torch and the rest of its closure (triton, sympy, ...), in the venv, bytecode compiled;
-3. everything else (the app layer: transformers, accelerate, ...).
+3. the Debian packages of `[image] apt`, when there are any (they change less often than the app's pins, and
+   nothing in the venv depends on them);
+4. everything else (the app layer: transformers, accelerate, ...).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from imagekit import debs
 from imagekit.lockfile import Lock, LockEntry
 
 CUDA_PREFIX = "/opt/cuda-libs"
@@ -66,16 +69,47 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class AptLayer:
+    """The `[image] apt` packages: exactly the locked .debs, installed by apt from the build's wheelhouse."""
+
+    pins: tuple[debs.DebPin, ...]
+    name: str = "apt"
+    title: str = "Debian packages"
+
+    @property
+    def requirements(self) -> str:
+        return debs.install_list(self.pins)
+
+    @property
+    def requirements_sha256(self) -> str:
+        return hashlib.sha256(self.requirements.encode()).hexdigest()
+
+    @property
+    def filename(self) -> str:
+        return "requirements-apt.txt"
+
+
+@dataclass(frozen=True)
 class Layering:
     """Which locked distributions go into which image layer, bottom first (a part of a build plan, not a plan)."""
 
     cuda: tuple[Layer, ...]
     torch: Layer
     app: Layer
+    apt: AptLayer | None = None  # installed between the torch and the app layers
 
     @property
     def layers(self) -> tuple[Layer, ...]:
+        """The Python layers (the apt layer, when there is one, is :attr:`apt`)."""
         return (*self.cuda, self.torch, self.app)
+
+    @property
+    def requirement_files(self) -> dict[str, str]:
+        """What each layer's RUN reads beside the wheels: file name -> text."""
+        files = {layer.filename: layer.requirements for layer in self.layers}
+        if self.apt is not None:
+            files[self.apt.filename] = self.apt.requirements
+        return files
 
     def to_json(self) -> dict:
         return {
@@ -88,7 +122,8 @@ class Layering:
                     "distributions": [e.name for e in layer.entries],
                 }
                 for layer in self.layers
-            ],
+            ]
+            + ([{"name": "apt", "target": "/", "debs": [p.name for p in self.apt.pins]}] if self.apt else []),
         }
 
 
@@ -126,6 +161,7 @@ def split(lock: Lock) -> Layering:
         cuda,
         Layer("torch", tuple(rest), VENV, "torch and its closure"),
         Layer("app", lock.app, VENV, "everything else"),
+        AptLayer(lock.apt) if lock.apt else None,
     )
 
 

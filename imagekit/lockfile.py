@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
-from imagekit import direct_wheels
+from imagekit import debs, direct_wheels
 from imagekit.errors import UsageError
 from imagekit.in_image.facts import TORCH_FAMILY as TORCH_FAMILY  # one definition, shared with the image
 
 TORCH_MARK = "# --- layer: torch ---"
 APP_MARK = "# --- layer: app ---"
+APT_MARK = "# --- apt: Debian packages over the base (comments to pip) ---"
 _PIN = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(?P<version>[A-Za-z0-9.+!_-]+)(?:\s*;\s*(?P<marker>.+?))?\s*(\\)?$"
 )
@@ -71,6 +72,7 @@ class Lock:
     meta: dict[str, str] = field(default_factory=dict)  # header "# imagekit-<key>: <value>" lines
     header: tuple[str, ...] = ()  # the free-text header lines (regeneration command)
     body_digest: str | None = field(default=None, compare=False)  # as read from the file ('# imagekit-body-sha256')
+    apt: tuple[debs.DebPin, ...] = ()  # `[image] apt`: the .debs apt installs over the cell's base (imagekit.debs)
 
     @property
     def entries(self) -> tuple[LockEntry, ...]:
@@ -87,6 +89,8 @@ class Lock:
             for layer, part in (("torch", self.torch), ("app", self.app))
             for e in part
         )
+        if self.apt:  # absent from locks without apt packages: their digests stay what they were
+            body += "\n" + debs.render(self.apt)
         return hashlib.sha256(body.encode()).hexdigest()
 
     @property
@@ -105,6 +109,8 @@ class Lock:
         lines += [f"# imagekit-{k}: {v}" for k, v in sorted(meta.items())]
         lines += ["#", TORCH_MARK]
         text = "\n".join(lines) + "\n" + self.layer_text("torch") + APP_MARK + "\n" + self.layer_text("app")
+        if self.apt:
+            text += APT_MARK + "\n" + debs.render(self.apt)
         return text
 
 
@@ -174,6 +180,7 @@ def parse(text: str, origin: str = "<lock>") -> Lock:
         raise UsageError(f"{origin}: not an imagekit lock (no layer marks)", "regenerate it with `imagekit lock`")
     head, rest = text.split(TORCH_MARK, 1)
     torch_text, app_text = rest.split(APP_MARK, 1)
+    app_text, _, apt_text = app_text.partition(APT_MARK)
     meta, header = {}, []
     for line in head.splitlines():
         m = _META.match(line)
@@ -186,12 +193,20 @@ def parse(text: str, origin: str = "<lock>") -> Lock:
     digest = meta.pop(BODY_KEY, None)
     torch_line = head.count("\n") + 1  # the torch mark's line; its section text starts on that same line
     app_line = torch_line + torch_text.count("\n")
+    apt = []
+    for lineno, line in enumerate(apt_text.splitlines(), app_line + app_text.count("\n")):
+        if line.strip():
+            try:
+                apt.append(debs.parse_line(line, f"{origin}:{lineno}"))
+            except ValueError as exc:
+                raise UsageError(str(exc), "regenerate it with `imagekit lock`") from None
     return Lock(
         tuple(parse_requirements(torch_text, origin, torch_line)),
         tuple(parse_requirements(app_text, origin, app_line)),
         meta,
         tuple(header),
         digest,
+        tuple(apt),
     )
 
 
@@ -219,6 +234,11 @@ def integrity_problems(lock: Lock, text: str) -> list[str]:
             problems.append(f"line {line_of(e.name)}: {e.pin} has no --hash")
         elif e.url and e.hashes != ("sha256:" + e.url.rsplit("#sha256=", 1)[-1],):
             problems.append(f"line {line_of(e.name)}: {e.name}'s --hash is not the sha256 its URL names")
+    debs_seen: set[tuple[str, str]] = set()
+    for pin in lock.apt:
+        if (pin.name, pin.arch) in debs_seen:
+            problems.append(f"apt: {pin.name}:{pin.arch} is pinned twice")
+        debs_seen.add((pin.name, pin.arch))
     want = lock.body_digest
     if want is None:
         problems.append(f"no '# imagekit-{BODY_KEY}' line: not written by this imagekit")

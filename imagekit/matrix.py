@@ -8,7 +8,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
-from imagekit import budget, code_layer, rules, validate
+from imagekit import budget, code_layer, debs, rules, untrusted, validate
 from imagekit.buildplan import BaseRef, ImageOptions
 from imagekit.code_layer import CopySpec
 from imagekit.compat import CompatData
@@ -182,6 +182,8 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
             cells[cell.id] = cell
     if options.jupyter:  # JupyterLab is locked and hashed like any other package
         cells = {k: _with_jupyter(c) for k, c in cells.items()}
+    if options.apt:  # resolved per cell, over that cell's base, and pinned in its lock
+        cells = {k: replace(c, apt=options.apt) for k, c in cells.items()}
     if not cells:
         raise ConfigError([f"{origin}: matrix: no cells"], "give the four axes or [[matrix.include]] entries")
     return MatrixConfig(
@@ -200,7 +202,7 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
     if not isinstance(image, dict):
         p.add("image", "expected a table")
         return ImageOptions()
-    allowed = ("repository", "jupyter", "compiler", "size_budget", "copy", "command")
+    allowed = ("repository", "jupyter", "compiler", "size_budget", "copy", "command", "apt")
     for k in image:
         if k not in allowed:
             p.add(f"image.{k}", f"unknown key (allowed: {', '.join(allowed)})")
@@ -220,6 +222,17 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
             p.add("image.command", 'expected a list of printable strings, such as ["python", "/opt/app/train.py"]')
         else:
             flags["command"] = tuple(cmd)
+    if "apt" in image:
+        names = image["apt"]
+        if not isinstance(names, list) or len(names) > 200:
+            p.add("image.apt", debs.REQUEST_HINT)
+        else:
+            bad = [n for n in names if debs.package_name(n) is None]
+            if bad:
+                shown = ", ".join(untrusted.printable(repr(n), 60) for n in bad[:3])
+                p.add("image.apt", f"not a Debian package name: {shown}; {debs.REQUEST_HINT}")
+            else:
+                flags["apt"] = tuple(sorted(set(names)))
     if "size_budget" in image:
         try:
             flags["size_budget"] = budget.parse(image["size_budget"]).text
@@ -292,7 +305,7 @@ def _with_jupyter(cell: Cell) -> Cell:
     names = {validate.requirement_name(r) for r in cell.packages}
     if "jupyterlab" in names:
         return cell
-    return Cell(cell.cuda, cell.torch, cell.transformers, cell.python, tuple(sorted((*cell.packages, "jupyterlab"))))
+    return replace(cell, packages=tuple(sorted((*cell.packages, "jupyterlab"))))
 
 
 def _bases(p: _Problems, table: object) -> dict[str, BaseRef]:

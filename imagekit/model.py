@@ -19,6 +19,7 @@ class Cell:
     transformers: str
     python: str
     packages: tuple[str, ...] = ()  # canonical requirement strings, sorted
+    apt: tuple[str, ...] = ()  # Debian packages over the base (`[image] apt`), sorted; pinned in the cell's lock
 
     @property
     def variant(self) -> str:
@@ -29,7 +30,12 @@ class Cell:
         return f"{self.variant}-torch{self.torch}-py{self.python}-tf{self.transformers}"
 
     def to_json(self) -> dict[str, object]:
-        return {**asdict(self), "packages": list(self.packages), "id": self.id, "variant": self.variant}
+        doc = {**asdict(self), "packages": list(self.packages), "id": self.id, "variant": self.variant}
+        if self.apt:
+            doc["apt"] = list(self.apt)
+        else:  # a cell without apt packages is described (and its lock's input hash computed) as before they existed
+            del doc["apt"]
+        return doc
 
 
 @dataclass(frozen=True)

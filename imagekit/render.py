@@ -156,8 +156,8 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
     labels = naming.labels(facts)
     layering = layers.split(plan.lock)
     files = {MANIFEST: ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644)}
-    for layer in layering.layers:  # kept in the image for whoever looks; installed from the wheelhouse's copy
-        files[layer_file(layer)] = (layer.requirements.encode(), 0o644)
+    for name, text in layering.requirement_files.items():  # kept in the image; installed from the wheelhouse's copy
+        files[f"{APP_FILES}/{name}"] = (text.encode(), 0o644)
     files.update(_context_files())
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
     code = plan.code
@@ -176,6 +176,7 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         wheels="/mnt" if _builder(plan.builder) == "buildkit" else _url(plan.wheels_url),
         builder=plan.builder,
         layers=layering.layers,
+        apt=layering.apt,
         cuda_prefix=layers.CUDA_PREFIX,
         cuda_layers=len(layering.cuda),
         uv=tools.UV,

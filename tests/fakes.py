@@ -103,7 +103,7 @@ class RecordingEngine:
         self.images.pop(ref, None)
 
     def run(self, image, argv, *, entrypoint=None, env=None, gpus=False, user=None, timeout=900, volumes=None,
-            on_stderr=None) -> tuple[int, str, str]:  # fmt: skip
+            on_stderr=None, network=False) -> tuple[int, str, str]:  # fmt: skip
         self._record("run", image, argv[0])
         status = "pass" if self.selftest_passes else "fail"
         checks = [{"id": "dists-match-lock", "status": status, "summary": "", "hint": "", "evidence": {}}]

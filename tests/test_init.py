@@ -80,6 +80,7 @@ def test_every_commented_key_is_one_the_parser_accepts(data):
         "repository": matrix.DEFAULT_REPOSITORY,
         "jupyter": True,
         "compiler": False,
+        "apt": ["git-lfs", "ffmpeg"],
         "size_budget": "+10%",
         "copy": ".",
         "command": ["python", "/opt/app/train.py"],
@@ -92,6 +93,7 @@ def test_every_commented_key_is_one_the_parser_accepts(data):
     assert "cu124-torch2.8.0-py3.11-tf4.48.2" not in {c.id for c in config.cells}  # the exclude example
     assert "cu129-torch2.8.0-py3.12-tf5.9.0" in {c.id for c in config.cells}  # the include example
     assert config.options.jupyter and not config.options.compiler and "3.11" in config.bases
+    assert config.options.apt == ("ffmpeg", "git-lfs") and all(c.apt == ("ffmpeg", "git-lfs") for c in config.cells)
     assert config.options.copy is not None and config.extra_index_urls == ("https://pkgs.example.com/simple",)
 
 
@@ -206,6 +208,7 @@ TABLE_KEYS = {
     "targets.min_driver",
     "image.repository",
     "image.jupyter",
+    "image.apt",
     "image.copy",
     "image.command",
     "lock.index_url",

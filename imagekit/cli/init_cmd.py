@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from imagekit import compat, matrix, validate
+from imagekit import compat, debs, matrix, validate
 from imagekit.cli.common import err_console, handles_errors, output_file_option
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.errors import UsageError
@@ -49,7 +49,13 @@ def _list(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(_toml(v) for v in values) + "]"
 
 
-def document(axes: dict[str, tuple[str, ...]], packages: tuple[str, ...], repository: str, table: str = "") -> str:
+def document(
+    axes: dict[str, tuple[str, ...]],
+    packages: tuple[str, ...],
+    repository: str,
+    table: str = "",
+    apt: tuple[str, ...] = (),
+) -> str:
     """The commented matrix: the axes, packages and repository set, every other key shown commented out.
     ``table``: "tool.imagekit." for pyproject.toml's section, "" for a file of its own."""
     t = table
@@ -92,6 +98,7 @@ repository = {_toml(repository)}    # where `imagekit build --push` publishes: R
 # jupyter = true                     # JupyterLab in the image, started when JUPYTER_PASSWORD is set (default false)
 # compiler = false                   # leave out gcc/g++ and the Python headers: ~200 MB less, no torch.compile
 # size_budget = "+10%"               # refuse an image this much bigger than the cell's last release, or "6.5 GB"
+{f"apt = {_list(apt)}" if apt else '# apt = ["git-lfs", "ffmpeg"]'}    # Debian packages over the base (.debs locked)
 # copy = "."                         # this folder, as the image's last layer in /opt/app (a code change pushes it
 #                                    # alone): or {{ from = "src", to = "/opt/app", exclude = ["data/", "**/*.ckpt"] }}
 # command = ["python", "/opt/app/train.py"]   # the default command: a container started without one runs it
@@ -155,6 +162,14 @@ def register(app: typer.Typer) -> None:
                 f"{', '.join(DEFAULT_PACKAGES)}).",
             ),
         ] = None,
+        apt: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--apt",
+                metavar="PACKAGE",
+                help="Debian package over the base, e.g. git-lfs or ffmpeg (repeatable; each .deb locked by sha256).",
+            ),
+        ] = None,
         repository: Annotated[
             str,
             typer.Option(metavar="REG/REPO", help="Where `imagekit build --push` publishes, e.g. ghcr.io/acme/train."),
@@ -174,6 +189,7 @@ def register(app: typer.Typer) -> None:
         names = {validate.requirement_name(p) for p in extra}
         packages = tuple(p for p in DEFAULT_PACKAGES if validate.requirement_name(p) not in names) + extra
         repo = _valid("--repository", validate.repository, repository)
+        debs_ = tuple(dict.fromkeys(_valid("--apt", _deb_name, a) for a in apt or ()))
         data = inputs.compat_data()
         unbased = [p for p in axes["python"] if p not in data.bases]
         if unbased:
@@ -189,12 +205,12 @@ def register(app: typer.Typer) -> None:
                 raise UsageError(
                     f"--pyproject appends to a pyproject.toml, not {target}", "drop --out, or drop --pyproject"
                 )
-            text = _pyproject_with(target, document(axes, packages, repo, table="tool.imagekit."))
+            text = _pyproject_with(target, document(axes, packages, repo, table="tool.imagekit.", apt=debs_))
             origin = f"{target} [tool.imagekit]"
         else:
             if (target.exists() or target.is_symlink()) and not force:
                 raise UsageError(f"{target} exists", "pass --force to replace it, or --out FILE to write elsewhere")
-            text = document(axes, packages, repo)
+            text = document(axes, packages, repo, apt=debs_)
             origin = str(target)
         doc = tomllib.loads(text)
         checked = f"{origin} (not written)"  # an unknown version or an all-excluded matrix leaves the file alone
@@ -209,6 +225,12 @@ def _valid(flag: str, check: Callable[[str], str], value: str) -> str:
         return check(value)
     except UsageError as exc:
         raise UsageError(exc.message, exc.hint or f"for example {flag} {EXAMPLES[flag]}") from None
+
+
+def _deb_name(value: str) -> str:
+    if debs.package_name(value) is None:
+        raise UsageError(f"--apt {value!r} is not a Debian package name", debs.REQUEST_HINT)
+    return value
 
 
 def _axis(values: list[str] | None, axis: str) -> tuple[str, ...]:

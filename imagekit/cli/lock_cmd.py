@@ -67,6 +67,20 @@ def register(app: typer.Typer) -> None:
                 if r.error and not isinstance(r.error, IndexUnreachable):  # those: once, at the end
                     console.print("  " + r.error.render().replace("\n", "\n  "), markup=False)
 
+            apt = None
+            if any(c.apt for c in plain):  # resolved by apt in each cell's base: the engine is needed
+                from imagekit.effects.docker import Engine
+                from imagekit.services.apt_resolve import resolver_for
+                from imagekit.services.base_images import base_for
+
+                engine = Engine()
+                apt = resolver_for(
+                    engine,
+                    lambda python: base_for(
+                        python, engine, data.bases, config.bases, compiler=config.options.compiler,
+                        log=lambda line: console.print(line, markup=False),
+                    ),
+                )  # fmt: skip
             results = lock_service.lock_cells(
                 plain,
                 directory,
@@ -77,6 +91,7 @@ def register(app: typer.Typer) -> None:
                 upgrade_all=upgrade,
                 jobs=jobs,
                 on_result=show,
+                apt=apt,
             )
         if as_json:
             out_json(

@@ -279,6 +279,7 @@ class Engine:
         timeout: int = 900,
         volumes: dict[str, dict] | None = None,
         on_stderr: LineFn | None = None,
+        network: bool = False,
     ) -> tuple[int, str, str]:
         """Run a container to completion; returns (exit code, stdout, stderr). The container is removed.
         ``on_stderr`` receives the container's stderr lines while it runs."""
@@ -292,7 +293,7 @@ class Engine:
             environment=env or {},
             device_requests=device_requests,
             user=user,
-            network_mode="none",
+            network_mode="bridge" if network else "none",
             volumes=volumes or {},
         )
         try:

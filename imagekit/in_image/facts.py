@@ -102,6 +102,38 @@ def lock_drift(want, have):
     }
 
 
+# ---- Debian packages (`[image] apt`) ----------------------------------------------------------------------------
+DPKG_STATUS = "/var/lib/dpkg/status"
+
+
+def dpkg_installed(text):
+    """{"name:arch": version} of the packages dpkg's status file (``text``) says are installed."""
+    out = {}
+    for stanza in re.split(r"\n\s*\n", text):
+        fields = {}
+        for line in stanza.splitlines():
+            if line[:1] not in (" ", "\t") and ":" in line:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+        if fields.get("Status", "").endswith(" installed") and fields.get("Package"):
+            out[fields["Package"] + ":" + fields.get("Architecture", "")] = fields.get("Version", "")
+    return out
+
+
+def apt_drift(want, have):
+    """The image's pinned .debs ``want`` ({name: {"version", "arch"}}, the manifest's ``apt.packages``) against
+    ``have`` (:func:`dpkg_installed`): {"missing": [names], "different": ["name have (pinned want)"]}, sorted.
+    Packages dpkg has beyond the pins are the base's, not drift."""
+    missing, different = [], []
+    for name, pin in sorted(want.items()):
+        got = have.get(name + ":" + pin.get("arch", ""))
+        if got is None:
+            missing.append(name)
+        elif got != pin.get("version"):
+            different.append(name + " " + got + " (pinned " + str(pin.get("version")) + ")")
+    return {"missing": missing, "different": different}
+
+
 _JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 
 

@@ -473,6 +473,22 @@ def check_drift(env, manifest, in_image=True):
                   "", evidence)
 
 
+def check_apt(manifest):
+    """`apt-drift`: the image's `[image] apt` packages, at their pinned versions (dpkg's status file)."""
+    want = (manifest.get("apt") or {}).get("packages") or {}
+    try:
+        with open(facts.DPKG_STATUS, encoding="utf-8", errors="replace") as fh:
+            drift = facts.apt_drift(want, facts.dpkg_installed(fh.read()))
+    except OSError as exc:
+        return result("apt-drift", "fail", f"cannot read {facts.DPKG_STATUS}: {exc}",
+                      "run the doctor inside the image (the manifest names Debian packages)")
+    lines = [f"{n} missing" for n in drift["missing"]] + drift["different"]
+    if lines:
+        return result("apt-drift", "fail", "Debian packages differ from the image's lock: " + "; ".join(lines[:8]),
+                      "rebuild or re-pull the image; apt-get upgrade over it is untested", drift)
+    return result("apt-drift", "pass", f"{len(want)} Debian packages at their pinned versions", "", drift)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # NVIDIA driver and GPUs (no torch)
 # ---------------------------------------------------------------------------------------------------------
@@ -1139,6 +1155,8 @@ def run_checks(args):
             checks.append(check_drift(env, manifest, in_image))
         if manifest and manifest.get("requirements"):
             checks.append(check_requirements(env, manifest))
+        if manifest and (manifest.get("apt") or {}).get("packages"):
+            checks.append(check_apt(manifest))
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
         checks.append(result("interpreter", "error", f"cannot inspect {python}: {exc}", "pass --python PATH"))
     gpu_checks = check_gpus(gpu_state, manifest, require_gpu)

@@ -4,6 +4,7 @@
 usage: install-layer --wheels URL|DIR --uv FILENAME#sha256=HEX --requirements URL|FILE#sha256=HEX
                      (--venv DIR [--link-from DIR] [--compile] | --target DIR) [--files URL|FILE#sha256=HEX]
        install-layer --files URL|FILE#sha256=HEX     (a layer of files only: the user's code)
+       install-layer --wheels URL|DIR --debs URL|FILE#sha256=HEX   (the locked .debs of `[image] apt`)
 
 The uv wheel comes from the same wheelhouse as the locked wheels and is checked against its sha256 before use; it
 is unpacked into a temporary folder that is gone when this ends; the requirements are checked against theirs too.
@@ -15,6 +16,12 @@ layer's bytes do not depend on when the wheels were downloaded.
 --files unpacks a tarball of files at their image paths into / first, checked by its sha256 (the app layer's
 files on the legacy builder, where a COPY after the big layers would cost a container commit of its own).
 
+--debs installs exactly the .debs its list names (``<sha256>.deb name=version arch`` lines), each fetched from the
+wheelhouse and checked against its sha256, with apt, offline: apt sees no package lists (an empty lists folder), so
+anything not in the list is refused rather than downloaded; no downgrade, no removal, no service started. Files apt
+and dpkg stamp with the time (logs, binary caches) are put back as they were, so the layer's bytes do not depend on
+when it was built.
+
 --link-from DIR links each folder the CUDA layers installed in DIR (nvidia/, cusparselt/, ...) into the venv's
 site-packages, so the libraries' RPATHs ($ORIGIN/../../nvidia/cublas/lib) resolve as if installed there.
 """
@@ -23,6 +30,7 @@ import argparse
 import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +95,88 @@ def drop_uv_cache_records(root, before):
                 fh.writelines(lines)
 
 
+DEB_LINE = re.compile(r"^([0-9a-f]{64})\.deb ([a-z0-9][a-z0-9+.-]+)=([A-Za-z0-9.+~:-]+) ([a-z0-9-]+)$")
+# What apt and dpkg write with the time in it (or a per-build cache): restored to the base's bytes, or removed
+VOLATILE = (
+    "/var/log/dpkg.log", "/var/log/alternatives.log", "/var/log/apt/history.log", "/var/log/apt/term.log",
+    "/var/log/apt/eipp.log.xz", "/var/cache/ldconfig/aux-cache", "/var/cache/apt/pkgcache.bin",
+    "/var/cache/apt/srcpkgcache.bin", "/var/cache/debconf/config.dat-old", "/var/cache/debconf/templates.dat-old",
+    "/var/cache/debconf/passwords.dat-old",
+)
+POLICY = "/usr/sbin/policy-rc.d"  # 101: no service starts while the layer is built
+
+
+def read_deb_list(data):
+    pins = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        m = DEB_LINE.match(line)
+        if not m:
+            fail(f"not a package line in the .deb list: {line[:120]!r}", "render again")
+        pins.append(m.groups())
+    return pins
+
+
+def install_debs(wheels, ref):
+    pins = read_deb_list(read_checked(ref, "the .deb list", "render again"))
+    saved = {}
+    for path in VOLATILE:
+        try:
+            with open(path, "rb") as fh:
+                saved[path] = fh.read()
+        except FileNotFoundError:
+            saved[path] = None
+    had_policy = os.path.lexists(POLICY)
+    with tempfile.TemporaryDirectory(prefix="imagekit-debs-") as tmp:
+        files = []
+        for sha, name, version, _arch in pins:
+            data = read_checked(f"{wheels.rstrip('/')}/{sha}.deb#sha256={sha}", f"{name} {version}",
+                                "run `imagekit fetch` (it puts the locked .debs there)")
+            path = os.path.join(tmp, f"{sha}.deb")
+            with open(path, "wb") as fh:
+                fh.write(data)
+            files.append(path)
+        lists = os.path.join(tmp, "lists")
+        os.makedirs(os.path.join(lists, "partial"))
+        if not had_policy:
+            with open(POLICY, "w") as fh:
+                fh.write("#!/bin/sh\nexit 101\n")
+            os.chmod(POLICY, 0o755)
+        try:
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            res = subprocess.run(
+                ["apt-get", "install", "-y", "-q", "--no-install-recommends", "--no-remove",
+                 "-o", f"Dir::State::Lists={lists}", "-o", "APT::Sandbox::User=root", "-o", "Dpkg::Use-Pty=0",
+                 *files],
+                env=env,
+            )
+        finally:
+            if not had_policy:
+                os.unlink(POLICY)
+        if res.returncode != 0:
+            fail("apt could not install the locked packages from their files alone",
+                 "re-lock the cell (`imagekit lock -U`): the base changed since these packages were resolved")
+    query = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Package} ${Architecture} ${Version} ${db:Status-Status}\\n"],
+        capture_output=True, text=True,
+    )
+    got = {}
+    for line in query.stdout.splitlines():
+        parts = line.split(" ")
+        if len(parts) == 4:
+            got[(parts[0], parts[1])] = (parts[2], parts[3])
+    for _, name, version, arch in pins:
+        if got.get((name, arch)) != (version, "installed"):
+            fail(f"{name} {version} ({arch}) is not what dpkg reports after the install: {got.get((name, arch))}",
+                 "re-lock the cell (`imagekit lock -U`)")
+    for path, data in saved.items():
+        if data is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+        else:
+            with open(path, "wb") as fh:
+                fh.write(data)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wheels")
@@ -98,7 +188,13 @@ def main():
     ap.add_argument("--link-from")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--files")
+    ap.add_argument("--debs")
     args = ap.parse_args()
+    if args.debs:
+        if not args.wheels:
+            ap.error("--debs needs --wheels (where the .debs are)")
+        install_debs(args.wheels, args.debs)
+        return
     if args.files:
         data = read_checked(args.files, "the layer's files", "render again")
         trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}  # checked above

@@ -1,6 +1,7 @@
 """The image self-test: run inside a built image before anything is published.
 
 Checks: installed distributions equal the lock exactly (local labels included, nothing extra), `pip check`,
+the `[image] apt` packages at their locked versions,
 torch's CUDA version, `python`/`python3` identity, numpy interop, a tiny transformers model's forward and
 backward pass, and (gpu_checks) the GPU when there is one. Prints a JSON report; exit 1 on any failure.
 """
@@ -60,6 +61,19 @@ def check_distributions(manifest):
         return check("dists-match-lock", "fail", "; ".join(parts), "rebuild from the lock; never pip install over it",
                      ev)
     return check("dists-match-lock", "pass", f"{len(want)} distributions match the lock exactly", "", ev)
+
+
+def check_apt(manifest):
+    """`apt-packages`: every .deb the cell locked (`[image] apt`) is installed at its pinned version."""
+    want = (manifest.get("apt") or {}).get("packages") or {}
+    if not want:
+        return check("apt-packages", "skip", "no [image] apt packages")
+    with open(facts.DPKG_STATUS, encoding="utf-8", errors="replace") as fh:
+        drift = facts.apt_drift(want, facts.dpkg_installed(fh.read()))
+    if drift["missing"] or drift["different"]:
+        parts = (["missing: " + ", ".join(drift["missing"])] if drift["missing"] else []) + drift["different"]
+        return check("apt-packages", "fail", "; ".join(parts), "rebuild from the lock", drift)
+    return check("apt-packages", "pass", f"{len(want)} Debian packages at their locked versions", "", drift)
 
 
 def check_pip():
@@ -258,6 +272,7 @@ def main(argv=None):
         guarded("cuda-libraries", check_cuda_libraries, manifest),
         guarded("numpy-interop", check_numpy_interop),
         guarded("tiny-model", check_tiny_model),
+        guarded("apt-packages", check_apt, manifest),
     ]
     out, _ = compiling.communicate()
     try:

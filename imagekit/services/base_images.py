@@ -150,6 +150,24 @@ def ensure_base(
     return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}", compiler=compiler)
 
 
+def base_for(
+    python: str,
+    engine: ContainerEngine,
+    data_bases: dict[str, BaseSpec],
+    registry_bases: dict[str, BaseRef],
+    epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
+    log: Callable[[str], None] = lambda _: None,
+    compiler: bool = True,
+) -> BaseRef:
+    """The base a cell of Python ``python`` starts FROM, present in the engine: the matrix's registry base, pulled,
+    else imagekit's own, bootstrapped once."""
+    if python in registry_bases:
+        ref = registry_bases[python]
+        engine.pull(ref.reference)
+        return ref
+    return ensure_base(data_bases[python], engine, epoch, log, compiler=compiler)
+
+
 def push_base(
     engine: ContainerEngine, ref: BaseRef, repository: str, username: str | None, password: str | None
 ) -> str:

@@ -1,4 +1,4 @@
-"""Build use case, per cell: one function per stage (:data:`STAGES`): lock (if stale) -> base -> fetch wheels ->
+"""Build use case, per cell: one function per stage (:data:`STAGES`): base -> lock (if stale) -> fetch wheels ->
 render -> docker build -> runtime config -> size budget -> self-test -> publish."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.lockfile import Lock
 from imagekit.model import Cell
-from imagekit.services import fetch, publish, selftest_runner
+from imagekit.services import apt_resolve, fetch, publish, selftest_runner
 from imagekit.services import lock_cells as lock_service
-from imagekit.services.base_images import ensure_base
+from imagekit.services.base_images import base_for
 from imagekit.services.build_plans import code_for
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
@@ -136,8 +136,11 @@ class _Build:
 
 def _lock(b: _Build) -> None:
     """The cell's lock, re-resolved when missing or stale (a line only when it takes time: when it resolves)."""
+    assert b.base is not None
+    base = b.base
+    apt = (lambda cell: apt_resolve.resolve(b.engine, base, cell.apt)) if b.cell.apt else None
     with activity(b.progress, b.cell.id, "lock"):
-        locked = lock_service.lock_one(b.cell, b.opts.lock_dir, b.opts.settings, b.data)
+        locked = lock_service.lock_one(b.cell, b.opts.lock_dir, b.opts.settings, b.data, apt=apt)
     if locked.error:
         raise locked.error
     b.lock = locked.lock
@@ -151,19 +154,18 @@ def _lock(b: _Build) -> None:
 
 def _base(b: _Build) -> None:
     """The base image: the matrix's registry base, pulled, or imagekit's own, bootstrapped once."""
-    if b.cell.python in b.opts.bases:
-        b.base = b.opts.bases[b.cell.python]
-        with activity(b.progress, b.cell.id, f"pulling base {b.base.reference}"):
-            b.engine.pull(b.base.reference)
-    else:
-        with activity(b.progress, b.cell.id, "base"):
-            b.base = ensure_base(
-                b.data.bases[b.cell.python],
-                b.engine,
-                b.opts.source_date_epoch,
-                b.say,
-                compiler=b.opts.options.compiler,
-            )
+    pulled = b.cell.python in b.opts.bases
+    what = f"pulling base {b.opts.bases[b.cell.python].reference}" if pulled else "base"
+    with activity(b.progress, b.cell.id, what):
+        b.base = base_for(
+            b.cell.python,
+            b.engine,
+            b.data.bases,
+            b.opts.bases,
+            b.opts.source_date_epoch,
+            b.say,
+            compiler=b.opts.options.compiler,
+        )
 
 
 def _fetch(b: _Build) -> None:
@@ -317,8 +319,8 @@ def _publish(b: _Build) -> None:
 # The build, stage by stage: (the step a failure is reported at, the stage). Each stage reads what the ones before
 # it left on the _Build; a failure stops the build there (nothing is pushed unless the self-test passed).
 STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
+    ("base", _base),  # first: a cell's `[image] apt` packages are locked over it
     ("lock", _lock),
-    ("base", _base),
     ("fetch", _fetch),
     ("render", _render),
     ("build", _build),
@@ -338,7 +340,7 @@ def build_cell(
     progress: Progress | None = None,
     registry: Registry | None = None,
 ) -> CellResult:
-    """Lock (when stale) -> base -> fetch -> render -> build -> runtime config -> size budget -> self-test -> publish
+    """Base -> lock (when stale) -> fetch -> render -> build -> runtime config -> size budget -> self-test -> publish
     (:data:`STAGES`). Nothing is pushed unless the self-test passed; the alias tag moves only after the immutable tag
     is published."""
     result = CellResult(cell)

@@ -420,9 +420,47 @@ def fetch_lock(
 
 
 def fetch_for_build(lock: Lock, python: str, glibc: str, **kw: Any) -> list[FetchedWheel]:
-    """What a build's wheelhouse holds: the lock's wheels and the installer's (uv)."""
+    """What a build's wheelhouse holds: the lock's wheels, its .debs (`[image] apt`) and the installer's (uv)."""
     wheels_ = fetch_lock(lock, python, glibc, **kw)
-    return [*wheels_, fetch_tool(tools.UV, progress=kw.get("progress"), cell=kw.get("cell", ""))]
+    progress, cell = kw.get("progress"), kw.get("cell", "")
+    return [
+        *wheels_,
+        *fetch_debs(lock, progress=progress, cell=cell),
+        fetch_tool(tools.UV, progress=progress, cell=cell),
+    ]
+
+
+def fetch_debs(lock: Lock, *, progress: Progress | None = None, cell: str = "") -> list[FetchedWheel]:
+    """Each .deb the lock pins (`[image] apt`), from the cache when its sha256 still verifies, else from the URL
+    apt gave when the cell was locked (checked: size and sha256). Named by content: ``<sha256>.deb``."""
+    got = []
+    for pin in lock.apt:
+        dest = wheel_cache() / pin.sha256 / pin.filename
+        if dest.is_file():
+            if _sha256(dest) != pin.sha256:
+                raise CheckFailed(
+                    f"cached package {dest} does not match its hash sha256:{pin.sha256}",
+                    f"the cache was tampered with; delete {dest.parent} and fetch again",
+                )
+            got.append(FetchedWheel(pin.name, dest, False))
+            continue
+        cand = wheels.Candidate(pin.filename, pin.url, pin.sha256, pin.size)
+        with activity(
+            progress or NullProgress(), cell, f"download {pin.name}_{pin.version}", total=pin.size, unit="B"
+        ) as act:
+            try:
+                _download(cand, dest, act.advance)
+            except EnvironmentFailure as exc:
+                if not any(f"HTTP {code}" in exc.message for code in (404, 410)):
+                    raise
+                raise CheckFailed(
+                    f"{pin.name} {pin.version} is no longer at {untrusted.printable(pin.url, 200)} (the archive "
+                    "moved on to a newer version)",
+                    "re-lock the cell (`imagekit lock -U`) for the archive's current packages, or keep the cache "
+                    "that holds these files",
+                ) from None
+        got.append(FetchedWheel(pin.name, dest, True))
+    return got
 
 
 def fetch_tool(tool: tools.ToolWheel, *, progress: Progress | None = None, cell: str = "") -> FetchedWheel:
@@ -615,15 +653,13 @@ def requirements(lock: Lock) -> dict[str, str]:
     """Each layer's requirements file (name -> text): the RUN that installs a layer reads it beside the wheels."""
     from imagekit import layers
 
-    return {layer.filename: layer.requirements for layer in layers.split(lock).layers}
+    return layers.split(lock).requirement_files
 
 
 def write_requirements(lock: Lock, directory: Path) -> None:
     """Each layer's requirements beside the wheels: the RUN that installs a layer reads them from there."""
-    from imagekit import layers
-
-    for layer in layers.split(lock).layers:
-        write_atomic(directory / layer.filename, layer.requirements)
+    for name, text in requirements(lock).items():
+        write_atomic(directory / name, text)
 
 
 def wheelhouse(fetched: list[FetchedWheel], directory: Path) -> Path:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
 from imagekit import lockfile, resolution
 from imagekit.compat import CompatData
+from imagekit.debs import DebPin
 from imagekit.effects import process, resolver
 from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, ImagekitError, UsageError
@@ -142,9 +143,11 @@ def lock_one(
     upgrade: tuple[str, ...] = (),
     upgrade_all: bool = False,
     using: resolver.Resolver | None = None,
+    apt: Callable[[Cell], tuple[DebPin, ...]] | None = None,
 ) -> LockResult:
     """Lock ``cell`` unless its lock is made for its present inputs (or an upgrade is asked for); the resolver is
-    the one ``settings`` names unless ``using`` (a test's fake) is given."""
+    the one ``settings`` names unless ``using`` (a test's fake) is given. ``apt`` resolves the cell's `[image] apt`
+    packages over its base (services/apt_resolve.py); a cell with some cannot be locked without it."""
     path = lock_path(directory, cell)
     req = resolution.request(cell, settings, data)
     try:
@@ -157,6 +160,12 @@ def lock_one(
         resolution.check_direct_wheels(req, [p for p in cell.packages if resolution.is_direct(p)])
     except CheckFailed as exc:
         return LockResult(cell, "failed", path, existing, exc)
+    if cell.apt and apt is None:
+        return LockResult(
+            cell, "failed", path, existing,
+            UsageError(f"{cell.id}: [image] apt packages are resolved in the cell's base, with Docker",
+                       "run `imagekit lock` where Docker runs (it bootstraps or pulls the base)"),
+        )  # fmt: skip
     tool = using or resolver.for_settings(settings)
     # The resolver starts at once; the index probe (once per URL and process) and its version run beside it. An
     # index that does not answer stops the resolver (uv would retry for half a minute) with the probe's one error.
@@ -168,6 +177,8 @@ def lock_one(
             tool, req, prefs, upgrade, upgrade_all, abort=lambda: probe.done() and bool(probe.result())
         )
         lock = resolution.build_lock(req, output, matrix, data, version.result())
+        if cell.apt and apt is not None:
+            lock = replace(lock, apt=apt(cell))
     except (ImagekitError, process.Aborted) as exc:
         down = probe.result()
         if down is not None:
@@ -190,9 +201,12 @@ def lock_cells(
     upgrade_all: bool = False,
     jobs: int = 4,
     on_result: Callable[[LockResult], None] | None = None,
+    apt: Callable[[Cell], tuple[DebPin, ...]] | None = None,
 ) -> list[LockResult]:
     def work(cell: Cell) -> LockResult:
-        result = lock_one(cell, directory, settings, data, matrix=matrix, upgrade=upgrade, upgrade_all=upgrade_all)
+        result = lock_one(
+            cell, directory, settings, data, matrix=matrix, upgrade=upgrade, upgrade_all=upgrade_all, apt=apt
+        )
         if on_result:
             on_result(result)
         return result

@@ -47,6 +47,7 @@ class ContainerEngine(Protocol):
         timeout: int = 900,
         volumes: dict[str, dict] | None = None,
         on_stderr: LineFn | None = None,
+        network: bool = False,
     ) -> tuple[int, str, str]: ...
     def push(
         self,

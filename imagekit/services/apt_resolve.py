@@ -1,0 +1,64 @@
+"""`[image] apt`: apt itself resolves the packages in a container of the cell's base (fresh package lists, no
+recommends), so the pins are what apt would install over that base; ``imagekit.debs`` checks its answer."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from imagekit import debs, untrusted
+from imagekit.buildplan import BaseRef
+from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.model import Cell
+from imagekit.services.ports import ContainerEngine
+
+AptResolver = Callable[[Cell], tuple[debs.DebPin, ...]]
+TIMEOUT = 600
+
+
+def resolve(engine: ContainerEngine, base: BaseRef, packages: tuple[str, ...]) -> tuple[debs.DebPin, ...]:
+    """The .debs apt installs for ``packages`` over ``base`` (the container reaches the base's archive)."""
+    bad = [p for p in packages if debs.package_name(p) is None]
+    if bad:  # the matrix parser refuses these; never let one reach a shell
+        raise UsageError(f"not a Debian package name: {untrusted.printable(bad[0], 60)}", debs.REQUEST_HINT)
+    code, out, err = engine.run(
+        base.reference,
+        ["sh", "-c", debs.resolve_script(packages)],
+        user="root",
+        timeout=TIMEOUT,
+        network=True,
+    )
+    if code != 0:
+        said = untrusted.printable(err.strip()[-1500:] or out.strip()[-1500:], 1500, lines=True)
+        if "Unable to locate package" in err or "has no installation candidate" in err:
+            raise UsageError(
+                f"apt cannot install {', '.join(packages)} on {base.name}:\n{said}",
+                f"check the names in [image] apt for {base.name} (apt-cache search NAME)",
+            )
+        raise EnvironmentFailure(
+            f"apt could not resolve {', '.join(packages)} in {base.reference} (exit {code}):\n{said}",
+            "the base's package archive must be reachable from a container (docker run --network bridge)",
+        )
+    simulation, uris = debs.split_output(out)
+    try:
+        return debs.parse_resolution(simulation, uris)
+    except untrusted.UntrustedData as exc:
+        raise EnvironmentFailure(
+            f"apt's answer in {base.reference} was refused: {exc}", "retry; bootstrap the base again if it repeats"
+        ) from None
+
+
+def resolver_for(engine: ContainerEngine, base_of: Callable[[str], BaseRef]) -> AptResolver:
+    """A resolver for the lock step (cells are locked side by side): each Python's base made present once
+    (``base_of``: bootstrapped or pulled), then apt in a container of it."""
+    bases: dict[str, BaseRef] = {}
+    guard = threading.Lock()
+
+    def run(cell: Cell) -> tuple[debs.DebPin, ...]:
+        with guard:
+            if cell.python not in bases:
+                bases[cell.python] = base_of(cell.python)
+            base = bases[cell.python]
+        return resolve(engine, base, cell.apt)
+
+    return run
