@@ -67,6 +67,18 @@ def test_own_packages_axes_and_registry(app, runner, data, in_tmp):
     assert all(c.packages == ("accelerate", "bitsandbytes>=0.45", "peft") for c in config.cells)
 
 
+def test_apt_packages_from_the_command_line(app, runner, data, in_tmp):
+    res = _init(app, runner, "--apt", "git-lfs", "--apt", "ffmpeg", "--apt", "git-lfs")
+    assert res.exit_code == 0, res.output
+    config = inputs.load_matrix(Path("imagekit.toml"), data)
+    assert 'apt = ["git-lfs", "ffmpeg"]' in Path("imagekit.toml").read_text()
+    assert config.options.apt == ("ffmpeg", "git-lfs") and all(c.apt == ("ffmpeg", "git-lfs") for c in config.cells)
+    Path("imagekit.toml").unlink()
+    bad = _init(app, runner, "--apt", "ffmpeg; rm -rf /")
+    assert bad.exit_code == 2 and "not a Debian package name" in bad.output and "git-lfs" in bad.output
+    assert not Path("imagekit.toml").exists()
+
+
 def test_every_commented_key_is_one_the_parser_accepts(data):
     """Uncommenting every example key of the written file still gives a valid matrix: the comments name real keys."""
     text = document(DEFAULT_AXES, DEFAULT_PACKAGES, matrix.DEFAULT_REPOSITORY)

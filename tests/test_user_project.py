@@ -30,6 +30,10 @@ def test_the_project_locks_builds_and_publishes_with_everything_it_named(user_pr
     lock = lockfile.parse(p["lock"])
     assert lock.pins()["acme-kernels"] == KERNELS[1] and lock.pins()["acme-utils"] == "0.3.0"
     assert f"acme-kernels @ {p['kernels_url']}#sha256=" in p["lock"]
+    # jq and what it needs over the base (libjq1, libonig5), each .deb with its version, size, sha256 and URL
+    debs = {pin.name: pin for pin in lock.apt}
+    assert {"jq", "libjq1", "libonig5"} <= set(debs) and "git" not in debs, p["lock"]
+    assert all(pin.url.startswith("http://deb.debian.org/debian/pool/") and len(pin.sha256) == 64 for pin in lock.apt)
     committed = lockfile.parse((real_build[1].lock_dir / f"{REAL_CELL.id}.txt").read_text())
     assert [e.spec for e in lock.torch] == [e.spec for e in committed.torch]
     # no credential anywhere a user could commit or paste: the lock, the context, the output
@@ -43,20 +47,27 @@ def test_the_project_locks_builds_and_publishes_with_everything_it_named(user_pr
     code, out = _run(
         engine, tag,
         "dpkg -s git tmux curl >/dev/null && echo tools-ok; "
+        "dpkg-query -W -f '${Package}=${Version}\\n' jq libjq1 libonig5; echo '{\"a\": 42}' | jq .a; "
+        "/opt/imagekit/bin/imagekit-doctor --tier quick --json > /tmp/d.json; python -c \"import json; "
+        "print([c['status'] + ' ' + c['message'] for c in json.load(open('/tmp/d.json'))['checks'] "
+        "if c['id'] == 'apt-drift'])\"; "
         "python -c 'import acme_kernels, acme_utils; print(acme_kernels.fused(), acme_utils.NAME)'; "
         "cat /opt/app/acme/__init__.py; ls -a /opt/app; python /opt/app/train.py",
     )  # fmt: skip
     assert code == 0, out
+    for name in ("jq", "libjq1", "libonig5"):  # exactly the locked versions
+        assert f"{name}={debs[name].version}" in out, out
+    assert re.search(r"^42$", out, re.M) and f"pass {len(debs)} Debian packages at their pinned" in out, out
     assert "tools-ok" in out and "42 acme" in out and "VERSION = 1" in out and "training with 42" in out
     listing = out.split("VERSION = 1", 1)[1]
     for gone in ("data", ".git", "wandb.env"):
         assert re.search(rf"^{re.escape(gone)}$", listing, re.M) is None, listing
     # the first push uploaded the project's own layers only: the real cell's were in the registry already
     first = re.search(r"\((\d+) layers pushed, (\d+) already there\)", transcript)
-    assert first and int(first[2]) >= 5 and int(first[1]) <= 3, transcript[-3000:]
-    # the code is the last layer, above the real cell's layers, which the registry already held
+    assert first and int(first[2]) >= 5 and int(first[1]) <= 4, transcript[-3000:]
+    # the Debian packages, the app and the code are the last layers, above the real cell's, which the registry held
     mine, theirs = engine.layers(tag), engine.layers(real_build[0].tag)
-    assert len(mine) == len(theirs) + 1 and mine[0] == theirs[0] and mine[2:-2] == theirs[2:-1]
+    assert len(mine) == len(theirs) + 2 and mine[0] == theirs[0] and mine[2:-3] == theirs[2:-1]
     # the registry asks for credentials; with `docker login`'s it serves exactly the published digest
     remote = Remote.parse(p["repo"])
     host = p["registry"].address
