@@ -3,12 +3,18 @@ vendor's own archive keyring, so a Debian base bootstraps on an Ubuntu host (Git
 
 from __future__ import annotations
 
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH
 from imagekit.errors import EnvironmentFailure
-from imagekit.services.base_images import KEYRINGS, bootstrap_argv
+from imagekit.services.base_images import KEYRINGS, bootstrap_argv, bootstrap_tarball, ensure_base
 
 ALL = frozenset(path for path, _, _ in KEYRINGS.values())
 
@@ -45,3 +51,51 @@ def test_a_missing_archive_keyring_names_the_package_to_install(data, vendor):
     with pytest.raises(EnvironmentFailure) as exc:
         _argv(data, python, keyrings=ALL - {path})
     assert path in exc.value.message and f"apt-get install {package}" in exc.value.hint
+
+
+RUNNER = "imagekit-runner"  # a hosted runner's user: not root, passwordless sudo
+
+
+def _as_runner(out: Path, epoch: int) -> subprocess.CompletedProcess:
+    code = (
+        "import sys; from pathlib import Path; from imagekit.services import inputs; "
+        "from imagekit.services.base_images import bootstrap_tarball; "
+        "print(bootstrap_tarball(inputs.compat_data().bases['3.11'], int(sys.argv[1]), Path(sys.argv[2]), True))"
+    )
+    return subprocess.run(
+        ["runuser", "-u", RUNNER, "--", "env", f"HOME={out}", sys.executable, "-c", code, str(epoch), f"{out}/b.tar"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_runners_user_with_passwordless_sudo_bootstraps_the_bytes_root_does(engine, data):
+    """As on GitHub's hosted runners: a user that is not root, with passwordless sudo, bootstraps the base; the tarball
+    is the user's and byte-identical to the one root made (the base the builds use). Without sudo: the refusal."""
+    assert shutil.which("sudo") and shutil.which("runuser"), "make setup installs sudo"
+    root_base = ensure_base(data.bases["3.11"], engine, DEFAULT_SOURCE_DATE_EPOCH, compiler=True)
+    if subprocess.run(["id", RUNNER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--create-home", RUNNER], check=True)
+    sudoers = Path("/etc/sudoers.d") / RUNNER
+    out = Path(tempfile.mkdtemp(prefix="imagekit-runner-", dir="/var/tmp"))
+    shutil.chown(out, RUNNER)
+    try:
+        sudoers.write_text(f"{RUNNER} ALL=(ALL) NOPASSWD:ALL\n")
+        sudoers.chmod(0o440)
+        res = _as_runner(out, DEFAULT_SOURCE_DATE_EPOCH)
+        assert res.returncode == 0, res.stderr[-3000:]
+        digest = res.stdout.split()[-1]
+        assert (out / "b.tar").stat().st_uid == pwd.getpwnam(RUNNER).pw_uid  # chowned back from sudo's root
+        if f"sha256:{digest}" != root_base.digest:
+            # the archive published new packages since root's bootstrap: root bootstraps again, now, to compare
+            again = bootstrap_tarball(data.bases["3.11"], DEFAULT_SOURCE_DATE_EPOCH, out / "root.tar", True)
+            assert digest == again
+        sudoers.unlink()
+        refused = _as_runner(out, DEFAULT_SOURCE_DATE_EPOCH)
+        assert refused.returncode != 0 and "needs root" in refused.stderr and "passwordless sudo" in refused.stderr
+    finally:
+        sudoers.unlink(missing_ok=True)
+        subprocess.run(["rm", "-rf", str(out)], check=False)
