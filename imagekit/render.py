@@ -49,6 +49,7 @@ IN_IMAGE = {
     "gpu_checks.py": "doctor/gpu_checks.py",
     "selftest.py": "doctor/selftest.py",
     "podstart.py": "doctor/podstart.py",
+    "guard.py": "doctor/guard.py",
     "install_layer.py": "bin/install-layer",
 }
 

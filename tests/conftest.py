@@ -143,11 +143,12 @@ KERNELS = "acme-kernels", "1.0+cu12torch2.1"  # a release-asset wheel, by URL (a
 @pytest.fixture(scope="session")
 def user_project(real_build, engine, registry, tmp_path_factory):
     """A fine-tuning project of its own, built and pushed once for the session the way its user would: `imagekit
-    init` for the real cell with a Debian package (jq), a wheel by URL (a release-asset server on loopback) and a package from a private
-    index (basic auth on loopback, credentials from IMAGEKIT_INDEX_*), then the file edited by hand (JupyterLab, the
-    project folder copied in, the private index), `imagekit lock`, `imagekit build --push` to a registry that asks
-    for credentials, given by `docker login`. The registry starts as a copy of the session's (its blobs hard-linked),
-    so the layers the real build pushed are there already, as on a registry a project has pushed to before."""
+    init` for the real cell with a Debian package (jq), a wheel by URL (a release-asset server on loopback) and a
+    package from a private index (basic auth on loopback, credentials from IMAGEKIT_INDEX_*), then the file edited
+    by hand (JupyterLab, the project folder copied in, the private index), `imagekit lock`, `imagekit build --push`
+    to a registry that asks for credentials, given by `docker login`. The registry starts as a copy of the session's
+    (its blobs hard-linked), so the layers the real build pushed are there already, as on a registry a project has
+    pushed to before."""
     import hashlib
     import json
     import subprocess
@@ -202,7 +203,8 @@ def user_project(real_build, engine, registry, tmp_path_factory):
         kernels_ref = f"{KERNELS[0]} @ {asset_url}/{kernels.name}#sha256={sha}"
         c = REAL_CELL
         imagekit("init", "--cuda", c.cuda, "--torch", c.torch, "--transformers", c.transformers, "--python", c.python,
-                 "--package", kernels_ref, "--package", "acme-utils==0.3.0", "--apt", "jq", "--repository", repo)  # fmt: skip
+                 "--package", kernels_ref, "--package", "acme-utils==0.3.0", "--apt", "jq",
+                 "--repository", repo)  # fmt: skip
         toml = project / "imagekit.toml"
         text = toml.read_text().replace("# jupyter = true", "jupyter = true").replace('# copy = "."', 'copy = "."')
         text = text.replace("# [lock]", "[lock]").replace(

@@ -37,14 +37,15 @@ class Server:
     fallback: Route | None = None
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def auth_seen(self) -> list[str | None]:
         return [s.headers.get("Authorization") for s in self.seen]
@@ -55,8 +56,11 @@ class Server:
 
 
 @contextmanager
-def serve(routes: dict[str, Answer | Route] | None = None, fallback: Route | None = None) -> Iterator[Server]:
-    state = Server(dict(routes or {}), fallback)
+def serve(
+    routes: dict[str, Answer | Route] | None = None, fallback: Route | None = None, host: str = "127.0.0.1"
+) -> Iterator[Server]:
+    """``host``: the address to listen on (a container reaches the host at its bridge's gateway)."""
+    state = Server(dict(routes or {}), fallback, host=host)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -79,7 +83,7 @@ def serve(routes: dict[str, Answer | Route] | None = None, fallback: Route | Non
 
         do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _answer
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
     state.port = server.server_address[1]
     loopback.start(server)
     try:

@@ -7,6 +7,9 @@ start sshd when PUBLIC_KEY is set and JupyterLab when JUPYTER_PASSWORD is set, r
 and a login banner say what is wrong and how to fix it, and `imagekit-doctor` exits 1 until it is fixed.
 
 A command: **job mode**: the start check, then exec the command; a blocker exits 1 with the report.
+The lifetime guard (guard.py) starts first in both modes when the env asks for it: a deadline, idle stop, an action
+on a blocker (a blocked job then stays up for it) or on the job's exit (the job then runs as a child, and its
+declared outputs are checksummed before the pod is ended).
 `--onstart`: what a Vast template's onstart runs where its launch mode replaced the entrypoint (see ``onstart``).
 The start check is the doctor's `start` tier: the quick checks, plus torch's CUDA probe whenever a GPU is expected
 (IMAGEKIT_REQUIRE_GPU=1 or GPUs visible to the driver), so a silent CPU fallback is caught before training starts.
@@ -240,8 +243,75 @@ def cell_name():
         return "unknown cell"
 
 
+def load_guard():
+    sys.path.insert(0, HERE)
+    import guard
+
+    return guard
+
+
+def start_guard(environ):
+    """The guard's own process, detached (re-parented to tini), its lines in the container's log; first of all, so
+    a deadline holds whatever fails after it. Off unless the env arms a trigger."""
+    guard = load_guard()
+    s, problems = guard.settings(environ)
+    if not guard.armed(s):
+        for p in problems:
+            log(f"guard: ignored: {p}")
+        return False
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.execv(sys.executable, [sys.executable, "-I", os.path.join(HERE, "guard.py")])
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    return True
+
+
+def run_then_end(argv, environ, guard, s):
+    """IMAGEKIT_ON_EXIT: the command as a child (signals passed on), then its outputs checksummed, then the pod
+    ended through the provider; a missing output, or no provider, leaves the pod as a plain job leaves it."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    open(guard.JOB, "w").close()
+    try:
+        proc = subprocess.Popen(argv)
+    except OSError as exc:
+        log(f"cannot run {argv[0]}: {exc.strerror}")
+        return 127
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
+    code = proc.wait()
+    os.unlink(guard.JOB)
+    log(f"`{shlex.join(argv)}` exited {code}")
+    ok, lines = guard.checksum_outputs(s["outputs"])
+    for line in lines:
+        log(f"outputs: {line}")
+    if not ok:
+        log(f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there; it stays up so you "
+            "can look (it keeps billing)")
+        stay_up()
+    if guard.act(environ, s, "exit", s["on_exit"], f"the job exited {code}"):
+        log("the provider was asked to end the pod; waiting for it")
+        stay_up()
+    return code
+
+
 def job(argv, environ):
     code, report, seconds, checks = start_check(environ)
+    guard = load_guard()
+    s, _ = guard.settings(environ)
+    if code == 1 and s["on_blocker"]:
+        text = banner(report)
+        safely("writing the login banner", write_private, BLOCKED, text, 0o644)
+        print(text, file=sys.stderr, flush=True)
+        log(f"BLOCKED: not starting `{shlex.join(argv)}`; the guard will {s['on_blocker']} this pod after "
+            f"IMAGEKIT_BLOCKER_GRACE unless the blocker goes away")
+        stay_up()
     if code == 1:
         print(report, file=sys.stderr)
         log(f"the start check found a blocker; not starting `{shlex.join(argv)}`. "
@@ -252,6 +322,8 @@ def job(argv, environ):
         log("a start check could not run (above); starting anyway")
     if checks:
         log(summary(checks, seconds))
+    if s["on_exit"]:
+        return run_then_end(argv, environ, guard, s)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
@@ -355,6 +427,7 @@ def stay_up():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     environ = dict(os.environ)
+    safely("the lifetime guard", start_guard, environ)
     if argv == ["--onstart"]:
         return onstart(environ)
     if argv:
