@@ -133,8 +133,12 @@ def readme(entry: dict, jupyter: bool) -> str:
         "Jupyter: JupyterLab on 8888/http, serving /workspace, password JUPYTER_PASSWORD."
         if jupyter
         else "Jupyter: not in this image (build it with `[image] jupyter = true`).",
-        "Volume: /workspace is the persistent volume; HF_HOME=/workspace/.cache/huggingface keeps model downloads. "
-        "Everything else is lost when the pod stops.",
+        "Volume: /workspace is the pod's volume: it survives a stop (and is billed while stopped), not a terminate, "
+        "which deletes it with the pod (only a network volume survives). HF_HOME=/workspace/.cache/huggingface keeps "
+        "model downloads. Everything else is lost when the pod stops.",
+        "Lifetime guard (env, off unless set): IMAGEKIT_MAX_RUNTIME=6h, IMAGEKIT_IDLE_STOP=30m, "
+        "IMAGEKIT_ON_BLOCKER=stop|terminate (after IMAGEKIT_BLOCKER_GRACE, 15m), IMAGEKIT_ON_EXIT=stop|terminate "
+        "(job mode; after IMAGEKIT_OUTPUTS are checksummed); it ends the pod with RunPod's in-pod key.",
         "Start check: the pod checks the environment and torch's CUDA before anything runs; on a blocker it stays "
         "up and the logs and login banner say what to fix. Launch with `imagekit-doctor && accelerate launch "
         "train.py` so training never starts on a broken pod or silently on the CPU.",
