@@ -36,14 +36,16 @@ c=$?; rm -f "$tmp"; exit $c
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     root = tmp_path_factory.mktemp("gateway")
-    with sshd.serve(root, "gateway", rc_extra=f"export PATH={root / 'bin'}:$PATH") as server:
+    rc = f"export PATH={root / 'bin'}:$PATH IMAGEKIT_BLOCKED_FILE={root / 'blocked'}"  # where a blocked pod says so
+    with sshd.serve(root, "gateway", rc_extra=rc) as server:
         (root / "bin").mkdir()
         yield server
 
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
-    with sshd.serve(tmp_path_factory.mktemp("full"), "full") as server:
+    root = tmp_path_factory.mktemp("full")
+    with sshd.serve(root, "full", extra_config=[f"SetEnv IMAGEKIT_BLOCKED_FILE={root / 'blocked'}"]) as server:
         yield server
 
 
@@ -61,6 +63,29 @@ def _exec(app, runner, server, *command, extra=()):
 
 
 # ---- exec ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["gateway", "full"])
+def test_a_blocked_pod_refuses_work_unless_told_to_ignore_it(app, runner, home, request, kind):
+    """The start check's banner on the pod: exec refuses (exit 1) naming the blocker and the fix; the command never
+    ran. --ignore-blockers runs it."""
+    server = request.getfixturevalue(kind)
+    banner = server.root / "blocked"
+    ran = server.root / "ran"
+    banner.write_text(
+        "\n==== imagekit: this pod has a blocker; training would fail or run on the CPU ====\n"
+        "FAIL torch-probe: torch sees no GPU (cuda False)\x1b[2J\n  fix: run the pod on a GPU host\n"
+    )
+    try:
+        res = _exec(app, runner, server, "touch", str(ran))
+        assert res.exit_code == 1 and not ran.exists(), res.output
+        assert "the pod has a blocker" in res.output and "torch sees no GPU" in res.output
+        assert "--ignore-blockers" in res.output and "\x1b" not in res.output
+        res = _exec(app, runner, server, "touch", str(ran), extra=["--ignore-blockers"])
+        assert res.exit_code == 0 and ran.exists(), res.output
+    finally:
+        banner.unlink()
+        ran.unlink(missing_ok=True)
+
+
 @pytest.mark.parametrize("code", [0, 1, 42])
 @pytest.mark.parametrize("kind", ["gateway", "full"])
 def test_the_remote_exit_code_becomes_ours(app, runner, home, request, kind, code):

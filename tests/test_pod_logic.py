@@ -32,7 +32,19 @@ def test_a_command_runs_once_on_the_transport_the_connection_chose(mode):
     t = FakeTransport(mode=mode, run_exit=42)
     out: list[str] = []
     assert pod.run_command(TARGET, "nvidia-smi", OPTS, out.append, _nothing, _nothing, dial=t.dial) == (42, mode)
-    assert t.calls == [("connect", str(TARGET)), ("run", "nvidia-smi")] and out == ["ran nvidia-smi\n"]
+    assert t.calls == [("connect", str(TARGET)), ("capture", pod._BLOCKED_PROBE), ("run", "nvidia-smi")]
+    assert out == ["ran nvidia-smi\n"]
+
+
+def test_a_blocked_pod_is_asked_first_and_the_command_never_sent():
+    t = FakeTransport(answers={pod._BLOCKED_PROBE: (0, "BLOCKED\n====\nFAIL torch-probe: no GPU\n")})
+    with pytest.raises(pod.CheckFailed, match="no GPU"):
+        pod.run_command(TARGET, "python train.py", OPTS, _nothing, _nothing, _nothing, dial=t.dial)
+    assert ("run", "python train.py") not in t.calls
+    ran = pod.run_command(
+        TARGET, "python train.py", OPTS, _nothing, _nothing, _nothing, dial=t.dial, ignore_blockers=True
+    )
+    assert ran[0] == 0 and ("run", "python train.py") in t.calls
 
 
 def test_the_images_own_doctor_runs_and_nothing_is_sent():

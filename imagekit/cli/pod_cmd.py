@@ -82,8 +82,15 @@ def build() -> typer.Typer:
         insecure_host_key: InsecureOpt = False,
         accept_new_host_key: AcceptNewOpt = False,
         as_json: JsonOpt = False,
+        ignore_blockers: Annotated[
+            bool,
+            typer.Option(
+                "--ignore-blockers", help="Run it even where the pod's start check found a blocker (no GPU, drift)."
+            ),
+        ] = False,
     ) -> None:
-        """Run a command on the pod; its output streams here, its exit code becomes ours (timeout: 3)."""
+        """Run a command on the pod; its output streams here, its exit code becomes ours (timeout: 3). A pod whose
+        start check found a blocker refuses (exit 1, naming it) unless --ignore-blockers."""
         import time
 
         from imagekit import podwire
@@ -106,7 +113,13 @@ def build() -> typer.Typer:
         sink = keep if as_json else _write
         started = time.monotonic()
         code, transport = pod.run_command(
-            podwire.parse_target(target), text, opts, sink, sink if as_json else _stderr, _warn
+            podwire.parse_target(target),
+            text,
+            opts,
+            sink,
+            sink if as_json else _stderr,
+            _warn,
+            ignore_blockers=ignore_blockers,
         )
         if as_json:
             out_json(

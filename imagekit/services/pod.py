@@ -74,11 +74,40 @@ def connect(target: Target, opts: PodOptions, warn: Log) -> Iterator[Transport]:
 
 
 # ---- exec ------------------------------------------------------------------------------------------------
+# The image's start check writes its blocker here (in_image/podstart.py); the variable lets a test's sshd move it
+_BLOCKED_PROBE = (
+    'f="${IMAGEKIT_BLOCKED_FILE:-/run/imagekit/blocked}"; if [ -e "$f" ]; then echo BLOCKED; head -c 4000 "$f"; fi'
+)
+
+
+def blocker(t: ssh.Transport) -> str | None:
+    """The pod's blocker, as its start check wrote it (untrusted text, made printable), or None."""
+    _code, said = t.capture(_BLOCKED_PROBE, 30.0)
+    if not said.startswith("BLOCKED"):
+        return None
+    lines = [ln.strip() for ln in said.splitlines()[1:] if ln.strip() and not ln.startswith("====")]
+    return untrusted.printable("\n".join(lines[:12]), 1500) or "a blocker (no report)"
+
+
 def run_command(
-    target: Target, command: str, opts: PodOptions, out: Log, err: Log, warn: Log, dial: Dial = connect
+    target: Target,
+    command: str,
+    opts: PodOptions,
+    out: Log,
+    err: Log,
+    warn: Log,
+    dial: Dial = connect,
+    ignore_blockers: bool = False,
 ) -> tuple[int, str]:
-    """Run ``command`` on the pod; (its exit code, the transport used: exec | pty)."""
+    """Run ``command`` on the pod; (its exit code, the transport used: exec | pty). A pod whose start check found a
+    blocker refuses (exit 1) unless ``ignore_blockers``: training there would fail or run on the CPU."""
     with dial(target, opts, warn) as t:
+        found = None if ignore_blockers else blocker(t)
+        if found is not None:
+            raise CheckFailed(
+                f"the pod has a blocker; not running the command:\n{found}",
+                "fix it (imagekit pod doctor TARGET says how), or pass --ignore-blockers to run it anyway",
+            )
         return t.run(command, opts.timeout, out, err), t.mode
 
 
