@@ -4,7 +4,9 @@ RunPod's proxy, refuses anything but a terminal, prints a banner and a colored p
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -40,8 +42,23 @@ class Server:
         return f"[127.0.0.1]:{self.port} {self.host_pub}\n"
 
     def drop_sessions(self) -> None:
-        """Kill the per-connection sshd processes (the listener stays): a dropped connection, for real."""
-        subprocess.run(["pkill", "-KILL", "-P", str(self.proc.pid)], check=False)
+        """Kill the per-connection sshd processes and everything under them (the listener stays): a dropped
+        connection, for real. A process that left its session (setsid, re-parented away) is not under them."""
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        doomed, todo = [], list(children.get(self.proc.pid, []))
+        while todo:
+            pid = todo.pop()
+            doomed.append(pid)
+            todo.extend(children.get(pid, []))
+        for pid in doomed:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def available() -> bool:

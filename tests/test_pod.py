@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -36,7 +37,8 @@ c=$?; rm -f "$tmp"; exit $c
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     root = tmp_path_factory.mktemp("gateway")
-    rc = f"export PATH={root / 'bin'}:$PATH IMAGEKIT_BLOCKED_FILE={root / 'blocked'}"  # where a blocked pod says so
+    # where a blocked pod says so, and where runs live (the image's /run/imagekit/blocked, /workspace/.imagekit/runs)
+    rc = f"export PATH={root / 'bin'}:$PATH IMAGEKIT_BLOCKED_FILE={root / 'blocked'} IMAGEKIT_RUNS={root / 'runs'}"
     with sshd.serve(root, "gateway", rc_extra=rc) as server:
         (root / "bin").mkdir()
         yield server
@@ -45,7 +47,8 @@ def gateway(tmp_path_factory):
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
     root = tmp_path_factory.mktemp("full")
-    with sshd.serve(root, "full", extra_config=[f"SetEnv IMAGEKIT_BLOCKED_FILE={root / 'blocked'}"]) as server:
+    env = f"SetEnv IMAGEKIT_BLOCKED_FILE={root / 'blocked'} IMAGEKIT_RUNS={root / 'runs'}"
+    with sshd.serve(root, "full", extra_config=[env]) as server:
         yield server
 
 
@@ -63,6 +66,59 @@ def _exec(app, runner, server, *command, extra=()):
 
 
 # ---- exec ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["gateway", "full"])
+def test_a_run_outlives_a_dropped_connection_and_is_followed_and_awaited_later(app, runner, home, request, kind):
+    """`pod run` returns at once; the connection is killed while `pod logs -f` follows; the run goes on; a new
+    connection follows the rest and `pod wait` returns the command's exit code."""
+    import threading
+
+    from imagekit.podwire import parse_target
+    from imagekit.services import pod as pod_service
+    from imagekit.services import pod_runs
+
+    server = request.getfixturevalue(kind)
+    gate = server.root / f"gate-{kind}"
+    res = runner.invoke(
+        app,
+        ["pod", "run", server.target, "--key", str(server.key), "--",
+         f"echo started; while [ ! -e {gate} ]; do sleep 0.1; done; echo finished; exit 7"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    run_id = res.stdout.strip()
+    assert pod_runs.RUN_ID.fullmatch(run_id) and "imagekit pod wait" in res.stderr
+    opts = pod_service.PodOptions(key=server.key, timeout=60)
+    seen: list[str] = []
+    failure: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            pod_runs.logs(parse_target(server.target), None, True, opts, seen.append, seen.append, lambda _: None)
+        except BaseException as exc:  # the connection dropped under it: what this test does
+            failure.append(exc)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    for _ in range(200):
+        if "started" in "".join(seen):
+            break
+        time.sleep(0.05)
+    assert "started" in "".join(seen), failure
+    server.drop_sessions()  # the connection, killed mid-run
+    follower.join(30)
+    assert not follower.is_alive() and "finished" not in "".join(seen)
+    gate.write_text("")  # the run goes on by itself
+    waited = runner.invoke(app, ["pod", "wait", server.target, "--key", str(server.key), "--run", run_id])
+    assert waited.exit_code == 7, waited.output
+    logs = runner.invoke(app, ["pod", "logs", server.target, "--key", str(server.key)])
+    assert logs.exit_code == 0 and logs.stdout.split() == ["started", "finished"], logs.output
+    bad = runner.invoke(app, ["pod", "wait", server.target, "--key", str(server.key), "--run", "../../etc"])
+    assert bad.exit_code == 2 and "not a run id" in bad.output
+    missing = runner.invoke(
+        app, ["pod", "logs", server.target, "--key", str(server.key), "--run", "20990101T000000Z-1"]
+    )
+    assert missing.exit_code == 2 and "no such run" in missing.output
+
+
 @pytest.mark.parametrize("kind", ["gateway", "full"])
 def test_a_blocked_pod_refuses_work_unless_told_to_ignore_it(app, runner, home, request, kind):
     """The start check's banner on the pod: exec refuses (exit 1) naming the blocker and the fix; the command never

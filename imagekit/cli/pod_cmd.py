@@ -37,6 +37,13 @@ AcceptNewOpt = Annotated[
 ]
 PodIdArg = Annotated[str, typer.Argument(metavar="POD_ID", help="The RunPod pod id (not the SSH target).")]
 ApiOpt = Annotated[str, typer.Option("--api-url", metavar="URL", help="RunPod REST API base.")]
+IgnoreOpt = Annotated[
+    bool,
+    typer.Option("--ignore-blockers", help="Run it even where the pod's start check found a blocker (no GPU, drift)."),
+]
+RunOpt = Annotated[
+    str | None, typer.Option("--run", metavar="ID", help="The run (default: the latest one `pod run` started).")
+]
 
 
 def _options(key: Path | None, timeout: float, insecure: bool, accept_new: bool, force_pty: bool = False):
@@ -82,12 +89,7 @@ def build() -> typer.Typer:
         insecure_host_key: InsecureOpt = False,
         accept_new_host_key: AcceptNewOpt = False,
         as_json: JsonOpt = False,
-        ignore_blockers: Annotated[
-            bool,
-            typer.Option(
-                "--ignore-blockers", help="Run it even where the pod's start check found a blocker (no GPU, drift)."
-            ),
-        ] = False,
+        ignore_blockers: IgnoreOpt = False,
     ) -> None:
         """Run a command on the pod; its output streams here, its exit code becomes ours (timeout: 3). A pod whose
         start check found a blocker refuses (exit 1, naming it) unless --ignore-blockers."""
@@ -135,6 +137,81 @@ def build() -> typer.Typer:
                 }
             )
         raise typer.Exit(code)
+
+    @app.command(
+        "run",
+        context_settings={"ignore_unknown_options": True},
+        epilog="Example: imagekit pod run $POD -- python -u train.py && imagekit pod wait $POD && imagekit pod cp "
+        "$POD:/workspace/out ./out && imagekit pod terminate $POD_ID",
+    )
+    @handles_errors
+    def run(
+        target: TargetArg,
+        command: Annotated[
+            list[str], typer.Argument(metavar="COMMAND...", help="The command, after --; run by the pod's shell.")
+        ],
+        key: KeyOpt = None,
+        insecure_host_key: InsecureOpt = False,
+        accept_new_host_key: AcceptNewOpt = False,
+        as_json: JsonOpt = False,
+        ignore_blockers: IgnoreOpt = False,
+    ) -> None:
+        """Start a command on the pod in a session of its own: it goes on when the connection drops. Its output goes
+        to a log on the pod's volume (`pod logs`), its exit code is kept (`pod wait`)."""
+        from imagekit import podwire
+        from imagekit.services import pod_runs
+
+        text = " ".join(command)
+        if not text.strip():
+            raise UsageError("no command given", "put it after --: imagekit pod run TARGET -- python train.py")
+        opts = _options(key, 60.0, insecure_host_key, accept_new_host_key)
+        started = pod_runs.start(podwire.parse_target(target), text, opts, _warn, ignore_blockers=ignore_blockers)
+        if as_json:
+            out_json({"target": target, "run": started.run_id, "transport": started.transport})
+        else:
+            _write(f"{started.run_id}\n")
+            err_console().print(
+                f"started run {started.run_id}; follow it: imagekit pod logs {target} -f; its exit code: "
+                f"imagekit pod wait {target}",
+                markup=False,
+            )
+
+    @app.command("logs", epilog="Example: imagekit pod logs $POD -f")
+    @handles_errors
+    def logs(
+        target: TargetArg,
+        follow: Annotated[bool, typer.Option("--follow", "-f", help="Until the run ends.")] = False,
+        run_id: RunOpt = None,
+        key: KeyOpt = None,
+        insecure_host_key: InsecureOpt = False,
+        accept_new_host_key: AcceptNewOpt = False,
+    ) -> None:
+        """A run's output, from any connection (the latest run unless --run)."""
+        from imagekit import podwire
+        from imagekit.services import pod_runs
+
+        opts = _options(key, 600.0, insecure_host_key, accept_new_host_key)
+        code = pod_runs.logs(podwire.parse_target(target), run_id, follow, opts, _write, _stderr, _warn)
+        if code == 4:
+            raise UsageError("no such run on this pod", "imagekit pod run TARGET -- COMMAND starts one")
+        raise typer.Exit(code)
+
+    @app.command("wait", epilog="Example: imagekit pod wait $POD && echo trained")
+    @handles_errors
+    def wait(
+        target: TargetArg,
+        run_id: RunOpt = None,
+        key: KeyOpt = None,
+        timeout: TimeoutOpt = 0.0,
+        insecure_host_key: InsecureOpt = False,
+        accept_new_host_key: AcceptNewOpt = False,
+    ) -> None:
+        """Wait for a run to end; its exit code becomes ours (the latest run unless --run)."""
+        from imagekit import podwire
+        from imagekit.services import pod_runs
+
+        opts = _options(key, timeout, insecure_host_key, accept_new_host_key)
+        raise typer.Exit(pod_runs.wait(podwire.parse_target(target), run_id, opts, _warn))
 
     @app.command(
         "doctor",

@@ -211,9 +211,13 @@ class Shell:
                     sink(podwire.clean(before))
                 return ("".join(done) + before if keep else before), m
             if sink:
+                # every line before the last line break goes on now (a log followed live); that break and what
+                # follows it stay, since a mark starts there (the end mark is a line break, then IMK...), and a
+                # CR LF pair stays together
+                cut = self.buf.rfind("\n")
+                cut = cut - 1 if cut > 0 and self.buf[cut - 1] == "\r" else cut
                 safe = len(self.buf) - 64  # a mark may be arriving
-                cut = self.buf.rfind("\n", 0, max(0, safe)) + 1  # whole lines: a CR LF pair stays together
-                if not cut and safe > 8192:  # one long line (a progress bar redrawn with CR): pass it on anyway
+                if cut <= 0 and safe > 8192:  # one long line (a progress bar redrawn with CR): pass it on anyway
                     cut = safe - 1 if self.buf[safe - 1] == "\r" else safe
                 if cut > 0:
                     sink(podwire.clean(self.buf[:cut]))

@@ -391,5 +391,27 @@ def run(environ, now=time.time, sleep=time.sleep):
         sleep(s["interval"])
 
 
+def after_run(environ, code):
+    """IMAGEKIT_ON_EXIT for a run `imagekit pod run` started: its outputs checksummed, then the pod ended."""
+    s, problems = settings(environ)
+    for p in problems:
+        log(f"ignored: {p}")
+    if not s["on_exit"]:
+        return 0
+    ok, lines = checksum_outputs(s["outputs"])
+    for line in lines:
+        log(f"outputs: {line}")
+    if not ok:
+        log(f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there")
+        return 1
+    return 0 if act(environ, s, "exit", s["on_exit"], f"the run exited {code}") else 1
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "--after-run" and argv[1].isdigit():
+        return after_run(dict(os.environ), int(argv[1]))
+    return run(dict(os.environ))
+
+
 if __name__ == "__main__":
-    sys.exit(run(dict(os.environ)))
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,116 @@
+"""Runs that outlive the connection (`imagekit pod run/logs/wait`): a command started on the pod in a session of its
+own (setsid), its output to a log on the volume and its exit code recorded there, so a dropped connection changes
+nothing on the pod and any later connection can follow it or wait for it.
+
+On the pod, each run is a folder ``$IMAGEKIT_RUNS/<id>/`` (default ``/workspace/.imagekit/runs``): ``command``,
+``pid``, ``log``, and ``exit`` once it ended (written atomically, before the lifetime guard's on-exit action runs,
+which the pod's env arms: ``IMAGEKIT_ON_EXIT``). ``latest`` links the newest. Everything read back from the pod (the
+id, the log, the exit code) is checked or shown as untrusted text.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from imagekit import untrusted
+from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.podwire import Target
+from imagekit.services.pod import CheckFailed, Dial, Log, PodOptions, blocker, connect
+
+RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9]{1,10}", re.ASCII)
+RUNS = '"${IMAGEKIT_RUNS:-/workspace/.imagekit/runs}"'
+NO_LIMIT = 10.0**9  # seconds: `pod wait` waits as long as the run takes unless --timeout says otherwise
+
+
+@dataclass(frozen=True)
+class Started:
+    run_id: str
+    transport: str
+
+
+def start_script(command: str) -> str:
+    """Start ``command`` (run by the pod's login shell, as `pod exec` runs it) in its own session; print its id."""
+    wrapper = (
+        'r="$1"; "${SHELL:-/bin/sh}" -c "$(cat "$r/command")" >"$r/log" 2>&1 </dev/null; c=$?; '
+        'echo "$c" >"$r/exit.tmp" && mv "$r/exit.tmp" "$r/exit"; '
+        'if [ -n "$IMAGEKIT_ON_EXIT" ] && [ -r /opt/imagekit/doctor/guard.py ]; then '
+        '/opt/venv/bin/python -I /opt/imagekit/doctor/guard.py --after-run "$c" >>"$r/log" 2>&1; fi'
+    )
+    return (
+        f'set -e; d={RUNS}; mkdir -p "$d"; id="$(date -u +%Y%m%dT%H%M%SZ)-$$"; r="$d/$id"; mkdir "$r"; '
+        f"printf '%s\\n' {shlex.quote(command)} >\"$r/command\"; "
+        f'setsid sh -c {shlex.quote(wrapper)} imagekit-run "$r" </dev/null >/dev/null 2>&1 & '
+        'echo "$!" >"$r/pid"; ln -sfn "$id" "$d/latest"; echo "$id"'
+    )
+
+
+def _run_dir(run_id: str | None) -> str:
+    """The shell that sets ``r`` to the run's folder (the newest without an id) or says there is none (exit 4)."""
+    chosen = shlex.quote(run_id) if run_id else f'"$(readlink {RUNS[:-1]}/latest" 2>/dev/null)"'
+    return (
+        f'd={RUNS}; id={chosen}; r="$d/$id"; '
+        'if [ -z "$id" ] || [ ! -f "$r/pid" ]; then echo "imagekit: no such run on this pod" >&2; exit 4; fi; '
+    )
+
+
+def checked_id(run_id: str | None) -> str | None:
+    if run_id is not None and not RUN_ID.fullmatch(run_id):
+        raise UsageError(
+            f"--run {untrusted.printable(run_id, 40)!r} is not a run id", "ids look like 20261202T130501Z-4242"
+        )
+    return run_id
+
+
+def start(
+    target: Target, command: str, opts: PodOptions, warn: Log, dial: Dial = connect, ignore_blockers: bool = False
+) -> Started:
+    """Start ``command`` on the pod; its run id (refused on a blocked pod, as `pod exec` is)."""
+    with dial(target, opts, warn) as t:
+        found = None if ignore_blockers else blocker(t)
+        if found is not None:
+            raise CheckFailed(
+                f"the pod has a blocker; not starting the run:\n{found}",
+                "fix it (imagekit pod doctor TARGET says how), or pass --ignore-blockers to run it anyway",
+            )
+        code, out = t.capture(start_script(command), 60.0)
+    said = out.strip().splitlines()[-1].strip() if out.strip() else ""
+    if code != 0 or not RUN_ID.fullmatch(said):
+        raise EnvironmentFailure(
+            f"the run did not start on the pod (exit {code}): {untrusted.printable(out.strip()[-300:], 300)}",
+            "check that the pod's volume is writable (imagekit pod doctor TARGET)",
+        )
+    return Started(said, t.mode)
+
+
+def logs(
+    target: Target, run_id: str | None, follow: bool, opts: PodOptions, out: Log, err: Log, warn: Log,
+    dial: Dial = connect,
+) -> int:  # fmt: skip
+    """The run's log (``follow``: until the run ends); 0, or 4 when there is no such run."""
+    show = 'tail -n +1 -f --pid="$(cat "$r/pid")" "$r/log"' if follow else 'cat "$r/log"'
+    with dial(target, opts, warn) as t:
+        return t.run(_run_dir(checked_id(run_id)) + show, NO_LIMIT if follow else opts.timeout, out, err)
+
+
+def wait(target: Target, run_id: str | None, opts: PodOptions, warn: Log, dial: Dial = connect) -> int:
+    """The run's exit code, once it ended; a run that ended without one (killed with the pod's processes) is
+    :class:`EnvironmentFailure`."""
+    script = _run_dir(checked_id(run_id)) + (
+        'p="$(cat "$r/pid")"; while [ ! -e "$r/exit" ]; do kill -0 "$p" 2>/dev/null || break; sleep 1; done; '
+        'if [ -e "$r/exit" ]; then echo "IMAGEKIT-EXIT $(cat "$r/exit")"; else echo IMAGEKIT-LOST; fi'
+    )
+    with dial(target, opts, warn) as t:
+        code, out = t.capture(script, opts.timeout or NO_LIMIT)
+    if code == 4:
+        raise UsageError("no such run on this pod", "imagekit pod run TARGET -- COMMAND starts one")
+    m = re.search(r"^IMAGEKIT-EXIT (\d{1,3})\s*$", out, re.M)
+    if m:
+        return int(m[1])
+    if "IMAGEKIT-LOST" in out:
+        raise EnvironmentFailure(
+            "the run ended without an exit code (its process was killed: the pod restarted?)",
+            "imagekit pod logs TARGET shows how far it got",
+        )
+    raise EnvironmentFailure(f"unexpected answer from the pod: {untrusted.printable(out.strip()[-200:], 200)}", "")
