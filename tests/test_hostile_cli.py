@@ -155,6 +155,9 @@ BASELINE: dict[str, list[str]] = {
     # `pod`: an SSH target on the dead port (refused at once), RunPod's API on it too
     "pod exec": ["root@127.0.0.1:9", "--key", "afile", "--timeout", "5", "--", "nvidia-smi"],
     "pod doctor": ["root@127.0.0.1:9", "--key", "afile", "--timeout", "5"],
+    "pod run": ["root@127.0.0.1:9", "--key", "afile", "--", "python", "train.py"],
+    "pod logs": ["root@127.0.0.1:9", "--key", "afile", "--run", "20261202T130501Z-42"],
+    "pod wait": ["root@127.0.0.1:9", "--key", "afile", "--timeout", "5"],
     "pod cp": ["afile", "root@127.0.0.1:9:/workspace/afile", "--key", "afile"],
     "pod stop": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
     "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
