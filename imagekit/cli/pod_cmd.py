@@ -311,6 +311,95 @@ def build() -> typer.Typer:
             done = "stopped (the volume stays; billing for it goes on)" if action == "stop" else "terminated"
             err_console().print(f"pod {pod_id} {done}", markup=False)
 
+    @app.command(
+        "create",
+        epilog="Example: RUNPOD_API_KEY=... imagekit pod create cu118-torch2.5.1-py3.11-tf4.48.2 "
+        "--gpu 'NVIDIA GeForce RTX 3090' --max-runtime 6h --idle-stop 30m --on-exit stop",
+    )
+    @handles_errors
+    def create(
+        ref: Annotated[
+            str, typer.Argument(metavar="CELL_OR_TAG", help="A cell id, or a published tag from the release index.")
+        ],
+        gpu: Annotated[
+            str,
+            typer.Option(
+                "--gpu",
+                metavar="ID",
+                help="RunPod's GPU type id, e.g. 'NVIDIA GeForce RTX 3090' (checked against "
+                "the architectures the cell's torch build has kernels for).",
+            ),
+        ],
+        count: Annotated[int, typer.Option("--count", min=1, max=8, metavar="N", help="GPUs in the pod.")] = 1,
+        cloud: Annotated[str, typer.Option("--cloud", metavar="secure|community")] = "secure",
+        volume_gb: Annotated[
+            int, typer.Option("--volume", min=1, max=10_000, metavar="GB", help="Pod volume on /workspace.")
+        ] = 50,
+        max_runtime: Annotated[
+            str | None, typer.Option("--max-runtime", metavar="DURATION", help="Guard: stop the pod after it (6h).")
+        ] = None,
+        idle_stop: Annotated[
+            str | None, typer.Option("--idle-stop", metavar="DURATION", help="Guard: stop it when idle that long.")
+        ] = None,
+        on_exit: Annotated[
+            str | None,
+            typer.Option("--on-exit", metavar="stop|terminate", help="Guard: when a job-mode command or a run ends."),
+        ] = None,
+        registry_auth: Annotated[
+            str | None,
+            typer.Option("--registry-auth", metavar="ID", help="RunPod's id of the credentials for a private image."),
+        ] = None,
+        arch: Annotated[
+            str | None, typer.Option("--arch", metavar="sm_XY", help="The GPU's architecture, when imagekit lacks it.")
+        ] = None,
+        release_index: Annotated[
+            Path, typer.Option("--release-index", metavar="FILE", help="Where published images are recorded.")
+        ] = Path("releases/index.json"),
+        api_url: ApiOpt = "https://rest.runpod.io/v1",
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the request body; send nothing.")] = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Rent a RunPod pod for a published image, only on hosts that can run it: allowedCudaVersions from the
+        image's CUDA, the GPU refused (exit 2, naming those that work) when torch has no kernels for it; the
+        lifetime guard's env from the flags. Prints the pod id and its price per hour."""
+        from imagekit import pod_create, runpod
+        from imagekit.effects import runpod_api
+        from imagekit.services import inputs
+        from imagekit.services.publish import newest_release
+
+        entry = newest_release(release_index, ref)
+        if registry_auth is not None:
+            try:
+                runpod.registry_auth_id(registry_auth)
+            except ValueError as exc:
+                raise UsageError(f"invalid --registry-auth: {exc}", "the id RunPod shows for the credentials") from None
+        env = pod_create.guard_env(max_runtime, idle_stop, on_exit)
+        body = pod_create.body(
+            entry, inputs.compat_data(), gpu, count=count, cloud=cloud, volume_gb=volume_gb,
+            registry_auth=registry_auth, arch=arch, env=env,
+        )  # fmt: skip
+        if dry_run:
+            out_json(body)
+            return
+        unreachable = runpod.unreachable_registry(entry["tag"])
+        if unreachable:
+            raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", "publish to a registry pods reach")
+        key = os.environ.get("RUNPOD_API_KEY", "")
+        if not key.strip():
+            raise UsageError("pod create needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
+        answer = runpod_api.create_pod(body, key, api_url)
+        price = pod_create.cost(answer)
+        if as_json:
+            out_json({"pod": answer["id"], "cost_per_hour": price, "request": body})
+        else:
+            _write(answer["id"] + "\n")
+            guard = ", ".join(f"{k}={v}" for k, v in env.items()) or "no lifetime guard (see --max-runtime)"
+            err_console().print(
+                f"created pod {answer['id']} ({price}) for {entry['tag']} on {gpu}; host CUDA "
+                f"{body['allowedCudaVersions'][0]}+; {guard}",
+                markup=False,
+            )
+
     @app.command("stop", epilog="Example: imagekit pod stop abc123xyz456")
     @handles_errors
     def stop(pod_id: PodIdArg, api_url: ApiOpt = "https://rest.runpod.io/v1", as_json: JsonOpt = False) -> None:

@@ -113,3 +113,19 @@ def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST)
         return {}
     doc = http.parse_json(raw, "the RunPod API", f"check --api-url: it must be RunPod's REST base ({DEFAULT_REST})")
     return doc if isinstance(doc, dict) else {"answer": doc}
+
+
+def create_pod(body: dict, api_key: str, base: str = DEFAULT_REST) -> dict:
+    """RunPod's REST API: POST /pods. The new pod's id (checked) and the fields shown of it, as plain text."""
+    headers = {"Content-Type": "application/json", **authorization(api_key)}
+    http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
+    status, raw = _send("POST", base.rstrip("/") + "/pods", headers, json.dumps(body).encode())
+    if status == 400:
+        said = untrusted.printable(raw.decode("utf-8", "replace"), 300)
+        raise CheckFailed(f"RunPod refused the pod (HTTP 400): {said}", "check --gpu, --cloud and the image")
+    if status not in (200, 201):
+        raise EnvironmentFailure(f"RunPod API answered HTTP {status} to create a pod", "retry later")
+    doc = http.parse_json(raw, "the RunPod API", f"check --api-url: it must be RunPod's REST base ({DEFAULT_REST})")
+    if not isinstance(doc, dict) or not isinstance(doc.get("id"), str) or not _POD_ID.fullmatch(doc["id"]):
+        raise EnvironmentFailure("RunPod's answer has no pod id", "check --api-url: it must be RunPod's REST base")
+    return doc

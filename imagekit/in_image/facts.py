@@ -134,6 +134,24 @@ def apt_drift(want, have):
     return {"missing": missing, "different": different}
 
 
+# ---- the lifetime guard's settings (guard.py reads them in the image; `imagekit pod create` writes them) ------------
+GUARD_ACTIONS = ("stop", "terminate")
+_DURATION = re.compile(r"^([0-9]{1,7})(s|m|h|d)?$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+class SettingError(ValueError):
+    """A setting that cannot be used."""
+
+
+def parse_duration(text, name):
+    """Seconds of ``90s``, ``30m``, ``6h``, ``1d`` (a bare number is seconds)."""
+    m = _DURATION.match(str(text).strip())
+    if not m or int(m.group(1)) == 0:
+        raise SettingError(f"{name}={str(text)[:40]!r} is not a duration such as 90s, 30m or 6h")
+    return int(m.group(1)) * _UNIT[m.group(2)]
+
+
 _JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 
 

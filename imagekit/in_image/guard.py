@@ -35,27 +35,21 @@ import time
 import urllib.error
 import urllib.request
 
+if __package__:  # imported from the host's package, imagekit.in_image
+    from . import facts
+else:  # the program in the image: its siblings lie beside it (-I leaves the script's folder off sys.path)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import facts
+
 RUNPOD_API = "https://rest.runpod.io/v1"
 VAST_API = "https://console.vast.ai/api/v0"
 HEARTBEAT = "/run/imagekit/heartbeat"
 BLOCKED = "/run/imagekit/blocked"
 LOG = "/var/log/imagekit-guard.log"
-ACTIONS = ("stop", "terminate")
-_DURATION = re.compile(r"^([0-9]{1,7})(s|m|h|d)?$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+ACTIONS = facts.GUARD_ACTIONS
+GuardError = facts.SettingError
+parse_duration = facts.parse_duration
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-class GuardError(ValueError):
-    """A guard setting that cannot be used."""
-
-
-def parse_duration(text, name):
-    """Seconds of ``90s``, ``30m``, ``6h``, ``1d`` (a bare number is seconds)."""
-    m = _DURATION.match(str(text).strip())
-    if not m or int(m.group(1)) == 0:
-        raise GuardError(f"{name}={str(text)[:40]!r} is not a duration such as 90s, 30m or 6h")
-    return int(m.group(1)) * _UNIT[m.group(2)]
 
 
 def say(seconds):

@@ -1,0 +1,125 @@
+"""`imagekit pod create`: hosts filtered by the cell's facts, the guard's env from flags, against a loopback stand-in of
+RunPod's REST API (`POST /pods`) that records each request."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from imagekit import pod_create
+from imagekit.errors import UsageError
+from tests import hostile_http
+
+KEY = "rp_create_key_0123"
+CELL = "cu118-torch2.5.1-py3.11-tf4.48.2"
+TAG = f"ghcr.io/acme/train:{CELL}-0123456789ab"
+
+
+def _index(tmp_path, cell_extra=None):
+    cell = {"id": CELL, "cuda": "11.8", "torch": "2.5.1", "variant": "cu118", "transformers": "4.48.2",
+            "python": "3.11", **(cell_extra or {})}  # fmt: skip
+    entry = {
+        "tag": TAG,
+        "alias": TAG.rsplit("-", 1)[0],
+        "digest": "sha256:" + "a" * 64,
+        "size_bytes": 6_000_000_000,
+        "lock_hash": "b" * 64,
+        "published_at": "2026-12-01T10:00:00Z",
+        "selftest": {"passed": True},
+        "manifest": {"cell": cell, "image": {"ports": ["22/tcp", "8888/http"], "jupyter": True}},
+    }
+    path = tmp_path / "index.json"
+    path.write_text(json.dumps({"schema": 1, "images": {TAG: entry}}))
+    return path
+
+
+def _create(app, runner, index, *args, api=None):
+    extra = ["--api-url", f"{api.url}/v1"] if api else []
+    return runner.invoke(app, ["pod", "create", CELL, "--release-index", str(index), *extra, *args])
+
+
+@pytest.mark.loopback
+def test_the_request_carries_the_host_filters_the_guard_and_the_auth(app, runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    answer = hostile_http.json_answer({"id": "xedezhzb9la3ye", "costPerHr": "0.44", "adjustedCostPerHr": 0.43}, 201)
+    with hostile_http.serve({"/v1/pods": answer}) as api:
+        res = _create(
+            app, runner, _index(tmp_path), "--gpu", "NVIDIA GeForce RTX 3090", "--count", "2", "--cloud", "community",
+            "--max-runtime", "6h", "--idle-stop", "30m", "--on-exit", "stop", "--registry-auth", "clzdaifot0001",
+            api=api,
+        )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == "xedezhzb9la3ye" and "0.43 $/h" in res.stderr and "host CUDA 11.8+" in res.stderr
+    (seen,) = api.seen
+    assert (seen.method, seen.path, seen.headers["Authorization"]) == ("POST", "/v1/pods", f"Bearer {KEY}")
+    body = json.loads(seen.body)
+    assert body["allowedCudaVersions"][0] == "11.8" and "13.0" in body["allowedCudaVersions"]
+    assert body["gpuTypeIds"] == ["NVIDIA GeForce RTX 3090"] and body["gpuCount"] == 2
+    assert body["cloudType"] == "COMMUNITY" and body["containerRegistryAuthId"] == "clzdaifot0001"
+    assert body["imageName"] == TAG and body["ports"] == ["22/tcp", "8888/http"]
+    assert body["env"]["IMAGEKIT_MAX_RUNTIME"] == "6h" and body["env"]["IMAGEKIT_IDLE_STOP"] == "30m"
+    assert body["env"]["IMAGEKIT_ON_EXIT"] == "stop" and body["env"]["IMAGEKIT_REQUIRE_GPU"] == "1"
+    assert KEY not in res.output
+
+
+def test_a_gpu_the_cells_torch_has_no_kernels_for_is_refused_with_what_works(app, runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA GeForce RTX 5090")
+    assert res.exit_code == 2
+    assert "no kernels for NVIDIA GeForce RTX 5090 (sm_120" in res.output and "RTX 3090" in res.output
+    assert "imagekit explain --gpu RTX 5090" in res.output
+
+
+def test_the_dry_run_prints_the_body_and_sends_nothing(app, runner, tmp_path):
+    res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA H100 80GB HBM3", "--dry-run")
+    assert res.exit_code == 0, res.output
+    body = json.loads(res.stdout)
+    assert body["gpuTypeIds"] == ["NVIDIA H100 80GB HBM3"] and "IMAGEKIT_MAX_RUNTIME" not in body["env"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--gpu", "Mystery GPU 9000"], "--arch sm_XY"),
+        (["--gpu", "NVIDIA A100", "--max-runtime", "6 hours"], "not a duration"),
+        (["--gpu", "NVIDIA A100", "--on-exit", "halt"], "stop or terminate"),
+        (["--gpu", "NVIDIA A100", "--cloud", "moon"], "secure or community"),
+        (["--gpu", "x\n; rm -rf /"], "not a GPU type id"),
+        (["--gpu", "NVIDIA A100", "--registry-auth", "bad id!"], "--registry-auth"),
+    ],
+)
+def test_bad_flags_are_usage_errors_before_anything_is_sent(app, runner, tmp_path, args, says):
+    res = _create(app, runner, _index(tmp_path), *args)
+    assert res.exit_code == 2 and says in res.output, res.output
+
+
+def test_an_unknown_gpu_with_its_arch_is_checked_by_the_arch(app, runner, tmp_path):
+    res = _create(app, runner, _index(tmp_path), "--gpu", "Mystery GPU 9000", "--arch", "sm_90", "--dry-run")
+    assert res.exit_code == 0, res.output
+    res = _create(app, runner, _index(tmp_path), "--gpu", "Mystery GPU 9000", "--arch", "sm_120", "--dry-run")
+    assert res.exit_code == 2 and "sm_120" in res.output
+
+
+def test_an_index_entry_without_its_versions_is_refused(app, runner, tmp_path):
+    res = _create(app, runner, _index(tmp_path, {"cuda": "$(reboot)"}), "--gpu", "NVIDIA A100", "--dry-run")
+    assert res.exit_code == 2 and "does not name its torch and CUDA" in res.output
+
+
+def test_host_cuda_versions_are_the_images_or_newer_as_runpod_names_them():
+    assert pod_create.allowed_cuda_versions("12.4") == ["12.4", "12.5", "12.6", "12.7", "12.8", "12.9", "13.0"]
+    with pytest.raises(UsageError, match=r"no host CUDA version at or above 13\.2"):
+        pod_create.allowed_cuda_versions("13.2")
+
+
+@pytest.mark.loopback
+def test_runpods_answer_is_checked_before_it_is_shown(app, runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    for answer, says, code in (
+        (hostile_http.json_answer({"id": "../../x\x1b[2J"}, 201), "no pod id", 3),
+        (hostile_http.json_answer({"id": "abcd1234", "costPerHr": "NaN"}, 201), "(?)", 0),
+        ((400, {}, b"no instances of NVIDIA A100 \x1b[31mavailable"), "RunPod refused the pod", 1),
+    ):
+        with hostile_http.serve({"/v1/pods": answer}) as api:
+            res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA A100", api=api)
+        assert res.exit_code == code and says in res.output and "\x1b" not in res.output, res.output
