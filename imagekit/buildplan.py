@@ -92,6 +92,25 @@ class BuildPlan:
     command: tuple[str, ...] = ()  # `[image] command`: the image's CMD
 
 
+PLATFORM = "linux/amd64"  # what the images are built for (outputs.py's bake targets say the same)
+
+
+def runtime_contract(plan: BuildPlan, data: CompatData) -> dict:
+    """What a host must offer to run the image, in one machine-readable object (the manifest, the OCI label
+    ``imagekit.runtime``, the release record): `pod create`, the templates and the doctor read it."""
+    cell = plan.cell
+    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda)
+    return {
+        "driver_min": rules.driver_floor(data, cell.cuda).minimum,
+        "cuda": cell.cuda,
+        "cuda_major": rules.cuda_major(cell.cuda),
+        "sass": archs,
+        "ptx": ptx,
+        "platform": PLATFORM,
+        "glibc_min": data.torch_minor(cell.torch).glibc,
+    }
+
+
 def manifest(plan: BuildPlan, data: CompatData) -> dict:
     """The facts baked into /etc/imagekit/manifest.json and mirrored in OCI labels."""
     cell = plan.cell
@@ -118,6 +137,7 @@ def manifest(plan: BuildPlan, data: CompatData) -> dict:
             "ptx": ptx,
         },
         "driver": {"minimum": floor.minimum, "full_feature": floor.full},
+        "runtime": runtime_contract(plan, data),
         "python": {"version": cell.python, "executable": "/opt/venv/bin/python"},
         "base": {"name": plan.base.name, "reference": plan.base.reference, "digest": plan.base.digest},
         "image": {

@@ -31,6 +31,29 @@ def split_reference(ref: str) -> tuple[str, str | None, str | None]:
     return m["name"], m["tag"], m["digest"]
 
 
+RUNTIME_KEYS = ("driver_min", "cuda", "cuda_major", "sass", "ptx", "platform", "glibc_min")
+
+
+def runtime_label(runtime: dict) -> str:
+    """The runtime contract as one label value a Dockerfile LABEL can carry (no quotes):
+    ``driver_min=525.60.13 cuda=12.1 cuda_major=12 sass=sm_80,sm_90 ptx=sm_90 platform=linux/amd64 glibc_min=2.17``."""
+    parts = []
+    for key in RUNTIME_KEYS:
+        value = runtime.get(key)
+        parts.append(f"{key}={','.join(value) if isinstance(value, list) else ('' if value is None else value)}")
+    return " ".join(parts)
+
+
+def parse_runtime_label(text: str) -> dict[str, str | list[str] | None]:
+    """:func:`runtime_label` read back (what a registry or a pod says: unknown keys are dropped)."""
+    out: dict[str, str | list[str] | None] = {}
+    for part in text.split():
+        key, _, value = part.partition("=")
+        if key in RUNTIME_KEYS:
+            out[key] = value.split(",") if key == "sass" else (value or None)
+    return out
+
+
 def labels(manifest: dict) -> dict[str, str]:
     """OCI labels carrying the manifest's facts (``org.opencontainers.image.*`` plus ``imagekit.*``)."""
     cell = manifest["cell"]
@@ -55,5 +78,6 @@ def labels(manifest: dict) -> dict[str, str]:
         "imagekit.archs": ",".join(manifest["torch"]["archs"])
         + (f",{manifest['torch']['ptx']}+PTX" if manifest["torch"]["ptx"] else ""),
         "imagekit.driver.min": manifest["driver"]["minimum"],
+        **({"imagekit.runtime": runtime_label(manifest["runtime"])} if "runtime" in manifest else {}),
         "imagekit.version": manifest["imagekit_version"],
     }

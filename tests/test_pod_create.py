@@ -123,3 +123,25 @@ def test_runpods_answer_is_checked_before_it_is_shown(app, runner, tmp_path, mon
         with hostile_http.serve({"/v1/pods": answer}) as api:
             res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA A100", api=api)
         assert res.exit_code == code and says in res.output and "\x1b" not in res.output, res.output
+
+
+def test_the_runtime_contract_is_one_label_that_reads_back(data):
+    from imagekit import naming, render
+    from imagekit.buildplan import BaseRef, BuildPlan
+    from imagekit.model import Cell
+    from imagekit.services.lock_cells import read_lock
+    from tests.conftest import ROOT
+
+    cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
+    lock = read_lock(ROOT / "lockfiles" / f"{cell.id}.txt")
+    base = BaseRef(
+        "b", "r.example.com/py@sha256:" + "c" * 64, "sha256:" + "c" * 64, "3.11", "2.36", "/usr/bin/python3.11"
+    )
+    files = render.render_plan(BuildPlan(cell, lock, base, "r.example.com/x"), data)
+    runtime = json.loads(files["rootfs/app/opt/imagekit/manifest.json"][0])["runtime"]
+    assert runtime["driver_min"] == "525.60.13" and runtime["cuda_major"] == 12 and "sm_90" in runtime["sass"]
+    assert runtime["platform"] == "linux/amd64" and runtime["glibc_min"] == "2.17"
+    label = naming.runtime_label(runtime)
+    assert f'"imagekit.runtime"="{label}"' in files["Dockerfile"][0].decode()
+    back = naming.parse_runtime_label(label + " evil=1")
+    assert back["sass"] == runtime["sass"] and back["driver_min"] == "525.60.13" and "evil" not in back

@@ -88,6 +88,7 @@ LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
     "imagekit.driver.min"="525.60.13" \
     "imagekit.lock.hash"="53f0b543e4f4b685d6454f288a1198ae19a3d718164325bbfc5647de8ba1bc6e" \
     "imagekit.python"="3.11" \
+    "imagekit.runtime"="driver_min=525.60.13 cuda=12.1 cuda_major=12 sass=sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90 ptx= platform=linux/amd64 glibc_min=2.17" \
     "imagekit.torch"="2.1.2" \
     "imagekit.torch.cuda"="12.1" \
     "imagekit.torch.version"="2.1.2" \

@@ -88,6 +88,7 @@ LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
     "imagekit.driver.min"="525.60.13" \
     "imagekit.lock.hash"="34218a6e940c5bcbb8b8e9473a4e093bde8df5ff13649ce274ea257e72f73753" \
     "imagekit.python"="3.11" \
+    "imagekit.runtime"="driver_min=525.60.13 cuda=12.4 cuda_major=12 sass=sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90 ptx= platform=linux/amd64 glibc_min=2.17" \
     "imagekit.torch"="2.5.1" \
     "imagekit.torch.cuda"="12.4" \
     "imagekit.torch.version"="2.5.1" \
