@@ -32,11 +32,19 @@ esac
 RECORD: list[str] = []
 
 
+def _gateway(engine) -> str:
+    """Where containers on the default bridge reach the host: its gateway (Docker names it, or it is the subnet's
+    first address, as Docker assigns it when it does not)."""
+    import ipaddress
+
+    config = engine.client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+
+
 @pytest.fixture(scope="module")
 def api(engine):
     """The stand-in, listening where containers on the default bridge reach the host."""
-    gateway = engine.client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
-    with hostile_http.serve(fallback=lambda _seen: (200, {}, b"{}"), host=gateway) as server:
+    with hostile_http.serve(fallback=lambda _seen: (200, {}, b"{}"), host=_gateway(engine)) as server:
         yield server
 
 
@@ -191,8 +199,7 @@ def test_a_finished_job_terminates_the_pod_after_its_outputs_are_checksummed(rea
 
 def test_a_job_without_its_outputs_keeps_the_pod_and_an_api_down_is_retried_in_the_log(real_build, engine, tmp_path):
     result, _ = real_build
-    gateway = engine.client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
-    with hostile_http.serve(fallback=lambda _seen: (503, {}, b"down"), host=gateway) as down:
+    with hostile_http.serve(fallback=lambda _seen: (503, {}, b"down"), host=_gateway(engine)) as down:
         env = {"IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_OUTPUTS": "/workspace/missing.pt", "IMAGEKIT_MAX_RUNTIME": "4s"}
         pod, _ = _start(
             engine, result.tag, down, tmp_path, env, command=["true"], ready=containers.ready_times("not ending", 1)
