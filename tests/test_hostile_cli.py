@@ -159,7 +159,7 @@ BASELINE: dict[str, list[str]] = {
     "pod logs": ["root@127.0.0.1:9", "--key", "afile", "--run", "20261202T130501Z-42"],
     "pod wait": ["root@127.0.0.1:9", "--key", "afile", "--timeout", "5"],
     "pod cp": ["afile", "root@127.0.0.1:9:/workspace/afile", "--key", "afile"],
-    "pod create": ["acell", "--gpu", "NVIDIA A100", "--release-index", "releases/index.json", "--dry-run"],
+    "pod create": ["acell", "--gpu", "NVIDIA A100", "--release-index", "releases/index.json"],
     "pod stop": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
     "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
     "release merge": ["adir", "--index", "releases/index.json"],  # an empty records folder: nothing to verify

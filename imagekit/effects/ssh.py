@@ -215,7 +215,8 @@ class Shell:
                 # follows it stay, since a mark starts there (the end mark is a line break, then IMK...), and a
                 # CR LF pair stays together
                 cut = self.buf.rfind("\n")
-                cut = cut - 1 if cut > 0 and self.buf[cut - 1] == "\r" else cut
+                while cut > 0 and self.buf[cut - 1] == "\r":  # a terminal's CR CR LF too
+                    cut -= 1
                 safe = len(self.buf) - 64  # a mark may be arriving
                 if cut <= 0 and safe > 8192:  # one long line (a progress bar redrawn with CR): pass it on anyway
                     cut = safe - 1 if self.buf[safe - 1] == "\r" else safe
