@@ -7,6 +7,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH
 from imagekit.errors import EnvironmentFailure
 from imagekit.services.base_images import KEYRINGS, bootstrap_argv, bootstrap_tarball, ensure_base
+from tests.conftest import ROOT
 
 ALL = frozenset(path for path, _, _ in KEYRINGS.values())
 
@@ -27,14 +29,17 @@ def _argv(data, python="3.11", **kw):
 
 def test_root_runs_mmdebstrap_itself_with_the_vendors_keyring(data):
     spec, argv = _argv(data)
-    assert argv[0] == "mmdebstrap" and "--mode=root" in argv
+    mm = argv.index("mmdebstrap")
+    assert argv[:2] == ["env", "-i"] and "SOURCE_DATE_EPOCH=1735689600" in argv[:mm] and "--mode=root" in argv
     assert f"--keyring={KEYRINGS[spec.vendor][0]}" in argv
     assert argv[-3:] == [spec.suite, "/c/base.partial.tar", spec.mirror]
 
 
 def test_a_runners_user_bootstraps_through_passwordless_sudo_keeping_the_date(data):
     _, argv = _argv(data, euid=1001, sudo=True)
-    assert argv[:4] == ["sudo", "-n", "env", "SOURCE_DATE_EPOCH=1735689600"] and argv[4] == "mmdebstrap"
+    mm = argv.index("mmdebstrap")
+    assert argv[:4] == ["sudo", "-n", "env", "-i"] and "SOURCE_DATE_EPOCH=1735689600" in argv[:mm]
+    assert "PYTHONDONTWRITEBYTECODE=1" in argv[:mm]  # the same environment as root's: the same bytes
 
 
 def test_without_root_or_sudo_the_refusal_names_the_ways_out(data):
@@ -57,17 +62,22 @@ RUNNER = "imagekit-runner"  # a hosted runner's user: not root, passwordless sud
 
 
 def _as_runner(out: Path, epoch: int) -> subprocess.CompletedProcess:
+    """imagekit's bootstrap as the runner's user, with the system's Python (this venv's interpreter may lie under
+    root's home) reading imagekit and its packages from this checkout and venv."""
     code = (
         "import sys; from pathlib import Path; from imagekit.services import inputs; "
         "from imagekit.services.base_images import bootstrap_tarball; "
         "print(bootstrap_tarball(inputs.compat_data().bases['3.11'], int(sys.argv[1]), Path(sys.argv[2]), True))"
     )
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    path = f"{ROOT}:{sysconfig.get_paths()['purelib']}"
     return subprocess.run(
-        ["runuser", "-u", RUNNER, "--", "env", f"HOME={out}", sys.executable, "-c", code, str(epoch), f"{out}/b.tar"],
+        ["runuser", "-u", RUNNER, "--", "env", f"HOME={out}", f"PYTHONPATH={path}", python, "-c", code, str(epoch),
+         f"{out}/b.tar"],
         capture_output=True,
         text=True,
         timeout=1800,
-    )
+    )  # fmt: skip
 
 
 @pytest.mark.docker

@@ -33,6 +33,17 @@ KEYRINGS = {
 }
 
 
+def bootstrap_env(epoch: int) -> dict[str, str]:
+    """The bootstrap's whole environment (nothing of the caller's)."""
+    return {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",  # py3compile writes the bytecode, not imports as they happen
+        "PYTHONHASHSEED": "0",
+    }
+
+
 def bootstrap_argv(
     spec: BaseSpec, epoch: int, tmp: Path, compiler: bool, *, euid: int, sudo: bool, keyrings: frozenset[str]
 ) -> list[str]:
@@ -46,7 +57,9 @@ def bootstrap_argv(
             f"bootstrapping {spec.name} needs {spec.vendor.capitalize()}'s archive keyring ({path})",
             f"apt-get install {package} (and network access to the {spec.vendor} archive)",
         )
-    prefix: list[str] = []
+    # One environment for every bootstrap, whoever runs it: the maintainer scripts inherit it, and what they write
+    # depends on it (Python writing bytecode as it imports, or not), so root and a runner's sudo give the same bytes
+    prefix = ["env", "-i", *(f"{k}={v}" for k, v in bootstrap_env(epoch).items())]
     if euid != 0:
         if not sudo:
             raise EnvironmentFailure(
@@ -54,7 +67,7 @@ def bootstrap_argv(
                 "run as root, allow this user passwordless sudo (as GitHub's hosted runners do), or use a base from "
                 'a registry by digest ([bases."3.X"] in the matrix file)',
             )
-        prefix = ["sudo", "-n", "env", f"SOURCE_DATE_EPOCH={epoch}"]
+        prefix = ["sudo", "-n", *prefix]
     return [
         *prefix,
         "mmdebstrap",
