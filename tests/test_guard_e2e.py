@@ -88,13 +88,24 @@ def _wait_request(api, count: int, timeout: float = 60) -> float:
     return time.time()
 
 
+def _logs_with(pod, text: str, timeout: float = 20) -> str:
+    """The container's log once it holds ``text`` (the log driver passes lines on a moment after they are written)."""
+    begin = time.time()
+    while True:
+        logs = pod.container.logs(timestamps=True).decode()
+        if text in logs:
+            return logs
+        assert time.time() - begin < timeout, f"never logged {text!r}:\n{logs[-3000:]}"
+        time.sleep(0.1)
+
+
 def _fired_at(pod, trigger: str) -> float:
     """When the guard logged the trigger (the container's log timestamps)."""
-    for line in pod.container.logs(timestamps=True).decode().splitlines():
+    from datetime import datetime
+
+    for line in _logs_with(pod, f"imagekit-guard: {trigger}:").splitlines():
         stamp, _, text = line.partition(" ")
         if f"imagekit-guard: {trigger}:" in text:
-            from datetime import datetime
-
             return datetime.fromisoformat(stamp[:26] + "+00:00").timestamp()
     raise AssertionError(f"the guard never logged {trigger}")
 
@@ -117,7 +128,7 @@ def test_the_deadline_stops_the_pod_with_its_own_key_never_logged(real_build, en
         assert (seen.method, seen.path) == ("POST", f"/v1/pods/{POD_ID}/stop")
         assert seen.headers["Authorization"] == f"Bearer {KEY}"
         _record("deadline", api, pod, "deadline", arrived)
-        logs = pod.logs()
+        logs = _logs_with(pod, "HTTP 200")
         assert "imagekit-guard: armed: deadline in 5s (action: stop; runpod pod podguard42)" in logs
         assert "IMAGEKIT_MAX_RUNTIME=5s reached" in logs and "HTTP 200" in logs
         assert KEY not in logs

@@ -272,8 +272,9 @@ def main(argv=None):
         guarded("cuda-libraries", check_cuda_libraries, manifest),
         guarded("numpy-interop", check_numpy_interop),
         guarded("tiny-model", check_tiny_model),
-        guarded("apt-packages", check_apt, manifest),
     ]
+    if manifest.get("apt"):  # an image with `[image] apt` packages: each at its locked version
+        checks.append(guarded("apt-packages", check_apt, manifest))
     out, _ = compiling.communicate()
     try:
         compiled = json.loads(out)
