@@ -68,7 +68,10 @@ def check_gpu(data: CompatData, torch: str, cuda: str, gpu: str, arch: str | Non
     entry = data.arch_entry(torch, variant_of(cuda))
     if entry is None:
         raise UsageError(f"no architecture list for torch {torch}+{variant_of(cuda)}", "check the cell id")
-    target = cc if cc.startswith("sm_") else cc_to_sm(cc)
+    parsed = facts.parse_arch(cc)
+    if parsed is None:
+        raise UsageError(f"--arch {cc[:40]!r} is not a GPU architecture", "give its compute capability: sm_86 or 8.6")
+    target = f"sm_{parsed[0]}{parsed[1]}{parsed[2]}"
     how = rules.how_arch_runs(entry, target)
     if how is None:
         works = sorted(n for n, c in data.gpus.items() if rules.how_arch_runs(entry, cc_to_sm(c)) is not None)

@@ -87,6 +87,8 @@ def test_the_dry_run_prints_the_body_and_sends_nothing(app, runner, tmp_path):
         (["--gpu", "NVIDIA A100", "--cloud", "moon"], "secure or community"),
         (["--gpu", "x\n; rm -rf /"], "not a GPU type id"),
         (["--gpu", "NVIDIA A100", "--registry-auth", "bad id!"], "--registry-auth"),
+        (["--gpu", "Mystery GPU 9000", "--arch", "nan"], "--arch 'nan' is not a GPU architecture"),
+        (["--gpu", "Mystery GPU 9000", "--arch", "sm_99999"], "is not a GPU architecture"),
     ],
 )
 def test_bad_flags_are_usage_errors_before_anything_is_sent(app, runner, tmp_path, args, says):

@@ -146,3 +146,15 @@ def test_a_download_of_nothing_or_of_a_device_is_a_usage_error(tmp_path, kind):
     with pytest.raises(UsageError):
         pod.copy(f"{TARGET}:/dev/zero", str(tmp_path / "z"), OPTS, _nothing, _nothing, dial=t.dial)
     assert not [c for c in t.calls if c[0] == "get"]
+
+
+@pytest.mark.parametrize("bad", ["", "../../etc", "20261202T130501Z-1\n"])
+def test_a_run_id_that_is_not_one_is_refused_before_any_connection(bad):
+    from imagekit.services import pod_runs
+
+    t = FakeTransport()
+    with pytest.raises(UsageError, match="is not a run id"):
+        pod_runs.logs(TARGET, bad, True, OPTS, _nothing, _nothing, _nothing, dial=t.dial)
+    with pytest.raises(UsageError, match="is not a run id"):
+        pod_runs.wait(TARGET, bad, OPTS, _nothing, dial=t.dial)
+    assert t.calls == []

@@ -80,6 +80,17 @@ _BLOCKED_PROBE = (
 )
 
 
+def refuse_if_blocked(t: ssh.Transport, what: str) -> None:
+    """Refuse ``what`` (exit 1) on a pod whose start check found a blocker: training there would fail or run on the
+    CPU. `pod exec` and `pod run` ask this first, unless told --ignore-blockers."""
+    found = blocker(t)
+    if found is not None:
+        raise CheckFailed(
+            f"the pod has a blocker; not {what}:\n{found}",
+            "fix it (imagekit pod doctor TARGET says how), or pass --ignore-blockers to run it anyway",
+        )
+
+
 def blocker(t: ssh.Transport) -> str | None:
     """The pod's blocker, as its start check wrote it (untrusted text, made printable), or None."""
     _code, said = t.capture(_BLOCKED_PROBE, 30.0)
@@ -102,12 +113,8 @@ def run_command(
     """Run ``command`` on the pod; (its exit code, the transport used: exec | pty). A pod whose start check found a
     blocker refuses (exit 1) unless ``ignore_blockers``: training there would fail or run on the CPU."""
     with dial(target, opts, warn) as t:
-        found = None if ignore_blockers else blocker(t)
-        if found is not None:
-            raise CheckFailed(
-                f"the pod has a blocker; not running the command:\n{found}",
-                "fix it (imagekit pod doctor TARGET says how), or pass --ignore-blockers to run it anyway",
-            )
+        if not ignore_blockers:
+            refuse_if_blocked(t, "running the command")
         return t.run(command, opts.timeout, out, err), t.mode
 
 

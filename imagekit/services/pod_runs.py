@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from imagekit import untrusted
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.podwire import Target
-from imagekit.services.pod import CheckFailed, Dial, Log, PodOptions, blocker, connect
+from imagekit.services.pod import Dial, Log, PodOptions, connect, refuse_if_blocked
 
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9]{1,10}", re.ASCII)
 RUNS = '"${IMAGEKIT_RUNS:-/workspace/.imagekit/runs}"'
@@ -68,12 +68,8 @@ def start(
 ) -> Started:
     """Start ``command`` on the pod; its run id (refused on a blocked pod, as `pod exec` is)."""
     with dial(target, opts, warn) as t:
-        found = None if ignore_blockers else blocker(t)
-        if found is not None:
-            raise CheckFailed(
-                f"the pod has a blocker; not starting the run:\n{found}",
-                "fix it (imagekit pod doctor TARGET says how), or pass --ignore-blockers to run it anyway",
-            )
+        if not ignore_blockers:
+            refuse_if_blocked(t, "starting the run")
         code, out = t.capture(start_script(command), 60.0)
     said = out.strip().splitlines()[-1].strip() if out.strip() else ""
     if code != 0 or not RUN_ID.fullmatch(said):
@@ -90,8 +86,9 @@ def logs(
 ) -> int:  # fmt: skip
     """The run's log (``follow``: until the run ends); 0, or 4 when there is no such run."""
     show = 'tail -n +1 -f --pid="$(cat "$r/pid")" "$r/log"' if follow else 'cat "$r/log"'
+    script = _run_dir(checked_id(run_id)) + show  # a bad id is refused before any connection
     with dial(target, opts, warn) as t:
-        return t.run(_run_dir(checked_id(run_id)) + show, NO_LIMIT if follow else opts.timeout, out, err)
+        return t.run(script, NO_LIMIT if follow else opts.timeout, out, err)
 
 
 def wait(target: Target, run_id: str | None, opts: PodOptions, warn: Log, dial: Dial = connect) -> int:
