@@ -158,3 +158,24 @@ def test_a_run_id_that_is_not_one_is_refused_before_any_connection(bad):
     with pytest.raises(UsageError, match="is not a run id"):
         pod_runs.wait(TARGET, bad, OPTS, _nothing, dial=t.dial)
     assert t.calls == []
+
+
+@pytest.mark.parametrize(
+    ("said", "raises", "says"),
+    [
+        ("IMAGEKIT-EXIT 7\n", None, ""),
+        ("IMAGEKIT-EXIT 999\n", EnvironmentFailure, "unexpected answer"),
+        ("IMAGEKIT-LOST\n", EnvironmentFailure, "without an exit code"),
+        ("\x1b]0;pwned\x07IMAGEKIT-EXIT 1; rm -rf /\n", EnvironmentFailure, "unexpected answer"),
+    ],
+)
+def test_what_a_pod_says_of_a_runs_end_is_checked(said, raises, says):
+    from imagekit.services import pod_runs
+
+    t = FakeTransport(answers={"d=": (0, said)})
+    if raises is None:
+        assert pod_runs.wait(TARGET, None, OPTS, _nothing, dial=t.dial) == 7
+        return
+    with pytest.raises(raises, match=says) as err:
+        pod_runs.wait(TARGET, None, OPTS, _nothing, dial=t.dial)
+    assert "\x1b" not in err.value.message and "\x07" not in err.value.message

@@ -103,7 +103,7 @@ def wait(target: Target, run_id: str | None, opts: PodOptions, warn: Log, dial: 
     if code == 4:
         raise UsageError("no such run on this pod", "imagekit pod run TARGET -- COMMAND starts one")
     m = re.search(r"^IMAGEKIT-EXIT (\d{1,3})\s*$", out, re.M)
-    if m:
+    if m and int(m[1]) <= 255:  # an exit status is a byte: anything else is not the run's
         return int(m[1])
     if "IMAGEKIT-LOST" in out:
         raise EnvironmentFailure(
