@@ -109,11 +109,6 @@ def parse_resolution(simulation: str, uris: str) -> tuple[DebPin, ...]:
     return tuple(sorted(pins))
 
 
-def download_args(pins: tuple[DebPin, ...]) -> list[str]:
-    """``apt-get download --print-uris`` arguments naming each pin exactly."""
-    return [f"{p.name}:{p.arch}={p.version}" for p in pins]
-
-
 def parse_line(line: str, origin: str) -> DebPin:
     m = _LINE.match(line)
     if not m:

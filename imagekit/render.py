@@ -128,10 +128,10 @@ def app_tarball(files: dict[str, tuple[bytes, int]], epoch: int) -> bytes:
     return out.getvalue()
 
 
-def layer_file(layer: layers.Layer) -> str:
-    """Where the context keeps a layer's requirements (the image gets them with the app layer's COPY). The RUN that
-    installs the layer reads them from the wheelhouse (`fetch.wheelhouse_files`), checked by their sha256."""
-    return f"{APP_FILES}/{layer.filename}"
+def layer_file(filename: str) -> str:
+    """Where the context keeps a layer's requirements file (the image gets it with the app layer's COPY). The RUN
+    that installs the layer reads it from the wheelhouse (`fetch.wheelhouse_files`), checked by its sha256."""
+    return f"{APP_FILES}/{filename}"
 
 
 def _context_files() -> dict[str, tuple[bytes, int]]:
@@ -158,7 +158,7 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
     layering = layers.split(plan.lock)
     files = {MANIFEST: ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644)}
     for name, text in layering.requirement_files.items():  # kept in the image; installed from the wheelhouse's copy
-        files[f"{APP_FILES}/{name}"] = (text.encode(), 0o644)
+        files[layer_file(name)] = (text.encode(), 0o644)
     files.update(_context_files())
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
     code = plan.code

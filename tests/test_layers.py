@@ -79,5 +79,5 @@ def test_the_manifest_and_the_render_name_every_layer(data):
     assert facts["installer"].startswith("uv ")
     files = render.render_plan(plan, data)
     for layer in layers.split(lock).layers:
-        assert files[render.layer_file(layer)][0].decode() == layer.requirements
+        assert files[render.layer_file(layer.filename)][0].decode() == layer.requirements
         assert f"/{layer.filename}#sha256={layer.requirements_sha256}" in files["Dockerfile"][0].decode()
