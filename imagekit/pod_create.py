@@ -1,8 +1,9 @@
 """`imagekit pod create`: a RunPod pod only on a host that can run the image (pure).
 
-Two filters from the cell's compatibility facts: the host's CUDA version (RunPod's ``allowedCudaVersions``: those at or
-above the image's CUDA, so its driver runs the wheels with the full feature set, PTX JIT included), and the GPU type
-(refused, with the GPUs that would work, when the cell's torch build has no kernel for its architecture). The
+Two filters from the image's runtime contract (its release record): the host's CUDA version (RunPod's
+``allowedCudaVersions``: those at or above the image's CUDA, so its driver runs the wheels with the full feature set,
+PTX JIT included), and the GPU type (refused, with the GPUs that would work, when the image's torch build has no
+kernel for its architecture). The
 lifetime guard's env comes from flags, checked by the guard's own parser.
 """
 
@@ -11,36 +12,14 @@ from __future__ import annotations
 import math
 import re
 
-from imagekit import rules, runpod
+from imagekit import contract, runpod
 from imagekit.compat import CompatData
+from imagekit.contract import Contract
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
-from imagekit.model import variant_of
-from imagekit.validate import cc_to_sm
 
-# RunPod REST v1 `POST /pods` allowedCudaVersions: the values its API takes
-# (https://docs.runpod.io/api-reference/pods/POST/pods, PodCreateInput.allowedCudaVersions)
-RUNPOD_CUDA_VERSIONS = ("11.8", "12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.7", "12.8", "12.9", "13.0")
 CLOUDS = ("secure", "community")
-_TORCH = re.compile(r"[0-9]{1,3}(\.[0-9]{1,4}){1,3}", re.ASCII)
-_CUDA = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
 _GPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,79}", re.ASCII)
-
-
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
-
-
-def allowed_cuda_versions(cuda: str) -> list[str]:
-    """The host CUDA versions (as RunPod names them) whose drivers run ``cuda`` wheels with every feature: the same
-    or newer (a driver runs what was built for its CUDA version or older; compat-facts, NV)."""
-    allowed = [v for v in RUNPOD_CUDA_VERSIONS if _key(v) >= _key(cuda)]
-    if not allowed:
-        raise UsageError(
-            f"RunPod's API names no host CUDA version at or above {cuda} (it knows up to {RUNPOD_CUDA_VERSIONS[-1]})",
-            "create the pod in RunPod's console, filtering by CUDA version there",
-        )
-    return allowed
 
 
 def known_gpu(data: CompatData, gpu: str) -> str | None:
@@ -53,9 +32,9 @@ def known_gpu(data: CompatData, gpu: str) -> str | None:
     return max(found, key=len) if found else None
 
 
-def check_gpu(data: CompatData, torch: str, cuda: str, gpu: str, arch: str | None = None) -> str:
-    """How the cell's torch build runs on ``gpu`` ('cubin sm_86', 'ptx'); a GPU it has no kernel for is refused
-    naming the GPUs that would work. ``arch`` ('sm_86', '8.6') overrides what the name says."""
+def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = None) -> str:
+    """How the image's torch build runs on ``gpu`` ('cubin sm_86', 'PTX sm_90'), by the image's runtime contract; a GPU
+    it has no kernel for is refused naming the GPUs that would work. ``arch`` ('sm_86', '8.6') overrides the name."""
     if not _GPU_ID.fullmatch(gpu):
         raise UsageError(f"--gpu {gpu[:80]!r} is not a GPU type id", "give RunPod's id, e.g. 'NVIDIA GeForce RTX 3090'")
     name = known_gpu(data, gpu)
@@ -65,22 +44,18 @@ def check_gpu(data: CompatData, torch: str, cuda: str, gpu: str, arch: str | Non
             f"imagekit does not know the architecture of {gpu!r}",
             f"pass --arch sm_XY (its compute capability), or name one of {', '.join(sorted(data.gpus))}",
         )
-    entry = data.arch_entry(torch, variant_of(cuda))
-    if entry is None:
-        raise UsageError(f"no architecture list for torch {torch}+{variant_of(cuda)}", "check the cell id")
     parsed = facts.parse_arch(cc)
     if parsed is None:
         raise UsageError(f"--arch {cc[:40]!r} is not a GPU architecture", "give its compute capability: sm_86 or 8.6")
     target = f"sm_{parsed[0]}{parsed[1]}{parsed[2]}"
-    how = rules.how_arch_runs(entry, target)
+    how = runtime.how_runs(target)
     if how is None:
-        works = sorted(n for n, c in data.gpus.items() if rules.how_arch_runs(entry, cc_to_sm(c)) is not None)
-        have = ", ".join(cc_to_sm(a) for a in entry.archs) + (f" + PTX {cc_to_sm(entry.ptx)}" if entry.ptx else "")
+        works, _ = contract.gpus(runtime, data)
         raise UsageError(
-            f"torch {torch}+{variant_of(cuda)} has no kernels for {gpu} ({target}; it has {have}): "
+            f"the image's torch has no kernels for {gpu} ({target}; it has {runtime.archs_text()}): "
             "every kernel would fail with 'no kernel image is available for execution on the device'",
-            f"pick a GPU it runs on ({', '.join(works)}), or a cell with a newer torch/CUDA for this GPU "
-            f"(imagekit explain --gpu {name or target})",
+            f"pick a GPU it runs on ({', '.join(works) or 'none imagekit knows'}), or a cell with a newer torch/CUDA "
+            f"for this GPU (imagekit explain --gpu {name or target})",
         )
     return how
 
@@ -119,14 +94,8 @@ def body(
 ) -> dict:
     """RunPod's `POST /pods` body for a release-index entry: the template's image, disk, ports and env, plus the host
     filters and the guard's env."""
-    cell = entry["manifest"]["cell"]
-    torch, cuda = cell.get("torch"), cell.get("cuda")
-    if not (isinstance(torch, str) and _TORCH.fullmatch(torch) and isinstance(cuda, str) and _CUDA.fullmatch(cuda)):
-        raise UsageError(
-            f"the release index's entry for {entry['tag']} does not name its torch and CUDA versions",
-            "publish it again with this imagekit (`imagekit build --push`)",
-        )
-    check_gpu(data, torch, cuda, gpu, arch)
+    runtime = contract.from_record(entry, data)
+    check_gpu(data, runtime, gpu, arch)
     if cloud not in CLOUDS:
         raise UsageError(f"--cloud {cloud[:40]!r}: secure or community", "RunPod's cloudType")
     if isinstance(count, bool) or not 1 <= count <= 8:
@@ -139,7 +108,7 @@ def body(
         "computeType": "GPU",
         "gpuTypeIds": [gpu],
         "gpuCount": count,
-        "allowedCudaVersions": allowed_cuda_versions(cuda),
+        "allowedCudaVersions": runpod.allowed_cuda_versions(runtime.cuda),
         "cloudType": cloud.upper(),
         "containerDiskInGb": template["containerDiskInGb"],
         "volumeInGb": volume_gb,

@@ -5,11 +5,39 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+from typing import TYPE_CHECKING
+
+from imagekit.errors import UsageError
+
+if TYPE_CHECKING:
+    from imagekit.compat import CompatData
+    from imagekit.contract import Contract
 
 SAVE_TEMPLATE = (
     "mutation saveTemplate($input: SaveTemplateInput) { saveTemplate(input: $input) "
     "{ id name imageName containerDiskInGb volumeInGb volumeMountPath ports } }"
 )
+
+
+# RunPod REST v1 `POST /pods` allowedCudaVersions: the values its API takes
+# (https://docs.runpod.io/api-reference/pods/POST/pods, PodCreateInput.allowedCudaVersions)
+RUNPOD_CUDA_VERSIONS = ("11.8", "12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.7", "12.8", "12.9", "13.0")
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def allowed_cuda_versions(cuda: str) -> list[str]:
+    """The host CUDA versions (as RunPod names them) whose drivers run ``cuda`` wheels with every feature: the same
+    or newer (a driver runs what was built for its CUDA version or older; compat-facts, NV)."""
+    allowed = [v for v in RUNPOD_CUDA_VERSIONS if _key(v) >= _key(cuda)]
+    if not allowed:
+        raise UsageError(
+            f"RunPod's API names no host CUDA version at or above {cuda} (it knows up to {RUNPOD_CUDA_VERSIONS[-1]})",
+            "create the pod in RunPod's console, filtering by CUDA version there",
+        )
+    return allowed
 
 
 _PRIVATE_SUFFIXES = (".local", ".localhost", ".internal", ".lan", ".home.arpa")
@@ -81,10 +109,14 @@ def template(
     volume_gb: int = 50,
     require_gpu: bool = True,
     registry_auth: str | None = None,
+    runtime: Contract | None = None,
+    data: CompatData | None = None,
 ) -> dict:
     """From a release-index entry (as `services.publish.read_index` checked it: every field read here has its type,
     grammar and range, the optional ones may be absent): pinned to the immutable tag (optionally @digest), disk
-    sized from the image, listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it)."""
+    sized from the image, listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it);
+    the readme says which hosts to rent (the console has no filter a template can set) from the image's ``runtime``
+    contract and, with ``data``, the GPUs its torch runs on and those it does not."""
     if isinstance(volume_gb, bool) or not isinstance(volume_gb, int) or not 1 <= volume_gb <= MAX_VOLUME_GB:
         raise ValueError(f"volume_gb must be 1 to {MAX_VOLUME_GB}")
     image = entry["tag"] + (f"@{entry['digest']}" if with_digest else "")
@@ -110,22 +142,48 @@ def template(
         "env": env,
         "isServerless": False,
         "dockerArgs": "",
-        "readme": readme(entry, jupyter),
+        "readme": readme(entry, jupyter, runtime, data),
     }
 
 
-def readme(entry: dict, jupyter: bool) -> str:
+def rent_lines(runtime: Contract, data: CompatData | None) -> list[str]:
+    """What to pick in RunPod's console so the pod lands on a host that runs the image (`pod create` sets the same)."""
+    try:
+        cuda = f"CUDA version filter: {', '.join(allowed_cuda_versions(runtime.cuda))}"
+    except UsageError:
+        cuda = f"no RunPod CUDA filter reaches {runtime.cuda}: pick a host whose driver is >= {runtime.driver_min}"
+    lines = [
+        f"Rent: {cuda} (the host's driver must be >= {runtime.driver_min}; CUDA {runtime.cuda} wheels); "
+        f"{runtime.platform} hosts; GPU architectures {runtime.archs_text()}.",
+    ]
+    if data is not None:
+        from imagekit import contract
+
+        runs, not_runs = contract.gpus(runtime, data)
+        lines.append(
+            f"GPUs it runs on: {', '.join(runs) or 'none imagekit knows'}"
+            + (f"; not on: {', '.join(not_runs)} ('no kernel image is available')." if not_runs else ".")
+        )
+    return lines
+
+
+def readme(entry: dict, jupyter: bool, runtime: Contract | None = None, data: CompatData | None = None) -> str:
     m = entry["manifest"]
     cell = m["cell"]
     known = lambda value: value if isinstance(value, str) and value else "?"  # noqa: E731
     driver = known((m.get("driver") or {}).get("minimum"))
     archs = ", ".join((m.get("torch") or {}).get("archs") or []) or "?"
+    needs = (
+        rent_lines(runtime, data)
+        if runtime is not None
+        else [f"Needs an NVIDIA driver >= {driver}; GPU architectures: {archs}."]
+    )
     lines = [
         f"# imagekit {cell['id']}",
         f"torch {known(cell.get('torch'))}+{known(cell.get('variant'))}, transformers "
         f"{known(cell.get('transformers'))}, Python {known(cell.get('python'))}; "
         f"every package pinned by hash (image {entry['tag']}, digest {entry['digest']}).",
-        f"Needs an NVIDIA driver >= {driver}; GPU architectures: {archs}.",
+        *needs,
         "",
         "SSH: add your public key to the account (PUBLIC_KEY); the image runs sshd on 22/tcp with key-only root "
         "login. Use the direct TCP port for `ssh root@IP -p PORT 'cmd'`, scp, sftp and rsync (the proxied gateway "
@@ -144,6 +202,33 @@ def readme(entry: dict, jupyter: bool) -> str:
         "train.py` so training never starts on a broken pod or silently on the CPU.",
     ]
     return "\n".join(lines)
+
+
+def volumes(pod: dict) -> tuple[float, bool, str]:
+    """(the pod volume's size in GB, whether a network volume is attached, where the volume is mounted) from RunPod's
+    `GET /pods/{id}` answer (hostile until read here: a field of another type counts as absent)."""
+    size = pod.get("volumeInGb")
+    gb = float(size) if isinstance(size, int | float) and not isinstance(size, bool) and 0 < size < 1e6 else 0.0
+    network = pod.get("networkVolume")
+    attached = (isinstance(network, dict) and bool(network.get("id"))) or bool(
+        isinstance(pod.get("networkVolumeId"), str) and pod["networkVolumeId"].strip()
+    )
+    mount = pod.get("volumeMountPath")
+    path = mount if isinstance(mount, str) and re.fullmatch(r"/[A-Za-z0-9._/-]{0,200}", mount) else "/workspace"
+    return gb, attached, path
+
+
+def terminate_warning(pod_id: str, pod: dict) -> str | None:
+    """What `pod terminate` says before it deletes a pod whose files die with it: a pod volume and no network
+    volume (RunPod deletes the pod volume on terminate; only a network volume outlives the pod)."""
+    gb, network, path = volumes(pod)
+    if network or not gb:
+        return None
+    return (
+        f"pod {pod_id} has no network volume: terminate deletes its {gb:g} GB pod volume on {path} with every file "
+        f"on it. Copy what you need first (imagekit pod cp TARGET:{path}/out ./out), or `imagekit pod stop "
+        f"{pod_id}` keeps the volume (billed while stopped)"
+    )
 
 
 _AUTH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", re.ASCII)

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 from imagekit.runpod import registry_host
+
+if TYPE_CHECKING:
+    from imagekit.compat import CompatData
+    from imagekit.contract import Contract
 
 LAUNCH_MODES = {"ssh": "ssh", "jupyter": "jupyter", "entrypoint": "args"}
 _CUDA = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
@@ -27,10 +32,20 @@ GUARANTEES = {
 }
 
 
-def template(entry: dict, *, launch: str = "ssh", require_gpu: bool = True, login: bool = False) -> dict:
+def template(
+    entry: dict,
+    *,
+    launch: str = "ssh",
+    require_gpu: bool = True,
+    login: bool = False,
+    runtime: Contract | None = None,
+    data: CompatData | None = None,
+) -> dict:
     """From a release-index entry (checked by `services.publish.read_index`): the image by its immutable tag, the
     launch mode, the ports the image serves, the env, the onstart the launch mode needs, the disk sized from the
-    image; ``login``: the image is private, so Vast asks for the registry's credentials (``docker_login_repo``)."""
+    image; ``login``: the image is private, so Vast asks for the registry's credentials (``docker_login_repo``). The
+    offer filters come from the image's ``runtime`` contract (with ``data``: the GPUs its torch has kernels for);
+    without one, from the cell's CUDA only."""
     if launch not in LAUNCH_MODES:
         raise ValueError(f"launch mode {launch!r}: one of {', '.join(LAUNCH_MODES)}")
     image, tag = entry["tag"].rsplit(":", 1)
@@ -56,25 +71,49 @@ def template(entry: dict, *, launch: str = "ssh", require_gpu: bool = True, logi
         "jupyter_dir": "/workspace",
         "docker_login_repo": registry_host(entry["tag"]) if login else "",
         "recommended_disk_space": max(20, math.ceil(size_gb * 1.5 + 10)),
-        # offers whose driver runs this CUDA only (Vast's `cuda_max_good`: the newest CUDA the host's driver takes)
-        "extra_filters": {"cuda_max_good": {"gte": float(cuda)}} if cuda else {},
+        "extra_filters": _filters(runtime, data, cuda),
         "desc": f"imagekit {cell['id']}: pinned, self-tested ({entry['digest'][:19]})",
-        "readme": readme(entry, launch),
+        "readme": readme(entry, launch, runtime, data),
         "private": True,
     }
 
 
-def readme(entry: dict, launch: str) -> str:
+def _filters(runtime: Contract | None, data: CompatData | None, cuda: str | None) -> dict:
+    if runtime is not None and data is not None:
+        from imagekit import contract
+
+        return contract.vast_filters(runtime, data)
+    # offers whose driver runs this CUDA only (Vast's `cuda_max_good`: the newest CUDA the host's driver takes)
+    return {"cuda_max_good": {"gte": float(cuda)}} if cuda else {}
+
+
+def readme(entry: dict, launch: str, runtime: Contract | None = None, data: CompatData | None = None) -> str:
     m = entry["manifest"]
     cell = m["cell"]
     driver = (m.get("driver") or {}).get("minimum") or "?"
+    cuda = cell["cuda"] if isinstance(cell.get("cuda"), str) and _CUDA.fullmatch(cell["cuda"]) else "?"
+    needs = [f"Needs an NVIDIA driver >= {driver}: filter offers with `cuda_max_good` at least CUDA {cuda}."]
+    if runtime is not None:
+        needs = [
+            f"Needs an NVIDIA driver >= {runtime.driver_min} (`cuda_max_good` >= {runtime.cuda}), a {runtime.cpu_arch} "
+            f"host (`cpu_arch`), and a GPU torch has kernels for ({runtime.archs_text()}); the template's "
+            "extra_filters select only such offers."
+        ]
+        if data is not None:
+            from imagekit import contract
+
+            runs, not_runs = contract.gpus(runtime, data)
+            needs.append(
+                f"GPUs it runs on: {', '.join(runs) or 'none imagekit knows'}"
+                + (f"; not on: {', '.join(not_runs)}." if not_runs else ".")
+            )
     return "\n".join(
         [
             f"# imagekit {cell['id']}",
             f"Image {entry['tag']} (digest {entry['digest']}); every package pinned by hash.",
-            f"Needs an NVIDIA driver >= {driver}: filter offers with `cuda_max_good` at least the image's CUDA "
-            f"({cell['cuda'] if isinstance(cell.get('cuda'), str) and _CUDA.fullmatch(cell['cuda']) else '?'}).",
+            *needs,
             f"Launch mode {launch}: {GUARANTEES[launch]}",
-            "Volume: /workspace; HF_HOME=/workspace/.cache/huggingface keeps model downloads there.",
+            "Volume: /workspace; HF_HOME=/workspace/.cache/huggingface keeps model downloads there. Stopping the "
+            "instance keeps its disk (storage is still billed); destroying it deletes the disk.",
         ]
     )

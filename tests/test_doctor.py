@@ -254,6 +254,33 @@ def test_gpu_checks_from_nvidia_smi_query():
     assert next(c for c in ptx if c["id"] == "gpu-arch")["status"] == "pass"
 
 
+def test_the_runtime_contract_wins_over_the_older_sections():
+    """A manifest's `runtime` is what the image says a host needs; the older sections count only without it."""
+    h100 = doc.parse_smi_query((GPU / "nvidia-smi-query-h100x2.csv").read_text())
+    manifest = _manifest(["sm_80", "sm_90"]) | {
+        "runtime": {"driver_min": "999.1", "cuda": "12.4", "sass": ["sm_80"], "ptx": None, "platform": "linux/amd64"}
+    }
+    status = {c["id"]: c for c in doc.check_gpus((h100, None, True), manifest, False)}
+    assert status["driver-floor"]["status"] == "fail" and "below 999.1" in status["driver-floor"]["message"]
+    assert status["gpu-arch"]["status"] == "fail" and "kernels for sm_80" in status["gpu-arch"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("machine", "glibc", "status", "says"),
+    [
+        ("x86_64", "2.36", "pass", "amd64 host, glibc 2.36"),
+        ("aarch64", "2.36", "fail", "this host is aarch64 (arm64) but the image is built for linux/amd64"),
+        ("x86_64", "2.27", "fail", "glibc 2.27 is older than 2.28"),
+        ("riscv64", None, "fail", "this host is riscv64 (riscv64)"),
+    ],
+)
+def test_a_host_outside_the_contract_is_a_blocker_naming_why(machine, glibc, status, says):
+    manifest = {"runtime": {"platform": "linux/amd64", "glibc_min": "2.28", "driver_min": "525.60.13"}}
+    (check,) = doc.check_host_contract(manifest, machine=machine, glibc=glibc)
+    assert check["status"] == status and says in check["message"], check
+    assert doc.check_host_contract({}, machine="aarch64")[0]["status"] == "skip"  # an older manifest says nothing
+
+
 def test_no_gpu_is_a_skip_unless_required():
     assert doc.check_gpus(([], None, False), None, False)[0]["status"] == "skip"
     assert doc.check_gpus(([], None, False), None, True)[0]["status"] == "fail"
@@ -430,10 +457,12 @@ def test_container_overlay_rootfs_is_ephemeral():
     checks = doc.check_paths(
         [("hf-home", "/root/.cache/huggingface"), ("workspace", "/workspace/out")],
         mountinfo,
-        "on RunPod, only the volume at /workspace survives",
+        doc.detect_provider({"RUNPOD_POD_ID": "abc"})[1],
     )
     assert [c["status"] for c in checks] == ["warn", "pass"]
-    assert "RunPod" in checks[0]["fix"]
+    assert (
+        "RunPod" in checks[0]["fix"] and "survives a stop" in checks[0]["fix"] and "not a terminate" in checks[0]["fix"]
+    )
 
 
 # ---- requirements with ranges ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The lifetime guard in the real image, started as a pod platform starts it, against a stand-in of RunPod's REST API
-on the host's bridge address (a real HTTP server; the provider is the one fake, at the outer boundary).
+(and Vast's) on the host's bridge address (a real HTTP server; the provider is the one fake, at the outer boundary).
 
 Each trigger ends the pod with the request RunPod documents, carrying the pod's key, within seconds of firing; the
 key never reaches the container's log. A fake `nvidia-smi` (a script on a mounted folder, first on PATH) answers
@@ -171,18 +171,40 @@ def _throwaway_key(tmp_path: Path) -> str:
     return key.with_suffix(".pub").read_text().strip()
 
 
-def test_a_blocked_pod_is_stopped_after_the_grace(real_build, engine, api, tmp_path):
-    """IMAGEKIT_REQUIRE_GPU=1 on this GPU-less machine: blocked; after IMAGEKIT_BLOCKER_GRACE, stopped."""
+# Vast's SSH launch mode as the image sees it: Vast's init replaces the entrypoint, runs the template's onstart and
+# keeps the container up itself (test_pod_e2e.py has the full simulation, with its SSH key).
+VAST_INIT = 'sh -c "$ONSTART"; echo "vast-sim: onstart exited $?"; exec sleep infinity'
+
+
+def test_a_blocked_vast_instance_is_stopped_after_the_grace(real_build, engine, api, tmp_path):
+    """Started as Vast's SSH launch mode starts it (the onstart `imagekit vast-template` writes, the instance's id and
+    key in the env): IMAGEKIT_REQUIRE_GPU=1 on this GPU-less machine blocks it; after IMAGEKIT_BLOCKER_GRACE, Vast's
+    own stop (`PUT /instances/{id}/` state stopped) arrives with the instance's key, after onstart has returned."""
+    from imagekit import vast
+
     result, _ = real_build
     before = len(api.seen)
-    env = {"IMAGEKIT_REQUIRE_GPU": "1", "IMAGEKIT_ON_BLOCKER": "stop", "IMAGEKIT_BLOCKER_GRACE": "3s"}
-    pod, _ = _start(engine, result.tag, api, tmp_path, env)
+    vol = tmp_path / "volume"
+    vol.mkdir()
+    env = {
+        "CONTAINER_ID": "31337", "CONTAINER_API_KEY": KEY, "IMAGEKIT_VAST_API": f"{api.url}/api/v0",
+        "IMAGEKIT_REQUIRE_GPU": "1", "IMAGEKIT_ON_BLOCKER": "stop", "IMAGEKIT_BLOCKER_GRACE": "3s",
+        "IMAGEKIT_GUARD_INTERVAL": "1s", "ONSTART": vast.ONSTART,
+    }  # fmt: skip
+    pod = containers.start(
+        engine, result.tag, env=env, volumes={str(vol): ("/workspace", "rw")}, entrypoint=["sh", "-c"],
+        command=[VAST_INIT], ready=containers.ready_times("vast-sim: onstart exited", 1),
+    )  # fmt: skip
     try:
         arrived = _wait_request(api, before + 1)
-        assert (api.seen[-1].method, api.seen[-1].path) == ("POST", f"/v1/pods/{POD_ID}/stop")
-        _record("blocker", api, pod, "blocker", arrived)
+        seen = api.seen[-1]
+        assert (seen.method, seen.path) == ("PUT", "/api/v0/instances/31337/")
+        assert json.loads(seen.body) == {"state": "stopped"} and seen.headers["Authorization"] == f"Bearer {KEY}"
+        _record("blocker (Vast)", api, pod, "blocker", arrived)
         logs = pod.logs()
-        assert "BLOCKED" in logs and "imagekit-guard: blocker: blocked for" in logs
+        assert "BLOCKED" in logs and "imagekit-guard: blocker: blocked for" in logs and "vast pod 31337" in logs
+        assert logs.index("vast-sim: onstart exited 1") < logs.index("imagekit-guard: blocker:")  # it outlived it
+        assert KEY not in logs
     finally:
         pod.remove()
 

@@ -419,16 +419,19 @@ class _RunPod(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list[tuple[str, str, str]]] = []
     status = 200
 
+    pod: ClassVar[dict] = {}
+
     def _answer(self) -> None:
         type(self).seen.append((self.command, self.path, self.headers.get("Authorization", "")))
-        body = json.dumps({"id": self.path.split("/")[2], "desiredStatus": "EXITED"}).encode()
+        answer = type(self).pod if self.command == "GET" else {"desiredStatus": "EXITED"}
+        body = json.dumps({"id": self.path.split("/")[3].split("?")[0], **answer}).encode()
         self.send_response(type(self).status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    do_POST = do_DELETE = _answer
+    do_GET = do_POST = do_DELETE = _answer
 
     def log_message(self, *args: object) -> None:
         pass
@@ -436,7 +439,7 @@ class _RunPod(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def runpod_api():
-    _RunPod.seen, _RunPod.status = [], 200
+    _RunPod.seen, _RunPod.status, _RunPod.pod = [], 200, {"volumeInGb": 0, "networkVolume": {"id": "nv1"}}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RunPod)
     loopback.start(server)
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
@@ -451,8 +454,38 @@ def test_stop_and_terminate_call_runpods_rest_api(app, runner, runpod_api, monke
     assert res.exit_code == 0 and json.loads(res.stdout)["action"] == "terminate"
     assert _RunPod.seen == [
         ("POST", "/v1/pods/abc123xyz456/stop", "Bearer rpa_secret"),
+        ("GET", "/v1/pods/abc123xyz456?includeNetworkVolume=true", "Bearer rpa_secret"),
         ("DELETE", "/v1/pods/abc123xyz456", "Bearer rpa_secret"),
     ]
+    assert json.loads(res.stdout)["warning"] is None  # a network volume: nothing dies with the pod
+
+
+@pytest.mark.parametrize(
+    ("pod", "warned"),
+    [
+        ({"volumeInGb": 50, "volumeMountPath": "/workspace"}, "its 50 GB pod volume on /workspace"),
+        (
+            {"volumeInGb": 20, "networkVolume": None, "volumeMountPath": "/data\x1b[2J"},
+            "its 20 GB pod volume on /workspace",
+        ),
+        ({"volumeInGb": 50, "networkVolume": {"id": "agv6w2qcg7"}}, None),
+        ({"volumeInGb": 50, "networkVolumeId": "agv6w2qcg7"}, None),
+        ({"volumeInGb": 0}, None),  # nothing on a volume: only the container disk goes
+        ({"volumeInGb": "lots"}, None),
+    ],
+)
+def test_terminate_names_the_files_that_die_with_the_pod_first(app, runner, runpod_api, monkeypatch, pod, warned):
+    """RunPod deletes the pod volume on terminate; only a network volume outlives the pod."""
+    monkeypatch.setenv("RUNPOD_API_KEY", "rpa_secret")
+    _RunPod.pod = pod
+    res = runner.invoke(app, ["pod", "terminate", "abc123xyz456", "--api-url", runpod_api])
+    assert res.exit_code == 0, res.output
+    assert [m for m, _p, _a in _RunPod.seen] == ["GET", "DELETE"]  # said before, not after, the pod is gone
+    if warned:
+        assert f"warning: pod abc123xyz456 has no network volume: terminate deletes {warned}" in res.stderr
+        assert "imagekit pod stop abc123xyz456" in res.stderr and "\x1b" not in res.stderr
+    else:
+        assert "warning" not in res.stderr
 
 
 def test_stop_refusals_are_clear(app, runner, runpod_api, monkeypatch):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from imagekit import pod_create
+from imagekit import runpod
 from imagekit.errors import UsageError
 from tests import hostile_http
 
@@ -105,13 +105,44 @@ def test_an_unknown_gpu_with_its_arch_is_checked_by_the_arch(app, runner, tmp_pa
 
 def test_an_index_entry_without_its_versions_is_refused(app, runner, tmp_path):
     res = _create(app, runner, _index(tmp_path, {"cuda": "$(reboot)"}), "--gpu", "NVIDIA A100", "--dry-run")
-    assert res.exit_code == 2 and "does not name its torch and CUDA" in res.output
+    assert res.exit_code == 2 and "names no runtime contract and no torch/CUDA versions" in res.output
+
+
+def test_the_records_own_contract_decides_the_hosts(app, runner, tmp_path):
+    """The image's runtime contract, as its release record carries it, wins over this imagekit's facts of the cell."""
+    index = _index(tmp_path)
+    doc = json.loads(index.read_text())
+    doc["images"][TAG]["manifest"]["runtime"] = {
+        "driver_min": "535.54.03", "cuda": "12.2", "cuda_major": 12, "sass": ["sm_90"], "ptx": None,
+        "platform": "linux/amd64", "glibc_min": "2.28",
+    }  # fmt: skip
+    index.write_text(json.dumps(doc))
+    res = _create(app, runner, index, "--gpu", "NVIDIA GeForce RTX 3090", "--dry-run")
+    assert res.exit_code == 2 and "(sm_86; it has sm_90)" in res.output, res.output
+    assert "(GH200, H100, H200)" in res.output
+    res = _create(app, runner, index, "--gpu", "NVIDIA H100 80GB HBM3", "--dry-run")
+    assert res.exit_code == 0 and json.loads(res.stdout)["allowedCudaVersions"][0] == "12.2", res.output
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("sass", ["sm_90", "$(reboot)"]), ("sass", "sm_90"), ("cuda", "12.2\n"), ("platform", "linux/s390x"),
+     ("driver_min", None), ("ptx", "compute_90;x")],
+)  # fmt: skip
+def test_a_hostile_contract_in_the_record_is_refused_naming_the_field(app, runner, tmp_path, field, value):
+    index = _index(tmp_path)
+    doc = json.loads(index.read_text())
+    runtime = {"driver_min": "535.54.03", "cuda": "12.2", "sass": ["sm_90"], "platform": "linux/amd64"}
+    doc["images"][TAG]["manifest"]["runtime"] = runtime | {field: value}
+    index.write_text(json.dumps(doc))
+    res = _create(app, runner, index, "--gpu", "NVIDIA H100 80GB HBM3", "--dry-run")
+    assert res.exit_code == 2 and f"manifest.runtime.{field}" in res.output, res.output
 
 
 def test_host_cuda_versions_are_the_images_or_newer_as_runpod_names_them():
-    assert pod_create.allowed_cuda_versions("12.4") == ["12.4", "12.5", "12.6", "12.7", "12.8", "12.9", "13.0"]
+    assert runpod.allowed_cuda_versions("12.4") == ["12.4", "12.5", "12.6", "12.7", "12.8", "12.9", "13.0"]
     with pytest.raises(UsageError, match=r"no host CUDA version at or above 13\.2"):
-        pod_create.allowed_cuda_versions("13.2")
+        runpod.allowed_cuda_versions("13.2")
 
 
 @pytest.mark.loopback

@@ -30,7 +30,14 @@ def _write_index(path, tag, image=None):
         "published_at": "2026-11-29T21:00:00Z",
         "selftest": {"passed": True},
         "manifest": {
-            "cell": {"id": CELL, "torch": "2.1.2", "variant": "cu121", "transformers": "4.48.2", "python": "3.11"},
+            "cell": {
+                "id": CELL,
+                "torch": "2.1.2",
+                "cuda": "12.1",
+                "variant": "cu121",
+                "transformers": "4.48.2",
+                "python": "3.11",
+            },
             "driver": {"minimum": "525.60.13"},
             "torch": {"archs": ["sm_80", "sm_90"]},
             **({"image": image} if image else {}),
@@ -57,6 +64,10 @@ def test_template_is_pinned_to_the_immutable_tag(app, runner, index):
     assert {"key": "IMAGEKIT_REQUIRE_GPU", "value": "1"} in tpl["env"]
     assert tpl["ports"] == "22/tcp"  # only what the image serves: no Jupyter in it
     assert "PUBLIC_KEY" in tpl["readme"] and "/workspace" in tpl["readme"] and "not in this image" in tpl["readme"]
+    # what to pick in the console, as `pod create` sets it: the host CUDA filter and the GPUs with kernels
+    assert "Rent: CUDA version filter: 12.1, 12.2, " in tpl["readme"]
+    assert "13.0 (the host's driver must be >= 525.60.13" in tpl["readme"]
+    assert "GPUs it runs on: A10, A100" in tpl["readme"] and "RTX 5090" in tpl["readme"].split("not on:")[1]
     res = runner.invoke(app, ["runpod-template", TAG, "--release-index", str(index), "--digest"])
     assert json.loads(res.stdout)["variables"]["input"]["imageName"] == f"{TAG}@{DIGEST}"
 

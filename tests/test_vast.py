@@ -41,7 +41,12 @@ def test_ssh_launch_mode_runs_the_start_check_and_sshd_from_onstart(app, runner,
     assert body["onstart"] == "/opt/imagekit/bin/entrypoint --onstart"  # Vast's entrypoint replaces the image's
     assert "-e IMAGEKIT_REQUIRE_GPU=1" in body["env"] and "-p 22:22" in body["env"]
     assert "-p 8888" not in body["env"]  # the image's JupyterLab is not started in this mode
-    assert body["extra_filters"] == {"cuda_max_good": {"gte": 12.1}}  # hosts whose driver runs CUDA 12.1
+    assert body["extra_filters"] == {  # hosts whose driver runs CUDA 12.1, whose GPU torch has kernels for
+        "cuda_max_good": {"gte": 12.1},
+        "compute_cap": {"in": [700, 750, 800, 860, 890, 900]},  # sm_50..sm_90 + PTX sm_90 (compat-facts)
+        "cpu_arch": {"eq": "amd64"},
+    }
+    assert "GPUs it runs on: A10, A100" in body["readme"] and "RTX 5090" in body["readme"].split("not on:")[1]
     assert body["recommended_disk_space"] >= 18 and body["docker_login_repo"] == ""
     assert "imagekit-doctor &&" in body["readme"] and DIGEST in body["readme"]
 
@@ -62,6 +67,20 @@ def test_jupyter_mode_and_a_private_image(app, runner, index):
 def test_a_bad_launch_mode_is_a_usage_error(app, runner, index):
     res = runner.invoke(app, ["vast-template", CELL, "--release-index", str(index), "--launch", "direct"])
     assert res.exit_code == 2 and "ssh, jupyter, entrypoint" in res.output
+
+
+def test_the_records_own_contract_makes_the_filters(app, runner, index):
+    """What the image says of itself wins over what this imagekit's facts would say of its cell."""
+    doc = json.loads(index.read_text())
+    runtime = {"driver_min": "535.54.03", "cuda": "12.2", "cuda_major": 12, "sass": ["sm_90"], "ptx": None,
+               "platform": "linux/amd64", "glibc_min": "2.28"}  # fmt: skip
+    doc["images"][TAG]["manifest"]["runtime"] = runtime
+    index.write_text(json.dumps(doc))
+    body = _template(app, runner, index)
+    assert body["extra_filters"]["compute_cap"] == {"in": [900]} and body["extra_filters"]["cuda_max_good"] == {
+        "gte": 12.2
+    }
+    assert "driver >= 535.54.03" in body["readme"] and "GPUs it runs on: GH200, H100, H200;" in body["readme"]
 
 
 def test_a_hostile_cuda_in_the_index_gives_no_filter_and_no_crash():
@@ -175,6 +194,7 @@ def test_create_without_a_key_or_for_a_loopback_registry_is_refused(app, runner,
 def test_two_entries_for_a_cell_one_without_a_date_and_one_without_cuda(app, runner, tmp_path):
     path = _write_index(tmp_path / "i.json", TAG)
     doc = json.loads(path.read_text())
+    del doc["images"][TAG]["manifest"]["cell"]["cuda"]  # a record from before cells named their CUDA
     older = json.loads(json.dumps(doc["images"][TAG]))
     older["tag"] = TAG.replace("0123456789ab", "ba9876543210")
     older["published_at"] = None

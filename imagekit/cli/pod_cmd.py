@@ -12,7 +12,7 @@ import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import JsonOpt
-from imagekit.errors import UsageError
+from imagekit.errors import CheckFailed, UsageError
 
 JSON_OUTPUT_LIMIT = 16 << 20  # characters of a command's output `pod exec --json` keeps
 
@@ -298,17 +298,29 @@ def build() -> typer.Typer:
                 markup=False,
             )
 
-    def _api(action: str, pod_id: str, api_url: str, as_json: bool) -> None:
+    def _api(action: str, pod_id: str, api_url: str, as_json: bool, yes: bool = False) -> None:
+        from imagekit import runpod
         from imagekit.effects import runpod_api
 
         key = os.environ.get("RUNPOD_API_KEY", "")
         if not key.strip():
             raise UsageError(f"pod {action} needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
+        warning = None
+        if action == "terminate":
+            warning = runpod.terminate_warning(pod_id, runpod_api.get_pod(pod_id, key, api_url))
+            if warning:
+                _warn(f"warning: {warning}")
+                if not yes and sys.stdin.isatty() and not typer.confirm("Terminate it?", default=False, err=True):
+                    raise CheckFailed(f"pod {pod_id} was not terminated", "pass --yes to terminate without asking")
         doc = runpod_api.pod_action(action, pod_id, key, api_url)  # a key with a line ending is refused, named
         if as_json:
-            out_json({"pod": pod_id, "action": action, "answer": doc})
+            out_json({"pod": pod_id, "action": action, "answer": doc, "warning": warning})
         else:
-            done = "stopped (the volume stays; billing for it goes on)" if action == "stop" else "terminated"
+            done = (
+                "stopped (the volume stays; billing for it goes on)"
+                if action == "stop"
+                else "terminated (with its container disk and pod volume)"
+            )
             err_console().print(f"pod {pod_id} {done}", markup=False)
 
     @app.command(
@@ -408,9 +420,16 @@ def build() -> typer.Typer:
 
     @app.command("terminate", epilog="Example: imagekit pod terminate abc123xyz456")
     @handles_errors
-    def terminate(pod_id: PodIdArg, api_url: ApiOpt = "https://rest.runpod.io/v1", as_json: JsonOpt = False) -> None:
-        """Terminate a RunPod pod (RUNPOD_API_KEY from the environment): it and its container disk are gone."""
-        _api("terminate", pod_id, api_url, as_json)
+    def terminate(
+        pod_id: PodIdArg,
+        api_url: ApiOpt = "https://rest.runpod.io/v1",
+        as_json: JsonOpt = False,
+        yes: Annotated[bool, typer.Option("--yes", help="Do not ask, even when the pod's files go with it.")] = False,
+    ) -> None:
+        """Terminate a RunPod pod (RUNPOD_API_KEY from the environment): it, its container disk and its pod volume
+        (/workspace) are gone; only a network volume survives. A pod with no network volume is named first (and, at a
+        terminal, confirmed). `pod stop` keeps the volume."""
+        _api("terminate", pod_id, api_url, as_json, yes)
 
     return app
 

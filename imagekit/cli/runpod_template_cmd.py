@@ -72,7 +72,9 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Print the RunPod template (saveTemplate input) for a published image; --create saves it on RunPod."""
+        from imagekit import contract
         from imagekit.effects import runpod_api
+        from imagekit.services import inputs
         from imagekit.services.publish import newest_release
 
         validate_http_url(api_url, "--api-url")
@@ -85,7 +87,11 @@ def register(app: typer.Typer) -> None:
                     f"invalid --registry-auth {printable(registry_auth)[:80]!r}: {exc}",
                     "pass the id RunPod shows under Settings > Container Registry Auth",
                 ) from None
-        template = runpod.template(entry, with_digest=digest, volume_gb=volume_gb, registry_auth=registry_auth)
+        data = inputs.compat_data()
+        template = runpod.template(
+            entry, with_digest=digest, volume_gb=volume_gb, registry_auth=registry_auth,
+            runtime=contract.of_record(entry, data), data=data,
+        )  # fmt: skip
         body = runpod.mutation(template)
         unreachable = runpod.unreachable_registry(entry["tag"])
         hint = (

@@ -50,14 +50,17 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Print the Vast.ai template for a published image; --create makes it on Vast (its hash_id is printed)."""
+        from imagekit import contract
         from imagekit.effects import vast_api
+        from imagekit.services import inputs
         from imagekit.services.publish import newest_release
 
         validate_http_url(api_url, "--api-url")
         if launch not in vast.LAUNCH_MODES:
             raise UsageError(f"invalid --launch {launch[:40]!r}", f"pass one of {', '.join(vast.LAUNCH_MODES)}")
         entry = newest_release(release_index, ref)
-        body = vast.template(entry, launch=launch, login=login)
+        data = inputs.compat_data()
+        body = vast.template(entry, launch=launch, login=login, runtime=contract.of_record(entry, data), data=data)
         if not body["extra_filters"]:
             err_console().print(
                 f"warning: the release entry of {entry['tag']} names no CUDA version: the template has no offer "

@@ -93,14 +93,35 @@ DEFAULT_REST = "https://rest.runpod.io/v1"
 _POD_ID = re.compile(r"[A-Za-z0-9]{4,64}", re.ASCII)
 
 
-def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
-    """RunPod's REST API: ``stop`` (POST /pods/{id}/stop: billing for the GPU ends, the volume stays) or
-    ``terminate`` (DELETE /pods/{id}: the pod and its container disk are gone)."""
+def _pod_id(pod_id: str) -> None:
     if not isinstance(pod_id, str) or not _POD_ID.fullmatch(pod_id):
         raise UsageError(
             f"not a RunPod pod id: {untrusted.printable(pod_id, 80)!r}",
             "give the id from the console or API, e.g. abc123xyz456",
         )
+
+
+def get_pod(pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
+    """RunPod's REST API: GET /pods/{id} with its network volume (an object; the fields read from it are checked
+    where they are read, `runpod.volumes`)."""
+    _pod_id(pod_id)
+    headers = authorization(api_key)
+    http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
+    status, raw = _send("GET", base.rstrip("/") + f"/pods/{pod_id}?includeNetworkVolume=true", headers)
+    if status == 404:
+        raise CheckFailed(f"RunPod has no pod {pod_id}", "check the id (imagekit never guesses one)")
+    if status != 200:
+        raise EnvironmentFailure(f"RunPod API answered HTTP {status} to look up pod {pod_id}", "retry later")
+    doc = http.parse_json(raw, "the RunPod API", f"check --api-url: it must be RunPod's REST base ({DEFAULT_REST})")
+    if not isinstance(doc, dict):
+        raise EnvironmentFailure("RunPod's answer is not a pod", "check --api-url: it must be RunPod's REST base")
+    return doc
+
+
+def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
+    """RunPod's REST API: ``stop`` (POST /pods/{id}/stop: billing for the GPU ends, the volume stays) or
+    ``terminate`` (DELETE /pods/{id}: the pod, its container disk and its pod volume are gone)."""
+    _pod_id(pod_id)
     headers = authorization(api_key)
     http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
     method, path = ("POST", f"/pods/{pod_id}/stop") if action == "stop" else ("DELETE", f"/pods/{pod_id}")

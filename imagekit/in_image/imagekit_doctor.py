@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -61,8 +62,10 @@ SMI_FAILURES = [
     (r"No devices were found", "the driver is loaded but no GPU is attached", "check the GPU allocation"),
 ]
 PROVIDERS = [
-    ("runpod", "RUNPOD_POD_ID", "on RunPod, only the volume at /workspace (or a network volume) survives a stop"),
-    ("vast", "VAST_CONTAINERLABEL", "on Vast.ai, data outside the instance's disk is lost when it is destroyed"),
+    ("runpod", "RUNPOD_POD_ID", "on RunPod, the pod volume at /workspace survives a stop (billed while stopped), "
+     "not a terminate, which deletes it with the pod: only a network volume outlives the pod"),
+    ("vast", "VAST_CONTAINERLABEL", "on Vast.ai, a stopped instance keeps its disk (storage still billed); destroying "
+     "it deletes the disk and everything on it"),
     ("lambda", "LAMBDA_INSTANCE_ID", "on Lambda, keep data on an attached filesystem"),
 ]
 
@@ -564,19 +567,20 @@ def check_gpus(gpu_state, manifest, require_gpu):
                        "run with the NVIDIA runtime (docker run --gpus all)" if require_gpu else "", {})]
     out = [result("nvidia-driver", "pass", f"{len(gpus)} GPU(s), driver {gpus[0]['driver']}: "
                   + ", ".join(g["name"] for g in gpus), "", {"gpus": gpus})]
-    if manifest and "driver" in manifest:
-        floor = manifest["driver"]["minimum"]
+    contract = runtime_contract(manifest)
+    if contract.get("driver_min"):
+        floor = contract["driver_min"]
         driver = gpus[0]["driver"]
-        ev = {"driver": driver, "minimum": floor, "variant": manifest.get("torch", {}).get("variant")}
+        ev = {"driver": driver, "minimum": floor, "variant": (manifest.get("torch") or {}).get("variant")}
         if version_key(driver) < version_key(floor):
             out.append(result("driver-floor", "fail", f"driver {driver} is below {floor}, the floor of this image's "
                               f"{ev['variant']} torch: CUDA init will fail and training would fall back to the CPU",
                               "pick a host with a newer driver or an image with an older CUDA variant", ev))
         else:
             out.append(result("driver-floor", "pass", f"driver {driver} >= {floor}", "", ev))
-    if manifest and manifest.get("torch", {}).get("archs"):
-        archs = manifest["torch"]["archs"]
-        ptx = manifest["torch"].get("ptx")
+    if contract.get("sass"):
+        archs = contract["sass"]
+        ptx = contract.get("ptx")
         for g in gpus:
             ok, how = arch_runs(g["compute_cap"], archs, ptx)
             ev = {"gpu": g["name"], "compute_cap": g["compute_cap"], "archs": archs, "ptx": ptx, "via": how}
@@ -588,6 +592,48 @@ def check_gpus(gpu_state, manifest, require_gpu):
                                   f"torch has kernels for {' '.join(archs)}: 'no kernel image is available'",
                                   "use an image whose torch CUDA variant supports this GPU", ev))
     return out
+
+
+def runtime_contract(manifest):
+    """What the image needs of its host (driver floor, GPU architectures, CPU architecture, glibc): the manifest's
+    ``runtime`` object, or for a manifest from before it, the same facts from its driver and torch sections."""
+    manifest = manifest or {}
+    runtime = manifest.get("runtime")
+    if isinstance(runtime, dict):
+        return runtime
+    return {"driver_min": (manifest.get("driver") or {}).get("minimum"),
+            "sass": (manifest.get("torch") or {}).get("archs"), "ptx": (manifest.get("torch") or {}).get("ptx")}
+
+
+# platform.machine() -> the OCI architecture an image is built for
+MACHINES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def check_host_contract(manifest, machine=None, glibc=None):
+    """The host's CPU architecture and C library against the image's contract: an amd64 image on an arm64 host
+    runs (if at all) under emulation with no GPU, and wheels built for a newer glibc fail to load."""
+    contract = runtime_contract(manifest)
+    want_platform, want_glibc = contract.get("platform"), contract.get("glibc_min")
+    if not want_platform and not want_glibc:
+        return [result("host-contract", "skip", "the manifest names no CPU architecture or glibc floor")]
+    machine = platform.machine() if machine is None else machine
+    if glibc is None:
+        try:
+            glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]  # "glibc 2.36"
+        except (AttributeError, ValueError, OSError, IndexError):
+            glibc = None
+    have = MACHINES.get(machine, machine)
+    ev = {"machine": machine, "glibc": glibc, "platform": want_platform, "glibc_min": want_glibc}
+    problems = []
+    if want_platform and want_platform.split("/")[-1] != have:
+        problems.append(f"this host is {machine} ({have}) but the image is built for {want_platform}")
+    if want_glibc and glibc and version_key(glibc) < version_key(want_glibc):
+        problems.append(f"glibc {glibc} is older than {want_glibc}, the floor of this image's torch wheels")
+    if problems:
+        return [result("host-contract", "fail", "; ".join(problems),
+                       f"run it on a {want_platform or 'matching'} host (or use an image built for this one)", ev)]
+    return [result("host-contract", "pass", f"{have} host, glibc {glibc or '?'}: inside the image's contract "
+                   f"({want_platform or '?'}, glibc >= {want_glibc or '?'})", "", ev)]
 
 
 def arch_runs(cc, archs, ptx):
@@ -1161,6 +1207,7 @@ def run_checks(args):
         checks.append(result("interpreter", "error", f"cannot inspect {python}: {exc}", "pass --python PATH"))
     gpu_checks = check_gpus(gpu_state, manifest, require_gpu)
     checks += gpu_checks
+    checks += check_host_contract(manifest)
     provider, provider_hint = detect_provider()
     checks.append(result("provider", "pass" if provider else "skip",
                          f"provider: {provider}" if provider else "no known GPU cloud detected", provider_hint or ""))

@@ -163,6 +163,10 @@ def entry_problems(entry: dict) -> list[str]:
     section("manifest.driver", manifest.get("driver"), {"minimum": optional(text(32))})
     section("manifest.torch", manifest.get("torch"), {"archs": optional(strings(16, 64))})
     section("manifest.image", manifest.get("image"), {"ports": optional(ports), "jupyter": optional(flag)})
+    if manifest.get("runtime") is not None:
+        from imagekit import contract
+
+        problems += [f"manifest.runtime.{p}" for p in contract.problems(manifest["runtime"])]
     return problems
 
 

@@ -1,0 +1,144 @@
+"""A published image's runtime contract: what a host must offer to run it (pure).
+
+The build writes it once (``buildplan.runtime_contract``: the manifest, the OCI label ``imagekit.runtime``, the release
+record); `pod create`, `runpod-template` and `vast-template` read it from the release record here, so a host filter
+says what the image says of itself. A record written before the contract existed gets it from the cell's
+compatibility facts, as its build would have.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from imagekit import rules
+from imagekit.compat import CompatData
+from imagekit.errors import UsageError
+from imagekit.in_image import facts
+from imagekit.model import variant_of
+
+SM = re.compile(r"sm_[1-9][0-9]{1,2}[af]?", re.ASCII)
+CUDA = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
+DRIVER = re.compile(r"[0-9]{2,4}(\.[0-9]{1,3}){1,2}", re.ASCII)
+GLIBC = re.compile(r"[0-9]\.[0-9]{1,3}", re.ASCII)
+PLATFORMS = ("linux/amd64", "linux/arm64")
+# Vast's `cpu_arch` offer field names CPU architectures as Docker does (vast-python `search offers` help).
+_MAX_ARCHS = 64
+
+
+@dataclass(frozen=True)
+class Contract:
+    driver_min: str
+    cuda: str
+    sass: tuple[str, ...]  # cubins, sm_XY
+    ptx: str | None  # the PTX the driver can JIT for newer GPUs, sm_XY
+    platform: str  # linux/amd64
+    glibc_min: str | None
+
+    def how_runs(self, arch: str) -> str | None:
+        """How torch's kernels run on a GPU of compute capability ``arch`` ('8.6', 'sm_86'): 'cubin sm_80',
+        'PTX sm_90' (JIT by the driver), or None: 'no kernel image is available for execution on the device'."""
+        how = facts.best_kernel(arch, self.sass, self.ptx)
+        if how is None:
+            return None
+        return f"{'cubin' if how[0] == 'cubin' else 'PTX'} sm_{how[1][0]}{how[1][1]}"
+
+    def archs_text(self) -> str:
+        return ", ".join(self.sass) + (f" + PTX {self.ptx}" if self.ptx else "") if self.sass else "?"
+
+    @property
+    def cpu_arch(self) -> str:
+        return self.platform.split("/", 1)[1]
+
+
+def problems(runtime: object) -> list[str]:
+    """What keeps ``runtime`` (a release record's ``manifest.runtime``, hostile until checked) from being a contract:
+    ``field: why``."""
+    if not isinstance(runtime, dict):
+        return ["expected an object"]
+    out = []
+
+    def grammar(key: str, pattern: re.Pattern[str], value: object, optional: bool = False) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, str) or len(value) > 32 or not pattern.fullmatch(value):
+            out.append(f"{key}: expected text of the form {pattern.pattern}")
+
+    grammar("driver_min", DRIVER, runtime.get("driver_min"))
+    grammar("cuda", CUDA, runtime.get("cuda"))
+    grammar("ptx", SM, runtime.get("ptx"), optional=True)
+    grammar("glibc_min", GLIBC, runtime.get("glibc_min"), optional=True)
+    sass = runtime.get("sass")
+    if not isinstance(sass, list) or len(sass) > _MAX_ARCHS:
+        out.append(f"sass: expected a list of at most {_MAX_ARCHS} architectures")
+    else:
+        for item in sass:
+            grammar("sass[]", SM, item)
+    if runtime.get("platform") not in PLATFORMS:
+        out.append(f"platform: one of {', '.join(PLATFORMS)}")
+    return out
+
+
+def from_record(entry: dict, data: CompatData) -> Contract:
+    """The contract of a release record (an index entry `services.publish.read_index` checked): its own, or for a
+    record that predates it, the one the cell's facts give; a usage error when neither is there."""
+    manifest = entry["manifest"]
+    runtime = manifest.get("runtime")
+    if isinstance(runtime, dict) and not problems(runtime):
+        return Contract(
+            driver_min=runtime["driver_min"],
+            cuda=runtime["cuda"],
+            sass=tuple(runtime["sass"]),
+            ptx=runtime.get("ptx"),
+            platform=runtime["platform"],
+            glibc_min=runtime.get("glibc_min"),
+        )
+    cell = manifest["cell"]
+    torch, cuda = cell.get("torch"), cell.get("cuda")
+    if not (isinstance(torch, str) and isinstance(cuda, str) and CUDA.fullmatch(cuda)):
+        raise UsageError(
+            f"the release record of {entry['tag']} names no runtime contract and no torch/CUDA versions",
+            "publish it again with this imagekit (`imagekit build --push`)",
+        )
+    try:
+        archs, ptx = rules.supported_archs(data, torch, cuda)
+        floor = rules.driver_floor(data, cuda).minimum
+        glibc = data.torch_minor(torch).glibc
+    except ValueError as exc:  # a version text packaging refuses, in an old record
+        raise UsageError(
+            f"the release record of {entry['tag']} names no runtime contract, and imagekit's facts lack "
+            f"torch {torch[:20]}+{variant_of(cuda)}: {exc}",
+            "publish it again with this imagekit (`imagekit build --push`)",
+        ) from None
+    return Contract(floor, cuda, tuple(archs), ptx, "linux/amd64", glibc)
+
+
+def gpus(contract: Contract, data: CompatData) -> tuple[list[str], list[str]]:
+    """(the GPUs imagekit knows that the image's torch runs on, those it has no kernels for), by name."""
+    runs = sorted(name for name, cc in data.gpus.items() if contract.how_runs(cc) is not None)
+    return runs, sorted(set(data.gpus) - set(runs))
+
+
+def vast_filters(contract: Contract, data: CompatData) -> dict:
+    """Vast's offer filters (``extra_filters``) for the hosts that can run the image: `cuda_max_good` (the newest CUDA
+    the host's driver takes) at least the image's, `compute_cap` (compute capability x 100) one of the known GPUs its
+    torch has kernels for, and the host's `cpu_arch`."""
+    caps = sorted({_cap(cc) for name, cc in data.gpus.items() if contract.how_runs(cc) is not None})
+    return {
+        "cuda_max_good": {"gte": float(contract.cuda)},
+        "compute_cap": {"in": caps},
+        "cpu_arch": {"eq": contract.cpu_arch},
+    }
+
+
+def _cap(cc: str) -> int:
+    major, minor, _ = facts.parse_arch(cc) or (0, 0, "")
+    return major * 100 + minor * 10
+
+
+def of_record(entry: dict, data: CompatData) -> Contract | None:
+    """:func:`from_record`, or None for a record that says too little (a template then says what it lacks)."""
+    try:
+        return from_record(entry, data)
+    except UsageError:
+        return None
