@@ -13,7 +13,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -96,12 +96,13 @@ class CompatData:
             raise self.not_in_metadata("torch", torch)
         if minor not in self.torch_minors:
             raise UnknownVersionError(
-                f"torch {torch} is on PyPI, but imagekit's curated facts (data version {self.data_version}) have no "
+                f"torch {torch} is on PyPI, but neither the index metadata ({self.metadata_path}) names its CUDA "
+                f"runtime and glibc floor nor do imagekit's curated facts (data version {self.data_version}) have an "
                 f"entry for torch {minor}: its CUDA variants, PyPI default variant and glibc floor are not known "
-                f"(curated: torch {_span(self.torch_minors)})",
-                f'upgrade imagekit, or add a [[torch]] table with minor = "{minor}" (variants, pypi_default, '
-                f"glibc, each with its source) to {self.curated_path}; `imagekit compat refresh` will not help: "
-                "it updates only the PyPI metadata",
+                f"(known: torch {_span(self.torch_minors)})",
+                "run `imagekit compat refresh` (the index's metadata names them for a torch that requires its CUDA "
+                f'runtime), or add a [[torch]] table with minor = "{minor}" (variants, pypi_default, glibc, each with '
+                f"its source) to {self.curated_path}, or upgrade imagekit",
             )
         return self.torch_minors[minor]
 
@@ -192,6 +193,43 @@ def _span(versions: object) -> str:
     return f"{ordered[0]} … {ordered[-1]}" if ordered else "none"
 
 
+def derived_minors(metadata_torch: Mapping[str, dict], curated: Collection[str]) -> dict[str, TorchMinor]:
+    """The torch minors the curated facts lack, from what the index says of their newest final release: the PyPI
+    default variant from the CUDA runtime its wheel requires (``cuda-toolkit==13.2.2`` -> cu132), the glibc floor from
+    its wheel tag, and the CUDA variants from the PyTorch index when a refresh read it (else the PyPI default only).
+    A minor whose release names no CUDA runtime or glibc is left out: nothing is guessed."""
+    newest: dict[str, tuple[Version, Mapping]] = {}
+    for ver, rel in metadata_torch.items():
+        v = Version(ver)
+        minor = f"{v.major}.{v.minor}"
+        if v.is_prerelease or minor in curated or not isinstance(rel, Mapping):
+            continue
+        if minor not in newest or v > newest[minor][0]:
+            newest[minor] = (v, rel)
+    out = {}
+    for minor, (v, rel) in newest.items():
+        runtime, glibc = rel.get("cuda_runtime"), rel.get("glibc")
+        if not (isinstance(runtime, str) and isinstance(glibc, str)):
+            continue
+        default = "cu" + "".join(runtime.split(".")[:2])
+        indexed = rel.get("variants")
+        variants = tuple(indexed) if isinstance(indexed, list) and indexed else (default,)
+        out[minor] = TorchMinor(
+            minor=minor,
+            variants=variants if default in variants else (*variants, default),
+            variants_source=(
+                f"PTI (the PyTorch index's torch {v} wheels)"
+                if indexed
+                else f"PYPI (torch {v}: its PyPI build only; the PyTorch index was not read)"
+            ),
+            pypi_default=default,
+            pypi_default_source=f"PYPI (torch {v} METADATA: CUDA runtime {runtime})",
+            glibc=glibc,
+            glibc_source=f"PYPI (torch {v} wheel tag)",
+        )
+    return out
+
+
 def parse(
     curated: dict,
     metadata: dict,
@@ -213,6 +251,7 @@ def parse(
         )
         for t in curated["torch"]
     }
+    torch_minors |= derived_minors(metadata["torch"], torch_minors)
     archs = tuple(
         ArchEntry(
             tuple(a["torch"]), tuple(a["variants"]), tuple(a["archs"]), a.get("ptx"), a["source"], a["confidence"]
@@ -269,6 +308,7 @@ MAX_SPECIFIER = 200
 _NAME = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?", re.ASCII)
 _PYTHON = re.compile(r"3\.\d{1,2}", re.ASCII)
 _GLIBC = re.compile(r"\d{1,2}\.\d{1,3}", re.ASCII)
+_VARIANT = re.compile(r"cu1[0-9]{2}", re.ASCII)
 
 
 def metadata_problems(doc: object) -> list[str]:
@@ -296,6 +336,12 @@ def metadata_problems(doc: object) -> list[str]:
             problems.append(f"{where}: python {_shown(bad)} is not a Python 3 minor (3.N)")
         elif "glibc" in rel and not (isinstance(rel["glibc"], str) and _GLIBC.fullmatch(rel["glibc"])):
             problems.append(f"{where}: glibc {_shown(rel['glibc'])} is not a glibc version (2.N)")
+        elif "variants" in rel and not (
+            isinstance(rel["variants"], list)
+            and len(rel["variants"]) <= 32
+            and all(isinstance(x, str) and _VARIANT.fullmatch(x) for x in rel["variants"])
+        ):
+            problems.append(f"{where}: variants is not a list of CUDA variants (cuXYZ)")
         else:
             problems += _release_problems(where, rel, required=False)
     for name, releases in packages.items():

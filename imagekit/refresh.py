@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from packaging.version import Version
 
 from imagekit import compat
+from imagekit.errors import UsageError
 from imagekit.metadata import (
     TORCH_FLOOR,
     WATCHED,
@@ -107,3 +108,46 @@ def uncurated_minors(torch_versions: list[str], curated_minors: Collection[str])
     """The torch minors among ``torch_versions`` the curated facts have no entry for (refreshing cannot add one)."""
     minors = {f"{Version(v).major}.{Version(v).minor}" for v in torch_versions}
     return sorted(minors - set(curated_minors), key=Version)
+
+
+def cuda_of_variant(variant: str) -> str:
+    """``cu132`` -> ``13.2``, ``cu118`` -> ``11.8`` (the last digit is the minor)."""
+    digits = variant.removeprefix("cu")
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def unbuildable(data: compat.CompatData) -> dict[str, str]:
+    """Per torch minor the data lists a final release of, why no cell of its PyPI build can be made (empty when every
+    one can): what the index did not say (its CUDA runtime or glibc), or a curated fact it needs and lacks (the
+    driver floor of its CUDA major, the GPU architectures of its build). The weekly check fails on any of these."""
+    newest: dict[str, Version] = {}
+    for ver in data.torch_releases:
+        v = Version(ver)
+        if not v.is_prerelease:
+            minor = f"{v.major}.{v.minor}"
+            newest[minor] = max(newest.get(minor, v), v)
+    out = {}
+    for minor, v in sorted(newest.items(), key=lambda kv: kv[1]):
+        try:
+            tm = data.torch_minor(str(v))
+        except UsageError:
+            out[minor] = (
+                f"torch {v}: the index names no CUDA runtime or glibc for it and the curated facts have no [[torch]] "
+                f"table for {minor}"
+            )
+            continue
+        default = tm.pypi_default
+        cuda = cuda_of_variant(default)
+        problems = []
+        try:
+            data.driver_family(cuda)
+        except UsageError:
+            problems.append(f"no driver floor for CUDA {cuda.split('.')[0]}.x (curated [[driver_family]])")
+        if data.arch_entry(str(v), default) is None:
+            problems.append(
+                f"no GPU architecture list for torch {minor}+{default} (curated [[arch]]: read it from the wheel, "
+                "torch._C._cuda_getArchFlags())"
+            )
+        if problems:
+            out[minor] = f"torch {v} ({default} on PyPI): " + "; ".join(problems)
+    return out

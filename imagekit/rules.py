@@ -14,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from imagekit.compat import ArchEntry, CompatData
+from imagekit.errors import UnknownVersionError
 from imagekit.in_image import facts
 from imagekit.model import Query, Verdict, Violation, variant_of
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
@@ -218,10 +219,27 @@ RULE_IDS = (
 )
 
 
+def _archs_known(q: Query, data: CompatData) -> None:
+    """A torch build imagekit knows of but whose GPU architectures it does not: no image can say which hosts run it
+    (its runtime contract), so the cell is unknown rather than compatible."""
+    if not (q.cuda and q.torch) or variant_of(q.cuda) not in data.torch_minor(q.torch).variants:
+        return
+    if data.arch_entry(q.torch, variant_of(q.cuda)) is None:
+        minor = ".".join(q.torch.split(".")[:2])
+        raise UnknownVersionError(
+            f"torch {q.torch}+{variant_of(q.cuda)}: imagekit's curated facts (data version {data.data_version}) have "
+            "no GPU architecture list for it, so no image of it can say which GPUs it runs on",
+            f'add an [[arch]] table (torch = ["{minor}"], variants = ["{variant_of(q.cuda)}"], archs, ptx, source) '
+            f"to {data.curated_path}, read from the wheel (torch._C._cuda_getArchFlags()), or upgrade imagekit; "
+            "`imagekit compat refresh` will not help: no index says it",
+        )
+
+
 def evaluate(q: Query, data: CompatData) -> Verdict:
     _torch_known(q, data)
     if q.cuda:
         driver_floor(data, q.cuda)
+    _archs_known(q, data)
     violations: list[Violation] = []
     for rule in RULES:
         violations.extend(rule(q, data))

@@ -82,10 +82,12 @@ def test_explain_unknown_versions_exit_2_with_refresh_hint(app, runner, args):
     assert "hint:" in res.output and "`imagekit compat refresh`" in res.output and "will not help" not in res.output
 
 
-def test_explain_torch_the_curated_facts_lack_says_refresh_will_not_help(app, runner):
-    res = runner.invoke(app, ["explain", "--torch", "2.15.0", "--json"])
-    assert res.exit_code == 2
-    assert "compat.toml" in res.output and "`imagekit compat refresh` will not help" in res.output
+def test_explain_a_torch_the_curated_facts_lack_uses_what_the_index_says(app, runner):
+    """torch 2.15 has no [[torch]] table: its one variant (PyPI's cu132) comes from its METADATA, cited as such."""
+    res = runner.invoke(app, ["explain", "--torch", "2.15.0", "--cuda", "13.0", "--json"])
+    assert res.exit_code == 1, res.output
+    (violation,) = [v for v in json.loads(res.stdout)["violations"] if v["rule"] == "cuda-variant"]
+    assert "its CUDA variants are cu132" in violation["message"] and "PYPI (torch 2.15.0" in violation["source"]
 
 
 @pytest.mark.parametrize(

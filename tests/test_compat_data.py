@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagekit import compat
+from imagekit import compat, refresh
 from imagekit.services import inputs
 from tests import loopback
 from tests.conftest import ROOT
@@ -128,16 +128,19 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
     assert data.metadata_origin == compat.USER and data.metadata_path == str(written)
     assert "2.16.0" in data.torch_releases and "9.0.0" in data.packages["transformers"]
     assert data.torch_releases["2.5.1"] == SHIPPED["torch"]["2.5.1"]  # the same facts, read back from the index
-    # what a refresh records is what --check compares: right after one, the data in use (the user file) is current
-    assert current.returncode == 0 and f"up to date: {written} (user)" in current.stderr, current.stderr
+    # what a refresh records is what --check compares: right after one, the data in use (the user file) lacks no
+    # release; what it still lacks is a fact no index gives (torch 2.16's GPU architectures), and it says so
+    assert current.returncode == 1 and "stale:" not in current.stderr, current.stderr
+    assert "unbuildable: torch 2.16.0 (cu132 on PyPI)" in current.stderr
 
     after = cli("explain", "--transformers", "9.0.0", "--json", data_dir=data_dir)
     assert after.returncode == 0 and json.loads(after.stdout)["compatible"] is True, after.stderr
-    # known to PyPI now, but not to the curated facts: the error says refreshing will not help
-    newest = cli("explain", "--torch", "2.16", data_dir=data_dir)
+    # known to PyPI now, and what the index says of it is used (its PyPI build, cu132); but no index says which GPUs
+    # its kernels run on: a cell of it is unknown, and the error says refreshing will not help
+    newest = cli("explain", "--torch", "2.16", "--cuda", "13.2", data_dir=data_dir)
     assert newest.returncode == 2
     assert "torch 2.16 -> 2.16.0" in newest.stderr
-    assert "have no entry for torch 2.16" in newest.stderr and "[[torch]]" in newest.stderr
+    assert "no GPU architecture list for it" in newest.stderr and "[[arch]]" in newest.stderr
     assert "compat.toml" in newest.stderr and "will not help" in newest.stderr
     show = cli("compat", "show", "--json", data_dir=data_dir)
     doc = json.loads(show.stdout)
@@ -211,7 +214,7 @@ def test_check_names_each_release_the_index_has_and_writes_nothing(tmp_path):
     assert stale in res.stderr and res.stdout == ""
     assert "hint: run `imagekit compat refresh`" in res.stderr
     assert "`imagekit compat refresh --out imagekit/data/pypi-metadata.json`" in res.stderr
-    assert "no entry for torch 2.16" in res.stderr  # a new minor: refreshing alone will not make it usable
+    assert "torch 2.16 is new: refreshing records its releases" in res.stderr
     assert "error:" not in res.stderr and "Traceback" not in res.stderr
     assert not data_dir.exists() and shipped_file.read_bytes() == shipped_bytes  # nothing written
     assert handler.seen and all(path.startswith("/simple/") for path, _ in handler.seen)  # release lists only
@@ -222,7 +225,96 @@ def test_check_names_each_release_the_index_has_and_writes_nothing(tmp_path):
         "index": index,
         "missing": {"torch": ["2.16.0"], "transformers": ["9.0.0"]},
         "uncurated_torch_minors": ["2.16"],
+        "unbuildable_torch_minors": {},
     }
+
+
+@pytest.mark.loopback
+def test_check_fails_while_a_torch_minor_the_data_lists_cannot_be_built(tmp_path):
+    """Release lists in step with the index are not enough: a minor whose curated facts are missing (here the GPU
+    architectures of torch 2.16's PyPI build) is unbuildable, and the weekly check says so with exit 1."""
+    doc = newer_than_shipped()
+    exported = tmp_path / "meta.json"
+    exported.write_text(json.dumps(doc))
+    with index_of(doc) as (index, _):
+        res = cli("compat", "refresh", "--check", "--out", str(exported), "--index-url", index, data_dir=tmp_path)
+        as_json = cli(
+            "compat", "refresh", "--check", "--json", "--out", str(exported), "--index-url", index, data_dir=tmp_path
+        )
+    assert res.returncode == 1 and "stale:" not in res.stderr, res.stderr
+    assert (
+        "unbuildable: torch 2.16.0 (cu132 on PyPI): no GPU architecture list for torch 2.16+cu132 (curated [[arch]]"
+        in res.stderr
+    )
+    assert "hint: a curated fact no index gives is missing" in res.stderr and "compat.toml" in res.stderr
+    report = json.loads(as_json.stdout)
+    assert (
+        report["up_to_date"] is False
+        and report["missing"] == {}
+        and list(report["unbuildable_torch_minors"]) == ["2.16"]
+    )
+
+
+@pytest.mark.loopback
+def test_a_refresh_makes_a_new_torch_minor_buildable_with_no_new_imagekit(tmp_path):
+    """torch 2.15 has no [[torch]] table: its PyPI build (cu132), glibc floor and Python window come from the index.
+    Data whose metadata does not name its CUDA runtime cannot build it; `compat refresh` fetches what the index
+    says, and it can."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "pypi-metadata.json").write_text(json.dumps(_without_cuda_runtime("2.15.0")))  # an older refresh's
+    ask = ("explain", "--torch", "2.15.0", "--cuda", "13.2", "--python", "3.12", "--transformers", "5.24.0")
+    before = cli(*ask, data_dir=data_dir)
+    assert before.returncode == 2 and "entry for torch 2.15" in before.stderr, before.stderr
+    with index_of(SHIPPED) as (index, _):
+        stale = cli("compat", "refresh", "--check", "--index-url", index, data_dir=data_dir)
+        refreshed = cli("compat", "refresh", "--index-url", index, data_dir=data_dir)
+        fresh = cli("compat", "refresh", "--check", "--index-url", index, data_dir=data_dir)
+    assert stale.returncode == 1 and "unbuildable: torch 2.15.0: the index names no CUDA runtime" in stale.stderr
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert fresh.returncode == 0 and "every torch minor in it can be built" in fresh.stderr, fresh.stderr
+    after = cli(*ask, data_dir=data_dir)
+    assert after.returncode == 0 and "compatible: cuda 13.2, torch 2.15.0" in after.stderr, after.stdout + after.stderr
+
+
+def test_facts_the_index_gives_are_derived_and_agree_with_every_curated_minor():
+    """The PyPI default variant the index gives (the CUDA runtime torch's METADATA requires) is the one the curated
+    facts name for every minor they cover: the derivation is checked against 13 minors of sources."""
+    curated = compat.curated_document()
+    derived = compat.derived_minors(SHIPPED["torch"], curated=())
+    for t in curated["torch"]:
+        if t["minor"] in derived:
+            assert derived[t["minor"]].pypi_default == t["pypi_default"], t["minor"]
+    assert len([t for t in curated["torch"] if t["minor"] in derived]) >= 13
+    data = compat.parse(curated, SHIPPED)
+    assert "2.15" not in {t["minor"] for t in curated["torch"]}  # nothing typed for it
+    tm = data.torch_minor("2.15.0")
+    assert (tm.pypi_default, tm.variants, tm.glibc) == ("cu132", ("cu132",), "2.28")
+    assert "CUDA runtime 13.2.2" in tm.pypi_default_source
+    assert refresh.unbuildable(data) == {}
+
+
+def test_what_makes_a_minor_unbuildable_is_named():
+    doc = copy.deepcopy(SHIPPED)
+    doc["torch"]["2.16.0"] = {"python": ["3.12"], "glibc": "2.28", "requires": {}, "requires_python": ">=3.12"}
+    doc["torch"]["2.17.0"] = {**doc["torch"]["2.16.0"], "cuda_runtime": "14.0.1"}
+    doc["torch"]["2.18.0rc1"] = {**doc["torch"]["2.16.0"]}  # a pre-release is not a minor to build yet
+    why = refresh.unbuildable(compat.parse(compat.curated_document(), doc))
+    assert set(why) == {"2.16", "2.17"}
+    assert "names no CUDA runtime or glibc" in why["2.16"]
+    assert (
+        "no driver floor for CUDA 14.x" in why["2.17"]
+        and "no GPU architecture list for torch 2.17+cu140" in why["2.17"]
+    )
+
+
+def test_pytorch_index_variants_in_the_metadata_are_checked_and_used():
+    doc = copy.deepcopy(SHIPPED)
+    doc["torch"]["2.16.0"] = {**doc["torch"]["2.15.0"], "variants": ["cu126", "cu132"]}
+    tm = compat.parse(compat.curated_document(), doc).torch_minor("2.16.0")
+    assert tm.variants == ("cu126", "cu132") and tm.variants_source.startswith("PTI")
+    doc["torch"]["2.16.0"]["variants"] = ["cu132; rm -rf /"]
+    assert any("variants is not a list of CUDA variants" in p for p in compat.metadata_problems(doc))
 
 
 @pytest.mark.loopback
@@ -331,14 +423,24 @@ def test_a_release_in_neither_file_points_to_refresh(data, app, runner):
     assert "needs `imagekit compat refresh`" in res.output and "will not help" not in res.output
 
 
-def test_a_release_on_pypi_but_not_in_the_curated_facts_says_refresh_will_not_help(data, app, runner):
-    """torch 2.15.0 is in the shipped pypi-metadata.json, and compat.toml has no [[torch]] minor 2.15."""
-    assert "2.15.0" in data.torch_releases and "2.15" not in data.torch_minors
-    res = runner.invoke(app, ["explain", "--torch", "2.15.0", "--cuda", "12.8"])
+def _user_data(tmp_path, monkeypatch, doc: dict) -> None:
+    (tmp_path / "pypi-metadata.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("IMAGEKIT_DATA_DIR", str(tmp_path))
+
+
+def _without_cuda_runtime(version: str) -> dict:
+    doc = copy.deepcopy(SHIPPED)
+    del doc["torch"][version]["cuda_runtime"]
+    return doc
+
+
+def test_a_release_the_index_says_too_little_of_and_no_curated_entry_is_unknown(app, runner, tmp_path, monkeypatch):
+    """torch 2.15 has no [[torch]] table: with metadata that does not name its CUDA runtime, nothing is guessed."""
+    _user_data(tmp_path, monkeypatch, _without_cuda_runtime("2.15.0"))
+    res = runner.invoke(app, ["explain", "--torch", "2.15.0", "--cuda", "13.2"])
     assert res.exit_code == 2
-    assert "have no entry for torch 2.15" in res.output
-    assert 'add a [[torch]] table with minor = "2.15"' in res.output and data.curated_path in res.output
-    assert "upgrade imagekit" in res.output and "`imagekit compat refresh` will not help" in res.output
+    assert "names its CUDA runtime and glibc floor" in res.output and "entry for torch 2.15" in res.output
+    assert "run `imagekit compat refresh`" in res.output and 'add a [[torch]] table with minor = "2.15"' in res.output
 
 
 def test_a_cuda_major_without_a_driver_floor_names_the_curated_table(app, runner):
@@ -348,7 +450,8 @@ def test_a_cuda_major_without_a_driver_floor_names_the_curated_table(app, runner
     assert "will not help" in res.output
 
 
-def test_a_matrix_with_both_kinds_gives_each_fix_once(app, runner, tmp_path):
+def test_a_matrix_with_both_kinds_gives_each_fix_once(app, runner, tmp_path, monkeypatch):
+    _user_data(tmp_path, monkeypatch, _without_cuda_runtime("2.15.0"))
     matrix = tmp_path / "m.toml"
     matrix.write_text(
         "[matrix]\n"
@@ -357,4 +460,4 @@ def test_a_matrix_with_both_kinds_gives_each_fix_once(app, runner, tmp_path):
     res = runner.invoke(app, ["matrix", "--matrix", str(matrix)])
     assert res.exit_code == 2
     assert res.output.count("hint:") == 2  # one refresh hint for both 9.9.x cells, one curated-facts hint
-    assert "torch 9.9.9 is not in" in res.output and "have no entry for torch 2.15" in res.output
+    assert "torch 9.9.9 is not in" in res.output and "entry for torch 2.15" in res.output

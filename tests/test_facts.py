@@ -197,3 +197,19 @@ def test_the_self_test_and_the_doctor_find_the_same_drift():
     assert tested["evidence"]["extra"] == list(live["evidence"]["extra"]) == [names[0]]
     assert [d.split(" ")[0] for d in tested["evidence"]["different"]] == list(live["evidence"]["different"])
     assert list(live["evidence"]["different"]) == [names[1]]
+
+
+# torch._C._cuda_getArchFlags() as PyPI's wheels answer it (read 2026-12-02, docs/compat-facts.md [WHEEL])
+TORCH_2_15_CU132 = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
+SASS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+
+
+def test_the_self_tests_arch_check_holds_the_image_to_its_promise():
+    assert facts.compiled_archs(TORCH_2_15_CU132 + " compute_120") == (SASS, ["sm_120"])
+    assert facts.arch_contract_problems(TORCH_2_15_CU132, SASS, None) == []
+    # a contract promising PTX the wheel lacks (what the curated 2.14 cu130 row said): a newer GPU would be sent to it
+    assert facts.arch_contract_problems(TORCH_2_15_CU132, SASS, "sm_120") == ["no PTX for sm_120"]
+    assert facts.arch_contract_problems(TORCH_2_15_CU132, ["sm_70", *SASS], None) == ["no sm_70 cubin"]
+    # more kernels than promised is no problem: the contract is only conservative
+    assert facts.arch_contract_problems(TORCH_2_15_CU132 + " sm_90a compute_120", ["sm_80"], "sm_120") == []
+    assert facts.compiled_archs("garbage compute_ sm_ sm_x9") == ([], [])

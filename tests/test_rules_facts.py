@@ -144,10 +144,30 @@ def test_fact(data, query, rule, source):
         assert found[rule].message
 
 
-def test_unknown_torch_is_an_error_not_a_guess(data):
+def test_unknown_torch_is_an_error_not_a_guess():
+    """torch 2.15 has no curated [[torch]] table: with metadata that does not name its CUDA runtime, nothing is
+    derived, and nothing guessed."""
+    import copy
+
+    from imagekit import compat
+
+    doc = copy.deepcopy(compat.shipped_metadata())
+    del doc["torch"]["2.15.0"]["cuda_runtime"]
     with pytest.raises(UnknownVersionError) as exc:
-        rules.evaluate(Query(torch="2.15.0", cuda="13.0"), data)
+        rules.evaluate(Query(torch="2.15.0", cuda="13.2"), compat.parse(compat.curated_document(), doc))
     assert "compat refresh" in exc.value.hint
+
+
+def test_a_torch_build_without_an_arch_list_is_unknown_not_compatible(data):
+    """A variant the index names (torch 2.14's cu126 is curated; a made-up cu199 is not a variant) whose GPU
+    architectures no fact gives: no image of it could say which GPUs it runs on."""
+    import dataclasses
+
+    no_archs = dataclasses.replace(data, archs=tuple(a for a in data.archs if "2.15" not in a.torch))
+    with pytest.raises(UnknownVersionError) as exc:
+        rules.evaluate(Query(torch="2.15.0", cuda="13.2"), no_archs)
+    assert "no GPU architecture list" in exc.value.message and "[[arch]]" in exc.value.hint
+    assert rules.evaluate(Query(torch="2.15.0", cuda="13.2"), data).compatible
 
 
 def test_unknown_transformers_is_an_error(data):

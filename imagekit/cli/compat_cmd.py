@@ -46,35 +46,52 @@ def _check(index: str, out_file: Path | None, as_json: bool) -> None:
             "source tree"
         )
     missing = compat_refresh.check(doc, index)
-    curated = {t["minor"] for t in compat.curated_document()["torch"]}
-    new_minors = refresh_mod.uncurated_minors(missing.get("torch", []), curated)
+    data = compat.parse(compat.curated_document(), doc)
+    known = set(data.torch_minors)
+    new_minors = refresh_mod.uncurated_minors(missing.get("torch", []), known)
+    blocked = refresh_mod.unbuildable(data)
     if as_json:
         out_json(
             {
-                "up_to_date": not missing,
+                "up_to_date": not missing and not blocked,
                 "data": {"path": where, "origin": origin},
                 "index": redact(index),
                 "missing": missing,
                 "uncurated_torch_minors": new_minors,
+                "unbuildable_torch_minors": blocked,
             }
         )
     console = err_console()
-    if not missing:
-        console.print(f"up to date: {where} ({origin}) has every release {redact(index)} lists", markup=False)
-        return
-    verb = "is" if sum(map(len, missing.values())) == 1 else "are"
-    console.print(
-        f"stale: {refresh_mod.describe_missing(missing)} {verb} on the index and not in the data ({where}, {origin})",
-        markup=False,
-    )
-    if new_minors:
+    if not missing and not blocked:
         console.print(
-            f"note: the curated facts have no entry for torch {', '.join(new_minors)} (CUDA variants, PyPI default, "
-            "glibc): refreshing adds its releases; a new imagekit (or a [[torch]] table in compat.toml) makes them "
-            "usable",
+            f"up to date: {where} ({origin}) has every release {redact(index)} lists, and every torch minor in it "
+            "can be built",
             markup=False,
         )
-    console.print(f"hint: {fix}", markup=False)
+        return
+    if missing:
+        verb = "is" if sum(map(len, missing.values())) == 1 else "are"
+        console.print(
+            f"stale: {refresh_mod.describe_missing(missing)} {verb} on the index and not in the data ({where}, "
+            f"{origin})",
+            markup=False,
+        )
+    if new_minors:
+        console.print(
+            f"note: torch {', '.join(new_minors)} is new: refreshing records its releases, and what the index says of "
+            "them (PyPI build, glibc, Python window) makes its cells known",
+            markup=False,
+        )
+    for why in blocked.values():
+        console.print(f"unbuildable: {why}", markup=False)
+    if blocked:
+        console.print(
+            f"hint: a curated fact no index gives is missing: add it, with its source, to {compat.CURATED_FILE} (the "
+            "[[arch]] or [[driver_family]] table named above) or upgrade imagekit",
+            markup=False,
+        )
+    if missing:
+        console.print(f"hint: {fix}", markup=False)
     raise typer.Exit(EXIT_NO)
 
 

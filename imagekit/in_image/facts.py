@@ -86,6 +86,27 @@ def best_kernel(target, cubins, ptx=None):
     return None
 
 
+def compiled_archs(flags):
+    """(SASS archs, PTX archs) from torch's compiled arch flags (``torch._C._cuda_getArchFlags()``:
+    'sm_75 sm_80 sm_90a compute_120'), each as sm_XY[a]."""
+    words = str(flags or "").split()
+    sass = [w for w in words if w.startswith("sm_") and parse_arch(w)]
+    ptx = ["sm_" + w[len("compute_"):] for w in words if w.startswith("compute_") and parse_arch(w[len("compute_"):])]
+    return sass, ptx
+
+
+def arch_contract_problems(flags, sass, ptx):
+    """What the image promises (``sass``: cubin archs, ``ptx``: the PTX arch or None, as sm_XY) and torch's compiled
+    arch flags do not give: each promised cubin and the PTX must be there (a GPU sent to the image on that promise
+    would otherwise fail with 'no kernel image'). Archs the wheel has beyond the promise are not problems."""
+    have_sass, have_ptx = compiled_archs(flags)
+    have = {arch_key(a) for a in have_sass}
+    problems = [f"no {a} cubin" for a in sass if arch_key(a) not in have]
+    if ptx and arch_key(ptx) not in {arch_key(p) for p in have_ptx}:
+        problems.append(f"no PTX for {ptx}")
+    return problems
+
+
 # ---- lock drift -------------------------------------------------------------------------------------------------
 def lock_drift(want, have):
     """The lock ``want`` ({name: version}) against what is installed ``have`` ({name: version}): names canonicalised,

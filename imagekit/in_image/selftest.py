@@ -1,8 +1,9 @@
 """The image self-test: run inside a built image before anything is published.
 
 Checks: installed distributions equal the lock exactly (local labels included, nothing extra), `pip check`,
-the `[image] apt` packages at their locked versions,
-torch's CUDA version, `python`/`python3` identity, numpy interop, a tiny transformers model's forward and
+the `[image] apt` packages at their locked versions, torch's CUDA version,
+the GPU architectures compiled into it (the runtime contract's), `python`/`python3` identity, numpy interop,
+a tiny transformers model's forward and
 backward pass, and (gpu_checks) the GPU when there is one. Prints a JSON report; exit 1 on any failure.
 """
 
@@ -115,6 +116,30 @@ def check_torch_cuda(manifest):
     return check("torch-cuda-version", "fail",
                  f"torch {torch.__version__} is built for CUDA {got}, the cell says {want}",
                  "the image does not match its name; rebuild from the lock", ev)
+
+
+def check_torch_archs(manifest):
+    """The GPU architectures the image promises (its runtime contract: what `pod create` and the templates filter
+    hosts by) are compiled into its torch: the wheel's own arch flags, read without a GPU."""
+    import torch
+
+    runtime = manifest.get("runtime") or {}
+    sass, ptx = runtime.get("sass") or [], runtime.get("ptx")
+    flags_of = getattr(torch._C, "_cuda_getArchFlags", None)
+    flags = flags_of() if flags_of is not None and torch.version.cuda else ""
+    ev = {"arch_flags": flags, "sass": sass, "ptx": ptx}
+    if not sass:
+        return check("torch-archs", "skip", "the manifest promises no GPU architectures", "", ev)
+    if not flags:
+        return check("torch-archs", "fail", f"this torch ({torch.__version__}) names no compiled GPU architectures",
+                     "the image does not match its name; rebuild from the lock", ev)
+    problems = facts.arch_contract_problems(flags, sass, ptx)
+    if problems:
+        return check("torch-archs", "fail",
+                     f"torch {torch.__version__} is compiled for {flags}, not what the image promises: "
+                     + "; ".join(problems),
+                     "the curated [[arch]] facts for this torch build are wrong: correct them from these flags", ev)
+    return check("torch-archs", "pass", f"torch {torch.__version__} has kernels for {flags}", "", ev)
 
 
 # Libraries of the CUDA runtime wheels (and of a driver install or toolkit, if one were on the library path).
@@ -269,6 +294,7 @@ def main(argv=None):
         guarded("pip-check", check_pip),
         guarded("python-identity", check_python_identity),
         guarded("torch-cuda-version", check_torch_cuda, manifest),
+        guarded("torch-archs", check_torch_archs, manifest),
         guarded("cuda-libraries", check_cuda_libraries, manifest),
         guarded("numpy-interop", check_numpy_interop),
         guarded("tiny-model", check_tiny_model),

@@ -96,13 +96,13 @@ ENV LANG="C.UTF-8" \
 WORKDIR /workspace
 ENTRYPOINT ["/opt/imagekit/bin/entrypoint"]
 CMD []
-LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,sm_120+PTX" \
+LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120" \
     "imagekit.cell"="cu130-torch2.14.1-py3.13-tf5.24.0" \
     "imagekit.cuda"="13.0" \
     "imagekit.driver.min"="580.65.06" \
     "imagekit.lock.hash"="3d647479912faa50a672acff91d335e2e5530b8fe04f799c8346ea6d3f28f080" \
     "imagekit.python"="3.13" \
-    "imagekit.runtime"="driver_min=580.65.06 cuda=13.0 cuda_major=13 sass=sm_75,sm_80,sm_86,sm_90,sm_100,sm_120 ptx=sm_120 platform=linux/amd64 glibc_min=2.28" \
+    "imagekit.runtime"="driver_min=580.65.06 cuda=13.0 cuda_major=13 sass=sm_75,sm_80,sm_86,sm_90,sm_100,sm_120 ptx= platform=linux/amd64 glibc_min=2.28" \
     "imagekit.torch"="2.14.1" \
     "imagekit.torch.cuda"="13.0" \
     "imagekit.torch.version"="2.14.1" \
