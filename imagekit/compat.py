@@ -336,12 +336,8 @@ def metadata_problems(doc: object) -> list[str]:
             problems.append(f"{where}: python {_shown(bad)} is not a Python 3 minor (3.N)")
         elif "glibc" in rel and not (isinstance(rel["glibc"], str) and _GLIBC.fullmatch(rel["glibc"])):
             problems.append(f"{where}: glibc {_shown(rel['glibc'])} is not a glibc version (2.N)")
-        elif "variants" in rel and not (
-            isinstance(rel["variants"], list)
-            and len(rel["variants"]) <= 32
-            and all(isinstance(x, str) and _VARIANT.fullmatch(x) for x in rel["variants"])
-        ):
-            problems.append(f"{where}: variants is not a list of CUDA variants (cuXYZ)")
+        elif bad := next((f for f in ("variants", "aarch64_variants") if f in rel and not _variants(rel[f])), None):
+            problems.append(f"{where}: {bad} is not a list of CUDA variants (cuXYZ)")
         else:
             problems += _release_problems(where, rel, required=False)
     for name, releases in packages.items():
@@ -357,6 +353,14 @@ def metadata_problems(doc: object) -> list[str]:
                 else:
                     problems += _release_problems(where, rel, required=True)
     return problems[:5]
+
+
+def _variants(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) <= 32
+        and all(isinstance(x, str) and _VARIANT.fullmatch(x) is not None for x in value)
+    )
 
 
 def _shown(value: object) -> str:

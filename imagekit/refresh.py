@@ -7,7 +7,9 @@ pages and metadata, the checks that refuse a document, and what an index lists t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping
+from html.parser import HTMLParser
 
 from packaging.version import Version
 
@@ -26,6 +28,56 @@ from imagekit.metadata import (
 )
 
 DEFAULT_INDEX = "https://pypi.org/simple"
+DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"  # read for the CUDA variants of each torch release
+_TORCH_WHEEL = re.compile(
+    r"torch-(?P<version>[0-9]{1,4}(?:\.[0-9]{1,4}){1,3})\+(?P<variant>cu1[0-9]{2})-cp[0-9]{2,3}-cp[0-9]{2,3}t?-"
+    r"(?P<platform>(?:many)?linux[A-Za-z0-9_]{0,40}_(?P<arch>x86_64|aarch64))\.whl",
+    re.ASCII,
+)
+ARCH_FIELDS = {"x86_64": "variants", "aarch64": "aarch64_variants"}
+
+
+class _Anchors(HTMLParser):
+    """The text of each <a> of a PEP 503 page (the file names)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+        self._inside = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "a":
+            self._inside = True
+            self.names.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self._inside = False
+
+    def handle_data(self, data: str) -> None:
+        if self._inside and len(self.names[-1]) < 300:
+            self.names[-1] += data
+
+
+def pytorch_variants(page_html: str) -> dict[str, dict[str, list[str]]]:
+    """Per torch release, the CUDA variants the PyTorch index has Linux wheels of, per CPU architecture
+    (``{"2.15.0": {"variants": ["cu126", "cu130"], "aarch64_variants": ["cu130"]}}``), from its PEP 503 page's file
+    names (hostile until here: a name not of the wheel grammar is passed over)."""
+    parser = _Anchors()
+    parser.feed(page_html)
+    found: dict[str, dict[str, set[str]]] = {}
+    for name in parser.names:
+        m = _TORCH_WHEEL.fullmatch(name.strip())
+        if m is None:
+            continue
+        field = ARCH_FIELDS[m["arch"]]
+        found.setdefault(m["version"], {}).setdefault(field, set()).add(m["variant"])
+    return {
+        v: {field: sorted(vs, key=lambda x: int(x[2:])) for field, vs in sorted(fields.items())}
+        for v, fields in found.items()
+    }
+
+
 PROJECTS = ("torch", *sorted(WATCHED))  # the index pages a refresh reads
 
 
@@ -50,9 +102,14 @@ def recorded_releases(name: str, page: dict) -> list[str]:
     return list(metadata_wheels(page, releases_to_record(page, WATCHED[name])))
 
 
-def document(pages: Mapping[str, dict], metadata: Mapping[str, Mapping[str, dict]]) -> dict:
+def document(
+    pages: Mapping[str, dict],
+    metadata: Mapping[str, Mapping[str, dict]],
+    variants: Mapping[str, Mapping[str, list[str]]] | None = None,
+) -> dict:
     """The pypi-metadata.json document. ``pages``: each project's PEP 691 page (`PROJECTS`); ``metadata``: per
-    project, per release, its parsed metadata (`PackageMeta.to_json`). A package release without metadata is left
+    project, per release, its parsed metadata (`PackageMeta.to_json`); ``variants``: the PyTorch index's CUDA
+    variants per torch release (`pytorch_variants`), when it was read. A package release without metadata is left
     out; a torch release keeps its Python window and glibc floor."""
     torch = recorded_torch(pages["torch"])
     torch_meta = metadata.get("torch", {})
@@ -60,7 +117,8 @@ def document(pages: Mapping[str, dict], metadata: Mapping[str, Mapping[str, dict
         "generated_by": "imagekit compat refresh",
         "source": "PYPI",
         "torch": {
-            v: {"python": list(r.pythons), "glibc": r.glibc, **torch_meta.get(v, {})} for v, r in sorted(torch.items())
+            v: {"python": list(r.pythons), "glibc": r.glibc, **torch_meta.get(v, {}), **(variants or {}).get(v, {})}
+            for v, r in sorted(torch.items())
         },
         "packages": {},
     }

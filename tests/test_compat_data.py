@@ -461,3 +461,70 @@ def test_a_matrix_with_both_kinds_gives_each_fix_once(app, runner, tmp_path, mon
     assert res.exit_code == 2
     assert res.output.count("hint:") == 2  # one refresh hint for both 9.9.x cells, one curated-facts hint
     assert "torch 9.9.9 is not in" in res.output and "entry for torch 2.15" in res.output
+
+
+# ---- the PyTorch index: each torch release's CUDA variants ----------------------------------------------------
+PYTORCH_FILES = [  # (folder, file name) as the PyTorch index's torch page lists them
+    ("cu126", "torch-2.15.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl"),
+    ("cu130", "torch-2.15.0+cu130-cp313-cp313-manylinux_2_28_x86_64.whl"),
+    ("cu132", "torch-2.15.0+cu132-cp313-cp313t-manylinux_2_28_x86_64.whl"),
+    ("cu130", "torch-2.15.0+cu130-cp312-cp312-manylinux_2_28_aarch64.whl"),
+    ("cpu", "torch-2.15.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"),
+    ("rocm7", "torch-2.15.0+rocm7.1-cp312-cp312-manylinux_2_28_x86_64.whl"),
+    ("cu999", "torch-2.15.0+cu999-cp312-cp312-win_amd64.whl"),
+    ("evil", "torch-2.15.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl; rm -rf /"),
+    ("cu124", "torch-2.5.1+cu124-cp311-cp311-linux_x86_64.whl"),
+]
+PYTORCH_PAGE = (
+    "<!DOCTYPE html>\n<html><body><h1>Links for torch</h1>\n"
+    + "".join(
+        f'<a href="/whl/{folder}/{name.replace("+", "%2B")}#sha256=00">{name}</a><br/>\n'
+        for folder, name in PYTORCH_FILES
+    )
+    + "</body></html>\n"
+)
+
+
+def test_the_pytorch_index_page_gives_each_releases_variants_per_cpu_architecture():
+    found = refresh.pytorch_variants(PYTORCH_PAGE)
+    assert found == {
+        "2.15.0": {"aarch64_variants": ["cu130"], "variants": ["cu126", "cu130", "cu132"]},
+        "2.5.1": {"variants": ["cu124"]},
+    }  # cpu, ROCm, Windows and a name with anything after it are passed over
+    assert refresh.pytorch_variants("<a>" + "x" * 100_000 + "</a>" + "<a" * 1000) == {}
+
+
+@pytest.mark.loopback
+def test_a_refresh_reads_the_pytorch_index_and_a_new_minor_knows_its_variants(tmp_path):
+    from tests import hostile_http
+
+    data_dir = tmp_path / "data"
+    page = (200, {"Content-Type": "text/html"}, PYTORCH_PAGE.encode())
+    with index_of(SHIPPED) as (index, _), hostile_http.serve({"/whl/torch/": page}) as pti:
+        res = cli("compat", "refresh", "--index-url", index, "--pytorch-index", f"{pti.url}/whl", data_dir=data_dir)
+        ask = ("explain", "--torch", "2.15.0", "--cuda", "12.6", "--python", "3.12")
+        routed = cli(*ask, data_dir=data_dir)
+    assert res.returncode == 0, res.stderr
+    written = json.loads((data_dir / "pypi-metadata.json").read_text())
+    assert written["torch"]["2.15.0"]["variants"] == ["cu126", "cu130", "cu132"]
+    assert written["torch"]["2.15.0"]["aarch64_variants"] == ["cu130"]
+    # cu126 is a torch 2.15 build now (from the PyTorch index); what no index says, its GPU architectures, is named
+    assert routed.returncode == 2 and "has no cu126 wheels" not in routed.stderr, routed.stderr
+    assert "torch 2.15.0+cu126" in routed.stderr and "no GPU architecture list" in routed.stderr
+
+
+@pytest.mark.loopback
+def test_an_unreachable_pytorch_index_is_said_and_the_refresh_goes_on(tmp_path):
+    data_dir = tmp_path / "data"
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()  # nothing listens there
+    with index_of(SHIPPED) as (index, _):
+        res = cli(
+            "compat", "refresh", "--index-url", index, "--pytorch-index", f"http://127.0.0.1:{port}/whl",
+            data_dir=data_dir,
+        )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "note: the PyTorch index was not read" in res.stderr and "PyPI build only" in res.stderr
+    assert "variants" not in json.loads((data_dir / "pypi-metadata.json").read_text())["torch"]["2.15.0"]

@@ -12,7 +12,7 @@ from imagekit.cli.common import err_console, handles_errors, out, out_json, outp
 from imagekit.cli.options import JsonOpt, OldIndexOpt, renamed
 from imagekit.errors import EXIT_NO, EnvironmentFailure, UsageError
 from imagekit.redact import redact
-from imagekit.refresh import DEFAULT_INDEX
+from imagekit.refresh import DEFAULT_INDEX, DEFAULT_PYTORCH_INDEX
 from imagekit.services import inputs
 
 
@@ -121,6 +121,15 @@ def build() -> typer.Typer:
             str, typer.Option("--index-url", metavar="URL", help="PEP 691 simple index to read.")
         ] = DEFAULT_INDEX,
         old_index: OldIndexOpt = None,
+        pytorch_index: Annotated[
+            str | None,
+            typer.Option(
+                "--pytorch-index",
+                metavar="URL",
+                help="The PyTorch wheel index to read each torch release's CUDA variants from (default: "
+                f"{DEFAULT_PYTORCH_INDEX} when --index-url is PyPI; not read otherwise).",
+            ),
+        ] = None,
         check: Annotated[
             bool,
             typer.Option(
@@ -148,7 +157,17 @@ def build() -> typer.Typer:
 
         target = out_file if out_file is not None else _user_file()
         output_file_option(target, "--out" if out_file is not None else "the user data file")
-        doc = compat_refresh.write(target, index, floor=compat.shipped_metadata() if out_file is None else None)
+        if pytorch_index is not None:
+            validate.index_url(pytorch_index, "--pytorch-index")
+        elif index == DEFAULT_INDEX:
+            pytorch_index = DEFAULT_PYTORCH_INDEX
+        doc = compat_refresh.write(
+            target,
+            index,
+            floor=compat.shipped_metadata() if out_file is None else None,
+            pytorch_index=pytorch_index,
+            note=lambda text: err_console().print(text, markup=False),
+        )
         counts = {k: len(v) for k, v in sorted(doc["packages"].items())}
         if as_json:
             out_json({"path": str(target), "index": redact(index), "releases": {"torch": len(doc["torch"]), **counts}})

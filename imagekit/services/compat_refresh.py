@@ -3,6 +3,7 @@ pypi-metadata.json atomically; `--check`: read the pages only and say which rele
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from imagekit import refresh, untrusted
@@ -67,18 +68,44 @@ def _metadata_for(name: str, page: dict, versions: list[str]) -> dict[str, dict]
     return out
 
 
-def build_metadata(index: str = refresh.DEFAULT_INDEX) -> dict:
-    """Fetch and parse everything; returns the JSON document (not yet written, nor checked: `refresh.refusal`)."""
+def pytorch_variants(pytorch_index: str) -> dict[str, dict[str, list[str]]]:
+    """The CUDA variants per torch release on the PyTorch index (its PEP 503 torch page, HTML)."""
+    url = f"{pytorch_index.rstrip('/')}/torch/"
+    body = http.get(url, accept="text/html", max_bytes=64 << 20)
+    return refresh.pytorch_variants(body.decode("utf-8", "replace"))
+
+
+def build_metadata(
+    index: str = refresh.DEFAULT_INDEX, pytorch_index: str | None = None, note: Callable[[str], None] = print
+) -> dict:
+    """Fetch and parse everything; returns the JSON document (not yet written, nor checked: `refresh.refusal`).
+    ``pytorch_index``: where the torch releases' CUDA variants are read; unreachable, the refresh goes on without
+    them and ``note`` says so (a torch minor without a [[torch]] table then knows its PyPI build only)."""
     found = pages(index)
     metadata = {name: _metadata_for(name, page, refresh.recorded_releases(name, page)) for name, page in found.items()}
-    return refresh.document(found, metadata)
+    variants = None
+    if pytorch_index is not None:
+        try:
+            variants = pytorch_variants(pytorch_index)
+        except EnvironmentFailure as exc:
+            note(
+                f"note: the PyTorch index was not read ({exc.message}): torch minors imagekit has no [[torch]] "
+                "table for know their PyPI build only"
+            )
+    return refresh.document(found, metadata, variants)
 
 
-def write(out: Path, index: str = refresh.DEFAULT_INDEX, floor: dict | None = None) -> dict:
+def write(
+    out: Path,
+    index: str = refresh.DEFAULT_INDEX,
+    floor: dict | None = None,
+    pytorch_index: str | None = None,
+    note: Callable[[str], None] = print,
+) -> dict:
     """Fetch, check and write atomically. ``floor`` (the shipped metadata, when writing the file imagekit reads):
     refuse a document `inputs.compat_data` would pass over, so what is written is what is used."""
     try:
-        doc = build_metadata(index)
+        doc = build_metadata(index, pytorch_index, note)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"{exc.message}; {out} was not written", exc.hint) from None
     why = refresh.refusal(doc, floor)
