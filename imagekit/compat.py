@@ -49,6 +49,7 @@ class ArchEntry:
     ptx: str | None
     source: str
     confidence: str
+    platform: str = "linux/amd64"
 
 
 @dataclass(frozen=True)
@@ -172,12 +173,44 @@ class CompatData:
             )
         return self.driver_families[major]
 
-    def arch_entry(self, torch: str, variant: str) -> ArchEntry | None:
+    def arch_entry(self, torch: str, variant: str, platform: str = "linux/amd64") -> ArchEntry | None:
+        """The GPU architectures compiled into torch ``torch`` built for ``variant`` on ``platform``: a curated
+        [[arch]] table, else what the PyPI wheel itself says (its arch flags, read by `imagekit compat refresh`) when
+        ``variant`` is PyPI's build; None when neither knows."""
         v = Version(torch)
         minor = f"{v.major}.{v.minor}"
         for entry in self.archs:
-            if minor in entry.torch and variant in entry.variants:
+            if minor in entry.torch and variant in entry.variants and entry.platform == platform:
                 return entry
+        return self.wheel_archs(torch, variant, platform)
+
+    def wheel_archs(self, torch: str, variant: str, platform: str = "linux/amd64") -> ArchEntry | None:
+        """What PyPI's ``platform`` wheel of ``torch`` (or of the newest release of its minor that was read) says."""
+        aarch64 = platform == "linux/arm64"
+        flags_key, runtime_key = ("aarch64_archs", "aarch64_cuda_runtime") if aarch64 else ("archs", "cuda_runtime")
+        v = Version(torch)
+        same_minor = sorted(
+            (Version(r) for r, rel in self.torch_releases.items()
+             if (Version(r).major, Version(r).minor) == (v.major, v.minor) and rel.get(flags_key)),
+            reverse=True,
+        )  # fmt: skip
+        for candidate in sorted(same_minor, key=lambda r: r != v):
+            rel = self.torch_releases[str(candidate)]
+            runtime = rel.get(runtime_key)
+            if not isinstance(runtime, str) or "cu" + "".join(runtime.split(".")[:2]) != variant:
+                continue
+            words = rel[flags_key].split()
+            archs = tuple(f"{m[0]}.{m[1]}" for w in words if w.startswith("sm_") and (m := _sm(w)))
+            ptxs = [f"{m[0]}.{m[1]}" for w in words if w.startswith("compute_") and (m := _sm(w))]
+            return ArchEntry(
+                torch=(f"{v.major}.{v.minor}",),
+                variants=(variant,),
+                archs=archs,
+                ptx=max(ptxs, key=Version) if ptxs else None,
+                source=f"WHEEL torch {candidate} ({platform}, PyPI): libtorch_python.so arch flags '{rel[flags_key]}'",
+                confidence="V",
+                platform=platform,
+            )
         return None
 
     def source(self, key: str) -> str:
@@ -185,6 +218,12 @@ class CompatData:
         head = key.split(" ")[0].rstrip(",;")
         full = self.sources.get(head)
         return f"[{key}] {full}" if full else key
+
+
+def _sm(word: str) -> tuple[int, int] | None:
+    """``sm_90`` / ``compute_120`` -> (9, 0) / (12, 0)."""
+    m = re.fullmatch(r"(?:sm|compute)_([0-9]{1,2})([0-9])[af]?", word)
+    return (int(m[1]), int(m[2])) if m else None
 
 
 def _span(versions: object) -> str:
@@ -254,7 +293,13 @@ def parse(
     torch_minors |= derived_minors(metadata["torch"], torch_minors)
     archs = tuple(
         ArchEntry(
-            tuple(a["torch"]), tuple(a["variants"]), tuple(a["archs"]), a.get("ptx"), a["source"], a["confidence"]
+            tuple(a["torch"]),
+            tuple(a["variants"]),
+            tuple(a["archs"]),
+            a.get("ptx"),
+            a["source"],
+            a["confidence"],
+            a.get("platform", "linux/amd64"),
         )
         for a in curated["arch"]
     )
@@ -338,6 +383,10 @@ def metadata_problems(doc: object) -> list[str]:
             problems.append(f"{where}: glibc {_shown(rel['glibc'])} is not a glibc version (2.N)")
         elif bad := next((f for f in ("variants", "aarch64_variants") if f in rel and not _variants(rel[f])), None):
             problems.append(f"{where}: {bad} is not a list of CUDA variants (cuXYZ)")
+        elif bad := next((f for f in ("archs", "aarch64_archs") if f in rel and not _flags(rel[f])), None):
+            problems.append(f"{where}: {bad} is not a list of GPU architectures (sm_XY compute_XY)")
+        elif "aarch64_cuda_runtime" in rel and not _is_version(rel["aarch64_cuda_runtime"]):
+            problems.append(f"{where}: aarch64_cuda_runtime {_shown(rel['aarch64_cuda_runtime'])} is not a version")
         else:
             problems += _release_problems(where, rel, required=False)
     for name, releases in packages.items():
@@ -353,6 +402,14 @@ def metadata_problems(doc: object) -> list[str]:
                 else:
                     problems += _release_problems(where, rel, required=True)
     return problems[:5]
+
+
+_FLAGS = re.compile(r"(?:(?:sm|compute)_[0-9]{2,3}[af]?(?: |$)){0,64}", re.ASCII)
+
+
+def _flags(value: object) -> bool:
+    """torch's arch flags ('sm_80 sm_90 compute_90'), or '' (a build with none: CPU-only)."""
+    return isinstance(value, str) and len(value) <= 1000 and _FLAGS.fullmatch(value) is not None
 
 
 def _variants(value: object) -> bool:

@@ -35,14 +35,14 @@ REQUIREMENT_TARGETS = frozenset({"torch", *WATCHED})
 APPLICABLE_EXTRAS = frozenset({"torch"})
 
 
-def image_marker_env(python: str) -> dict[str, str]:
-    """The PEP 508 marker environment of an image (Linux x86_64 CPython ``python``), whatever the host."""
+def image_marker_env(python: str, machine: str = "x86_64") -> dict[str, str]:
+    """The PEP 508 marker environment of an image (Linux ``machine`` CPython ``python``), whatever the host."""
     return {
         "python_version": python,
         "python_full_version": f"{python}.0",
         "sys_platform": "linux",
         "platform_system": "Linux",
-        "platform_machine": "x86_64",
+        "platform_machine": machine,
         "os_name": "posix",
         "implementation_name": "cpython",
         "platform_python_implementation": "CPython",
@@ -77,7 +77,7 @@ class PackageMeta:
         return data
 
 
-def parse_metadata(text: str) -> PackageMeta:
+def parse_metadata(text: str, machine: str = "x86_64") -> PackageMeta:
     """Parse a core-metadata file (the METADATA inside a wheel, or PEP 658 ``.metadata``). A Version that is none
     is a ValueError; the other fields are checked where the document is (`compat.metadata_problems`)."""
     msg = HeaderParser().parsestr(text)
@@ -92,6 +92,7 @@ def parse_metadata(text: str) -> PackageMeta:
         raise ValueError(f"its Version {shown!r} is not a version") from None
     specs: dict[str, SpecifierSet] = {}
     cuda_runtime = None
+    env = _ENV if machine == "x86_64" else image_marker_env("3.11", machine)
     for line in msg.get_all("Requires-Dist") or []:
         try:
             req = Requirement(line)
@@ -99,7 +100,7 @@ def parse_metadata(text: str) -> PackageMeta:
             continue
         req_name = canonicalize_name(req.name)
         if req.marker is not None and not any(
-            req.marker.evaluate({**_ENV, "extra": extra}) for extra in ("", *APPLICABLE_EXTRAS)
+            req.marker.evaluate({**env, "extra": extra}) for extra in ("", *APPLICABLE_EXTRAS)
         ):
             continue
         if re.fullmatch(r"nvidia-cuda-runtime-cu\d+|cuda-toolkit", req_name):
@@ -210,6 +211,28 @@ def pick_metadata_wheel(files: list[WheelFile], version: str) -> WheelFile | Non
 
     candidates = sorted((w for w in files if w.version == version), key=lambda w: (rank(w), w.filename))
     return candidates[0] if candidates and rank(candidates[0]) < 9 else None
+
+
+def pick_platform_wheel(files: list[WheelFile], version: str, arch: str) -> WheelFile | None:
+    """The Linux CPython wheel of ``version`` for the CPU architecture ``arch`` (``x86_64``, ``aarch64``), not a
+    free-threaded one; cp311 first, then the lowest CPython."""
+    candidates = [
+        w for w in files
+        if w.version == version and not w.yanked and "linux" in w.platform and w.platform.endswith("_" + arch)
+        and re.fullmatch(r"cp3\d{1,2}", w.python_tag) and not w.abi.endswith("t")
+    ]  # fmt: skip
+    return min(candidates, key=lambda w: (w.python_tag != "cp311", int(w.python_tag[3:]), w.filename), default=None)
+
+
+ARCH_FLAGS = re.compile(rb"\x00((?:(?:sm|compute)_[0-9]{2,3}[af]? ){0,63}(?:sm|compute)_[0-9]{2,3}[af]?)\x00")
+
+
+def arch_flags(library: bytes) -> str | None:
+    """torch's compiled GPU architectures as ``torch._C._cuda_getArchFlags()`` answers them ('sm_80 sm_90
+    compute_90'), read out of ``libtorch_python.so`` without running it (the flags are one string constant there);
+    None when the library holds no such string or several that differ."""
+    found = {m.group(1).decode() for m in ARCH_FLAGS.finditer(library)}
+    return found.pop() if len(found) == 1 else None
 
 
 def releases_to_record(simple_json: dict, floor: str) -> list[str]:

@@ -21,6 +21,7 @@ from imagekit.metadata import (
     TorchRelease,
     WheelFile,
     pick_metadata_wheel,
+    pick_platform_wheel,
     releases_to_record,
     torch_releases,
     wheel_files,
@@ -128,6 +129,45 @@ def document(
         versions = releases_to_record(pages[name], WATCHED[name])
         doc["packages"][name] = {v: {**meta[v], "yanked": v in yanked} for v in versions if v in meta}
     return doc
+
+
+def newest_per_minor(versions: Collection[str]) -> list[str]:
+    """The newest final release of each minor among ``versions``, oldest minor first."""
+    newest: dict[tuple[int, int], Version] = {}
+    for ver in versions:
+        v = Version(ver)
+        if not v.is_prerelease:
+            key = (v.major, v.minor)
+            newest[key] = max(newest.get(key, v), v)
+    return [str(v) for _, v in sorted(newest.items())]
+
+
+def curated_arch(curated: dict, minor: str, variant: str, platform: str = "linux/amd64") -> bool:
+    return any(
+        minor in a["torch"] and variant in a["variants"] and a.get("platform", "linux/amd64") == platform
+        for a in curated["arch"]
+    )
+
+
+def arch_reads(page: dict, torch_meta: Mapping[str, dict], curated: dict) -> dict[str, list[tuple[str, WheelFile]]]:
+    """Which wheels a refresh reads torch's compiled GPU architectures from (a range read of one library each), per
+    CPU architecture: for the newest release of each minor, its Linux aarch64 wheel (whether PyPI's aarch64 build is
+    a CUDA build, and for which GPUs), and its x86_64 wheel where the curated facts have no [[arch]] table for its
+    PyPI variant (what no curated source gives is read from the wheel itself)."""
+    files = wheel_files(page)
+    out: dict[str, list[tuple[str, WheelFile]]] = {"x86_64": [], "aarch64": []}
+    for v in newest_per_minor(torch_meta):
+        minor = f"{Version(v).major}.{Version(v).minor}"
+        runtime = torch_meta[v].get("cuda_runtime")
+        aarch64 = pick_platform_wheel(files, v, "aarch64")
+        if aarch64 is not None:
+            out["aarch64"].append((v, aarch64))
+        x86 = pick_platform_wheel(files, v, "x86_64")
+        if x86 is not None and isinstance(runtime, str):
+            variant = "cu" + "".join(runtime.split(".")[:2])
+            if not curated_arch(curated, minor, variant):
+                out["x86_64"].append((v, x86))
+    return out
 
 
 def dump(doc: dict) -> str:

@@ -48,6 +48,19 @@ def _metadata_text(name: str, version: str, rel: dict) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _torch_wheel(flags: str | None) -> bytes:
+    """A wheel whose libtorch_python.so holds torch's arch flags as the real library does (one C string), padded."""
+    import io
+    import zipfile
+
+    library = b"\x7fELF" + b"\x00" * 4096 + (b"\x00" + flags.encode() + b"\x00" if flags else b"") + b"\x01" * 4096
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("torch/lib/libtorch_python.so", library)
+        z.writestr("torch-0.dist-info/METADATA", "Name: torch\n")
+    return out.getvalue()
+
+
 @contextmanager
 def index_of(doc: dict) -> Iterator[tuple[str, type[Index]]]:
     """A PEP 691 index serving, for every release in a metadata document, wheels with PEP 658 metadata; yields its
@@ -65,7 +78,14 @@ def index_of(doc: dict) -> Iterator[tuple[str, type[Index]]]:
         plat = "manylinux_" + rel["glibc"].replace(".", "_") + "_x86_64"
         for py in rel["python"]:
             tag = "cp" + py.replace(".", "")
-            add("torch", f"torch-{version}-{tag}-{tag}-{plat}.whl", _metadata_text("torch", version, rel), False)
+            name = f"torch-{version}-{tag}-{tag}-{plat}.whl"
+            add("torch", name, _metadata_text("torch", version, rel), False)
+            files[name] = _torch_wheel(rel.get("archs"))
+        if "aarch64_archs" in rel:  # what PyPI's aarch64 build is: CPU-only ('') or a CUDA build for these GPUs
+            name = f"torch-{version}-cp311-cp311-manylinux_2_28_aarch64.whl"
+            runtime = {"cuda_runtime": rel["aarch64_cuda_runtime"]} if "aarch64_cuda_runtime" in rel else {}
+            add("torch", name, _metadata_text("torch", version, {**rel, "cuda_runtime": None, **runtime}), False)
+            files[name] = _torch_wheel(rel["aarch64_archs"])
     for name, releases in doc["packages"].items():
         pages.setdefault(name, {"meta": {"api-version": "1.1"}, "name": name, "files": []})
         for version, rel in releases.items():
@@ -128,20 +148,17 @@ def test_refresh_writes_the_user_file_and_every_command_reads_it(tmp_path, monke
     assert data.metadata_origin == compat.USER and data.metadata_path == str(written)
     assert "2.16.0" in data.torch_releases and "9.0.0" in data.packages["transformers"]
     assert data.torch_releases["2.5.1"] == SHIPPED["torch"]["2.5.1"]  # the same facts, read back from the index
-    # what a refresh records is what --check compares: right after one, the data in use (the user file) lacks no
-    # release; what it still lacks is a fact no index gives (torch 2.16's GPU architectures), and it says so
-    assert current.returncode == 1 and "stale:" not in current.stderr, current.stderr
-    assert "unbuildable: torch 2.16.0 (cu132 on PyPI)" in current.stderr
+    # what a refresh records is what --check compares: right after one, the data in use (the user file) is current,
+    # torch 2.16 included: its PyPI build, glibc, Python window and GPU architectures all came from the index
+    assert current.returncode == 0 and f"up to date: {written} (user)" in current.stderr, current.stderr
+    assert data.arch_entry("2.16.0", "cu132").source.startswith("WHEEL torch 2.16.0 (linux/amd64, PyPI)")
 
     after = cli("explain", "--transformers", "9.0.0", "--json", data_dir=data_dir)
     assert after.returncode == 0 and json.loads(after.stdout)["compatible"] is True, after.stderr
-    # known to PyPI now, and what the index says of it is used (its PyPI build, cu132); but no index says which GPUs
-    # its kernels run on: a cell of it is unknown, and the error says refreshing will not help
+    # a torch minor newer than this imagekit: a cell of it is known from what the index says, no new imagekit needed
     newest = cli("explain", "--torch", "2.16", "--cuda", "13.2", data_dir=data_dir)
-    assert newest.returncode == 2
-    assert "torch 2.16 -> 2.16.0" in newest.stderr
-    assert "no GPU architecture list for it" in newest.stderr and "[[arch]]" in newest.stderr
-    assert "compat.toml" in newest.stderr and "will not help" in newest.stderr
+    assert newest.returncode == 0, newest.stderr
+    assert "torch 2.16 -> 2.16.0" in newest.stderr and "compatible: cuda 13.2, torch 2.16.0" in newest.stderr
     show = cli("compat", "show", "--json", data_dir=data_dir)
     doc = json.loads(show.stdout)
     assert doc["metadata"]["origin"] == "user" and doc["metadata"]["path"] == str(written)
@@ -231,9 +248,10 @@ def test_check_names_each_release_the_index_has_and_writes_nothing(tmp_path):
 
 @pytest.mark.loopback
 def test_check_fails_while_a_torch_minor_the_data_lists_cannot_be_built(tmp_path):
-    """Release lists in step with the index are not enough: a minor whose curated facts are missing (here the GPU
-    architectures of torch 2.16's PyPI build) is unbuildable, and the weekly check says so with exit 1."""
+    """Release lists in step with the index are not enough: a minor whose facts are missing (here the GPU
+    architectures of torch 2.16's PyPI build: its wheel did not say) is unbuildable, and the check says so (exit 1)."""
     doc = newer_than_shipped()
+    del doc["torch"]["2.16.0"]["archs"]  # its wheel named no GPU architectures when the data was refreshed
     exported = tmp_path / "meta.json"
     exported.write_text(json.dumps(doc))
     with index_of(doc) as (index, _):
@@ -528,3 +546,35 @@ def test_an_unreachable_pytorch_index_is_said_and_the_refresh_goes_on(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "note: the PyTorch index was not read" in res.stderr and "PyPI build only" in res.stderr
     assert "variants" not in json.loads((data_dir / "pypi-metadata.json").read_text())["torch"]["2.15.0"]
+
+
+# ---- what a torch wheel says of the GPUs it runs on --------------------------------------------------------------
+def test_the_arch_flags_are_read_out_of_the_library_without_running_it():
+    from imagekit import metadata
+
+    lib = b"\x7fELF\x00junk\x00sm_75 sm_80 sm_86 sm_90 sm_100 sm_120\x00other\x00"
+    assert metadata.arch_flags(lib) == "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
+    assert metadata.arch_flags(lib + b"\x00sm_75 sm_80 compute_80\x00") is None  # two lists: which? none
+    assert metadata.arch_flags(b"\x00sm_80\x00" + b"\x00sm_80\x00") == "sm_80"  # the same list twice is one
+    assert metadata.arch_flags(b"\x00nothing here\x00") is None
+
+
+@pytest.mark.loopback
+def test_a_refresh_records_what_each_wheel_says_per_cpu_architecture(tmp_path):
+    """From PyPI's wheels (as the shipped data recorded them from pypi.org): aarch64 builds are CPU-only up to 2.10
+    and CUDA builds from 2.11; a wheel that names no GPU architectures is said, and its release gets no list."""
+    doc = copy.deepcopy(SHIPPED)
+    assert doc["torch"]["2.10.0"]["aarch64_archs"] == "" and "aarch64_cuda_runtime" not in doc["torch"]["2.10.0"]
+    assert doc["torch"]["2.11.0"]["aarch64_archs"].startswith("sm_80 sm_90")
+    assert doc["torch"]["2.11.0"]["aarch64_cuda_runtime"].startswith("13.0")
+    doc["torch"]["2.15.0"]["archs"] = ""  # served as a wheel whose library says nothing
+    data_dir = tmp_path / "data"
+    with index_of(doc) as (index, _):
+        res = cli("compat", "refresh", "--index-url", index, "--out", str(tmp_path / "m.json"), data_dir=data_dir)
+    assert res.returncode == 0, res.stderr
+    assert "note: torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl names no GPU architectures" in res.stderr
+    written = json.loads((tmp_path / "m.json").read_text())
+    assert "archs" not in written["torch"]["2.15.0"]
+    for v in ("2.10.0", "2.11.0", "2.15.0"):
+        for field in ("aarch64_archs", "aarch64_cuda_runtime"):
+            assert written["torch"][v].get(field) == SHIPPED["torch"][v].get(field), (v, field)

@@ -159,15 +159,20 @@ def test_unknown_torch_is_an_error_not_a_guess():
 
 
 def test_a_torch_build_without_an_arch_list_is_unknown_not_compatible(data):
-    """A variant the index names (torch 2.14's cu126 is curated; a made-up cu199 is not a variant) whose GPU
-    architectures no fact gives: no image of it could say which GPUs it runs on."""
-    import dataclasses
+    """torch 2.15 has no curated [[arch]] table: its list is what its wheel says (read by `compat refresh`). Metadata
+    from before that was read knows no list: no image of it could say which GPUs it runs on, so the cell is unknown."""
+    import copy
 
-    no_archs = dataclasses.replace(data, archs=tuple(a for a in data.archs if "2.15" not in a.torch))
+    from imagekit import compat
+
+    doc = copy.deepcopy(compat.shipped_metadata())
+    del doc["torch"]["2.15.0"]["archs"]
     with pytest.raises(UnknownVersionError) as exc:
-        rules.evaluate(Query(torch="2.15.0", cuda="13.2"), no_archs)
+        rules.evaluate(Query(torch="2.15.0", cuda="13.2"), compat.parse(compat.curated_document(), doc))
     assert "no GPU architecture list" in exc.value.message and "[[arch]]" in exc.value.hint
     assert rules.evaluate(Query(torch="2.15.0", cuda="13.2"), data).compatible
+    entry = data.arch_entry("2.15.0", "cu132")
+    assert entry is not None and entry.source.startswith("WHEEL torch 2.15.0") and entry.ptx is None
 
 
 def test_unknown_transformers_is_an_error(data):

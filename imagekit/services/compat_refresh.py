@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from imagekit import refresh, untrusted
+from imagekit import compat, refresh, untrusted
+from imagekit import metadata as metadata_mod
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
@@ -75,6 +76,39 @@ def pytorch_variants(pytorch_index: str) -> dict[str, dict[str, list[str]]]:
     return refresh.pytorch_variants(body.decode("utf-8", "replace"))
 
 
+def _flags(url: str) -> str | None:
+    """torch's compiled GPU architectures, read out of the wheel's libtorch_python.so by range requests; None when
+    the wheel does not say (no such library, or no single list in it)."""
+    try:
+        return metadata_mod.arch_flags(remote_zip.read_member(url, "torch/lib/libtorch_python.so"))
+    except EnvironmentFailure:
+        return None
+
+
+def add_archs(page: dict, torch_meta: dict[str, dict], note: Callable[[str], None] = print) -> None:
+    """Record, per release `refresh.arch_reads` names, what its wheels say of the GPUs they run on: ``archs``
+    (x86_64), and for Linux aarch64 its CUDA runtime (``aarch64_cuda_runtime``; none: a CPU-only build) and
+    ``aarch64_archs`` ('' for a CPU-only build). A wheel that does not say is named in ``note`` and left out: the
+    release then has no list, which `compat refresh --check` reports."""
+    reads = refresh.arch_reads(page, torch_meta, compat.curated_document())
+    aarch64 = reads["aarch64"]
+    texts = http.map_concurrently(_fetch_metadata, [w.url + ".metadata" for _, w in aarch64])
+    runtimes = {v: parse_metadata(t, "aarch64").cuda_runtime for (v, _), t in zip(aarch64, texts, strict=True)}
+    cuda = [(v, w, "aarch64_archs") for v, w in aarch64 if runtimes[v]]
+    for v, _ in aarch64:
+        torch_meta[v]["aarch64_archs"] = ""  # a CPU-only build, unless its flags are read below
+        if runtimes[v]:
+            torch_meta[v]["aarch64_cuda_runtime"] = runtimes[v]
+    todo = [*cuda, *((v, w, "archs") for v, w in reads["x86_64"])]
+    for (v, w, field), flags in zip(todo, http.map_concurrently(_flags, [w.url for _, w, _ in todo]), strict=True):
+        if flags:
+            torch_meta[v][field] = flags
+        else:
+            if field == "aarch64_archs":
+                del torch_meta[v][field]
+            note(f"note: {w.filename} names no GPU architectures (torch/lib/libtorch_python.so): torch {v} has no list")
+
+
 def build_metadata(
     index: str = refresh.DEFAULT_INDEX, pytorch_index: str | None = None, note: Callable[[str], None] = print
 ) -> dict:
@@ -83,6 +117,7 @@ def build_metadata(
     them and ``note`` says so (a torch minor without a [[torch]] table then knows its PyPI build only)."""
     found = pages(index)
     metadata = {name: _metadata_for(name, page, refresh.recorded_releases(name, page)) for name, page in found.items()}
+    add_archs(found["torch"], metadata["torch"], note)
     variants = None
     if pytorch_index is not None:
         try:
