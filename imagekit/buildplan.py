@@ -92,21 +92,18 @@ class BuildPlan:
     command: tuple[str, ...] = ()  # `[image] command`: the image's CMD
 
 
-PLATFORM = "linux/amd64"  # what the images are built for (outputs.py's bake targets say the same)
-
-
 def runtime_contract(plan: BuildPlan, data: CompatData) -> dict:
     """What a host must offer to run the image, in one machine-readable object (the manifest, the OCI label
     ``imagekit.runtime``, the release record): `pod create`, the templates and the doctor read it."""
     cell = plan.cell
-    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda)
+    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda, cell.platform)
     return {
         "driver_min": rules.driver_floor(data, cell.cuda).minimum,
         "cuda": cell.cuda,
         "cuda_major": rules.cuda_major(cell.cuda),
         "sass": archs,
         "ptx": ptx,
-        "platform": PLATFORM,
+        "platform": cell.platform,
         "glibc_min": data.torch_minor(cell.torch).glibc,
     }
 
@@ -114,7 +111,7 @@ def runtime_contract(plan: BuildPlan, data: CompatData) -> dict:
 def manifest(plan: BuildPlan, data: CompatData) -> dict:
     """The facts baked into /etc/imagekit/manifest.json and mirrored in OCI labels."""
     cell = plan.cell
-    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda)
+    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda, cell.platform)
     floor = rules.driver_floor(data, cell.cuda)
     pins = plan.lock.pins()
     return {

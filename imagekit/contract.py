@@ -110,7 +110,7 @@ def from_record(entry: dict, data: CompatData) -> Contract:
             f"torch {torch[:20]}+{variant_of(cuda)}: {exc}",
             "publish it again with this imagekit (`imagekit build --push`)",
         ) from None
-    return Contract(floor, cuda, tuple(archs), ptx, "linux/amd64", glibc)
+    return Contract(floor, cuda, tuple(archs), ptx, "linux/amd64", glibc)  # a record from before arm64 images
 
 
 def gpus(contract: Contract, data: CompatData) -> tuple[list[str], list[str]]:

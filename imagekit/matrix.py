@@ -13,7 +13,7 @@ from imagekit.buildplan import BaseRef, ImageOptions
 from imagekit.code_layer import CopySpec
 from imagekit.compat import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
-from imagekit.model import Cell, Query, Targets, Verdict
+from imagekit.model import AMD64, Cell, Query, Targets, Verdict
 
 AXES = ("cuda", "torch", "transformers", "python")
 DEFAULT_REPOSITORY = "127.0.0.1:5000/imagekit/train"
@@ -80,8 +80,10 @@ def _cell_dict(p: _Problems, key: str, entry: object, *, partial: bool, packages
             out[k] = p.check(f"{key}.{k}", VALIDATORS[k], v)
         elif k == "packages" and not partial:
             out[k] = tuple(sorted(_string_list(p, f"{key}.packages", v, validate.requirement)))
+        elif k == "platform":
+            out[k] = p.check(f"{key}.platform", validate.platform, v)
         else:
-            allowed = ", ".join(AXES) + ("" if partial else ", packages")
+            allowed = ", ".join(AXES) + ", platform" + ("" if partial else ", packages")
             p.add(f"{key}.{k}", f"unknown key (allowed: {allowed})")
     if not partial:
         missing = [a for a in AXES if a not in entry]
@@ -104,9 +106,16 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         p.add("matrix", "expected a table")
         m = {}
     for k in m:
-        if k not in (*AXES, "packages", "include", "exclude"):
-            p.add(f"matrix.{k}", "unknown key (allowed: cuda, torch, transformers, python, packages, include, exclude)")
+        if k not in (*AXES, "packages", "platforms", "include", "exclude"):
+            p.add(
+                f"matrix.{k}",
+                "unknown key (allowed: cuda, torch, transformers, python, packages, platforms, include, exclude)",
+            )
     axes = {a: _string_list(p, f"matrix.{a}", m.get(a), VALIDATORS[a]) for a in AXES}
+    platforms = tuple(dict.fromkeys(_string_list(p, "matrix.platforms", m.get("platforms"), validate.platform)))
+    if "platforms" in m and not platforms and not p.items:
+        p.add("matrix.platforms", "an empty list: name at least one (linux/amd64, linux/arm64)")
+    platforms = platforms or (AMD64,)
     packages = tuple(sorted(_string_list(p, "matrix.packages", m.get("packages"), validate.requirement)))
     excludes = [
         _cell_dict(p, f"matrix.exclude[{i}]", e, partial=True, packages=packages)
@@ -151,12 +160,12 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
 
     cells: dict[str, Cell] = {}
     if all(axes[a] for a in AXES):
-        for combo in itertools.product(*(axes[a] for a in AXES)):
-            values = dict(zip(AXES, combo, strict=True))
+        for combo in itertools.product(*(axes[a] for a in AXES), platforms):
+            values = dict(zip((*AXES, "platform"), combo, strict=True))
             if any(all(values.get(k) == v for k, v in ex.items()) for ex in excludes if ex):
                 continue
             cell = Cell(**values, packages=packages)
-            cells.setdefault(cell.id, cell)
+            cells.setdefault(cell.key, cell)
     elif any(axes[a] for a in AXES):
         named = [a for a in AXES if axes[a]]
         raise ConfigError(
@@ -169,17 +178,20 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     included: dict[str, int] = {}
     for i, inc in enumerate(includes):
         if inc:
-            cell = Cell(**inc)
-            if cell.id in included:
-                raise ConfigError(
-                    [
-                        f"{origin}: matrix.include[{i}]: names the same cell as matrix.include[{included[cell.id]}] "
-                        f"({cell.id})"
-                    ],
-                    "keep one entry per cell (a cell id is CUDA variant, torch, Python and transformers)",
-                )
-            included[cell.id] = i
-            cells[cell.id] = cell
+            # an entry without a platform is built for each of [matrix] platforms; one with a platform, for it alone
+            for plat in (inc["platform"],) if inc.get("platform") else platforms:
+                cell = Cell(**{**inc, "platform": plat})
+                if cell.key in included:
+                    raise ConfigError(
+                        [
+                            f"{origin}: matrix.include[{i}]: names the same cell as "
+                            f"matrix.include[{included[cell.key]}] ({cell.key})"
+                        ],
+                        "keep one entry per cell (a cell id is CUDA variant, torch, Python and transformers; "
+                        "with its platform when it is not linux/amd64)",
+                    )
+                included[cell.key] = i
+                cells[cell.key] = cell
     if options.jupyter:  # JupyterLab is locked and hashed like any other package
         cells = {k: _with_jupyter(c) for k, c in cells.items()}
     if options.apt:  # resolved per cell, over that cell's base, and pinned in its lock
@@ -187,7 +199,7 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     if not cells:
         raise ConfigError([f"{origin}: matrix: no cells"], "give the four axes or [[matrix.include]] entries")
     return MatrixConfig(
-        cells=tuple(sorted(cells.values(), key=lambda c: c.id)),
+        cells=tuple(sorted(cells.values(), key=lambda c: (c.id, c.platform))),
         targets=Targets(tuple(dict.fromkeys(archs)), min_driver),
         repository=repository,
         origin=origin,
@@ -372,7 +384,7 @@ def evaluate(config: MatrixConfig, data: CompatData) -> list[EvaluatedCell]:
         try:
             verdict = rules.evaluate(Query.of(cell, config.targets, base.glibc if base else None), data)
         except UnknownVersionError as exc:
-            unknown.append(f"{config.origin}: {cell.id}: {exc.message}")
+            unknown.append(f"{config.origin}: {cell.key}: {exc.message}")
             if exc.hint and exc.hint not in hints:
                 hints.append(exc.hint)
             continue
@@ -391,6 +403,7 @@ class Selector:
     transformers: tuple[str, ...] = ()
     python: tuple[str, ...] = ()
     ids: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()
 
     def matches(self, cell: Cell) -> bool:
         def ok(wanted: tuple[str, ...], have: str) -> bool:
@@ -402,6 +415,7 @@ class Selector:
             and ok(self.transformers, cell.transformers)
             and ok(self.python, cell.python)
             and (not self.ids or cell.id in self.ids)
+            and (not self.platforms or cell.platform in self.platforms)
         )
 
 

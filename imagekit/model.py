@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+AMD64, ARM64 = "linux/amd64", "linux/arm64"
+PLATFORMS = (AMD64, ARM64)  # what images are built for (Docker's names); Grace hosts (GH200, GB200) are arm64
+MACHINES = {AMD64: "x86_64", ARM64: "aarch64"}  # the platform's CPU architecture as wheel tags and uname name it
+
 
 def variant_of(cuda: str) -> str:
     """The torch wheel variant of a CUDA version: ``12.4`` -> ``cu124``."""
@@ -20,10 +24,16 @@ class Cell:
     python: str
     packages: tuple[str, ...] = ()  # canonical requirement strings, sorted
     apt: tuple[str, ...] = ()  # Debian packages over the base (`[image] apt`), sorted; pinned in the cell's lock
+    platform: str = AMD64  # the image's platform: its id is the same on every platform (one tag, one image index)
 
     @property
     def variant(self) -> str:
         return variant_of(self.cuda)
+
+    @property
+    def key(self) -> str:
+        """The cell on its platform: the id on linux/amd64, ``ID@linux/arm64`` on another."""
+        return self.id if self.platform == AMD64 else f"{self.id}@{self.platform}"
 
     @property
     def id(self) -> str:
@@ -35,6 +45,8 @@ class Cell:
             doc["apt"] = list(self.apt)
         else:  # a cell without apt packages is described (and its lock's input hash computed) as before they existed
             del doc["apt"]
+        if self.platform == AMD64:  # likewise, a linux/amd64 cell is described as before platforms existed
+            del doc["platform"]
         return doc
 
 
@@ -58,6 +70,7 @@ class Query:
     archs: tuple[str, ...] = ()
     driver: str | None = None
     base_glibc: str | None = None
+    platform: str = AMD64
 
     @classmethod
     def of(cls, cell: Cell, targets: Targets, base_glibc: str | None = None) -> Query:
@@ -70,6 +83,7 @@ class Query:
             targets.archs,
             targets.min_driver,
             base_glibc,
+            cell.platform,
         )
 
 

@@ -8,19 +8,21 @@ from packaging.version import Version
 
 from imagekit import rules
 from imagekit.compat import CompatData
-from imagekit.errors import UsageError
+from imagekit.errors import UnknownVersionError, UsageError
 from imagekit.matrix import EvaluatedCell, MatrixConfig
-from imagekit.model import Query, variant_of
+from imagekit.model import AMD64, Query, variant_of
 
 GITHUB_JOB_LIMIT = 256
 
 
 def cell_row(e: EvaluatedCell, data: CompatData) -> dict:
     c = e.cell
-    archs, ptx = rules.supported_archs(data, c.torch, c.cuda)
+    archs, ptx = rules.supported_archs(data, c.torch, c.cuda, c.platform)
     source = "pypi" if data.torch_from_pypi(c.torch, c.variant) else "pytorch"
     return {
         **c.to_json(),
+        "platform": c.platform,
+        "key": c.key,
         "compatible": e.verdict.compatible,
         "violations": [v.to_json() for v in e.verdict.violations],
         "torch_source": source,
@@ -109,27 +111,42 @@ def short_reason(rule: str, message: str) -> str:
     if rule == "gpu-arch":
         m = re.search(r"no kernels for (sm_\w+)", message)
         return f"no {m[1]} kernels" if m else rule
+    if rule == "platform-wheels":
+        return "CPU-only on aarch64" if "CPU-only" in message else "no aarch64 build"
     return rule
 
 
 def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
-    """torch × CUDA for the matrix's torch releases and variants, checked against its fleet and driver."""
+    """torch × CUDA for the matrix's torch releases and variants, checked against its fleet and driver; one grid
+    per platform when the matrix names more than linux/amd64."""
     torches = sorted({c.torch for c in config.cells}, key=Version)
     cudas = sorted({c.cuda for c in config.cells}, key=Version)
-    head = "| torch \\ CUDA | " + " | ".join(variant_of(c) for c in cudas) + " |"
-    lines = [head, "|---|" + "---|" * len(cudas)]
-    for t in torches:
-        row = [f"**{t}**"]
-        for c in cudas:
-            verdict = rules.evaluate(
-                Query(cuda=c, torch=t, archs=config.targets.archs, driver=config.targets.min_driver), data
-            )
-            if verdict.compatible:
-                pypi = " (PyPI)" if data.torch_from_pypi(t, variant_of(c)) else ""
-                row.append("✓" + pypi)
-            else:
-                row.append("✗ " + "; ".join(sorted({short_reason(v.rule, v.message) for v in verdict.violations})))
-        lines.append("| " + " | ".join(row) + " |")
+    platforms = sorted({c.platform for c in config.cells})
+    lines: list[str] = []
+    for platform in platforms:
+        if len(platforms) > 1:
+            lines += [*([""] if lines else []), f"**{platform}**", ""]
+        head = "| torch \\ CUDA | " + " | ".join(variant_of(c) for c in cudas) + " |"
+        lines += [head, "|---|" + "---|" * len(cudas)]
+        for t in torches:
+            row = [f"**{t}**"]
+            for c in cudas:
+                query = Query(
+                    cuda=c, torch=t, archs=config.targets.archs, driver=config.targets.min_driver, platform=platform
+                )
+                try:
+                    verdict = rules.evaluate(query, data)
+                except UnknownVersionError:
+                    if platform == AMD64:
+                        raise
+                    row.append("? (no facts)")  # the PyTorch index's aarch64 builds: their GPUs are not known
+                    continue
+                if verdict.compatible:
+                    pypi = " (PyPI)" if data.torch_from_pypi(t, variant_of(c)) else ""
+                    row.append("✓" + pypi)
+                else:
+                    row.append("✗ " + "; ".join(sorted({short_reason(v.rule, v.message) for v in verdict.violations})))
+            lines.append("| " + " | ".join(row) + " |")
     fleet = ", ".join(config.targets.archs) or "any GPU"
     driver = config.targets.min_driver or "any driver"
     lines.append("")

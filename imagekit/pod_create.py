@@ -19,6 +19,8 @@ from imagekit.errors import UsageError
 from imagekit.in_image import facts
 
 CLOUDS = ("secure", "community")
+# GPUs that come on Grace boards only: their hosts' CPUs are arm64 (design notes, "Grace hosts (GH200, GB200)")
+GRACE_GPUS = ("GH200", "GB200")
 _GPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,79}", re.ASCII)
 
 
@@ -47,6 +49,12 @@ def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = 
     parsed = facts.parse_arch(cc)
     if parsed is None:
         raise UsageError(f"--arch {cc[:40]!r} is not a GPU architecture", "give its compute capability: sm_86 or 8.6")
+    if name in GRACE_GPUS and runtime.platform != "linux/arm64":
+        raise UsageError(
+            f"{gpu} hosts are arm64 (Grace CPUs), and this image is {runtime.platform}: it would not start there",
+            "pick a GPU on an x86_64 host (H100, H200, B200), or build the cell for linux/arm64 "
+            "([matrix] platforms)",
+        )
     target = f"sm_{parsed[0]}{parsed[1]}{parsed[2]}"
     how = runtime.how_runs(target)
     if how is None:

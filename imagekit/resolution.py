@@ -18,7 +18,7 @@ from imagekit.errors import CheckFailed
 from imagekit.in_image.facts import is_torch_family as is_torch_family  # one definition, shared with the image
 from imagekit.lockfile import TORCH_FAMILY, Lock, LockEntry, split, torch_closure
 from imagekit.metadata import image_marker_env
-from imagekit.model import Cell
+from imagekit.model import MACHINES, Cell
 from imagekit.redact import redact
 
 LOCK_FORMAT = 1
@@ -125,6 +125,8 @@ class LockRequest:
             "--python",
             c.python,
         ]
+        if c.platform != "linux/amd64":
+            argv += ["--platform", c.platform]
         if matrix:
             argv += ["--matrix", matrix]
         return shlex.join(argv + self.settings_args())
@@ -147,9 +149,14 @@ class LockRequest:
 
 
 def _platform(cell: Cell, data: CompatData) -> str:
+    """The wheel platform a cell resolves for (uv's --python-platform), whatever the host: its CPU architecture and
+    the glibc of its base."""
     base = data.bases.get(cell.python)
+    machine = MACHINES[cell.platform]
     return (
-        "x86_64-manylinux_2_28" if base is None or Version(base.glibc) >= Version("2.28") else "x86_64-manylinux_2_17"
+        f"{machine}-manylinux_2_28"
+        if base is None or Version(base.glibc) >= Version("2.28")
+        else (f"{machine}-manylinux_2_17")
     )
 
 

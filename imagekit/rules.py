@@ -16,7 +16,7 @@ from packaging.version import Version
 from imagekit.compat import ArchEntry, CompatData
 from imagekit.errors import UnknownVersionError
 from imagekit.in_image import facts
-from imagekit.model import Query, Verdict, Violation, variant_of
+from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
 PYPI_META = "[PYPI] wheel METADATA on PyPI"
@@ -149,9 +149,9 @@ def rule_gpu_arch(q: Query, data: CompatData) -> list[Violation]:
     if not (q.archs and q.cuda and q.torch):
         return []
     data.torch_minor(q.torch)
-    entry = data.arch_entry(q.torch, variant_of(q.cuda))
+    entry = data.arch_entry(q.torch, variant_of(q.cuda), q.platform)
     if entry is None:
-        return []  # no such variant: rule_cuda_variant already says so
+        return []  # no such variant (rule_cuda_variant says so), or no aarch64 CUDA build (rule_platform)
     out = []
     have = ", ".join(cc_to_sm(a) for a in entry.archs) + (f" + PTX {cc_to_sm(entry.ptx)}" if entry.ptx else "")
     for target in q.archs:
@@ -195,12 +195,73 @@ def rule_glibc(q: Query, data: CompatData) -> list[Violation]:
     ]
 
 
+def platform_violations(q: Query, data: CompatData) -> list[Violation]:
+    """On linux/arm64: the torch build must be a CUDA build for aarch64. PyPI's aarch64 wheel of a release is a
+    CPU-only build up to torch 2.10 and a CUDA build from 2.11 (what `imagekit compat refresh` reads from the
+    wheels); another variant must be on the PyTorch index for aarch64."""
+    if q.platform != ARM64 or not (q.torch and q.cuda):
+        return []
+    variant = variant_of(q.cuda)
+    rel = data.torch_releases.get(q.torch, {})
+    source = f"{data.source('PYPI')} (torch {q.torch}: its Linux aarch64 wheel)"
+    if not data.torch_from_pypi(q.torch, variant):
+        indexed = rel.get("aarch64_variants")
+        if isinstance(indexed, list) and variant not in indexed:
+            return [
+                Violation(
+                    "platform-wheels",
+                    f"the PyTorch index has no aarch64 {variant} build of torch {q.torch} (it has "
+                    f"{', '.join(indexed) or 'none'})",
+                    f"{data.source('PTI')} (torch {q.torch})",
+                )
+            ]
+        return []
+    flags = rel.get("aarch64_archs")
+    if flags is None:
+        raise UnknownVersionError(
+            f"torch {q.torch} on linux/arm64: the index metadata ({data.metadata_path}) does not say what PyPI's "
+            "aarch64 wheel of it is (a CUDA build, or CPU-only)",
+            "run `imagekit compat refresh` (it reads each torch minor's aarch64 wheel)",
+        )
+    runtime = rel.get("aarch64_cuda_runtime")
+    pypi = "cu" + "".join(runtime.split(".")[:2]) if isinstance(runtime, str) else None
+    if not flags or pypi is None:
+        newer = sorted(
+            (r for r, x in data.torch_releases.items() if x.get("aarch64_archs")), key=Version
+        )  # fmt: skip
+        route = f"torch {newer[0]} or newer from PyPI (a CUDA build for aarch64)" if newer else "a newer torch"
+        return [
+            Violation(
+                "platform-wheels",
+                f"PyPI's torch {q.torch} for aarch64 is a CPU-only build (its wheel requires no CUDA runtime and has "
+                f"no GPU kernels): on a Grace host it would train on the CPU. Use {route}, or the PyTorch index's "
+                "aarch64 CUDA build of this release (a routed cell, --source pytorch)",
+                source,
+            )
+        ]
+    if pypi != variant:
+        return [
+            Violation(
+                "platform-wheels",
+                f"PyPI's torch {q.torch} for aarch64 is a {pypi} build, not {variant}: the cell for linux/arm64 is "
+                f"{pypi}",
+                source,
+            )
+        ]
+    return []
+
+
+def rule_platform(q: Query, data: CompatData) -> list[Violation]:
+    return platform_violations(q, data)
+
+
 RULES: tuple[Callable[[Query, CompatData], list[Violation]], ...] = (
     rule_cuda_variant,
     rule_python_torch,
     rule_transformers,
     rule_packages,
     rule_driver,
+    rule_platform,
     rule_gpu_arch,
     rule_glibc,
 )
@@ -213,6 +274,7 @@ RULE_IDS = (
     "package-requires",
     "package-yanked",
     "driver-floor",
+    "platform-wheels",
     "gpu-arch",
     "ptx-jit-driver",
     "glibc",
@@ -224,14 +286,19 @@ def _archs_known(q: Query, data: CompatData) -> None:
     (its runtime contract), so the cell is unknown rather than compatible."""
     if not (q.cuda and q.torch) or variant_of(q.cuda) not in data.torch_minor(q.torch).variants:
         return
-    if data.arch_entry(q.torch, variant_of(q.cuda)) is None:
+    if q.platform == ARM64 and platform_violations(q, data):
+        return  # not an aarch64 CUDA build at all: rule_platform says why, and what works
+    if data.arch_entry(q.torch, variant_of(q.cuda), q.platform) is None:
         minor = ".".join(q.torch.split(".")[:2])
+        on = "" if q.platform == AMD64 else f" on {q.platform}"
+        where = f', platform = "{q.platform}"' if q.platform != AMD64 else ""
         raise UnknownVersionError(
-            f"torch {q.torch}+{variant_of(q.cuda)}: imagekit's curated facts (data version {data.data_version}) have "
-            "no GPU architecture list for it, so no image of it can say which GPUs it runs on",
-            f'add an [[arch]] table (torch = ["{minor}"], variants = ["{variant_of(q.cuda)}"], archs, ptx, source) '
-            f"to {data.curated_path}, read from the wheel (torch._C._cuda_getArchFlags()), or upgrade imagekit; "
-            "`imagekit compat refresh` will not help: no index says it",
+            f"torch {q.torch}+{variant_of(q.cuda)}{on}: imagekit has no GPU architecture list for it (not in its "
+            f"curated facts, data version {data.data_version}, nor in the index metadata), so no image of it can say "
+            "which GPUs it runs on",
+            f'add an [[arch]] table (torch = ["{minor}"], variants = ["{variant_of(q.cuda)}"]{where}, archs, ptx, '
+            f"source) to {data.curated_path}, read from the wheel (torch._C._cuda_getArchFlags()), or upgrade "
+            "imagekit; `imagekit compat refresh` reads it only for PyPI's own builds",
         )
 
 
@@ -246,9 +313,9 @@ def evaluate(q: Query, data: CompatData) -> Verdict:
     return Verdict(tuple(violations))
 
 
-def supported_archs(data: CompatData, torch: str, cuda: str) -> tuple[list[str], str | None]:
-    """(cubin archs as sm_XY, PTX arch or None) compiled into torch's ``cuda`` variant."""
-    entry = data.arch_entry(torch, variant_of(cuda))
+def supported_archs(data: CompatData, torch: str, cuda: str, platform: str = AMD64) -> tuple[list[str], str | None]:
+    """(cubin archs as sm_XY, PTX arch or None) compiled into torch's ``cuda`` variant for ``platform``."""
+    entry = data.arch_entry(torch, variant_of(cuda), platform)
     if entry is None:
         return [], None
     return [cc_to_sm(a) for a in entry.archs], (cc_to_sm(entry.ptx) if entry.ptx else None)

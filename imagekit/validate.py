@@ -73,6 +73,21 @@ def cuda(value: object) -> str:
     return f"{int(major)}.{int(minor)}"
 
 
+_PLATFORM_ALIASES = {"amd64": "linux/amd64", "x86_64": "linux/amd64", "arm64": "linux/arm64", "aarch64": "linux/arm64"}
+
+
+def platform(value: object) -> str:
+    """An image platform as Docker names it (``linux/amd64``, ``linux/arm64``); ``arm64``/``aarch64`` (and ``amd64``,
+    ``x86_64``) are accepted and normalised."""
+    from imagekit.model import PLATFORMS
+
+    if isinstance(value, str):
+        value = _PLATFORM_ALIASES.get(value, value)
+    if not isinstance(value, str) or value not in PLATFORMS:
+        raise _bad("platform", value, f"one of {', '.join(PLATFORMS)}")
+    return value
+
+
 def python(value: object) -> str:
     if not isinstance(value, str) or not _PYTHON.fullmatch(value):
         raise _bad("Python version", value, "major.minor such as '3.11'")

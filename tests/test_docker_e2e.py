@@ -41,6 +41,9 @@ def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, 
     assert checks["torch-cuda-version"] == "pass" and checks["tiny-model"] == "pass"
     assert checks["python-identity"] == "pass" and checks["numpy-interop"] == "pass"
     assert checks["gpu-cuda-available"] == "skip"  # no GPU on this machine: reported, not silently passed
+    # the GPU architectures the image promises (its runtime contract) are those compiled into its torch, read off it
+    archs = next(c for c in result.report["checks"] if c["id"] == "torch-archs")
+    assert archs["status"] == "pass" and archs["evidence"]["arch_flags"].split()[:2] == ["sm_50", "sm_60"], archs
     # torch loaded its CUDA libraries from the Python-independent prefix, through the venv's link, none from elsewhere
     cuda = next(c for c in result.report["checks"] if c["id"] == "cuda-libraries")
     assert cuda["status"] == "pass" and not cuda["evidence"]["elsewhere"], cuda
@@ -73,6 +76,7 @@ def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, 
     status = {c["id"]: c["status"] for c in report["checks"]}
     assert status["lock-drift"] == "pass" and status["interpreter-identity"] == "pass"
     assert status["torch-probe"] == "skip"  # torch imports; no GPU here to probe
+    assert status["host-contract"] == "pass"  # an amd64 host with the glibc the contract asks for
 
 
 @pytest.mark.slow

@@ -213,6 +213,7 @@ TABLE_KEYS = {
     "matrix.transformers",
     "matrix.python",
     "matrix.packages",
+    "matrix.platforms",
     "matrix.exclude",
     "matrix.include",
     "targets.gpus",

@@ -178,3 +178,11 @@ def test_the_runtime_contract_is_one_label_that_reads_back(data):
     assert f'"imagekit.runtime"="{label}"' in files["Dockerfile"][0].decode()
     back = naming.parse_runtime_label(label + " evil=1")
     assert back["sass"] == runtime["sass"] and back["driver_min"] == "525.60.13" and "evil" not in back
+
+
+def test_a_grace_gpu_is_refused_for_an_amd64_image(app, runner, tmp_path):
+    """GH200 and GB200 come on Grace (arm64) boards: an amd64 image would not start there, whatever its kernels."""
+    for gpu in ("NVIDIA GH200 480GB", "NVIDIA GB200"):
+        res = _create(app, runner, _index(tmp_path), "--gpu", gpu, "--dry-run")
+        assert res.exit_code == 2 and "hosts are arm64 (Grace CPUs)" in res.output, res.output
+        assert "linux/amd64" in res.output and "H100" in res.output

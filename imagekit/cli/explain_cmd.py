@@ -55,6 +55,12 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(metavar="REQUIREMENT", help="Extra pinned package, e.g. accelerate==1.2.1 (repeatable)."),
         ] = None,
+        platform: Annotated[
+            str,
+            typer.Option(
+                "--platform", metavar="PLATFORM", help="Image platform: linux/amd64 or linux/arm64 (Grace hosts)."
+            ),
+        ] = "linux/amd64",
         as_json: JsonOpt = False,
     ) -> None:
         """Check one combination against the cited compatibility rules. Omitted axes are not checked.
@@ -84,6 +90,7 @@ def register(app: typer.Typer) -> None:
             packages=tuple(validate.requirement(p) for p in package or ()),
             archs=tuple(validate.arch(a, data.gpus) for a in arch or ()),
             driver=validate.driver(driver) if driver is not None else None,
+            platform=validate.platform(platform),
         )
         verdict = rules.evaluate(query, data)
         if as_json:
@@ -109,6 +116,8 @@ def register(app: typer.Typer) -> None:
             )
             if query.archs:
                 named += ", archs " + " ".join(query.archs)
+            if query.platform != "linux/amd64":
+                named += f", on {query.platform}"
             if verdict.compatible:
                 console.print(f"[green]compatible[/]: {named}")
             else:

@@ -14,7 +14,15 @@ from typing import Annotated
 import typer
 
 from imagekit import resolution
-from imagekit.cli.common import err_console, folder_option, handles_errors, out_json, print_plan, selected_compatible
+from imagekit.cli.common import (
+    amd64_only,
+    err_console,
+    folder_option,
+    handles_errors,
+    out_json,
+    print_plan,
+    selected_compatible,
+)
 from imagekit.cli.options import JsonOpt, LockDirOpt, QuietOpt, Selection, with_groups
 from imagekit.errors import UsageError
 
@@ -56,6 +64,7 @@ def register(app: typer.Typer) -> None:
         if into is not None:
             folder_option(into, "--into")
         data, config, cells = selected_compatible(selection)
+        amd64_only(cells, "fetch")
         console = err_console()
         progress = ConsoleProgress(console, quiet=quiet)
         from imagekit.effects import index_auth

@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
             def show(r: lock_service.LockResult) -> None:
                 style = {"locked": "green", "up-to-date": "dim", "failed": "red"}.get(r.status, "yellow")
                 console.print(
-                    f"[{style}]{r.status:>10}[/] {r.cell.id}"
+                    f"[{style}]{r.status:>10}[/] {r.cell.key}"
                     + (f" ({r.lock.short_hash})" if r.lock and r.status != "failed" else "")
                 )
                 if r.error and not isinstance(r.error, IndexUnreachable):  # those: once, at the end
@@ -98,6 +98,7 @@ def register(app: typer.Typer) -> None:
                 [
                     {
                         "cell": r.cell.id,
+                        "platform": r.cell.platform,
                         "status": r.status,
                         "path": str(r.path),
                         "lock_hash": r.lock.content_hash if r.lock and r.status != "failed" else None,

@@ -15,6 +15,7 @@ from imagekit import outputs
 from imagekit.cli.common import err_console, folder_option, handles_errors, load, out, out_json
 from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.errors import UsageError
+from imagekit.model import AMD64
 from imagekit.services import lock_cells as lock_service
 
 FORMATS = ("table", "json", "markdown", "grid", "github", "bake")
@@ -100,6 +101,15 @@ def register(app: typer.Typer) -> None:
         if locked_only:
             cells = _locked(cells, folder_option(lock_dir, "--lock-dir"), data)
         shown = cells if explain else [c for c in cells if c.verdict.compatible]
+        if fmt in ("github", "bake"):  # what builds: linux/amd64 images (arm64 ones are locked and checked only)
+            arm = [c for c in cells if c.cell.platform != AMD64]
+            if arm:
+                err_console().print(
+                    f"note: {len(arm)} linux/arm64 cell(s) left out: imagekit does not build arm64 images yet "
+                    "(`imagekit lock --platform linux/arm64` locks them)",
+                    markup=False,
+                )
+            cells = [c for c in cells if c.cell.platform == AMD64]
         if fmt == "json":
             out_json([outputs.cell_row(c, data) for c in shown])
         elif fmt == "markdown":
@@ -125,20 +135,21 @@ def register(app: typer.Typer) -> None:
         locked, others = lock_service.current_locks([e.cell for e in compatible], lock_dir, data)
         console = err_console()
         for cell, why in others:
-            console.print(f"skipped {cell.id}: {why}", markup=False)
+            console.print(f"skipped {cell.key}: {why}", markup=False)
         if others:
             console.print(
                 f"{len(others)} cell(s) left out by --locked-only; `imagekit lock` makes their locks", markup=False
             )
-        keep = {c.id for c in locked}
-        return [e for e in cells if e.cell.id in keep or not e.verdict.compatible]
+        keep = {c.key for c in locked}
+        return [e for e in cells if e.cell.key in keep or not e.verdict.compatible]
 
     def _table(cells: list[matrix_mod.EvaluatedCell], data, origin: str) -> None:
         console = err_console()
         table = Table(title=f"imagekit matrix ({origin})", show_lines=False)
+        platforms = len({e.cell.platform for e in cells}) > 1 or any(e.cell.platform != AMD64 for e in cells)
         table.add_column("cell", no_wrap=True)
-        for col in ("torch from", "archs", "min driver", "status"):
-            table.add_column(col)
+        for col in ("platform",) * platforms + ("torch from", "archs", "min driver", "status"):
+            table.add_column(col, no_wrap=col == "platform")
         for e in cells:
             r = outputs.cell_row(e, data)
             status = (
@@ -146,7 +157,8 @@ def register(app: typer.Typer) -> None:
                 if e.verdict.compatible
                 else "[red]excluded[/]: " + "; ".join(f"{v.rule}: {v.message}" for v in e.verdict.violations)
             )
-            table.add_row(r["id"], r["torch_source"], " ".join(r["archs"]), r["min_driver"], status)
+            first = (r["id"], r["platform"]) if platforms else (r["id"],)
+            table.add_row(*first, r["torch_source"], " ".join(r["archs"]), r["min_driver"], status)
         Console(highlight=False).print(table)
         ok = sum(1 for e in cells if e.verdict.compatible)
         console.print(f"{ok} compatible cell(s)" + (f", {len(cells) - ok} excluded" if len(cells) != ok else ""))

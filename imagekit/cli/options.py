@@ -52,6 +52,14 @@ PyOpt = Annotated[
     list[str] | None, typer.Option("--python", metavar="VERSION", help="Python version, e.g. 3.11 (repeatable).")
 ]
 CellOpt = Annotated[list[str] | None, typer.Option("--cell", metavar="CELL", help="Exact cell id (repeatable).")]
+PlatformOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--platform",
+        metavar="PLATFORM",
+        help="Image platform: linux/amd64 or linux/arm64 (repeatable; default: those of the matrix).",
+    ),
+]
 SourceOpt = Annotated[
     str,
     typer.Option(
@@ -65,7 +73,7 @@ SourceOpt = Annotated[
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """--matrix, --cuda, --torch, --transformers, --python, --cell, --source."""
+    """--matrix, --cuda, --torch, --transformers, --python, --cell, --platform, --source."""
 
     matrix_file: MatrixOpt = None
     cuda: CudaOpt = None
@@ -73,6 +81,7 @@ class Selection:
     transformers: TfOpt = None
     python: PyOpt = None
     cell: CellOpt = None
+    platform: PlatformOpt = None
     source: SourceOpt = "all"
 
     def selector(self) -> matrix.Selector:
@@ -84,6 +93,7 @@ class Selection:
             transformers=tuple(self.transformers or ()),
             python=tuple(validate.python(p) for p in self.python or ()),
             ids=tuple(self.cell or ()),
+            platforms=tuple(validate.platform(p) for p in self.platform or ()),
         )
 
     def unknown_cells(self, cells: list[matrix.EvaluatedCell]) -> None:

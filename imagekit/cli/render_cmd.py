@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from imagekit import render as render_mod
-from imagekit.cli.common import err_console, folder_option, handles_errors, selected_compatible
+from imagekit.cli.common import amd64_only, err_console, folder_option, handles_errors, selected_compatible
 from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.effects.files import clamp_mtimes, replace_tree
 from imagekit.errors import EXIT_NO, UsageError
@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         folder_option(out_dir, "--out")
         folder_option(lock_dir, "--lock-dir")
         data, config, cells = selected_compatible(selection)
+        amd64_only(cells, "render")
         if builder not in render_mod.BUILDERS:
             raise UsageError(f"invalid --builder {builder!r}", "use buildkit or legacy")
         plans = plans_for([c.cell for c in cells], config, lock_dir, data, builder=builder, outputs=(out_dir,))

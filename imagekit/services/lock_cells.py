@@ -16,7 +16,7 @@ from imagekit.effects import process, resolver
 from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, ImagekitError, UsageError
 from imagekit.lockfile import Lock
-from imagekit.model import Cell
+from imagekit.model import AMD64, Cell
 
 T = TypeVar("T")
 
@@ -31,7 +31,11 @@ class LockResult:
 
 
 def lock_path(directory: Path, cell: Cell) -> Path:
-    return directory / f"{cell.id}.txt"
+    """``lockfiles/<id>.txt`` for linux/amd64, ``lockfiles/linux-arm64/<id>.txt`` for another platform (a folder of
+    its own: the amd64 locks, and what lists them, stay as they were)."""
+    if cell.platform == AMD64:
+        return directory / f"{cell.id}.txt"
+    return directory / cell.platform.replace("/", "-") / f"{cell.id}.txt"
 
 
 def read_lock(path: Path) -> Lock | None:
@@ -66,7 +70,7 @@ def _preferences(directory: Path, cell: Cell, existing: Lock | None) -> str | No
     if existing is not None:
         return existing.layer_text("torch") + existing.layer_text("app")
     prefix = f"{cell.variant}-torch{cell.torch}-py{cell.python}-"
-    for sibling in sorted(directory.glob(f"{prefix}*.txt")):
+    for sibling in sorted(lock_path(directory, cell).parent.glob(f"{prefix}*.txt")):
         lock = read_lock(sibling)
         if lock is not None:
             return lock.layer_text("torch")
