@@ -52,8 +52,7 @@ def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = 
     if name in GRACE_GPUS and runtime.platform != "linux/arm64":
         raise UsageError(
             f"{gpu} hosts are arm64 (Grace CPUs), and this image is {runtime.platform}: it would not start there",
-            "pick a GPU on an x86_64 host (H100, H200, B200), or build the cell for linux/arm64 "
-            "([matrix] platforms)",
+            "pick a GPU on an x86_64 host (H100, H200, B200), or build the cell for linux/arm64 ([matrix] platforms)",
         )
     target = f"sm_{parsed[0]}{parsed[1]}{parsed[2]}"
     how = runtime.how_runs(target)
