@@ -67,12 +67,15 @@ def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = 
     return how
 
 
-def guard_env(max_runtime: str | None, idle_stop: str | None, on_exit: str | None) -> dict[str, str]:
+def guard_env(
+    max_runtime: str | None, idle_stop: str | None, on_exit: str | None, gpu_idle_stop: str | None = None
+) -> dict[str, str]:
     """The lifetime guard's settings for the pod's env, checked as the guard reads them."""
     env = {}
     for flag, name, value in (
         ("--max-runtime", "IMAGEKIT_MAX_RUNTIME", max_runtime),
         ("--idle-stop", "IMAGEKIT_IDLE_STOP", idle_stop),
+        ("--gpu-idle-stop", "IMAGEKIT_GPU_IDLE_STOP", gpu_idle_stop),
     ):
         if value is not None:
             try:

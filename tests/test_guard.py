@@ -128,6 +128,40 @@ def test_a_job_on_a_quiet_gpu_is_a_warning_once_with_the_evidence_and_never_a_st
     assert g.warnings == []  # said once
 
 
+def test_a_job_on_a_quiet_gpu_ends_the_pod_only_when_asked():
+    s, _ = guard.settings({"IMAGEKIT_GPU_IDLE_STOP": "30m"})
+    assert guard.armed(s) and not guard.armed(guard.settings({"IMAGEKIT_GPU_IDLE_WARN": "10m"})[0])
+    g = guard.Guard(s, started=0)
+    quiet = {**IDLE, "gpu_util": [0], "gpu_procs": 1}  # a process holds the GPU, computing nothing
+    assert g.step(0, quiet, "", job_running=True) is None and g.step(1799, quiet, "", job_running=True) is None
+    trigger, action, message = g.step(1800, quiet, "", job_running=True)
+    assert (trigger, action) == ("gpu-idle", "stop") and "IMAGEKIT_GPU_IDLE_STOP=30m" in message
+    assert "(GPU utilisation 0 %)" in message
+    busy = guard.Guard(s, started=0)
+    busy.step(0, quiet, "", job_running=True)
+    busy.step(1000, {**quiet, "gpu_util": [80]}, "", job_running=True)  # work restarts the window
+    assert busy.step(1800, quiet, "", job_running=True) is None
+    assert guard.Guard(s, started=0).step(9999, quiet, "", job_running=False) is None  # no job: not this trigger
+
+
+def test_a_run_imagekit_pod_run_started_counts_as_a_job_while_its_process_lives(tmp_path):
+    run = tmp_path / "20261202T180000Z-42"
+    run.mkdir()
+    assert not guard.a_run_is_alive(str(tmp_path)) and not guard.a_run_is_alive(str(tmp_path / "none"))
+    (run / "pid").write_text(f"{os.getpid()}\n")
+    assert guard.a_run_is_alive(str(tmp_path))
+    (run / "exit").write_text("0\n")
+    assert not guard.a_run_is_alive(str(tmp_path))  # it ended
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    other = tmp_path / "20261202T180100Z-43"
+    other.mkdir()
+    (other / "pid").write_text(str(gone.pid))
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "pid").write_text("not a pid")
+    assert not guard.a_run_is_alive(str(tmp_path))  # killed with the pod's processes, or garbage: not running
+
+
 def _provider_env(api, **extra):
     return {**RUNPOD, "IMAGEKIT_RUNPOD_API": f"{api.url}/v1", **extra}
 

@@ -47,6 +47,7 @@ def test_the_request_carries_the_host_filters_the_guard_and_the_auth(app, runner
         res = _create(
             app, runner, _index(tmp_path), "--gpu", "NVIDIA GeForce RTX 3090", "--count", "2", "--cloud", "community",
             "--max-runtime", "6h", "--idle-stop", "30m", "--on-exit", "stop", "--registry-auth", "clzdaifot0001",
+            "--gpu-idle-stop", "45m",
             api=api,
         )  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -60,6 +61,7 @@ def test_the_request_carries_the_host_filters_the_guard_and_the_auth(app, runner
     assert body["imageName"] == TAG and body["ports"] == ["22/tcp", "8888/http"]
     assert body["env"]["IMAGEKIT_MAX_RUNTIME"] == "6h" and body["env"]["IMAGEKIT_IDLE_STOP"] == "30m"
     assert body["env"]["IMAGEKIT_ON_EXIT"] == "stop" and body["env"]["IMAGEKIT_REQUIRE_GPU"] == "1"
+    assert body["env"]["IMAGEKIT_GPU_IDLE_STOP"] == "45m"
     assert KEY not in res.output
 
 

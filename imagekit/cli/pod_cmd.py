@@ -357,6 +357,12 @@ def build() -> typer.Typer:
             str | None,
             typer.Option("--on-exit", metavar="stop|terminate", help="Guard: when a job-mode command or a run ends."),
         ] = None,
+        gpu_idle_stop: Annotated[
+            str | None,
+            typer.Option(
+                "--gpu-idle-stop", metavar="DURATION", help="Guard: stop it when a job's GPUs idle that long (30m)."
+            ),
+        ] = None,
         registry_auth: Annotated[
             str | None,
             typer.Option("--registry-auth", metavar="ID", help="RunPod's id of the credentials for a private image."),
@@ -385,7 +391,7 @@ def build() -> typer.Typer:
                 runpod.registry_auth_id(registry_auth)
             except ValueError as exc:
                 raise UsageError(f"invalid --registry-auth: {exc}", "the id RunPod shows for the credentials") from None
-        env = pod_create.guard_env(max_runtime, idle_stop, on_exit)
+        env = pod_create.guard_env(max_runtime, idle_stop, on_exit, gpu_idle_stop)
         body = pod_create.body(
             entry, inputs.compat_data(), gpu, count=count, cloud=cloud, volume_gb=volume_gb,
             registry_auth=registry_auth, arch=arch, env=env,

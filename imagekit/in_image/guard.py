@@ -13,7 +13,8 @@ container, or keeps the stopped one billed):
 - ``IMAGEKIT_ON_EXIT=stop|terminate``: a job-mode command ended (podstart.py runs it, then asks this module), after
   the declared outputs (``IMAGEKIT_OUTPUTS``, paths separated by ``:``) exist and their sha256s are written beside
   them (``<path>.sha256``, `sha256sum -c` format); a missing output keeps the pod up, saying so;
-- ``IMAGEKIT_GPU_IDLE_WARN=10m``: GPUs under the threshold that long while a job runs: a warning with the evidence.
+- ``IMAGEKIT_GPU_IDLE_WARN=10m``: GPUs under the threshold that long while a job runs (job mode, or a run `imagekit
+  pod run` started): a warning with the evidence; ``IMAGEKIT_GPU_IDLE_STOP=30m``, only when asked: the pod ends.
 
 The deadline and idle stop ``stop`` the pod unless ``IMAGEKIT_GUARD_ACTION=terminate``. Stop keeps the volume (and
 bills it); terminate deletes the pod and its volume disk (only a network volume survives).
@@ -69,11 +70,12 @@ def settings(environ):
         "max_runtime": None, "idle_stop": None, "on_blocker": None, "blocker_grace": 900, "on_exit": None,
         "outputs": [], "action": "stop", "dry_run": environ.get("IMAGEKIT_GUARD_DRY_RUN") == "1", "gpu_util": 5,
         "gpu_idle_warn": 600, "heartbeat": environ.get("IMAGEKIT_HEARTBEAT") or HEARTBEAT, "interval": 30,
+        "gpu_idle_stop": None,
     }
     problems = []
     durations = (("IMAGEKIT_MAX_RUNTIME", "max_runtime"), ("IMAGEKIT_IDLE_STOP", "idle_stop"),
                  ("IMAGEKIT_BLOCKER_GRACE", "blocker_grace"), ("IMAGEKIT_GPU_IDLE_WARN", "gpu_idle_warn"),
-                 ("IMAGEKIT_GUARD_INTERVAL", "interval"))
+                 ("IMAGEKIT_GPU_IDLE_STOP", "gpu_idle_stop"), ("IMAGEKIT_GUARD_INTERVAL", "interval"))
     for name, key in durations:
         if environ.get(name):
             try:
@@ -100,7 +102,7 @@ def settings(environ):
 
 def armed(s):
     """Does anything in ``s`` ask for the guard's process (on-exit is podstart's own, after the job)?"""
-    return bool(s["max_runtime"] or s["idle_stop"] or s["on_blocker"])
+    return bool(s["max_runtime"] or s["idle_stop"] or s["on_blocker"] or s["gpu_idle_stop"])
 
 
 def provider(environ):
@@ -192,11 +194,13 @@ class Guard:
         utils = sample.get("gpu_util")
         if job_running and utils and max(utils) <= s["gpu_util"]:
             self.gpu_quiet_since = self.gpu_quiet_since if self.gpu_quiet_since is not None else now
+            quiet = (f"a job runs, but the GPUs were at or under {s['gpu_util']} % for "
+                     f"{say(now - self.gpu_quiet_since)} (GPU utilisation {'/'.join(str(u) for u in utils)} %)")
             if now - self.gpu_quiet_since >= s["gpu_idle_warn"] and not self.warned:
                 self.warned = True
-                self.warnings.append(f"a job runs, but the GPUs were at or under {s['gpu_util']} % for "
-                                     f"{say(now - self.gpu_quiet_since)} (GPU utilisation "
-                                     f"{'/'.join(str(u) for u in utils)} %): a CPU fallback or a hang?")
+                self.warnings.append(f"{quiet}: a CPU fallback or a hang?")
+            if s["gpu_idle_stop"] and now - self.gpu_quiet_since >= s["gpu_idle_stop"]:
+                return "gpu-idle", s["action"], f"{quiet} (IMAGEKIT_GPU_IDLE_STOP={say(s['gpu_idle_stop'])})"
         else:
             self.gpu_quiet_since, self.warned = None, False
         return None
@@ -353,6 +357,31 @@ def checksum_outputs(paths):
 
 
 JOB = "/run/imagekit/job"  # present while a job-mode command runs (podstart.py)
+RUNS = "/workspace/.imagekit/runs"  # where `imagekit pod run` keeps its runs ($IMAGEKIT_RUNS), each <id>/pid, exit
+
+
+def a_run_is_alive(runs):
+    """Is a run `imagekit pod run` started still going: a folder with a pid, no exit file yet, the process there?"""
+    try:
+        names = os.listdir(runs)
+    except OSError:
+        return False
+    for name in names:
+        folder = os.path.join(runs, name)
+        if name == "latest" or os.path.exists(os.path.join(folder, "exit")):
+            continue
+        try:
+            with open(os.path.join(folder, "pid")) as fh:
+                pid = int(fh.read().strip()[:12])
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            continue
+        return True
+    return False
+
+
+def job_running(environ):
+    return os.path.exists(JOB) or a_run_is_alive(environ.get("IMAGEKIT_RUNS") or RUNS)
 
 
 def run(environ, now=time.time, sleep=time.sleep):
@@ -370,14 +399,15 @@ def run(environ, now=time.time, sleep=time.sleep):
         log(f"{exc}: the guard cannot end this pod")
     parts = [f"deadline in {say(s['max_runtime'])}" if s["max_runtime"] else "",
              f"idle stop after {say(s['idle_stop'])}" if s["idle_stop"] else "",
-             f"{s['on_blocker']} on a blocker after {say(s['blocker_grace'])}" if s["on_blocker"] else ""]
+             f"{s['on_blocker']} on a blocker after {say(s['blocker_grace'])}" if s["on_blocker"] else "",
+             f"stop when a job's GPUs idle for {say(s['gpu_idle_stop'])}" if s["gpu_idle_stop"] else ""]
     log("armed: " + ", ".join(p for p in parts if p) + f" (action: {s['action']}; "
         + (f"{found[0]} pod {found[2]}" if found else "no provider credentials: it can only log") + ")"
         + (" [dry run]" if s["dry_run"] else ""))
     guard = Guard(s, started)
     while True:
         t = now()
-        fired = guard.step(t, sample(s, t), blocker(), job_running=os.path.exists(JOB))
+        fired = guard.step(t, sample(s, t), blocker(), job_running=job_running(environ))
         for warning in guard.warnings:
             log(f"warning: {warning}")
         if fired:
