@@ -40,11 +40,18 @@ pod:
 	  -e PUBLIC_KEY="$$(cat $$HOME/.ssh/*.pub 2>/dev/null)" 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) >/dev/null
 	@echo "started imagekit-pod:  ssh root@127.0.0.1 -p 2222  |  docker logs imagekit-pod  |  docker rm -f imagekit-pod"
 
-# Everything (what CI runs: .ci/run): real sshd, real resolvers, loopback servers on two workers (a file's tests on
-# one worker, in order), then the Docker tests one at a time (one engine, two cores).
+# Everything (what CI runs: .ci/run): the Docker tests one at a time (one engine), and beside them the tests that need
+# only Python, real sshd, real resolvers and loopback servers (a file's tests on one worker, in order): the Docker
+# tests mostly wait on the engine, the registry and gzip, so the two overlap. Both reports are printed; either
+# failing fails the target.
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker" --durations=10
-	$(PY) -m pytest -q -m "not sweep and docker" --durations=10
+	@rm -f .test-python.log .test-python.rc; \
+	( $(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker" --durations=10 >.test-python.log 2>&1; \
+	  echo $$? >.test-python.rc ) & \
+	$(PY) -m pytest -q -m "not sweep and docker" --durations=10; docker=$$?; \
+	wait; echo "---- the tests without Docker (run beside them) ----"; cat .test-python.log; \
+	python=$$(cat .test-python.rc); rm -f .test-python.log .test-python.rc; \
+	echo "tests without Docker: exit $$python; Docker tests: exit $$docker"; [ "$$docker" = 0 ] && [ "$$python" = 0 ]
 
 # What needs only Python (in-process, loopback HTTP servers in threads), in parallel (about two minutes on two cores). After each change.
 FAST := not sweep and not docker and not sshd and not resolver and not network and not slow and not loopback
