@@ -84,7 +84,12 @@ def platform(value: object) -> str:
     if isinstance(value, str):
         value = _PLATFORM_ALIASES.get(value, value)
     if not isinstance(value, str) or value not in PLATFORMS:
-        raise _bad("platform", value, f"one of {', '.join(PLATFORMS)}")
+        raise _bad(
+            "platform",
+            value,
+            f"one of {', '.join(PLATFORMS)}",
+            "linux/arm64 for Grace hosts (GH200, GB200), else linux/amd64",
+        )
     return value
 
 
