@@ -113,17 +113,35 @@ def from_record(entry: dict, data: CompatData) -> Contract:
     return Contract(floor, cuda, tuple(archs), ptx, "linux/amd64", glibc)  # a record from before arm64 images
 
 
-def gpus(contract: Contract, data: CompatData) -> tuple[list[str], list[str]]:
-    """(the GPUs imagekit knows that the image's torch runs on, those it has no kernels for), by name."""
-    runs = sorted(name for name, cc in data.gpus.items() if contract.how_runs(cc) is not None)
-    return runs, sorted(set(data.gpus) - set(runs))
+# GPUs that come on Grace boards only: their hosts' CPUs are arm64 (design notes, "Grace hosts (GH200, GB200)")
+GRACE_GPUS = ("GH200", "GB200")
+
+
+def gpus(contract: Contract, data: CompatData) -> tuple[list[str], list[str], list[str]]:
+    """The GPUs imagekit knows, by name: (those the image runs on, those its torch has no kernels for, those whose
+    hosts have another CPU architecture than the image: Grace GPUs for a linux/amd64 image)."""
+    other_host = sorted(n for n in data.gpus if n in GRACE_GPUS and contract.platform != "linux/arm64")
+    no_kernels = sorted(n for n, cc in data.gpus.items() if contract.how_runs(cc) is None and n not in other_host)
+    runs = sorted(set(data.gpus) - set(no_kernels) - set(other_host))
+    return runs, no_kernels, other_host
+
+
+def gpu_line(contract: Contract, data: CompatData) -> str:
+    """The templates' line of which GPUs to rent for the image, and which not and why."""
+    runs, no_kernels, other_host = gpus(contract, data)
+    line = f"GPUs it runs on: {', '.join(runs) or 'none imagekit knows'}"
+    if no_kernels:
+        line += f"; not on: {', '.join(no_kernels)} ('no kernel image is available')"
+    if other_host:
+        line += f"; not on {', '.join(other_host)} hosts (Grace: arm64 CPUs; this image is {contract.platform})"
+    return line + "."
 
 
 def vast_filters(contract: Contract, data: CompatData) -> dict:
     """Vast's offer filters (``extra_filters``) for the hosts that can run the image: `cuda_max_good` (the newest CUDA
     the host's driver takes) at least the image's, `compute_cap` (compute capability x 100) one of the known GPUs its
     torch has kernels for, and the host's `cpu_arch`."""
-    caps = sorted({_cap(cc) for name, cc in data.gpus.items() if contract.how_runs(cc) is not None})
+    caps = sorted({_cap(data.gpus[name]) for name in gpus(contract, data)[0]})
     return {
         "cuda_max_good": {"gte": float(contract.cuda)},
         "compute_cap": {"in": caps},

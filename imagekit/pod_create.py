@@ -19,8 +19,7 @@ from imagekit.errors import UsageError
 from imagekit.in_image import facts
 
 CLOUDS = ("secure", "community")
-# GPUs that come on Grace boards only: their hosts' CPUs are arm64 (design notes, "Grace hosts (GH200, GB200)")
-GRACE_GPUS = ("GH200", "GB200")
+GRACE_GPUS = contract.GRACE_GPUS
 _GPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,79}", re.ASCII)
 
 
@@ -57,7 +56,7 @@ def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = 
     target = f"sm_{parsed[0]}{parsed[1]}{parsed[2]}"
     how = runtime.how_runs(target)
     if how is None:
-        works, _ = contract.gpus(runtime, data)
+        works = contract.gpus(runtime, data)[0]
         raise UsageError(
             f"the image's torch has no kernels for {gpu} ({target}; it has {runtime.archs_text()}): "
             "every kernel would fail with 'no kernel image is available for execution on the device'",

@@ -159,11 +159,7 @@ def rent_lines(runtime: Contract, data: CompatData | None) -> list[str]:
     if data is not None:
         from imagekit import contract
 
-        runs, not_runs = contract.gpus(runtime, data)
-        lines.append(
-            f"GPUs it runs on: {', '.join(runs) or 'none imagekit knows'}"
-            + (f"; not on: {', '.join(not_runs)} ('no kernel image is available')." if not_runs else ".")
-        )
+        lines.append(contract.gpu_line(runtime, data))
     return lines
 
 

@@ -102,11 +102,7 @@ def readme(entry: dict, launch: str, runtime: Contract | None = None, data: Comp
         if data is not None:
             from imagekit import contract
 
-            runs, not_runs = contract.gpus(runtime, data)
-            needs.append(
-                f"GPUs it runs on: {', '.join(runs) or 'none imagekit knows'}"
-                + (f"; not on: {', '.join(not_runs)}." if not_runs else ".")
-            )
+            needs.append(contract.gpu_line(runtime, data))
     return "\n".join(
         [
             f"# imagekit {cell['id']}",

@@ -121,7 +121,7 @@ def test_the_records_own_contract_decides_the_hosts(app, runner, tmp_path):
     index.write_text(json.dumps(doc))
     res = _create(app, runner, index, "--gpu", "NVIDIA GeForce RTX 3090", "--dry-run")
     assert res.exit_code == 2 and "(sm_86; it has sm_90)" in res.output, res.output
-    assert "(GH200, H100, H200)" in res.output
+    assert "(H100, H200)" in res.output  # GH200 has sm_90 too, on an arm64 host
     res = _create(app, runner, index, "--gpu", "NVIDIA H100 80GB HBM3", "--dry-run")
     assert res.exit_code == 0 and json.loads(res.stdout)["allowedCudaVersions"][0] == "12.2", res.output
 

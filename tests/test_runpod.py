@@ -68,6 +68,7 @@ def test_template_is_pinned_to_the_immutable_tag(app, runner, index):
     assert "Rent: CUDA version filter: 12.1, 12.2, " in tpl["readme"]
     assert "13.0 (the host's driver must be >= 525.60.13" in tpl["readme"]
     assert "GPUs it runs on: A10, A100" in tpl["readme"] and "RTX 5090" in tpl["readme"].split("not on:")[1]
+    assert "GH200" not in tpl["readme"].split("GPUs it runs on:")[1].split(";")[0]  # a Grace (arm64) host
     res = runner.invoke(app, ["runpod-template", TAG, "--release-index", str(index), "--digest"])
     assert json.loads(res.stdout)["variables"]["input"]["imageName"] == f"{TAG}@{DIGEST}"
 

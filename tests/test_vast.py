@@ -47,6 +47,7 @@ def test_ssh_launch_mode_runs_the_start_check_and_sshd_from_onstart(app, runner,
         "cpu_arch": {"eq": "amd64"},
     }
     assert "GPUs it runs on: A10, A100" in body["readme"] and "RTX 5090" in body["readme"].split("not on:")[1]
+    assert "not on GB200, GH200 hosts (Grace: arm64 CPUs; this image is linux/amd64)" in body["readme"]
     assert body["recommended_disk_space"] >= 18 and body["docker_login_repo"] == ""
     assert "imagekit-doctor &&" in body["readme"] and DIGEST in body["readme"]
 
@@ -80,7 +81,7 @@ def test_the_records_own_contract_makes_the_filters(app, runner, index):
     assert body["extra_filters"]["compute_cap"] == {"in": [900]} and body["extra_filters"]["cuda_max_good"] == {
         "gte": 12.2
     }
-    assert "driver >= 535.54.03" in body["readme"] and "GPUs it runs on: GH200, H100, H200;" in body["readme"]
+    assert "driver >= 535.54.03" in body["readme"] and "GPUs it runs on: H100, H200;" in body["readme"]
 
 
 def test_a_hostile_cuda_in_the_index_gives_no_filter_and_no_crash():
