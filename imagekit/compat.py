@@ -22,6 +22,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import UnknownVersionError, UsageError
+from imagekit.in_image import facts
+from imagekit.model import variant_of_runtime
 from imagekit.untrusted import UntrustedData, load_json, printable
 
 METADATA_FILE = "pypi-metadata.json"
@@ -197,11 +199,11 @@ class CompatData:
         for candidate in sorted(same_minor, key=lambda r: r != v):
             rel = self.torch_releases[str(candidate)]
             runtime = rel.get(runtime_key)
-            if not isinstance(runtime, str) or "cu" + "".join(runtime.split(".")[:2]) != variant:
+            if not isinstance(runtime, str) or variant_of_runtime(runtime) != variant:
                 continue
-            words = rel[flags_key].split()
-            archs = tuple(f"{m[0]}.{m[1]}" for w in words if w.startswith("sm_") and (m := _sm(w)))
-            ptxs = [f"{m[0]}.{m[1]}" for w in words if w.startswith("compute_") and (m := _sm(w))]
+            sass, ptx = facts.compiled_archs(rel[flags_key])
+            archs = tuple("{}.{}".format(*facts.arch_key(a)) for a in sass)
+            ptxs = ["{}.{}".format(*facts.arch_key(p)) for p in ptx]
             return ArchEntry(
                 torch=(f"{v.major}.{v.minor}",),
                 variants=(variant,),
@@ -218,12 +220,6 @@ class CompatData:
         head = key.split(" ")[0].rstrip(",;")
         full = self.sources.get(head)
         return f"[{key}] {full}" if full else key
-
-
-def _sm(word: str) -> tuple[int, int] | None:
-    """``sm_90`` / ``compute_120`` -> (9, 0) / (12, 0)."""
-    m = re.fullmatch(r"(?:sm|compute)_([0-9]{1,2})([0-9])[af]?", word)
-    return (int(m[1]), int(m[2])) if m else None
 
 
 def _span(versions: object) -> str:
@@ -250,7 +246,7 @@ def derived_minors(metadata_torch: Mapping[str, dict], curated: Collection[str])
         runtime, glibc = rel.get("cuda_runtime"), rel.get("glibc")
         if not (isinstance(runtime, str) and isinstance(glibc, str)):
             continue
-        default = "cu" + "".join(runtime.split(".")[:2])
+        default = variant_of_runtime(runtime)
         indexed = rel.get("variants")
         variants = tuple(indexed) if isinstance(indexed, list) and indexed else (default,)
         out[minor] = TorchMinor(

@@ -9,18 +9,18 @@ compatibility facts, as its build would have.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from imagekit import rules
+from imagekit import rules, validate
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
 from imagekit.model import variant_of
+from imagekit.untrusted import printable
 
 SM = re.compile(r"sm_[1-9][0-9]{1,2}[af]?", re.ASCII)
 CUDA = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
-DRIVER = re.compile(r"[0-9]{2,4}(\.[0-9]{1,3}){1,2}", re.ASCII)
-GLIBC = re.compile(r"[0-9]\.[0-9]{1,3}", re.ASCII)
 PLATFORMS = ("linux/amd64", "linux/arm64")
 # Vast's `cpu_arch` offer field names CPU architectures as Docker does (vast-python `search offers` help).
 _MAX_ARCHS = 64
@@ -51,31 +51,42 @@ class Contract:
         return self.platform.split("/", 1)[1]
 
 
-def problems(runtime: object) -> list[str]:
-    """What keeps ``runtime`` (a release record's ``manifest.runtime``, hostile until checked) from being a contract:
-    ``field: why``."""
+def problems(runtime: object, cell: object = None) -> list[str]:
+    """What keeps ``runtime`` (a release record's ``manifest.runtime``, hostile until checked) from being the contract
+    of ``cell`` (the record's cell, when given): ``field: why``."""
     if not isinstance(runtime, dict):
-        return ["expected an object"]
-    out = []
+        return [": expected an object"]
+    out: list[str] = []
 
-    def grammar(key: str, pattern: re.Pattern[str], value: object, optional: bool = False) -> None:
-        if value is None and optional:
-            return
-        if not isinstance(value, str) or len(value) > 32 or not pattern.fullmatch(value):
-            out.append(f"{key}: expected text of the form {pattern.pattern}")
+    def check(key: str, fn: Callable[[object], object], value: object) -> None:
+        try:
+            if fn(value) != value:
+                raise UsageError(f"{printable(str(value), 40)!r} is not written as imagekit writes it")
+        except UsageError as exc:
+            out.append(f"{key}: {exc.message}")
 
-    grammar("driver_min", DRIVER, runtime.get("driver_min"))
-    grammar("cuda", CUDA, runtime.get("cuda"))
-    grammar("ptx", SM, runtime.get("ptx"), optional=True)
-    grammar("glibc_min", GLIBC, runtime.get("glibc_min"), optional=True)
+    def sm(value: object) -> str:
+        if not isinstance(value, str) or len(value) > 8 or not SM.fullmatch(value):
+            raise UsageError(f"{printable(str(value), 40)!r} is not a GPU architecture such as sm_90")
+        return value
+
+    check("driver_min", validate.driver, runtime.get("driver_min"))
+    check("cuda", validate.cuda, runtime.get("cuda"))
+    if runtime.get("ptx") is not None:
+        check("ptx", sm, runtime["ptx"])
+    if runtime.get("glibc_min") is not None:
+        check("glibc_min", validate.glibc, runtime["glibc_min"])
     sass = runtime.get("sass")
-    if not isinstance(sass, list) or len(sass) > _MAX_ARCHS:
-        out.append(f"sass: expected a list of at most {_MAX_ARCHS} architectures")
+    if not isinstance(sass, list) or not 1 <= len(sass) <= _MAX_ARCHS or len(set(map(str, sass))) != len(sass):
+        out.append(f"sass: expected a list of 1 to {_MAX_ARCHS} different GPU architectures such as sm_90")
     else:
         for item in sass:
-            grammar("sass[]", SM, item)
+            check("sass[]", sm, item)
     if runtime.get("platform") not in PLATFORMS:
         out.append(f"platform: one of {', '.join(PLATFORMS)}")
+    want = cell.get("cuda") if isinstance(cell, dict) else None
+    if isinstance(want, str) and isinstance(runtime.get("cuda"), str) and runtime["cuda"] != want:
+        out.append(f"cuda: {printable(runtime['cuda'], 20)!r}, but the record's cell is CUDA {printable(want, 20)}")
     return out
 
 
@@ -84,7 +95,7 @@ def from_record(entry: dict, data: CompatData) -> Contract:
     record that predates it, the one the cell's facts give; a usage error when neither is there."""
     manifest = entry["manifest"]
     runtime = manifest.get("runtime")
-    if isinstance(runtime, dict) and not problems(runtime):
+    if isinstance(runtime, dict) and not problems(runtime, manifest.get("cell")):
         return Contract(
             driver_min=runtime["driver_min"],
             cuda=runtime["cuda"],

@@ -14,6 +14,11 @@ def variant_of(cuda: str) -> str:
     return "cu" + cuda.replace(".", "")
 
 
+def variant_of_runtime(version: str) -> str:
+    """The torch wheel variant of the CUDA runtime a wheel requires: ``13.2.2`` -> ``cu132``."""
+    return variant_of(".".join(version.split(".")[:2]))
+
+
 @dataclass(frozen=True, order=True)
 class Cell:
     """One image: a torch CUDA variant, torch, transformers and Python, plus extra pinned packages."""

@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 
 from packaging.version import Version
 
-from imagekit import compat
+from imagekit import compat, validate
 from imagekit.errors import UsageError
 from imagekit.metadata import (
     TORCH_FLOOR,
@@ -27,6 +27,7 @@ from imagekit.metadata import (
     wheel_files,
     yanked_releases,
 )
+from imagekit.model import variant_of_runtime
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 DEFAULT_PYTORCH_INDEX = "https://download.pytorch.org/whl"  # read for the CUDA variants of each torch release
@@ -164,7 +165,7 @@ def arch_reads(page: dict, torch_meta: Mapping[str, dict], curated: dict) -> dic
             out["aarch64"].append((v, aarch64))
         x86 = pick_platform_wheel(files, v, "x86_64")
         if x86 is not None and isinstance(runtime, str):
-            variant = "cu" + "".join(runtime.split(".")[:2])
+            variant = variant_of_runtime(runtime)
             if not curated_arch(curated, minor, variant):
                 out["x86_64"].append((v, x86))
     return out
@@ -208,12 +209,6 @@ def uncurated_minors(torch_versions: list[str], curated_minors: Collection[str])
     return sorted(minors - set(curated_minors), key=Version)
 
 
-def cuda_of_variant(variant: str) -> str:
-    """``cu132`` -> ``13.2``, ``cu118`` -> ``11.8`` (the last digit is the minor)."""
-    digits = variant.removeprefix("cu")
-    return f"{digits[:-1]}.{digits[-1]}"
-
-
 def unbuildable(data: compat.CompatData) -> dict[str, str]:
     """Per torch minor the data lists a final release of, why no cell of its PyPI build can be made (empty when every
     one can): what the index did not say (its CUDA runtime or glibc), or a curated fact it needs and lacks (the
@@ -235,7 +230,7 @@ def unbuildable(data: compat.CompatData) -> dict[str, str]:
             )
             continue
         default = tm.pypi_default
-        cuda = cuda_of_variant(default)
+        cuda = validate.cuda(default)
         problems = []
         try:
             data.driver_family(cuda)

@@ -16,7 +16,7 @@ from packaging.version import Version
 from imagekit.compat import ArchEntry, CompatData
 from imagekit.errors import UnknownVersionError
 from imagekit.in_image import facts
-from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of
+from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of, variant_of_runtime
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
 PYPI_META = "[PYPI] wheel METADATA on PyPI"
@@ -224,7 +224,7 @@ def platform_violations(q: Query, data: CompatData) -> list[Violation]:
             "run `imagekit compat refresh` (it reads each torch minor's aarch64 wheel)",
         )
     runtime = rel.get("aarch64_cuda_runtime")
-    pypi = "cu" + "".join(runtime.split(".")[:2]) if isinstance(runtime, str) else None
+    pypi = variant_of_runtime(runtime) if isinstance(runtime, str) else None
     if not flags or pypi is None:
         newer = sorted(
             (r for r, x in data.torch_releases.items() if x.get("aarch64_archs")), key=Version

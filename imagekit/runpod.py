@@ -151,7 +151,7 @@ def rent_lines(runtime: Contract, data: CompatData | None) -> list[str]:
     try:
         cuda = f"CUDA version filter: {', '.join(allowed_cuda_versions(runtime.cuda))}"
     except UsageError:
-        cuda = f"no RunPod CUDA filter reaches {runtime.cuda}: pick a host whose driver is >= {runtime.driver_min}"
+        cuda = f"no RunPod CUDA filter reaches {runtime.cuda}, pick the host by its driver"
     lines = [
         f"Rent: {cuda} (the host's driver must be >= {runtime.driver_min}; CUDA {runtime.cuda} wheels); "
         f"{runtime.platform} hosts; GPU architectures {runtime.archs_text()}.",

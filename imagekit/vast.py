@@ -95,8 +95,8 @@ def readme(entry: dict, launch: str, runtime: Contract | None = None, data: Comp
     needs = [f"Needs an NVIDIA driver >= {driver}: filter offers with `cuda_max_good` at least CUDA {cuda}."]
     if runtime is not None:
         needs = [
-            f"Needs an NVIDIA driver >= {runtime.driver_min} (`cuda_max_good` >= {runtime.cuda}), a {runtime.cpu_arch} "
-            f"host (`cpu_arch`), and a GPU torch has kernels for ({runtime.archs_text()}); the template's "
+            f"Needs an NVIDIA driver >= {runtime.driver_min} (`cuda_max_good` >= {runtime.cuda}), {runtime.cpu_arch} "
+            f"hosts (`cpu_arch`), and a GPU torch has kernels for ({runtime.archs_text()}); the template's "
             "extra_filters select only such offers."
         ]
         if data is not None:

@@ -115,7 +115,7 @@ def test_the_records_own_contract_decides_the_hosts(app, runner, tmp_path):
     index = _index(tmp_path)
     doc = json.loads(index.read_text())
     doc["images"][TAG]["manifest"]["runtime"] = {
-        "driver_min": "535.54.03", "cuda": "12.2", "cuda_major": 12, "sass": ["sm_90"], "ptx": None,
+        "driver_min": "520.61.05", "cuda": "11.8", "cuda_major": 11, "sass": ["sm_90"], "ptx": None,
         "platform": "linux/amd64", "glibc_min": "2.28",
     }  # fmt: skip
     index.write_text(json.dumps(doc))
@@ -123,18 +123,19 @@ def test_the_records_own_contract_decides_the_hosts(app, runner, tmp_path):
     assert res.exit_code == 2 and "(sm_86; it has sm_90)" in res.output, res.output
     assert "(H100, H200)" in res.output  # GH200 has sm_90 too, on an arm64 host
     res = _create(app, runner, index, "--gpu", "NVIDIA H100 80GB HBM3", "--dry-run")
-    assert res.exit_code == 0 and json.loads(res.stdout)["allowedCudaVersions"][0] == "12.2", res.output
+    assert res.exit_code == 0 and json.loads(res.stdout)["allowedCudaVersions"][0] == "11.8", res.output
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [("sass", ["sm_90", "$(reboot)"]), ("sass", "sm_90"), ("cuda", "12.2\n"), ("platform", "linux/s390x"),
-     ("driver_min", None), ("ptx", "compute_90;x")],
+     ("driver_min", None), ("ptx", "compute_90;x"), ("sass", []), ("sass", ["sm_90", "sm_90"]),
+     ("cuda", "12.8"), ("cuda", "cu118")],
 )  # fmt: skip
 def test_a_hostile_contract_in_the_record_is_refused_naming_the_field(app, runner, tmp_path, field, value):
     index = _index(tmp_path)
     doc = json.loads(index.read_text())
-    runtime = {"driver_min": "535.54.03", "cuda": "12.2", "sass": ["sm_90"], "platform": "linux/amd64"}
+    runtime = {"driver_min": "520.61.05", "cuda": "11.8", "sass": ["sm_90"], "platform": "linux/amd64"}
     doc["images"][TAG]["manifest"]["runtime"] = runtime | {field: value}
     index.write_text(json.dumps(doc))
     res = _create(app, runner, index, "--gpu", "NVIDIA H100 80GB HBM3", "--dry-run")

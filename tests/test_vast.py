@@ -73,13 +73,13 @@ def test_a_bad_launch_mode_is_a_usage_error(app, runner, index):
 def test_the_records_own_contract_makes_the_filters(app, runner, index):
     """What the image says of itself wins over what this imagekit's facts would say of its cell."""
     doc = json.loads(index.read_text())
-    runtime = {"driver_min": "535.54.03", "cuda": "12.2", "cuda_major": 12, "sass": ["sm_90"], "ptx": None,
+    runtime = {"driver_min": "535.54.03", "cuda": "12.1", "cuda_major": 12, "sass": ["sm_90"], "ptx": None,
                "platform": "linux/amd64", "glibc_min": "2.28"}  # fmt: skip
     doc["images"][TAG]["manifest"]["runtime"] = runtime
     index.write_text(json.dumps(doc))
     body = _template(app, runner, index)
     assert body["extra_filters"]["compute_cap"] == {"in": [900]} and body["extra_filters"]["cuda_max_good"] == {
-        "gte": 12.2
+        "gte": 12.1
     }
     assert "driver >= 535.54.03" in body["readme"] and "GPUs it runs on: H100, H200;" in body["readme"]
 

@@ -166,7 +166,7 @@ def entry_problems(entry: dict) -> list[str]:
     if manifest.get("runtime") is not None:
         from imagekit import contract
 
-        problems += [f"manifest.runtime.{p}" for p in contract.problems(manifest["runtime"])]
+        problems += [f"manifest.runtime.{p}" for p in contract.problems(manifest["runtime"], manifest.get("cell"))]
     return problems
 
 
