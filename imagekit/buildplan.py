@@ -9,7 +9,7 @@ from imagekit import __version__, layers, rules, tools
 from imagekit.code_layer import CodeLayer, CopySpec
 from imagekit.compat import BaseSpec, CompatData
 from imagekit.lockfile import Lock
-from imagekit.model import Cell
+from imagekit.model import AMD64, DEBIAN_ARCH, Cell
 
 DEFAULT_SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01T00:00:00Z; any fixed value makes builds repeatable
 DEFAULT_WHEELS_URL = "http://imagekit-wheels:8765/"  # each build points the name at its own server (wheelserver.py)
@@ -52,29 +52,41 @@ class BaseRef:
     python_exe: str | None = None  # where the base's interpreter lives, when not /usr/bin/pythonX.Y
     registry: bool = False  # pulled by digest from a registry (else bootstrapped locally)
     compiler: bool | None = None  # has gcc/g++ and Python headers (None: a registry base, not known)
+    platform: str = AMD64  # the CPU architecture its files are for (Docker's platform name)
 
     @property
     def python_bin(self) -> str:
         return self.python_exe or f"/usr/bin/python{self.python}"
 
 
-def bootstrap_key(spec: BaseSpec, epoch: int, compiler: bool = True) -> str:
-    """A stable id for a bootstrap's inputs: identical inputs give a byte-identical tarball."""
-    text = f"{spec.vendor}|{spec.suite}|{spec.mirror}|{','.join(base_packages(compiler))}|{epoch}|no-host-keys"
+def bootstrap_key(spec: BaseSpec, epoch: int, compiler: bool = True, platform: str = AMD64) -> str:
+    """A stable id for a bootstrap's inputs: identical inputs give a byte-identical tarball. (An amd64 base's key
+    is what it was before other platforms existed, so its tag and cached tarball stay valid.)"""
+    mirror = spec.mirror_for(platform)
+    text = f"{spec.vendor}|{spec.suite}|{mirror}|{','.join(base_packages(compiler))}|{epoch}|no-host-keys"
+    if platform != AMD64:
+        text += f"|{DEBIAN_ARCH[platform]}"
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def bootstrap_base(
-    spec: BaseSpec, epoch: int = DEFAULT_SOURCE_DATE_EPOCH, digest: str | None = None, compiler: bool = True
+    spec: BaseSpec,
+    epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
+    digest: str | None = None,
+    compiler: bool = True,
+    platform: str = AMD64,
 ) -> BaseRef:
     name = spec.name if compiler else f"{spec.name}-nocc"
+    if platform != AMD64:
+        name += f"-{DEBIAN_ARCH[platform]}"
     return BaseRef(
         name,
-        f"imagekit/base:{name}-{bootstrap_key(spec, epoch, compiler)}",
+        f"imagekit/base:{name}-{bootstrap_key(spec, epoch, compiler, platform)}",
         digest,
         spec.python,
         spec.glibc,
         compiler=compiler,
+        platform=platform,
     )
 
 
@@ -124,7 +136,7 @@ def manifest(plan: BuildPlan, data: CompatData) -> dict:
             "torch_layer": [e.name for e in plan.lock.torch],
         },
         "layers": layers.split(plan.lock).to_json(),
-        "installer": f"{tools.UV.name} {tools.UV.version}",
+        "installer": f"{tools.UV.name} {tools.UV.version}",  # the same release on every platform
         "distributions": dict(sorted(pins.items())),
         "torch": {
             "version": pins.get("torch", cell.torch),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class CiOptions:
     install: str | None = None  # what `pip install` gets imagekit from; None: the committed wheel
     locks: str = "fail"  # stale or missing locks, resolved on the runner: fail the plan with the diff, or commit them
     wheel_dir: str = WHEEL_DIR  # where the committed wheel lies, relative to the repository's root
+    arm64_runner: tuple[str, ...] = ()  # runs-on labels of a linux/arm64 runner; empty: arm64 cells emulated
 
 
 def requirement_name(install: str) -> str | None:
@@ -54,18 +56,21 @@ def validated(
     install: str | None,
     locks: str = "fail",
     wheel_dir: str = WHEEL_DIR,
+    arm64_runner: list[str] | None = None,
 ) -> CiOptions:
     if registry is not None:
         try:
             validate.repository(registry)
         except UsageError as exc:
             raise UsageError(exc.message, "pass REGISTRY/REPO, for example ghcr.io/acme/train") from None
-    for label in gpu_runner or ():
-        if not _LABEL.fullmatch(label):
-            raise UsageError(
-                f"invalid --gpu-runner {label!r}",
-                "a runner label: letters, digits, '.', '_' and '-' (for example gpu or self-hosted)",
-            )
+    for flag, labels in (("--gpu-runner", gpu_runner), ("--arm64-runner", arm64_runner)):
+        for label in labels or ():
+            if not _LABEL.fullmatch(label):
+                raise UsageError(
+                    f"invalid {flag} {label!r}",
+                    "a runner label: letters, digits, '.', '_' and '-' (for example gpu, self-hosted or "
+                    "ubuntu-24.04-arm)",
+                )
     if install is not None and (not _INSTALL.fullmatch(install) or install.startswith("-")):
         raise UsageError(
             f"invalid --install {install!r}",
@@ -81,7 +86,7 @@ def validated(
             "a folder inside the repository, relative to its root: letters, digits, '.', '_', '-' and '/' "
             "(the default is .github/imagekit)",
         )
-    return CiOptions(registry, tuple(gpu_runner or ()), install, locks, wheel_dir)
+    return CiOptions(registry, tuple(gpu_runner or ()), install, locks, wheel_dir, tuple(arm64_runner or ()))
 
 
 def command_line(opts: CiOptions) -> str:
@@ -96,6 +101,8 @@ def command_line(opts: CiOptions) -> str:
         words += ["--registry", opts.registry]
     for label in opts.gpu_runner:
         words += ["--gpu-runner", label]
+    for label in opts.arm64_runner:
+        words += ["--arm64-runner", label]
     return shlex.join(words)
 
 
@@ -154,6 +161,14 @@ def workflow(opts: CiOptions, wheel: Wheel | None = None) -> str:
         runs_on = "[" + ", ".join(opts.gpu_runner) + "]"
     else:
         runs_on = opts.gpu_runner[0] if opts.gpu_runner else "ubuntu-latest"
+    gpu_flags = "--gpus on --require-gpu" if opts.gpu_runner else "--gpus off"
+    if opts.arm64_runner:  # linux/arm64 cells on their own runner (its GPU used when it has one)
+        amd = json.dumps(list(opts.gpu_runner) or ["ubuntu-latest"], separators=(",", ":"))
+        arm = json.dumps(list(opts.arm64_runner), separators=(",", ":"))
+        runs_on = f"${{{{ fromJSON(matrix.platform == 'linux/arm64' && '{arm}' || '{amd}') }}}}"
+        gpu_flags = f"${{{{ matrix.platform == 'linux/arm64' && '--gpus auto' || '{gpu_flags}' }}}}"
+    elif opts.gpu_runner:  # emulated arm64 has no GPU to require
+        gpu_flags = f"${{{{ matrix.platform == 'linux/arm64' && '--gpus off' || '{gpu_flags}' }}}}"
     return (
         _environment()
         .get_template("images.yml.j2")
@@ -168,6 +183,7 @@ def workflow(opts: CiOptions, wheel: Wheel | None = None) -> str:
             password="secrets.GITHUB_TOKEN" if ghcr else "secrets.REGISTRY_PASSWORD",
             runs_on=runs_on,
             gpu_runner=bool(opts.gpu_runner),
-            gpu_flags="--gpus on --require-gpu" if opts.gpu_runner else "--gpus off",
+            gpu_flags=gpu_flags,
+            arm64_runner=bool(opts.arm64_runner),
         )
     )

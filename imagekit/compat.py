@@ -63,6 +63,11 @@ class BaseSpec:
     vendor: str
     glibc: str
     source: str
+    ports_mirror: str | None = None  # where the archive keeps other CPU architectures (Ubuntu's ports), if elsewhere
+
+    def mirror_for(self, platform: str) -> str:
+        """The archive a base for ``platform`` is bootstrapped from."""
+        return self.ports_mirror if self.ports_mirror and platform != "linux/amd64" else self.mirror
 
 
 @dataclass(frozen=True)
@@ -310,6 +315,7 @@ def parse(
             vendor=b["bootstrap"]["vendor"],
             glibc=b["glibc"],
             source=b["source"],
+            ports_mirror=b["bootstrap"].get("ports_mirror"),
         )
         for b in curated["base"]
     }

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 AMD64, ARM64 = "linux/amd64", "linux/arm64"
 PLATFORMS = (AMD64, ARM64)  # what images are built for (Docker's names); Grace hosts (GH200, GB200) are arm64
 MACHINES = {AMD64: "x86_64", ARM64: "aarch64"}  # the platform's CPU architecture as wheel tags and uname name it
+DEBIAN_ARCH = {AMD64: "amd64", ARM64: "arm64"}  # ... as Debian, an image config and Docker's short names name it
 
 
 def variant_of(cuda: str) -> str:
@@ -39,6 +40,11 @@ class Cell:
     def key(self) -> str:
         """The cell on its platform: the id on linux/amd64, ``ID@linux/arm64`` on another."""
         return self.id if self.platform == AMD64 else f"{self.id}@{self.platform}"
+
+    @property
+    def slug(self) -> str:
+        """The cell on its platform as one word for a file, folder or tag: the id on linux/amd64, ``ID-arm64``."""
+        return self.id if self.platform == AMD64 else f"{self.id}-{DEBIAN_ARCH[self.platform]}"
 
     @property
     def id(self) -> str:

@@ -16,12 +16,13 @@ BUILD_CACHE = "imagekit/build"
 def build_cache_tag(cell: Cell) -> str:
     """What the legacy builder made before the runtime config was set: kept tagged, it anchors the cell's build cache
     (the config is a new image beside it, not a child of it). Local only; `docker rmi` frees it."""
-    return f"{BUILD_CACHE}:{cell.id}"
+    return f"{BUILD_CACHE}:{cell.slug}"
 
 
 def immutable_tag(repository: str, cell: Cell, build_hash: str) -> str:
-    """``<cell id>-<12 hex>``: the hash covers the lock and everything else the image is built from."""
-    return f"{repository}:{cell.id}-{build_hash[:12]}"
+    """``<cell id>-<12 hex>`` (``<cell id>-arm64-<12 hex>`` on linux/arm64): the hash covers the lock and everything
+    else the image is built from. The alias (the cell id) names every platform's image at once (an image index)."""
+    return f"{repository}:{cell.slug}-{build_hash[:12]}"
 
 
 def split_reference(ref: str) -> tuple[str, str | None, str | None]:

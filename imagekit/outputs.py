@@ -59,6 +59,8 @@ def github_matrix(cells: list[EvaluatedCell], data: CompatData, shard_spec: str 
         include.append(
             {
                 "cell": c.id,
+                "platform": c.platform,  # the build job runs `imagekit build --cell CELL --platform PLATFORM`
+                "slug": c.slug,  # its report, artifact and job name
                 "cuda": c.cuda,
                 "torch": c.torch,
                 "transformers": c.transformers,
@@ -69,17 +71,17 @@ def github_matrix(cells: list[EvaluatedCell], data: CompatData, shard_spec: str 
     return {"include": include}
 
 
-def bake(targets: list[tuple[str, str, list[str]]], context_root: str = "build") -> dict:
+def bake(targets: list[tuple[str, str, list[str], str]], context_root: str = "build") -> dict:
     """docker-bake.json over `imagekit render --out <context_root>` (BuildKit Dockerfiles) plus
-    `imagekit fetch --into <context_root>`: one target per (cell id, Dockerfile digest, tags). Wheels are
-    bind-mounted from each context: no network, no entitlement; the images are linux/amd64."""
+    `imagekit fetch --into <context_root>`: one target per (context folder, Dockerfile digest, tags, platform).
+    Wheels are bind-mounted from each context: no network, no entitlement."""
     out = {}
-    for cell_id, _digest, tags in targets:
-        out[cell_id.replace(".", "-")] = {
-            "context": f"{context_root}/{cell_id}",
+    for folder, _digest, tags, platform in targets:
+        out[folder.replace(".", "-")] = {
+            "context": f"{context_root}/{folder}",
             "dockerfile": "Dockerfile",
             "tags": tags,
-            "platforms": ["linux/amd64"],
+            "platforms": [platform],
         }
     return {"group": {"default": {"targets": sorted(out)}}, "target": out}
 

@@ -24,6 +24,7 @@ from imagekit import __version__, imageconfig, layers, naming, tools
 from imagekit.buildplan import BuildPlan, manifest
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
+from imagekit.model import MACHINES
 
 _LABEL_SAFE = re.compile(r"[A-Za-z0-9 ._:/@+,()=<>~!*%-]*", re.ASCII)
 EXECUTABLE = 0o755
@@ -180,7 +181,7 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         apt=layering.apt,
         cuda_prefix=layers.CUDA_PREFIX,
         cuda_layers=len(layering.cuda),
-        uv=tools.UV,
+        uv=tools.uv_for(MACHINES[plan.cell.platform]),
         runtime=imageconfig.runtime(labels, plan.command),
         app_files=f"{APP_TARBALL}#sha256={app_files}",
         code=code,
@@ -219,11 +220,11 @@ def context_digest(files: dict[str, tuple[bytes, int]]) -> str:
 
 
 def render_many(plans: list[BuildPlan], data: CompatData) -> dict[str, tuple[bytes, int]]:
-    """One folder per cell: ``<cell id>/<file>``."""
+    """One folder per cell: ``<cell id>/<file>`` (``<cell id>-arm64/`` for a linux/arm64 cell)."""
     out = {}
-    for plan in sorted(plans, key=lambda p: p.cell.id):
+    for plan in sorted(plans, key=lambda p: p.cell.slug):
         for rel, content in render_plan(plan, data).items():
-            out[f"{plan.cell.id}/{rel}"] = content
+            out[f"{plan.cell.slug}/{rel}"] = content
     return out
 
 

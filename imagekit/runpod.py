@@ -163,6 +163,26 @@ def rent_lines(runtime: Contract, data: CompatData | None) -> list[str]:
     return lines
 
 
+def tested_line(entry: dict) -> list[str]:
+    """How the image's self-test ran (a record from before this was kept says nothing): never "on GPU" when it ran
+    emulated on another CPU architecture."""
+    selftest = entry.get("selftest")
+    ran = selftest.get("ran") if isinstance(selftest, dict) else None
+    if not isinstance(ran, dict):
+        return []
+    runtime = (entry.get("manifest") or {}).get("runtime")
+    platform = runtime.get("platform") if isinstance(runtime, dict) else None
+    platform = platform if isinstance(platform, str) and platform else "its platform"
+    if ran.get("emulated") is True:
+        return [
+            f"Tested: emulated only (qemu on another CPU architecture): the CPU checks passed; nothing has run on a "
+            f"{platform} GPU yet (run `imagekit-doctor` first on the pod)."
+        ]
+    if ran.get("gpu") is True:
+        return ["Tested: the self-test passed on a GPU, before publishing."]
+    return ["Tested: the self-test's CPU checks passed (the build host had no GPU); `imagekit-doctor` checks the GPU."]
+
+
 def readme(entry: dict, jupyter: bool, runtime: Contract | None = None, data: CompatData | None = None) -> str:
     m = entry["manifest"]
     cell = m["cell"]
@@ -180,6 +200,7 @@ def readme(entry: dict, jupyter: bool, runtime: Contract | None = None, data: Co
         f"{known(cell.get('transformers'))}, Python {known(cell.get('python'))}; "
         f"every package pinned by hash (image {entry['tag']}, digest {entry['digest']}).",
         *needs,
+        *tested_line(entry),
         "",
         "SSH: add your public key to the account (PUBLIC_KEY); the image runs sshd on 22/tcp with key-only root "
         "login. Use the direct TCP port for `ssh root@IP -p PORT 'cmd'`, scp, sftp and rsync (the proxied gateway "

@@ -16,17 +16,22 @@ class Candidate:
     size: int | None = None  # as the index declares it (PEP 700), when it does
 
 
-def supported_tags(python: str, glibc: str = "2.28") -> list[tags.Tag]:
-    """Tags a CPython ``python`` on Linux x86_64 with ``glibc`` accepts, most preferred first."""
+def supported_tags(python: str, glibc: str = "2.28", machine: str = "x86_64") -> list[tags.Tag]:
+    """Tags a CPython ``python`` on Linux ``machine`` (x86_64, aarch64) with ``glibc`` accepts, most preferred
+    first."""
     major, minor = (int(x) for x in python.split("."))
     gmaj, gmin = (int(x) for x in glibc.split("."))
-    legacy = {17: "manylinux2014_x86_64", 12: "manylinux2010_x86_64", 5: "manylinux1_x86_64"}
+    # manylinux2010 and manylinux1 were x86 only; manylinux2014 (glibc 2.17) named aarch64 too (PEP 599)
+    legacy = {17: f"manylinux2014_{machine}"}
+    if machine == "x86_64":
+        legacy |= {12: "manylinux2010_x86_64", 5: "manylinux1_x86_64"}
     plats = []
-    for m in range(gmin, 4, -1):  # a legacy name right after its glibc, as pip and uv rank them
-        plats.append(f"manylinux_{gmaj}_{m}_x86_64")
+    oldest = 5 if machine == "x86_64" else 17
+    for m in range(gmin, oldest - 1, -1):  # a legacy name right after its glibc, as pip and uv rank them
+        plats.append(f"manylinux_{gmaj}_{m}_{machine}")
         if m in legacy:
             plats.append(legacy[m])
-    plats.append("linux_x86_64")
+    plats.append(f"linux_{machine}")
     out = list(tags.cpython_tags((major, minor), platforms=plats))
     out += list(tags.compatible_tags((major, minor), f"cp{major}{minor}", plats))
     return out

@@ -63,7 +63,7 @@ class RecordingEngine:
     def import_tarball(self, tarball: Path, repository: str, tag: str) -> str:
         raise AssertionError("the fake engine holds every base it is asked for")
 
-    def build(self, context, tags, buildargs, *, nocache=False, on_line=None, extra_hosts=None) -> str:
+    def build(self, context, tags, buildargs, *, nocache=False, on_line=None, extra_hosts=None, platform=None) -> str:
         dockerfile = (Path(context) / "Dockerfile").read_text()
         self._record("build", tags[0], nocache)
         if self.build_error:
@@ -119,7 +119,7 @@ class RecordingEngine:
         inspect = self.images[f"{repository}:{tag}"]
         return self.registry.receive(Remote.parse(repository), tag, inspect)
 
-    def pull(self, reference: str, auth: dict | None = None) -> str:
+    def pull(self, reference: str, auth: dict | None = None, platform: str | None = None) -> str:
         raise AssertionError("no registry base in these tests")
 
 
@@ -130,7 +130,8 @@ class RecordingRegistry:
     blobs: dict[str, dict] = field(default_factory=dict)
 
     def receive(self, remote: Remote, tag: str, inspect: dict) -> str:
-        config = {"rootfs": {"type": "layers", "diff_ids": inspect["RootFS"]["Layers"]}, "config": inspect["Config"]}
+        config = {"rootfs": {"type": "layers", "diff_ids": inspect["RootFS"]["Layers"]}, "config": inspect["Config"],
+                  "architecture": inspect.get("Architecture", "amd64"), "os": "linux"}  # fmt: skip
         config_digest = inspect["Id"]
         self.blobs[config_digest] = config
         manifest = {"config": {"digest": config_digest},
@@ -166,6 +167,20 @@ class RecordingRegistry:
     def copy_tag(self, remote: Remote, digest: str, tag: str) -> None:
         self.calls.append(("registry.copy_tag", tag))
         self.manifests[(remote.name, tag)] = self.manifests[(remote.name, digest)]
+
+    def manifest_raw(self, remote: Remote, reference: str) -> tuple[str, bytes, str] | None:
+        found = self.manifests.get((remote.name, reference))
+        if found is None:
+            return None
+        body = json.dumps(found, sort_keys=True).encode()
+        media = found.get("mediaType", "application/vnd.docker.distribution.manifest.v2+json")
+        return media, body, _digest(body.decode())
+
+    def put_manifest(self, remote: Remote, tag: str, body: bytes, media: str) -> str:
+        self.calls.append(("registry.put_manifest", tag))
+        doc = json.loads(body)
+        self.manifests[(remote.name, tag)] = doc
+        return _digest(json.dumps(doc, sort_keys=True))
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import json
 import re
 import shutil
 import subprocess
@@ -42,13 +43,16 @@ def _init(app, runner, *args: str):
         [],
         ["--gpu-runner", "gpu"],
         ["--gpu-runner", "self-hosted", "--gpu-runner", "h100", "--registry", "docker.io/acme/t"],
+        ["--arm64-runner", "ubuntu-24.04-arm"],
+        ["--gpu-runner", "h100", "--arm64-runner", "self-hosted", "--arm64-runner", "grace"],
     ],
 )
 def test_written_workflow_passes_actionlint(app, runner, in_tmp, args):
     res = _init(app, runner, *args)
     assert res.exit_code == 0, res.output
     written = in_tmp / ".github" / "workflows" / "images.yml"
-    lint = actionlint(written, tuple(a for i, a in enumerate(args) if i and args[i - 1] == "--gpu-runner"))
+    labels = tuple(a for i, a in enumerate(args) if i and args[i - 1] in ("--gpu-runner", "--arm64-runner"))
+    lint = actionlint(written, labels)
     assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
     text = written.read_text()
     assert "fromJSON(needs.plan.outputs.matrix)" in text and "fail-fast: false" in text
@@ -61,6 +65,13 @@ def test_written_workflow_passes_actionlint(app, runner, in_tmp, args):
         assert "skipped, not passed" in text  # a GPU check skipped on a GPU runner is still reported as such
     else:
         assert "--gpus off" in text and "This runner has no GPU" in text
+    # each platform's cell is a job of its own, built for its platform, its report and record named apart
+    assert 'imagekit build --cell "$CELL" --platform "$PLATFORM"' in text and "release-record-${{ matrix.slug }}" in text
+    if "--arm64-runner" in args:
+        arm = json.dumps([a for i, a in enumerate(args) if i and args[i - 1] == "--arm64-runner"], separators=(",", ":"))
+        assert f"fromJSON(matrix.platform == 'linux/arm64' && '{arm}'" in text and "qemu-user-static" not in text
+    else:
+        assert "Emulate linux/arm64" in text and "if: matrix.platform == 'linux/arm64'" in text
     if "--registry" in args:
         assert "registry: docker.io" in text and "secrets.REGISTRY_PASSWORD" in text
     else:

@@ -1,6 +1,6 @@
 """Image platforms: linux/amd64 and linux/arm64 (Grace hosts) as a matrix axis, in the rules (PyPI's aarch64 torch
-is CPU-only up to 2.10, as its wheels say), in locks resolved for aarch64 whatever the host, and refused, saying
-what works, by the commands that make images."""
+is CPU-only up to 2.10, as its wheels say), in locks resolved for aarch64 whatever the host, and in the forecast of
+the commands that make images."""
 
 from __future__ import annotations
 
@@ -111,15 +111,17 @@ def test_an_arm64_lock_resolves_for_aarch64_and_lives_in_its_own_folder(data, tm
     assert resolution._platform(Cell(**CELL_215), data) == "x86_64-manylinux_2_28"
 
 
-@pytest.mark.parametrize("command", ["build", "render", "fetch"])
-def test_commands_that_make_images_refuse_arm64_cells_saying_what_works(app, runner, tmp_path, command):
+@pytest.mark.parametrize("command", ["build", "fetch"])
+def test_a_dry_run_forecasts_each_platforms_cell_under_its_own_name(app, runner, tmp_path, command):
     path = tmp_path / "m.toml"
     path.write_text(MATRIX)
-    last = ["--out", str(tmp_path / "out")] if command == "render" else ["--dry-run"]
-    res = runner.invoke(app, [command, "--matrix", str(path), "--torch", "2.15.0", *last])
-    assert res.exit_code == 2, res.output
-    assert f"imagekit {command} does not make linux/arm64 images yet" in res.output
-    assert "--platform linux/amd64" in res.output
+    (tmp_path / "locks").mkdir()
+    res = runner.invoke(
+        app, [command, "--matrix", str(path), "--torch", "2.15.0", "--lock-dir", str(tmp_path / "locks"), "--dry-run"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "cu132-torch2.15.0-py3.13-tf5.24.0@linux/arm64: no lock" in res.output
+    assert "cu132-torch2.15.0-py3.13-tf5.24.0: no lock" in res.output
 
 
 def test_explain_and_the_matrix_know_the_platform(app, runner, tmp_path):
@@ -131,8 +133,11 @@ def test_explain_and_the_matrix_know_the_platform(app, runner, tmp_path):
     assert {(r["id"], r["platform"]) for r in rows} >= {("cu132-torch2.15.0-py3.13-tf5.24.0", "linux/arm64")}
     grid = runner.invoke(app, ["matrix", "--matrix", str(path), "--format", "grid"]).stdout
     assert "**linux/arm64**" in grid and "CPU-only on aarch64" in grid
-    github = runner.invoke(app, ["matrix", "--matrix", str(path), "--format", "github"])
-    assert "linux/arm64 cell(s) left out" in github.stderr and "@linux/arm64" not in github.stdout
+    github = json.loads(runner.invoke(app, ["matrix", "--matrix", str(path), "--format", "github"]).stdout)
+    jobs = {(r["cell"], r["platform"], r["slug"]) for r in github["include"]}
+    assert ("cu132-torch2.15.0-py3.13-tf5.24.0", "linux/arm64", "cu132-torch2.15.0-py3.13-tf5.24.0-arm64") in jobs
+    assert ("cu132-torch2.15.0-py3.13-tf5.24.0", "linux/amd64", "cu132-torch2.15.0-py3.13-tf5.24.0") in jobs
+    assert not any(r[0].startswith("cu128-torch2.10.0") and r[1] == "linux/arm64" for r in jobs)  # CPU-only: out
     only = runner.invoke(app, ["matrix", "--matrix", str(path), "--platform", "linux/arm64", "--format", "json"])
     assert {r["platform"] for r in json.loads(only.stdout)} == {"linux/arm64"}
 

@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from imagekit.cli.common import (
-    amd64_only,
     err_console,
     folder_option,
     handles_errors,
@@ -140,7 +139,6 @@ def register(app: typer.Typer) -> None:
         folder_option(release_records, "--release-records")
         read_index(release_index)  # a broken index is refused now, not after the build
         data, config, cells = selected_compatible(selection)
-        amd64_only(cells, "build")
         repo = validate_repository(registry) if registry else config.repository
         from imagekit.effects import credentials
         from imagekit.effects.registry import RegistryClient, Remote

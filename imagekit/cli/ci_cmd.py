@@ -50,6 +50,16 @@ def build() -> typer.Typer:
                 help="runs-on label of a GPU runner (repeatable); the build then self-tests with --require-gpu.",
             ),
         ] = None,
+        arm64_runner: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--arm64-runner",
+                metavar="LABEL",
+                help="runs-on label of a linux/arm64 runner (repeatable; e.g. ubuntu-24.04-arm): the matrix's arm64 "
+                "cells build and self-test there natively. Without it they build emulated on an amd64 runner "
+                "(qemu: the CPU checks only, and their records say so).",
+            ),
+        ] = None,
         install: Annotated[
             str | None,
             typer.Option(
@@ -82,7 +92,7 @@ def build() -> typer.Typer:
         from imagekit.services import ci_setup
 
         output_file_option(out, "--out")
-        opts = ci.validated(registry, gpu_runner, install, locks, wheel_dir)
+        opts = ci.validated(registry, gpu_runner, install, locks, wheel_dir, arm64_runner)
         if install is None:
             folder_option(Path(opts.wheel_dir), "--wheel-dir")
         if (out.exists() or out.is_symlink()) and not force:

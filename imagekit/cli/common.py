@@ -110,19 +110,6 @@ def selected_compatible(selection: Selection) -> tuple[CompatData, matrix.Matrix
     return data, config, cells
 
 
-def amd64_only(cells: list[matrix.EvaluatedCell], command: str) -> None:
-    """What builds images (fetch, render, build) makes linux/amd64 ones: an arm64 cell in the pick is refused, saying
-    what does work for it, before any work starts."""
-    arm = [c.cell.key for c in cells if c.cell.platform != "linux/amd64"]
-    if arm:
-        raise UsageError(
-            f"imagekit {command} does not make linux/arm64 images yet: {', '.join(arm[:3])}"
-            + (f" and {len(arm) - 3} more" if len(arm) > 3 else ""),
-            "select the amd64 cells (--platform linux/amd64); `imagekit lock --platform linux/arm64` locks the "
-            "arm64 ones and `imagekit explain --platform linux/arm64` checks them",
-        )
-
-
 def print_plan(plan: Any, as_json: bool, *, build: bool) -> None:
     """A forecast (`--dry-run`): text on stdout, or its JSON; then refused when the disk cannot hold it."""
     from imagekit.services import forecast

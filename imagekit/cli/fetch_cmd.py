@@ -15,7 +15,6 @@ import typer
 
 from imagekit import resolution
 from imagekit.cli.common import (
-    amd64_only,
     err_console,
     folder_option,
     handles_errors,
@@ -64,7 +63,6 @@ def register(app: typer.Typer) -> None:
         if into is not None:
             folder_option(into, "--into")
         data, config, cells = selected_compatible(selection)
-        amd64_only(cells, "fetch")
         console = err_console()
         progress = ConsoleProgress(console, quiet=quiet)
         from imagekit.effects import index_auth
@@ -84,31 +82,31 @@ def register(app: typer.Typer) -> None:
             )
             print_plan(plan, as_json, build=False)
             return
-        contexts = {e.cell.id: fetch_service.context_wheels(into, e.cell.id) for e in cells} if into else {}
+        contexts = {e.cell.slug: fetch_service.context_wheels(into, e.cell.slug) for e in cells} if into else {}
         rows: list[dict] = []
         with _stops_cleanly():
             for e in cells:
                 lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
                 if lock is None:
-                    raise UsageError(f"no lock for {e.cell.id}", "run `imagekit lock` first")
+                    raise UsageError(f"no lock for {e.cell.key}", "run `imagekit lock` first")
                 glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
                 got = fetch_service.fetch_for_build(
-                    lock, e.cell.python, glibc, progress=progress, cell=e.cell.id, auth=auth
+                    lock, e.cell.python, glibc, progress=progress, cell=e.cell.slug, auth=auth
                 )
                 size = sum(w.path.stat().st_size for w in got)
                 new = [w for w in got if w.downloaded]
-                if e.cell.id in contexts:
-                    fetch_service.link_wheels(got, contexts[e.cell.id], fetch_service.requirements(lock))
+                if e.cell.slug in contexts:
+                    fetch_service.link_wheels(got, contexts[e.cell.slug], fetch_service.requirements(lock))
                 new_bytes = sum(w.path.stat().st_size for w in new)
                 summary = (
                     f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
                     f"({len(new)} downloaded, {new_bytes / 1e9:.2f} GB)"
                 )
                 if quiet:  # progress is silenced; the result is not
-                    console.print(f"{e.cell.id}: {summary}", markup=False)
+                    console.print(f"{e.cell.slug}: {summary}", markup=False)
                 else:
-                    progress.line(e.cell.id, summary)
-                rows.append({"cell": e.cell.id, "wheels": len(got), "bytes": size, "downloaded": len(new),
+                    progress.line(e.cell.slug, summary)
+                rows.append({"cell": e.cell.slug, "wheels": len(got), "bytes": size, "downloaded": len(new),
                              "downloaded_bytes": new_bytes})  # fmt: skip
         if as_json:
             out_json(rows)

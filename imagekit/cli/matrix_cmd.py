@@ -101,15 +101,6 @@ def register(app: typer.Typer) -> None:
         if locked_only:
             cells = _locked(cells, folder_option(lock_dir, "--lock-dir"), data)
         shown = cells if explain else [c for c in cells if c.verdict.compatible]
-        if fmt in ("github", "bake"):  # what builds: linux/amd64 images (arm64 ones are locked and checked only)
-            arm = [c for c in cells if c.cell.platform != AMD64]
-            if arm:
-                err_console().print(
-                    f"note: {len(arm)} linux/arm64 cell(s) left out: imagekit does not build arm64 images yet "
-                    "(`imagekit lock --platform linux/arm64` locks them)",
-                    markup=False,
-                )
-            cells = [c for c in cells if c.cell.platform == AMD64]
         if fmt == "json":
             out_json([outputs.cell_row(c, data) for c in shown])
         elif fmt == "markdown":
@@ -126,6 +117,12 @@ def register(app: typer.Typer) -> None:
             found, skipped = bake.targets([c.cell for c in cells if c.verdict.compatible], config, data, lock_dir)
             for cell_id, why in skipped:
                 err_console().print(f"not in the bake file: {cell_id}: {why}", markup=False)
+            for alias, tags in bake.multi_platform(found):
+                err_console().print(
+                    f"note: one tag for every platform of {alias.rsplit(':', 1)[1]}, after the bake pushed them: "
+                    f"docker buildx imagetools create -t {alias} {' '.join(tags)}",
+                    markup=False,
+                )
             out_json(outputs.bake(found, context_root))
         else:
             _table(shown, data, config.origin)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from imagekit import render as render_mod
-from imagekit.cli.common import amd64_only, err_console, folder_option, handles_errors, selected_compatible
+from imagekit.cli.common import err_console, folder_option, handles_errors, selected_compatible
 from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.effects.files import clamp_mtimes, replace_tree
 from imagekit.errors import EXIT_NO, UsageError
@@ -48,7 +48,6 @@ def register(app: typer.Typer) -> None:
         folder_option(out_dir, "--out")
         folder_option(lock_dir, "--lock-dir")
         data, config, cells = selected_compatible(selection)
-        amd64_only(cells, "render")
         if builder not in render_mod.BUILDERS:
             raise UsageError(f"invalid --builder {builder!r}", "use buildkit or legacy")
         plans = plans_for([c.cell for c in cells], config, lock_dir, data, builder=builder, outputs=(out_dir,))
@@ -64,13 +63,13 @@ def register(app: typer.Typer) -> None:
             console.print(f"{len(plans)} cell(s) match {out_dir}")
             return
         for plan in plans:  # each cell's folder is written fresh and swapped in: no leftovers in `COPY imagekit/`
-            prefix = f"{plan.cell.id}/"
+            prefix = f"{plan.cell.slug}/"
             mine = {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}
             replace_tree(
-                out_dir / plan.cell.id,
+                out_dir / plan.cell.slug,
                 {k: v[0] for k, v in mine.items()},
                 {k: v[1] for k, v in mine.items()},
                 keep=("wheels",),  # fetched wheels stay: `imagekit fetch --into` put them there
             )
-            clamp_mtimes(out_dir / plan.cell.id, plan.source_date_epoch, skip=("wheels",))  # COPY keeps mtimes
-            console.print(f"rendered {out_dir / plan.cell.id}/Dockerfile")
+            clamp_mtimes(out_dir / plan.cell.slug, plan.source_date_epoch, skip=("wheels",))  # COPY keeps mtimes
+            console.print(f"rendered {out_dir / plan.cell.slug}/Dockerfile")

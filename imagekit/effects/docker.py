@@ -140,8 +140,10 @@ class Engine:
         nocache: bool = False,
         on_line: LineFn | None = None,
         extra_hosts: dict[str, str] | None = None,
+        platform: str | None = None,
     ) -> str:
         """Build with the legacy builder (docker-py); returns the image id. Errors in the stream raise.
+        ``platform``: another CPU architecture's image (its RUN steps under qemu-user-static on this host).
 
         ``extra_hosts`` (--add-host) is in neither the cache key nor the image. (Labels are in the Dockerfile: the
         legacy builder turns each --label into a LABEL step of its own, a container commit each.)"""
@@ -158,6 +160,7 @@ class Engine:
             forcerm=True,
             pull=False,
             decode=True,
+            **({"platform": platform} if platform else {}),
         )
         for chunk in stream:
             if "error" in chunk or "errorDetail" in chunk:
@@ -349,12 +352,13 @@ class Engine:
             raise EnvironmentFailure(f"push of {repository}:{tag} reported no digest", "retry the push")
         return digest
 
-    def pull(self, reference: str, auth: dict | None = None) -> str:
+    def pull(self, reference: str, auth: dict | None = None, platform: str | None = None) -> str:
         from docker.errors import APIError
 
         repo, _, digest = reference.partition("@")
+        extra = {"platform": platform} if platform and platform != "linux/amd64" else {}
         try:
-            for chunk in self.api.pull(repo, tag=digest or None, stream=True, decode=True, auth_config=auth):
+            for chunk in self.api.pull(repo, tag=digest or None, stream=True, decode=True, auth_config=auth, **extra):
                 if "error" in chunk:
                     raise EnvironmentFailure(f"pull of {reference} failed: {chunk['error']}")
         except APIError as exc:

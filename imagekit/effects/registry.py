@@ -232,6 +232,34 @@ class RegistryClient:
                 "retry; check push rights",
             )
 
+    def manifest_raw(self, remote: Remote, ref: str) -> tuple[str, bytes, str] | None:
+        """What a tag or digest names, as served: (media type, bytes, digest of the bytes), or None when missing."""
+        ref = reference(ref)
+        status, headers, body = self._authed(remote, f"{remote.base}/manifests/{ref}", max_bytes=4 << 20)
+        if status == 404:
+            return None
+        if status != 200:
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {ref}")
+        media = {k.lower(): v for k, v in headers.items()}.get("content-type") or _json(
+            body, f"registry {remote.registry}"
+        ).get("mediaType")
+        try:
+            media = untrusted.header_value(media if isinstance(media, str) else "", "its media type")
+        except untrusted.UntrustedData as exc:
+            raise _refused(remote.registry, exc) from None
+        return media.split(";", 1)[0].strip(), body, "sha256:" + _sha256(body)
+
+    def put_manifest(self, remote: Remote, tag: str, body: bytes, media: str) -> str:
+        """Store ``body`` (a manifest or an image index) under ``tag``; returns its digest (of the bytes sent)."""
+        tag = reference(tag)
+        status, _, answer = self._authed(remote, f"{remote.base}/manifests/{tag}", "PUT", body, media)
+        if status not in (200, 201):
+            raise EnvironmentFailure(
+                f"registry {remote.registry} refused {tag} (HTTP {status}): {untrusted.printable(answer)!r}",
+                "retry; check push rights (an index's images must be in the same repository)",
+            )
+        return "sha256:" + _sha256(body)
+
     def blob_json(self, remote: Remote, digest: str) -> dict:
         """A JSON blob (an image config) by digest."""
         digest = blob_digest(digest)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, base_packages, bootstrap_base
@@ -14,8 +15,10 @@ from imagekit.effects import process
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
+from imagekit.model import AMD64, DEBIAN_ARCH, MACHINES
 from imagekit.services.ports import ContainerEngine
 
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
 _NET = ("Could not resolve", "Temporary failure resolving", "Failed to fetch", "Connection failed", "unable to connect")
 
 
@@ -44,8 +47,56 @@ def bootstrap_env(epoch: int) -> dict[str, str]:
     }
 
 
+def native(platform: str, host_machine: str) -> bool:
+    """Whether a host whose CPU ``uname -m`` names ``host_machine`` runs ``platform``'s programs itself."""
+    return host_machine == MACHINES[platform] or (host_machine, MACHINES[platform]) == ("arm64", "aarch64")
+
+
+def emulation_problem(platform: str, host_machine: str, binfmt: Path = BINFMT) -> str | None:
+    """Why this host cannot run ``platform``'s programs (a bootstrap's maintainer scripts, a build's RUN steps, the
+    self-test), or None: its own CPU architecture runs them natively; another one through qemu-user-static,
+    registered with binfmt_misc (the F flag: the interpreter is opened once, so it works inside containers too)."""
+    machine = MACHINES[platform]
+    if native(platform, host_machine):
+        return None
+    entry = binfmt / f"qemu-{machine}"
+    try:
+        text = entry.read_text()
+    except OSError:
+        return f"this {host_machine} host cannot run {platform} programs: binfmt_misc has no qemu-{machine} entry"
+    if not text.startswith("enabled"):
+        return f"this {host_machine} host cannot run {platform} programs: binfmt_misc's qemu-{machine} is disabled"
+    flags = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("flags:")), "")
+    if "F" not in flags:
+        return f"binfmt_misc's qemu-{machine} lacks the F flag, so containers cannot use it (flags: {flags or 'none'})"
+    return None
+
+
+def emulation_hint(platform: str) -> str:
+    machine = MACHINES[platform]
+    return (
+        "apt-get install qemu-user-static binfmt-support; mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc "
+        f"(if not mounted); update-binfmts --enable qemu-{machine}. Or build on a {platform} host (a native CI runner: "
+        "`imagekit ci init --arm64-runner LABEL`)"
+    )
+
+
+def require_emulation(platform: str) -> None:
+    problem = emulation_problem(platform, os.uname().machine)
+    if problem:
+        raise EnvironmentFailure(problem, emulation_hint(platform))
+
+
 def bootstrap_argv(
-    spec: BaseSpec, epoch: int, tmp: Path, compiler: bool, *, euid: int, sudo: bool, keyrings: frozenset[str]
+    spec: BaseSpec,
+    epoch: int,
+    tmp: Path,
+    compiler: bool,
+    *,
+    euid: int,
+    sudo: bool,
+    keyrings: frozenset[str],
+    platform: str = AMD64,
 ) -> list[str]:
     """The bootstrap's command line. Pure: ``euid`` (root runs it directly; anyone else through ``sudo -n``, as on a
     hosted CI runner, where user namespaces for mmdebstrap's unshare mode are restricted), ``sudo`` (a non-interactive
@@ -81,9 +132,11 @@ def bootstrap_argv(
         '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
         f"--keyring={path}",
         *extra,
+        # another CPU architecture's maintainer scripts run under qemu-user-static (require_emulation)
+        *([f"--architectures={DEBIAN_ARCH[platform]}"] if platform != AMD64 else []),
         spec.suite,
         str(tmp),
-        spec.mirror,
+        spec.mirror_for(platform),
     ]
 
 
@@ -95,14 +148,17 @@ def _sudo_works() -> bool:
     return process.run(["sudo", "-n", "true"], timeout=30).ok
 
 
-def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = True) -> str:
+def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = True, platform: str = AMD64) -> str:
     """Run mmdebstrap (deterministic with SOURCE_DATE_EPOCH); returns the tarball's sha256."""
+    require_emulation(platform)
     # one partial file per process: two builds on one host (CI runners side by side) may bootstrap at once; each
     # renames its own byte-identical tarball into place
     tmp = out.with_name(f"{out.stem}.{os.getpid()}.partial.tar")
     euid = os.geteuid()
     present = frozenset(path for path, _, _ in KEYRINGS.values() if Path(path).is_file())
-    argv = bootstrap_argv(spec, epoch, tmp, compiler, euid=euid, sudo=euid != 0 and _sudo_works(), keyrings=present)
+    argv = bootstrap_argv(
+        spec, epoch, tmp, compiler, euid=euid, sudo=euid != 0 and _sudo_works(), keyrings=present, platform=platform
+    )
     res = process.run(argv, env={"SOURCE_DATE_EPOCH": str(epoch)}, timeout=1800)
     if euid != 0 and tmp.exists():  # written by root through sudo: the cache stays the user's
         process.run(["sudo", "-n", "chown", f"{euid}:{os.getegid()}", str(tmp)], timeout=60)
@@ -111,7 +167,7 @@ def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = Tr
         text = (res.stderr or res.stdout)[-2000:]
         if any(sign in text for sign in _NET):
             raise EnvironmentFailure(
-                f"mmdebstrap could not reach {spec.mirror}:\n{text}",
+                f"mmdebstrap could not reach {spec.mirror_for(platform)}:\n{text}",
                 f"the {spec.vendor} archive must be reachable to bootstrap {spec.name}; "
                 "or use a base from a registry by digest",
             )
@@ -129,38 +185,61 @@ def ensure_base(
     epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
     log: Callable[[str], None] = lambda _: None,
     compiler: bool = True,
+    platform: str = AMD64,
 ) -> BaseRef:
     """The bootstrapped base for ``spec``: reused from the engine, else imported from the cached tarball, else built."""
-    ref = bootstrap_base(spec, epoch, compiler=compiler)
+    ref = bootstrap_base(spec, epoch, compiler=compiler, platform=platform)
     repo, tag = ref.reference.rsplit(":", 1)
     state = cache_root() / "bases" / f"{tag}.json"
     tarball = cache_root() / "bases" / f"{tag}.tar"
     meta = json.loads(state.read_text()) if state.is_file() else None
     image = engine.image(ref.reference)
-    if image is not None and len(image["RootFS"]["Layers"]) == 1:
+    arch = DEBIAN_ARCH[platform]
+    if image is not None and len(image["RootFS"]["Layers"]) == 1 and image.get("Architecture", "amd64") == arch:
         # the tag is named by the bootstrap's inputs and its one layer's diff id is the tarball's sha256
-        return bootstrap_base(spec, epoch, digest=image["RootFS"]["Layers"][0], compiler=compiler)
+        return bootstrap_base(spec, epoch, digest=image["RootFS"]["Layers"][0], compiler=compiler, platform=platform)
     if not (meta and tarball.is_file()):
-        log(f"bootstrapping {spec.name} ({spec.suite}) with mmdebstrap")
+        log(f"bootstrapping {ref.name} ({spec.suite}, {platform}) with mmdebstrap")
         tarball.parent.mkdir(parents=True, exist_ok=True)
-        digest = bootstrap_tarball(spec, epoch, tarball, compiler)
+        digest = bootstrap_tarball(spec, epoch, tarball, compiler, platform)
         meta = {
             "sha256": digest,
             "suite": spec.suite,
-            "mirror": spec.mirror,
+            "mirror": spec.mirror_for(platform),
             "packages": list(base_packages(compiler)),
             "source_date_epoch": epoch,
         }
         write_atomic(state, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     log(f"importing {tarball.name} as {ref.reference}")
     engine.import_tarball(tarball, repo, tag)
+    if arch != "amd64":
+        # `docker import` records the engine's own architecture (its --platform is experimental on Docker 20.10):
+        # the same layer under a config that names the tarball's, so builds and runs of it know what it is
+        imported = engine.image(ref.reference) or {}
+        engine.load_config(base_config(imported, arch, epoch), [ref.reference])
     layers = engine.layers(ref.reference)
     if layers != [f"sha256:{meta['sha256']}"]:
         raise EnvironmentFailure(
             f"imported base {ref.reference} has layers {layers}, expected sha256:{meta['sha256']}",
             f"delete {tarball} and bootstrap again",
         )
-    return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}", compiler=compiler)
+    return bootstrap_base(spec, epoch, digest=f"sha256:{meta['sha256']}", compiler=compiler, platform=platform)
+
+
+def base_config(imported: dict, arch: str, epoch: int) -> bytes:
+    """An imported base's image config naming CPU architecture ``arch``, over its one layer. Pure."""
+    import datetime
+
+    created = datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    config = {
+        "architecture": arch,
+        "os": "linux",
+        "created": created,
+        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": list(imported.get("RootFS", {}).get("Layers", []))},
+        "history": [{"created": created, "created_by": "mmdebstrap (imagekit base bootstrap)"}],
+    }
+    return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
 def base_for(
@@ -171,14 +250,15 @@ def base_for(
     epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
     log: Callable[[str], None] = lambda _: None,
     compiler: bool = True,
+    platform: str = AMD64,
 ) -> BaseRef:
     """The base a cell of Python ``python`` starts FROM, present in the engine: the matrix's registry base, pulled,
     else imagekit's own, bootstrapped once."""
     if python in registry_bases:
         ref = registry_bases[python]
-        engine.pull(ref.reference)
-        return ref
-    return ensure_base(data_bases[python], engine, epoch, log, compiler=compiler)
+        engine.pull(ref.reference, platform=platform)
+        return replace(ref, platform=platform)
+    return ensure_base(data_bases[python], engine, epoch, log, compiler=compiler, platform=platform)
 
 
 def push_base(

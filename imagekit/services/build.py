@@ -4,6 +4,7 @@ render -> docker build -> runtime config -> size budget -> self-test -> publish.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -20,10 +21,10 @@ from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.lockfile import Lock
-from imagekit.model import Cell
+from imagekit.model import AMD64, Cell
 from imagekit.services import apt_resolve, fetch, publish, selftest_runner
 from imagekit.services import lock_cells as lock_service
-from imagekit.services.base_images import base_for
+from imagekit.services.base_images import base_for, native, require_emulation
 from imagekit.services.build_plans import code_for
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
@@ -64,6 +65,7 @@ class CellResult:
     tag: str | None = None
     size: int | None = None
     digest: str | None = None
+    index_digest: str | None = None  # the alias names an image index of this and the cell's other platforms
     seconds: float = 0.0
     report: dict | None = None
     error: ImagekitError | None = None
@@ -78,6 +80,8 @@ class CellResult:
             "tag": self.tag,
             "size_bytes": self.size,
             "digest": self.digest,
+            **({"platform": self.cell.platform} if self.cell.platform != AMD64 else {}),
+            **({"index_digest": self.index_digest} if self.index_digest else {}),
             "seconds": round(self.seconds, 1),
             "selftest_failed": (self.report or {}).get("failed"),
             "error": self.error.render() if self.error else None,
@@ -139,7 +143,7 @@ def _lock(b: _Build) -> None:
     assert b.base is not None
     base = b.base
     apt = (lambda cell: apt_resolve.resolve(b.engine, base, cell.apt)) if b.cell.apt else None
-    with activity(b.progress, b.cell.id, "lock"):
+    with activity(b.progress, b.cell.slug, "lock"):
         locked = lock_service.lock_one(b.cell, b.opts.lock_dir, b.opts.settings, b.data, apt=apt)
     if locked.error:
         raise locked.error
@@ -156,7 +160,7 @@ def _base(b: _Build) -> None:
     """The base image: the matrix's registry base, pulled, or imagekit's own, bootstrapped once."""
     pulled = b.cell.python in b.opts.bases
     what = f"pulling base {b.opts.bases[b.cell.python].reference}" if pulled else "base"
-    with activity(b.progress, b.cell.id, what):
+    with activity(b.progress, b.cell.slug, what):
         b.base = base_for(
             b.cell.python,
             b.engine,
@@ -165,16 +169,17 @@ def _base(b: _Build) -> None:
             b.opts.source_date_epoch,
             b.say,
             compiler=b.opts.options.compiler,
+            platform=b.cell.platform,
         )
 
 
 def _fetch(b: _Build) -> None:
     """Every locked wheel, sha256 checked, from the content-addressed cache or its index."""
     assert b.lock is not None and b.base is not None
-    with activity(b.progress, b.cell.id, "fetching wheels"):
+    with activity(b.progress, b.cell.slug, "fetching wheels"):
         auth = index_auth.for_indexes([b.opts.settings.index_url, *b.opts.settings.extra_index_urls])
         b.wheels = fetch.fetch_for_build(
-            b.lock, b.cell.python, b.base.glibc, progress=b.progress, cell=b.cell.id, auth=auth
+            b.lock, b.cell.python, b.base.glibc, progress=b.progress, cell=b.cell.slug, auth=auth
         )
     got = [w for w in b.wheels if w.downloaded]
     b.say(
@@ -197,7 +202,7 @@ def _render(b: _Build) -> None:
         command=b.opts.options.command,
     )
     b.files = render.render_plan(b.plan, b.data)
-    context = b.opts.state_dir / "build" / b.cell.id
+    context = b.opts.state_dir / "build" / b.cell.slug
     shutil.rmtree(context, ignore_errors=True)
     write_tree_atomic(context, {k: v[0] for k, v in b.files.items()}, {k: v[1] for k, v in b.files.items()})
     clamp_mtimes(context, b.opts.source_date_epoch)
@@ -207,22 +212,25 @@ def _build(b: _Build) -> None:
     """The engine builds the context, its wheels served from a loopback wheel server of this build's own."""
     assert b.lock is not None
     b.immutable = naming.immutable_tag(b.opts.repository, b.cell, render.context_digest(b.files))
-    house = fetch.wheelhouse(b.wheels, b.opts.state_dir / "wheelhouse" / b.cell.id)
+    house = fetch.wheelhouse(b.wheels, b.opts.state_dir / "wheelhouse" / b.cell.slug)
     fetch.write_requirements(b.lock, house)  # each layer's RUN reads its requirements from the server too
     write_atomic(house / render.APP_TARBALL, render.app_tarball(b.files, b.opts.source_date_epoch))
     if b.code is not None:
         write_atomic(house / render.CODE_TARBALL, b.code.tar(b.opts.source_date_epoch))
-    steps = _StepTimer(b.progress, b.cell.id)
+    steps = _StepTimer(b.progress, b.cell.slug)
+    if b.cell.platform != AMD64:
+        require_emulation(b.cell.platform)  # its RUN steps are the platform's programs
     b.built_at = time.monotonic()
     try:
         with wheelserver.serve(house) as address:  # a loopback address of its own: builds run side by side
             b.built = b.engine.build(
-                b.opts.state_dir / "build" / b.cell.id,
+                b.opts.state_dir / "build" / b.cell.slug,
                 [naming.build_cache_tag(b.cell)],
                 {},
                 nocache=b.opts.nocache,
                 on_line=steps,
                 extra_hosts={wheelserver.HOST: address},
+                platform=None if b.cell.platform == AMD64 else b.cell.platform,
             )
     finally:
         steps.close()
@@ -232,7 +240,7 @@ def _config(b: _Build) -> None:
     """The runtime config (ENV, WORKDIR, ENTRYPOINT, CMD, labels) over the built layers; the image tagged."""
     assert b.plan is not None and b.base is not None
     immutable = b.immutable
-    with activity(b.progress, b.cell.id, "image config"):
+    with activity(b.progress, b.cell.slug, "image config"):
         runtime = imageconfig.runtime(naming.labels(manifest(b.plan, b.data)), b.plan.command)
         b.result.image_id = set_runtime_config(
             b.engine,
@@ -251,7 +259,7 @@ def _config(b: _Build) -> None:
 def _budget(b: _Build) -> None:
     """An image over its size budget (or grown past it since the last release) goes no further."""
     assert b.result.size is not None
-    previous = publish.last_size(b.opts.release_index, b.cell.id)
+    previous = publish.last_size(b.opts.release_index, b.cell.id, b.cell.platform)
     too_big = budget.over(b.result.size, budget.parse(b.opts.options.size_budget), previous)
     if too_big:
         raise CheckFailed(
@@ -264,11 +272,18 @@ def _selftest(b: _Build) -> None:
     """The image's self-test in the image (with GPUs where the engine has them); its report kept either way."""
     caps = b.engine.capabilities()
     gpus = b.opts.gpus == "on" or (b.opts.gpus == "auto" and caps.gpu_runtime)
+    emulated = not native(b.cell.platform, os.uname().machine)
     b.report = selftest_runner.run(
-        b.engine, b.immutable, gpus=gpus, require_gpu=b.opts.require_gpu, progress=b.progress, cell=b.cell.id
+        b.engine,
+        b.immutable,
+        gpus=gpus and not emulated,  # qemu-user runs the CPU checks; no GPU driver answers an emulated process
+        require_gpu=b.opts.require_gpu,
+        progress=b.progress,
+        cell=b.cell.slug,
+        emulated=emulated,
     )
     b.result.report = b.report.report
-    reports = b.opts.state_dir / "reports" / f"{b.cell.id}.json"
+    reports = b.opts.state_dir / "reports" / f"{b.cell.slug}.json"
     write_atomic(reports, json.dumps(b.report.report, indent=2) + "\n")
     if not b.report.passed:
         raise CheckFailed(
@@ -283,20 +298,22 @@ def _publish(b: _Build) -> None:
         return
     assert b.report is not None and b.lock is not None and b.plan is not None and b.result.image_id
     repo, tag = b.immutable.rsplit(":", 1)
-    with activity(b.progress, b.cell.id, "publish"):
+    with activity(b.progress, b.cell.slug, "publish"):
         published = publish.publish(
             b.engine,
             b.registry,
             image_id=b.result.image_id,
             repository=repo,
             immutable_tag=tag,
-            alias_tag=b.cell.id,
+            alias_tag=b.cell.id,  # every platform's image under one tag
             report=b.report,
             auth=b.opts.auth,
             log=b.say,
             progress=b.progress,
+            platform=b.cell.platform,
         )
     b.result.digest = published.digest
+    b.result.index_digest = published.index_digest
     try:
         layer_sizes = publish.layer_sizes(b.registry, Remote.parse(repo), published.digest, published.config_digest)
     except ImagekitError as exc:  # published already: the record goes without its layer sizes
@@ -348,7 +365,9 @@ def build_cell(
         opts.username, opts.password, registries=[Remote.parse(opts.repository).registry]
     )
     start = time.time()
-    run = _Build(cell, opts, engine, data, registry, progress or NullProgress(), lambda msg: log(cell.id, msg), result)
+    run = _Build(
+        cell, opts, engine, data, registry, progress or NullProgress(), lambda msg: log(cell.slug, msg), result
+    )
     try:
         for step, stage in STAGES:
             result.step = step

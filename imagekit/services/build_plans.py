@@ -18,13 +18,14 @@ from imagekit.services.lock_cells import lock_path, verified_lock
 def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: MatrixConfig | None = None) -> BaseRef:
     """The matrix's registry base for this Python, else the bootstrapped one."""
     if config is not None and cell.python in config.bases:
-        return config.bases[cell.python]
+        return replace(config.bases[cell.python], platform=cell.platform)  # pulled for the cell's platform
     spec = data.bases.get(cell.python)
     if spec is None:
         raise UsageError(
             f"{cell.id}: no base image known for Python {cell.python}", f"known: {', '.join(sorted(data.bases))}"
         )
-    return bootstrap_base(spec, digest=digest, compiler=config.options.compiler if config is not None else True)
+    compiler = config.options.compiler if config is not None else True
+    return bootstrap_base(spec, digest=digest, compiler=compiler, platform=cell.platform)
 
 
 def code_for(options: ImageOptions, outputs: tuple[Path, ...] = ()) -> CodeLayer | None:

@@ -378,7 +378,7 @@ def fetch_lock(
     the configured private indexes' credentials (index_auth.for_indexes of the settings, never of the lock)."""
     index, torch_index, routed = _sources(lock)
     extras = _extras(lock)
-    supported = wheels.supported_tags(python, glibc)
+    supported = wheels.supported_tags(python, glibc, lock_machine(lock))
     progress = progress or NullProgress()
     require_cache()
     sweep_partials()
@@ -426,7 +426,7 @@ def fetch_for_build(lock: Lock, python: str, glibc: str, **kw: Any) -> list[Fetc
     return [
         *wheels_,
         *fetch_debs(lock, progress=progress, cell=cell),
-        fetch_tool(tools.UV, progress=progress, cell=cell),
+        fetch_tool(tools.uv_for(lock_machine(lock)), progress=progress, cell=cell),
     ]
 
 
@@ -512,7 +512,7 @@ def forecast_lock(
 ) -> WheelForecast:
     """Count and size what `fetch_lock` would take from the cache and from the index (index metadata only)."""
     index, torch_index, routed = _sources(lock)
-    supported = wheels.supported_tags(python, glibc)
+    supported = wheels.supported_tags(python, glibc, lock_machine(lock))
 
     picks = _load_picks(lock, python, glibc)
     known = len(picks)
@@ -538,8 +538,9 @@ def forecast_lock(
         return WheelForecast(len(lock.entries), 0, 0, 0, 0, 0, 0, 0, error=exc.message)
     if len(picks) > known:
         _save_picks(lock, python, glibc, picks)
-    uv = wheel_cache() / tools.UV.sha256 / tools.UV.filename  # the installer: fetched too, never in the image
-    rows.append((uv.is_file(), tools.UV.size, 0, tools.UV.sha256))
+    tool = tools.uv_for(lock_machine(lock))
+    uv = wheel_cache() / tool.sha256 / tool.filename  # the installer: fetched too, never in the image
+    rows.append((uv.is_file(), tool.size, 0, tool.sha256))
     cached = [r for r in rows if r[0]]
     remote = [r for r in rows if not r[0]]
     return WheelForecast(
@@ -564,7 +565,7 @@ def read_pages(
     wanted = set()
     for lock, python, glibc in locks:
         index, torch_index, routed = _sources(lock)
-        supported = wheels.supported_tags(python, glibc)
+        supported = wheels.supported_tags(python, glibc, lock_machine(lock))
         picks = _load_picks(lock, python, glibc)
         for entry in lock.entries:
             if entry.pin not in picks and _cached(entry, supported) is None:
@@ -580,8 +581,15 @@ def read_pages(
         list(pool.map(one, sorted(wanted - set(pages))))
 
 
+def lock_machine(lock: Lock) -> str:
+    """The CPU architecture a lock was resolved for (its recorded platform, ``aarch64-manylinux_2_28``); locks from
+    before platforms were recorded are x86_64."""
+    recorded = str(lock.meta.get("platform") or "")
+    return "aarch64" if recorded.startswith("aarch64-") else "x86_64"
+
+
 def _picks_file(lock: Lock, python: str, glibc: str) -> Path:
-    key = "\n".join([python, glibc, *(f"{e.pin} {' '.join(e.hashes)}" for e in lock.entries)])
+    key = "\n".join([python, glibc, lock_machine(lock), *(f"{e.pin} {' '.join(e.hashes)}" for e in lock.entries)])
     return cache_root() / "picks" / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.json"
 
 

@@ -175,25 +175,25 @@ def forecast(
     """The plan for these cells (``build``: also base and image; otherwise only what `fetch` does)."""
     start = time.monotonic()
     pages: dict = {}  # index pages, read once for all cells
-    locks = {cell.id: _lock(cell, lock_dir, settings, data) for cell in cells}
-    glibc = {cell.id: base_for(cell, data, config=config).glibc for cell in cells}
+    locks = {cell.key: _lock(cell, lock_dir, settings, data) for cell in cells}
+    glibc = {cell.key: base_for(cell, data, config=config).glibc for cell in cells}
     auth = index_auth.for_indexes([settings.index_url, *settings.extra_index_urls])
     fetch.read_pages(
-        [(s.lock, c.python, glibc[c.id]) for c in cells for s, _ in [locks[c.id]] if s.lock is not None],
+        [(s.lock, c.python, glibc[c.key]) for c in cells for s, _ in [locks[c.key]] if s.lock is not None],
         pages,
         auth=auth,
     )
 
     def one(cell: Cell) -> CellForecast:
-        status, note = locks[cell.id]
+        status, note = locks[cell.key]
         base = _base(cell, data, config, engine) if build else BaseForecast("", "none", 0, 0)
         wheels = None
         if status.lock is not None and status.status != "invalid":
-            wheels = fetch.forecast_lock(status.lock, cell.python, glibc[cell.id], pages=pages, jobs=1, auth=auth)
+            wheels = fetch.forecast_lock(status.lock, cell.python, glibc[cell.key], pages=pages, jobs=1, auth=auth)
         image = None
         if build and wheels is not None and wheels.error is None and wheels.blocker is None:
             image = base.bytes + VENV_BYTES + int(wheels.installed_bytes * (1 + BYTECODE_RATIO))
-        return CellForecast(cell.id, status.status, str(status.path), note, base, wheels, image)
+        return CellForecast(cell.key, status.status, str(status.path), note, base, wheels, image)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         rows = tuple(pool.map(one, cells))

@@ -13,9 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagekit import image_index, untrusted
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.model import AMD64
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import Activity, NullProgress, Progress, human_bytes
 from imagekit.services.selftest_runner import SelfTestReport
@@ -28,6 +30,8 @@ class Published:
     digest: str
     reused: bool  # the registry already had exactly this image under the immutable tag
     config_digest: str | None = None  # the image config the registry serves under ``digest``
+    platform: str = AMD64
+    index_digest: str | None = None  # the alias names an image index of several platforms (this one among them)
 
 
 MAX_IMAGE_BYTES = 10**13  # 10 TB: no image is larger; a bigger size_bytes would size a template's disk absurdly
@@ -195,6 +199,7 @@ def publish(
     auth: dict | None = None,
     log: Callable[[str], None] = lambda _: None,
     progress: Progress | None = None,
+    platform: str = AMD64,
 ) -> Published:
     if not report.passed:
         raise CheckFailed(
@@ -234,8 +239,47 @@ def publish(
         raise EnvironmentFailure(
             f"the registry does not serve {digest} with this image's config after the push", "retry the push"
         )
-    registry.copy_tag(remote, digest, alias_tag)  # the alias names exactly the published manifest
-    return Published(f"{repository}:{immutable_tag}", f"{repository}:{alias_tag}", digest, reused, check.config_digest)
+    index_digest = point_alias(registry, remote, alias_tag, digest, platform)
+    if index_digest:
+        log(f"{repository}:{alias_tag} names an image index ({index_digest}) with this {platform} image")
+    return Published(
+        f"{repository}:{immutable_tag}",
+        f"{repository}:{alias_tag}",
+        digest,
+        reused,
+        check.config_digest,
+        platform,
+        index_digest,
+    )
+
+
+def point_alias(registry: Registry, remote: Remote, alias_tag: str, digest: str, platform: str) -> str | None:
+    """Point the cell's alias at the image ``digest`` just published for ``platform``: the manifest itself while the
+    cell has only a linux/amd64 image (as before platforms existed), else an image index of every platform's image,
+    this one replacing its platform's earlier entry. Returns the index's digest, or None."""
+    current = registry.manifest_raw(remote, alias_tag)
+    others: list[image_index.Entry] = []
+    try:
+        if current is not None and current[0] in image_index.INDEX_TYPES:
+            others = image_index.entries_of(untrusted.load_json(current[1], "the alias's image index"))
+        elif current is not None and current[0] in image_index.IMAGE_TYPES:
+            doc = untrusted.load_json(current[1], "the alias's manifest")
+            config = doc.get("config", {}).get("digest") if isinstance(doc, dict) else None
+            earlier = image_index.platform_of_config(registry.blob_json(remote, untrusted.digest(config)))
+            others = [image_index.Entry(earlier, current[2], len(current[1]), current[0])]
+    except untrusted.UntrustedData as exc:
+        raise EnvironmentFailure(
+            f"{remote.registry}/{remote.name}:{alias_tag} is not an image or index imagekit can extend: {exc}",
+            "delete the tag by hand (immutable tags keep every image) and publish again",
+        ) from None
+    if platform == AMD64 and all(e.platform == AMD64 for e in others):
+        registry.copy_tag(remote, digest, alias_tag)  # the alias names exactly the published manifest
+        return None
+    mine = registry.manifest_raw(remote, digest)
+    if mine is None or mine[0] not in image_index.IMAGE_TYPES:
+        raise EnvironmentFailure(f"the registry does not serve {digest} as an image manifest", "retry the push")
+    entries = image_index.merged(others, image_index.Entry(platform, digest, len(mine[1]), mine[0]))
+    return registry.put_manifest(remote, alias_tag, image_index.document(entries), image_index.LIST_TYPE)
 
 
 class _PushLayers:
@@ -351,12 +395,13 @@ def newest_release(index_path: Path, ref: str) -> dict:
     return max(matches, key=lambda e: e.get("published_at") or "")
 
 
-def last_size(index_path: Path, cell_id: str) -> int | None:
-    """The size of the cell's most recently published image in the release index, if any."""
+def last_size(index_path: Path, cell_id: str, platform: str = AMD64) -> int | None:
+    """The size of the cell's most recently published image for ``platform`` in the release index, if any."""
     images = read_index(index_path).get("images", {})
     mine = [
         e for e in images.values()
         if isinstance(e.get("manifest"), dict) and (e["manifest"].get("cell") or {}).get("id") == cell_id
+        and (e["manifest"].get("cell") or {}).get("platform", AMD64) == platform
     ]  # fmt: skip
     if not mine:
         return None

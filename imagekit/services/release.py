@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import validate
+from imagekit import image_index, validate
 from imagekit.effects.files import write_atomic
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, UsageError
+from imagekit.model import AMD64
 from imagekit.services.publish import index_locked, read_index, read_record
 
 
@@ -183,4 +184,34 @@ def merge(
             images[tag] = {**entry, "published_at": old.get("published_at") or entry.get("published_at")}
         if by_tag:
             write_atomic(index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+    for alias, platforms in sorted(platform_images([entry for entry, _ in by_tag.values()]).items()):
+        digest = point_index(registry, alias, platforms)
+        log(f"{alias} names {', '.join(sorted(platforms))} ({digest})")
     return Merged(len(paths), added, unchanged, index_path)
+
+
+def platform_images(entries: list[dict]) -> dict[str, dict[str, str]]:
+    """The aliases these records publish for more than one platform: alias -> platform -> the newest record's
+    digest. Pure."""
+    newest: dict[str, dict[str, tuple[str, str]]] = {}
+    for entry in entries:
+        platform = (entry["manifest"].get("cell") or {}).get("platform", AMD64)
+        stamp = str(entry.get("published_at") or "")
+        mine = newest.setdefault(entry["alias"], {})
+        if platform not in mine or mine[platform][0] < stamp:
+            mine[platform] = (stamp, entry["digest"])
+    return {a: {p: d for p, (_, d) in by.items()} for a, by in newest.items() if len(by) > 1}
+
+
+def point_index(registry: RegistryClient, alias: str, platforms: dict[str, str]) -> str:
+    """Point ``alias`` at an index of each platform's verified image: CI's per-platform jobs each extend the alias as
+    they publish and may race; the merge, after all of them, makes it whole."""
+    repo, tag = alias.rsplit(":", 1)
+    remote = Remote.parse(repo)
+    entries = []
+    for platform, digest in sorted(platforms.items()):
+        found = registry.manifest_raw(remote, digest)
+        if found is None or found[0] not in image_index.IMAGE_TYPES:
+            raise CheckFailed(f"{repo} does not serve {digest} as an image", "publish it again; the index was kept")
+        entries.append(image_index.Entry(platform, digest, len(found[1]), found[0]))
+    return registry.put_manifest(remote, tag, image_index.document(entries), image_index.LIST_TYPE)

@@ -44,8 +44,17 @@ def run(
     require_gpu: bool,
     progress: Progress | None = None,
     cell: str = "",
+    emulated: bool = False,
 ) -> SelfTestReport:
+    """The image's self-test, its report as the image wrote it plus how it ran: ``emulated`` (another CPU
+    architecture's image under qemu-user-static: the CPU checks only, never "passed on GPU")."""
     argv = [f"/{render.IMAGEKIT_DIR}/{render.IN_IMAGE['selftest.py']}"] + (["--require-gpu"] if require_gpu else [])
+    if emulated and require_gpu:
+        raise CheckFailed(
+            f"{image} is for another CPU architecture: its self-test runs emulated, with no GPU",
+            "run it with a GPU on a host of its platform (a native CI runner: `imagekit ci init --arm64-runner`), "
+            "or build without --require-gpu here",
+        )
     progress = progress or NullProgress()
     start = time.monotonic()
     with activity(progress, cell, "self-test", total=None) as act:
@@ -60,6 +69,10 @@ def run(
             f"the self-test in {image} crashed (exit {code}):\n{(err or out)[-2000:]}",
             "the image cannot run its own checks; see the output above",
         ) from None
+    if not isinstance(report, dict):
+        raise CheckFailed(f"the self-test in {image} wrote no report object (exit {code})", "see the image's output")
+    seconds = round(time.monotonic() - start, 1)
+    report = {**report, "ran": {"emulated": emulated, "gpu": gpus and not emulated, "seconds": seconds}}
     result = SelfTestReport(image, code == 0 and bool(report.get("passed")), report)
     checks = report.get("checks") if isinstance(report.get("checks"), list) else []
     skipped = sum(1 for c in checks if isinstance(c, dict) and c.get("status") == "skip")
@@ -68,6 +81,7 @@ def run(
         cell,
         f"self-test {verdict}: {len(checks)} checks"
         + (f" ({skipped} skipped)" if skipped else "")
-        + f" in {time.monotonic() - start:.1f} s",
+        + f" in {seconds:.1f} s"
+        + (" (emulated: CPU checks only)" if emulated else ""),
     )
     return result

@@ -1,0 +1,230 @@
+"""What a linux/arm64 image is made of, decided before any effect runs: its base bootstrap (Debian's arm64 archive,
+Ubuntu's ports), the host's emulation, the wheels and uv it installs, its Dockerfile and tags, the image index its
+alias becomes, and how its emulated self-test is reported (never "on a GPU")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from imagekit import image_index, naming, runpod, tools, untrusted, wheels
+from imagekit.buildplan import bootstrap_base, bootstrap_key
+from imagekit.effects.registry import Remote
+from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.model import AMD64, ARM64, Cell
+from imagekit.services import fetch, publish, selftest_runner
+from imagekit.services.base_images import KEYRINGS, bootstrap_argv, emulation_problem, native
+from imagekit.services.lock_cells import read_lock
+from imagekit.services.selftest_runner import SelfTestReport
+from tests.conftest import ROOT
+from tests.fakes import RecordingEngine, RecordingRegistry
+
+FIXTURE = ROOT / "tests" / "fixtures" / "lockfiles-arm64"
+CELL = Cell("13.2", "2.15.0", "5.24.0", "3.13", ("accelerate==1.12.0",))
+ARM = Cell("13.2", "2.15.0", "5.24.0", "3.13", ("accelerate==1.12.0",), platform=ARM64)
+ALL = frozenset(path for path, _, _ in KEYRINGS.values())
+
+
+# ---- the base --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("python", ["3.11", "3.13", "3.10", "3.12"])
+def test_an_arm64_base_is_bootstrapped_from_its_archive_and_named_apart(data, python):
+    spec = data.bases[python]
+    argv = bootstrap_argv(spec, 1, Path("/t.tar"), True, euid=0, sudo=False, keyrings=ALL, platform=ARM64)
+    assert "--architectures=arm64" in argv
+    mirror = "http://ports.ubuntu.com/ubuntu-ports" if spec.vendor == "ubuntu" else spec.mirror  # Ubuntu's ports
+    assert argv[-1] == mirror
+    amd = bootstrap_argv(spec, 1, Path("/t.tar"), True, euid=0, sudo=False, keyrings=ALL)
+    assert not any(a.startswith("--architectures") for a in amd) and amd[-1] == spec.mirror
+    arm_ref, amd_ref = bootstrap_base(spec, platform=ARM64), bootstrap_base(spec)
+    assert arm_ref.reference != amd_ref.reference and arm_ref.name.endswith("-arm64") and arm_ref.platform == ARM64
+    assert bootstrap_key(spec, 1) != bootstrap_key(spec, 1, platform=ARM64)
+
+
+def test_an_amd64_bases_tag_is_what_it_was_before_platforms(data):
+    """Its tag names its inputs: the same inputs keep the same tag, so every cached base and tarball stays valid."""
+    import hashlib
+
+    from imagekit.buildplan import base_packages
+
+    spec = data.bases["3.11"]
+    text = f"debian|bookworm|{spec.mirror}|{','.join(base_packages(True))}|1735689600|no-host-keys"
+    assert bootstrap_key(spec, 1735689600) == hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _binfmt(tmp_path: Path, text: str | None) -> Path:
+    if text is not None:
+        (tmp_path / "qemu-aarch64").write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        (None, "binfmt_misc has no qemu-aarch64 entry"),
+        ("disabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: PF\n", "is disabled"),
+        ("enabled\ninterpreter /usr/bin/qemu-aarch64\nflags: P\n", "lacks the F flag"),
+        ("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: PF\n", None),
+    ],
+)
+def test_an_amd64_host_runs_arm64_programs_only_through_a_usable_qemu_entry(tmp_path, entry, says):
+    problem = emulation_problem(ARM64, "x86_64", _binfmt(tmp_path, entry))
+    assert (problem is None) if says is None else (says in problem)
+    assert emulation_problem(AMD64, "x86_64", tmp_path) is None  # its own architecture needs nothing
+    assert native(ARM64, "aarch64") and native(ARM64, "arm64") and not native(ARM64, "x86_64")
+
+
+# ---- wheels, uv, Dockerfile, tags ---------------------------------------------------------------------------------
+def test_aarch64_wheel_tags_are_aarch64s_own():
+    tags = [str(t) for t in wheels.supported_tags("3.13", "2.28", "aarch64")]
+    assert "cp313-cp313-manylinux_2_28_aarch64" in tags and "cp313-cp313-manylinux2014_aarch64" in tags
+    assert "py3-none-manylinux_2_17_aarch64" in tags
+    assert not any("x86_64" in t or "manylinux1" in t or "manylinux2010" in t or "_2_16_" in t for t in tags)
+    x86 = [str(t) for t in wheels.supported_tags("3.13", "2.28")]
+    assert "cp313-cp313-manylinux1_x86_64" in x86 and not any("aarch64" in t for t in x86)
+
+
+def test_a_lock_for_aarch64_fetches_aarch64_wheels_and_uv():
+    lock = read_lock(FIXTURE / "linux-arm64" / f"{CELL.id}.txt")
+    assert fetch.lock_machine(lock) == "aarch64"
+    assert fetch.lock_machine(read_lock(FIXTURE / f"{CELL.id}.txt")) == "x86_64"
+    assert tools.uv_for("aarch64").filename.endswith("aarch64.whl") and tools.uv_for("x86_64") is tools.UV
+    assert tools.uv_for("aarch64").version == tools.UV.version  # the same installer release on both
+
+
+def test_render_makes_both_platforms_each_in_its_folder(app, runner, tmp_path):
+    (tmp_path / "m.toml").write_text(
+        '[matrix]\nplatforms = ["linux/amd64", "linux/arm64"]\n\n[[matrix.include]]\ncuda = "13.2"\ntorch = "2.15.0"\n'
+        'transformers = "5.24.0"\npython = "3.13"\npackages = ["accelerate==1.12.0"]\n'
+    )
+    lock_dir = tmp_path / "lockfiles"
+    shutil.copytree(FIXTURE, lock_dir)
+    res = runner.invoke(
+        app, ["render", "--matrix", str(tmp_path / "m.toml"), "--lock-dir", str(lock_dir), "--out", str(tmp_path / "o")]
+    )
+    assert res.exit_code == 0, res.output
+    arm = (tmp_path / "o" / f"{CELL.id}-arm64" / "Dockerfile").read_text()
+    amd = (tmp_path / "o" / CELL.id / "Dockerfile").read_text()
+    assert "# Platform: linux/arm64" in arm and tools.UV_AARCH64.ref in arm and tools.UV.ref not in arm
+    assert "FROM imagekit/base:debian-trixie-arm64-" in arm
+    assert "Platform:" not in amd and tools.UV.ref in amd and "FROM imagekit/base:debian-trixie-" in amd
+    assert "arm64" not in amd
+
+
+def test_each_platform_has_its_own_immutable_tag_and_cache_anchor():
+    assert naming.immutable_tag("r/t", CELL, "a" * 64) == f"r/t:{CELL.id}-aaaaaaaaaaaa"
+    assert naming.immutable_tag("r/t", ARM, "a" * 64) == f"r/t:{CELL.id}-arm64-aaaaaaaaaaaa"
+    assert naming.alias_tag("r/t", ARM) == naming.alias_tag("r/t", CELL) == f"r/t:{CELL.id}"
+    assert naming.build_cache_tag(ARM) != naming.build_cache_tag(CELL)
+    assert ARM.slug == f"{CELL.id}-arm64" and CELL.slug == CELL.id
+
+
+# ---- the image index -------------------------------------------------------------------------------------------
+D1, D2, D3 = (f"sha256:{c * 64}" for c in "123")
+V2 = image_index.IMAGE_TYPES[0]
+
+
+def test_an_index_is_deterministic_and_a_platform_replaced_keeps_the_others():
+    amd, arm = image_index.Entry(AMD64, D1, 500, V2), image_index.Entry(ARM64, D2, 600, V2)
+    doc = image_index.document([arm, amd])
+    assert doc == image_index.document([amd, arm])
+    parsed = image_index.entries_of(json.loads(doc))
+    assert parsed == [amd, arm]
+    newer = image_index.Entry(AMD64, D3, 700, V2)
+    assert image_index.merged(parsed, newer) == [newer, arm]
+    assert json.loads(doc)["manifests"][1]["platform"] == {"architecture": "arm64", "os": "linux"}
+
+
+def _entry(arch="arm64", os_="linux", digest=D1, size=500, media=V2):
+    return {"mediaType": media, "digest": digest, "size": size, "platform": {"architecture": arch, "os": os_}}
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        ([], "does not name an image index"),
+        ({"mediaType": "text/html", "manifests": []}, "does not name an image index"),
+        ({"manifests": "x"}, "lists 0 to 16 manifests"),
+        ({"manifests": [_entry()] * 17}, "lists 0 to 16 manifests"),
+        ({"manifests": [{"digest": D1}]}, "has no platform"),
+        ({"manifests": [_entry(), _entry(digest=D2)]}, "lists linux/arm64 twice"),
+        ({"manifests": [_entry(digest="sha256:../../x")]}, "is not a sha256 digest"),
+    ],
+)
+def test_a_hostile_index_is_refused_with_what_is_wrong(doc, says):
+    with pytest.raises(untrusted.UntrustedData, match=says):
+        image_index.entries_of(doc)
+
+
+def test_attestations_and_foreign_platforms_are_left_out_not_kept_or_fatal():
+    doc = {
+        "manifests": [
+            _entry(arch="unknown", os_="unknown", digest=D2),  # a BuildKit attestation
+            _entry(arch="s390x", digest=D3),
+            _entry(arch="amd64", size=10**9),  # no manifest is a gigabyte
+            _entry(arch="arm64", media="application/vnd.in-toto+json"),
+            _entry(),
+        ]
+    }
+    assert image_index.entries_of(doc) == [image_index.Entry(ARM64, D1, 500, V2)]
+
+
+def _published(engine, registry, image: str, tag: str, platform: str):
+    report = SelfTestReport(image, True, {"passed": True, "failed": [], "checks": []})
+    return publish.publish(
+        engine, registry, image_id=image, repository="127.0.0.1:5000/t", immutable_tag=tag, alias_tag="cell",
+        report=report, platform=platform,
+    )  # fmt: skip
+
+
+def test_the_alias_is_the_image_for_amd64_alone_and_an_index_once_arm64_joins():
+    engine = RecordingEngine()
+    registry = RecordingRegistry(engine.calls)
+    engine.registry = registry
+    remote = Remote.parse("127.0.0.1:5000/t")
+    engine._add("sha256:" + "a" * 64, [D1], 0, [])
+    first = _published(engine, registry, "sha256:" + "a" * 64, "cell-1", AMD64)
+    assert first.index_digest is None and ("registry.copy_tag", "cell") in engine.calls
+    engine._add("sha256:" + "b" * 64, [D2], 0, [])
+    engine.images["sha256:" + "b" * 64]["Architecture"] = "arm64"
+    second = _published(engine, registry, "sha256:" + "b" * 64, "cell-arm64-1", ARM64)
+    doc = registry.manifests[(remote.name, "cell")]
+    assert second.index_digest and [m["platform"]["architecture"] for m in doc["manifests"]] == ["amd64", "arm64"]
+    assert [m["digest"] for m in doc["manifests"]] == [first.digest, second.digest]
+
+
+def test_an_alias_the_registry_garbled_is_refused_not_overwritten():
+    engine = RecordingEngine()
+    registry = RecordingRegistry(engine.calls)
+    engine.registry = registry
+    remote = Remote.parse("127.0.0.1:5000/t")
+    registry.manifests[(remote.name, "cell")] = {"mediaType": image_index.LIST_TYPE, "manifests": "garbage"}
+    engine._add("sha256:" + "b" * 64, [D2], 0, [])
+    with pytest.raises(EnvironmentFailure, match="not an image or index imagekit can extend") as exc:
+        _published(engine, registry, "sha256:" + "b" * 64, "cell-arm64-1", ARM64)
+    assert "delete the tag by hand" in exc.value.hint
+    assert registry.manifests[(remote.name, "cell")]["manifests"] == "garbage"
+
+
+# ---- the emulated self-test -----------------------------------------------------------------------------------------
+def test_an_emulated_self_test_cannot_be_asked_to_prove_a_gpu():
+    with pytest.raises(CheckFailed, match="runs emulated, with no GPU") as exc:
+        selftest_runner.run(RecordingEngine(), "img", gpus=False, require_gpu=True, emulated=True)
+    assert "--arm64-runner" in exc.value.hint
+
+
+@pytest.mark.parametrize(
+    ("ran", "says", "never"),
+    [
+        ({"emulated": True, "gpu": False}, "Tested: emulated only", "on a GPU,"),
+        ({"emulated": False, "gpu": True}, "passed on a GPU", "emulated"),
+        ({"emulated": False, "gpu": False}, "CPU checks passed (the build host had no GPU)", "passed on a GPU"),
+    ],
+)
+def test_the_templates_readme_says_how_the_self_test_ran(ran, says, never):
+    entry = {"manifest": {"runtime": {"platform": ARM64}}, "selftest": {"ran": ran}}
+    line = " ".join(runpod.tested_line(entry))
+    assert says in line and never not in line
+    assert runpod.tested_line({"manifest": {}, "selftest": {"passed": True}}) == []  # an older record says nothing
