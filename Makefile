@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := mmdebstrap debian-archive-keyring docker-registry curl openssh-client openssh-server rsync sudo
+APT_PACKAGES := mmdebstrap debian-archive-keyring docker-registry curl openssh-client openssh-server rsync sudo \
+  qemu-user-static binfmt-support
 DEMO_CELL ?= cu121-torch2.1.2-py3.11-tf4.48.2
 MUTATION_JOBS ?= 2
 # Python may cache bytecode here (git ignores __pycache__): with PYTHONDONTWRITEBYTECODE set, as some CI images set
@@ -15,6 +16,7 @@ setup: $(VENV)/.installed
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	tools/install-buildx >/dev/null
+	@tools/enable-arm64-emulation 2>/dev/null || echo "warning: linux/arm64 images cannot be built here (tools/enable-arm64-emulation failed; run it as root)"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)

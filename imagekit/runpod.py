@@ -30,8 +30,12 @@ def _key(version: str) -> tuple[int, ...]:
 
 def allowed_cuda_versions(cuda: str) -> list[str]:
     """The host CUDA versions (as RunPod names them) whose drivers run ``cuda`` wheels with every feature: the same
-    or newer (a driver runs what was built for its CUDA version or older; compat-facts, NV)."""
+    or newer (a driver runs what was built for its CUDA version or older; compat-facts, NV). When RunPod's list ends
+    below ``cuda`` (13.2 wheels, a list ending at 13.0), the same major's versions: CUDA's minor-version compatibility
+    runs them on the major family's driver floor (compat-facts 2a), which is what the image's contract asks."""
     allowed = [v for v in RUNPOD_CUDA_VERSIONS if _key(v) >= _key(cuda)]
+    if not allowed:
+        allowed = [v for v in RUNPOD_CUDA_VERSIONS if _key(v)[0] == _key(cuda)[0]]
     if not allowed:
         raise UsageError(
             f"RunPod's API names no host CUDA version at or above {cuda} (it knows up to {RUNPOD_CUDA_VERSIONS[-1]})",

@@ -269,3 +269,14 @@ def test_readme_documents_every_key_and_its_example_is_a_valid_matrix(data):
             allowed[m[1]] = {f"{prefix}.{k}" for k in m[4].split(", ")}
     assert set(allowed) == {"matrix", "targets", "image", "bases", "lock"}
     assert set().union(*allowed.values()) == TABLE_KEYS
+
+
+def test_a_cuda_alone_picks_the_newest_torch_built_for_it(app, runner, data, in_tmp):
+    """`init --cuda 13.2` is torch 2.15.0 (cu132 only), not the default pair that has no cu132 wheels."""
+    from imagekit.cli.init_cmd import torch_for
+
+    _init(app, runner, "--cuda", "13.2")
+    doc = tomllib.loads((in_tmp / "imagekit.toml").read_text())
+    assert doc["matrix"]["torch"] == ["2.15.0"]
+    assert torch_for(("11.8", "12.4"), data) == ("2.6.0", "2.7.1")  # each CUDA's own newest torch
+    assert torch_for(("10.2",), data) == ()  # none: the check then names why no cell is compatible

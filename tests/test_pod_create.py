@@ -144,8 +144,11 @@ def test_a_hostile_contract_in_the_record_is_refused_naming_the_field(app, runne
 
 def test_host_cuda_versions_are_the_images_or_newer_as_runpod_names_them():
     assert runpod.allowed_cuda_versions("12.4") == ["12.4", "12.5", "12.6", "12.7", "12.8", "12.9", "13.0"]
-    with pytest.raises(UsageError, match=r"no host CUDA version at or above 13\.2"):
-        runpod.allowed_cuda_versions("13.2")
+    # RunPod's list ends at 13.0: a 13.2 image runs on a 13.0 host's driver (minor-version compatibility: the 13.x
+    # family's floor, 580.65.06, is the image's contract), so it is not refused
+    assert runpod.allowed_cuda_versions("13.2") == ["13.0"]
+    with pytest.raises(UsageError, match=r"no host CUDA version at or above 14\.0"):
+        runpod.allowed_cuda_versions("14.0")
 
 
 @pytest.mark.loopback

@@ -185,6 +185,8 @@ def register(app: typer.Typer) -> None:
             axis: _axis(values, axis)
             for axis, values in zip(matrix.AXES, (cuda, torch, transformers, python), strict=True)
         }
+        if cuda and not torch:  # the newest torch built for each CUDA asked for, not the default pair
+            axes["torch"] = torch_for(axes["cuda"], inputs.compat_data()) or axes["torch"]
         extra = tuple(dict.fromkeys(_valid("--package", validate.requirement, p) for p in package or ()))
         names = {validate.requirement_name(p) for p in extra}
         packages = tuple(p for p in DEFAULT_PACKAGES if validate.requirement_name(p) not in names) + extra
@@ -218,6 +220,28 @@ def register(app: typer.Typer) -> None:
         mode = target.stat().st_mode & 0o777 if pyproject else 0o644
         write_atomic(target.resolve() if pyproject else target, text, mode)
         _report(target, origin, cells, compatible)
+
+
+def torch_for(cudas: tuple[str, ...], data: compat.CompatData) -> tuple[str, ...]:
+    """The newest torch release with a wheel variant for each of ``cudas`` (``13.2``: torch 2.15.0's cu132), as the
+    compatibility data knows them; a CUDA no torch is built for adds nothing (the check then says why)."""
+    from packaging.version import Version
+
+    from imagekit.errors import UnknownVersionError
+    from imagekit.model import variant_of
+
+    picked = []
+    for cuda in cudas:
+        for release in reversed(data.releases("torch")):
+            if Version(release).is_prerelease:
+                continue
+            try:
+                if variant_of(cuda) in data.torch_minor(release).variants:
+                    picked.append(release)
+                    break
+            except UnknownVersionError:
+                continue
+    return tuple(sorted(set(picked), key=Version))
 
 
 def _valid(flag: str, check: Callable[[str], str], value: str) -> str:
