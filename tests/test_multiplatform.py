@@ -62,7 +62,9 @@ def tiny_bases(engine, tmp_path_factory):
 
 def _build(engine, base: str, platform: str, context: Path, word: str) -> str:
     context.mkdir(parents=True, exist_ok=True)
-    (context / "Dockerfile").write_text(f'FROM {base}\nRUN ["/bin/busybox", "sh", "-c", "/bin/busybox uname -m > /machine; echo {word} > /word"]\n')  # noqa: E501
+    (context / "Dockerfile").write_text(
+        f'FROM {base}\nRUN ["/bin/busybox", "sh", "-c", "/bin/busybox uname -m > /machine; echo {word} > /word"]\n'
+    )
     return engine.build(context, [f"imagekit-test/tiny-built:{DEBIAN_ARCH[platform]}-{word}"], {}, platform=platform)
 
 
@@ -122,7 +124,7 @@ def test_one_tag_names_both_platforms_and_a_later_publish_keeps_the_other(engine
         engine.pull(f"{repository}:cell", platform=ARM64)
         assert engine.image(f"{repository}:cell")["Architecture"] == "arm64"
         code, out, _ = engine.run(f"{repository}:cell", ["/bin/busybox", "cat", "/machine"])
-        assert out.strip() == "aarch64"
+        assert (code, out.strip()) == (0, "aarch64")
     finally:
         for image in (amd, arm, amd2):
             engine.remove(image)
