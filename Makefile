@@ -10,7 +10,7 @@ MUTATION_JOBS ?= 2
 # it, every imagekit process and every test collection compiles everything again (a third of the fast tier's time).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup registry demo pod test test-fast lint bench mutation
+.PHONY: setup registry demo pod test test-fast test-arm64 lint bench mutation
 
 setup: $(VENV)/.installed
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -50,10 +50,15 @@ test: setup
 	@rm -f .test-python.log .test-python.rc; \
 	( $(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker" --durations=10 >.test-python.log 2>&1; \
 	  echo $$? >.test-python.rc ) & \
-	$(PY) -m pytest -q -m "not sweep and docker" --durations=10; docker=$$?; \
+	$(PY) -m pytest -q -m "not sweep and not emulated and docker" --durations=10; docker=$$?; \
 	wait; echo "---- the tests without Docker (run beside them) ----"; cat .test-python.log; \
 	python=$$(cat .test-python.rc); rm -f .test-python.log .test-python.rc; \
 	echo "tests without Docker: exit $$python; Docker tests: exit $$docker"; [ "$$docker" = 0 ] && [ "$$python" = 0 ]
+
+# The torch 2.15 cell built for linux/arm64 on this host, under qemu from the base up (tens of minutes on two cores;
+# `make test` runs the same path on busybox images): docs/builds.md, "linux/arm64 images".
+test-arm64: setup
+	$(PY) -m pytest -q -s -m emulated tests/test_arm64_image.py
 
 # What needs only Python (in-process, loopback HTTP servers in threads), in parallel (about two minutes on two cores). After each change.
 FAST := not sweep and not docker and not sshd and not resolver and not network and not slow and not loopback

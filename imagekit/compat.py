@@ -114,11 +114,28 @@ class CompatData:
             )
         return self.torch_minors[minor]
 
-    def torch_from_pypi(self, torch: str, variant: str) -> bool:
-        """Whether torch ``torch`` built for ``variant`` (``cu124``) is the build PyPI serves (its minor's default
-        variant); else it comes from the PyTorch index (a lock request "routed" there). The one answer to "is this
-        cell's torch from PyPI": every other place asks this."""
-        return variant == self.torch_minor(torch).pypi_default
+    def torch_from_pypi(self, torch: str, variant: str, platform: str = "linux/amd64") -> bool:
+        """Whether torch ``torch`` built for ``variant`` (``cu124``) is the build PyPI serves for ``platform`` (its
+        minor's default variant; on linux/arm64 the CUDA build PyPI's aarch64 wheel is, none when it is CPU-only);
+        else it comes from the PyTorch index (a lock request "routed" there). The one answer to "is this cell's torch
+        from PyPI": every other place asks this."""
+        if platform != "linux/arm64":
+            return variant == self.torch_minor(torch).pypi_default
+        return variant == self.pypi_aarch64_variant(torch)
+
+    def pypi_aarch64_variant(self, torch: str) -> str | None:
+        """The CUDA variant of PyPI's Linux aarch64 wheel of ``torch`` (None: a CPU-only build), as a refresh read it
+        from the wheel; a release whose aarch64 wheel was not read is unknown, not guessed."""
+        self.torch_minor(torch)
+        rel = self.torch_releases.get(torch, {})
+        if rel.get("aarch64_archs") is None:
+            raise UnknownVersionError(
+                f"torch {torch} on linux/arm64: the index metadata ({self.metadata_path}) does not say what PyPI's "
+                "aarch64 wheel of it is (a CUDA build, or CPU-only)",
+                "run `imagekit compat refresh` (it reads each torch minor's aarch64 wheel)",
+            )
+        runtime = rel.get("aarch64_cuda_runtime")
+        return variant_of_runtime(runtime) if rel["aarch64_archs"] and isinstance(runtime, str) else None
 
     def package(self, name: str, version: str) -> PackageRelease:
         known = self.packages.get(name, {})
@@ -218,6 +235,26 @@ class CompatData:
                 confidence="V",
                 platform=platform,
             )
+        if aarch64:  # the PyTorch index's aarch64 build of this variant, as a refresh read its kernels
+            for candidate in sorted(
+                (Version(r) for r, rel in self.torch_releases.items()
+                 if (Version(r).major, Version(r).minor) == (v.major, v.minor)
+                 and isinstance(rel.get("aarch64_index_archs"), dict) and variant in rel["aarch64_index_archs"]),
+                key=lambda r: (r != v, -r.major, -r.minor, -r.micro),
+            ):  # fmt: skip
+                flags = self.torch_releases[str(candidate)]["aarch64_index_archs"][variant]
+                sass, ptx = facts.compiled_archs(flags)
+                ptxs = ["{}.{}".format(*facts.arch_key(p)) for p in ptx]
+                return ArchEntry(
+                    torch=(f"{v.major}.{v.minor}",),
+                    variants=(variant,),
+                    archs=tuple("{}.{}".format(*facts.arch_key(a)) for a in sass),
+                    ptx=max(ptxs, key=Version) if ptxs else None,
+                    source=f"WHEEL torch {candidate}+{variant} ({platform}, PyTorch index): libtorch_python.so arch "
+                    f"flags '{flags}'",
+                    confidence="V",
+                    platform=platform,
+                )
         return None
 
     def source(self, key: str) -> str:
@@ -387,6 +424,8 @@ def metadata_problems(doc: object) -> list[str]:
             problems.append(f"{where}: {bad} is not a list of CUDA variants (cuXYZ)")
         elif bad := next((f for f in ("archs", "aarch64_archs") if f in rel and not _flags(rel[f])), None):
             problems.append(f"{where}: {bad} is not a list of GPU architectures (sm_XY compute_XY)")
+        elif "aarch64_index_archs" in rel and not _index_archs(rel["aarch64_index_archs"]):
+            problems.append(f"{where}: aarch64_index_archs is not an object of CUDA variant: GPU architectures")
         elif "aarch64_cuda_runtime" in rel and not _is_version(rel["aarch64_cuda_runtime"]):
             problems.append(f"{where}: aarch64_cuda_runtime {_shown(rel['aarch64_cuda_runtime'])} is not a version")
         else:
@@ -412,6 +451,15 @@ _FLAGS = re.compile(r"(?:(?:sm|compute)_[0-9]{2,3}[af]?(?: |$)){0,64}", re.ASCII
 def _flags(value: object) -> bool:
     """torch's arch flags ('sm_80 sm_90 compute_90'), or '' (a build with none: CPU-only)."""
     return isinstance(value, str) and len(value) <= 1000 and _FLAGS.fullmatch(value) is not None
+
+
+def _index_archs(value: object) -> bool:
+    """``{"cu128": "sm_80 sm_90 ..."}``: the PyTorch index's aarch64 builds of a release, each with its arch flags."""
+    return (
+        isinstance(value, dict)
+        and len(value) <= 32
+        and all(isinstance(k, str) and _VARIANT.fullmatch(k) and _flags(v) and v for k, v in value.items())
+    )
 
 
 def _variants(value: object) -> bool:

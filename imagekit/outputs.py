@@ -18,7 +18,7 @@ GITHUB_JOB_LIMIT = 256
 def cell_row(e: EvaluatedCell, data: CompatData) -> dict:
     c = e.cell
     archs, ptx = rules.supported_archs(data, c.torch, c.cuda, c.platform)
-    source = "pypi" if data.torch_from_pypi(c.torch, c.variant) else "pytorch"
+    source = "pypi" if data.torch_from_pypi(c.torch, c.variant, c.platform) else "pytorch"
     return {
         **c.to_json(),
         "platform": c.platform,
@@ -144,7 +144,7 @@ def markdown_grid(config: MatrixConfig, data: CompatData) -> str:
                     row.append("? (no facts)")  # the PyTorch index's aarch64 builds: their GPUs are not known
                     continue
                 if verdict.compatible:
-                    pypi = " (PyPI)" if data.torch_from_pypi(t, variant_of(c)) else ""
+                    pypi = " (PyPI)" if data.torch_from_pypi(t, variant_of(c), platform) else ""
                     row.append("✓" + pypi)
                 else:
                     row.append("✗ " + "; ".join(sorted({short_reason(v.rule, v.message) for v in verdict.violations})))

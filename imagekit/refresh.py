@@ -45,12 +45,15 @@ class _Anchors(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.names: list[str] = []
+        self.hrefs: list[str] = []
         self._inside = False
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag == "a":
             self._inside = True
             self.names.append("")
+            href = next((v for k, v in attrs if k == "href" and isinstance(v, str)), "")
+            self.hrefs.append(href[:2000])
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "a":
@@ -78,6 +81,25 @@ def pytorch_variants(page_html: str) -> dict[str, dict[str, list[str]]]:
         v: {field: sorted(vs, key=lambda x: int(x[2:])) for field, vs in sorted(fields.items())}
         for v, fields in found.items()
     }
+
+
+def pytorch_aarch64_reads(page_html: str) -> list[tuple[str, str, str]]:
+    """(release, variant, link) whose GPU architectures a refresh reads from the PyTorch index: for the newest
+    release of each minor, one Linux aarch64 wheel per CUDA variant (the first by name: every Python's build of a
+    variant has the same kernels). Pure; the links are the page's own (the caller makes them absolute and checks
+    them)."""
+    parser = _Anchors()
+    parser.feed(page_html)
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for name, href in zip(parser.names, parser.hrefs, strict=True):
+        m = _TORCH_WHEEL.fullmatch(name.strip())
+        if m is None or m["arch"] != "aarch64" or not href:
+            continue
+        key = (m["version"], m["variant"])
+        if key not in found or name.strip() < found[key][0]:
+            found[key] = (name.strip(), href.split("#", 1)[0])
+    newest = set(newest_per_minor({v for v, _ in found}))
+    return sorted((v, variant, url) for (v, variant), (_, url) in found.items() if v in newest)
 
 
 PROJECTS = ("torch", *sorted(WATCHED))  # the index pages a refresh reads

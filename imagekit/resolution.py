@@ -181,7 +181,7 @@ def _input_hash(cell: Cell, public: dict[str, object], routed: bool, platform: s
 
 
 def request(cell: Cell, settings: LockSettings, data: CompatData) -> LockRequest:
-    routed = not data.torch_from_pypi(cell.torch, cell.variant)
+    routed = not data.torch_from_pypi(cell.torch, cell.variant, cell.platform)
     platform = _platform(cell, data)
     torch_index = f"{settings.torch_index_base.rstrip('/')}/{cell.variant}" if routed else None
     input_hash = _input_hash(cell, settings.public(), routed, platform, data)
@@ -206,7 +206,7 @@ def recorded_settings(lock: Lock) -> dict[str, object]:
 def stale_reason(lock: Lock, cell: Cell, data: CompatData) -> str | None:
     """Why a lock no longer answers this cell's inputs (a package added to the matrix, new compatibility data, a
     new base), judged by the settings it was made with; None when it is current."""
-    routed = not data.torch_from_pypi(cell.torch, cell.variant)
+    routed = not data.torch_from_pypi(cell.torch, cell.variant, cell.platform)
     want = _input_hash(cell, recorded_settings(lock), routed, _platform(cell, data), data)
     got = lock.meta.get("input-hash")
     if got == want:

@@ -16,7 +16,7 @@ from packaging.version import Version
 from imagekit.compat import ArchEntry, CompatData
 from imagekit.errors import UnknownVersionError
 from imagekit.in_image import facts
-from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of, variant_of_runtime
+from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
 PYPI_META = "[PYPI] wheel METADATA on PyPI"
@@ -198,57 +198,42 @@ def rule_glibc(q: Query, data: CompatData) -> list[Violation]:
 def platform_violations(q: Query, data: CompatData) -> list[Violation]:
     """On linux/arm64: the torch build must be a CUDA build for aarch64. PyPI's aarch64 wheel of a release is a
     CPU-only build up to torch 2.10 and a CUDA build from 2.11 (what `imagekit compat refresh` reads from the
-    wheels); another variant must be on the PyTorch index for aarch64."""
+    wheels); any other build (every CUDA build of torch <= 2.10) is routed to the PyTorch index, which must have an
+    aarch64 wheel of that variant."""
     if q.platform != ARM64 or not (q.torch and q.cuda):
         return []
     variant = variant_of(q.cuda)
     rel = data.torch_releases.get(q.torch, {})
-    source = f"{data.source('PYPI')} (torch {q.torch}: its Linux aarch64 wheel)"
-    if not data.torch_from_pypi(q.torch, variant):
-        indexed = rel.get("aarch64_variants")
-        if isinstance(indexed, list) and variant not in indexed:
-            return [
-                Violation(
-                    "platform-wheels",
-                    f"the PyTorch index has no aarch64 {variant} build of torch {q.torch} (it has "
-                    f"{', '.join(indexed) or 'none'})",
-                    f"{data.source('PTI')} (torch {q.torch})",
-                )
-            ]
-        return []
-    flags = rel.get("aarch64_archs")
-    if flags is None:
-        raise UnknownVersionError(
-            f"torch {q.torch} on linux/arm64: the index metadata ({data.metadata_path}) does not say what PyPI's "
-            "aarch64 wheel of it is (a CUDA build, or CPU-only)",
-            "run `imagekit compat refresh` (it reads each torch minor's aarch64 wheel)",
+    pypi = data.pypi_aarch64_variant(q.torch)  # UnknownVersionError when the wheel was not read
+    indexed = rel.get("aarch64_variants")
+    known = {*data.torch_minor(q.torch).variants, *(indexed if isinstance(indexed, list) else ())}
+    if pypi == variant or variant not in known | {pypi}:
+        return []  # PyPI's aarch64 build; or no such build of this torch at all (the cuda-variant rule says so)
+    what = "a CPU-only build" if pypi is None else f"a {pypi} build"
+    if isinstance(indexed, list) and variant in indexed:
+        return []  # routed: the PyTorch index's aarch64 build (its GPU architectures: the gpu-arch rule)
+    newer = sorted((r for r, x in data.torch_releases.items() if x.get("aarch64_archs")), key=Version)
+    route = f"torch {newer[0]} or newer from PyPI (a CUDA build for aarch64)" if newer else "a newer torch"
+    if pypi is not None:
+        route = f"CUDA {pypi[2:-1]}.{pypi[-1]} ({pypi}: PyPI's aarch64 build of this release)"
+    if not isinstance(indexed, list):
+        index = (
+            "the PyTorch index's aarch64 builds of it are not in the index metadata: `imagekit compat refresh` "
+            "where download.pytorch.org is reachable records them, and routes this cell there"
         )
-    runtime = rel.get("aarch64_cuda_runtime")
-    pypi = variant_of_runtime(runtime) if isinstance(runtime, str) else None
-    if not flags or pypi is None:
-        newer = sorted(
-            (r for r, x in data.torch_releases.items() if x.get("aarch64_archs")), key=Version
-        )  # fmt: skip
-        route = f"torch {newer[0]} or newer from PyPI (a CUDA build for aarch64)" if newer else "a newer torch"
-        return [
-            Violation(
-                "platform-wheels",
-                f"PyPI's torch {q.torch} for aarch64 is a CPU-only build (its wheel requires no CUDA runtime and has "
-                f"no GPU kernels): on a Grace host it would train on the CPU. Use {route}, or the PyTorch index's "
-                "aarch64 CUDA build of this release (a routed cell, --source pytorch)",
-                source,
-            )
-        ]
-    if pypi != variant:
-        return [
-            Violation(
-                "platform-wheels",
-                f"PyPI's torch {q.torch} for aarch64 is a {pypi} build, not {variant}: the cell for linux/arm64 is "
-                f"{pypi}",
-                source,
-            )
-        ]
-    return []
+    elif indexed:
+        index = f"the PyTorch index has no aarch64 {variant} build of it (its aarch64 builds: {', '.join(indexed)})"
+    else:
+        index = "the PyTorch index has no aarch64 CUDA build of it"
+    return [
+        Violation(
+            "platform-wheels",
+            f"PyPI's torch {q.torch} for aarch64 is {what}"
+            + (" (on a Grace host it would train on the CPU)" if pypi is None else "")
+            + f", and {index}. Use {route}",
+            f"{data.source('PYPI')} (torch {q.torch}: its Linux aarch64 wheel); {data.source('PTI')}",
+        )
+    ]
 
 
 def rule_platform(q: Query, data: CompatData) -> list[Violation]:

@@ -548,6 +548,50 @@ def test_an_unreachable_pytorch_index_is_said_and_the_refresh_goes_on(tmp_path):
     assert "variants" not in json.loads((data_dir / "pypi-metadata.json").read_text())["torch"]["2.15.0"]
 
 
+@pytest.mark.loopback
+def test_a_refresh_reads_the_pytorch_indexs_aarch64_kernels_and_routes_an_older_arm64_cell_there(tmp_path):
+    """PyPI's aarch64 torch 2.10 is CPU-only; the PyTorch index's aarch64 cu128 wheel is read (by range requests,
+    never downloaded whole) for its GPU architectures, and a linux/arm64 cell of it is then routed there."""
+    from tests import hostile_http
+
+    data_dir = tmp_path / "data"
+    wheels = {  # (file name, its libtorch_python.so arch flags: None for a library without them)
+        "torch-2.10.0+cu128-cp312-cp312-manylinux_2_28_aarch64.whl": "sm_80 sm_90 sm_100 sm_120 compute_120",
+        "torch-2.10.0+cu128-cp313-cp313-manylinux_2_28_aarch64.whl": "sm_80",  # another Python's: not read again
+        "torch-2.10.0+cu126-cp313-cp313-manylinux_2_28_aarch64.whl": None,
+        "torch-2.10.0+cu126-cp314-cp314-manylinux_2_28_aarch64.whl": None,
+        "torch-2.9.0+cu128-cp313-cp313-manylinux_2_28_aarch64.whl": "sm_90",  # not its minor's newest: not read
+        "torch-2.9.1+cu128-cp313-cp313-manylinux_2_28_aarch64.whl": "sm_90 sm_100",
+    }
+    with index_of(SHIPPED) as (index, handler):
+        files = index.rsplit("/simple", 1)[0] + "/files/"
+        for name, flags in wheels.items():
+            handler.files[name.replace("+", "%2B")] = _torch_wheel(flags)
+        page = "<html><body>" + "".join(
+            f'<a href="{files}{name.replace("+", "%2B")}#sha256=00">{name}</a><br/>' for name in wheels
+        ) + "</body></html>"  # fmt: skip
+        answer = (200, {"Content-Type": "text/html"}, page.encode())
+        with hostile_http.serve({"/whl/torch/": answer}) as pti:
+            res = cli("compat", "refresh", "--index-url", index, "--pytorch-index", f"{pti.url}/whl", data_dir=data_dir)
+        assert res.returncode == 0, res.stderr
+        read = sorted(p.removeprefix("/files/") for p, r in handler.seen if "aarch64" in p and "%2B" in p)
+        first = ("torch-2.10.0+cu128-cp312", "torch-2.10.0+cu126-cp313", "torch-2.9.1+cu128-cp313")
+        assert set(read) == {n.replace("+", "%2B") for n in wheels if n.startswith(first)}
+        assert all(r and r.startswith("bytes=") for p, r in handler.seen if "%2B" in p)
+    assert "torch 2.10.0+cu126 for aarch64" in res.stderr and "names no GPU architectures" in res.stderr
+    written = json.loads((data_dir / "pypi-metadata.json").read_text())["torch"]["2.10.0"]
+    assert written["aarch64_variants"] == ["cu126", "cu128"] and written["aarch64_archs"] == ""  # PyPI's: CPU-only
+    assert written["aarch64_index_archs"] == {"cu128": "sm_80 sm_90 sm_100 sm_120 compute_120"}
+    older = json.loads((data_dir / "pypi-metadata.json").read_text())["torch"]["2.9.1"]
+    assert older["aarch64_index_archs"] == {"cu128": "sm_90 sm_100"}
+    ask = ("explain", "--torch", "2.10.0", "--cuda", "12.8", "--python", "3.13", "--platform", "arm64", "--json")
+    verdict = json.loads(cli(*ask, data_dir=data_dir).stdout)
+    assert verdict["compatible"], verdict
+    unread = cli("explain", "--torch", "2.10.0", "--cuda", "12.6", "--python", "3.13", "--platform", "arm64",
+                 data_dir=data_dir)  # fmt: skip
+    assert unread.returncode == 2 and "no GPU architecture list" in unread.stderr  # known to exist, kernels unread
+
+
 # ---- what a torch wheel says of the GPUs it runs on --------------------------------------------------------------
 def test_the_arch_flags_are_read_out_of_the_library_without_running_it():
     from imagekit import metadata

@@ -729,7 +729,10 @@ def test_index_url_refusals():
     assert exc.value.message == (
         "invalid index URL 'ftp://x/simple': expected an http(s) URL without spaces or control characters"
     )
-    assert exc.value.hint == "pass one URL per option, e.g. --extra-index-url https://example.com/simple"
+    assert exc.value.hint == "pass one URL per option, e.g. https://example.com/simple"
+    with pytest.raises(UsageError) as exc:
+        validate.index_url("ftp://x/simple", "--pytorch-index")
+    assert exc.value.hint == "pass one URL per option, e.g. --pytorch-index https://example.com/simple"
 
 
 def test_a_lock_that_is_not_this_cells_says_so_with_every_problem(data):

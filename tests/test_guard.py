@@ -32,9 +32,15 @@ def test_durations_read_as_the_templates_write_them(text, seconds):
     assert guard.say(seconds) in (text, f"{seconds}s", "1m30s")
 
 
-@pytest.mark.parametrize("text", ["", "0", "6 hours", "-5m", "1.5h", "10w", "99999999s"])
+@pytest.mark.parametrize("text", ["", "6 hours", "-5m", "1.5h", "10w", "99999999s"])
 def test_a_duration_that_is_not_one_is_refused_by_name(text):
     with pytest.raises(guard.GuardError, match=r"IMAGEKIT_IDLE_STOP=.* is not a duration"):
+        guard.parse_duration(text, "IMAGEKIT_IDLE_STOP")
+
+
+@pytest.mark.parametrize("text", ["0", "0s", "00m"])
+def test_a_zero_duration_is_named_as_no_time_not_as_garbage(text):
+    with pytest.raises(guard.GuardError, match=r"is no time at all.*leave it unset"):
         guard.parse_duration(text, "IMAGEKIT_IDLE_STOP")
 
 

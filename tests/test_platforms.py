@@ -80,6 +80,8 @@ def test_pypis_cpu_only_aarch64_torch_is_excluded_with_the_route_that_works(data
     (why,) = old.violations
     assert why.rule == "platform-wheels" and "CPU-only build" in why.message
     assert "torch 2.11.0 or newer from PyPI" in why.message and "torch 2.10.0: its Linux aarch64 wheel" in why.source
+    # the route to its CUDA build: the PyTorch index, once a refresh has read it (this data's was not)
+    assert "`imagekit compat refresh` where download.pytorch.org is reachable" in why.message
     assert verdicts["cu128-torch2.10.0-py3.13-tf5.24.0"].compatible  # the same cell on amd64
     assert verdicts["cu132-torch2.15.0-py3.13-tf5.24.0@linux/arm64"].compatible
     assert verdicts["cu130-torch2.14.1-py3.13-tf5.24.0@linux/arm64"].compatible
@@ -97,9 +99,41 @@ def test_the_aarch64_build_has_its_own_gpus_as_its_wheel_says(data):
     assert [v.rule for v in wrong.violations] == ["cuda-variant"]  # 2.15 has no cu130 build at all
 
 
+def _routed_data(data, **release):
+    """The shipped data, but the PyTorch index's aarch64 builds of torch 2.10.0 recorded as a refresh records them."""
+    import copy
+
+    from imagekit import compat
+
+    metadata = copy.deepcopy(compat.shipped_metadata())
+    metadata["torch"]["2.10.0"].update(release)
+    assert compat.metadata_problems(metadata) == []
+    return compat.parse(compat.curated_document(), metadata)
+
+
+def test_an_older_torch_on_arm64_is_routed_to_the_pytorch_indexs_aarch64_build(data):
+    """PyPI's aarch64 torch 2.10 is CPU-only: the cell takes the PyTorch index's aarch64 cu128 build, whose GPU
+    architectures a refresh read from its wheel; a variant the index lacks is excluded naming what it has."""
+    routed = _routed_data(data, aarch64_variants=["cu126", "cu128"],
+                          aarch64_index_archs={"cu128": "sm_80 sm_90 sm_100 sm_120 compute_120"})  # fmt: skip
+    ok = rules.evaluate(Query(torch="2.10.0", cuda="12.8", archs=("sm_90",), platform=ARM64), routed)
+    assert ok.compatible and not routed.torch_from_pypi("2.10.0", "cu128", ARM64)
+    assert routed.torch_from_pypi("2.10.0", "cu128")  # on amd64 the same variant is PyPI's
+    assert rules.supported_archs(routed, "2.10.0", "12.8", ARM64) == (["sm_80", "sm_90", "sm_100", "sm_120"], "sm_120")
+    req = resolution.request(Cell("12.8", "2.10.0", "5.24.0", "3.13", platform=ARM64), resolution.LockSettings(),
+                                  routed)  # fmt: skip
+    assert req.routed and req.torch_index == "https://download.pytorch.org/whl/cu128"
+    assert req.platform == "aarch64-manylinux_2_28" and "torch==2.10.0+cu128" in req.requirements
+    missing = rules.evaluate(Query(torch="2.10.0", cuda="13.0", platform=ARM64), _routed_data(
+        data, variants=["cu126", "cu128", "cu130"], aarch64_variants=["cu126", "cu128"]))  # fmt: skip
+    (why,) = missing.violations
+    assert "no aarch64 cu130 build of it (its aarch64 builds: cu126, cu128)" in why.message
+
+
 def test_a_routed_aarch64_build_without_facts_is_unknown_not_guessed(data):
+    routed = _routed_data(data, aarch64_variants=["cu126"])  # the index has it; nobody read its kernels
     with pytest.raises(UnknownVersionError) as exc:
-        rules.evaluate(Query(torch="2.10.0", cuda="12.6", platform=ARM64), data)
+        rules.evaluate(Query(torch="2.10.0", cuda="12.6", platform=ARM64), routed)
     assert "on linux/arm64" in exc.value.message and 'platform = "linux/arm64"' in exc.value.hint
 
 

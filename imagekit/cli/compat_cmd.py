@@ -150,6 +150,8 @@ def build() -> typer.Typer:
         """
         index, flag = renamed(index_url, DEFAULT_INDEX, old_index, "--index-url", "--index")
         validate.index_url(index, flag)
+        if pytorch_index is not None:  # checked whatever else is asked: a bad value is never silently unused
+            validate.index_url(pytorch_index, "--pytorch-index")
         if check:
             _check(index, out_file, as_json)
             return
@@ -157,9 +159,7 @@ def build() -> typer.Typer:
 
         target = out_file if out_file is not None else _user_file()
         output_file_option(target, "--out" if out_file is not None else "the user data file")
-        if pytorch_index is not None:
-            validate.index_url(pytorch_index, "--pytorch-index")
-        elif index == DEFAULT_INDEX:
+        if pytorch_index is None and index == DEFAULT_INDEX:
             pytorch_index = DEFAULT_PYTORCH_INDEX
         doc = compat_refresh.write(
             target,

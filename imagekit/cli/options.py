@@ -112,7 +112,7 @@ class Selection:
         if self.source == "all":
             return cells
         want_pypi = self.source == "pypi"
-        return [c for c in cells if data.torch_from_pypi(c.cell.torch, c.cell.variant) == want_pypi]
+        return [c for c in cells if data.torch_from_pypi(c.cell.torch, c.cell.variant, c.cell.platform) == want_pypi]
 
 
 # ---- the resolver settings: one set, one meaning, for every command that can lock --------------------------------

@@ -168,8 +168,11 @@ class SettingError(ValueError):
 def parse_duration(text, name):
     """Seconds of ``90s``, ``30m``, ``6h``, ``1d`` (a bare number is seconds)."""
     m = _DURATION.match(str(text).strip())
-    if not m or int(m.group(1)) == 0:
+    if not m:
         raise SettingError(f"{name}={str(text)[:40]!r} is not a duration such as 90s, 30m or 6h")
+    if int(m.group(1)) == 0:
+        raise SettingError(f"{name}={str(text)[:40]!r} is no time at all: give a duration such as 90s, 30m or 6h, "
+                           "or leave it unset for none")
     return int(m.group(1)) * _UNIT[m.group(2)]
 
 

@@ -69,11 +69,27 @@ def _metadata_for(name: str, page: dict, versions: list[str]) -> dict[str, dict]
     return out
 
 
-def pytorch_variants(pytorch_index: str) -> dict[str, dict[str, list[str]]]:
-    """The CUDA variants per torch release on the PyTorch index (its PEP 503 torch page, HTML)."""
+def pytorch_variants(pytorch_index: str, note: Callable[[str], None] = print) -> dict[str, dict]:
+    """The CUDA variants per torch release on the PyTorch index (its PEP 503 torch page, HTML), and for the newest
+    release of each minor the GPU architectures of its aarch64 builds (``aarch64_index_archs``: variant -> arch flags,
+    read out of each wheel's libtorch_python.so by range requests): what a linux/arm64 cell whose torch PyPI has as a
+    CPU-only build is routed to."""
     url = f"{pytorch_index.rstrip('/')}/torch/"
-    body = http.get(url, accept="text/html", max_bytes=64 << 20)
-    return refresh.pytorch_variants(body.decode("utf-8", "replace"))
+    text = http.get(url, accept="text/html", max_bytes=64 << 20).decode("utf-8", "replace")
+    found: dict[str, dict] = dict(refresh.pytorch_variants(text))
+    reads = []
+    for version, variant, link in refresh.pytorch_aarch64_reads(text):
+        wheel = http.join(url, link)
+        http.require_http(wheel, f"the PyTorch index lists torch {version}+{variant} at", EnvironmentFailure)
+        reads.append((version, variant, wheel))
+    for (version, variant, wheel), flags in zip(
+        reads, http.map_concurrently(_flags, [w for _, _, w in reads]), strict=True
+    ):
+        if flags:
+            found.setdefault(version, {}).setdefault("aarch64_index_archs", {})[variant] = flags
+        else:
+            note(f"note: torch {version}+{variant} for aarch64 ({http.display(wheel)}) names no GPU architectures")
+    return found
 
 
 def _flags(url: str) -> str | None:
@@ -121,7 +137,7 @@ def build_metadata(
     variants = None
     if pytorch_index is not None:
         try:
-            variants = pytorch_variants(pytorch_index)
+            variants = pytorch_variants(pytorch_index, note)
         except EnvironmentFailure as exc:
             note(
                 f"note: the PyTorch index was not read ({exc.message}): torch minors imagekit has no [[torch]] "
