@@ -176,7 +176,9 @@ def parse_duration(text, name):
     return int(m.group(1)) * _UNIT[m.group(2)]
 
 
-_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+# A string as one match, unrolled (runs of plain characters, then an escape): twice as fast as an alternation per
+# character on a release index of tens of MiB
+_JSON_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
 
 
 def json_depth(text):
