@@ -11,7 +11,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
-from imagekit.runpod import registry_host
+from imagekit.runpod import registry_host, tested_line
 
 if TYPE_CHECKING:
     from imagekit.compat import CompatData
@@ -72,10 +72,17 @@ def template(
         "docker_login_repo": registry_host(entry["tag"]) if login else "",
         "recommended_disk_space": max(20, math.ceil(size_gb * 1.5 + 10)),
         "extra_filters": _filters(runtime, data, cuda),
-        "desc": f"imagekit {cell['id']}: pinned, self-tested ({entry['digest'][:19]})",
+        "desc": f"imagekit {cell['id']}: pinned, self-tested{_emulated(entry)} ({entry['digest'][:19]})",
         "readme": readme(entry, launch, runtime, data),
         "private": True,
     }
+
+
+def _emulated(entry: dict) -> str:
+    """The self-test's CPU checks ran emulated on another CPU architecture: said wherever "self-tested" is."""
+    selftest = entry.get("selftest")
+    ran = selftest.get("ran") if isinstance(selftest, dict) else None
+    return " (emulated only)" if isinstance(ran, dict) and ran.get("emulated") is True else ""
 
 
 def _filters(runtime: Contract | None, data: CompatData | None, cuda: str | None) -> dict:
@@ -108,6 +115,7 @@ def readme(entry: dict, launch: str, runtime: Contract | None = None, data: Comp
             f"# imagekit {cell['id']}",
             f"Image {entry['tag']} (digest {entry['digest']}); every package pinned by hash.",
             *needs,
+            *tested_line(entry),
             f"Launch mode {launch}: {GUARANTEES[launch]}",
             "Volume: /workspace; HF_HOME=/workspace/.cache/huggingface keeps model downloads there. Stopping the "
             "instance keeps its disk (storage is still billed); destroying it deletes the disk.",

@@ -228,3 +228,14 @@ def test_the_templates_readme_says_how_the_self_test_ran(ran, says, never):
     line = " ".join(runpod.tested_line(entry))
     assert says in line and never not in line
     assert runpod.tested_line({"manifest": {}, "selftest": {"passed": True}}) == []  # an older record says nothing
+
+
+def test_vasts_template_says_emulated_where_it_says_self_tested():
+    from imagekit import vast
+
+    entry = {"selftest": {"ran": {"emulated": True, "gpu": False}}}
+    assert vast._emulated(entry) == " (emulated only)" and vast._emulated({"selftest": {"passed": True}}) == ""
+    entry |= {"manifest": {"cell": {"id": CELL.id, "cuda": "13.2"}, "runtime": {"platform": ARM64}},
+              "tag": f"r/t:{CELL.id}-arm64-aaaaaaaaaaaa", "digest": D1}  # fmt: skip
+    text = vast.readme(entry, "ssh")
+    assert "Tested: emulated only" in text and "nothing has run on a linux/arm64 GPU yet" in text
