@@ -12,11 +12,13 @@ import jinja2
 from imagekit import validate
 from imagekit.errors import UsageError
 from imagekit.render import sources
+from imagekit.untrusted import printable
 
 DEFAULT_OUT = ".github/workflows/images.yml"
 WHEEL_DIR = ".github/imagekit"  # the wheel of the imagekit that wrote the workflow, committed with it
 LOCK_MODES = ("fail", "commit")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", re.ASCII)
+_HOSTED_AMD64 = re.compile(r"ubuntu-(latest|[0-9]{2}\.[0-9]{2})|windows-.*|macos-[0-9]{2}-large", re.ASCII)
 # A pip requirement or path as one shell word: `imagekit==0.4.0`, `.`, `git+https://host/org/imagekit@v1`.
 _INSTALL = re.compile(r"[A-Za-z0-9._@:/+=<>~!,\[\]-]{1,300}", re.ASCII)
 # A requirement by name (what only an index can serve), as opposed to a path, a URL or a VCS reference.
@@ -67,10 +69,19 @@ def validated(
         for label in labels or ():
             if not _LABEL.fullmatch(label):
                 raise UsageError(
-                    f"invalid {flag} {label!r}",
-                    "a runner label: letters, digits, '.', '_' and '-' (for example gpu, self-hosted or "
-                    "ubuntu-24.04-arm)",
+                    f"invalid {flag} {printable(label, 60)!r}",
+                    "a runner label: a letter or digit, then letters, digits, '.', '_' and '-' (for example gpu, "
+                    "self-hosted or ubuntu-24.04-arm)",
                 )
+    for label in arm64_runner or ():
+        if _HOSTED_AMD64.fullmatch(label):
+            raise UsageError(
+                f"--arm64-runner {label}: GitHub's {label} runners are x86_64",
+                "name an arm64 runner (GitHub's ubuntu-24.04-arm, or your Grace machine's label); without "
+                "--arm64-runner, arm64 cells build emulated on amd64 runners",
+            )
+    gpu_runner = list(dict.fromkeys(gpu_runner or ()))
+    arm64_runner = list(dict.fromkeys(arm64_runner or ()))
     if install is not None and (not _INSTALL.fullmatch(install) or install.startswith("-")):
         raise UsageError(
             f"invalid --install {install!r}",

@@ -130,8 +130,10 @@ GRACE_GPUS = ("GH200", "GB200")
 
 def gpus(contract: Contract, data: CompatData) -> tuple[list[str], list[str], list[str]]:
     """The GPUs imagekit knows, by name: (those the image runs on, those its torch has no kernels for, those whose
-    hosts have another CPU architecture than the image: Grace GPUs for a linux/amd64 image)."""
-    other_host = sorted(n for n in data.gpus if n in GRACE_GPUS and contract.platform != "linux/arm64")
+    hosts have another CPU architecture than the image: Grace GPUs for a linux/amd64 image, every other one for a
+    linux/arm64 image)."""
+    arm = contract.platform == "linux/arm64"
+    other_host = sorted(n for n in data.gpus if (n in GRACE_GPUS) != arm)
     no_kernels = sorted(n for n, cc in data.gpus.items() if contract.how_runs(cc) is None and n not in other_host)
     runs = sorted(set(data.gpus) - set(no_kernels) - set(other_host))
     return runs, no_kernels, other_host
@@ -143,7 +145,9 @@ def gpu_line(contract: Contract, data: CompatData) -> str:
     line = f"GPUs it runs on: {', '.join(runs) or 'none imagekit knows'}"
     if no_kernels:
         line += f"; not on: {', '.join(no_kernels)} ('no kernel image is available')"
-    if other_host:
+    if other_host and contract.platform == "linux/arm64":
+        line += f"; not on {', '.join(other_host)} hosts (x86_64 CPUs; this image is {contract.platform})"
+    elif other_host:
         line += f"; not on {', '.join(other_host)} hosts (Grace: arm64 CPUs; this image is {contract.platform})"
     return line + "."
 

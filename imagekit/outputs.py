@@ -87,9 +87,11 @@ def bake(targets: list[tuple[str, str, list[str], str]], context_root: str = "bu
 
 
 def markdown_cells(cells: list[EvaluatedCell], data: CompatData) -> str:
+    platforms = any(e.cell.platform != AMD64 for e in cells)  # a column only when a cell is not linux/amd64
     lines = [
-        "| cell | torch | CUDA | transformers | Python | torch from | min driver | status |",
-        "|---|---|---|---|---|---|---|---|",
+        "| cell |" + (" platform |" if platforms else "") + " torch | CUDA | transformers | Python | torch from | "
+        "min driver | status |",
+        "|---|" + ("---|" if platforms else "") + "---|---|---|---|---|---|---|",
     ]
     for e in cells:
         r = cell_row(e, data)
@@ -97,8 +99,8 @@ def markdown_cells(cells: list[EvaluatedCell], data: CompatData) -> str:
             "✓" if e.verdict.compatible else "✗ " + "; ".join(f"{v.rule}: {v.message}" for v in e.verdict.violations)
         )
         lines.append(
-            f"| `{r['id']}` | {r['torch']} | {r['cuda']} | {r['transformers']} | {r['python']} | "
-            f"{r['torch_source']} | {r['min_driver']} | {status} |"
+            f"| `{r['id']}` |" + (f" {r['platform']} |" if platforms else "") + f" {r['torch']} | {r['cuda']} | "
+            f"{r['transformers']} | {r['python']} | {r['torch_source']} | {r['min_driver']} | {status} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -33,6 +33,11 @@ def known_gpu(data: CompatData, gpu: str) -> str | None:
     return max(found, key=len) if found else None
 
 
+def platform_of_gpu(data: CompatData, gpu: str) -> str:
+    """The platform of the hosts ``gpu`` comes on: linux/arm64 for a Grace GPU, else linux/amd64."""
+    return "linux/arm64" if known_gpu(data, gpu) in GRACE_GPUS else "linux/amd64"
+
+
 def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = None) -> str:
     """How the image's torch build runs on ``gpu`` ('cubin sm_86', 'PTX sm_90'), by the image's runtime contract; a GPU
     it has no kernel for is refused naming the GPUs that would work. ``arch`` ('sm_86', '8.6') overrides the name."""
@@ -53,6 +58,11 @@ def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = 
             f"{gpu} hosts are arm64 (Grace CPUs), and this image is {runtime.platform}: it would not start there",
             "pick a GPU on an x86_64 host (H100, H200, B200), or build the cell for linux/arm64 ([matrix] platforms)",
         )
+    if name is not None and name not in GRACE_GPUS and runtime.platform == "linux/arm64":
+        raise UsageError(
+            f"{gpu} hosts are x86_64, and this image is {runtime.platform}: it would not start there",
+            f"pick a Grace GPU ({', '.join(GRACE_GPUS)}), or the cell's linux/amd64 image",
+        )
     target = f"sm_{parsed[0]}{parsed[1]}{parsed[2]}"
     how = runtime.how_runs(target)
     if how is None:
@@ -60,8 +70,8 @@ def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = 
         raise UsageError(
             f"the image's torch has no kernels for {gpu} ({target}; it has {runtime.archs_text()}): "
             "every kernel would fail with 'no kernel image is available for execution on the device'",
-            f"pick a GPU it runs on ({', '.join(works) or 'none imagekit knows'}), or a cell with a newer torch/CUDA "
-            f"for this GPU (imagekit explain --gpu {name or target})",
+            f"pick a GPU it runs on ({', '.join(works) or 'none imagekit knows'}), or a cell whose torch and CUDA "
+            f"have kernels for it (imagekit explain --arch {name or target} --torch X --cuda Y)",
         )
     return how
 

@@ -16,7 +16,7 @@ from packaging.version import Version
 from imagekit.compat import ArchEntry, CompatData
 from imagekit.errors import UnknownVersionError
 from imagekit.in_image import facts
-from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of
+from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of, variant_of_runtime
 from imagekit.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
 PYPI_META = "[PYPI] wheel METADATA on PyPI"
@@ -195,6 +195,23 @@ def rule_glibc(q: Query, data: CompatData) -> list[Violation]:
     ]
 
 
+def pypi_aarch64_builds(data: CompatData) -> str:
+    """PyPI's aarch64 CUDA builds by variant and the torch releases each spans: 'cu130 (torch 2.11.0 to 2.14.1),
+    cu132 (torch 2.15.0)'."""
+    spans: dict[str, list[Version]] = {}
+    for release, rel in data.torch_releases.items():
+        runtime = rel.get("aarch64_cuda_runtime")
+        if rel.get("aarch64_archs") and isinstance(runtime, str):
+            spans.setdefault(variant_of_runtime(runtime), []).append(Version(release))
+    if not spans:
+        return "none is known (run `imagekit compat refresh`)"
+    shown = []
+    for variant, releases in sorted(spans.items(), key=lambda kv: min(kv[1])):
+        low, high = min(releases), max(releases)
+        shown.append(f"{variant} (torch {low}" + (f" to {high})" if high != low else ")"))
+    return ", ".join(shown)
+
+
 def platform_violations(q: Query, data: CompatData) -> list[Violation]:
     """On linux/arm64: the torch build must be a CUDA build for aarch64. PyPI's aarch64 wheel of a release is a
     CPU-only build up to torch 2.10 and a CUDA build from 2.11 (what `imagekit compat refresh` reads from the
@@ -212,8 +229,7 @@ def platform_violations(q: Query, data: CompatData) -> list[Violation]:
     what = "a CPU-only build" if pypi is None else f"a {pypi} build"
     if isinstance(indexed, list) and variant in indexed:
         return []  # routed: the PyTorch index's aarch64 build (its GPU architectures: the gpu-arch rule)
-    newer = sorted((r for r, x in data.torch_releases.items() if x.get("aarch64_archs")), key=Version)
-    route = f"torch {newer[0]} or newer from PyPI (a CUDA build for aarch64)" if newer else "a newer torch"
+    route = f"a torch PyPI has an aarch64 CUDA build of: {pypi_aarch64_builds(data)}"
     if pypi is not None:
         route = f"CUDA {pypi[2:-1]}.{pypi[-1]} ({pypi}: PyPI's aarch64 build of this release)"
     if not isinstance(indexed, list):

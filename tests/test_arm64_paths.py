@@ -5,6 +5,7 @@ alias becomes, and how its emulated self-test is reported (never "on a GPU")."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -239,3 +240,86 @@ def test_vasts_template_says_emulated_where_it_says_self_tested():
               "tag": f"r/t:{CELL.id}-arm64-aaaaaaaaaaaa", "digest": D1}  # fmt: skip
     text = vast.readme(entry, "ssh")
     assert "Tested: emulated only" in text and "nothing has run on a linux/arm64 GPU yet" in text
+
+
+# ---- renting: the platform's image on the platform's hosts -------------------------------------------------------
+def _two_platform_index(tmp_path: Path) -> Path:
+    images = {}
+    for platform, slug, digest in ((AMD64, CELL.id, D1), (ARM64, f"{CELL.id}-arm64", D2)):
+        cell = {**CELL.to_json(), **({"platform": platform} if platform != AMD64 else {})}
+        runtime = {"driver_min": "580.65.06", "cuda": "13.2", "cuda_major": 13, "platform": platform,
+                   "sass": ["sm_80", "sm_90", "sm_100", "sm_120"], "ptx": None, "glibc_min": "2.28"}  # fmt: skip
+        tag = f"127.0.0.1:5000/t:{slug}-aaaaaaaaaaaa"
+        images[tag] = {
+            "tag": tag, "alias": f"127.0.0.1:5000/t:{CELL.id}", "digest": digest, "size_bytes": 6_500_000_000,
+            "lock_hash": "b" * 64, "published_at": "2026-12-03T06:00:00Z",
+            "selftest": {"passed": True, "ran": {"emulated": platform == ARM64, "gpu": False}},
+            "manifest": {"cell": cell, "runtime": runtime, "image": {"ports": ["22/tcp"], "jupyter": False}},
+        }  # fmt: skip
+    path = tmp_path / "index.json"
+    path.write_text(json.dumps({"schema": 1, "images": images}))
+    return path
+
+
+def test_a_grace_gpu_rents_the_arm64_image_and_an_x86_gpu_the_amd64_one(app, runner, tmp_path):
+    index = _two_platform_index(tmp_path)
+    pod = ["pod", "create", CELL.id, "--release-index", str(index), "--dry-run", "--gpu"]
+    grace = runner.invoke(app, [*pod, "NVIDIA GH200 480GB"])
+    assert grace.exit_code == 0, grace.output
+    assert json.loads(grace.stdout)["imageName"].endswith(f"{CELL.id}-arm64-aaaaaaaaaaaa")
+    x86 = runner.invoke(app, [*pod, "NVIDIA H100 80GB HBM3"])
+    assert x86.exit_code == 0, x86.output
+    assert json.loads(x86.stdout)["imageName"].endswith(f"{CELL.id}-aaaaaaaaaaaa")
+    # the arm64 image, named by its own tag, never goes to an x86_64 host
+    arm_tag = f"127.0.0.1:5000/t:{CELL.id}-arm64-aaaaaaaaaaaa"
+    wrong = runner.invoke(app, ["pod", "create", arm_tag, "--release-index", str(index), "--dry-run", "--gpu",
+                                "NVIDIA GeForce RTX 4090"])  # fmt: skip
+    assert wrong.exit_code == 2 and "hosts are x86_64, and this image is linux/arm64" in wrong.output
+    assert "GH200" in wrong.output
+
+
+def test_the_arm64_templates_readme_names_grace_gpus_as_the_ones_it_runs_on(app, runner, tmp_path, data):
+    from imagekit import contract
+
+    entry = json.loads(_two_platform_index(tmp_path).read_text())["images"][
+        f"127.0.0.1:5000/t:{CELL.id}-arm64-aaaaaaaaaaaa"
+    ]
+    line = contract.gpu_line(contract.from_record(entry, data), data)
+    runs = line.split(";")[0]
+    assert "GH200" in runs and "H100" not in runs and "(x86_64 CPUs; this image is linux/arm64)" in line
+
+
+@pytest.mark.parametrize("command", ["runpod-template", "vast-template"])
+def test_a_template_of_a_cell_is_its_amd64_image_unless_the_platform_is_given(app, runner, tmp_path, command):
+    index = _two_platform_index(tmp_path)
+    amd = runner.invoke(app, [command, CELL.id, "--release-index", str(index)])
+    arm = runner.invoke(app, [command, CELL.id, "--release-index", str(index), "--platform", "arm64"])
+    assert amd.exit_code == 0 and arm.exit_code == 0, amd.output + arm.output
+    assert "-arm64-" not in amd.stdout and f"{CELL.id}-arm64-aaaaaaaaaaaa" in arm.stdout
+    assert "emulated only" in arm.stdout and "emulated only" not in amd.stdout
+    bad = runner.invoke(app, [command, CELL.id, "--release-index", str(index), "--platform", "s390x"])
+    assert bad.exit_code == 2 and "hint:" in bad.output
+
+
+def test_an_amd64_cell_on_an_arm64_host_is_bootstrapped_for_amd64(data):
+    spec = data.bases["3.13"]
+    argv = bootstrap_argv(spec, 1, Path("/t.tar"), True, euid=0, sudo=False, keyrings=ALL, host_machine="aarch64")
+    assert "--architectures=amd64" in argv and emulation_problem(AMD64, "aarch64", Path("/nonexistent"))
+
+
+def test_a_dry_run_on_a_host_that_cannot_run_arm64_says_the_build_is_blocked(app, runner, tmp_path, monkeypatch):
+    from imagekit.services import base_images
+
+    monkeypatch.setattr(base_images, "BINFMT", tmp_path / "binfmt")  # no qemu-aarch64 registered
+    (tmp_path / "m.toml").write_text(
+        '[matrix]\nplatforms = ["linux/arm64"]\n\n[[matrix.include]]\ncuda = "13.2"\ntorch = "2.15.0"\n'
+        'transformers = "5.24.0"\npython = "3.13"\npackages = ["accelerate==1.12.0"]\n'
+    )
+    (tmp_path / "locks").mkdir()
+    res = runner.invoke(app, ["build", "--matrix", str(tmp_path / "m.toml"), "--lock-dir", str(tmp_path / "locks"),
+                              "--dry-run"])  # fmt: skip
+    if os.uname().machine == "aarch64":
+        assert res.exit_code == 0, res.output  # its own architecture: nothing to emulate
+        return
+    assert res.exit_code == 1 and "BLOCKED (this x86_64 host cannot run linux/arm64 programs" in res.output
+    assert "update-binfmts --enable qemu-aarch64" in res.output

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from imagekit import ci
+from imagekit.errors import UsageError
 from tests import hostile_http
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,3 +262,15 @@ def test_a_hosted_runner_frees_disk_before_the_build(app, runner, in_tmp):
     assert free < build.index("- name: Build, self-test and push")
     assert "if: runner.environment == 'github-hosted'" in build[free:]
     assert "sudo rm -rf /usr/share/dotnet /usr/local/lib/android" in build[free:]
+
+
+def test_an_arm64_runner_label_of_an_x86_64_hosted_runner_is_refused_and_labels_are_kept_once():
+    for label in ("ubuntu-latest", "ubuntu-24.04", "windows-2025"):
+        with pytest.raises(UsageError, match="runners are x86_64") as exc:
+            ci.validated(None, None, ".", arm64_runner=[label])
+        assert "ubuntu-24.04-arm" in exc.value.hint
+    opts = ci.validated(None, ["gpu", "gpu"], ".", arm64_runner=["ubuntu-24.04-arm", "ubuntu-24.04-arm"])
+    assert opts.gpu_runner == ("gpu",) and opts.arm64_runner == ("ubuntu-24.04-arm",)
+    with pytest.raises(UsageError) as exc:
+        ci.validated(None, None, ".", arm64_runner=["x" * 5000 + " y"])
+    assert len(exc.value.message) < 120  # a 5,000-character value is not echoed whole

@@ -79,7 +79,8 @@ def test_pypis_cpu_only_aarch64_torch_is_excluded_with_the_route_that_works(data
     old = verdicts["cu128-torch2.10.0-py3.13-tf5.24.0@linux/arm64"]
     (why,) = old.violations
     assert why.rule == "platform-wheels" and "CPU-only build" in why.message
-    assert "torch 2.11.0 or newer from PyPI" in why.message and "torch 2.10.0: its Linux aarch64 wheel" in why.source
+    assert "cu130 (torch 2.11.0 to 2.14.1), cu132 (torch 2.15.0)" in why.message
+    assert "torch 2.10.0: its Linux aarch64 wheel" in why.source
     # the route to its CUDA build: the PyTorch index, once a refresh has read it (this data's was not)
     assert "`imagekit compat refresh` where download.pytorch.org is reachable" in why.message
     assert verdicts["cu128-torch2.10.0-py3.13-tf5.24.0"].compatible  # the same cell on amd64

@@ -70,7 +70,7 @@ def test_a_gpu_the_cells_torch_has_no_kernels_for_is_refused_with_what_works(app
     res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA GeForce RTX 5090")
     assert res.exit_code == 2
     assert "no kernels for NVIDIA GeForce RTX 5090 (sm_120" in res.output and "RTX 3090" in res.output
-    assert "imagekit explain --gpu RTX 5090" in res.output
+    assert "imagekit explain --arch RTX 5090 --torch X --cuda Y" in res.output  # an option explain has
 
 
 def test_the_dry_run_prints_the_body_and_sends_nothing(app, runner, tmp_path):

@@ -37,6 +37,8 @@ python = ["3.11"]
 packages = ["accelerate==1.2.1", "peft"]        # in every cell, hash-locked (default: none)
 exclude = [{cuda = "12.8", torch = "2.5.1"}]    # drops product cells matching every key given
 include = [{cuda = "12.9", torch = "2.8.0", transformers = "5.9.0", python = "3.12"}]  # one whole cell
+platforms = ["linux/amd64", "linux/arm64"]      # each cell on each (default: linux/amd64; arm64: Grace hosts);
+                                                # an include or exclude may name one: platform = "linux/arm64"
 \b
 [targets]                        # cells that cannot run on the fleet are excluded (default: not checked)
 gpus = ["A100", "H100"]          # GPU names; or archs = ["sm_80", "sm_90"]
@@ -132,7 +134,8 @@ def register(app: typer.Typer) -> None:
         locked, others = lock_service.current_locks([e.cell for e in compatible], lock_dir, data)
         console = err_console()
         for cell, why in others:
-            console.print(f"skipped {cell.key}: {why}", markup=False)
+            flag = "" if cell.platform == AMD64 else f" --platform {cell.platform}"
+            console.print(f"skipped {cell.key}: {why} (`imagekit lock --cell {cell.id}{flag}`)", markup=False)
         if others:
             console.print(
                 f"{len(others)} cell(s) left out by --locked-only; `imagekit lock` makes their locks", markup=False

@@ -48,6 +48,14 @@ TfOpt = Annotated[
     list[str] | None,
     typer.Option("--transformers", metavar="VERSION", help="transformers version or prefix (repeatable)."),
 ]
+ReleasePlatformOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--platform",
+        metavar="PLATFORM",
+        help="Which platform's image of a cell published for several: linux/amd64 (default) or linux/arm64.",
+    ),
+]
 PyOpt = Annotated[
     list[str] | None, typer.Option("--python", metavar="VERSION", help="Python version, e.g. 3.11 (repeatable).")
 ]

@@ -385,7 +385,8 @@ def build() -> typer.Typer:
         from imagekit.services import inputs
         from imagekit.services.publish import newest_release
 
-        entry = newest_release(release_index, ref)
+        data = inputs.compat_data()
+        entry = newest_release(release_index, ref, pod_create.platform_of_gpu(data, gpu))  # a Grace GPU: arm64
         if registry_auth is not None:
             try:
                 runpod.registry_auth_id(registry_auth)
@@ -393,7 +394,7 @@ def build() -> typer.Typer:
                 raise UsageError(f"invalid --registry-auth: {exc}", "the id RunPod shows for the credentials") from None
         env = pod_create.guard_env(max_runtime, idle_stop, on_exit, gpu_idle_stop)
         body = pod_create.body(
-            entry, inputs.compat_data(), gpu, count=count, cloud=cloud, volume_gb=volume_gb,
+            entry, data, gpu, count=count, cloud=cloud, volume_gb=volume_gb,
             registry_auth=registry_auth, arch=arch, env=env,
         )  # fmt: skip
         if dry_run:

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from imagekit import runpod
+from imagekit import runpod, validate
 from imagekit.cli.common import err_console, handles_errors, out_json
-from imagekit.cli.options import ReleaseIndexOpt
+from imagekit.cli.options import ReleaseIndexOpt, ReleasePlatformOpt
 from imagekit.errors import UsageError
 from imagekit.untrusted import printable
 from imagekit.validate import http_url as validate_http_url
@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
             str, typer.Argument(metavar="CELL_OR_TAG", help="A cell id, or a published tag from the release index.")
         ],
         release_index: ReleaseIndexOpt = Path("releases/index.json"),
+        platform: ReleasePlatformOpt = None,
         digest: Annotated[bool, typer.Option("--digest", help="Pin imageName with @sha256 as well.")] = False,
         volume_gb: Annotated[
             int, typer.Option(min=1, max=10_000, metavar="GB", help="Volume size (GB) mounted at /workspace.")
@@ -78,7 +79,7 @@ def register(app: typer.Typer) -> None:
         from imagekit.services.publish import newest_release
 
         validate_http_url(api_url, "--api-url")
-        entry = newest_release(release_index, ref)
+        entry = newest_release(release_index, ref, validate.platform(platform) if platform is not None else None)
         if registry_auth is not None:
             try:
                 runpod.registry_auth_id(registry_auth)

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from imagekit import runpod, vast
+from imagekit import runpod, validate, vast
 from imagekit.cli.common import err_console, handles_errors, out_json
-from imagekit.cli.options import ReleaseIndexOpt
+from imagekit.cli.options import ReleaseIndexOpt, ReleasePlatformOpt
 from imagekit.errors import UsageError
 from imagekit.validate import http_url as validate_http_url
 
@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
             str, typer.Argument(metavar="CELL_OR_TAG", help="A cell id, or a published tag from the release index.")
         ],
         release_index: ReleaseIndexOpt = Path("releases/index.json"),
+        platform: ReleasePlatformOpt = None,
         launch: Annotated[
             str,
             typer.Option(
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
         validate_http_url(api_url, "--api-url")
         if launch not in vast.LAUNCH_MODES:
             raise UsageError(f"invalid --launch {launch[:40]!r}", f"pass one of {', '.join(vast.LAUNCH_MODES)}")
-        entry = newest_release(release_index, ref)
+        entry = newest_release(release_index, ref, validate.platform(platform) if platform is not None else None)
         data = inputs.compat_data()
         body = vast.template(entry, launch=launch, login=login, runtime=contract.of_record(entry, data), data=data)
         if not body["extra_filters"]:

@@ -52,14 +52,14 @@ def native(platform: str, host_machine: str) -> bool:
     return host_machine == MACHINES[platform] or (host_machine, MACHINES[platform]) == ("arm64", "aarch64")
 
 
-def emulation_problem(platform: str, host_machine: str, binfmt: Path = BINFMT) -> str | None:
+def emulation_problem(platform: str, host_machine: str, binfmt: Path | None = None) -> str | None:
     """Why this host cannot run ``platform``'s programs (a bootstrap's maintainer scripts, a build's RUN steps, the
     self-test), or None: its own CPU architecture runs them natively; another one through qemu-user-static,
     registered with binfmt_misc (the F flag: the interpreter is opened once, so it works inside containers too)."""
     machine = MACHINES[platform]
     if native(platform, host_machine):
         return None
-    entry = binfmt / f"qemu-{machine}"
+    entry = (binfmt or BINFMT) / f"qemu-{machine}"
     try:
         text = entry.read_text()
     except OSError:
@@ -97,6 +97,7 @@ def bootstrap_argv(
     sudo: bool,
     keyrings: frozenset[str],
     platform: str = AMD64,
+    host_machine: str = "x86_64",
 ) -> list[str]:
     """The bootstrap's command line. Pure: ``euid`` (root runs it directly; anyone else through ``sudo -n``, as on a
     hosted CI runner, where user namespaces for mmdebstrap's unshare mode are restricted), ``sudo`` (a non-interactive
@@ -133,7 +134,11 @@ def bootstrap_argv(
         f"--keyring={path}",
         *extra,
         # another CPU architecture's maintainer scripts run under qemu-user-static (require_emulation)
-        *([f"--architectures={DEBIAN_ARCH[platform]}"] if platform != AMD64 else []),
+        *(
+            [f"--architectures={DEBIAN_ARCH[platform]}"]
+            if platform != AMD64 or not native(platform, host_machine)
+            else []
+        ),
         spec.suite,
         str(tmp),
         spec.mirror_for(platform),
@@ -157,7 +162,15 @@ def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = Tr
     euid = os.geteuid()
     present = frozenset(path for path, _, _ in KEYRINGS.values() if Path(path).is_file())
     argv = bootstrap_argv(
-        spec, epoch, tmp, compiler, euid=euid, sudo=euid != 0 and _sudo_works(), keyrings=present, platform=platform
+        spec,
+        epoch,
+        tmp,
+        compiler,
+        euid=euid,
+        sudo=euid != 0 and _sudo_works(),
+        keyrings=present,
+        platform=platform,
+        host_machine=os.uname().machine,
     )
     res = process.run(argv, env={"SOURCE_DATE_EPOCH": str(epoch)}, timeout=1800)
     if euid != 0 and tmp.exists():  # written by root through sudo: the cache stays the user's

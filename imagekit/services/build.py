@@ -218,7 +218,8 @@ def _build(b: _Build) -> None:
     if b.code is not None:
         write_atomic(house / render.CODE_TARBALL, b.code.tar(b.opts.source_date_epoch))
     steps = _StepTimer(b.progress, b.cell.slug)
-    if b.cell.platform != AMD64:
+    foreign = not native(b.cell.platform, os.uname().machine)
+    if foreign:
         require_emulation(b.cell.platform)  # its RUN steps are the platform's programs
     b.built_at = time.monotonic()
     try:
@@ -230,7 +231,7 @@ def _build(b: _Build) -> None:
                 nocache=b.opts.nocache,
                 on_line=steps,
                 extra_hosts={wheelserver.HOST: address},
-                platform=None if b.cell.platform == AMD64 else b.cell.platform,
+                platform=b.cell.platform if foreign or b.cell.platform != AMD64 else None,
             )
     finally:
         steps.close()

@@ -61,7 +61,7 @@ def plans_for(
     for cell in cells:
         lock = verified_lock(lock_path(lock_dir, cell), cell, data, current=True)
         if lock is None:
-            missing.append(cell.id)
+            missing.append(cell.key)
             continue
         plans.append(
             BuildPlan(

@@ -46,6 +46,7 @@ class CellForecast:
     base: BaseForecast
     wheels: fetch.WheelForecast | None  # None until the cell is locked
     image_bytes: int | None  # estimated image size
+    host_blocker: tuple[str, str] | None = None  # (why, hint): this host cannot run the image's platform's programs
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -53,6 +54,7 @@ class CellForecast:
         if self.wheels is not None:
             doc["wheels"].pop("downloads")
         doc["image_estimate_bytes"] = doc.pop("image_bytes")
+        doc.pop("host_blocker")
         return doc
 
 
@@ -83,7 +85,8 @@ class Forecast:
     @property
     def blockers(self) -> list[tuple[str, str, str | None]]:
         """(cell, why, hint) for each cell whose build cannot succeed as locked."""
-        return [(c.cell, c.wheels.blocker, c.wheels.blocker_hint) for c in self.cells if c.wheels and c.wheels.blocker]
+        rows = [(c.cell, c.wheels.blocker, c.wheels.blocker_hint) for c in self.cells if c.wheels and c.wheels.blocker]
+        return rows + [(c.cell, *c.host_blocker) for c in self.cells if c.host_blocker]
 
     def blocked_error(self) -> CheckFailed:
         rows = self.blockers
@@ -193,7 +196,13 @@ def forecast(
         image = None
         if build and wheels is not None and wheels.error is None and wheels.blocker is None:
             image = base.bytes + VENV_BYTES + int(wheels.installed_bytes * (1 + BYTECODE_RATIO))
-        return CellForecast(cell.key, status.status, str(status.path), note, base, wheels, image)
+        blocker = None
+        if build:
+            from imagekit.services.base_images import emulation_hint, emulation_problem
+
+            problem = emulation_problem(cell.platform, os.uname().machine)
+            blocker = (problem, emulation_hint(cell.platform)) if problem else None
+        return CellForecast(cell.key, status.status, str(status.path), note, base, wheels, image, blocker)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         rows = tuple(pool.map(one, cells))
@@ -256,6 +265,8 @@ def render_text(fc: Forecast, *, build: bool = True) -> list[str]:
             )
         if build and r.image_bytes:
             parts.append(f"image ~{human_bytes(r.image_bytes)}")
+        if r.host_blocker:
+            parts.append(f"BLOCKED ({r.host_blocker[0]})")
         lines.append(f"{r.cell}: " + "; ".join(parts))
         if r.lock_note and r.lock_status != "up-to-date":
             lines.append(f"  {r.lock_note}")

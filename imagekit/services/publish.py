@@ -385,14 +385,16 @@ def release_entry(
     return entry
 
 
-def newest_release(index_path: Path, ref: str) -> dict:
+def newest_release(index_path: Path, ref: str, platform: str | None = None) -> dict:
     """The release ``ref`` names in the index (its immutable tag, alias or cell id; the newest when several do): what
-    `runpod-template` and `vast-template` make a template of."""
+    `runpod-template`, `vast-template` and `pod create` use. A cell published for several platforms names one release
+    per platform: ``platform``'s (default linux/amd64) when there is one."""
     images = read_index(index_path).get("images", {})
     matches = [e for tag, e in sorted(images.items()) if ref in (tag, e["alias"], e["manifest"]["cell"]["id"])]
     if not matches:
         raise UsageError(f"{ref} is not in {index_path}", "publish it with `imagekit build --push` first")
-    return max(matches, key=lambda e: e.get("published_at") or "")
+    mine = [e for e in matches if (e["manifest"]["cell"].get("platform") or AMD64) == (platform or AMD64)]
+    return max(mine or matches, key=lambda e: e.get("published_at") or "")
 
 
 def last_size(index_path: Path, cell_id: str, platform: str = AMD64) -> int | None:
