@@ -323,3 +323,13 @@ def test_a_dry_run_on_a_host_that_cannot_run_arm64_says_the_build_is_blocked(app
         return
     assert res.exit_code == 1 and "BLOCKED (this x86_64 host cannot run linux/arm64 programs" in res.output
     assert "update-binfmts --enable qemu-aarch64" in res.output
+
+
+def test_an_emulated_arm64_run_sees_grace_cores_where_torch_reads_its_cpu():
+    from imagekit import emulation
+
+    files = emulation.arm64_cpu_folder(3)
+    assert files["online"] == files["possible"] == "0-2\n" and files["kernel_max"] == "2\n"
+    assert files["cpu2/regs/identification/midr_el1"] == "0x00000000410fd4f0\n"  # Arm (0x41), Neoverse V2 (0xd4f)
+    assert "cpu3/regs/identification/midr_el1" not in files
+    assert emulation.arm64_cpu_folder(1)["online"] == "0\n"

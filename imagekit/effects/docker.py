@@ -286,6 +286,7 @@ class Engine:
     ) -> tuple[int, str, str]:
         """Run a container to completion; returns (exit code, stdout, stderr). The container is removed.
         ``on_stderr`` receives the container's stderr lines while it runs."""
+        import requests
         from docker.types import DeviceRequest
 
         device_requests = [DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
@@ -305,7 +306,14 @@ class Engine:
             if on_stderr is not None:
                 follower = threading.Thread(target=_follow, args=(container, on_stderr), daemon=True)
                 follower.start()
-            result = container.wait(timeout=timeout)
+            try:
+                result = container.wait(timeout=timeout)
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                raise CheckFailed(
+                    f"{image}: {' '.join(argv)[:120]} did not finish within {timeout} s; the container was stopped",
+                    "see what it waits on with `docker run` of the same command; on an emulated platform "
+                    "(qemu) everything is 5 to 20 times slower",
+                ) from None
             if follower is not None:
                 follower.join(timeout=10)
             out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")

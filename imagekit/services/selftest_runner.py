@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
-from imagekit import render
+from imagekit import emulation, render
 from imagekit.errors import CheckFailed
 from imagekit.services.ports import ContainerEngine
 from imagekit.services.progress import NullProgress, Progress, activity
 
 _PREFIX = "imagekit-selftest: "
+TIMEOUT, EMULATED_TIMEOUT = 900, 3600  # seconds: under qemu every check is 5-20 times slower
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,21 @@ def _relay(progress: Progress, cell: str):
     return on_line
 
 
+@contextmanager
+def _emulated_cpus(emulated: bool) -> Iterator[dict[str, dict] | None]:
+    """For an emulated run, a CPU folder for /sys/devices/system/cpu (imagekit.emulation: torch's aarch64 build
+    reads its CPU's identification there and crashes without it), removed afterwards."""
+    if not emulated:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="imagekit-cpus-") as folder:
+        for rel, text in emulation.arm64_cpu_folder(os.cpu_count() or 1).items():
+            path = Path(folder) / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        yield {folder: {"bind": "/sys/devices/system/cpu", "mode": "ro"}}
+
+
 def run(
     engine: ContainerEngine,
     image: str,
@@ -57,9 +78,15 @@ def run(
         )
     progress = progress or NullProgress()
     start = time.monotonic()
-    with activity(progress, cell, "self-test", total=None) as act:
+    with activity(progress, cell, "self-test", total=None) as act, _emulated_cpus(emulated) as volumes:
         code, out, err = engine.run(
-            image, argv, entrypoint=["/opt/venv/bin/python"], gpus=gpus, on_stderr=_relay(progress, cell)
+            image,
+            argv,
+            entrypoint=["/opt/venv/bin/python"],
+            gpus=gpus,
+            on_stderr=_relay(progress, cell),
+            timeout=EMULATED_TIMEOUT if emulated else TIMEOUT,
+            volumes=volumes,
         )
         act.finish("")
     try:
