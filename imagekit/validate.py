@@ -268,7 +268,8 @@ def index_url(value: object, what: str = "index URL") -> str:
             "pass a URL, or leave the option out for its default",
         )
     if not _SAFE_TEXT.fullmatch(value) or not _INDEX_URL.fullmatch(value) or not _parses(value):
-        example = f"{what} https://example.com/simple" if what.startswith("--") else "https://example.com/simple"
+        url = "https://download.pytorch.org/whl" if what == "--pytorch-index" else "https://example.com/simple"
+        example = f"{what} {url}" if what.startswith("--") else url
         raise UsageError(
             f"invalid {what} {redact(value)!r}: expected an http(s) URL without spaces or control characters",
             f"pass one URL per option, e.g. {example}",

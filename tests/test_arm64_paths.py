@@ -333,3 +333,13 @@ def test_an_emulated_arm64_run_sees_grace_cores_where_torch_reads_its_cpu():
     assert files["cpu2/regs/identification/midr_el1"] == "0x00000000410fd4f0\n"  # Arm (0x41), Neoverse V2 (0xd4f)
     assert "cpu3/regs/identification/midr_el1" not in files
     assert emulation.arm64_cpu_folder(1)["online"] == "0\n"
+
+
+def test_a_platform_the_matrix_does_not_make_is_named_with_the_key_that_adds_it(app, runner, tmp_path):
+    (tmp_path / "m.toml").write_text(
+        '[matrix]\ncuda = ["13.2"]\ntorch = ["2.15.0"]\ntransformers = ["5.24.0"]\npython = ["3.13"]\n'
+    )
+    res = runner.invoke(app, ["render", "--matrix", str(tmp_path / "m.toml"), "--platform", "arm64", "--out",
+                              str(tmp_path / "o")])  # fmt: skip
+    assert res.exit_code == 2 and "the matrix makes no linux/arm64 cells" in res.output
+    assert 'platforms = ["linux/amd64", "linux/arm64"]' in res.output and not (tmp_path / "o").exists()

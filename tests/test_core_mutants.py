@@ -732,7 +732,7 @@ def test_index_url_refusals():
     assert exc.value.hint == "pass one URL per option, e.g. https://example.com/simple"
     with pytest.raises(UsageError) as exc:
         validate.index_url("ftp://x/simple", "--pytorch-index")
-    assert exc.value.hint == "pass one URL per option, e.g. --pytorch-index https://example.com/simple"
+    assert exc.value.hint == "pass one URL per option, e.g. --pytorch-index https://download.pytorch.org/whl"
 
 
 def test_a_lock_that_is_not_this_cells_says_so_with_every_problem(data):

@@ -103,6 +103,20 @@ def selected_compatible(selection: Selection) -> tuple[CompatData, matrix.Matrix
     cells = [c for c in matrix.select(evaluated, selection.selector()) if c.verdict.compatible]
     cells = selection.by_source(cells, data)
     if not cells:
+        asked = set(selection.selector().platforms)
+        made = {c.cell.platform for c in evaluated}
+        if asked and not asked & made:
+            raise UsageError(
+                f"the matrix makes no {', '.join(sorted(asked))} cells (its platforms: {', '.join(sorted(made))})",
+                f'add them under [matrix]: platforms = ["linux/amd64", "{sorted(asked)[0]}"]',
+            )
+        picked = [c for c in matrix.select(evaluated, selection.selector()) if not c.verdict.compatible]
+        if picked:
+            why = "; ".join(f"{c.cell.key}: {v.message}" for c in picked[:2] for v in c.verdict.violations[:1])
+            raise UsageError(
+                f"the selection picks only excluded cells: {why}",
+                "`imagekit matrix --explain` lists the cells and why some are excluded",
+            )
         raise UsageError(
             "no compatible cell of the matrix matches the selection",
             "`imagekit matrix --explain` lists the cells and why some are excluded",
