@@ -17,7 +17,7 @@ import pytest
 from imagekit import image_index, runpod
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.model import ARM64, Cell
-from imagekit.services import inputs, publish
+from imagekit.services import inputs, publish, selftest_runner
 from imagekit.services.build import BuildOptions, build_cell
 from tests.conftest import ROOT, _log
 
@@ -44,11 +44,14 @@ def test_the_torch_2_15_cell_on_arm64_and_amd64_under_one_tag(engine, registry, 
 
     # the arm64 image is arm64 through and through, and its torch runs (emulated) as aarch64
     assert engine.image(arm.tag)["Architecture"] == "arm64" and arm.tag.split(":")[-1].startswith(f"{CELL.id}-arm64-")
-    code, out, err = engine.run(
-        arm.tag,
-        ["-c", "import platform, torch; print(platform.machine(), torch.__version__, torch.version.cuda)"],
-        entrypoint=["/opt/venv/bin/python"],
-    )
+    with selftest_runner.emulated_cpus(True) as cpus:  # what torch reads of its CPU (imagekit/emulation.py)
+        code, out, err = engine.run(
+            arm.tag,
+            ["-c", "import platform, torch; print(platform.machine(), torch.__version__, torch.version.cuda)"],
+            entrypoint=["/opt/venv/bin/python"],
+            volumes=cpus,
+            timeout=1800,
+        )
     assert (code, out.split()) == (0, ["aarch64", "2.15.0", "13.2"]), err
     # its self-test ran the CPU checks emulated, and says so; no GPU check passed
     checks = {c["id"]: c["status"] for c in arm.report["checks"]}

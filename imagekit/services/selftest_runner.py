@@ -43,7 +43,7 @@ def _relay(progress: Progress, cell: str):
 
 
 @contextmanager
-def _emulated_cpus(emulated: bool) -> Iterator[dict[str, dict] | None]:
+def emulated_cpus(emulated: bool) -> Iterator[dict[str, dict] | None]:
     """For an emulated run, a CPU folder for /sys/devices/system/cpu (imagekit.emulation: torch's aarch64 build
     reads its CPU's identification there and crashes without it), removed afterwards."""
     if not emulated:
@@ -78,7 +78,7 @@ def run(
         )
     progress = progress or NullProgress()
     start = time.monotonic()
-    with activity(progress, cell, "self-test", total=None) as act, _emulated_cpus(emulated) as volumes:
+    with activity(progress, cell, "self-test", total=None) as act, emulated_cpus(emulated) as volumes:
         code, out, err = engine.run(
             image,
             argv,
