@@ -214,23 +214,11 @@ class RegistryClient:
     def copy_tag(self, remote: Remote, digest: str, tag: str) -> None:
         """Point ``tag`` at the manifest ``digest`` (the same bytes, so the same digest)."""
         digest = untrusted_digest(digest)
-        tag = reference(tag)
-        status, headers, body = self._authed(remote, f"{remote.base}/manifests/{digest}")
-        if status != 200:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {digest}")
-        media = {k.lower(): v for k, v in headers.items()}.get("content-type") or _json(
-            body, f"registry {remote.registry}"
-        ).get("mediaType")
-        try:
-            media = untrusted.header_value(media if isinstance(media, str) else "", "its media type")
-        except untrusted.UntrustedData as exc:
-            raise _refused(remote.registry, exc) from None
-        status, _, answer = self._authed(remote, f"{remote.base}/manifests/{tag}", "PUT", body, media)
-        if status not in (200, 201):
-            raise EnvironmentFailure(
-                f"registry {remote.registry} refused tagging {tag} (HTTP {status}): {untrusted.printable(answer)!r}",
-                "retry; check push rights",
-            )
+        found = self.manifest_raw(remote, digest)
+        if found is None:
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP 404 for {digest}")
+        media, body, _ = found
+        self.put_manifest(remote, tag, body, media)
 
     def manifest_raw(self, remote: Remote, ref: str) -> tuple[str, bytes, str] | None:
         """What a tag or digest names, as served: (media type, bytes, digest of the bytes), or None when missing."""
@@ -255,7 +243,7 @@ class RegistryClient:
         status, _, answer = self._authed(remote, f"{remote.base}/manifests/{tag}", "PUT", body, media)
         if status not in (200, 201):
             raise EnvironmentFailure(
-                f"registry {remote.registry} refused {tag} (HTTP {status}): {untrusted.printable(answer)!r}",
+                f"registry {remote.registry} refused tagging {tag} (HTTP {status}): {untrusted.printable(answer)!r}",
                 "retry; check push rights (an index's images must be in the same repository)",
             )
         return "sha256:" + _sha256(body)
