@@ -28,11 +28,16 @@ def _digest(text: str) -> str:
 class RecordingEngine:
     calls: list[tuple] = field(default_factory=list)
     selftest_passes: bool = True
-    push_error: str | None = None
     build_error: str | None = None
     size: int = 5_000_000_000
     images: dict[str, dict] = field(default_factory=dict)  # ref (id or tag) -> inspect
     registry: RecordingRegistry | None = None  # where a push lands
+    configs: dict[str, bytes] = field(default_factory=dict)  # image id -> its config's bytes (load_config)
+    contents: dict[str, bytes] = field(default_factory=dict)  # diff id -> the layer's bytes (a fake tar)
+
+    def _layer(self, text: str) -> str:
+        self.contents[_digest(text)] = text.encode()
+        return _digest(text)
 
     def _record(self, *call: object) -> None:
         self.calls.append(call)
@@ -49,7 +54,7 @@ class RecordingEngine:
 
     def image(self, ref: str) -> dict | None:
         if ref.startswith("imagekit/base:") and ref not in self.images:  # a bootstrapped base the engine holds
-            self._add(_digest(ref), [_digest(ref + "/layer")], 0, [ref])
+            self._add(_digest(ref), [self._layer(ref + "/layer")], 0, [ref])
         return self.images.get(ref)
 
     def layers(self, ref: str) -> list[str]:
@@ -75,7 +80,7 @@ class RecordingEngine:
         history = [{"Id": below["Id"], "CreatedBy": "Imported from -", "Size": 1, "Created": 0}]
         layers = list(below["RootFS"]["Layers"])
         for n, step in enumerate(steps):
-            layers.append(_digest(f"{step}/{n}"))
+            layers.append(self._layer(f"{step}/{n}"))
             step_id = _digest(f"{dockerfile}/{n}")
             self.images[step_id] = {"Id": step_id, "RootFS": {"Layers": list(layers)}}
             history.append({"Id": step_id, "CreatedBy": step, "Size": 1, "Created": 0})
@@ -88,6 +93,7 @@ class RecordingEngine:
         doc = json.loads(config)
         image_id = "sha256:" + hashlib.sha256(config).hexdigest()
         self._record("load_config", tuple(tags))
+        self.configs[image_id] = config
         self._add(image_id, doc["rootfs"]["diff_ids"], 0, tags)
         self.images[image_id]["Config"] = doc["config"]
         return image_id
@@ -111,16 +117,29 @@ class RecordingEngine:
         report = {"cell": "x", "checks": checks, "failed": failed, "passed": not failed}
         return (0 if self.selftest_passes else 1), json.dumps(report), ""
 
-    def push(self, repository, tag, auth=None, on_line=None, on_layer=None) -> str:
-        self._record("push", f"{repository}:{tag}")
-        if self.push_error:
-            raise EnvironmentFailure(f"push of {repository}:{tag} failed: {self.push_error}", "retry the push")
-        assert self.registry is not None
-        inspect = self.images[f"{repository}:{tag}"]
-        return self.registry.receive(Remote.parse(repository), tag, inspect)
+    def layer_export(self, image_id: str) -> FakeStore:
+        """The image's config and layers as `imagekit.services.blob_push` reads them: a push starts here."""
+        self._record("push", image_id)
+        assert image_id in self.configs, "only an image with its config (load_config) is pushed"
+        return FakeStore(self.configs[image_id], self.contents)
+
+    def save(self, image_id: str):
+        raise AssertionError("the fake engine's store is always readable")
 
     def pull(self, reference: str, auth: dict | None = None, platform: str | None = None) -> str:
         raise AssertionError("no registry base in these tests")
+
+
+@dataclass(frozen=True)
+class FakeStore:
+    config_bytes: bytes
+    contents: dict[str, bytes]
+
+    def config(self) -> bytes:
+        return self.config_bytes
+
+    def layer(self, diff_ids: list[str], index: int):
+        yield self.contents[diff_ids[index]]
 
 
 @dataclass
@@ -128,6 +147,8 @@ class RecordingRegistry:
     calls: list[tuple]  # the engine's log: one order for both
     manifests: dict[tuple[str, str], dict] = field(default_factory=dict)  # (repo name, tag or digest) -> manifest
     blobs: dict[str, dict] = field(default_factory=dict)
+    data: dict[str, bytes] = field(default_factory=dict)  # blob digest -> bytes uploaded
+    upload_error: str | None = None
 
     def receive(self, remote: Remote, tag: str, inspect: dict) -> str:
         config = {"rootfs": {"type": "layers", "diff_ids": inspect["RootFS"]["Layers"]}, "config": inspect["Config"],
@@ -179,8 +200,23 @@ class RecordingRegistry:
     def put_manifest(self, remote: Remote, tag: str, body: bytes, media: str) -> str:
         self.calls.append(("registry.put_manifest", tag))
         doc = json.loads(body)
-        self.manifests[(remote.name, tag)] = doc
-        return _digest(json.dumps(doc, sort_keys=True))
+        digest = _digest(json.dumps(doc, sort_keys=True))
+        self.manifests[(remote.name, tag)] = self.manifests[(remote.name, digest)] = doc
+        return digest
+
+    def blob_size(self, remote: Remote, digest: str) -> int | None:
+        found = self.data.get(digest)
+        return None if found is None else len(found)
+
+    def upload_blob(self, remote: Remote, digest: str, size: int, source: Path | bytes) -> None:
+        self.calls.append(("registry.upload_blob", digest))
+        if self.upload_error:
+            raise EnvironmentFailure(f"registry refused blob {digest}: {self.upload_error}", "retry the publish")
+        data = source if isinstance(source, bytes) else Path(source).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == digest.split(":", 1)[1] and len(data) == size
+        self.data[digest] = data
+        if data.startswith(b"{"):
+            self.blobs[digest] = json.loads(data)
 
 
 @dataclass

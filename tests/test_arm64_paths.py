@@ -180,17 +180,25 @@ def _published(engine, registry, image: str, tag: str, platform: str):
     )  # fmt: skip
 
 
+def _image(engine, arch: str, layer: str) -> str:
+    """An image the fake engine holds with its config bytes (what a push uploads), of one layer."""
+    config = {
+        "architecture": arch,
+        "os": "linux",
+        "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [engine._layer(layer)]},
+    }
+    return engine.load_config(json.dumps(config).encode(), [])
+
+
 def test_the_alias_is_the_image_for_amd64_alone_and_an_index_once_arm64_joins():
     engine = RecordingEngine()
     registry = RecordingRegistry(engine.calls)
     engine.registry = registry
     remote = Remote.parse("127.0.0.1:5000/t")
-    engine._add("sha256:" + "a" * 64, [D1], 0, [])
-    first = _published(engine, registry, "sha256:" + "a" * 64, "cell-1", AMD64)
+    first = _published(engine, registry, _image(engine, "amd64", "one"), "cell-1", AMD64)
     assert first.index_digest is None and ("registry.copy_tag", "cell") in engine.calls
-    engine._add("sha256:" + "b" * 64, [D2], 0, [])
-    engine.images["sha256:" + "b" * 64]["Architecture"] = "arm64"
-    second = _published(engine, registry, "sha256:" + "b" * 64, "cell-arm64-1", ARM64)
+    second = _published(engine, registry, _image(engine, "arm64", "two"), "cell-arm64-1", ARM64)
     doc = registry.manifests[(remote.name, "cell")]
     assert second.index_digest and [m["platform"]["architecture"] for m in doc["manifests"]] == ["amd64", "arm64"]
     assert [m["digest"] for m in doc["manifests"]] == [first.digest, second.digest]
@@ -202,9 +210,8 @@ def test_an_alias_the_registry_garbled_is_refused_not_overwritten():
     engine.registry = registry
     remote = Remote.parse("127.0.0.1:5000/t")
     registry.manifests[(remote.name, "cell")] = {"mediaType": image_index.LIST_TYPE, "manifests": "garbage"}
-    engine._add("sha256:" + "b" * 64, [D2], 0, [])
     with pytest.raises(EnvironmentFailure, match="not an image or index imagekit can extend") as exc:
-        _published(engine, registry, "sha256:" + "b" * 64, "cell-arm64-1", ARM64)
+        _published(engine, registry, _image(engine, "arm64", "two"), "cell-arm64-1", ARM64)
     assert "delete the tag by hand" in exc.value.hint
     assert registry.manifests[(remote.name, "cell")]["manifests"] == "garbage"
 

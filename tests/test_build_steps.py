@@ -57,11 +57,13 @@ def test_steps_in_order_and_the_alias_after_the_immutable_tag(setup):
     kinds = _kinds(engine.calls)
     build_at, config_at, test_at = kinds.index("build"), kinds.index("load_config"), kinds.index("run")
     push_at, alias_at = kinds.index("push"), kinds.index("registry.copy_tag")
-    assert build_at < config_at < test_at < push_at < alias_at
+    tag_at = engine.calls.index(("registry.put_manifest", res.tag.rsplit(":", 1)[1]))
+    assert build_at < config_at < test_at < push_at < tag_at < alias_at
+    assert all(kind != "registry.upload_blob" for kind in kinds[tag_at:])  # every blob before the tag
     assert engine.calls[build_at][1] == naming.build_cache_tag(CELL)  # the builder's image anchors the cache
     assert engine.calls[config_at][1] == (res.tag, naming.alias_tag(REPO, CELL))  # the config image gets the tags
     assert engine.calls[test_at][1] == res.tag  # the self-test runs the image that is pushed
-    assert engine.calls[push_at][1] == res.tag and engine.calls[alias_at][1] == CELL.id
+    assert engine.calls[push_at][1] == res.image_id and engine.calls[alias_at][1] == CELL.id
     index = json.loads(opts.release_index.read_text())
     assert res.tag in json.dumps(index) and res.digest in json.dumps(index)
 
@@ -94,10 +96,11 @@ def test_a_failed_selftest_pushes_and_records_nothing(setup):
 
 def test_a_failed_push_moves_no_alias_and_records_nothing(setup):
     engine, registry, opts = setup
-    engine.push_error = "connection reset"
+    registry.upload_error = "connection reset"
     res, _ = _build(engine, registry, opts)
     assert (res.status, res.step) == ("failed", "publish") and "connection reset" in res.error.message
     assert "registry.copy_tag" not in _kinds(engine.calls) and not opts.release_index.exists()
+    assert "registry.put_manifest" not in _kinds(engine.calls)  # no tag names a partial upload
 
 
 def test_an_immutable_tag_the_registry_holds_with_other_contents_is_never_moved(setup):

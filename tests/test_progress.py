@@ -14,7 +14,6 @@ from imagekit.lockfile import Lock, LockEntry
 from imagekit.services import fetch
 from imagekit.services.build import _StepTimer
 from imagekit.services.progress import NullProgress, activity, human_bytes
-from imagekit.services.publish import _PushLayers
 from imagekit.services.selftest_runner import _relay
 from tests.recording import RecordingProgress
 from tests.wheelfactory import build_wheel, serve, write_simple_index
@@ -105,21 +104,6 @@ def test_docker_build_steps_become_timed_activities():
     assert [a.label for a in rec.activities] == ["step 1/3 FROM", "step 2/3 RUN", "step 3/3 LABEL"]
     assert all(a.finished for a in rec.activities)
     assert [m for _, m in rec.lines] == ["Step 1/3 : FROM base", "Step 2/3 : RUN pip install x", "Step 3/3 : LABEL a=b"]
-
-
-def test_push_reports_bytes_per_layer():
-    rec = RecordingProgress()
-    layers = _PushLayers(rec, "c")
-    layers("aaa", "Preparing", None, None)
-    layers("aaa", "Pushing", 1_000, 5_000_000)
-    layers("aaa", "Pushing", 4_870_000_000, None)
-    layers("bbb", "Layer already exists", None, None)
-    layers("aaa", "Pushed", None, None)
-    layers.close()
-    assert rec.activities[0].label == "push layer aaa" and rec.activities[0].done == 4_870_000_000
-    assert rec.activities[0].summary.startswith("layer aaa: pushed 4.87 GB in ")
-    assert ("c", "layer bbb: already in the registry") in rec.lines
-    assert layers.pushed_bytes == 4_870_000_000 and layers.summary() == "1 layers pushed, 1 already there"
 
 
 def test_self_test_lines_are_relayed_one_per_check():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,7 +12,6 @@ from imagekit.effects import process
 from imagekit.errors import CheckFailed, EnvironmentFailure
 
 LineFn = Callable[[str], None]
-LayerFn = Callable[[str, str, int | None, int | None], None]
 
 
 @dataclass(frozen=True)
@@ -323,42 +321,20 @@ class Engine:
             container.remove(force=True)
 
     # -- registry -------------------------------------------------------------------------------------
-    def push(
-        self,
-        repository: str,
-        tag: str,
-        auth: dict | None = None,
-        on_line: LineFn | None = None,
-        on_layer: LayerFn | None = None,
-    ) -> str:
-        """Push and return the manifest digest; docker-py does not raise on failure, so read the stream.
-        ``on_layer(layer id, status, bytes so far, total)`` follows each layer (Pushing, Pushed, Layer already exists).
-        """
-        digest = None
-        for chunk in self.api.push(repository, tag=tag, stream=True, decode=True, auth_config=auth):
-            if "error" in chunk or "errorDetail" in chunk:
-                detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error")
-                hint = (
-                    "check the credentials (IMAGEKIT_REGISTRY_USER / IMAGEKIT_REGISTRY_PASSWORD or docker login)"
-                    if re.search(r"unauthori|authentication|denied", detail or "", re.I)
-                    else "is the registry up? retry once it is; nothing was recorded as published"
-                )
-                raise EnvironmentFailure(f"push of {repository}:{tag} failed: {detail}", hint)
-            aux = chunk.get("aux")
-            if isinstance(aux, dict) and "Digest" in aux:
-                digest = aux["Digest"]
-            status = chunk.get("status", "")
-            m = re.search(r"digest: (sha256:[0-9a-f]{64})", status)
-            if m:
-                digest = m[1]
-            detail = chunk.get("progressDetail")
-            if on_layer and status and chunk.get("id") and isinstance(detail, dict):
-                on_layer(str(chunk["id"]), status, detail.get("current"), detail.get("total"))
-            if on_line and status and detail is None:
-                on_line(status)
-        if not digest:
-            raise EnvironmentFailure(f"push of {repository}:{tag} reported no digest", "retry the push")
-        return digest
+    def layer_export(self, image_id: str):
+        """A reader of the image's layers straight from this engine's store, or None where that cannot be read
+        (another machine's engine, another storage driver, no permission; or IMAGEKIT_PUSH_FROM=save)."""
+        import os
+
+        from imagekit.effects.layer_export import store_export
+
+        if os.environ.get("IMAGEKIT_PUSH_FROM") == "save":
+            return None
+        return store_export(self.client.info(), image_id)
+
+    def save(self, image_id: str):
+        """`docker save` of the image, as a stream of chunks."""
+        return self.api.get_image(image_id, chunk_size=4 << 20)
 
     def pull(self, reference: str, auth: dict | None = None, platform: str | None = None) -> str:
         from docker.errors import APIError

@@ -14,7 +14,7 @@ import hashlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -129,13 +129,15 @@ def stream(
     url: str,
     *,
     headers: Mapping[str, str] | None = None,
-    content: bytes | None = None,
+    content: bytes | Iterable[bytes] | None = None,
     timeout: httpx.Timeout | None = None,
     attempts: int = 3,
     client: httpx.Client | None = None,
+    redirects: bool = True,
 ) -> Iterator[httpx.Response]:
-    """The final answer (any status) after redirects, its body not yet read. Retries connection failures, and 5xx
-    answers of idempotent methods; raises EnvironmentFailure when the server cannot be reached."""
+    """The final answer (any status) after redirects (``redirects=False``: the first answer, a redirect too), its
+    body not yet read. Retries connection failures, and 5xx answers of idempotent methods (an iterable ``content``
+    must then be one that can be iterated again); raises EnvironmentFailure when the server cannot be reached."""
     require_http(url)
     pool = client or shared()
     method = method.upper()
@@ -162,7 +164,7 @@ def stream(
             time.sleep(0.2 * attempt)
             continue
         location = response.headers.get("Location")
-        if response.status_code not in REDIRECTS or not location:
+        if response.status_code not in REDIRECTS or not location or not redirects:
             try:
                 yield response
             finally:
@@ -232,13 +234,14 @@ def request_final(
     url: str,
     *,
     headers: Mapping[str, str] | None = None,
-    content: bytes | None = None,
+    content: bytes | Iterable[bytes] | None = None,
     max_bytes: int = 64 << 20,
     client: httpx.Client | None = None,
+    redirects: bool = True,
 ) -> tuple[int, httpx.Headers, bytes, str]:
     """Like :func:`request`, and the URL that gave the final answer (after redirects): a caller deciding whether to
     answer its challenge with credentials must know whose challenge it is."""
-    with stream(method, url, headers=headers, content=content, client=client) as resp:
+    with stream(method, url, headers=headers, content=content, client=client, redirects=redirects) as resp:
         try:
             return resp.status_code, resp.headers, _read(resp, max_bytes, url), str(resp.url)
         except httpx.HTTPError as exc:

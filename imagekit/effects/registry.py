@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -181,9 +182,21 @@ class RegistryClient:
         content_type: str | None = None,
         max_bytes: int = 64 << 20,
     ) -> tuple[int, dict, bytes]:
-        status, headers, body, final = self._request_final(
-            url, method, self._basic(remote.registry), data, content_type, max_bytes
-        )
+        status, headers, body, _ = self._authed_as(remote, url, method, data, content_type, max_bytes)
+        return status, headers, body
+
+    def _authed_as(
+        self,
+        remote: Remote,
+        url: str,
+        method: str = "GET",
+        data: bytes | None = None,
+        content_type: str | None = None,
+        max_bytes: int = 64 << 20,
+    ) -> tuple[int, dict, bytes, str | None]:
+        """Like ``_authed``, and the Authorization that got the answer (for a request that cannot be sent twice)."""
+        auth = self._basic(remote.registry)
+        status, headers, body, final = self._request_final(url, method, auth, data, content_type, max_bytes)
         if status == 401:
             challenge = {k.lower(): v for k, v in headers.items()}.get("www-authenticate", "")
             own = http.origin(final) == http.origin(url)  # a challenge from where a redirect led is not the registry's
@@ -198,7 +211,7 @@ class RegistryClient:
                     + ("" if given else " and name the registry (--registry) they are for"),
                 )
             status, headers, body = self._request(url, method, auth, data, content_type, max_bytes)
-        return status, headers, body
+        return status, headers, body, auth
 
     def check_access(self, remote: Remote) -> None:
         """Ask the registry's API root with these credentials (or none): a registry that refuses them, or asks for
@@ -248,6 +261,56 @@ class RegistryClient:
             )
         return "sha256:" + _sha256(body)
 
+    def blob_size(self, remote: Remote, digest: str) -> int | None:
+        """The size of the blob the registry holds under ``digest``, or None when it has none."""
+        digest = blob_digest(digest)
+        status, headers, _ = self._authed(remote, f"{remote.base}/blobs/{digest}", "HEAD", max_bytes=0)
+        if status == 404:
+            return None
+        if status != 200:
+            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
+        length = {k.lower(): v for k, v in headers.items()}.get("content-length", "")
+        if not length.isascii() or not length.isdigit() or len(length) > 15:
+            return None  # no usable size: treat as missing, so the blob is sent again
+        return int(length)
+
+    def upload_blob(self, remote: Remote, digest: str, size: int, source: Path | bytes) -> None:
+        """Upload a blob in one request (the API's monolithic upload: POST, then PUT of the bytes with their digest),
+        from a file or bytes. The upload URL the registry answers must be on the registry's own origin: the bytes and
+        the credentials go nowhere else, and the PUT follows no redirect."""
+        digest = blob_digest(digest)
+        start = f"{remote.base}/blobs/uploads/"
+        status, headers, answer, auth = self._authed_as(remote, start, "POST", b"", max_bytes=1 << 20)
+        if status != 202:
+            raise EnvironmentFailure(
+                f"registry {remote.registry} refused an upload (HTTP {status}): {untrusted.printable(answer)[:200]!r}",
+                "check push rights to the repository",
+            )
+        location = {k.lower(): v for k, v in headers.items()}.get("location", "")
+        try:
+            untrusted.header_value(location, "its upload location")
+            target = httpx.URL(start).join(location)
+        except (untrusted.UntrustedData, httpx.InvalidURL) as exc:
+            raise _refused(remote.registry, untrusted.UntrustedData(f"no usable upload location: {exc}")) from None
+        if http.origin(target) != http.origin(start):
+            raise EnvironmentFailure(
+                f"registry {remote.registry} sent the upload to another origin ({http.display(str(target))})",
+                "imagekit uploads only to the registry itself; check --registry",
+            )
+        url = str(target.copy_merge_params({"digest": digest}))
+        sent = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        if auth:
+            sent["Authorization"] = auth
+        body = source if isinstance(source, bytes) else _FileBody(source)
+        status, _, answer, _ = http.request_final("PUT", url, headers=sent, content=body, max_bytes=1 << 20,
+                                                  redirects=False)  # fmt: skip
+        if status != 201:
+            raise EnvironmentFailure(
+                f"registry {remote.registry} refused blob {digest} (HTTP {status}): "
+                f"{untrusted.printable(answer)[:200]!r}",
+                "retry the publish; nothing was tagged",
+            )
+
     def blob_json(self, remote: Remote, digest: str) -> dict:
         """A JSON blob (an image config) by digest."""
         digest = blob_digest(digest)
@@ -293,6 +356,18 @@ class RegistryClient:
             hint = "the registry does not speak the registry API v2; check --registry"
             raise _refused(remote.registry, exc, hint) from None
         return OciManifest(digest, config)
+
+
+class _FileBody:
+    """A file's bytes as a request body that can be sent again (a retried PUT reads the file from the start)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __iter__(self) -> Iterator[bytes]:
+        with open(self.path, "rb") as fh:
+            while data := fh.read(1 << 20):
+                yield data
 
 
 def untrusted_digest(value: object) -> str:

@@ -281,6 +281,7 @@ def push_base(
     against the registry. The tag names the bootstrap's inputs, so it never moves to other contents."""
     from imagekit.effects.registry import RegistryClient, Remote
     from imagekit.errors import CheckFailed
+    from imagekit.services import blob_push
 
     tag = ref.reference.rsplit(":", 1)[1]
     image = engine.image(ref.reference)
@@ -295,8 +296,9 @@ def push_base(
             "a base tag names its inputs and never moves; delete it in the registry by hand if it is wrong",
         )
     engine.tag(image["Id"], repository, tag)
-    auth = {"username": username, "password": password or ""} if username else None
-    digest = existing.digest if existing is not None else engine.push(repository, tag, auth)
+    digest = (
+        existing.digest if existing is not None else blob_push.push_image(engine, registry, remote, image["Id"], tag)
+    )
     check = registry.oci_manifest(remote, digest)
     if check is None or check.config_digest != image["Id"]:
         raise EnvironmentFailure(f"the registry does not serve {repository}@{digest} as pushed", "retry the push")

@@ -308,7 +308,6 @@ def _publish(b: _Build) -> None:
             immutable_tag=tag,
             alias_tag=b.cell.id,  # every platform's image under one tag
             report=b.report,
-            auth=b.opts.auth,
             log=b.say,
             progress=b.progress,
             platform=b.cell.platform,

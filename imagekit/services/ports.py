@@ -4,7 +4,7 @@ failure branch without Docker. Structural: anything with these methods will do."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -12,7 +12,13 @@ from imagekit.effects.docker import Capabilities
 from imagekit.effects.registry import OciManifest, Remote
 
 LineFn = Callable[[str], None]
-LayerFn = Callable[[str, str, int | None, int | None], None]
+
+
+class LayerStore(Protocol):
+    """An image's config bytes and layer tars, read where the engine keeps them (effects.layer_export)."""
+
+    def config(self) -> bytes: ...
+    def layer(self, diff_ids: list[str], index: int) -> Iterator[bytes]: ...
 
 
 class ContainerEngine(Protocol):
@@ -50,14 +56,8 @@ class ContainerEngine(Protocol):
         on_stderr: LineFn | None = None,
         network: bool = False,
     ) -> tuple[int, str, str]: ...
-    def push(
-        self,
-        repository: str,
-        tag: str,
-        auth: dict | None = None,
-        on_line: LineFn | None = None,
-        on_layer: LayerFn | None = None,
-    ) -> str: ...
+    def layer_export(self, image_id: str) -> LayerStore | None: ...
+    def save(self, image_id: str) -> Iterator[bytes]: ...
     def pull(self, reference: str, auth: dict | None = None, platform: str | None = None) -> str: ...
 
 
@@ -68,3 +68,5 @@ class Registry(Protocol):
     def copy_tag(self, remote: Remote, digest: str, tag: str) -> None: ...
     def manifest_raw(self, remote: Remote, reference: str) -> tuple[str, bytes, str] | None: ...
     def put_manifest(self, remote: Remote, tag: str, body: bytes, media: str) -> str: ...
+    def blob_size(self, remote: Remote, digest: str) -> int | None: ...
+    def upload_blob(self, remote: Remote, digest: str, size: int, source: Path | bytes) -> None: ...

@@ -13,13 +13,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import image_index, untrusted
+from imagekit import image_index, layer_blobs, untrusted
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.model import AMD64
+from imagekit.services import blob_push
 from imagekit.services.ports import ContainerEngine, Registry
-from imagekit.services.progress import Activity, NullProgress, Progress, human_bytes
+from imagekit.services.progress import Progress
 from imagekit.services.selftest_runner import SelfTestReport
 
 
@@ -196,10 +197,10 @@ def publish(
     immutable_tag: str,
     alias_tag: str,
     report: SelfTestReport,
-    auth: dict | None = None,
     log: Callable[[str], None] = lambda _: None,
     progress: Progress | None = None,
     platform: str = AMD64,
+    gzip: layer_blobs.Gzip | None = None,
 ) -> Published:
     if not report.passed:
         raise CheckFailed(
@@ -225,13 +226,9 @@ def publish(
         log(f"{repository}:{immutable_tag} already published as {digest}")
     else:
         log(f"pushing {repository}:{immutable_tag}")
-        layers = _PushLayers(progress or NullProgress(), alias_tag)
-        started = time.monotonic()
-        try:
-            digest = engine.push(repository, immutable_tag, auth, on_line=log, on_layer=layers)
-        finally:
-            layers.close()
-        log(f"pushed {human_bytes(layers.pushed_bytes)} in {time.monotonic() - started:.0f} s ({layers.summary()})")
+        digest = blob_push.push_image(
+            engine, registry, remote, image_id, immutable_tag, gzip=gzip, progress=progress, label=alias_tag, log=log
+        )
         reused = False
     check = registry.oci_manifest(remote, digest)
     expected = existing.config_digest if existing is not None else image_id
@@ -280,46 +277,6 @@ def point_alias(registry: Registry, remote: Remote, alias_tag: str, digest: str,
         raise EnvironmentFailure(f"the registry does not serve {digest} as an image manifest", "retry the push")
     entries = image_index.merged(others, image_index.Entry(platform, digest, len(mine[1]), mine[0]))
     return registry.put_manifest(remote, alias_tag, image_index.document(entries), image_index.LIST_TYPE)
-
-
-class _PushLayers:
-    """A push's layers as activities: bytes so far and rate while pushing, a line per layer when it ends."""
-
-    def __init__(self, progress: Progress, cell: str) -> None:
-        self.progress, self.cell = progress, cell
-        self.active: dict[str, tuple[Activity, float]] = {}
-        self.sizes: dict[str, int] = {}
-        self.pushed_bytes = 0
-        self.pushed, self.existing = 0, 0
-
-    def __call__(self, layer: str, status: str, current: int | None, total: int | None) -> None:
-        if status == "Pushing":
-            if layer not in self.active:
-                self.active[layer] = (self.progress.begin(self.cell, f"push layer {layer}", unit="B"), time.monotonic())
-            if isinstance(current, int):
-                self.sizes[layer] = max(self.sizes.get(layer, 0), current)
-            self.active[layer][0].update(current, total if isinstance(total, int) and total > 0 else None)
-        elif status == "Pushed":
-            act, began = self.active.pop(layer, (None, time.monotonic()))
-            size = self.sizes.get(layer, 0)
-            self.pushed_bytes += size
-            self.pushed += 1
-            note = f"layer {layer}: pushed {human_bytes(size)} in {time.monotonic() - began:.1f} s"
-            if act is not None:
-                act.finish(note)
-            else:
-                self.progress.line(self.cell, note)
-        elif status == "Layer already exists":
-            self.existing += 1
-            self.progress.line(self.cell, f"layer {layer}: already in the registry")
-
-    def close(self) -> None:
-        for act, _ in self.active.values():
-            act.finish("")
-        self.active.clear()
-
-    def summary(self) -> str:
-        return f"{self.pushed} layers pushed, {self.existing} already there"
 
 
 @contextmanager

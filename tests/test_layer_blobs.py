@@ -1,0 +1,203 @@
+"""Layer blobs as imagekit publishes them (no Docker): the same layer gives the same gzip bytes whatever the reader's
+chunking or the number of threads, the members read back as one stream with the standard library, the manifest is
+the same bytes for the same inputs, the engine's tar-split records are read as hostile input, and a registry that
+sends an upload elsewhere gets neither the bytes nor the credentials."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagekit import layer_blobs
+from imagekit.effects.layer_export import save_export
+from imagekit.effects.registry import RegistryClient, Remote
+from imagekit.errors import EnvironmentFailure
+from imagekit.services import blob_push
+from tests import hostile_http
+
+
+def _layer(size: int, seed: bytes = b"x") -> bytes:
+    """Compressible, not trivially: hex of a hash chain."""
+    out, h = bytearray(), seed
+    while len(out) < size:
+        h = hashlib.sha256(h).digest()
+        out += h.hex().encode() * 3
+    return bytes(out[:size])
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=30), st.integers(1, 4096))
+def test_pieces_depend_on_the_bytes_never_on_how_they_were_read(cuts, size):
+    data = _layer(sum(cuts))
+    chunks, at = [], 0
+    for n in cuts:
+        chunks.append(data[at : at + n])
+        at += n
+    got = list(layer_blobs.pieces(chunks, size))
+    assert b"".join(got) == data
+    assert [len(p) for p in got[:-1]] == [size] * (len(got) - 1) and 0 < len(got[-1]) <= size
+
+
+def _compress(data: bytes, workers: int, chunk: int) -> tuple[str, layer_blobs.Blob, bytes]:
+    out = io.BytesIO()
+    with ThreadPoolExecutor(workers) as pool:
+        diff, blob = blob_push.compress(
+            iter([data[i : i + chunk] for i in range(0, len(data), chunk)]), out, layer_blobs.Gzip(), pool
+        )
+    return diff, blob, out.getvalue()
+
+
+def test_the_same_layer_is_the_same_blob_on_one_thread_or_four_and_reads_back_with_gzip():
+    data = _layer(layer_blobs.MEMBER * 2 + 12345)  # three members
+    one = _compress(data, 1, 1 << 20)
+    four = _compress(data, 4, 3_000_001)
+    assert one == four
+    diff, blob, packed = one
+    assert diff == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert blob.digest == "sha256:" + hashlib.sha256(packed).hexdigest() and blob.size == len(packed)
+    assert packed.count(b"\x1f\x8b\x08") >= 3 and gzip.decompress(packed) == data  # members read as one stream
+    assert len(packed) < len(data) // 2
+
+
+def test_the_compressor_identity_names_what_the_bytes_depend_on():
+    ident = layer_blobs.Gzip(6).identity
+    assert ident == f"gzip-libdeflate{layer_blobs.libdeflate_version()}-level6-member16m"
+    assert layer_blobs.Gzip(1).identity != ident
+    assert layer_blobs.Gzip(1).compress(b"a" * 1000) != layer_blobs.Gzip(9).compress(b"a" * 1000 + b"b")
+
+
+def test_the_manifest_is_the_same_bytes_for_the_same_config_and_layers():
+    config = b'{"rootfs":{"diff_ids":[]}}'
+    layers = [layer_blobs.Blob("sha256:" + "a" * 64, 10), layer_blobs.Blob("sha256:" + "b" * 64, 20)]
+    body = layer_blobs.manifest(config, layers)
+    assert body == layer_blobs.manifest(config, list(layers))
+    doc = json.loads(body)
+    assert doc["mediaType"] == layer_blobs.MANIFEST_TYPE and doc["schemaVersion"] == 2
+    assert doc["config"] == {
+        "mediaType": layer_blobs.CONFIG_TYPE,
+        "size": len(config),
+        "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
+    }
+    assert [x["digest"] for x in doc["layers"]] == [x.digest for x in layers]
+
+
+def test_chain_ids_are_the_layer_stores():
+    a, b = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    assert layer_blobs.chain_ids([a, b]) == [a, "sha256:" + hashlib.sha256(f"{a} {b}".encode()).hexdigest()]
+
+
+def _segment(data: bytes) -> str:
+    return json.dumps({"type": 2, "payload": base64.b64encode(data).decode()})
+
+
+def test_tar_split_records_give_segments_and_file_bodies():
+    raw = base64.b64encode("caf\xe9".encode("latin-1")).decode()
+    lines = [
+        _segment(b"header"),
+        json.dumps({"type": 1, "name": "etc/", "payload": None}),  # a folder: no body
+        json.dumps({"type": 1, "name": "etc/hosts", "size": 12}),
+        json.dumps({"type": 1, "name_raw": raw, "size": 3}),
+    ]
+    got = list(layer_blobs.tar_split(lines))
+    assert got[0] == layer_blobs.Segment(b"header")
+    assert got[1] == layer_blobs.FileBody("etc/hosts", 12)
+    assert got[2].size == 3 and got[2].name.encode("utf-8", "surrogateescape") == "caf\xe9".encode("latin-1")
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("not json", "not JSON"),
+        ("[1]", "not an object"),
+        ('{"type": 3}', "unknown record type"),
+        ('{"type": 2}', "without its bytes"),
+        ('{"type": 2, "payload": "!!"}', "not base64"),
+        ('{"type": 1, "name": "x", "size": -1}', "not a count"),
+        ('{"type": 1, "name": "x", "size": true}', "not a count"),
+        ('{"type": 1, "name": "x", "size": "12"}', "not a count"),
+        ('{"type": 1, "name": "/etc/shadow", "size": 1}', "leaves the layer"),
+        ('{"type": 1, "name": "../../etc/shadow", "size": 1}', "leaves the layer"),
+        ('{"type": 1, "name": "a/../../b", "size": 1}', "leaves the layer"),
+        ('{"type": 1, "name": "a/..", "size": 1}', "leaves the layer"),
+        ('{"type": 1, "name": "a\\u0000b", "size": 1}', "leaves the layer"),
+        ('{"type": 1, "size": 1}', "no usable file name"),
+    ],
+)
+def test_tar_split_records_that_are_not_the_engines_are_refused(line, why):
+    with pytest.raises(layer_blobs.BadRecord, match=why):
+        list(layer_blobs.tar_split([line]))
+
+
+def test_docker_save_is_read_by_content_not_by_names(tmp_path):
+    """`docker save`'s archive: layers and config found by their digests, whatever the files are called."""
+    layer_a, layer_b = _tar({"a": b"one"}), _tar({"b": _layer(100_000)})
+    diff_ids = ["sha256:" + hashlib.sha256(x).hexdigest() for x in (layer_a, layer_b)]
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    archive = _tar({"blobs/sha256/x": layer_b, "odd-name/layer.tar": layer_a, "c.json": config, "manifest.json": b"[]"})
+
+    def squeeze(chunks, out):
+        with ThreadPoolExecutor(2) as pool:
+            return blob_push.compress(chunks, out, layer_blobs.Gzip(), pool)
+
+    got_config, layers = save_export(
+        lambda: iter([archive[:1000], archive[1000:]]), image_id, diff_ids, squeeze, tmp_path
+    )
+    assert got_config == config and sorted(layers) == sorted(diff_ids)
+    assert gzip.decompress(layers[diff_ids[1]].path.read_bytes()) == layer_b
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(x.path.name for x in layers.values())  # no strays
+    with pytest.raises(EnvironmentFailure, match="lacks layer"):
+        save_export(lambda: iter([_tar({"c.json": config})]), image_id, diff_ids, squeeze, tmp_path)
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.loopback
+def test_an_upload_the_registry_sends_to_another_origin_gets_no_bytes_and_no_credentials(tmp_path):
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"secret layer")
+    digest = "sha256:" + hashlib.sha256(b"secret layer").hexdigest()
+    with hostile_http.serve() as elsewhere:
+        with hostile_http.serve() as reg:
+            reg.routes["/v2/team/img/blobs/uploads/"] = (202, {"Location": f"{elsewhere.url}/upload/1"}, b"")
+            client = RegistryClient("ci", "pw", registries=[reg.address])
+            with pytest.raises(EnvironmentFailure, match="sent the upload to another origin") as exc:
+                client.upload_blob(Remote.parse(f"{reg.address}/team/img"), digest, 12, blob)
+            assert "uploads only to the registry itself" in exc.value.hint
+        assert elsewhere.seen == []
+
+
+@pytest.mark.loopback
+def test_an_upload_is_one_put_of_the_bytes_with_their_digest_on_the_registrys_own_origin(tmp_path):
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"layer bytes")
+    digest = "sha256:" + hashlib.sha256(b"layer bytes").hexdigest()
+    with hostile_http.serve() as reg:
+        reg.routes["/v2/team/img/blobs/uploads/"] = (202, {"Location": "/v2/team/img/blobs/uploads/u1?state=s"}, b"")
+        reg.routes["/v2/team/img/blobs/uploads/u1"] = (201, {}, b"")
+        RegistryClient().upload_blob(Remote.parse(f"{reg.address}/team/img"), digest, 11, blob)
+        put = reg.seen[-1]
+        assert put.method == "PUT" and put.body == b"layer bytes"
+        assert f"digest={digest.replace(':', '%3A')}" in put.path and "state=s" in put.path
+    with hostile_http.serve() as reg:
+        reg.routes["/v2/team/img/blobs/uploads/"] = (202, {"Location": "/u"}, b"")
+        reg.routes["/u"] = (400, {}, b'{"errors":[{"code":"DIGEST_INVALID"}]}')
+        with pytest.raises(EnvironmentFailure, match=r"refused blob .*DIGEST_INVALID"):
+            RegistryClient().upload_blob(Remote.parse(f"{reg.address}/team/img"), digest, 11, blob)
