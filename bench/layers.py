@@ -9,9 +9,10 @@
 3. sharing: from the rendered layer inputs of every locked cell of the default matrix, which cells share a layer
    (the CUDA runtime layers, per the layer plan), against the layout where the whole torch closure was one layer in
    the venv's site-packages (only cells with the same Python and the same torch closure could share it).
-4. cold (--cold CELL): `imagekit build --no-cache` of one cell with its wheels cached, split by step, then a naive
-   peer Dockerfile on the same base (one RUN: venv + `pip install torch==... transformers==...` from PyPI), both
-   timed on this engine; image sizes from the engine.
+4. cold (--cold CELL): `imagekit build --no-cache` of one cell with its wheels cached, split by step, then peers
+   fed the same wheels from loopback with the same lock on the same base and engine (one RUN each: pip, uv, uv with
+   --compile-bytecode), and the naive peer that downloads from PyPI itself (one RUN: venv + `pip install torch==...
+   transformers==...`; the network counts against it, --skip-naive leaves it out); image sizes from the engine.
 
 Run: .venv/bin/python bench/layers.py [--cold CELL] [--imagekit-root DIR]   (--imagekit-root: another checkout to
 measure, e.g. an earlier revision in a git worktree). Needs the local registry (`make registry`). Tags are removed.
@@ -202,6 +203,58 @@ def naive_peer(engine: Engine, base: str, torch: str, transformers: str) -> tupl
     return seconds, size
 
 
+PEERS = {
+    # what a user writes today with each installer, one RUN, fed the same wheels (the lock's, from loopback)
+    "pip": "RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links {url} "
+    "--require-hashes --no-deps -r /tmp/requirements.txt",
+    "uv": "RUN python3 -m venv /opt/venv && /tmp/uv pip install --python /opt/venv/bin/python --no-index "
+    "--find-links {url} --require-hashes --no-deps -r /tmp/requirements.txt",
+    "uv --compile-bytecode": "RUN python3 -m venv /opt/venv && /tmp/uv pip install --python /opt/venv/bin/python "
+    "--no-index --find-links {url} --require-hashes --no-deps --compile-bytecode -r /tmp/requirements.txt",
+}
+
+
+def fed_peers(engine: Engine, base: str, cell, data: compat.CompatData) -> dict[str, tuple[float, int]]:
+    """Each of PEERS as a cold `docker build` (legacy builder, --no-cache) on imagekit's base: the lock as
+    requirements.txt and uv's binary COPYed in (one small layer), then one RUN installing from the same wheels
+    imagekit builds from, served on loopback (`--network host`). (seconds, image bytes) per peer."""
+    import shutil
+    import zipfile
+
+    from imagekit.effects import wheelserver
+    from imagekit.services import fetch
+
+    lock_path = ROOT / "lockfiles" / f"{cell.id}.txt"
+    lock = lockfile.parse(lock_path.read_text())
+    fetched = fetch.fetch_for_build(lock, cell.python, data.bases[cell.python].glibc)
+    out: dict[str, tuple[float, int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        house = fetch.wheelhouse(fetched, Path(tmp) / "house")
+        ctx = Path(tmp) / "ctx"
+        ctx.mkdir()
+        shutil.copy(lock_path, ctx / "requirements.txt")
+        uv_wheel = next(w.path for w in fetched if w.name == "uv")
+        with zipfile.ZipFile(uv_wheel) as zf:
+            member = next(n for n in zf.namelist() if n.endswith(".data/scripts/uv"))
+            (ctx / "uv").write_bytes(zf.read(member))
+        (ctx / "uv").chmod(0o755)
+        with wheelserver.serve(house) as address:
+            url = f"http://{address}:{wheelserver.PORT}/"
+            for name, run in PEERS.items():
+                (ctx / "Dockerfile").write_text(f"FROM {base}\nCOPY uv requirements.txt /tmp/\n{run.format(url=url)}\n")
+                tag = f"{REPO}-peer:{name.split()[0]}"
+                t0 = time.perf_counter()
+                subprocess.run(
+                    ["docker", "build", "--no-cache", "--network", "host", "-t", tag, str(ctx)],
+                    check=True, env={**os.environ, "DOCKER_BUILDKIT": "0"}, stdout=subprocess.DEVNULL,
+                )  # fmt: skip
+                out[name] = (time.perf_counter() - t0, int(engine.image(tag)["Size"]))
+                engine.remove(tag)
+                print(f"  peer {name} (one RUN, the same wheels from loopback): {out[name][0]:.0f} s, "
+                      f"{human(out[name][1])}", flush=True)  # fmt: skip
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--imagekit-root", type=Path, default=ROOT, help="the checkout whose imagekit builds")
@@ -264,10 +317,15 @@ def main() -> None:
             built = took.get("docker build (all steps)", 0) + took.get("self-test", 0)
             push = took.get("publish", 0)
             print(f"  imagekit: docker build + self-test {built:.0f} s (then push {push:.0f} s), {human(size)}")
+            docker_build = took.get("docker build (all steps)", 0)
+            for name, (seconds, _) in fed_peers(engine, base, cell, data).items():
+                print(f"  ratio imagekit docker build / {name} peer: {docker_build / seconds:.2f}x; "
+                      f"build + self-test / {name} peer: {built / seconds:.2f}x")  # fmt: skip
             if not args.skip_naive:
                 seconds, naive_size = naive_peer(engine, base, cell.torch, cell.transformers)
-                print(f"  naive peer (one RUN, pip from PyPI, same base): {seconds:.0f} s, {human(naive_size)}")
-                print(f"  ratio imagekit (build + self-test) / naive: {built / seconds:.2f}x")
+                print(f"  naive peer (one RUN, pip downloading from PyPI itself, same base; the network counts): "
+                      f"{seconds:.0f} s, {human(naive_size)}")  # fmt: skip
+                print(f"  ratio imagekit (build + self-test) / naive PyPI-download peer: {built / seconds:.2f}x")
             for image in engine.client.images.list():
                 for t in image.tags:
                     if t.startswith(f"{REGISTRY}/{REPO}:"):

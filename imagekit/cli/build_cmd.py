@@ -232,6 +232,8 @@ def register(app: typer.Typer) -> None:
                 f"{r.seconds:.0f} s",
             )
         Console(stderr=True).print(table)
+        for r in results:  # where each build's time went, one line per cell
+            Console(stderr=True).print(f"{r.cell.slug} time by step: {r.step_summary()}", markup=False, soft_wrap=True)
         if as_json:
             out_json([r.to_json() for r in results])
         if any(r.status == "failed" for r in results) or len(results) < len(cells):

@@ -69,6 +69,11 @@ class CellResult:
     seconds: float = 0.0
     report: dict | None = None
     error: ImagekitError | None = None
+    steps: dict[str, float] = field(default_factory=dict)  # wall seconds per stage, in order
+
+    def step_summary(self) -> str:
+        """``base 76 s, lock 0 s, ..., publish 92 s``: where the build's time went."""
+        return ", ".join(f"{step} {seconds:.0f} s" for step, seconds in self.steps.items())
 
     def to_json(self) -> dict:
         return {
@@ -83,6 +88,7 @@ class CellResult:
             **({"platform": self.cell.platform} if self.cell.platform != AMD64 else {}),
             **({"index_digest": self.index_digest} if self.index_digest else {}),
             "seconds": round(self.seconds, 1),
+            "steps": {step: round(seconds, 1) for step, seconds in self.steps.items()},
             "selftest_failed": (self.report or {}).get("failed"),
             "error": self.error.render() if self.error else None,
         }
@@ -371,7 +377,11 @@ def build_cell(
     try:
         for step, stage in STAGES:
             result.step = step
-            stage(run)
+            began = time.time()
+            try:
+                stage(run)
+            finally:
+                result.steps[step] = result.steps.get(step, 0.0) + time.time() - began
         result.step = "done"
     except ImagekitError as exc:
         result.status = "failed"

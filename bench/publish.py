@@ -1,0 +1,122 @@
+"""Publish: `docker push` against imagekit's own push (imagekit.services.blob_push) of the same image, on the same
+engine and registry, against the disk's own read rate (the physical limit of reading the layers here).
+
+1. disk: the largest file of the image's layers read cold (page cache dropped where this process may drop it).
+2. docker push of IMAGE to REGISTRY/imagekit-bench/push-docker (the engine's gzip, one core per layer).
+3. imagekit's push to REGISTRY/imagekit-bench/push-a with an empty blob cache, then to push-b with another empty
+   cache (the same blob digests and manifest digest: deterministic), then push-a again (nothing read or sent).
+Both pushes start from a dropped page cache. Prints seconds, MB/s of layer bytes, the compressed bytes, and the
+ratio. The pushed repositories stay in the registry (delete its folder to reclaim the space).
+
+Run: .venv/bin/python bench/publish.py IMAGE [--registry 127.0.0.1:5000] [--level 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from imagekit import layer_blobs  # noqa: E402
+from imagekit.effects.docker import Engine  # noqa: E402
+from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
+from imagekit.services import blob_push  # noqa: E402
+
+
+def drop_caches() -> str:
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return "page cache dropped"
+    except OSError:
+        return "page cache NOT dropped (not root): reads may come from memory"
+
+
+def disk_rate(engine: Engine, image_id: str) -> tuple[float, int]:
+    """MB/s reading the image's largest layer file cold."""
+    info = engine.client.info()
+    root, driver = Path(info["DockerRootDir"]), info["Driver"]
+    biggest: tuple[int, Path] | None = None
+    for diff in layer_blobs.chain_ids(engine.image(image_id)["RootFS"]["Layers"]):
+        cache_id = (root / "image" / driver / "layerdb" / "sha256" / diff.split(":")[1] / "cache-id").read_text()
+        for path in (root / driver / cache_id.strip() / "diff").rglob("*.so*"):
+            if path.is_file() and not path.is_symlink():
+                size = path.stat().st_size
+                if biggest is None or size > biggest[0]:
+                    biggest = (size, path)
+    assert biggest is not None
+    drop_caches()
+    t0 = time.perf_counter()
+    with open(biggest[1], "rb") as fh:
+        while fh.read(8 << 20):
+            pass
+    return biggest[0] / (time.perf_counter() - t0) / 1e6, biggest[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("image")
+    ap.add_argument("--registry", default="127.0.0.1:5000")
+    ap.add_argument("--level", type=int, default=layer_blobs.DEFAULT_LEVEL)
+    ap.add_argument("--skip-docker", action="store_true")
+    args = ap.parse_args()
+    engine = Engine()
+    image_id = engine.image(args.image)["Id"]
+    print(f"image {args.image} ({image_id[:19]}), {os.cpu_count()} CPUs, {drop_caches()}", flush=True)
+    rate, size = disk_rate(engine, image_id)
+    print(f"disk: {rate:.0f} MB/s reading the largest layer file cold ({size / 1e9:.2f} GB)", flush=True)
+    client = RegistryClient()
+
+    docker_s = None
+    if not args.skip_docker:
+        repo = f"{args.registry}/imagekit-bench/push-docker"
+        tag = f"t{int(time.time())}"
+        subprocess.run(["docker", "tag", image_id, f"{repo}:{tag}"], check=True)
+        drop_caches()
+        t0 = time.perf_counter()
+        subprocess.run(["docker", "push", f"{repo}:{tag}"], check=True, stdout=subprocess.DEVNULL)
+        docker_s = time.perf_counter() - t0
+        man = client.oci_manifest_json(Remote.parse(repo), tag)
+        packed = sum(layer["size"] for layer in man["layers"])
+        subprocess.run(["docker", "rmi", f"{repo}:{tag}"], check=True, stdout=subprocess.DEVNULL)
+        print(f"docker push: {docker_s:.1f} s, {packed / 1e9:.2f} GB gzip", flush=True)
+
+    gzip = layer_blobs.Gzip(args.level)
+    runs = []
+    with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
+        for repo_name, cache, what in (("push-a", one, "empty cache"), ("push-b", two, "another empty cache"),
+                                       ("push-a", one, "again")):  # fmt: skip
+            os.environ["IMAGEKIT_CACHE"] = cache
+            remote = Remote.parse(f"{args.registry}/imagekit-bench/{repo_name}")
+            stats = blob_push.PushStats()
+            drop_caches()
+            tag = f"t{int(time.time())}-{len(runs)}"
+            digest = blob_push.push_image(engine, client, remote, image_id, tag, gzip=gzip, stats=stats)
+            blobs = [layer["digest"] for layer in client.oci_manifest_json(remote, digest)["layers"]]
+            runs.append((stats, digest, blobs))
+            print(
+                f"imagekit push ({gzip.identity}) to {repo_name}, {what}: {stats.seconds:.1f} s, {stats.summary()}; "
+                f"manifest {digest[:19]}",
+                flush=True,
+            )
+    (first, d1, b1), (_, d2, b2), (again, d3, _) = runs
+    print(f"same blob digests on both cold pushes: {b1 == b2}; same manifest digest on all three: {d1 == d2 == d3}")
+    print(f"re-publish: {again.sent} layers sent, {again.read_bytes} bytes read, {again.seconds:.1f} s")
+    mbs = first.read_bytes / first.seconds / 1e6
+    print(f"imagekit: {mbs:.0f} MB/s of layer bytes = {mbs / rate:.2f}x the disk's cold read rate ({rate:.0f} MB/s)")
+    if docker_s:
+        print(
+            f"docker push: {first.read_bytes / docker_s / 1e6:.0f} MB/s; "
+            f"ratio docker push / imagekit push: {docker_s / first.seconds:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
