@@ -8,7 +8,7 @@ engine and registry, against the disk's own read rate (the physical limit of rea
 Both pushes start from a dropped page cache. Prints seconds, MB/s of layer bytes, the compressed bytes, and the
 ratio. The pushed repositories stay in the registry (delete its folder to reclaim the space).
 
-Run: .venv/bin/python bench/publish.py IMAGE [--registry 127.0.0.1:5000] [--level 6]
+Run: .venv/bin/python bench/publish.py IMAGE [--registry 127.0.0.1:5000] [--level 4]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("image")
     ap.add_argument("--registry", default="127.0.0.1:5000")
-    ap.add_argument("--level", type=int, default=layer_blobs.DEFAULT_LEVEL)
+    ap.add_argument("--level", type=int, default=blob_push.default_gzip().level)
     ap.add_argument("--skip-docker", action="store_true")
     args = ap.parse_args()
     engine = Engine()

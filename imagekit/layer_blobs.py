@@ -20,7 +20,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 MEMBER = 16 << 20  # bytes of layer per gzip member (a ratio cost of about 0.01 %: one 32 KiB window per member)
-DEFAULT_LEVEL = 6  # about the ratio of the engine's own gzip (Go's default level), a third faster than zlib's 6
+# The level: 4 gives about the bytes of the engine's own gzip (Go's default level; so a pull downloads what it did)
+# at a third more speed than 6 on CUDA libraries here (85 against 65 MB/s on two cores), 6 is 1-3 % smaller.
+DEFAULT_LEVEL = 4
 LEVELS = range(1, 13)  # libdeflate's
 LAYER_TYPE = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"

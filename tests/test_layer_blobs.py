@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from imagekit import layer_blobs
 from imagekit.effects.layer_export import save_export
 from imagekit.effects.registry import RegistryClient, Remote
-from imagekit.errors import EnvironmentFailure
+from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.services import blob_push
 from tests import hostile_http
 
@@ -68,9 +68,17 @@ def test_the_same_layer_is_the_same_blob_on_one_thread_or_four_and_reads_back_wi
     assert len(packed) < len(data) // 2
 
 
-def test_the_compressor_identity_names_what_the_bytes_depend_on():
+def test_the_compressor_identity_names_what_the_bytes_depend_on(monkeypatch):
     ident = layer_blobs.Gzip(6).identity
     assert ident == f"gzip-libdeflate{layer_blobs.libdeflate_version()}-level6-member16m"
+    assert blob_push.default_gzip() == layer_blobs.Gzip(4)
+    monkeypatch.setenv("IMAGEKIT_GZIP_LEVEL", "9")
+    assert blob_push.default_gzip().identity.endswith("-level9-member16m")
+    for bad in ("0", "13", "six", "-1", "4; rm -rf /"):
+        monkeypatch.setenv("IMAGEKIT_GZIP_LEVEL", bad)
+        with pytest.raises(UsageError, match="not a gzip level") as exc:
+            blob_push.default_gzip()
+        assert "1 to 12" in exc.value.hint
     assert layer_blobs.Gzip(1).identity != ident
     assert layer_blobs.Gzip(1).compress(b"a" * 1000) != layer_blobs.Gzip(9).compress(b"a" * 1000 + b"b")
 

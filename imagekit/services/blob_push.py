@@ -28,7 +28,7 @@ from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.effects.layer_export import LayerMismatch, save_export
 from imagekit.effects.registry import Remote
-from imagekit.errors import EnvironmentFailure
+from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import Activity, NullProgress, Progress, human_bytes
 
@@ -54,6 +54,18 @@ class PushStats:
             f"{self.sent} layer{'s' if self.sent != 1 else ''} pushed ({human_bytes(self.read_bytes)} read, "
             f"{human_bytes(self.blob_bytes)} gzip), {self.present} already there, in {self.seconds:.0f} s{rate}"
         )
+
+
+def default_gzip() -> layer_blobs.Gzip:
+    """Level 4, or IMAGEKIT_GZIP_LEVEL (1-12: higher is smaller and slower; each level is other blob digests)."""
+    raw = os.environ.get("IMAGEKIT_GZIP_LEVEL", "").strip()
+    if not raw:
+        return layer_blobs.Gzip()
+    if not raw.isdigit() or int(raw) not in layer_blobs.LEVELS:
+        raise UsageError(
+            f"IMAGEKIT_GZIP_LEVEL={raw[:20]!r} is not a gzip level", "set it to a number from 1 to 12, or unset it"
+        )
+    return layer_blobs.Gzip(int(raw))
 
 
 def blob_cache_dir(gzip: layer_blobs.Gzip) -> Path:
@@ -130,7 +142,7 @@ def push_image(
 ) -> str:
     """Upload every layer the registry lacks and the config, then the manifest under ``tag``; returns the manifest's
     digest. Nothing is tagged unless every blob is in the registry."""
-    gzip = gzip or layer_blobs.Gzip()
+    gzip = gzip or default_gzip()
     progress = progress or NullProgress()
     stats = stats if stats is not None else PushStats()
     began = time.monotonic()
