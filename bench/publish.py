@@ -5,10 +5,11 @@ engine and registry, against the disk's own read rate (the physical limit of rea
 2. docker push of IMAGE to REGISTRY/imagekit-bench/push-docker (the engine's gzip, one core per layer).
 3. imagekit's push to REGISTRY/imagekit-bench/push-a with an empty blob cache, then to push-b with another empty
    cache (the same blob digests and manifest digest: deterministic), then push-a again (nothing read or sent).
-Both pushes start from a dropped page cache. Prints seconds, MB/s of layer bytes, the compressed bytes, and the
-ratio. The pushed repositories stay in the registry (delete its folder to reclaim the space).
+All into a new, empty registry of its own (Debian's docker-registry on a free loopback port, removed at the end: an
+engine that pushed the same layers anywhere before would only mount them). Both pushes start from a dropped page
+cache. Prints seconds, MB/s of layer bytes, the compressed bytes, and the ratio.
 
-Run: .venv/bin/python bench/publish.py IMAGE [--registry 127.0.0.1:5000] [--level 4]
+Run: .venv/bin/python bench/publish.py IMAGE [--level 4]
 """
 
 from __future__ import annotations
@@ -63,7 +64,6 @@ def disk_rate(engine: Engine, image_id: str) -> tuple[float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("image")
-    ap.add_argument("--registry", default="127.0.0.1:5000")
     ap.add_argument("--level", type=int, default=blob_push.default_gzip().level)
     ap.add_argument("--skip-docker", action="store_true")
     args = ap.parse_args()
@@ -73,7 +73,22 @@ def main() -> None:
     rate, size = disk_rate(engine, image_id)
     print(f"disk: {rate:.0f} MB/s reading the largest layer file cold ({size / 1e9:.2f} GB)", flush=True)
     client = RegistryClient()
+    from tests.registry import Registry, free_port
 
+    # a registry of its own: an engine that pushed these layers to a registry before only mounts them there
+    fresh = Registry(Path(tempfile.mkdtemp(prefix="imagekit-bench-registry-")), free_port()).start()
+    args.registry = fresh.address
+    print(f"registry: a new one at {fresh.address} (empty)", flush=True)
+    try:
+        run(args, engine, image_id, client, rate)
+    finally:
+        fresh.stop()
+        import shutil
+
+        shutil.rmtree(fresh.root, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, engine: Engine, image_id: str, client: RegistryClient, rate: float) -> None:
     docker_s = None
     if not args.skip_docker:
         repo = f"{args.registry}/imagekit-bench/push-docker"
