@@ -305,6 +305,10 @@ def main() -> None:
             print(f"\ncold build of {args.cold} (--no-cache, wheels cached): {res['seconds']:.0f} s in all")
             for label, seconds in out["steps"].get(args.cold, []):
                 print(f"  {seconds:7.1f} s  {label}")
+            inside = re.compile(r"(step \d+/\d+ \w+: \d+\.\d s$|install-layer:|finalize-layer:)")
+            for line in (state / "cold" / "stderr.log").read_text().splitlines():  # each step, and inside each RUN
+                if inside.search(line):
+                    print(f"    {line.split(' ', 1)[1]}")
             image = engine.image(f"{REGISTRY}/{REPO}:{args.cold}")
             size = int(image["Size"]) if image else 0
             base = next(

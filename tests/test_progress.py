@@ -106,6 +106,20 @@ def test_docker_build_steps_become_timed_activities():
     assert [m for _, m in rec.lines] == ["Step 1/3 : FROM base", "Step 2/3 : RUN pip install x", "Step 3/3 : LABEL a=b"]
 
 
+def test_a_layers_own_timings_are_relayed_and_its_other_output_is_not():
+    rec = RecordingProgress()
+    steps = _StepTimer(rec, "c")
+    for line in ["Step 2/3 : RUN install-layer", "Installed 12 packages in 3.1s",
+                 "install-layer: installed in 20.4 s (uv), bytecode 11.2 s\n",
+                 "finalize-layer: 20511 paths: found in 2100 ms, clamped to SOURCE_DATE_EPOCH in 3400 ms"]:  # fmt: skip
+        steps(line)
+    assert [m for _, m in rec.lines] == [
+        "Step 2/3 : RUN install-layer",
+        "install-layer: installed in 20.4 s (uv), bytecode 11.2 s",
+        "finalize-layer: 20511 paths: found in 2100 ms, clamped to SOURCE_DATE_EPOCH in 3400 ms",
+    ]
+
+
 def test_self_test_lines_are_relayed_one_per_check():
     rec = RecordingProgress()
     relay = _relay(rec, "c")

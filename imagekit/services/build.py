@@ -107,6 +107,9 @@ class _StepTimer:
         self.current = None
 
     def __call__(self, line: str) -> None:
+        if line.startswith(("install-layer:", "finalize-layer:")):  # where a layer's time went, from inside it
+            self.progress.line(self.cell, line.strip()[:200])
+            return
         if not line.startswith("Step "):
             return
         self.close()
