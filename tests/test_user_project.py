@@ -63,7 +63,7 @@ def test_the_project_locks_builds_and_publishes_with_everything_it_named(user_pr
     for gone in ("data", ".git", "wandb.env"):
         assert re.search(rf"^{re.escape(gone)}$", listing, re.M) is None, listing
     # the first push uploaded the project's own layers only: the real cell's were in the registry already
-    first = re.search(r"\((\d+) layers pushed, (\d+) already there\)", transcript)
+    first = re.search(r": (\d+) layers? pushed \(.*?\), (\d+) already there, in ", transcript)
     assert first and int(first[2]) >= 5 and int(first[1]) <= 4, transcript[-3000:]
     # the Debian packages, the app and the code are the last layers, above the real cell's, which the registry held
     mine, theirs = engine.layers(tag), engine.layers(real_build[0].tag)
@@ -92,10 +92,10 @@ def test_a_code_change_rebuilds_and_pushes_only_the_code_layer(user_project, eng
     (second,) = json.loads(again.stdout)
     assert second["status"] == "published" and second["tag"] != first["tag"], again.stderr
     log = again.stderr
-    pushed = re.search(r"pushed ([0-9.]+ [kMG]?B) in [0-9]+ s \((\d+) layers pushed, (\d+) already there\)", log)
+    pushed = re.search(r": (\d+) layers? pushed \(([0-9.]+ [kMG]?B) read, [^)]* gzip\), (\d+) already there", log)
     assert pushed, log
-    assert pushed[2] == "1", log  # the code layer; every other layer was in the registry already
-    assert pushed[1].endswith(" kB") or pushed[1].endswith(" B"), pushed[1]  # kilobytes, not the image
+    assert pushed[1] == "1" and int(pushed[3]) >= 5, log  # the code layer; every other one was in the registry
+    assert pushed[2].endswith(" kB") or pushed[2].endswith(" B"), pushed[2]  # kilobytes read, not the image
     a, b = engine.layers(first["tag"]), engine.layers(second["tag"])
     assert a[:-1] == b[:-1] and a[-1] != b[-1]
     code, out = _run(engine, second["tag"], "python /opt/app/train.py")
