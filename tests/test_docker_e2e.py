@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import threading
 import time
@@ -93,11 +94,15 @@ def test_the_real_build_reported_progress_on_every_long_step(real_build):
     assert steps and all(a.finished for a in steps)
     installs = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("Step ") and "bin/install-layer" in m]
     assert len(installs) == 5  # cu121: CUDA toolkit, cuDNN, NCCL, torch, app
-    pushed = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("push layer ")]
+    # inside each install RUN that ran (none when the engine had the layers cached): where its time went
+    timed = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("install-layer: installed in ")]
+    clamped = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("finalize-layer: ")]
+    assert len(timed) in (0, 5) and (not timed or len(clamped) >= 5), (timed, clamped)
+    assert all(" bytecode " in m for m in timed[3:])  # the torch and app layers compile; the CUDA ones do not
+    compressing = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("compress layer ")]
     layer_lines = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("layer ")]
-    assert all(a.finished for a in pushed)
-    assert pushed or layer_lines  # a fresh registry: every layer is pushed (or was already there)
-    assert all(a.summary.startswith(f"layer {a.label.split()[-1]}: pushed ") for a in pushed)
+    assert all(a.finished for a in compressing)
+    assert layer_lines and all(re.search(r": (pushed .* gzip|.*already in the registry)", m) for m in layer_lines)
 
 
 @pytest.mark.slow

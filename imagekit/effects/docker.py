@@ -168,8 +168,9 @@ class Engine:
             line = chunk.get("stream")
             if line:
                 log.append(line)
-                if on_line and line.strip():
-                    on_line(line.rstrip())
+                for part in line.splitlines() if on_line else ():  # a chunk may carry several lines of a step
+                    if part.strip():
+                        on_line(part.rstrip())  # type: ignore[misc]
             aux = chunk.get("aux")
             if isinstance(aux, dict) and "ID" in aux:
                 image_id = aux["ID"]
