@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -168,7 +169,8 @@ class Engine:
             line = chunk.get("stream")
             if line:
                 log.append(line)
-                for part in line.splitlines() if on_line else ():  # a chunk may carry several lines of a step
+                # a chunk may carry several lines of a step; a RUN's stderr comes wrapped in color codes
+                for part in _COLOR.sub("", line).splitlines() if on_line else ():
                     if part.strip():
                         on_line(part.rstrip())  # type: ignore[misc]
             aux = chunk.get("aux")
@@ -352,6 +354,9 @@ class Engine:
         if not found:
             raise EnvironmentFailure(f"pull of {reference} left no image")
         return found["Id"]
+
+
+_COLOR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _follow(container, on_line: LineFn) -> None:
