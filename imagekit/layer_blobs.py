@@ -159,7 +159,7 @@ def _name(rec: dict, number: int) -> str:
         raise BadRecord(f"line {number}: a raw name that is not base64") from None
     if not isinstance(name, str) or not name or len(name.encode("utf-8", "surrogateescape")) > MAX_NAME:
         raise BadRecord(f"line {number}: no usable file name")
-    parts = name.strip("/").split("/") if not name.startswith("/") else [""]
-    if "\x00" in name or name.startswith("/") or any(p in ("..", "") for p in parts[:-1]) or parts[-1] in ("..", ""):
+    parts = [p for p in name.split("/") if p not in ("", ".")]  # `docker import` tars name files ./etc/...
+    if "\x00" in name or name.startswith("/") or not parts or ".." in parts:
         raise BadRecord(f"line {number}: file name {name[:80]!r} leaves the layer")
     return "/".join(parts)

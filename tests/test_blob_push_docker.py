@@ -32,7 +32,8 @@ def image(engine, tmp_path):
     """Three layers: an imported root with a file of two gzip members, and two COPY layers on it."""
     root = io.BytesIO()
     with tarfile.open(fileobj=root, mode="w") as tar:
-        for name, data in {"big": _text(layer_blobs.MEMBER + 4096, b"a"), "etc/hello": b"hello\n"}.items():
+        # named as mmdebstrap's tarballs name them (./etc/...): what `docker import` of a bootstrapped base records
+        for name, data in {"./big": _text(layer_blobs.MEMBER + 4096, b"a"), "./etc/hello": b"hello\n"}.items():
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 1735689600
             tar.addfile(info, io.BytesIO(data))

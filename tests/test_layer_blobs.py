@@ -119,6 +119,8 @@ def test_tar_split_records_give_segments_and_file_bodies():
     assert got[0] == layer_blobs.Segment(b"header")
     assert got[1] == layer_blobs.FileBody("etc/hosts", 12)
     assert got[2].size == 3 and got[2].name.encode("utf-8", "surrogateescape") == "caf\xe9".encode("latin-1")
+    dotted = json.dumps({"type": 1, "name": "./etc//adduser.conf", "size": 5})  # as `docker import` tars name them
+    assert list(layer_blobs.tar_split([dotted])) == [layer_blobs.FileBody("etc/adduser.conf", 5)]
 
 
 @pytest.mark.parametrize(
@@ -137,6 +139,7 @@ def test_tar_split_records_give_segments_and_file_bodies():
         ('{"type": 1, "name": "a/../../b", "size": 1}', "leaves the layer"),
         ('{"type": 1, "name": "a/..", "size": 1}', "leaves the layer"),
         ('{"type": 1, "name": "a\\u0000b", "size": 1}', "leaves the layer"),
+        ('{"type": 1, "name": "./", "size": 1}', "leaves the layer"),
         ('{"type": 1, "size": 1}', "no usable file name"),
     ],
 )
@@ -209,3 +212,75 @@ def test_an_upload_is_one_put_of_the_bytes_with_their_digest_on_the_registrys_ow
         reg.routes["/u"] = (400, {}, b'{"errors":[{"code":"DIGEST_INVALID"}]}')
         with pytest.raises(EnvironmentFailure, match=r"refused blob .*DIGEST_INVALID"):
             RegistryClient().upload_blob(Remote.parse(f"{reg.address}/team/img"), digest, 11, blob)
+
+
+def _store(tmp_path, files: dict[str, bytes]):
+    """A layer store laid out as the engine's (image db, layer db with tar-split, the layer's folder) for one layer
+    whose tar holds ``files``; returns the reader and the layer's folder."""
+    from imagekit.effects.layer_export import StoreExport
+
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w", format=tarfile.PAX_FORMAT) as out:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            out.addfile(info, io.BytesIO(data))
+    raw = tar.getvalue()
+    records, at = [], 0
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r") as back:
+        for member in back.getmembers():
+            records.append(_segment(raw[at : member.offset_data]))
+            records.append(json.dumps({"type": 1, "name": member.name, "size": member.size}))
+            at = member.offset_data + member.size
+    records.append(_segment(raw[at:]))
+    diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    db = tmp_path / "image" / "overlay2"
+    (db / "imagedb" / "content" / "sha256").mkdir(parents=True)
+    (db / "imagedb" / "content" / "sha256" / image_id.split(":")[1]).write_bytes(config)
+    meta = db / "layerdb" / "sha256" / diff_id.split(":")[1]
+    meta.mkdir(parents=True)
+    (meta / "cache-id").write_text("abc")
+    (meta / "tar-split.json.gz").write_bytes(gzip.compress("\n".join(records).encode()))
+    folder = tmp_path / "overlay2" / "abc" / "diff"
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return StoreExport(tmp_path, "overlay2", image_id), folder, diff_id
+
+
+def test_a_layer_is_read_back_from_the_store_as_the_exact_tar_its_diff_id_names(tmp_path):
+    store, _, diff_id = _store(tmp_path, {"etc/hello": b"hello\n", "opt/big": _layer(100_000)})
+    assert json.loads(store.config())["rootfs"]["diff_ids"] == [diff_id]
+    assert "sha256:" + hashlib.sha256(b"".join(store.layer([diff_id], 0))).hexdigest() == diff_id
+
+
+@pytest.mark.parametrize("swap", ["symlinked folder", "symlink", "fifo", "other size"])
+def test_a_store_whose_files_are_not_the_recorded_regular_files_is_never_read(tmp_path, swap):
+    """A folder that is a link out of the layer, a file that is a link, a FIFO (a read would block), a file of another
+    size: a mismatch, before a byte of it is read."""
+    import os
+
+    from imagekit.effects.layer_export import LayerMismatch
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(b"host secret")
+    store, folder, diff_id = _store(tmp_path / "s", {"etc/hello": b"hello\n", "opt/big": b"x" * 11})
+    target = folder / "opt" / "big"
+    if swap == "symlinked folder":
+        (folder / "opt" / "big").unlink()
+        (folder / "opt").rmdir()
+        (folder / "opt").symlink_to(outside)
+    elif swap == "symlink":
+        target.unlink()
+        target.symlink_to(outside / "big")
+    elif swap == "fifo":
+        target.unlink()
+        os.mkfifo(target)
+    else:
+        target.write_bytes(b"x" * 12)
+    with pytest.raises(LayerMismatch, match="opt/big") as exc:
+        b"".join(store.layer([diff_id], 0))
+    assert "host secret" not in exc.value.render()

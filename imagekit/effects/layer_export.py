@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
@@ -61,23 +62,50 @@ class StoreExport:
         cache_id = (meta / "cache-id").read_text().strip()
         if not cache_id or "/" in cache_id or cache_id in (".", ".."):
             raise LayerMismatch(f"layer {chain} has no usable cache id", "check the engine")
-        folder = self.root / self.driver / cache_id / "diff"
+        folder = os.path.realpath(self.root / self.driver / cache_id / "diff")
+        checked: set[str] = set()
         with gzip.open(meta / "tar-split.json.gz", "rb") as records:
             try:
                 for record in layer_blobs.tar_split(records):
                     if isinstance(record, layer_blobs.Segment):
                         yield record.data
                         continue
-                    with open(os.path.join(folder, record.name), "rb") as fh:
+                    with _regular(folder, record, chain, checked) as fh:
                         left = record.size
                         while left:
                             data = fh.read(min(left, READ))
                             if not data:
-                                raise LayerMismatch(f"{record.name} in layer {chain} is shorter than recorded", "")
+                                raise LayerMismatch(f"{record.name} in {chain} is short", "check the engine")
                             left -= len(data)
                             yield data
             except layer_blobs.BadRecord as exc:
                 raise LayerMismatch(f"the engine's tar-split of layer {chain}: {exc}", "check the engine") from None
+
+
+def _regular(folder: str, record: layer_blobs.FileBody, chain: str, checked: set[str]) -> IO[bytes]:
+    """The layer's file ``record`` names, opened only when it is a regular file of the recorded size inside the
+    layer's folder: a symlinked folder leading anywhere (each folder is checked once, ``checked``), a symlink, a FIFO
+    or a device (which could block or never end) is a mismatch, never read."""
+    path = os.path.join(folder, record.name)
+    parent = os.path.dirname(path)
+    if parent not in checked:
+        if os.path.realpath(parent) != parent:
+            raise LayerMismatch(f"{record.name[:120]!r} in layer {chain} is under a symbolic link", "check the engine")
+        checked.add(parent)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise LayerMismatch(
+            f"{record.name[:120]!r} in layer {chain} cannot be read: {exc}", "check the engine"
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size != record.size:
+        os.close(fd)
+        raise LayerMismatch(
+            f"{record.name[:120]!r} in layer {chain} is not the regular file of {record.size} bytes recorded",
+            "check the engine",
+        )
+    return os.fdopen(fd, "rb")
 
 
 def store_export(info: dict, image_id: str) -> StoreExport | None:
