@@ -284,3 +284,25 @@ def test_a_store_whose_files_are_not_the_recorded_regular_files_is_never_read(tm
     with pytest.raises(LayerMismatch, match="opt/big") as exc:
         b"".join(store.layer([diff_id], 0))
     assert "host secret" not in exc.value.render()
+
+
+def test_a_push_with_a_cache_that_cannot_take_files_still_pushes_and_remembers_nothing(tmp_path, monkeypatch):
+    """The blob cache is a cache: a file where its folder should be costs the memory of blobs, not the publish."""
+    from imagekit.effects.registry import Remote as R
+    from tests.fakes import RecordingEngine, RecordingRegistry
+
+    blocked = tmp_path / "cache"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(blocked))
+    engine = RecordingEngine()
+    registry = RecordingRegistry(engine.calls)
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [engine._layer("one")]},
+    }
+    image = engine.load_config(json.dumps(config).encode(), [])
+    digest = blob_push.push_image(engine, registry, R.parse("127.0.0.1:5000/t"), image, "v1")
+    assert registry.manifests[("t", "v1")]["config"]["digest"] == image and digest
+    assert [c for c in engine.calls if c[0] == "registry.upload_blob"]  # the layer and the config went up

@@ -158,8 +158,11 @@ def push_image(
             blobs[i] = known
             stats.present += 1
             progress.line(label, f"layer {_short(diff_id)}: already in the registry")
-    scratch = cache_root() / "tmp"
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch: Path | None = cache_root() / "tmp"  # beside the wheels: the disk `build --dry-run` sized
+    try:
+        scratch.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+    except OSError:
+        scratch = None  # a cache that cannot take files: the system's temporary folder
     workers = max(2, os.cpu_count() or 2)
     with (
         tempfile.TemporaryDirectory(prefix="imagekit-push-", dir=scratch) as tmp,
