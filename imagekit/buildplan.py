@@ -20,6 +20,32 @@ POD_PACKAGES = ("openssh-server", "rsync", "tini")
 WORKING_PACKAGES = ("curl", "git", "less", "nano", "openssh-client", "procps", "tmux", "unzip", "vim-tiny", "wget")
 # torch.compile: Inductor compiles C++ on the CPU, Triton builds its launcher with a C compiler and Python.h.
 COMPILER_PACKAGES = ("g++", "gcc", "python3-dev")
+# Files a run never reads, kept out by dpkg itself (path-exclude, in /etc/dpkg/dpkg.cfg.d/ of the base, so an apt layer
+# and an `apt-get install` on the pod skip them too). The list is debuerreotype's for Debian's official -slim images
+# (scripts/.slimify-excludes and .slimify-includes, after wiki.ubuntu.com/ReducingDiskFootprint): documentation,
+# manuals and translations, keeping every package's copyright file. Plus libpython's static archive from python3-dev:
+# only a program linking Python statically reads it; extensions, Inductor's C++ and Triton's launcher use the headers.
+# The compiler's own .a files (libgcc.a, libstdc++.a) stay: gcc links them.
+SLIM_EXCLUDES = (
+    "/usr/share/doc/*",
+    "/usr/share/groff/*",
+    "/usr/share/info/*",
+    "/usr/share/linda/*",
+    "/usr/share/lintian/overrides/*",
+    "/usr/share/locale/*",
+    "/usr/share/man/*",
+    "/usr/lib/*/libpython3*.a",
+    "/usr/lib/python3*/config-*/libpython3*.a",
+)
+SLIM_INCLUDES = (
+    "/usr/share/doc/*/copyright",
+    "/usr/share/locale/locale.alias",
+)
+
+
+def dpkg_path_filters() -> tuple[str, ...]:
+    """dpkg's path filters for a base, in the order dpkg applies them (the last match wins: includes after)."""
+    return (*(f"path-exclude={p}" for p in SLIM_EXCLUDES), *(f"path-include={p}" for p in SLIM_INCLUDES))
 
 
 def base_packages(compiler: bool = True) -> tuple[str, ...]:
@@ -60,10 +86,11 @@ class BaseRef:
 
 
 def bootstrap_key(spec: BaseSpec, epoch: int, compiler: bool = True, platform: str = AMD64) -> str:
-    """A stable id for a bootstrap's inputs: identical inputs give a byte-identical tarball. (An amd64 base's key
-    is what it was before other platforms existed, so its tag and cached tarball stay valid.)"""
+    """A stable id for a bootstrap's inputs: identical inputs give a byte-identical tarball (the dpkg path filters
+    are inputs too: a base bootstrapped before them is another base)."""
     mirror = spec.mirror_for(platform)
     text = f"{spec.vendor}|{spec.suite}|{mirror}|{','.join(base_packages(compiler))}|{epoch}|no-host-keys"
+    text += "|slim:" + hashlib.sha256("\n".join(dpkg_path_filters()).encode()).hexdigest()[:12]
     if platform != AMD64:
         text += f"|{DEBIAN_ARCH[platform]}"
     return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -44,14 +44,15 @@ def test_an_arm64_base_is_bootstrapped_from_its_archive_and_named_apart(data, py
     assert bootstrap_key(spec, 1) != bootstrap_key(spec, 1, platform=ARM64)
 
 
-def test_an_amd64_bases_tag_is_what_it_was_before_platforms(data):
-    """Its tag names its inputs: the same inputs keep the same tag, so every cached base and tarball stays valid."""
+def test_an_amd64_bases_tag_names_its_inputs_and_no_platform(data):
+    """Its tag names its inputs (packages, date, dpkg's path filters): the same inputs keep the same tag."""
     import hashlib
 
-    from imagekit.buildplan import base_packages
+    from imagekit.buildplan import base_packages, dpkg_path_filters
 
     spec = data.bases["3.11"]
     text = f"debian|bookworm|{spec.mirror}|{','.join(base_packages(True))}|1735689600|no-host-keys"
+    text += "|slim:" + hashlib.sha256("\n".join(dpkg_path_filters()).encode()).hexdigest()[:12]
     assert bootstrap_key(spec, 1735689600) == hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

@@ -35,6 +35,17 @@ def test_root_runs_mmdebstrap_itself_with_the_vendors_keyring(data):
     assert argv[-3:] == [spec.suite, "/c/base.partial.tar", spec.mirror]
 
 
+def test_dpkg_keeps_documentation_and_libpython_a_out_of_the_base_licenses_in(data):
+    """Every exclude before every include (dpkg: the last matching filter wins), and copyright files come back."""
+    _, argv = _argv(data)
+    opts = [a.removeprefix("--dpkgopt=") for a in argv if a.startswith("--dpkgopt=")]
+    kinds = [o.split("=", 1)[0] for o in opts]
+    assert kinds == sorted(kinds, key=lambda k: k != "path-exclude") and "path-include" in kinds
+    assert "path-exclude=/usr/share/doc/*" in opts and "path-include=/usr/share/doc/*/copyright" in opts
+    assert any(o.startswith("path-exclude=") and o.endswith("libpython3*.a") for o in opts)
+    assert not any("libgcc" in o or "libstdc++" in o for o in opts)  # gcc links those: torch.compile needs them
+
+
 def test_a_runners_user_bootstraps_through_passwordless_sudo_keeping_the_date(data):
     _, argv = _argv(data, euid=1001, sudo=True)
     mm = argv.index("mmdebstrap")

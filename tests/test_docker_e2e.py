@@ -81,6 +81,27 @@ def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, 
 
 
 @pytest.mark.slow
+def test_the_image_carries_no_documentation_translations_or_libpython_a_but_keeps_licenses(real_build, engine):
+    """dpkg's path filters (buildplan.SLIM_EXCLUDES) kept out what a run never reads, and stay for later apt installs;
+    what torch.compile links (libgcc.a, libstdc++.a) and every copyright file are still there."""
+    result, _ = real_build
+    script = (
+        "find /usr/share/doc /usr/share/man /usr/share/info /usr/share/locale -type f"
+        " ! -name copyright ! -name locale.alias | wc -l; "
+        "find /usr/share/doc -name copyright | wc -l; "
+        "find /usr/lib -name 'libpython3*.a' | wc -l; "
+        "find /usr/lib/gcc -name libgcc.a -o -name libstdc++.a | wc -l; "
+        "cat /etc/dpkg/dpkg.cfg.d/99mmdebstrap"
+    )
+    code, out, err = engine.run(result.tag, [script], entrypoint=["sh", "-c"])
+    assert code == 0, err
+    stray, licenses, libpython_a, compiler_a, *config = out.splitlines()
+    assert int(stray) == 0 and int(libpython_a) == 0, out
+    assert int(licenses) > 100 and int(compiler_a) >= 2, out
+    assert "path-exclude=/usr/share/doc/*" in config and "path-include=/usr/share/doc/*/copyright" in config, out
+
+
+@pytest.mark.slow
 def test_the_real_build_reported_progress_on_every_long_step(real_build):
     """What a user watching the build saw: one line per self-test check and a summary, each docker build step,
     and (when the layers were not cached) the torch closure's step timed; a push by layer with bytes."""

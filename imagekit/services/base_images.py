@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, base_packages, bootstrap_base
+from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, base_packages, bootstrap_base, dpkg_path_filters
 from imagekit.compat import BaseSpec
 from imagekit.effects import process
 from imagekit.effects.cache import cache_root
@@ -131,6 +131,8 @@ def bootstrap_argv(
         # openssh-server's postinst makes host keys: two pods of one image must never share them (and random
         # bytes would break the byte-identical tarball). The entrypoint generates them at a container's first start.
         '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
+        # documentation, manuals, translations and libpython.a never reach the base (buildplan.SLIM_EXCLUDES)
+        *(f"--dpkgopt={line}" for line in dpkg_path_filters()),
         f"--keyring={path}",
         *extra,
         # another CPU architecture's maintainer scripts run under qemu-user-static (require_emulation)
@@ -220,6 +222,7 @@ def ensure_base(
             "suite": spec.suite,
             "mirror": spec.mirror_for(platform),
             "packages": list(base_packages(compiler)),
+            "dpkg_path_filters": list(dpkg_path_filters()),
             "source_date_epoch": epoch,
         }
         write_atomic(state, json.dumps(meta, indent=2, sort_keys=True) + "\n")

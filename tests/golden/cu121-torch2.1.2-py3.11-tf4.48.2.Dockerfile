@@ -2,8 +2,8 @@
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
 # Builder: BuildKit (docker buildx build/bake, or DOCKER_BUILDKIT=1 docker build). The locked wheels are bind-mounted
 # from ./wheels (`imagekit fetch --into DIR` puts them there): never copied into a layer. No network needed.
-# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-de1012856cd6) ----
-FROM imagekit/base:debian-bookworm-de1012856cd6 AS base
+# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-b3d205b2bb36) ----
+FROM imagekit/base:debian-bookworm-b3d205b2bb36 AS base
 # The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
 COPY rootfs/base/ /
 # The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
@@ -95,7 +95,7 @@ LABEL "imagekit.archs"="sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90" \
     "imagekit.transformers"="4.48.2" \
     "imagekit.version"="0.1.0" \
     "org.opencontainers.image.base.digest"="" \
-    "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-de1012856cd6" \
+    "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-b3d205b2bb36" \
     "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
     "org.opencontainers.image.revision"="unknown" \
     "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \

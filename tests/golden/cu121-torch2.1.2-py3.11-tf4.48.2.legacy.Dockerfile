@@ -1,8 +1,8 @@
 # Rendered by imagekit 0.1.0 for cu121-torch2.1.2-py3.11-tf4.48.2 (lock 53f0b543e4f4).
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
 # Builder: the engine's legacy builder, through `imagekit build`, which serves the locked wheels over loopback HTTP.
-# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-de1012856cd6) ----
-FROM imagekit/base:debian-bookworm-de1012856cd6 AS base
+# ---- base stage: debian-bookworm (imagekit/base:debian-bookworm-b3d205b2bb36) ----
+FROM imagekit/base:debian-bookworm-b3d205b2bb36 AS base
 # The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
 COPY rootfs/base/ /
 # The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
@@ -90,7 +90,7 @@ RUN export SOURCE_DATE_EPOCH=1735689600 \
 #       "imagekit.transformers"="4.48.2" \
 #       "imagekit.version"="0.1.0" \
 #       "org.opencontainers.image.base.digest"="" \
-#       "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-de1012856cd6" \
+#       "org.opencontainers.image.base.name"="imagekit/base:debian-bookworm-b3d205b2bb36" \
 #       "org.opencontainers.image.description"="torch 2.1.2+cu121, transformers 4.48.2, Python 3.11" \
 #       "org.opencontainers.image.revision"="unknown" \
 #       "org.opencontainers.image.title"="imagekit cu121-torch2.1.2-py3.11-tf4.48.2" \

@@ -2,8 +2,8 @@
 # Do not edit: `imagekit render` regenerates this file and `imagekit render --check` detects edits.
 # Builder: BuildKit (docker buildx build/bake, or DOCKER_BUILDKIT=1 docker build). The locked wheels are bind-mounted
 # from ./wheels (`imagekit fetch --into DIR` puts them there): never copied into a layer. No network needed.
-# ---- base stage: debian-trixie (imagekit/base:debian-trixie-e400ee391db3) ----
-FROM imagekit/base:debian-trixie-e400ee391db3 AS base
+# ---- base stage: debian-trixie (imagekit/base:debian-trixie-47bed80f96b8) ----
+FROM imagekit/base:debian-trixie-47bed80f96b8 AS base
 # The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
 COPY rootfs/base/ /
 # The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
@@ -109,7 +109,7 @@ LABEL "imagekit.archs"="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120" \
     "imagekit.transformers"="5.24.0" \
     "imagekit.version"="0.1.0" \
     "org.opencontainers.image.base.digest"="" \
-    "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-e400ee391db3" \
+    "org.opencontainers.image.base.name"="imagekit/base:debian-trixie-47bed80f96b8" \
     "org.opencontainers.image.description"="torch 2.14.1+cu130, transformers 5.24.0, Python 3.13" \
     "org.opencontainers.image.revision"="unknown" \
     "org.opencontainers.image.title"="imagekit cu130-torch2.14.1-py3.13-tf5.24.0" \
