@@ -17,6 +17,8 @@ ENV: tuple[tuple[str, str], ...] = (
     ("PYTHONUNBUFFERED", "1"),
     ("PIP_NO_CACHE_DIR", "1"),
     ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+    ("PIP_CONSTRAINT", "/opt/imagekit/constraints.txt"),  # the lock's pins (imagekit.pins): pip and uv keep to them
+    ("UV_CONSTRAINT", "/opt/imagekit/constraints.txt"),
     ("VIRTUAL_ENV", "/opt/venv"),
     ("PATH", "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
     ("NVIDIA_VISIBLE_DEVICES", "all"),

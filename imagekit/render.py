@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from imagekit import __version__, imageconfig, layers, naming, tools
+from imagekit import __version__, imageconfig, layers, naming, pins, tools
 from imagekit.buildplan import BuildPlan, manifest
 from imagekit.compat import CompatData
 from imagekit.errors import UsageError
@@ -53,6 +53,9 @@ IN_IMAGE = {
     "guard.py": "doctor/guard.py",
     "install_layer.py": "bin/install-layer",
 }
+# pip as the venv runs it, naming the way to a new cell when the image's pins refuse a version (imagekit.pins): the app
+# layer puts it over the venv's pip, pip3 and pip3.X scripts
+PIP_WRAPPER = "pip_pins.py"
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class Sources:
 
     def program(self, name: str) -> Path:
         """A program of the in-image package by its file name (``imagekit_doctor.py``)."""
-        if name not in IN_IMAGE:
+        if name not in IN_IMAGE and name != PIP_WRAPPER:
             raise KeyError(name)
         return self.in_image / name
 
@@ -161,6 +164,10 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
     for name, text in layering.requirement_files.items():  # kept in the image; installed from the wheelhouse's copy
         files[layer_file(name)] = (text.encode(), 0o644)
     files.update(_context_files())
+    files[f"{ROOTFS}/app{pins.PATH}"] = (pins.constraints(plan.lock, plan.cell.id).encode(), 0o644)
+    wrapper = (sources().program(PIP_WRAPPER).read_bytes(), EXECUTABLE)
+    for name in ("pip", "pip3", f"pip{plan.cell.python}"):
+        files[f"{ROOTFS}/app/opt/venv/bin/{name}"] = wrapper
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
     code = plan.code
     if code is not None and _builder(plan.builder) == "buildkit":

@@ -148,7 +148,8 @@ def test_only_the_in_image_scripts_are_executable(data):
     scripts = {f"{render.APP_FILES}/bin/{p.name}" for p in (ROOT / "templates" / "context" / "bin").iterdir()}
     scripts.add(f"{render.APP_FILES}/bin/install-layer")  # the in-image package's one program on PATH's side
     base = {f"rootfs/base/opt/imagekit/bin/{name}" for name in ("finalize-layer", "install-layer")}
-    assert executable == scripts | base
+    pip = {f"rootfs/app/opt/venv/bin/{name}" for name in ("pip", "pip3", "pip3.11")}  # the venv's pip, pins named
+    assert executable == scripts | base | pip
     assert {mode for _, mode in files.values()} == {0o644, 0o755}
 
 
@@ -158,7 +159,9 @@ def test_the_context_ships_the_in_image_package_byte_for_byte_at_the_image_paths
     files = _files(data)
     package = ROOT / "imagekit" / "in_image"
     app = render.APP_FILES
-    assert set(render.IN_IMAGE) == {p.name for p in package.glob("*.py")}  # no program left out of the image
+    assert set(render.IN_IMAGE) | {render.PIP_WRAPPER} == {p.name for p in package.glob("*.py")}  # none left out
+    for name in ("pip", "pip3", "pip3.11"):  # over the venv's own scripts, where PATH finds pip first
+        assert files[f"rootfs/app/opt/venv/bin/{name}"] == ((package / render.PIP_WRAPPER).read_bytes(), 0o755)
     for name, rel in render.IN_IMAGE.items():
         assert files[f"{app}/{rel}"][0] == (package / name).read_bytes(), name
     shipped = {rel for rel in files if rel.startswith(f"{app}/doctor/")}

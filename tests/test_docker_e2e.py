@@ -127,20 +127,28 @@ def test_the_real_build_reported_progress_on_every_long_step(real_build):
 
 
 @pytest.mark.slow
-def test_doctor_in_the_image_fails_after_pip_install_naming_the_package(real_build, engine, tmp_path):
+def test_pip_in_the_image_keeps_to_the_lock_and_the_doctor_names_what_got_past_it(real_build, engine, tmp_path):
+    """The image's pins (PIP_CONSTRAINT) hold against `pip install -U` and a newer version; what is installed past
+    them on purpose, the doctor reports as drift."""
     result, _ = real_build
     wheel = build_wheel(tmp_path / "w", "tqdm", "9.9.9")
+    links = "--no-index --find-links /wheels"
+    script = (
+        f"pip install {links} -U tqdm; echo upgrade=$?; "
+        f"pip install {links} tqdm==9.9.9; echo newer=$?; "
+        f"env -u PIP_CONSTRAINT -u UV_CONSTRAINT pip install -q --no-deps {links} tqdm==9.9.9 && "
+        "python /opt/imagekit/doctor/imagekit_doctor.py --tier quick"
+    )
     code, out, err = engine.run(
         result.tag,
-        [
-            "pip install -q --no-deps --no-index /wheels/"
-            + wheel.name
-            + " && python /opt/imagekit/doctor/imagekit_doctor.py --tier quick"
-        ],
+        [script],
         entrypoint=["/bin/sh", "-c"],
         user="0",
         volumes={str(wheel.parent): {"bind": "/wheels", "mode": "ro"}},
     )
+    assert "Requirement already satisfied: tqdm" in out and "upgrade=0" in out  # -U keeps the locked tqdm
+    assert "(constraint) tqdm==4.70.1" in out and "newer=1" in out, (out, err)  # pip names the pin
+    assert "imagekit: this image pins its packages (/opt/imagekit/constraints.txt" in err
     assert code == 1, (out, err)
     assert "lock-drift" in out and "tqdm 9.9.9 (pinned 4.70.1)" in out
 
