@@ -51,6 +51,7 @@ IN_IMAGE = {
     "selftest.py": "doctor/selftest.py",
     "podstart.py": "doctor/podstart.py",
     "guard.py": "doctor/guard.py",
+    "hygiene.py": "doctor/hygiene.py",
     "install_layer.py": "bin/install-layer",
 }
 # pip as the venv runs it, naming the way to a new cell when the image's pins refuse a version (imagekit.pins): the app

@@ -28,6 +28,7 @@ def _digest(text: str) -> str:
 class RecordingEngine:
     calls: list[tuple] = field(default_factory=list)
     selftest_passes: bool = True
+    selftest_torch: str | None = None  # what the self-test finds torch to be (default: what the image's labels say)
     build_error: str | None = None
     size: int = 5_000_000_000
     images: dict[str, dict] = field(default_factory=dict)  # ref (id or tag) -> inspect
@@ -114,7 +115,16 @@ class RecordingEngine:
         status = "pass" if self.selftest_passes else "fail"
         checks = [{"id": "dists-match-lock", "status": status, "summary": "", "hint": "", "evidence": {}}]
         failed = [] if self.selftest_passes else ["dists-match-lock"]
-        report = {"cell": "x", "checks": checks, "failed": failed, "passed": not failed}
+        # what the self-test reads inside the image: its manifest (the labels were made from it), and its torch
+        labels = (self.images.get(image, {}).get("Config") or {}).get("Labels") or {}
+        torch = self.selftest_torch or labels.get("imagekit.torch.version")
+        cuda = labels.get("imagekit.torch.cuda")
+        checks.append(
+            {"id": "torch-cuda-version", "status": "pass", "evidence": {"torch": torch, "torch.version.cuda": cuda}}
+        )
+        report = {"cell": labels.get("imagekit.cell", "x"), "lock_hash": labels.get("imagekit.lock.hash"),
+                  "python": labels.get("imagekit.python", "3.11") + ".2", "checks": checks, "failed": failed,
+                  "passed": not failed}  # fmt: skip
         return (0 if self.selftest_passes else 1), json.dumps(report), ""
 
     def layer_export(self, image_id: str) -> FakeStore:

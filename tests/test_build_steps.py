@@ -94,6 +94,19 @@ def test_a_failed_selftest_pushes_and_records_nothing(setup):
     assert not registry.manifests and not opts.release_index.exists()
 
 
+def test_an_image_whose_torch_is_not_what_its_name_says_is_never_published(setup):
+    """The field's complaint: an image tagged "torch 2.8" that ships 2.4. The labels' claims meet the self-test's
+    readings inside the image; a mismatch fails the self-test, and nothing is pushed."""
+    engine, registry, opts = setup
+    engine.selftest_torch = "2.4.0"
+    res, _ = _build(engine, registry, opts)
+    assert (res.status, res.step) == ("failed", "self-test"), res.error and res.error.render()
+    assert res.error.message == "self-test failed: labels-match-contents"
+    truth = next(c for c in res.report["checks"] if c["id"] == "labels-match-contents")
+    assert "label imagekit.torch.version='2.5.1', but its torch is '2.4.0'" in truth["message"]
+    assert "push" not in _kinds(engine.calls) and not registry.manifests
+
+
 def test_a_failed_push_moves_no_alias_and_records_nothing(setup):
     engine, registry, opts = setup
     registry.upload_error = "connection reset"

@@ -41,6 +41,7 @@ def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, 
     assert checks["dists-match-lock"] == "pass" and checks["pip-check"] == "pass"
     assert checks["torch-cuda-version"] == "pass" and checks["tiny-model"] == "pass"
     assert checks["python-identity"] == "pass" and checks["numpy-interop"] == "pass"
+    assert checks["image-hygiene"] == "pass"  # no credentials, .git, build leftovers or owners above 65534
     assert checks["gpu-cuda-available"] == "skip"  # no GPU on this machine: reported, not silently passed
     # the GPU architectures the image promises (its runtime contract) are those compiled into its torch, read off it
     archs = next(c for c in result.report["checks"] if c["id"] == "torch-archs")
@@ -151,6 +152,24 @@ def test_pip_in_the_image_keeps_to_the_lock_and_the_doctor_names_what_got_past_i
     assert "imagekit: this image pins its packages (/opt/imagekit/constraints.txt" in err
     assert code == 1, (out, err)
     assert "lock-drift" in out and "tqdm 9.9.9 (pinned 4.70.1)" in out
+
+
+@pytest.mark.slow
+def test_the_self_test_refuses_an_image_with_credentials_git_leftovers_and_foreign_owners(real_build, engine):
+    """What a build could leave in a layer, planted in a container of the real image before its self-test runs."""
+    result, _ = real_build
+    plant = (
+        "mkdir -p /root/.aws /opt/app/.git && echo key > /root/.aws/credentials && touch /tmp/build.log"
+        " && touch /opt/odd && chown 70000:70000 /opt/odd"
+        " && exec /opt/venv/bin/python /opt/imagekit/doctor/selftest.py"
+    )
+    code, out, err = engine.run(result.tag, [plant], entrypoint=["/bin/sh", "-c"])
+    report = json.loads(out)
+    hygiene = next(c for c in report["checks"] if c["id"] == "image-hygiene")
+    assert code == 1 and report["failed"] == ["image-hygiene"], (report["failed"], err[-2000:])
+    assert "/root/.aws/credentials: AWS credentials" in hygiene["message"]
+    assert "/opt/app/.git" in hygiene["message"] and "/opt/odd (70000:70000)" in hygiene["message"]
+    assert hygiene["evidence"]["leftovers"] == ["/tmp/build.log", "/root/.aws"]
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ Checks: installed distributions equal the lock exactly (local labels included, n
 the `[image] apt` packages at their locked versions, torch's CUDA version,
 the GPU architectures compiled into it (the runtime contract's), `python`/`python3` identity, numpy interop,
 a tiny transformers model's forward and
-backward pass, and (gpu_checks) the GPU when there is one. Prints a JSON report; exit 1 on any failure.
+backward pass, the image's hygiene (no credentials, .git, build leftovers or owners above 65534: hygiene.py), and
+(gpu_checks) the GPU when there is one. Prints a JSON report; exit 1 on any failure.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import sys
 import time
 
 if __package__:  # imported from the host's package, imagekit.in_image
-    from . import facts
+    from . import facts, hygiene
     from .gpu_checks import check, run_gpu_checks
 else:  # the program in the image: its siblings lie beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import facts
+    import hygiene
     from gpu_checks import check, run_gpu_checks
 
 
@@ -285,6 +287,7 @@ def main(argv=None):
     if "--only-torch-compile" in argv:
         print(json.dumps(guarded("torch-compile", check_torch_compile, manifest)))
         return 0
+    left = hygiene.leftovers()  # before anything here writes to /tmp or /root
     # torch.compile waits on a C compiler most of its time (Inductor's C++ or Triton): a process of its own from the
     # start, so the other checks run meanwhile
     compiling = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--only-torch-compile"],
@@ -299,6 +302,7 @@ def main(argv=None):
         guarded("numpy-interop", check_numpy_interop),
         guarded("tiny-model", check_tiny_model),
     ]
+    checks.append(guarded("image-hygiene", hygiene.check_hygiene, left, check))
     if manifest.get("apt"):  # an image with `[image] apt` packages: each at its locked version
         checks.append(guarded("apt-packages", check_apt, manifest))
     out, _ = compiling.communicate()

@@ -144,6 +144,7 @@ class _Build:
     built_at: float = 0.0
     immutable: str = ""  # the tag the tested image is published under (it names the context's digest)
     report: selftest_runner.SelfTestReport | None = None
+    runtime: imageconfig.RuntimeConfig | None = None  # the config _config set: the self-test checks the image has it
     code: CodeLayer | None = None  # `[image] copy`, as read when the context is rendered
 
 
@@ -251,7 +252,7 @@ def _config(b: _Build) -> None:
     assert b.plan is not None and b.base is not None
     immutable = b.immutable
     with activity(b.progress, b.cell.slug, "image config"):
-        runtime = imageconfig.runtime(naming.labels(manifest(b.plan, b.data)), b.plan.command)
+        runtime = b.runtime = imageconfig.runtime(naming.labels(manifest(b.plan, b.data)), b.plan.command)
         b.result.image_id = set_runtime_config(
             b.engine,
             b.built,
@@ -291,6 +292,7 @@ def _selftest(b: _Build) -> None:
         progress=b.progress,
         cell=b.cell.slug,
         emulated=emulated,
+        runtime=b.runtime,
     )
     b.result.report = b.report.report
     reports = b.opts.state_dir / "reports" / f"{b.cell.slug}.json"

@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import emulation, render
+from imagekit import config_truth, emulation, render
 from imagekit.errors import CheckFailed
+from imagekit.imageconfig import RuntimeConfig
 from imagekit.services.ports import ContainerEngine
 from imagekit.services.progress import NullProgress, Progress, activity
 
@@ -66,9 +67,12 @@ def run(
     progress: Progress | None = None,
     cell: str = "",
     emulated: bool = False,
+    runtime: RuntimeConfig | None = None,
 ) -> SelfTestReport:
     """The image's self-test, its report as the image wrote it plus how it ran: ``emulated`` (another CPU
-    architecture's image under qemu-user-static: the CPU checks only, never "passed on GPU")."""
+    architecture's image under qemu-user-static: the CPU checks only, never "passed on GPU"). With ``runtime`` (the
+    config imagekit set), one check more, from outside: the image's config and labels tell the truth
+    (imagekit.config_truth)."""
     argv = [f"/{render.IMAGEKIT_DIR}/{render.IN_IMAGE['selftest.py']}"] + (["--require-gpu"] if require_gpu else [])
     if emulated and require_gpu:
         raise CheckFailed(
@@ -98,6 +102,12 @@ def run(
         ) from None
     if not isinstance(report, dict):
         raise CheckFailed(f"the self-test in {image} wrote no report object (exit {code})", "see the image's output")
+    if runtime is not None and isinstance(report.get("checks"), list):
+        truth = config_truth.check(engine.image(image).get("Config") or {}, runtime, report)
+        progress.line(cell, f"self-test {truth['status']:<4} {truth['id']}")
+        report = {**report, "checks": [*report["checks"], truth]}
+        if truth["status"] == "fail":
+            report = {**report, "failed": [*report.get("failed", []), truth["id"]], "passed": False}
     seconds = round(time.monotonic() - start, 1)
     report = {**report, "ran": {"emulated": emulated, "gpu": gpus and not emulated, "seconds": seconds}}
     result = SelfTestReport(image, code == 0 and bool(report.get("passed")), report)
