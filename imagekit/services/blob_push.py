@@ -132,7 +132,7 @@ def push_image(
     registry: Registry,
     remote: Remote,
     image_id: str,
-    tag: str,
+    tag: str | None,
     *,
     gzip: layer_blobs.Gzip | None = None,
     progress: Progress | None = None,
@@ -140,8 +140,9 @@ def push_image(
     log: Callable[[str], None] = lambda _: None,
     stats: PushStats | None = None,
 ) -> str:
-    """Upload every layer the registry lacks and the config, then the manifest under ``tag``; returns the manifest's
-    digest. Nothing is tagged unless every blob is in the registry."""
+    """Upload every layer the registry lacks and the config, then the manifest under ``tag`` (``None``: under its
+    digest alone, for an index to name); returns the manifest's digest. Nothing is tagged unless every blob is in
+    the registry."""
     gzip = gzip or default_gzip()
     progress = progress or NullProgress()
     stats = stats if stats is not None else PushStats()
@@ -254,9 +255,9 @@ def push_image(
     if registry.blob_size(remote, config_blob.digest) != config_blob.size:
         registry.upload_blob(remote, config_blob.digest, config_blob.size, config)
     body = layer_blobs.manifest(config, [blobs[i] for i in range(len(diff_ids))])
-    digest = registry.put_manifest(remote, tag, body, layer_blobs.MANIFEST_TYPE)
+    digest = registry.put_manifest(remote, tag or layer_blobs.sha256(body), body, layer_blobs.MANIFEST_TYPE)
     stats.seconds = time.monotonic() - began
-    log(f"pushed {remote.registry}/{remote.name}:{tag}: {stats.summary()}")
+    log(f"pushed {remote.registry}/{remote.name}{f':{tag}' if tag else '@' + digest}: {stats.summary()}")
     return digest
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__, budget, imageconfig, naming, render, resolution
+from imagekit import __version__, budget, dpkg_status, imageconfig, naming, render, resolution, sbom
 from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
 from imagekit.code_layer import CodeLayer
 from imagekit.compat import CompatData
@@ -70,6 +70,7 @@ class CellResult:
     report: dict | None = None
     error: ImagekitError | None = None
     steps: dict[str, float] = field(default_factory=dict)  # wall seconds per stage, in order
+    sbom: dict | None = None  # where the SBOM was written, and its package counts
 
     def step_summary(self) -> str:
         """``base 76 s, lock 0 s, ..., publish 92 s``: where the build's time went."""
@@ -90,6 +91,7 @@ class CellResult:
             "seconds": round(self.seconds, 1),
             "steps": {step: round(seconds, 1) for step, seconds in self.steps.items()},
             "selftest_failed": (self.report or {}).get("failed"),
+            **({"sbom": self.sbom} if self.sbom else {}),
             "error": self.error.render() if self.error else None,
         }
 
@@ -145,6 +147,7 @@ class _Build:
     immutable: str = ""  # the tag the tested image is published under (it names the context's digest)
     report: selftest_runner.SelfTestReport | None = None
     runtime: imageconfig.RuntimeConfig | None = None  # the config _config set: the self-test checks the image has it
+    sbom: dict | None = None  # the tested image's SPDX document (_sbom), published with it
     code: CodeLayer | None = None  # `[image] copy`, as read when the context is rendered
 
 
@@ -304,6 +307,41 @@ def _selftest(b: _Build) -> None:
     b.result.status = "passed"
 
 
+_SBOM_READ = "cat /etc/os-release; echo; echo {sep}; cat /var/lib/dpkg/status"
+_SEPARATOR = "@@imagekit-dpkg-status@@"
+
+
+def _sbom(b: _Build) -> None:
+    """The image's SBOM (imagekit.sbom): the lock's distributions and the Debian packages its dpkg database lists,
+    read out of the tested image; kept beside its self-test report and published with it."""
+    assert b.plan is not None and b.lock is not None and b.result.image_id
+    code, out, err = b.engine.run(
+        b.immutable, [_SBOM_READ.format(sep=_SEPARATOR)], entrypoint=["/bin/sh", "-c"], timeout=300
+    )
+    os_release, sep, status = out.partition(f"\n{_SEPARATOR}\n")
+    if code != 0 or not sep:
+        b.say(f"warning: no dpkg database in {b.immutable} (exit {code}: {err.strip()[-200:]}): SBOM of the lock alone")
+        os_release, status = out if not sep else os_release, ""
+    repo, tag = b.immutable.rsplit(":", 1)
+    facts = sbom.ImageFacts(
+        cell=b.cell.id,
+        repository=repo,
+        tag=tag,
+        image_id=b.result.image_id,
+        platform=b.cell.platform,
+        base=b.plan.base.reference,
+        distro=sbom.distro(os_release),
+        created=int(b.opts.source_date_epoch),
+        tool=f"imagekit-{__version__}",
+    )
+    b.sbom = sbom.document(facts, b.lock, dpkg_status.parse(status.encode()))
+    path = b.opts.state_dir / "sbom" / f"{b.cell.slug}.spdx.json"
+    write_atomic(path, json.dumps(b.sbom, indent=1, sort_keys=True) + "\n")
+    counts = sbom.counts(b.sbom)
+    b.result.sbom = {"path": str(path), **counts}
+    b.say(f"SBOM: {counts['python']} Python distributions, {counts['dpkg']} Debian packages ({path})")
+
+
 def _publish(b: _Build) -> None:
     """Push the tested image under its immutable tag, then move the alias; record the release."""
     if not b.opts.push:
@@ -322,6 +360,7 @@ def _publish(b: _Build) -> None:
             log=b.say,
             progress=b.progress,
             platform=b.cell.platform,
+            sbom_doc=b.sbom,
         )
     b.result.digest = published.digest
     b.result.index_digest = published.index_digest
@@ -355,6 +394,7 @@ STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
     ("build", _config),
     ("size-budget", _budget),
     ("self-test", _selftest),
+    ("sbom", _sbom),
     ("publish", _publish),
 )
 

@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-from imagekit import image_index, layer_blobs, untrusted
+from imagekit import image_index, layer_blobs, sbom, untrusted
 from imagekit.effects.files import read_input, write_atomic
-from imagekit.effects.registry import Remote
+from imagekit.effects.registry import OciManifest, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.model import AMD64
 from imagekit.services import blob_push
@@ -33,6 +34,8 @@ class Published:
     config_digest: str | None = None  # the image config the registry serves under ``digest``
     platform: str = AMD64
     index_digest: str | None = None  # the alias names an image index of several platforms (this one among them)
+    tag_digest: str | None = None  # what the immutable tag names: the image and its SBOM attestation's index
+    sbom: dict | None = None  # the SBOM attestation: its manifest's digest, the document's, its package counts
 
 
 MAX_IMAGE_BYTES = 10**13  # 10 TB: no image is larger; a bigger size_bytes would size a template's disk absurdly
@@ -135,6 +138,10 @@ def entry_problems(entry: dict) -> list[str]:
             if not 1 <= int(_PORT.fullmatch(item)[1]) <= 65535:  # type: ignore[index]
                 raise UsageError(f"{item!r}: a port from 1 to 65535")
 
+    def count(v: object) -> None:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1_000_000:
+            raise UsageError("expected a count from 0 to 1000000")
+
     def flag(v: object) -> None:
         if not isinstance(v, bool):
             raise UsageError("expected true or false")
@@ -152,6 +159,18 @@ def entry_problems(entry: dict) -> list[str]:
     check("alias", tagged, entry.get("alias"))
     check("digest", lambda v: untrusted.digest(v, "value"), entry.get("digest"))
     check("config_digest", optional(lambda v: untrusted.digest(v, "value")), entry.get("config_digest"))
+    check("tag_digest", optional(lambda v: untrusted.digest(v, "value")), entry.get("tag_digest"))
+    section(
+        "sbom",
+        entry.get("sbom"),
+        {
+            "attestation": lambda v: untrusted.digest(v, "value"),
+            "statement": optional(lambda v: untrusted.digest(v, "value")),
+            "document": optional(lambda v: untrusted.digest(v, "value")),
+            "python": count,
+            "dpkg": count,
+        },
+    )
     check("size_bytes", size, entry.get("size_bytes", 0))
     check("published_at", optional(text(64)), entry.get("published_at"))
     manifest = entry.get("manifest")
@@ -201,7 +220,11 @@ def publish(
     progress: Progress | None = None,
     platform: str = AMD64,
     gzip: layer_blobs.Gzip | None = None,
+    sbom_doc: dict | None = None,
 ) -> Published:
+    """Push the tested image, then name it by ``immutable_tag``: with ``sbom_doc``, an image index of the image and
+    its SBOM attestation (as BuildKit stores them), else the image's manifest. A tag that exists already must hold
+    the same image (an index's entry for ``platform``, or the manifest itself): it is never moved."""
     if not report.passed:
         raise CheckFailed(
             f"refusing to publish {repository}:{immutable_tag}: its self-test failed "
@@ -210,6 +233,9 @@ def publish(
         )
     remote = Remote.parse(repository)
     existing = registry.oci_manifest(remote, immutable_tag)
+    tag_digest = existing.digest if existing is not None else None
+    if existing is not None and existing.config_digest is None:  # an index: this platform's image in it
+        existing = _image_in_index(registry, remote, immutable_tag, platform)
     if (
         existing is not None
         and existing.config_digest != image_id
@@ -221,22 +247,39 @@ def publish(
             "immutable tags never move; change the lock (and so the tag) or delete it by hand",
         )
     engine.tag(image_id, repository, immutable_tag)
+    attested: dict | None = None
     if existing is not None:
         digest, reused = existing.digest, True
         log(f"{repository}:{immutable_tag} already published as {digest}")
     else:
         log(f"pushing {repository}:{immutable_tag}")
         digest = blob_push.push_image(
-            engine, registry, remote, image_id, immutable_tag, gzip=gzip, progress=progress, label=alias_tag, log=log
+            engine,
+            registry,
+            remote,
+            image_id,
+            None if sbom_doc is not None else immutable_tag,  # with an SBOM, the tag names the index made below
+            gzip=gzip,
+            progress=progress,
+            label=alias_tag,
+            log=log,
         )
         reused = False
+        tag_digest = digest
+        if sbom_doc is not None:
+            tag_digest, attested = attach_sbom(registry, remote, immutable_tag, digest, platform, sbom_doc)
+            log(
+                f"{repository}:{immutable_tag} names an image index ({tag_digest}): the image and its SBOM "
+                f"attestation ({attested['attestation']}, {attested['python']} Python distributions, "
+                f"{attested['dpkg']} Debian packages)"
+            )
     check = registry.oci_manifest(remote, digest)
     expected = existing.config_digest if existing is not None else image_id
     if check is None or check.config_digest != expected:
         raise EnvironmentFailure(
             f"the registry does not serve {digest} with this image's config after the push", "retry the push"
         )
-    index_digest = point_alias(registry, remote, alias_tag, digest, platform)
+    index_digest = point_alias(registry, remote, alias_tag, digest, platform, tagged=tag_digest)
     if index_digest:
         log(f"{repository}:{alias_tag} names an image index ({index_digest}) with this {platform} image")
     return Published(
@@ -247,13 +290,64 @@ def publish(
         check.config_digest,
         platform,
         index_digest,
+        tag_digest,
+        attested,
     )
 
 
-def point_alias(registry: Registry, remote: Remote, alias_tag: str, digest: str, platform: str) -> str | None:
-    """Point the cell's alias at the image ``digest`` just published for ``platform``: the manifest itself while the
-    cell has only a linux/amd64 image (as before platforms existed), else an image index of every platform's image,
-    this one replacing its platform's earlier entry. Returns the index's digest, or None."""
+def _image_in_index(registry: Registry, remote: Remote, tag: str, platform: str) -> OciManifest | None:
+    """The ``platform`` image of the index ``tag`` names (an image and its attestation, as `publish` writes)."""
+    raw = registry.manifest_raw(remote, tag)
+    try:
+        if raw is None or raw[0] not in image_index.INDEX_TYPES:
+            raise untrusted.UntrustedData("the tag changed while it was read")
+        entries = image_index.entries_of(untrusted.load_json(raw[1], "the tag's image index"))
+    except untrusted.UntrustedData as exc:
+        raise EnvironmentFailure(
+            f"{remote.registry}/{remote.name}:{tag} is neither an image nor an index imagekit can read: {exc}",
+            "immutable tags never move; delete it by hand if it is not a published image",
+        ) from None
+    mine = [e for e in entries if e.platform == platform]
+    if not mine:
+        raise CheckFailed(
+            f"{remote.registry}/{remote.name}:{tag} already exists without a {platform} image",
+            "immutable tags never move; change the lock (and so the tag) or delete it by hand",
+        )
+    return registry.oci_manifest(remote, mine[0].digest)
+
+
+def attach_sbom(
+    registry: Registry, remote: Remote, tag: str, digest: str, platform: str, doc: dict
+) -> tuple[str, dict]:
+    """Upload the SBOM attestation of the image ``digest`` and name both by ``tag`` in one image index; returns the
+    index's digest and what the release records of the attestation."""
+    raw = registry.manifest_raw(remote, digest)
+    if raw is None or raw[0] not in image_index.IMAGE_TYPES:
+        raise EnvironmentFailure(f"the registry does not serve {digest} as an image manifest", "retry the push")
+    subject = f"pkg:docker/{remote.registry}/{remote.name}@{tag}?platform={quote(platform, safe='')}"
+    att = sbom.attestation(sbom.statement(doc, subject, digest))
+    for blob in (att.statement, att.config):
+        if registry.blob_size(remote, sbom.digest(blob)) != len(blob):
+            registry.upload_blob(remote, sbom.digest(blob), len(blob), blob)
+    attestation = registry.put_manifest(remote, att.manifest_digest, att.manifest, sbom.OCI_MANIFEST)
+    body = sbom.index(raw[0], digest, len(raw[1]), platform, att)
+    tag_digest = registry.put_manifest(remote, tag, body, sbom.OCI_INDEX)
+    recorded = {
+        "attestation": attestation,
+        "statement": sbom.digest(att.statement),
+        "document": sbom.digest(sbom.canonical(doc)),
+        **sbom.counts(doc),
+    }
+    return tag_digest, recorded
+
+
+def point_alias(
+    registry: Registry, remote: Remote, alias_tag: str, digest: str, platform: str, tagged: str | None = None
+) -> str | None:
+    """Point the cell's alias at the image ``digest`` just published for ``platform``: what its immutable tag names
+    (``tagged``: the image with its SBOM attestation, or the manifest itself) while the cell has only a linux/amd64
+    image, else an image index of every platform's image, this one replacing its platform's earlier entry (the
+    attestations stay with each platform's immutable tag). Returns that index's digest, or None."""
     current = registry.manifest_raw(remote, alias_tag)
     others: list[image_index.Entry] = []
     try:
@@ -270,7 +364,7 @@ def point_alias(registry: Registry, remote: Remote, alias_tag: str, digest: str,
             "delete the tag by hand (immutable tags keep every image) and publish again",
         ) from None
     if platform == AMD64 and all(e.platform == AMD64 for e in others):
-        registry.copy_tag(remote, digest, alias_tag)  # the alias names exactly the published manifest
+        registry.copy_tag(remote, tagged or digest, alias_tag)  # the alias names exactly what the tag names
         return None
     mine = registry.manifest_raw(remote, digest)
     if mine is None or mine[0] not in image_index.IMAGE_TYPES:
@@ -339,6 +433,10 @@ def release_entry(
     }
     if published.config_digest:
         entry["config_digest"] = published.config_digest
+    if published.tag_digest and published.tag_digest != published.digest:
+        entry["tag_digest"] = published.tag_digest  # the index the tag names: the image and its SBOM attestation
+    if published.sbom:
+        entry["sbom"] = published.sbom
     return entry
 
 

@@ -144,10 +144,11 @@ def verify(registry: RegistryClient, entry: dict, path: Path) -> None:
             "the record does not describe that image; remove it and publish again; nothing was written",
         )
     tagged = registry.oci_manifest(remote, tag)
-    if tagged is None or tagged.digest != entry["digest"]:
+    named = entry.get("tag_digest") or entry["digest"]  # the index of the image and its SBOM, or the image itself
+    if tagged is None or tagged.digest != named:
         now = tagged.digest if tagged is not None else "nothing"
         raise CheckFailed(
-            f"{entry['tag']} points at {now} in the registry, not {entry['digest']} ({path})",
+            f"{entry['tag']} points at {now} in the registry, not {named} ({path})",
             "immutable tags never move; publish it again with `imagekit build --push`; nothing was written",
         )
 
