@@ -10,6 +10,7 @@ import dataclasses
 import json
 import re
 import shutil
+import subprocess
 import threading
 import time
 
@@ -79,6 +80,44 @@ def test_real_torch_cell_build_selftest_publish_pull_doctor(real_build, engine, 
     assert status["lock-drift"] == "pass" and status["interpreter-identity"] == "pass"
     assert status["torch-probe"] == "skip"  # torch imports; no GPU here to probe
     assert status["host-contract"] == "pass"  # an amd64 host with the glibc the contract asks for
+
+
+@pytest.mark.slow
+def test_the_published_sbom_reads_back_with_buildx_imagetools_and_is_valid_spdx(real_build, registry, tmp_path):
+    """The SBOM as a stock tool finds it in a plain registry: `docker buildx imagetools inspect --format
+    '{{ json .SBOM }}'` reads the attestation the immutable tag's index names; spdx-tools finds the document valid."""
+    from spdx_tools.spdx.parser.parse_anything import parse_file
+    from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
+
+    from imagekit import sbom
+
+    result, opts = real_build
+    out = subprocess.run(
+        ["docker", "buildx", "imagetools", "inspect", "--format", "{{ json .SBOM }}", result.tag],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)["SPDX"]
+    entry = json.loads(opts.release_index.read_text())["images"][result.tag]
+    counts = sbom.counts(doc)
+    assert (
+        counts
+        == {"python": entry["sbom"]["python"], "dpkg": entry["sbom"]["dpkg"]}
+        == {
+            "python": len(entry["manifest"]["distributions"]),
+            "dpkg": counts["dpkg"],
+        }
+    )
+    assert counts["dpkg"] > 150 and sbom.digest(sbom.canonical(doc)) == entry["sbom"]["document"]
+    names = {p["name"]: p.get("versionInfo") for p in doc["packages"]}
+    assert names["torch"] == "2.1.2" and names["transformers"] == "4.48.2" and "openssh-server" in names
+    path = tmp_path / "sbom.spdx.json"
+    path.write_text(json.dumps(doc))
+    problems = validate_full_spdx_document(parse_file(str(path)))
+    assert problems == [], [p.validation_message for p in problems][:5]
+    assert entry["tag_digest"] != entry["digest"]  # the tag names the index; pods pull the image by its digest
 
 
 @pytest.mark.slow
