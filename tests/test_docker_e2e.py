@@ -121,6 +121,49 @@ def test_the_published_sbom_reads_back_with_buildx_imagetools_and_is_valid_spdx(
 
 
 @pytest.mark.slow
+def test_audit_reads_the_real_images_pins_and_dpkg_database_against_an_osv_export(real_build, app, tmp_path):
+    """`imagekit audit IMAGE`: the known PyPI advisory finds its torch; the known Debian one (fixed long before this
+    base) finds nothing; a record written against its own openssh source version finds openssh-server by source."""
+    from typer.testing import CliRunner
+
+    from imagekit import audit
+    from tests.test_audit import GLIBC, TORCH_LOAD
+
+    result, _ = real_build
+    code, out, _ = containers_run(real_build, "dpkg-query -W -f '${source:Version}' openssh-server")
+    assert code == 0 and out, out
+    ours = {
+        "id": "TEST-OPENSSH-1",
+        "summary": "a record written against this base's own openssh",
+        "severity": [{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:L/I:N/A:N"}],
+        "affected": [{"package": {"ecosystem": "Debian:12", "name": "openssh"}, "versions": [out.strip()]}],
+    }
+    osv = tmp_path / "osv"
+    osv.mkdir()
+    for record in (TORCH_LOAD, GLIBC, ours):
+        (osv / f"{record['id']}.json").write_text(json.dumps(record))
+    res = CliRunner().invoke(app, ["audit", result.tag, "--osv-db", str(osv), "--fail-on", "critical", "--json"])
+    doc = json.loads(res.stdout)
+    found = {(f["id"], f["package"], f["severity"]) for f in doc["findings"]}
+    assert ("GHSA-53q9-r3pm-6pq6", "torch", "critical") in found
+    by_source = {
+        (f["package"], f["source_package"], f["severity"]) for f in doc["findings"] if f["id"] == "TEST-OPENSSH-1"
+    }
+    assert {"openssh-server", "openssh-client"} <= {name for name, _, _ in by_source}
+    assert {(source, level) for _, source, level in by_source} == {("openssh", "medium")}
+    assert not any(f["id"] == "DSA-5514-1" for f in doc["findings"])  # this base's glibc is newer than the fix
+    assert res.exit_code == 1 and not doc["passed"] and doc["packages"] > 150
+    assert audit.rank("critical") > audit.rank("medium")
+
+
+def containers_run(real_build, script: str) -> tuple[int, str, str]:
+    from imagekit.effects.docker import Engine
+
+    result, _ = real_build
+    return Engine().run(result.tag, [script], entrypoint=["/bin/sh", "-c"])
+
+
+@pytest.mark.slow
 def test_the_image_carries_no_documentation_translations_or_libpython_a_but_keeps_licenses(real_build, engine):
     """dpkg's path filters (buildplan.SLIM_EXCLUDES) kept out what a run never reads, and stay for later apt installs;
     what torch.compile links (libgcc.a, libstdc++.a) and every copyright file are still there."""

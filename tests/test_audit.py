@@ -1,0 +1,360 @@
+"""The offline vulnerability gate (imagekit/audit.py, imagekit/debversion.py, `imagekit audit`): OSV records in their
+real format (osv.dev's exports), a known case per ecosystem, hostile records, the allowlist's reasons and dates."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from imagekit import audit, debversion
+from imagekit.audit import Package
+
+ROOT = Path(__file__).resolve().parent.parent
+TODAY = dt.date(2026, 12, 3)
+
+# Known cases, one per ecosystem, as the OSV exports carry them:
+# PyPI: GitHub's advisory GHSA-53q9-r3pm-6pq6 (github/advisory-database; CVE-2025-32434): torch < 2.6.0, CRITICAL.
+TORCH_LOAD = {
+    "schema_version": "1.4.0",
+    "id": "GHSA-53q9-r3pm-6pq6",
+    "aliases": ["CVE-2025-32434"],
+    "summary": "PyTorch: `torch.load` with `weights_only=True` leads to remote code execution",
+    "severity": [{"type": "CVSS_V4", "score": "CVSS:4.0/AV:N/AC:L/AT:N/PR:N/UI:N/VC:H/VI:H/VA:H/SC:N/SI:N/SA:N"}],
+    "affected": [
+        {
+            "package": {"ecosystem": "PyPI", "name": "torch"},
+            "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "2.6.0"}]}],
+        }
+    ],
+    "database_specific": {"cwe_ids": ["CWE-502"], "severity": "CRITICAL", "github_reviewed": True},
+}
+# Debian: DSA-5514-1 (glibc, CVE-2023-4911), fixed in bookworm by 2.36-9+deb12u3; records name the source package.
+GLIBC = {
+    "id": "DSA-5514-1",
+    "upstream": ["CVE-2023-4911", "DEBIAN-CVE-2023-4911"],
+    "summary": "glibc - security update",
+    "affected": [
+        {
+            "package": {"ecosystem": "Debian:11", "name": "glibc", "purl": "pkg:deb/debian/glibc?arch=source"},
+            "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "2.31-13+deb11u7"}]}],
+        },
+        {
+            "package": {"ecosystem": "Debian:12", "name": "glibc", "purl": "pkg:deb/debian/glibc?arch=source"},
+            "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "2.36-9+deb12u3"}]}],
+        },
+    ],
+}
+# Ubuntu: CVE-2024-6387 in openssh, fixed in 24.04 by 1:9.6p1-3ubuntu13.3 (a CVSS v3.1 vector of 8.1: high).
+OPENSSH = {
+    "id": "UBUNTU-CVE-2024-6387",
+    "upstream": ["CVE-2024-6387"],
+    "severity": [{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N/AC:H/PR:N/UI:N/S:U/C:H/I:H/A:H"}],
+    "affected": [
+        {
+            "package": {"ecosystem": "Ubuntu:22.04:LTS", "name": "openssh"},
+            "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "1:8.9p1-3ubuntu0.10"}]}],
+        },
+        {
+            "package": {"ecosystem": "Ubuntu:24.04:LTS", "name": "openssh"},
+            "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "1:9.6p1-3ubuntu13.3"}]}],
+        },
+        {
+            "package": {"ecosystem": "Ubuntu:Pro:24.04:LTS", "name": "openssh"},
+            "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "1:9.9"}]}],
+        },
+    ],
+}
+
+
+def _deb(name, version, source="", source_version="", distro="debian-12") -> Package:
+    return Package("deb", name, version, source or name, source_version or version, distro)
+
+
+def _scan(records: list[dict], packages: list[Package]) -> audit.Scan:
+    return audit.match([json.dumps(r).encode() for r in records], packages)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "sign"),
+    [
+        ("1.0~rc1", "1.0", -1),  # ~ sorts before everything, even the end
+        ("1.0", "1.0+b1", -1),
+        ("2:1.0", "1:9.9", 1),  # the epoch first
+        ("1.2.3", "1.10", -1),  # numbers as numbers
+        ("1.0a", "1.0", 1),
+        ("1.0-1", "1.0-1+deb12u1", -1),
+        ("2.36-9+deb12u3", "2.36-9+deb12u10", -1),
+        ("1:9.6p1-3ubuntu13.2", "1:9.6p1-3ubuntu13.3", -1),
+        ("1.0-0", "1.0", 0),
+        ("0:1.0", "1.0", 0),
+        ("1.0+dfsg-1", "1.0-1", 1),  # "+" after the end: later
+        ("7.88.1-10+deb12u8", "7.88.1-10+deb12u12", -1),
+    ],
+)
+def test_debian_versions_compare_as_dpkg_compares_them(a, b, sign):
+    got = debversion.compare(a, b)
+    assert (got > 0) - (got < 0) == sign
+    back = debversion.compare(b, a)
+    assert (back > 0) - (back < 0) == -sign
+
+
+def test_a_string_that_is_no_debian_version_is_refused():
+    for bad in ("", "abc", "1.0 rm", "-1"):
+        with pytest.raises(ValueError):
+            debversion.split(bad)
+
+
+@pytest.mark.parametrize(
+    ("vector", "score"),
+    [
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H", 9.8),
+        ("CVSS:3.1/AV:N/AC:H/PR:N/UI:N/S:U/C:H/I:H/A:H", 8.1),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:C/C:L/I:L/A:N", 6.1),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:U/C:L/I:L/A:N", 5.4),
+        ("CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H", 7.8),
+        ("CVSS:3.0/AV:N/AC:H/PR:N/UI:N/S:U/C:H/I:N/A:N", 5.9),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:N", 0.0),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:X/C:H/I:H/A:H", None),
+        ("CVSS:2.0/AV:N/AC:L/Au:N/C:P/I:P/A:P", None),
+    ],
+)
+def test_cvss_v3_base_scores_follow_the_specification(vector, score):
+    assert audit.cvss3_score(vector) == score
+
+
+def test_the_known_pypi_advisory_finds_the_demo_cells_torch_and_names_the_fix():
+    scan = _scan([TORCH_LOAD], [Package("PyPI", "torch", "2.1.2"), Package("PyPI", "transformers", "4.48.2")])
+    [finding] = scan.findings
+    assert (finding.id, finding.package.name, finding.severity, finding.fixed) == (
+        "GHSA-53q9-r3pm-6pq6",
+        "torch",
+        "critical",
+        "2.6.0",
+    )
+    assert finding.aliases == ("CVE-2025-32434",)
+    assert not _scan([TORCH_LOAD], [Package("PyPI", "torch", "2.6.0")]).findings  # the fixed version is not
+    assert _scan([TORCH_LOAD], [Package("PyPI", "torch", "2.5.1+cu124")]).findings  # a local version compares
+
+
+def test_the_known_debian_advisory_matches_by_source_package_and_release():
+    old = _deb("libc6", "2.36-9+deb12u2", "glibc")
+    new = _deb("libc-bin", "2.36-9+deb12u10", "glibc")
+    bullseye = _deb("libc6", "2.31-13+deb11u8", "glibc", distro="debian-11")
+    scan = _scan([GLIBC], [old, new, bullseye])
+    assert [(f.package.name, f.fixed) for f in scan.findings] == [("libc6", "2.36-9+deb12u3")]
+    assert scan.findings[0].severity == "unknown"  # a DSA without a rating claims none
+
+
+def test_the_known_ubuntu_advisory_matches_its_release_not_pro_and_scores_its_vector():
+    affected = _deb("openssh-server", "1:9.6p1-3ubuntu13.2", "openssh", distro="ubuntu-24.04")
+    fixed = _deb("openssh-client", "1:9.6p1-3ubuntu13.3", "openssh", distro="ubuntu-24.04")
+    scan = _scan([OPENSSH], [affected, fixed])
+    [finding] = scan.findings
+    assert finding.package == affected and finding.severity == "high" and finding.fixed == "1:9.6p1-3ubuntu13.3"
+
+
+def test_versions_lists_last_affected_and_several_ranges():
+    records = [
+        {
+            "id": "LIST-1",
+            "affected": [{"package": {"ecosystem": "PyPI", "name": "Foo_Bar"}, "versions": ["1.0", "1.1"]}],
+        },
+        {
+            "id": "LAST-1",
+            "affected": [
+                {
+                    "package": {"ecosystem": "PyPI", "name": "foo-bar"},
+                    "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "1.0"}, {"last_affected": "1.0.5"}]}],
+                }
+            ],
+        },
+        {
+            "id": "TWO-1",
+            "affected": [
+                {
+                    "package": {"ecosystem": "PyPI", "name": "foo.bar"},
+                    "ranges": [
+                        {
+                            "type": "ECOSYSTEM",
+                            "events": [
+                                {"introduced": "2.0"},
+                                {"fixed": "2.5"},
+                                {"introduced": "0"},
+                                {"fixed": "1.0.1"},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+        {
+            "id": "GIT-1",
+            "affected": [
+                {
+                    "package": {"ecosystem": "PyPI", "name": "foo-bar"},
+                    "ranges": [{"type": "GIT", "events": [{"introduced": "0"}]}],
+                }
+            ],
+        },
+    ]
+
+    def ids(version: str) -> list[str]:
+        return sorted(f.id for f in _scan(records, [Package("PyPI", "foo-bar", version)]).findings)
+
+    assert ids("1.0") == ["LAST-1", "LIST-1", "TWO-1"]
+    assert ids("1.0.5") == ["LAST-1"]
+    assert ids("1.0.6") == []
+    assert ids("2.1") == ["TWO-1"]
+    assert ids("2.5") == []
+
+
+def test_hostile_and_withdrawn_records_are_counted_not_trusted():
+    raw = [
+        b"not json",
+        b"[]",
+        json.dumps({"id": "x" * 500, "affected": []}).encode(),
+        b"{" * 100_000,  # deeply nested: no recursion crash
+        b" " * (audit.MAX_RECORD + 1),
+        json.dumps({**TORCH_LOAD, "withdrawn": "2025-05-01T00:00:00Z"}).encode(),
+        json.dumps(
+            {
+                "id": "BAD-1",
+                "affected": [
+                    {
+                        "package": {"ecosystem": "PyPI", "name": "torch"},
+                        "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "not a version"}]}],
+                    }
+                ],
+            }
+        ).encode(),
+        json.dumps({"id": "BAD-2", "affected": [None, {"package": "torch"}, {"package": {"name": 1}}]}).encode(),
+    ]
+    scan = audit.match(raw, [Package("PyPI", "torch", "2.1.2")])
+    assert scan.records == 8 and scan.unreadable == 5 and scan.withdrawn == 1 and scan.findings == []
+
+
+def _finding(severity="high", ident="GHSA-x", name="torch") -> audit.Finding:
+    return audit.Finding(ident, ("CVE-2099-1",), Package("PyPI", name, "1.0"), severity, "s", "2.0")
+
+
+def test_the_gate_blocks_at_its_level_and_an_allowlisted_finding_passes_until_its_review_date():
+    high, low = _finding("high"), _finding("low", "GHSA-low")
+    assert not audit.judge([high, low], [], "high", TODAY).passed
+    assert audit.judge([high, low], [], "critical", TODAY).passed
+    assert audit.judge([high, low], [], None, TODAY).passed  # report only
+    entry = audit.AllowEntry("CVE-2099-1", "we never call it", dt.date(2027, 1, 1))  # an alias covers it
+    verdict = audit.judge([high, low], [entry], "high", TODAY)
+    assert verdict.passed and verdict.findings[0].allowed_by == "we never call it"
+    expired = audit.AllowEntry("GHSA-x", "we never call it", dt.date(2026, 12, 2))
+    verdict = audit.judge([high], [expired], "high", TODAY)
+    assert not verdict.passed and verdict.expired == [(expired, high)] and verdict.blocking == [high]
+    other = audit.AllowEntry("GHSA-x", "only for numpy", dt.date(2027, 1, 1), package="numpy")
+    assert not audit.judge([high], [other], "high", TODAY).passed
+    assert audit.judge([high], [other], "high", TODAY).unused == [other]
+    assert audit.judge([_finding("unknown")], [], "low", TODAY).passed  # unknown severity is listed, never gated
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[ignore]]\nid = "GHSA-x"\nreview_by = 2027-01-01\n', "reason"),
+        ('[[ignore]]\nid = "GHSA-x"\nreason = "because we say so"\n', "review_by"),
+        ('[[ignore]]\nid = "GHSA-x"\nreason = "because we say so"\nreview_by = "soon"\n', "review_by"),
+        ('[[ignore]]\nid = "../../x y"\nreason = "because we say so"\nreview_by = 2027-01-01\n', "advisory id"),
+        ('[[ignore]]\nid = "GHSA-x"\nreason = "because we say so"\nreview_by = 2027-01-01\nwhy = 1\n', "'why'"),
+        ("[allow]\n", "'allow'"),
+        ("[[ignore]\n", "not TOML"),
+    ],
+)
+def test_an_allowlist_entry_without_a_reason_or_a_review_date_is_refused(text, message):
+    with pytest.raises(audit.BadInput, match=message):
+        audit.read_allowlist(text, "allow.toml")
+
+
+# ---- the command, on an export as osv.dev ships it (all.zip) -----------------------------------------------------
+CELL = "cu121-torch2.1.2-py3.11-tf4.48.2"
+
+
+@pytest.fixture
+def osv(tmp_path) -> Path:
+    path = tmp_path / "PyPI" / "all.zip"
+    path.parent.mkdir()
+    with zipfile.ZipFile(path, "w") as zf:
+        for record in (TORCH_LOAD, GLIBC, OPENSSH):
+            zf.writestr(f"{record['id']}.json", json.dumps(record))
+        zf.writestr("README.txt", "not a record")
+    return tmp_path
+
+
+def _audit(runner, app, tmp_path, osv, *args):
+    locks = tmp_path / "locks"
+    locks.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "lockfiles" / f"{CELL}.txt", locks)
+    return runner.invoke(app, ["audit", CELL, "--osv-db", str(osv), "--lock-dir", str(locks),
+                               "--state-dir", str(tmp_path / "state"), *args])  # fmt: skip
+
+
+def test_audit_of_a_cell_reports_its_locks_findings_and_says_what_it_could_not_see(runner, app, tmp_path, osv):
+    res = _audit(runner, app, tmp_path, osv)
+    assert res.exit_code == 0, res.output  # no --fail-on: a report
+    assert "against 3 OSV records" in res.output and "1 findings: 1 critical" in res.output
+    assert "CRITICAL torch 2.1.2: GHSA-53q9-r3pm-6pq6 (CVE-2025-32434), fixed in 2.6.0" in res.output
+    assert "note: Debian packages: not known until the cell is built" in res.output
+
+
+def test_the_gate_fails_the_cell_until_the_finding_is_allowlisted_with_a_live_review_date(runner, app, tmp_path, osv):
+    res = _audit(runner, app, tmp_path, osv, "--fail-on", "high")
+    assert res.exit_code == 1 and "BLOCKS CRITICAL torch" in res.output
+    assert "error: 1 finding(s) at or above high" in res.output and "hint:" in res.output
+    allow = tmp_path / "allow.toml"
+    allow.write_text(
+        '[[ignore]]\nid = "CVE-2025-32434"\npackage = "torch"\n'
+        'reason = "we load only our own checkpoints, never a downloaded one"\nreview_by = 2099-01-01\n'
+    )
+    res = _audit(runner, app, tmp_path, osv, "--fail-on", "high", "--allowlist", str(allow), "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["passed"] and doc["findings"][0]["allowed"].startswith("we load only")
+    allow.write_text(allow.read_text().replace("2099-01-01", "2020-01-01"))
+    res = _audit(runner, app, tmp_path, osv, "--fail-on", "high", "--allowlist", str(allow))
+    assert res.exit_code == 1 and "allowlist entry CVE-2025-32434 expired on 2020-01-01" in res.output
+
+
+def test_the_cells_built_sbom_brings_its_debian_packages(runner, app, tmp_path, osv):
+    from imagekit import dpkg_status, lockfile, sbom
+
+    lock = lockfile.parse((ROOT / "lockfiles" / f"{CELL}.txt").read_text())
+    status = (
+        "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nSource: glibc\nVersion: 2.36-9+deb12u2\n"
+    )
+    facts = sbom.ImageFacts(CELL, "r/x", "t", "sha256:" + "0" * 64, "linux/amd64", "b", "debian-12", 0, "imagekit")
+    doc = sbom.document(facts, lock, dpkg_status.parse(status.encode()))
+    (tmp_path / "state" / "sbom").mkdir(parents=True)
+    (tmp_path / "state" / "sbom" / f"{CELL}.spdx.json").write_text(json.dumps(doc))
+    res = _audit(runner, app, tmp_path, osv, "--json")
+    found = {(f["id"], f["package"], f["source_package"]) for f in json.loads(res.output)["findings"]}
+    assert found == {("GHSA-53q9-r3pm-6pq6", "torch", None), ("DSA-5514-1", "libc6", "glibc")}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fail-on", "severe"], "invalid --fail-on"),
+        (["--allowlist", "/nonexistent/allow.toml"], "--allowlist"),
+    ],
+)
+def test_bad_options_say_what_and_how_to_fix_it(runner, app, tmp_path, osv, args, message):
+    res = _audit(runner, app, tmp_path, osv, *args)
+    assert res.exit_code == 2 and message in res.output and "hint:" in res.output
+
+
+def test_an_export_that_is_not_a_zip_is_refused(runner, app, tmp_path):
+    bad = tmp_path / "all.zip"
+    bad.write_text("not a zip")
+    res = _audit(runner, app, tmp_path, bad)
+    assert res.exit_code == 2 and "is not a zip file" in res.output
