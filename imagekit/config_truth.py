@@ -40,9 +40,18 @@ def findings(config: dict, runtime: RuntimeConfig, report: dict) -> list[str]:
         ("imagekit.torch.cuda", _major_minor(torch.get("torch.version.cuda")), "its torch is built for CUDA"),
     )
     for key, found, what in claims:
-        if key in want and found and want[key] != found:
+        if key in want and found and not _same(key, want[key], found):
             out.append(f"label {key}={want[key]!r}, but {what} {found!r}")
     return out
+
+
+def _same(key: str, claimed: str, found: str) -> bool:
+    """torch from PyPI names its CUDA build in ``__version__`` (2.1.2+cu121) but not in its distribution's version
+    (2.1.2, what the lock and the label say): the release must be equal, and a local part the label names too."""
+    if key != "imagekit.torch.version":
+        return claimed == found
+    release, _, local = claimed.partition("+")
+    return found.partition("+")[0] == release and (not local or found == claimed)
 
 
 def check(config: dict, runtime: RuntimeConfig, report: dict) -> dict:

@@ -71,6 +71,16 @@ def test_the_labels_claims_meet_what_the_self_test_found_inside():
     assert result["status"] == "fail" and "nothing was published" in result["fix"]
 
 
+def test_pypis_torch_names_its_cuda_build_in_its_version_and_that_is_no_lie():
+    """torch 2.1.2 from PyPI says 2.1.2+cu121 in ``__version__``; its distribution (the lock, the label) says 2.1.2."""
+    assert config_truth.findings(_config(), RUNTIME, _report(torch="2.1.2+cu121")) == []
+    assert config_truth.findings(_config(), RUNTIME, _report(torch="2.1.1+cu121")) != []
+    labels = {**LABELS, "imagekit.torch.version": "2.5.1+cu124"}
+    runtime = imageconfig.runtime(labels)
+    assert config_truth.findings(_config(Labels=labels), runtime, _report(torch="2.5.1+cu124")) == []
+    assert config_truth.findings(_config(Labels=labels), runtime, _report(torch="2.5.1+cu118")) != []
+
+
 def test_a_reading_the_self_test_could_not_make_is_not_a_lie():
     """A CPU-only or failed torch check gives no reading: the other checks say so; this one claims nothing."""
     report = {**_report(), "checks": []}
