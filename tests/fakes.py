@@ -238,6 +238,11 @@ class RecordingRegistry:
         found = self.data.get(digest)
         return None if found is None else len(found)
 
+    def blob(self, remote: Remote, digest: str, max_bytes: int) -> bytes:
+        data = self.data[digest]
+        assert len(data) <= max_bytes
+        return data
+
     def upload_blob(self, remote: Remote, digest: str, size: int, source: Path | bytes) -> None:
         self.calls.append(("registry.upload_blob", digest))
         if self.upload_error:

@@ -166,6 +166,8 @@ BASELINE: dict[str, list[str]] = {
     "ci init": ["--out", "wf/images.yml"],
     "selftest": ["127.0.0.1:9/imagekit/train:" + CELL, "--gpus", "off"],  # no engine: exit 3
     "audit": [CELL, "--osv-db", "adir", "--lock-dir", "lockfiles", "--fail-on", "high"],  # no records: a pass
+    "sign": ["127.0.0.1:9/imagekit/train:" + CELL, "--key", "afile"],  # not a key: exit 2
+    "verify": ["127.0.0.1:9/imagekit/train:" + CELL, "--key", "afile"],
 }
 # Where each command may write (its named outputs); the sandbox's home and tmp are open to all.
 OUTPUTS: dict[str, tuple[str, ...]] = {

@@ -55,11 +55,12 @@ COMMANDS = {
     "init": "init_cmd", "matrix": "matrix_cmd", "explain": "explain_cmd", "lock": "lock_cmd", "render": "render_cmd",
     "build": "build_cmd", "fetch": "fetch_cmd", "runpod-template": "runpod_template_cmd", "selftest": "selftest_cmd",
     "doctor": "doctor_cmd", "vast-template": "vast_template_cmd", "audit": "audit_cmd",
+    "sign": "sign_cmd", "verify": "sign_cmd",
 }  # fmt: skip
 GROUPS = {"base": "base_cmd", "compat": "compat_cmd", "pod": "pod_cmd", "release": "release_cmd", "ci": "ci_cmd"}
 _ORDER = (
     "init_cmd", "matrix_cmd", "explain_cmd", "lock_cmd", "render_cmd", "build_cmd", "fetch_cmd", "runpod_template_cmd",
-    "vast_template_cmd", "selftest_cmd", "doctor_cmd", "audit_cmd",
+    "vast_template_cmd", "selftest_cmd", "doctor_cmd", "audit_cmd", "sign_cmd",
 )  # fmt: skip
 
 

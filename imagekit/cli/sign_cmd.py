@@ -1,0 +1,106 @@
+"""`imagekit sign IMAGE --key cosign.key` and `imagekit verify IMAGE --key cosign.pub`: cosign's signature format."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit.cli.common import handles_errors, out, out_json
+from imagekit.cli.options import JsonOpt
+from imagekit.errors import UsageError
+
+PASSWORD_VARIABLE = "COSIGN_PASSWORD"  # cosign's own: the same key opens with the same variable in both tools
+
+
+def _target(image: str):  # type: ignore[no-untyped-def]
+    """The registry, repository and digest IMAGE names (a tag is resolved to what it names now)."""
+    from imagekit import naming, validate
+    from imagekit.effects import credentials
+    from imagekit.effects.registry import RegistryClient, Remote
+
+    validate.image_ref(image, "IMAGE")
+    repo, tag, digest = naming.split_reference(image)
+    if not tag and not digest:
+        raise UsageError(f"{image} names no tag or digest", "pass REGISTRY/REPOSITORY:TAG or @sha256:...")
+    remote = Remote.parse(repo)
+    credential = credentials.for_registry(remote.registry)
+    client = RegistryClient(credential.username, credential.password, registries=[remote.registry])
+    found = client.manifest_raw(remote, digest or tag)
+    if found is None:
+        raise UsageError(f"{image} is not in its registry", "publish it first (`imagekit build --push`)")
+    return client, remote, found[2]
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror}", f"pass the {what} file") from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "sign",
+        epilog="Example: COSIGN_PASSWORD=... imagekit sign 127.0.0.1:5000/imagekit/train:CELL-LOCK --key cosign.key",
+    )
+    @handles_errors
+    def sign_command(
+        image: Annotated[str, typer.Argument(metavar="IMAGE", help="REGISTRY/REPOSITORY:TAG or @sha256:... to sign.")],
+        key: Annotated[
+            Path,
+            typer.Option("--key", metavar="FILE", help="cosign.key (its password from COSIGN_PASSWORD), or a PEM key."),
+        ],
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Sign what IMAGE names now (an image, or the index of an image and its SBOM) in cosign's format:
+        `cosign verify --key cosign.pub --insecure-ignore-tlog IMAGE` accepts it. No transparency log."""
+        from imagekit import cosign
+        from imagekit.services import signing
+
+        try:
+            private = cosign.load_private_key(_read(key, "--key"), os.environ.get(PASSWORD_VARIABLE, "").encode())
+        except cosign.KeyError_ as exc:
+            raise UsageError(
+                f"--key {key}: {exc}", f"set {PASSWORD_VARIABLE} to the key's password, or pass another key"
+            ) from None
+        client, remote, digest = _target(image)
+        recorded = signing.sign(client, remote, digest, private, log=out if not as_json else lambda _: None)
+        if as_json:
+            out_json({"image": f"{remote.registry}/{remote.name}@{digest}", **recorded})
+
+    @app.command("verify", epilog="Example: imagekit verify 127.0.0.1:5000/imagekit/train:CELL-LOCK --key cosign.pub")
+    @handles_errors
+    def verify_command(
+        image: Annotated[str, typer.Argument(metavar="IMAGE", help="REGISTRY/REPOSITORY:TAG or @sha256:... to check.")],
+        key: Annotated[Path, typer.Option("--key", metavar="FILE", help="cosign.pub: the signer's public key (PEM).")],
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Check that IMAGE (what its tag names now) carries a cosign signature by KEY's private half.
+
+        Exit 0 when one verifies, 1 when none does (naming why).
+        """
+        from imagekit import cosign
+        from imagekit.services import signing
+
+        try:
+            public = cosign.load_public_key(_read(key, "--key"))
+        except cosign.KeyError_ as exc:
+            raise UsageError(f"--key {key}: {exc}", "pass the signer's cosign.pub") from None
+        client, remote, digest = _target(image)
+        good = signing.verify(client, remote, digest, public)
+        if as_json:
+            out_json(
+                {
+                    "image": f"{remote.registry}/{remote.name}@{digest}",
+                    "verified": good,
+                    "key": cosign.fingerprint(public),
+                }
+            )
+        else:
+            out(
+                f"verified: {remote.registry}/{remote.name}@{digest} is signed by {cosign.fingerprint(public)[:19]}… "
+                f"({len(good)} signature{'s' if len(good) != 1 else ''}, {cosign.sig_tag(digest)})"
+            )

@@ -1,0 +1,86 @@
+"""Sign and verify published images in cosign's format (imagekit.cosign), against the registry that holds them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from imagekit import cosign, untrusted
+from imagekit.effects.registry import Remote
+from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.services.ports import Registry
+
+
+def _existing(registry: Registry, remote: Remote, tag: str) -> list[dict]:
+    """The layer descriptors of the signature manifest ``tag`` names (none when there is none)."""
+    raw = registry.manifest_raw(remote, tag)
+    if raw is None:
+        return []
+    try:
+        doc = untrusted.load_json(raw[1], "the signature manifest")
+    except untrusted.UntrustedData as exc:
+        raise EnvironmentFailure(
+            f"{remote.registry}/{remote.name}:{tag} is not a signature manifest: {exc}",
+            "delete that tag by hand (it holds no signature imagekit or cosign can read) and sign again",
+        ) from None
+    layers = doc.get("layers") if isinstance(doc, dict) else None
+    return [x for x in layers if isinstance(x, dict)] if isinstance(layers, list) else []
+
+
+def verified(registry: Registry, remote: Remote, digest: str, public_key) -> tuple[list[str], list[str]]:  # type: ignore[no-untyped-def]
+    """The signatures of ``digest`` that ``public_key`` verifies (their payloads' digests), and why the others did
+    not: a payload is read only as far as a payload can be, and must name ``digest`` itself."""
+    tag = cosign.sig_tag(digest)
+    good, bad = [], []
+    for payload_digest, size, signature in cosign.layers_of({"layers": _existing(registry, remote, tag)}):
+        data = registry.blob(remote, payload_digest, cosign.MAX_PAYLOAD)
+        if cosign.digest_of(data) != payload_digest or len(data) != size:
+            bad.append(f"{payload_digest}: the registry served other bytes")
+        elif cosign.signed_digest(data) != digest:
+            bad.append(f"{payload_digest}: its payload vouches for another image")
+        elif not cosign.verify(data, signature, public_key):
+            bad.append(f"{payload_digest}: the signature does not verify with this key")
+        else:
+            good.append(payload_digest)
+    return good, bad
+
+
+def sign(
+    registry: Registry,
+    remote: Remote,
+    digest: str,
+    private_key,  # type: ignore[no-untyped-def]
+    log: Callable[[str], None] = lambda _: None,
+) -> dict:
+    """Sign ``digest`` (an image or an index) with ``private_key``: a layer added to its ``sha256-<hex>.sig`` manifest
+    unless a signature by this key is already there. Returns what a release records: the tag and the key's
+    fingerprint (never the key)."""
+    public = private_key.public_key()
+    tag = cosign.sig_tag(digest)
+    recorded = {"tag": tag, "key": cosign.fingerprint(public)}
+    good, _ = verified(registry, remote, digest, public)
+    if good:
+        log(f"{remote.registry}/{remote.name}@{digest} is signed by this key already ({tag})")
+        return recorded
+    payload = cosign.payload(f"{remote.registry}/{remote.name}", digest)
+    layer = cosign.Layer(payload, cosign.sign(payload, private_key))
+    kept = [x for x in _existing(registry, remote, tag) if x.get("mediaType") == cosign.SIMPLESIGNING]
+    descriptors = [*kept, layer.descriptor()]
+    config, manifest = cosign.signature_image(descriptors)
+    for blob in (payload, config):
+        if registry.blob_size(remote, cosign.digest_of(blob)) != len(blob):
+            registry.upload_blob(remote, cosign.digest_of(blob), len(blob), blob)
+    registry.put_manifest(remote, tag, manifest, cosign.OCI_MANIFEST)
+    log(f"signed {remote.registry}/{remote.name}@{digest} ({tag}, key {recorded['key'][:19]}…)")
+    return recorded
+
+
+def verify(registry: Registry, remote: Remote, digest: str, public_key) -> list[str]:  # type: ignore[no-untyped-def]
+    """The verified signatures of ``digest``; none raises, naming why."""
+    good, bad = verified(registry, remote, digest, public_key)
+    if not good:
+        why = "; ".join(bad[:5]) if bad else f"no signature ({cosign.sig_tag(digest)} is not in the registry)"
+        raise CheckFailed(
+            f"{remote.registry}/{remote.name}@{digest} has no signature this key verifies: {why}",
+            "sign it with `imagekit sign IMAGE --key cosign.key` (or cosign), or pass the key that signed it",
+        )
+    return good
