@@ -183,3 +183,67 @@ def test_sign_and_verify_an_image_in_a_real_registry(runner, app, real_registry,
     monkeypatch.setenv("COSIGN_PASSWORD", "wrong")
     wrong = runner.invoke(app, ["sign", image, "--key", str(VECTORS / "sigstore-hello.key")])
     assert wrong.exit_code == 2 and "COSIGN_PASSWORD" in wrong.output and "wrong" not in wrong.output
+
+
+# ---- build --push --sign-key, and release merge --require-signature (fake engine and registry) --------------------
+@pytest.mark.resolver  # the cell's lock is a real uv resolution against a loopback index
+@pytest.mark.loopback
+def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_require_it(tmp_path, fake_index):
+    from imagekit import resolution
+    from imagekit.services import inputs, release
+    from imagekit.services.build import BuildOptions, build_cell
+    from tests.fakes import RecordingEngine
+    from tests.test_build_steps import CELL, REPO
+
+    engine = RecordingEngine()
+    registry = RecordingRegistry(engine.calls)
+    engine.registry = registry
+    key = _key()
+    opts = BuildOptions(
+        repository=REPO,
+        lock_dir=tmp_path / "locks",
+        state_dir=tmp_path / "state",
+        release_index=tmp_path / "releases.json",
+        release_records=tmp_path / "records",
+        push=True,
+        settings=resolution.LockSettings(index_url=fake_index),
+        sign_key=key,
+    )
+    lines: list[str] = []
+    res = build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, m: lines.append(m), registry=registry)
+    assert res.status == "published", res.error and res.error.render()
+    entry = json.loads(opts.release_index.read_text())["images"][res.tag]
+    tags = entry["signature"]["tags"]
+    assert tags == [cosign.sig_tag(entry["tag_digest"]), cosign.sig_tag(res.digest)]  # the tag's index, the image
+    assert entry["signature"]["key"] == cosign.fingerprint(key.public_key())
+    calls = engine.calls
+    signed_at = max(calls.index(("registry.put_manifest", t)) for t in tags)
+    assert calls.index(("registry.put_manifest", res.tag.rsplit(":", 1)[1])) < signed_at
+    assert signed_at < calls.index(("registry.copy_tag", CELL.id))  # the alias moves after the signatures
+    remote = Remote.parse(REPO)
+    for digest in (entry["tag_digest"], res.digest):
+        assert signing.verify(registry, remote, digest, key.public_key())
+    # the key is in no record, log or repr
+    from cryptography.hazmat.primitives import serialization
+
+    secret = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    written = opts.release_index.read_text() + "".join(p.read_text() for p in opts.release_records.iterdir())
+    body = secret.splitlines()[1]
+    assert body not in written and body not in "\n".join(lines) and body not in repr(opts)
+    # release merge --require-signature: this key's signature passes; another key's refuses, writing nothing
+    allowed = release.allowed_registries([REPO], {})
+    merged = release.merge(
+        [opts.release_records], tmp_path / "merged.json", registry, allowed=allowed, signed_by=key.public_key()
+    )
+    assert merged.added == [res.tag]
+    with pytest.raises(CheckFailed, match="no signature this key verifies"):
+        release.merge(
+            [opts.release_records],
+            tmp_path / "other.json",
+            registry,
+            allowed=allowed,
+            signed_by=_other_key().public_key(),
+        )
+    assert not (tmp_path / "other.json").exists()

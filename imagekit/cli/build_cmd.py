@@ -114,6 +114,15 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--require-gpu", help="Fail the self-test when no GPU is there.")
         ] = False,
         keep_going: Annotated[bool, typer.Option("--keep-going", help="Continue past a failing cell.")] = False,
+        sign_key: Annotated[
+            Path | None,
+            typer.Option(
+                "--sign-key",
+                metavar="FILE",
+                help="With --push: sign each tested image (cosign's format; cosign.key with COSIGN_PASSWORD) before "
+                "its alias moves.",
+            ),
+        ] = None,
         as_json: JsonOpt = False,
         dry_run: Annotated[
             bool,
@@ -138,6 +147,22 @@ def register(app: typer.Typer) -> None:
         output_file_option(release_index, "--release-index")
         folder_option(release_records, "--release-records")
         read_index(release_index)  # a broken index is refused now, not after the build
+        signer = None
+        if sign_key is not None:
+            if not push:
+                raise UsageError("--sign-key signs what --push publishes", "add --push, or sign later: imagekit sign")
+            import os
+
+            from imagekit import cosign
+
+            try:
+                key_bytes = sign_key.read_bytes()
+            except OSError as exc:
+                raise UsageError(f"--sign-key {sign_key}: {exc.strerror}", "pass the cosign.key file") from None
+            try:  # opened now: a wrong password is refused before the build, not after it
+                signer = cosign.load_private_key(key_bytes, os.environ.get("COSIGN_PASSWORD", "").encode())
+            except cosign.KeyError_ as exc:
+                raise UsageError(f"--sign-key {sign_key}: {exc}", "set COSIGN_PASSWORD to the key's password") from None
         data, config, cells = selected_compatible(selection)
         repo = validate_repository(registry) if registry else config.repository
         from imagekit.effects import credentials
@@ -160,6 +185,7 @@ def register(app: typer.Typer) -> None:
             options=config.options,
             username=credential.username,
             password=credential.password,
+            sign_key=signer,
         )
         console = err_console()
         from imagekit.cli.progress_display import ConsoleProgress

@@ -41,6 +41,14 @@ def build() -> typer.Typer:
                 help="A registry (or repository) the records may name; repeatable. Default: those the index lists.",
             ),
         ] = None,
+        require_signature: Annotated[
+            Path | None,
+            typer.Option(
+                "--require-signature",
+                metavar="KEY.pub",
+                help="Refuse every record whose image carries no cosign signature by this public key.",
+            ),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Verify release records against the registry and add them to the release index (atomically)."""
@@ -49,6 +57,20 @@ def build() -> typer.Typer:
         from imagekit.services.publish import read_index
 
         output_file_option(index, "--index")
+        from imagekit.errors import UsageError
+
+        signed_by = None
+        if require_signature is not None:
+            from imagekit import cosign
+
+            try:
+                signed_by = cosign.load_public_key(require_signature.read_bytes())
+            except OSError as exc:
+                raise UsageError(
+                    f"--require-signature {require_signature}: {exc.strerror}", "pass cosign.pub"
+                ) from None
+            except cosign.KeyError_ as exc:
+                raise UsageError(f"--require-signature {require_signature}: {exc}", "pass cosign.pub") from None
         current = read_index(index)  # a broken index is refused before the registry is asked
         allowed = release.allowed_registries(list(registries or []), current)
         console = err_console()
@@ -62,7 +84,9 @@ def build() -> typer.Typer:
             credential.password,
             registries=hosts,  # the credentials go there and nowhere else
         )
-        done = release.merge(records, index, client, log=lambda m: console.print(m, markup=False), allowed=allowed)
+        done = release.merge(
+            records, index, client, log=lambda m: console.print(m, markup=False), allowed=allowed, signed_by=signed_by
+        )
         if as_json:
             out_json(
                 {"index": str(done.index), "records": done.records, "added": done.added, "unchanged": done.unchanged}

@@ -22,7 +22,7 @@ from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.lockfile import Lock
 from imagekit.model import AMD64, Cell
-from imagekit.services import apt_resolve, fetch, publish, selftest_runner
+from imagekit.services import apt_resolve, fetch, publish, selftest_runner, signing
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import base_for, native, require_emulation
 from imagekit.services.build_plans import code_for
@@ -45,10 +45,12 @@ class BuildOptions:
     gpus: str = "auto"  # auto | on | off
     require_gpu: bool = False
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
     bases: dict[str, BaseRef] = field(default_factory=dict)  # registry bases from the matrix, by Python version
     options: ImageOptions = field(default_factory=ImageOptions)  # the matrix's [image] switches
+    # an ECDSA P-256 private key (cosign's): publish signs each image with it before its alias moves; never shown
+    sign_key: object | None = field(default=None, repr=False)
 
     @property
     def auth(self) -> dict | None:
@@ -342,6 +344,13 @@ def _sbom(b: _Build) -> None:
     b.say(f"SBOM: {counts['python']} Python distributions, {counts['dpkg']} Debian packages ({path})")
 
 
+def _signer(b: _Build, remote: Remote) -> Callable[[str], dict] | None:
+    if b.opts.sign_key is None:
+        return None
+    key = b.opts.sign_key
+    return lambda digest: signing.sign(b.registry, remote, digest, key, log=b.say)
+
+
 def _publish(b: _Build) -> None:
     """Push the tested image under its immutable tag, then move the alias; record the release."""
     if not b.opts.push:
@@ -361,6 +370,7 @@ def _publish(b: _Build) -> None:
             progress=b.progress,
             platform=b.cell.platform,
             sbom_doc=b.sbom,
+            sign=_signer(b, Remote.parse(repo)),
         )
     b.result.digest = published.digest
     b.result.index_digest = published.index_digest

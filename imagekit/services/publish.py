@@ -36,6 +36,7 @@ class Published:
     index_digest: str | None = None  # the alias names an image index of several platforms (this one among them)
     tag_digest: str | None = None  # what the immutable tag names: the image and its SBOM attestation's index
     sbom: dict | None = None  # the SBOM attestation: its manifest's digest, the document's, its package counts
+    signature: dict | None = None  # cosign signatures made at publish: the key's fingerprint and the .sig tags
 
 
 MAX_IMAGE_BYTES = 10**13  # 10 TB: no image is larger; a bigger size_bytes would size a template's disk absurdly
@@ -171,6 +172,14 @@ def entry_problems(entry: dict) -> list[str]:
             "dpkg": count,
         },
     )
+    section(
+        "signature",
+        entry.get("signature"),
+        {
+            "key": lambda v: untrusted.digest(v, "value"),
+            "tags": strings(80, 4, re.compile(r"sha256-[0-9a-f]{64}\.sig")),
+        },
+    )
     check("size_bytes", size, entry.get("size_bytes", 0))
     check("published_at", optional(text(64)), entry.get("published_at"))
     manifest = entry.get("manifest")
@@ -221,10 +230,13 @@ def publish(
     platform: str = AMD64,
     gzip: layer_blobs.Gzip | None = None,
     sbom_doc: dict | None = None,
+    sign: Callable[[str], dict] | None = None,
 ) -> Published:
     """Push the tested image, then name it by ``immutable_tag``: with ``sbom_doc``, an image index of the image and
     its SBOM attestation (as BuildKit stores them), else the image's manifest. A tag that exists already must hold
-    the same image (an index's entry for ``platform``, or the manifest itself): it is never moved."""
+    the same image (an index's entry for ``platform``, or the manifest itself): it is never moved. ``sign`` (a
+    digest -> what to record) signs what the tag names and the image itself, after the tag and before the alias:
+    an alias never names an unsigned image when signing was asked for."""
     if not report.passed:
         raise CheckFailed(
             f"refusing to publish {repository}:{immutable_tag}: its self-test failed "
@@ -279,6 +291,10 @@ def publish(
         raise EnvironmentFailure(
             f"the registry does not serve {digest} with this image's config after the push", "retry the push"
         )
+    signature = None
+    if sign is not None:
+        made = [sign(d) for d in dict.fromkeys([tag_digest or digest, digest])]
+        signature = {"key": made[0]["key"], "tags": [m["tag"] for m in made]}
     index_digest = point_alias(registry, remote, alias_tag, digest, platform, tagged=tag_digest)
     if index_digest:
         log(f"{repository}:{alias_tag} names an image index ({index_digest}) with this {platform} image")
@@ -292,6 +308,7 @@ def publish(
         index_digest,
         tag_digest,
         attested,
+        signature,
     )
 
 
@@ -437,6 +454,8 @@ def release_entry(
         entry["tag_digest"] = published.tag_digest  # the index the tag names: the image and its SBOM attestation
     if published.sbom:
         entry["sbom"] = published.sbom
+    if published.signature:
+        entry["signature"] = published.signature  # the key's fingerprint and where the signatures are, never the key
     return entry
 
 

@@ -159,9 +159,11 @@ def merge(
     registry: RegistryClient,
     log: Callable[[str], None] = lambda _: None,
     allowed: tuple[list[Named], str] = ([], "--registry"),
+    signed_by: object | None = None,
 ) -> Merged:
-    """Check every record names an allowed registry, verify each against it, then add them to the index in one
-    atomic write (or none)."""
+    """Check every record names an allowed registry, verify each against it (and, with ``signed_by``, a public key,
+    that what its tag names carries a cosign signature by that key), then add them to the index in one atomic write
+    (or none)."""
     paths = find_records(folders)
     by_tag = collect(paths)
     check_registries(by_tag, *allowed, index_path)
@@ -177,7 +179,12 @@ def merge(
                     "immutable tags never move; nothing was written",
                 )
             verify(registry, entry, path)
-            log(f"verified {tag}@{entry['digest']}")
+            if signed_by is not None:
+                from imagekit.services import signing
+
+                repo = tag.rsplit(":", 1)[0]
+                signing.verify(registry, Remote.parse(repo), entry.get("tag_digest") or entry["digest"], signed_by)
+            log(f"verified {tag}@{entry['digest']}" + (" and its signature" if signed_by is not None else ""))
             (unchanged if old is not None else added).append(tag)
         for tag in added + unchanged:
             entry = by_tag[tag][0]
