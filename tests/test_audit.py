@@ -358,3 +358,48 @@ def test_an_export_that_is_not_a_zip_is_refused(runner, app, tmp_path):
     bad.write_text("not a zip")
     res = _audit(runner, app, tmp_path, bad)
     assert res.exit_code == 2 and "is not a zip file" in res.output
+
+
+# ---- the gate in a build (fake engine and registry) ---------------------------------------------------------------
+@pytest.mark.resolver  # the cell's lock is a real uv resolution against a loopback index
+@pytest.mark.loopback
+def test_a_build_with_the_gate_publishes_nothing_until_the_finding_is_allowlisted(tmp_path, fake_index):
+    from imagekit import resolution
+    from imagekit.services import inputs
+    from imagekit.services.build import BuildOptions, build_cell
+    from tests.fakes import RecordingEngine, RecordingRegistry
+    from tests.test_build_steps import CELL, REPO
+
+    osv = tmp_path / "osv"
+    osv.mkdir()
+    torch_version = "2.5.1"  # the fake index's torch for this cell
+    record = {**TORCH_LOAD, "id": "GHSA-test-torch"}
+    (osv / "torch.json").write_text(json.dumps(record))
+
+    def build(allowlist: Path | None):
+        engine = RecordingEngine()
+        registry = RecordingRegistry(engine.calls)
+        engine.registry = registry
+        opts = BuildOptions(
+            repository=REPO,
+            lock_dir=tmp_path / "locks",
+            state_dir=tmp_path / "state",
+            release_index=tmp_path / "releases.json",
+            release_records=tmp_path / "records",
+            push=True,
+            settings=resolution.LockSettings(index_url=fake_index),
+            audit_osv=osv,
+            audit_allowlist=allowlist,
+        )
+        return build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, _m: None, registry=registry), registry
+
+    res, registry = build(None)
+    assert (res.status, res.step) == ("failed", "audit"), res.error and res.error.render()
+    assert f"GHSA-test-torch torch {torch_version} (critical)" in res.error.message
+    assert "nothing was pushed" in res.error.hint and not registry.manifests
+    allow = tmp_path / "allow.toml"
+    allow.write_text(
+        '[[ignore]]\nid = "GHSA-test-torch"\nreason = "no untrusted checkpoints here"\nreview_by = 2099-01-01\n'
+    )
+    res, registry = build(allow)
+    assert res.status == "published" and res.audit["findings"] == 1 and res.audit["blocking"] == []

@@ -73,7 +73,19 @@ def test_the_stages_run_in_the_documented_order():
 
     steps = [step for step, _ in build.STAGES]
     # the base first: a cell's `[image] apt` packages are locked over it
-    assert steps == ["base", "lock", "fetch", "render", "build", "build", "size-budget", "self-test", "sbom", "publish"]
+    assert steps == [
+        "base",
+        "lock",
+        "fetch",
+        "render",
+        "build",
+        "build",
+        "size-budget",
+        "self-test",
+        "sbom",
+        "audit",
+        "publish",
+    ]
 
 
 def test_a_failed_build_stops_there_nothing_configured_tested_or_pushed(setup):

@@ -123,6 +123,24 @@ def register(app: typer.Typer) -> None:
                 "its alias moves.",
             ),
         ] = None,
+        audit_osv: Annotated[
+            Path | None,
+            typer.Option(
+                "--audit-osv",
+                metavar="DIR_OR_ZIP",
+                help="Gate publishing on known vulnerabilities: each image's SBOM against this OSV export "
+                "(imagekit audit).",
+            ),
+        ] = None,
+        audit_fail_on: Annotated[
+            str, typer.Option("--audit-fail-on", metavar="LEVEL", help="With --audit-osv: the level that fails.")
+        ] = "high",
+        audit_allowlist: Annotated[
+            Path | None,
+            typer.Option(
+                "--audit-allowlist", metavar="FILE", help="With --audit-osv: the allowlist (TOML [[ignore]])."
+            ),
+        ] = None,
         as_json: JsonOpt = False,
         dry_run: Annotated[
             bool,
@@ -147,6 +165,10 @@ def register(app: typer.Typer) -> None:
         output_file_option(release_index, "--release-index")
         folder_option(release_records, "--release-records")
         read_index(release_index)  # a broken index is refused now, not after the build
+        if audit_fail_on not in ("low", "medium", "high", "critical"):
+            raise UsageError(f"invalid --audit-fail-on {audit_fail_on!r}", "use low, medium, high or critical")
+        if audit_osv is not None and not audit_osv.exists():
+            raise UsageError(f"--audit-osv {audit_osv} does not exist", "pass osv.dev's all.zip or a folder of them")
         signer = None
         if sign_key is not None:
             if not push:
@@ -186,6 +208,9 @@ def register(app: typer.Typer) -> None:
             username=credential.username,
             password=credential.password,
             sign_key=signer,
+            audit_osv=audit_osv,
+            audit_fail_on=audit_fail_on,
+            audit_allowlist=audit_allowlist,
         )
         console = err_console()
         from imagekit.cli.progress_display import ConsoleProgress

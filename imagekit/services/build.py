@@ -51,6 +51,10 @@ class BuildOptions:
     options: ImageOptions = field(default_factory=ImageOptions)  # the matrix's [image] switches
     # an ECDSA P-256 private key (cosign's): publish signs each image with it before its alias moves; never shown
     sign_key: object | None = field(default=None, repr=False)
+    # the vulnerability gate before publish (imagekit.audit): an OSV export, the level that fails, the allowlist
+    audit_osv: Path | None = None
+    audit_fail_on: str = "high"
+    audit_allowlist: Path | None = None
 
     @property
     def auth(self) -> dict | None:
@@ -73,6 +77,7 @@ class CellResult:
     error: ImagekitError | None = None
     steps: dict[str, float] = field(default_factory=dict)  # wall seconds per stage, in order
     sbom: dict | None = None  # where the SBOM was written, and its package counts
+    audit: dict | None = None  # the vulnerability gate's verdict, when it ran
 
     def step_summary(self) -> str:
         """``base 76 s, lock 0 s, ..., publish 92 s``: where the build's time went."""
@@ -94,6 +99,7 @@ class CellResult:
             "steps": {step: round(seconds, 1) for step, seconds in self.steps.items()},
             "selftest_failed": (self.report or {}).get("failed"),
             **({"sbom": self.sbom} if self.sbom else {}),
+            **({"audit": self.audit} if self.audit else {}),
             "error": self.error.render() if self.error else None,
         }
 
@@ -344,6 +350,41 @@ def _sbom(b: _Build) -> None:
     b.say(f"SBOM: {counts['python']} Python distributions, {counts['dpkg']} Debian packages ({path})")
 
 
+def _audit(b: _Build) -> None:
+    """With an OSV export: the image's SBOM against it; a finding at or above the level, not allowlisted, stops the
+    build before anything is pushed."""
+    if b.opts.audit_osv is None or b.sbom is None:
+        return
+    import datetime as dt
+
+    from imagekit import audit
+    from imagekit.services import audit_run
+
+    target = audit_run.Target(b.immutable, audit.packages_from_sbom(b.sbom), "its SBOM")
+    scan, verdict = audit_run.run(
+        target, b.opts.audit_osv, b.opts.audit_allowlist, b.opts.audit_fail_on, dt.date.today()
+    )
+    b.result.audit = {
+        "records": scan.records,
+        "findings": len(verdict.findings),
+        "blocking": [f"{f.id} {f.package.name} {f.package.version} ({f.severity})" for f in verdict.blocking],
+        "expired": [e.id for e, _ in verdict.expired],
+    }
+    b.say(
+        f"audit: {len(verdict.findings)} known vulnerabilities in {len(target.packages)} packages "
+        f"({scan.records} OSV records), {len(verdict.blocking)} at or above {b.opts.audit_fail_on} not allowlisted"
+    )
+    if not verdict.passed:
+        named = ", ".join(
+            b.result.audit["blocking"][:5] + [f"expired allowlist entry {e}" for e in b.result.audit["expired"][:5]]
+        )
+        raise CheckFailed(
+            f"audit: {named}",
+            "`imagekit audit CELL --osv-db ...` lists them; move to fixed versions or allowlist each with its reason "
+            "and review_by; nothing was pushed",
+        )
+
+
 def _signer(b: _Build, remote: Remote) -> Callable[[str], dict] | None:
     if b.opts.sign_key is None:
         return None
@@ -405,6 +446,7 @@ STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
     ("size-budget", _budget),
     ("self-test", _selftest),
     ("sbom", _sbom),
+    ("audit", _audit),
     ("publish", _publish),
 )
 
