@@ -70,7 +70,8 @@ class CellResult:
     image_id: str | None = None
     tag: str | None = None
     size: int | None = None
-    digest: str | None = None
+    digest: str | None = None  # the image's manifest (what a pod pulls by digest)
+    tag_digest: str | None = None  # what the immutable tag names: the index of the image and its SBOM attestation
     index_digest: str | None = None  # the alias names an image index of this and the cell's other platforms
     seconds: float = 0.0
     report: dict | None = None
@@ -93,6 +94,7 @@ class CellResult:
             "tag": self.tag,
             "size_bytes": self.size,
             "digest": self.digest,
+            **({"tag_digest": self.tag_digest} if self.tag_digest and self.tag_digest != self.digest else {}),
             **({"platform": self.cell.platform} if self.cell.platform != AMD64 else {}),
             **({"index_digest": self.index_digest} if self.index_digest else {}),
             "seconds": round(self.seconds, 1),
@@ -414,6 +416,7 @@ def _publish(b: _Build) -> None:
             sign=_signer(b, Remote.parse(repo)),
         )
     b.result.digest = published.digest
+    b.result.tag_digest = published.tag_digest
     b.result.index_digest = published.index_digest
     try:
         layer_sizes = publish.layer_sizes(b.registry, Remote.parse(repo), published.digest, published.config_digest)
