@@ -32,11 +32,14 @@ registry: setup
 # Its last line: the time by step (setup and registry, then the build's own steps, then the template and the doctor).
 demo:
 	@t0=$$(date +%s); $(MAKE) --no-print-directory registry && t1=$$(date +%s) && \
-	$(VENV)/bin/imagekit build --cell $(DEMO_CELL) --push --registry 127.0.0.1:5000/imagekit/train && t2=$$(date +%s) && \
+	$(PY) tools/demo-key .imagekit/demo-cosign.key >/dev/null && \
+	$(VENV)/bin/imagekit build --cell $(DEMO_CELL) --push --registry 127.0.0.1:5000/imagekit/train \
+	  --sign-key .imagekit/demo-cosign.key && t2=$$(date +%s) && \
+	$(VENV)/bin/imagekit verify 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) --key .imagekit/demo-cosign.pub && \
 	$(VENV)/bin/imagekit runpod-template $(DEMO_CELL) && \
 	docker run --rm 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) python /opt/imagekit/doctor/imagekit_doctor.py --tier standard && \
 	t3=$$(date +%s) && echo "make demo: $$((t3 - t0)) s: setup and registry $$((t1 - t0)) s, imagekit build $$((t2 - t1)) s" \
-	  "(its time by step above), template and doctor $$((t3 - t2)) s"
+	  "(its time by step above), signature check, template and doctor $$((t3 - t2)) s"
 
 # The demo image started as a pod platform starts it: detached, your SSH key as PUBLIC_KEY, a volume on /workspace.
 pod:
