@@ -94,3 +94,40 @@ def test_the_same_image_is_the_same_blobs_and_manifest_on_every_push_and_pulls_b
     assert pulled == image and engine.image(pulled)["RootFS"]["Layers"] == diff_ids
     engine.tag(pulled, "imagekit-test/blobs", "v1")
     assert json.loads(RegistryClient().manifest_raw(remote, "t")[1]) == manifest
+
+
+def test_the_zstd_variant_is_the_same_layers_for_a_zstd_puller_and_deterministic(
+    engine, registry, image, tmp_path, monkeypatch
+):
+    """`build --zstd`'s blobs: OCI zstd layers of exactly the image's tars, the same digests from an empty cache, and
+    skopeo (containers/image, what Podman and CRI-O pull with) copies the variant down, decompressing every layer."""
+    import shutil
+    import subprocess
+
+    import zstandard
+
+    if shutil.which("skopeo") is None:
+        pytest.fail("skopeo is missing: `make setup` installs it")
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "z1"))
+    remote = Remote.parse(f"{registry.address}/imagekit-test/blobs-z")
+    diff_ids = engine.image(image)["RootFS"]["Layers"]
+    digest = blob_push.push_image(engine, RegistryClient(), remote, image, "t-zstd", gzip=layer_blobs.Zstd())
+    manifest = RegistryClient().oci_manifest_json(remote, digest)
+    assert manifest["mediaType"] == layer_blobs.OCI_MANIFEST_TYPE and manifest["config"]["digest"] == image
+    assert {x["mediaType"] for x in manifest["layers"]} == {layer_blobs.ZSTD_LAYER_TYPE}
+    for layer, diff_id in zip(manifest["layers"], diff_ids, strict=True):
+        blob = RegistryClient().blob(remote, layer["digest"], 64 << 20)
+        tar = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob), read_across_frames=True).read()
+        assert "sha256:" + hashlib.sha256(tar).hexdigest() == diff_id
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "z2"))
+    again = blob_push.push_image(engine, RegistryClient(), remote, image, "t-zstd-2", gzip=layer_blobs.Zstd())
+    assert again == digest
+    out = tmp_path / "pulled"
+    res = subprocess.run(
+        ["skopeo", "copy", "--src-tls-verify=false", "--dest-decompress",
+         f"docker://{registry.address}/imagekit-test/blobs-z:t-zstd", f"dir:{out}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    got = {"sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.name != "manifest.json"}
+    assert set(diff_ids) <= got  # each layer decompressed by skopeo is the image's own tar

@@ -156,3 +156,25 @@ def test_a_rebuild_gives_the_same_image_and_publishes_it_once(setup):
     assert again.status == "published" and again.image_id == first.image_id and again.digest == first.digest
     assert "push" not in _kinds(engine.calls)  # the registry has it: nothing to push
     assert any("already published" in line for line in lines)
+
+
+def test_with_zstd_the_same_image_is_also_published_with_zstd_layers_beside_gzip(setup):
+    engine, registry, opts = setup
+    res, _ = _build(engine, registry, dataclasses.replace(opts, zstd=True))
+    assert res.status == "published", res.error and res.error.render()
+    remote = Remote.parse(REPO)
+    tag = res.tag.rsplit(":", 1)[1]
+    variant = registry.manifests[(remote.name, f"{tag}-zstd")]
+    assert variant["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    assert {x["mediaType"] for x in variant["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+    assert registry.manifests[(remote.name, f"{CELL.id}-zstd")] == variant
+    index = registry.manifests[(remote.name, tag)]  # the tag itself: the gzip image (and its SBOM), as without zstd
+    assert index["manifests"][0]["digest"] == res.digest != entry_digest(registry, remote, f"{tag}-zstd")
+    entry = json.loads(opts.release_index.read_text())["images"][res.tag]
+    assert entry["zstd"]["tag"] == f"{REPO}:{tag}-zstd" and entry["zstd"]["digest"].startswith("sha256:")
+    calls = engine.calls  # the alias moves last, after both variants are complete
+    assert calls.index(("registry.copy_tag", f"{CELL.id}-zstd")) < calls.index(("registry.copy_tag", CELL.id))
+
+
+def entry_digest(registry, remote, tag):
+    return registry.oci_manifest(remote, tag).digest

@@ -306,3 +306,27 @@ def test_a_push_with_a_cache_that_cannot_take_files_still_pushes_and_remembers_n
     digest = blob_push.push_image(engine, registry, R.parse("127.0.0.1:5000/t"), image, "v1")
     assert registry.manifests[("t", "v1")]["config"]["digest"] == image and digest
     assert [c for c in engine.calls if c[0] == "registry.upload_blob"]  # the layer and the config went up
+
+
+def test_the_zstd_variant_is_frames_of_fixed_pieces_deterministic_and_an_oci_manifest():
+    import io
+
+    import zstandard
+
+    data = bytes(range(256)) * ((layer_blobs.MEMBER // 256) + 300)
+    codec = layer_blobs.Zstd()
+    frames = [codec.compress(p) for p in layer_blobs.pieces([data])]
+    assert len(frames) == 2 and frames == [codec.compress(p) for p in layer_blobs.pieces([data[:5], data[5:]])]
+    joined = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(b"".join(frames)), read_across_frames=True).read()
+    assert joined == data
+    assert codec.identity.startswith("zstd-zstandard0.25.0-level3-member16m")
+    blob = layer_blobs.Blob("sha256:" + "1" * 64, 10, codec.media_type)
+    body = layer_blobs.manifest(b"{}", [blob])
+    doc = __import__("json").loads(body)
+    assert (
+        doc["mediaType"] == layer_blobs.OCI_MANIFEST_TYPE and doc["config"]["mediaType"] == layer_blobs.OCI_CONFIG_TYPE
+    )
+    assert doc["layers"][0]["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd"
+    assert layer_blobs.manifest_type(body) == layer_blobs.OCI_MANIFEST_TYPE
+    gz = layer_blobs.manifest(b"{}", [layer_blobs.Blob("sha256:" + "1" * 64, 10)])
+    assert layer_blobs.manifest_type(gz) == layer_blobs.MANIFEST_TYPE  # gzip images keep Docker's schema

@@ -47,12 +47,13 @@ class PushStats:
     seconds: float = 0.0
     compress_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    codec: str = "gzip"
 
     def summary(self) -> str:
         rate = f", {self.read_bytes / self.seconds / 1e6:.0f} MB/s of layers read" if self.read_bytes else ""
         return (
             f"{self.sent} layer{'s' if self.sent != 1 else ''} pushed ({human_bytes(self.read_bytes)} read, "
-            f"{human_bytes(self.blob_bytes)} gzip), {self.present} already there, in {self.seconds:.0f} s{rate}"
+            f"{human_bytes(self.blob_bytes)} {self.codec}), {self.present} already there, in {self.seconds:.0f} s{rate}"
         )
 
 
@@ -68,21 +69,21 @@ def default_gzip() -> layer_blobs.Gzip:
     return layer_blobs.Gzip(int(raw))
 
 
-def blob_cache_dir(gzip: layer_blobs.Gzip) -> Path:
+def blob_cache_dir(gzip: layer_blobs.Codec) -> Path:
     return cache_root() / "blobs" / gzip.identity
 
 
-def remembered(gzip: layer_blobs.Gzip, diff_id: str) -> layer_blobs.Blob | None:
+def remembered(gzip: layer_blobs.Codec, diff_id: str) -> layer_blobs.Blob | None:
     """The blob this compressor made of the layer ``diff_id`` before, if this machine remembers one."""
     try:
         text = (blob_cache_dir(gzip) / diff_id.split(":", 1)[-1]).read_text()
     except (OSError, UnicodeDecodeError):
         return None
     m = _CACHED.fullmatch(text)
-    return layer_blobs.Blob(m[1], int(m[2])) if m else None
+    return layer_blobs.Blob(m[1], int(m[2]), gzip.media_type) if m else None
 
 
-def remember(gzip: layer_blobs.Gzip, diff_id: str, blob: layer_blobs.Blob) -> None:
+def remember(gzip: layer_blobs.Codec, diff_id: str, blob: layer_blobs.Blob) -> None:
     try:
         folder = blob_cache_dir(gzip)
         folder.mkdir(parents=True, exist_ok=True)
@@ -94,7 +95,7 @@ def remember(gzip: layer_blobs.Gzip, diff_id: str, blob: layer_blobs.Blob) -> No
 def compress(
     chunks: Iterator[bytes],
     out: IO[bytes],
-    gzip: layer_blobs.Gzip,
+    gzip: layer_blobs.Codec,
     pool: ThreadPoolExecutor,
     on_bytes: Callable[[int], None] = lambda _: None,
 ) -> tuple[str, layer_blobs.Blob]:
@@ -124,7 +125,7 @@ def compress(
         drain(limit)
     drain(0)
     out.flush()
-    return "sha256:" + raw.hexdigest(), layer_blobs.Blob("sha256:" + packed.hexdigest(), size)
+    return "sha256:" + raw.hexdigest(), layer_blobs.Blob("sha256:" + packed.hexdigest(), size, gzip.media_type)
 
 
 def push_image(
@@ -134,7 +135,7 @@ def push_image(
     image_id: str,
     tag: str | None,
     *,
-    gzip: layer_blobs.Gzip | None = None,
+    gzip: layer_blobs.Codec | None = None,
     progress: Progress | None = None,
     label: str = "",
     log: Callable[[str], None] = lambda _: None,
@@ -146,6 +147,7 @@ def push_image(
     gzip = gzip or default_gzip()
     progress = progress or NullProgress()
     stats = stats if stats is not None else PushStats()
+    stats.codec = gzip.name
     began = time.monotonic()
     inspect = engine.image(image_id)
     if inspect is None:
@@ -179,7 +181,9 @@ def push_image(
             if registry.blob_size(remote, blob.digest) == blob.size:
                 with counting:
                     stats.present += 1
-                progress.line(label, f"layer {_short(diff_id)}: {human_bytes(blob.size)} gzip, already in the registry")
+                progress.line(
+                    label, f"layer {_short(diff_id)}: {human_bytes(blob.size)} {gzip.name}, already in the registry"
+                )
                 path.unlink(missing_ok=True)
                 return
 
@@ -192,7 +196,8 @@ def push_image(
                     stats.blob_bytes += blob.size
                 progress.line(
                     label,
-                    f"layer {_short(diff_id)}: pushed {human_bytes(blob.size)} gzip (compressed in {seconds:.1f} s, "
+                    f"layer {_short(diff_id)}: pushed {human_bytes(blob.size)} {gzip.name} "
+                    f"(compressed in {seconds:.1f} s, "
                     f"uploaded in {time.monotonic() - t0:.1f} s)",
                 )
 
@@ -255,7 +260,7 @@ def push_image(
     if registry.blob_size(remote, config_blob.digest) != config_blob.size:
         registry.upload_blob(remote, config_blob.digest, config_blob.size, config)
     body = layer_blobs.manifest(config, [blobs[i] for i in range(len(diff_ids))])
-    digest = registry.put_manifest(remote, tag or layer_blobs.sha256(body), body, layer_blobs.MANIFEST_TYPE)
+    digest = registry.put_manifest(remote, tag or layer_blobs.sha256(body), body, layer_blobs.manifest_type(body))
     stats.seconds = time.monotonic() - began
     log(f"pushed {remote.registry}/{remote.name}{f':{tag}' if tag else '@' + digest}: {stats.summary()}")
     return digest

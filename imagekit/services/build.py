@@ -53,6 +53,7 @@ class BuildOptions:
     sign_key: object | None = field(default=None, repr=False)
     # the vulnerability gate before publish (imagekit.audit): an OSV export, the level that fails, the allowlist
     audit_osv: Path | None = None
+    zstd: bool = False  # also publish the image with zstd layers, under <tag>-zstd (never instead of gzip)
     audit_fail_on: str = "high"
     audit_allowlist: Path | None = None
 
@@ -414,6 +415,7 @@ def _publish(b: _Build) -> None:
             platform=b.cell.platform,
             sbom_doc=b.sbom,
             sign=_signer(b, Remote.parse(repo)),
+            zstd=b.opts.zstd,
         )
     b.result.digest = published.digest
     b.result.tag_digest = published.tag_digest

@@ -37,6 +37,7 @@ class Published:
     tag_digest: str | None = None  # what the immutable tag names: the image and its SBOM attestation's index
     sbom: dict | None = None  # the SBOM attestation: its manifest's digest, the document's, its package counts
     signature: dict | None = None  # cosign signatures made at publish: the key's fingerprint and the .sig tags
+    zstd: dict | None = None  # the zstd variant: its immutable tag and manifest digest
 
 
 MAX_IMAGE_BYTES = 10**13  # 10 TB: no image is larger; a bigger size_bytes would size a template's disk absurdly
@@ -172,6 +173,7 @@ def entry_problems(entry: dict) -> list[str]:
             "dpkg": count,
         },
     )
+    section("zstd", entry.get("zstd"), {"tag": tagged, "digest": lambda v: untrusted.digest(v, "value")})
     section(
         "signature",
         entry.get("signature"),
@@ -231,12 +233,14 @@ def publish(
     gzip: layer_blobs.Gzip | None = None,
     sbom_doc: dict | None = None,
     sign: Callable[[str], dict] | None = None,
+    zstd: bool = False,
 ) -> Published:
     """Push the tested image, then name it by ``immutable_tag``: with ``sbom_doc``, an image index of the image and
     its SBOM attestation (as BuildKit stores them), else the image's manifest. A tag that exists already must hold
     the same image (an index's entry for ``platform``, or the manifest itself): it is never moved. ``sign`` (a
     digest -> what to record) signs what the tag names and the image itself, after the tag and before the alias:
-    an alias never names an unsigned image when signing was asked for."""
+    an alias never names an unsigned image when signing was asked for. ``zstd``: the same image with zstd layers under
+    ``<tag>-zstd`` and ``<alias>-zstd`` too, for engines that pull zstd (Docker >= 23, containerd); never instead."""
     if not report.passed:
         raise CheckFailed(
             f"refusing to publish {repository}:{immutable_tag}: its self-test failed "
@@ -295,6 +299,9 @@ def publish(
     if sign is not None:
         made = [sign(d) for d in dict.fromkeys([tag_digest or digest, digest])]
         signature = {"key": made[0]["key"], "tags": [m["tag"] for m in made]}
+    variant = None
+    if zstd:
+        variant = _push_zstd(engine, registry, remote, image_id, immutable_tag, alias_tag, progress, log)
     index_digest = point_alias(registry, remote, alias_tag, digest, platform, tagged=tag_digest)
     if index_digest:
         log(f"{repository}:{alias_tag} names an image index ({index_digest}) with this {platform} image")
@@ -309,7 +316,44 @@ def publish(
         tag_digest,
         attested,
         signature,
+        variant,
     )
+
+
+def _push_zstd(
+    engine: ContainerEngine,
+    registry: Registry,
+    remote: Remote,
+    image_id: str,
+    tag: str,
+    alias: str,
+    progress: Progress | None,
+    log: Callable[[str], None],
+) -> dict:
+    """The zstd variant under its own immutable tag (which never moves either), then its alias."""
+    variant, variant_alias = f"{tag}-zstd", f"{alias}-zstd"
+    existing = registry.oci_manifest(remote, variant)
+    if existing is not None and existing.config_digest != image_id:
+        raise CheckFailed(
+            f"{remote.registry}/{remote.name}:{variant} already exists with other contents",
+            "immutable tags never move; change the lock (and so the tag) or delete it by hand",
+        )
+    if existing is not None:
+        digest = existing.digest
+    else:
+        digest = blob_push.push_image(
+            engine,
+            registry,
+            remote,
+            image_id,
+            variant,
+            gzip=layer_blobs.Zstd(),
+            progress=progress,
+            label=alias,
+            log=log,
+        )
+    registry.copy_tag(remote, digest, variant_alias)
+    return {"tag": f"{remote.registry}/{remote.name}:{variant}", "digest": digest}
 
 
 def _image_in_index(registry: Registry, remote: Remote, tag: str, platform: str) -> OciManifest | None:
@@ -454,6 +498,8 @@ def release_entry(
         entry["tag_digest"] = published.tag_digest  # the index the tag names: the image and its SBOM attestation
     if published.sbom:
         entry["sbom"] = published.sbom
+    if published.zstd:
+        entry["zstd"] = published.zstd  # the same image with zstd layers, for engines that pull them
     if published.signature:
         entry["signature"] = published.signature  # the key's fingerprint and where the signatures are, never the key
     return entry
