@@ -11,6 +11,24 @@ from imagekit.cli.options import JsonOpt, QuietOpt
 from imagekit.errors import EXIT_NO, UsageError
 
 
+def _runtime(engine, image: str):  # type: ignore[no-untyped-def]
+    """The runtime config an imagekit build gives IMAGE, from the manifest inside it (labels, ENV, WORKDIR,
+    ENTRYPOINT; its CMD is the image's own, which the manifest does not name): what `labels-match-contents` checks
+    the image's config and labels against. None for an image without an imagekit manifest."""
+    from imagekit import imageconfig, naming
+    from imagekit.services import image_manifest
+
+    manifest = image_manifest.from_engine(image)
+    if not isinstance(manifest, dict):
+        return None
+    try:
+        labels = naming.labels(manifest)
+    except (KeyError, TypeError):
+        return None
+    cmd = (engine.image(image) or {}).get("Config", {}).get("Cmd") or ()
+    return imageconfig.runtime(labels, tuple(cmd))
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "selftest",
@@ -44,7 +62,13 @@ def register(app: typer.Typer) -> None:
         with_gpus = gpus == "on" or (gpus == "auto" and engine.capabilities().gpu_runtime)
         progress = ConsoleProgress(err_console(), quiet=quiet)
         report = selftest_runner.run(
-            engine, image, gpus=with_gpus, require_gpu=require_gpu, progress=progress, cell=image
+            engine,
+            image,
+            gpus=with_gpus,
+            require_gpu=require_gpu,
+            progress=progress,
+            cell=image,
+            runtime=_runtime(engine, image),
         )
         if as_json:
             out_json(report.report)
