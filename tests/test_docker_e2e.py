@@ -199,13 +199,16 @@ def test_the_real_build_reported_progress_on_every_long_step(real_build):
     assert f"self-test passed: {n} checks (1 skipped) in " in text
     steps = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("step ")]
     assert steps and all(a.finished for a in steps)
-    installs = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("Step ") and "bin/install-layer" in m]
+    messages = [m for _, m in REAL_BUILD_PROGRESS.lines]
+    installs = [m for m in messages if m.startswith("Step ") and "bin/install-layer" in m]
     assert len(installs) == 5  # cu121: CUDA toolkit, cuDNN, NCCL, torch, app
-    # inside each install RUN that ran (none when the engine had the layers cached): where its time went
-    timed = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("install-layer: installed in ")]
-    clamped = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("finalize-layer: ")]
-    assert len(timed) in (0, 5) and (not timed or len(clamped) >= 5), (timed, clamped)
-    assert all(" bytecode " in m for m in timed[3:])  # the torch and app layers compile; the CUDA ones do not
+    # inside each install RUN that ran: where its time went. The engine may hold the first ones cached from an earlier
+    # build (a cache hit is always a prefix of the steps: after the first miss every step runs), so the last N ran
+    timed = [m for m in messages if m.startswith("install-layer: installed in ")]
+    clamped = [m for m in messages if m.startswith("finalize-layer: ")]
+    assert len(timed) <= 5 and len(clamped) >= len(timed), (timed, clamped)
+    compiled = min(len(timed), 2)  # the torch and app layers compile; the CUDA ones do not
+    assert sum(" bytecode " in m for m in timed) == compiled, timed
     compressing = [a for a in REAL_BUILD_PROGRESS.activities if a.label.startswith("compress layer ")]
     layer_lines = [m for _, m in REAL_BUILD_PROGRESS.lines if m.startswith("layer ")]
     assert all(a.finished for a in compressing)

@@ -184,11 +184,9 @@ def register(app: typer.Typer) -> None:
             import os
 
             from imagekit import cosign
+            from imagekit.effects.files import read_input
 
-            try:
-                key_bytes = sign_key.read_bytes()
-            except OSError as exc:
-                raise UsageError(f"--sign-key {sign_key}: {exc.strerror}", "pass the cosign.key file") from None
+            key_bytes = (read_input(sign_key, "--sign-key", "pass the cosign.key file") or "").encode()
             try:  # opened now: a wrong password is refused before the build, not after it
                 signer = cosign.load_private_key(key_bytes, os.environ.get("COSIGN_PASSWORD", "").encode())
             except cosign.KeyError_ as exc:

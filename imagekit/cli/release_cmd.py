@@ -62,13 +62,11 @@ def build() -> typer.Typer:
         signed_by = None
         if require_signature is not None:
             from imagekit import cosign
+            from imagekit.effects.files import read_input
 
+            text = read_input(require_signature, "--require-signature", "pass the signer's cosign.pub")
             try:
-                signed_by = cosign.load_public_key(require_signature.read_bytes())
-            except OSError as exc:
-                raise UsageError(
-                    f"--require-signature {require_signature}: {exc.strerror}", "pass cosign.pub"
-                ) from None
+                signed_by = cosign.load_public_key((text or "").encode())
             except cosign.KeyError_ as exc:
                 raise UsageError(f"--require-signature {require_signature}: {exc}", "pass cosign.pub") from None
         current = read_index(index)  # a broken index is refused before the registry is asked

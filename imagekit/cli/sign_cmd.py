@@ -35,10 +35,10 @@ def _target(image: str):  # type: ignore[no-untyped-def]
 
 
 def _read(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{what} {path}: {exc.strerror}", f"pass the {what} file") from None
+    """A key file: a regular text file (a FIFO or a device is refused before it is opened)."""
+    from imagekit.effects.files import read_input
+
+    return (read_input(path, what, "pass the key file (PEM)") or "").encode()
 
 
 def register(app: typer.Typer) -> None:

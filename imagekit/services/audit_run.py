@@ -10,10 +10,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit import audit, dpkg_status, lockfile, sbom
+from imagekit.effects.files import read_input
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.services.ports import ContainerEngine
 
 MAX_MEMBERS = 2_000_000  # records in one export (osv.dev's largest ecosystems hold a few hundred thousand)
+
+
+def _regular(path: Path) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def read_records(path: Path) -> Iterator[bytes]:
@@ -23,7 +33,10 @@ def read_records(path: Path) -> Iterator[bytes]:
     hint = "pass osv.dev's all.zip of an ecosystem (PyPI, Debian, Ubuntu), or a folder of such files or records"
     if not path.exists():
         raise UsageError(f"--osv-db {path} does not exist", hint)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    candidates = sorted(path.rglob("*")) if path.is_dir() else [path]
+    files = [p for p in candidates if _regular(p)]  # a FIFO or a device would block the read
+    if not path.is_dir() and not files:
+        raise UsageError(f"--osv-db {path} is not a regular file or a folder", hint)
     members = 0
     for file in files:
         if file.suffix == ".json":
@@ -56,9 +69,10 @@ class Target:
 
 
 def from_sbom_file(path: Path) -> Target:
+    text = read_input(path, "SBOM", "pass the .spdx.json a build wrote") or ""
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        doc = json.loads(text)
+    except ValueError as exc:
         raise UsageError(f"{path} is not an SPDX JSON document: {exc}", "pass the .spdx.json a build wrote") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path} is not an SPDX JSON document", "pass the .spdx.json a build wrote")
@@ -77,7 +91,7 @@ def from_cell(cell_id: str, lock_dir: Path, state_dir: Path) -> Target:
             f"no lock for {cell_id} in {lock_dir} and no SBOM in {state_dir / 'sbom'}",
             "pass a cell id (`imagekit matrix`), an image, or an .spdx.json; `imagekit lock` writes the lock",
         )
-    lock = lockfile.parse(lock_path.read_text(), str(lock_path))
+    lock = lockfile.parse(read_input(lock_path, "lock", "run `imagekit lock`") or "", str(lock_path))
     packages = [audit.Package("PyPI", audit.pypi_name(e.name), e.version) for e in lock.entries]
     return Target(
         cell_id,
@@ -123,10 +137,7 @@ def run(
 ) -> tuple[audit.Scan, audit.Verdict]:
     allow = []
     if allowlist is not None:
-        try:
-            text = allowlist.read_text()
-        except OSError as exc:
-            raise UsageError(f"--allowlist {allowlist}: {exc.strerror}", "pass the allowlist's TOML file") from None
+        text = read_input(allowlist, "--allowlist", "pass the allowlist's TOML file") or ""
         try:
             allow = audit.read_allowlist(text, str(allowlist))
         except audit.BadInput as exc:
