@@ -31,14 +31,15 @@ def verified(registry: Registry, remote: Remote, digest: str, public_key) -> tup
     not: a payload is read only as far as a payload can be, and must name ``digest`` itself."""
     tag = cosign.sig_tag(digest)
     good, bad = [], []
-    for payload_digest, size, signature in cosign.layers_of({"layers": _existing(registry, remote, tag)}):
+    layers = cosign.layers_of({"layers": _existing(registry, remote, tag)})
+    for n, (payload_digest, size, signature) in enumerate(layers, 1):
         data = registry.blob(remote, payload_digest, cosign.MAX_PAYLOAD)
         if cosign.digest_of(data) != payload_digest or len(data) != size:
-            bad.append(f"{payload_digest}: the registry served other bytes")
+            bad.append(f"signature {n} of {len(layers)}: the registry served other bytes than {payload_digest}")
         elif cosign.signed_digest(data) != digest:
-            bad.append(f"{payload_digest}: its payload vouches for another image")
+            bad.append(f"signature {n} of {len(layers)}: its payload vouches for another image")
         elif not cosign.verify(data, signature, public_key):
-            bad.append(f"{payload_digest}: the signature does not verify with this key")
+            bad.append(f"signature {n} of {len(layers)}: does not verify with this key")
         else:
             good.append(payload_digest)
     return good, bad
