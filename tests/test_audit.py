@@ -13,6 +13,7 @@ import pytest
 
 from imagekit import audit, debversion
 from imagekit.audit import Package
+from tests.test_build_steps import setup  # noqa: F401 (the fake engine and registry of a build)
 
 ROOT = Path(__file__).resolve().parent.parent
 TODAY = dt.date(2026, 12, 3)
@@ -363,13 +364,12 @@ def test_an_export_that_is_not_a_zip_is_refused(runner, app, tmp_path):
 # ---- the gate in a build (fake engine and registry) ---------------------------------------------------------------
 @pytest.mark.resolver  # the cell's lock is a real uv resolution against a loopback index
 @pytest.mark.loopback
-def test_a_build_with_the_gate_publishes_nothing_until_the_finding_is_allowlisted(tmp_path, fake_index):
-    from imagekit import resolution
-    from imagekit.services import inputs
-    from imagekit.services.build import BuildOptions, build_cell
-    from tests.fakes import RecordingEngine, RecordingRegistry
-    from tests.test_build_steps import CELL, REPO
+def test_a_build_with_the_gate_publishes_nothing_until_the_finding_is_allowlisted(setup, tmp_path):  # noqa: F811
+    import dataclasses
 
+    from tests.test_build_steps import _build
+
+    engine, registry, opts = setup
     osv = tmp_path / "osv"
     osv.mkdir()
     torch_version = "2.5.1"  # the fake index's torch for this cell
@@ -377,21 +377,8 @@ def test_a_build_with_the_gate_publishes_nothing_until_the_finding_is_allowliste
     (osv / "torch.json").write_text(json.dumps(record))
 
     def build(allowlist: Path | None):
-        engine = RecordingEngine()
-        registry = RecordingRegistry(engine.calls)
-        engine.registry = registry
-        opts = BuildOptions(
-            repository=REPO,
-            lock_dir=tmp_path / "locks",
-            state_dir=tmp_path / "state",
-            release_index=tmp_path / "releases.json",
-            release_records=tmp_path / "records",
-            push=True,
-            settings=resolution.LockSettings(index_url=fake_index),
-            audit_osv=osv,
-            audit_allowlist=allowlist,
-        )
-        return build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, _m: None, registry=registry), registry
+        res, _ = _build(engine, registry, dataclasses.replace(opts, audit_osv=osv, audit_allowlist=allowlist))
+        return res, registry
 
     res, registry = build(None)
     assert (res.status, res.step) == ("failed", "audit"), res.error and res.error.render()

@@ -15,6 +15,7 @@ from imagekit import dpkg_status, sbom
 from imagekit.errors import CheckFailed
 from imagekit.lockfile import Lock, LockEntry
 from tests.fakes import DPKG_STATUS
+from tests.test_build_steps import setup  # noqa: F401 (the fake engine and registry of a build)
 
 H = "sha256:" + "1" * 64
 LOCK = Lock(
@@ -143,27 +144,13 @@ def test_the_distro_comes_from_os_release_checked(text, want):
 # ---- a build publishing the image and its SBOM (fake engine and registry) ------------------------------------------
 @pytest.mark.resolver  # its lock is a real uv resolution against a loopback index
 @pytest.mark.loopback
-def test_a_published_tag_names_the_image_and_its_sbom_and_the_record_says_so(tmp_path, fake_index):
-    from imagekit import image_index, resolution
+def test_a_published_tag_names_the_image_and_its_sbom_and_the_record_says_so(setup):  # noqa: F811
+    from imagekit import image_index
     from imagekit.effects.registry import Remote
-    from imagekit.services import inputs
-    from imagekit.services.build import BuildOptions, build_cell
-    from tests.fakes import RecordingEngine, RecordingRegistry
-    from tests.test_build_steps import CELL, REPO
+    from tests.test_build_steps import CELL, REPO, _build
 
-    engine = RecordingEngine()
-    registry = RecordingRegistry(engine.calls)
-    engine.registry = registry
-    opts = BuildOptions(
-        repository=REPO,
-        lock_dir=tmp_path / "locks",
-        state_dir=tmp_path / "state",
-        release_index=tmp_path / "releases.json",
-        release_records=tmp_path / "records",
-        push=True,
-        settings=resolution.LockSettings(index_url=fake_index),
-    )
-    res = build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, _m: None, registry=registry)
+    engine, registry, opts = setup
+    res, _ = _build(engine, registry, opts)
     assert res.status == "published", res.error and res.error.render()
     written = json.loads(Path(res.sbom["path"]).read_text())
     assert res.sbom["dpkg"] == 2 and res.sbom["python"] == sbom.counts(written)["python"] >= 2
@@ -184,6 +171,6 @@ def test_a_published_tag_names_the_image_and_its_sbom_and_the_record_says_so(tmp
     assert registry.manifest_raw(remote, CELL.id)[1] == body  # the alias names the same index
     # a rebuild finds the image in the index: published once, the tag untouched
     engine.calls.clear()
-    again = build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, _m: None, registry=registry)
+    again, _ = _build(engine, registry, opts)
     assert again.status == "published" and again.digest == res.digest
     assert ("registry.put_manifest", tag) not in engine.calls and "push" not in [c[0] for c in engine.calls]

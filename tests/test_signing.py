@@ -16,6 +16,7 @@ from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed
 from imagekit.services import signing
 from tests.fakes import RecordingRegistry
+from tests.test_build_steps import setup  # noqa: F401 (the fake engine and registry of a build)
 
 VECTORS = Path(__file__).resolve().parent / "fixtures" / "cosign"
 DIGEST = "sha256:" + "4" * 64
@@ -188,29 +189,16 @@ def test_sign_and_verify_an_image_in_a_real_registry(runner, app, real_registry,
 # ---- build --push --sign-key, and release merge --require-signature (fake engine and registry) --------------------
 @pytest.mark.resolver  # the cell's lock is a real uv resolution against a loopback index
 @pytest.mark.loopback
-def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_require_it(tmp_path, fake_index):
-    from imagekit import resolution
-    from imagekit.services import inputs, release
-    from imagekit.services.build import BuildOptions, build_cell
-    from tests.fakes import RecordingEngine
-    from tests.test_build_steps import CELL, REPO
+def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_require_it(setup, tmp_path):  # noqa: F811
+    import dataclasses
 
-    engine = RecordingEngine()
-    registry = RecordingRegistry(engine.calls)
-    engine.registry = registry
+    from imagekit.services import release
+    from tests.test_build_steps import CELL, REPO, _build
+
+    engine, registry, opts = setup
     key = _key()
-    opts = BuildOptions(
-        repository=REPO,
-        lock_dir=tmp_path / "locks",
-        state_dir=tmp_path / "state",
-        release_index=tmp_path / "releases.json",
-        release_records=tmp_path / "records",
-        push=True,
-        settings=resolution.LockSettings(index_url=fake_index),
-        sign_key=key,
-    )
-    lines: list[str] = []
-    res = build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, m: lines.append(m), registry=registry)
+    opts = dataclasses.replace(opts, sign_key=key)
+    res, lines = _build(engine, registry, opts)
     assert res.status == "published", res.error and res.error.render()
     entry = json.loads(opts.release_index.read_text())["images"][res.tag]
     tags = entry["signature"]["tags"]
