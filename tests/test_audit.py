@@ -390,3 +390,10 @@ def test_a_build_with_the_gate_publishes_nothing_until_the_finding_is_allowliste
     )
     res, registry = build(allow)
     assert res.status == "published" and res.audit["findings"] == 1 and res.audit["blocking"] == []
+
+
+def test_an_export_with_no_records_is_refused_not_passed(runner, app, tmp_path):
+    """`--osv-db ""` is the current folder, and an empty folder holds nothing: a gate that read nothing passes all."""
+    (tmp_path / "empty").mkdir()
+    res = _audit(runner, app, tmp_path, tmp_path / "empty", "--fail-on", "high")
+    assert res.exit_code == 2 and "holds no OSV records" in res.output and "hint:" in res.output

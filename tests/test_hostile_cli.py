@@ -165,7 +165,7 @@ BASELINE: dict[str, list[str]] = {
     "release merge": ["adir", "--index", "releases/index.json"],  # an empty records folder: nothing to verify
     "ci init": ["--out", "wf/images.yml"],
     "selftest": ["127.0.0.1:9/imagekit/train:" + CELL, "--gpus", "off"],  # no engine: exit 3
-    "audit": [CELL, "--osv-db", "adir", "--lock-dir", "lockfiles", "--fail-on", "high"],  # no records: a pass
+    "audit": [CELL, "--osv-db", "adir", "--lock-dir", "lockfiles", "--fail-on", "high"],  # no records: exit 2
     "sign": ["127.0.0.1:9/imagekit/train:" + CELL, "--key", "afile"],  # not a key: exit 2
     "verify": ["127.0.0.1:9/imagekit/train:" + CELL, "--key", "afile"],
 }

@@ -143,4 +143,9 @@ def run(
         except audit.BadInput as exc:
             raise UsageError(str(exc), "each [[ignore]] needs id, reason and review_by = YYYY-MM-DD") from None
     scan = audit.match(read_records(osv_db), target.packages)
+    if scan.records == 0:  # a gate that read nothing would pass everything
+        raise UsageError(
+            f"--osv-db {osv_db} holds no OSV records (no .json file or .zip export in it)",
+            "pass osv.dev's all.zip of an ecosystem (PyPI, Debian, Ubuntu), or a folder of them or of records",
+        )
     return scan, audit.judge(scan.findings, allow, fail_on, today)
