@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,8 +140,10 @@ class Engine:
         on_line: LineFn | None = None,
         extra_hosts: dict[str, str] | None = None,
         platform: str | None = None,
+        target: str | None = None,
     ) -> str:
         """Build with the legacy builder (docker-py); returns the image id. Errors in the stream raise.
+        ``target``: only the stages up to that one (`imagekit build` runs the cell stage's steps itself).
         ``platform``: another CPU architecture's image (its RUN steps under qemu-user-static on this host).
 
         ``extra_hosts`` (--add-host) is in neither the cache key nor the image. (Labels are in the Dockerfile: the
@@ -160,6 +162,7 @@ class Engine:
             pull=False,
             decode=True,
             **({"platform": platform} if platform else {}),
+            **({"target": target} if target else {}),
         )
         for chunk in stream:
             if "error" in chunk or "errorDetail" in chunk:
@@ -218,6 +221,85 @@ class Engine:
         if errors or not found:
             raise EnvironmentFailure(f"docker load of an image config failed: {json.dumps(errors or events)[:300]}")
         return found["Id"]
+
+    def load_layer(self, config: bytes, layer: tuple[int, Iterator[bytes]] | None, layer_count: int) -> str:
+        """A new image from ``config``, its last layer the tar ``layer`` (its size and chunks; None: the engine holds
+        every layer), the rest found by their chains; returns its id. Raises ``EnvironmentFailure`` when the engine
+        refuses it (a layer it does not hold, a store that wants every blob)."""
+        import hashlib
+
+        from docker.errors import APIError
+
+        from imagekit.effects.layer_tar import load_archive
+
+        digest = hashlib.sha256(config).hexdigest()
+        try:
+            events = list(self.api.load_image(load_archive(config, layer, layer_count)) or ())
+        except APIError as exc:
+            raise EnvironmentFailure(f"docker load of a layer failed: {exc}") from None
+        errors = [e for e in events if isinstance(e, dict) and ("error" in e or "errorDetail" in e)]
+        found = self.image(f"sha256:{digest}")
+        if errors or not found:
+            raise EnvironmentFailure(f"docker load of a layer failed: {json.dumps(errors or events)[:300]}")
+        return found["Id"]
+
+    def staged_steps(self) -> bool:
+        """Whether `imagekit build` may run the cell stage's steps itself: an engine on this machine (a bind mount
+        names this machine's folder) and IMAGEKIT_BUILD_STEPS not `dockerfile`."""
+        import os
+
+        if os.environ.get("IMAGEKIT_BUILD_STEPS", "staged") == "dockerfile":
+            return False
+        host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        return host.startswith("unix://")
+
+    def run_step(
+        self,
+        image: str,
+        command: str,
+        *,
+        env: dict[str, str],
+        binds: dict[str, str],
+        extra_hosts: dict[str, str],
+        on_line: LineFn | None = None,
+        commit: bool = False,
+    ) -> tuple[int, str, str | None]:
+        """One build step: ``/bin/sh -c command`` in a container of ``image`` on the host's network (the wheel
+        server), ``binds`` (host folder -> container path) mounted; returns (exit code, the last of its output, the
+        committed image's id when ``commit`` and it succeeded). The container is removed."""
+        container = self.api.create_container(
+            image,
+            ["/bin/sh", "-c", command],
+            entrypoint=[],
+            environment=env,
+            host_config=self.api.create_host_config(
+                network_mode="host",
+                extra_hosts=extra_hosts,
+                binds={src: {"bind": dst, "mode": "rw"} for src, dst in binds.items()},
+            ),
+        )
+        cid = container["Id"]
+        try:
+            self.api.start(cid)
+            tail: list[str] = []
+            pending = b""
+            for chunk in self.api.logs(cid, stream=True, follow=True, stdout=True, stderr=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    line = _COLOR.sub("", raw.decode("utf-8", "replace")).rstrip()
+                    tail = [*tail, line][-25:]
+                    if on_line is not None and line.strip():
+                        on_line(line)
+            if pending:
+                tail.append(pending.decode("utf-8", "replace"))
+            code = int(self.api.wait(cid).get("StatusCode", 1))
+            committed = None
+            if commit and code == 0:
+                committed = self.api.commit(cid, pause=False)["Id"]
+            return code, "\n".join(tail), committed
+        finally:
+            self.api.remove_container(cid, force=True)
 
     def commit_changes(self, image_id: str, changes: list[str], tags: list[str]) -> str:
         """The slow way to the same image: a container commit with Dockerfile ``changes`` (ENV, LABEL, ...)."""

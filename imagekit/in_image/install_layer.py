@@ -22,6 +22,14 @@ anything not in the list is refused rather than downloaded; no downgrade, no rem
 and dpkg stamp with the time (logs, binary caches) are put back as they were, so the layer's bytes do not depend on
 when it was built.
 
+Staged (IMAGEKIT_STAGE=DIR, set by `imagekit build` when it writes the layers itself): everything this layer
+adds goes under DIR/root at its image path instead of into /, on a bind mount of the host's disk, not the engine's
+overlay; uv's cache goes to DIR too (hard links, one filesystem), bytecode is compiled there with the image path as
+its file name, and DIR/dirs.json gives the owner and mode of each folder the image already has, so the layer imagekit
+writes from DIR/root changes nothing but what was added. DIR/.nonce must hold IMAGEKIT_STAGE_NONCE (exit 75 if not:
+the engine sees another folder than imagekit wrote, e.g. a remote engine). --debs cannot be staged (apt writes all
+over / and dpkg's database); that layer is built as a container commit.
+
 --link-from DIR links each folder the CUDA layers installed in DIR (nvidia/, cusparselt/, ...) into the venv's
 site-packages, so the libraries' RPATHs ($ORIGIN/../../nvidia/cublas/lib) resolve as if installed there.
 """
@@ -178,6 +186,52 @@ def install_debs(wheels, ref):
                 fh.write(data)
 
 
+STAGE_MISMATCH = 75  # the stage folder is not the one imagekit prepared: it falls back to `docker build`
+
+
+def open_stage():
+    """The staged root (DIR/root) when IMAGEKIT_STAGE is set, else None."""
+    stage = os.environ.get("IMAGEKIT_STAGE")
+    if not stage:
+        return None
+    try:
+        with open(os.path.join(stage, ".nonce")) as fh:
+            ok = fh.read().strip() == os.environ.get("IMAGEKIT_STAGE_NONCE", "")
+    except OSError:
+        ok = False
+    if not ok:
+        sys.stderr.write(f"install-layer: {stage} is not the folder imagekit prepared\n")
+        sys.exit(STAGE_MISMATCH)
+    root = os.path.join(stage, "root")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+def staged(root, path):
+    """Where image path ``path`` is staged (the path itself when not staged)."""
+    return os.path.join(root, path.lstrip("/")) if root else path
+
+
+def record_folders(root):
+    """Owner and mode of every staged folder the image already has: the layer keeps them as they are."""
+    out = {}
+    for here, dirs, _files in os.walk(root):
+        dirs.sort()
+        rel = os.path.relpath(here, root)
+        if rel == ".":
+            continue
+        try:
+            st = os.lstat("/" + rel)
+        except OSError:
+            continue
+        if os.path.isdir("/" + rel) and not os.path.islink("/" + rel):
+            out[rel] = [st.st_mode & 0o7777, st.st_uid, st.st_gid]
+    import json
+
+    with open(os.path.join(os.path.dirname(root), "dirs.json"), "w") as fh:
+        json.dump(out, fh, sort_keys=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wheels")
@@ -191,6 +245,15 @@ def main():
     ap.add_argument("--files")
     ap.add_argument("--debs")
     args = ap.parse_args()
+    stage = None if args.debs else open_stage()
+    try:
+        install(ap, args, stage)
+    finally:
+        if stage:
+            record_folders(stage)
+
+
+def install(ap, args, stage):
     if args.debs:
         if not args.wheels:
             ap.error("--debs needs --wheels (where the .debs are)")
@@ -200,7 +263,7 @@ def main():
         data = read_checked(args.files, "the layer's files", "render again")
         trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}  # checked above
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall("/", numeric_owner=True, **trusted)
+            tar.extractall(staged(stage, "/"), numeric_owner=True, **trusted)
     if not args.requirements:  # --files alone: a layer of files (the user's code), no wheels
         if args.files:
             return
@@ -209,18 +272,26 @@ def main():
         ap.error("--requirements needs --wheels, --uv and --venv or --target")
     python = os.path.join(args.venv or "/opt/venv", "bin", "python")
     if args.venv:
-        root = subprocess.run(
+        site = subprocess.run(
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             check=True, capture_output=True, text=True,
         ).stdout.strip()
+        root = staged(stage, site)
+        if stage:
+            # uv's --prefix lays out <prefix>/lib/pythonX.Y/site-packages as the venv does: the same RECORD paths and
+            # script shebangs (the interpreter named by --python) as an install into the venv itself
+            if os.path.relpath(site, args.venv).split(os.sep)[:1] != ["lib"]:
+                fail(f"{site} is not under {args.venv}/lib", "stage only a venv laid out as `python -m venv` makes it")
+            os.makedirs(root, exist_ok=True)
     else:
-        root = args.target
+        site = args.target
+        root = staged(stage, args.target)
         os.makedirs(root, exist_ok=True)
     if args.link_from and os.path.isdir(args.link_from):
         for name in sorted(os.listdir(args.link_from)):
             source = os.path.join(args.link_from, name)
             if os.path.isdir(source) and not name.endswith((".dist-info", ".data")) and name != "__pycache__":
-                if not os.path.lexists(os.path.join(root, name)):
+                if not os.path.lexists(os.path.join(site, name)) and not os.path.lexists(os.path.join(root, name)):
                     os.symlink(source, os.path.join(root, name))
     before = set(os.listdir(root))
     with tempfile.TemporaryDirectory(prefix="imagekit-uv-") as tmp:
@@ -228,11 +299,15 @@ def main():
         requirements = os.path.join(tmp, "requirements.txt")
         with open(requirements, "wb") as fh:
             fh.write(read_checked(args.requirements, "the layer's requirements", "render again"))
+        # staged: uv's cache beside the staged root (one filesystem: hard links), removed below
+        cache = ["--cache-dir", os.path.join(os.path.dirname(stage), "uv-cache")] if stage else ["--no-cache"]
         cmd = [uv, "pip", "install", "--no-config", "--no-index", "--find-links", args.wheels,
-               "--require-hashes", "--no-deps", "--no-cache", "--link-mode", "hardlink", "--python", python,
+               "--require-hashes", "--no-deps", *cache, "--link-mode", "hardlink", "--python", python,
                "-r", requirements]
         if args.target:
-            cmd += ["--target", args.target]
+            cmd += ["--target", root]
+        elif stage:
+            cmd += ["--prefix", staged(stage, args.venv)]
         # hardlink: uv unpacks each wheel into its throwaway cache in /tmp, on the layer's filesystem, and links the
         # files into place instead of copying gigabytes a second time; the cache is gone when uv ends, so the layer
         # holds each file once, unlinked
@@ -243,6 +318,8 @@ def main():
         if res.returncode != 0:
             sys.exit(res.returncode)
         installed = time.monotonic() - began
+        if stage:
+            shutil.rmtree(os.path.join(os.path.dirname(stage), "uv-cache"), ignore_errors=True)
     drop_uv_cache_records(root, before)
     compiled = 0.0
     if args.compile:
@@ -251,7 +328,9 @@ def main():
         if added:
             # checked-hash .pyc (SOURCE_DATE_EPOCH is set): the same bytes on every build; errors as pip treats them
             began = time.monotonic()
-            subprocess.run([python, "-m", "compileall", "-q", "-j", "0", *added],
+            # staged: each .pyc names its source by the image path (-s/-p), as if compiled in place
+            where = ["-s", stage, "-p", "/"] if stage else []
+            subprocess.run([python, "-m", "compileall", "-q", "-j", "0", *where, *added],
                            check=False, stdout=subprocess.DEVNULL)
             compiled = time.monotonic() - began
     sys.stderr.write(f"install-layer: installed in {installed:.1f} s (uv)"

@@ -22,7 +22,7 @@ from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.lockfile import Lock
 from imagekit.model import AMD64, Cell
-from imagekit.services import apt_resolve, fetch, publish, selftest_runner, signing
+from imagekit.services import apt_resolve, fetch, publish, selftest_runner, signing, staged_build
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import base_for, native, require_emulation
 from imagekit.services.build_plans import code_for
@@ -120,7 +120,7 @@ class _StepTimer:
         self.current = None
 
     def __call__(self, line: str) -> None:
-        if line.startswith(("install-layer:", "finalize-layer:")):  # where a layer's time went, from inside it
+        if line.startswith(("install-layer:", "finalize-layer:", "staged-layer:")):  # where a layer's time went
             self.progress.line(self.cell, line.strip()[:200])
             return
         if not line.startswith("Step "):
@@ -155,6 +155,7 @@ class _Build:
     files: dict[str, tuple[bytes, int]] = field(default_factory=dict)
     built: str = ""  # the builder's image, before its runtime config
     built_at: float = 0.0
+    history: list[dict] | None = None  # the built image's history, when imagekit ran its steps (staged_build)
     immutable: str = ""  # the tag the tested image is published under (it names the context's digest)
     report: selftest_runner.SelfTestReport | None = None
     runtime: imageconfig.RuntimeConfig | None = None  # the config _config set: the self-test checks the image has it
@@ -248,6 +249,21 @@ def _build(b: _Build) -> None:
     b.built_at = time.monotonic()
     try:
         with wheelserver.serve(house) as address:  # a loopback address of its own: builds run side by side
+            if not foreign and staged_build.available(b.engine):
+                try:
+                    b.built, b.history = staged_build.build_staged(
+                        b.engine,
+                        b.opts.state_dir / "build" / b.cell.slug,
+                        naming.build_cache_tag(b.cell),
+                        staged_build.stage_dir(b.opts.state_dir, b.cell.slug),
+                        nocache=b.opts.nocache,
+                        on_line=steps,
+                        extra_hosts={wheelserver.HOST: address},
+                        source_date_epoch=b.opts.source_date_epoch,
+                    )
+                    return
+                except staged_build.Unstageable as exc:
+                    b.say(f"building with `docker build` ({exc})")
             b.built = b.engine.build(
                 b.opts.state_dir / "build" / b.cell.slug,
                 [naming.build_cache_tag(b.cell)],
@@ -275,6 +291,7 @@ def _config(b: _Build) -> None:
             b.opts.source_date_epoch,
             [immutable, naming.alias_tag(b.opts.repository, b.cell)],
             b.say,
+            history=b.history,
         )
     b.result.tag = immutable
     b.result.size = int(b.engine.image(immutable)["Size"])  # type: ignore[index]
@@ -501,21 +518,25 @@ def set_runtime_config(
     source_date_epoch: int,
     tags: list[str],
     say: Callable[[str], None],
+    history: list[dict] | None = None,
 ) -> str:
     """The built image with its ENV, WORKDIR, ENTRYPOINT, CMD and labels, tagged ``tags``: a new config over the same
     layers, loaded in milliseconds; when the engine's history cannot be matched to the layers, or the engine refuses
     the load, a container commit (one step's time) makes the same image but for its dates."""
     try:
-        base_image = engine.image(base) or {}
-        history = engine.history(built)
-        layers_of = {
-            item["Id"]: len((engine.image(item["Id"]) or {}).get("RootFS", {}).get("Layers", []))
-            for item in history
-            if item.get("Id", "<missing>") != "<missing>"
-        }
-        entries = imageconfig.history_entries(
-            history, layers_of, base_image.get("Id", ""), len(base_image.get("RootFS", {}).get("Layers", []))
-        )
+        if history is not None:  # imagekit ran the steps: it knows what made each layer
+            entries = history
+        else:
+            base_image = engine.image(base) or {}
+            found = engine.history(built)
+            layers_of = {
+                item["Id"]: len((engine.image(item["Id"]) or {}).get("RootFS", {}).get("Layers", []))
+                for item in found
+                if item.get("Id", "<missing>") != "<missing>"
+            }
+            entries = imageconfig.history_entries(
+                found, layers_of, base_image.get("Id", ""), len(base_image.get("RootFS", {}).get("Layers", []))
+            )
         built_image = engine.image(built)
         if built_image is None:
             raise imageconfig.Unknown(f"the engine has no image {built}")

@@ -1,0 +1,197 @@
+"""`imagekit build` on a local engine: the base stage with `docker build`, then the cell stage's steps run by imagekit.
+
+Each `RUN` of the cell stage runs in a container of the image so far, with IMAGEKIT_STAGE set: install-layer puts
+what the layer adds in a folder on the host's disk (a bind mount), imagekit writes the layer's tar from it and loads
+it with the image config (`docker load`), and the next step runs on that. A step whose layer cannot be staged (apt's
+`--debs`) is a container commit, as on the builder. The engine's storage driver then writes each layer's bytes once,
+instead of once in the `RUN`, once read back by its diff and once again by the commit (three passes through
+fuse-overlayfs, and a walk of the whole tree per layer, on the naive-diff drivers).
+
+Step cache: the layers below and the step's command (which names each input by its sha256) key the step's diff id;
+a hit is a config over layers the engine still holds (milliseconds), a miss when it no longer holds them.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from imagekit import imageconfig, steps
+from imagekit.effects import layer_tar
+from imagekit.effects.cache import cache_root
+from imagekit.effects.docker import _build_hint
+from imagekit.errors import CheckFailed, EnvironmentFailure
+
+STAGE_MOUNT = "/imagekit-stage"
+STAGE_MISMATCH = 75  # install-layer: the folder it sees is not the one prepared here
+
+
+class Unstageable(Exception):
+    """This build cannot run its steps itself (the engine sees other folders); `docker build` builds it."""
+
+
+def _cache_dir() -> Path:
+    return cache_root() / "steps"
+
+
+def _cached(key: str) -> dict | None:
+    path = _cache_dir() / f"{key}.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("diff_id"), str) and doc["diff_id"].startswith("sha256:"):
+        return doc
+    return None
+
+
+def _remember(key: str, diff_id: str) -> None:
+    from imagekit.effects.files import write_atomic
+
+    _cache_dir().mkdir(parents=True, exist_ok=True)
+    write_atomic(_cache_dir() / f"{key}.json", json.dumps({"diff_id": diff_id}).encode())
+
+
+def _clear(engine, stage: Path, image: str) -> None:
+    """Empty the stage folder (install-layer's files are root's: a container removes them where this user cannot)."""
+    try:
+        shutil.rmtree(stage)
+    except PermissionError:
+        command = f"rm -rf {STAGE_MOUNT}/root {STAGE_MOUNT}/uv-cache"
+        engine.run_step(image, command, env={}, binds={str(stage): STAGE_MOUNT}, extra_hosts={})
+        shutil.rmtree(stage)
+    except FileNotFoundError:
+        pass
+
+
+def build_staged(
+    engine,
+    context: Path,
+    tag: str,
+    stage: Path,
+    *,
+    nocache: bool,
+    on_line: Callable[[str], None],
+    extra_hosts: dict[str, str],
+    source_date_epoch: int,
+) -> tuple[str, list[dict]]:
+    """The image of ``context`` tagged ``tag``; returns (its id, its history as config entries, oldest first).
+    Raises ``Unstageable`` before anything is tagged when the engine cannot see ``stage``."""
+    dockerfile = (context / "Dockerfile").read_text()
+    try:
+        cell_steps = steps.cell_steps(dockerfile)
+    except steps.NotSteppable as exc:
+        raise Unstageable(str(exc)) from None
+    base_tag = f"{tag}-base"
+    base_id = engine.build(context, [base_tag], {}, nocache=nocache, on_line=on_line, extra_hosts=extra_hosts,
+                           target="base")  # fmt: skip
+    base = engine.image(base_id) or {}
+    built = engine.history(base_id)
+    layers_of = {
+        item["Id"]: len((engine.image(item["Id"]) or {}).get("RootFS", {}).get("Layers", []))
+        for item in built
+        if item.get("Id", "<missing>") != "<missing>"
+    }
+    history = imageconfig.history_entries(built, layers_of, *_base_of(engine, dockerfile))
+    epoch = imageconfig._rfc3339(source_date_epoch)
+    diff_ids = list(base.get("RootFS", {}).get("Layers", []))
+    current = base_id
+    loaded: list[str] = []
+    try:
+        for step in cell_steps:
+            began = time.monotonic()
+            on_line(f"Step {step.number}/{step.total} : RUN {step.command[:120]}")
+            key = steps.step_key(diff_ids, step)
+            entry = steps.history_entry(step)
+            hit = None if nocache else _cached(key)
+            image = None
+            if hit is not None:
+                config = steps.layered_config(base, [*history, entry], [*diff_ids, hit["diff_id"]], epoch)
+                try:
+                    image = engine.load_layer(config, None, len(diff_ids) + 1)
+                    on_line(" ---> Using cache")
+                    diff_id = hit["diff_id"]
+                except EnvironmentFailure:
+                    image = None  # the engine no longer holds that layer: run the step again
+            if image is None:
+                diff_id, image = _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts,
+                                      source_date_epoch, epoch, on_line)  # fmt: skip
+                _remember(key, diff_id)
+            loaded.append(image)
+            history.append(entry)
+            diff_ids.append(diff_id)
+            current = image
+            on_line(f"staged-layer: step {step.number} done in {time.monotonic() - began:.1f} s")
+        engine.tag(current, *tag.rsplit(":", 1))
+    finally:
+        for image in loaded[:-1]:
+            engine.remove(image)
+    return current, history
+
+
+def _base_of(engine, dockerfile: str) -> tuple[str, int]:
+    """The base stage's FROM image: its id and layer count (where history_entries splits the history)."""
+    ref = next(line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ") and " AS base" in line)
+    found = engine.image(ref) or {}
+    return found.get("Id", ""), len(found.get("RootFS", {}).get("Layers", []))
+
+
+def _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts, sde, epoch, on_line):
+    """Run ``step`` on ``current``; returns (the new layer's diff id, the new image)."""
+    if not step.staged:
+        code, tail, committed = engine.run_step(current, step.command, env={}, binds={}, extra_hosts=extra_hosts,
+                                                on_line=on_line, commit=True)  # fmt: skip
+        if code != 0 or committed is None:
+            raise CheckFailed(f"step {step.number} failed (exit {code}):\n{tail}", _build_hint(tail))
+        try:
+            diff_id = (engine.image(committed) or {})["RootFS"]["Layers"][-1]
+            config = steps.layered_config(base, [*history, entry], [*diff_ids, diff_id], epoch)
+            return diff_id, engine.load_layer(config, None, len(diff_ids) + 1)
+        finally:
+            engine.remove(committed)
+    _clear(engine, stage, current)
+    stage.mkdir(parents=True)
+    nonce = secrets.token_hex(16)
+    (stage / ".nonce").write_text(nonce)
+    try:
+        code, tail, _ = engine.run_step(
+            current,
+            step.command,
+            env={"IMAGEKIT_STAGE": STAGE_MOUNT, "IMAGEKIT_STAGE_NONCE": nonce},
+            binds={str(stage.resolve()): STAGE_MOUNT},
+            extra_hosts=extra_hosts,
+            on_line=on_line,
+        )
+        if code == STAGE_MISMATCH and not (stage / "root").exists():
+            raise Unstageable(f"the engine does not see {stage} as this machine does")
+        if code != 0:
+            raise CheckFailed(f"step {step.number} failed (exit {code}):\n{tail}", _build_hint(tail))
+        root = stage / "root"
+        if not root.is_dir():
+            raise Unstageable(f"step {step.number} staged nothing in {stage}: is it an install-layer step?")
+        began = time.monotonic()
+        folders = layer_tar.read_folders(stage)
+        diff_id, size = layer_tar.write_layer(root, None, sde, folders)  # measured: the config names its digest
+        hashed = time.monotonic() - began
+        config = steps.layered_config(base, [*history, entry], [*diff_ids, diff_id], epoch)
+        began = time.monotonic()
+        chunks = layer_tar.stream_layer(root, sde, folders, size)
+        image = engine.load_layer(config, (size, chunks), len(diff_ids) + 1)
+        on_line(f"staged-layer: {size / 1e6:.0f} MB tar hashed in {hashed:.1f} s, loaded in "
+                f"{time.monotonic() - began:.1f} s")  # fmt: skip
+        return diff_id, image
+    finally:
+        _clear(engine, stage, current)
+
+
+def stage_dir(state_dir: Path, slug: str) -> Path:
+    return state_dir / "stage" / slug
+
+
+def available(engine) -> bool:
+    """Whether ``engine`` runs steps for imagekit (the Docker engine on this machine; see Engine.staged_steps)."""
+    return bool(getattr(engine, "staged_steps", lambda: False)())
