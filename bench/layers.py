@@ -14,6 +14,9 @@
    --compile-bytecode), and the naive peer that downloads from PyPI itself (one RUN: venv + `pip install torch==...
    transformers==...`; the network counts against it, --skip-naive leaves it out); image sizes from the engine.
 
+--dockerfile-too also builds the whole Dockerfile with the legacy builder (what `imagekit build` does on a remote
+engine), --skip-pip leaves out the pip peer.
+
 Run: .venv/bin/python bench/layers.py [--cold CELL] [--imagekit-root DIR]   (--imagekit-root: another checkout to
 measure, e.g. an earlier revision in a git worktree). Needs the local registry (`make registry`). Tags are removed.
 """
@@ -69,13 +72,15 @@ def blobs(cell: str) -> list[tuple[str, int]]:
     return [(layer["digest"], int(layer["size"])) for layer in man["layers"]]
 
 
-def build_and_push(root: Path, cells: list[str], state: Path, extra: tuple[str, ...] = ()) -> dict:
+def build_and_push(
+    root: Path, cells: list[str], state: Path, extra: tuple[str, ...] = (), env: dict | None = None
+) -> dict:
     sel = [a for c in cells for a in ("--cell", c)]
     t0 = time.perf_counter()
     res = imagekit(
         root, "build", *sel, *extra, "--push", "--gpus", "off", "--json", "--registry", f"{REGISTRY}/{REPO}",
         "--state-dir", str(state), "--release-index", str(state / "index.json"),
-        "--release-records", str(state / "records"),
+        "--release-records", str(state / "records"), env=env,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     if res.returncode != 0:
@@ -214,7 +219,9 @@ PEERS = {
 }
 
 
-def fed_peers(engine: Engine, base: str, cell, data: compat.CompatData) -> dict[str, tuple[float, int]]:
+def fed_peers(
+    engine: Engine, base: str, cell, data: compat.CompatData, skip: tuple[str, ...] = ()
+) -> dict[str, tuple[float, int]]:
     """Each of PEERS as a cold `docker build` (legacy builder, --no-cache) on imagekit's base: the lock as
     requirements.txt and uv's binary COPYed in (one small layer), then one RUN installing from the same wheels
     imagekit builds from, served on loopback (`--network host`). (seconds, image bytes) per peer."""
@@ -241,6 +248,8 @@ def fed_peers(engine: Engine, base: str, cell, data: compat.CompatData) -> dict[
         with wheelserver.serve(house) as address:
             url = f"http://{address}:{wheelserver.PORT}/"
             for name, run in PEERS.items():
+                if name in skip:
+                    continue
                 (ctx / "Dockerfile").write_text(f"FROM {base}\nCOPY uv requirements.txt /tmp/\n{run.format(url=url)}\n")
                 tag = f"{REPO}-peer:{name.split()[0]}"
                 t0 = time.perf_counter()
@@ -264,6 +273,11 @@ def main() -> None:
     ap.add_argument("--skip-sharing", action="store_true")
     ap.add_argument("--naive-only", metavar="CELL", help="only the naive peer of CELL")
     ap.add_argument("--skip-naive", action="store_true", help="--cold without the naive peer")
+    ap.add_argument("--skip-pip", action="store_true", help="--cold without the pip peer")
+    ap.add_argument(
+        "--dockerfile-too", action="store_true",
+        help="--cold also builds the whole Dockerfile with the legacy builder (IMAGEKIT_BUILD_STEPS=dockerfile)",
+    )  # fmt: skip
     args = ap.parse_args()
     engine = Engine()
     data = inputs.compat_data()
@@ -300,31 +314,51 @@ def main() -> None:
                         engine.remove(t)
             print(f"  build wall time for both: {out['wall']:.0f} s")
         if args.cold:
-            out = build_and_push(root, [args.cold], state / "cold", ("--no-cache",))
-            res = out["results"][0] if isinstance(out["results"], list) else out["results"]["cells"][0]
-            print(f"\ncold build of {args.cold} (--no-cache, wheels cached): {res['seconds']:.0f} s in all")
-            for label, seconds in out["steps"].get(args.cold, []):
-                print(f"  {seconds:7.1f} s  {label}")
-            inside = re.compile(r"(step \d+/\d+ \w+: \d+\.\d s$|install-layer:|finalize-layer:)")
-            for line in (state / "cold" / "stderr.log").read_text().splitlines():  # each step, and inside each RUN
-                if inside.search(line):
-                    print(f"    {line.split(' ', 1)[1]}")
-            image = engine.image(f"{REGISTRY}/{REPO}:{args.cold}")
-            size = int(image["Size"]) if image else 0
+            timings = {}
+            ways = [("staged", {})] + (
+                [("dockerfile", {"IMAGEKIT_BUILD_STEPS": "dockerfile"})] if args.dockerfile_too else []
+            )
+            for way, env in ways:
+                out = build_and_push(root, [args.cold], state / f"cold-{way}", ("--no-cache",), env)
+                res = out["results"][0] if isinstance(out["results"], list) else out["results"]["cells"][0]
+                what = f"{way} steps, --no-cache, wheels cached"
+                print(f"\ncold build of {args.cold} ({what}): {res['seconds']:.0f} s in all")
+                for label, seconds in out["steps"].get(args.cold, []):
+                    print(f"  {seconds:7.1f} s  {label}")
+                inside = re.compile(r"(step \d+/\d+ \w+: \d+\.\d s$|install-layer:|finalize-layer:|staged-layer: \d)")
+                for line in (state / f"cold-{way}" / "stderr.log").read_text().splitlines():  # inside each RUN
+                    if inside.search(line):
+                        print(f"    {line.split(' ', 1)[1]}")
+                image = engine.image(f"{REGISTRY}/{REPO}:{args.cold}")
+                size = int(image["Size"]) if image else 0
+                took = dict(out["steps"].get(args.cold, []))
+                timings[way] = (
+                    took.get("docker build (all steps)", 0),
+                    took.get("self-test", 0),
+                    took.get("publish", 0),
+                )
+                print(f"  imagekit ({way}): build {timings[way][0]:.0f} s + self-test {timings[way][1]:.0f} s "
+                      f"(then push {timings[way][2]:.0f} s), {human(size)}")  # fmt: skip
+                if way != ways[-1][0]:
+                    for image in engine.client.images.list():
+                        for t in image.tags:
+                            if t.startswith(f"{REGISTRY}/{REPO}:"):
+                                engine.remove(t)
             base = next(
                 (line.split("FROM ", 1)[1].split()[0] for line in
-                 (state / "cold" / "build" / args.cold / "Dockerfile").read_text().splitlines()
+                 (state / "cold-staged" / "build" / args.cold / "Dockerfile").read_text().splitlines()
                  if line.startswith("FROM ") and " AS base" in line), None,
             )  # fmt: skip
             cell = next(c for c in default_cells(data) if c.id == args.cold)
-            took = dict(out["steps"].get(args.cold, []))
-            built = took.get("docker build (all steps)", 0) + took.get("self-test", 0)
-            push = took.get("publish", 0)
-            print(f"  imagekit: docker build + self-test {built:.0f} s (then push {push:.0f} s), {human(size)}")
-            docker_build = took.get("docker build (all steps)", 0)
-            for name, (seconds, _) in fed_peers(engine, base, cell, data).items():
-                print(f"  ratio imagekit docker build / {name} peer: {docker_build / seconds:.2f}x; "
+            docker_build, selftest, _ = timings["staged"]
+            built = docker_build + selftest
+            peers = fed_peers(engine, base, cell, data, skip=("pip",) if args.skip_pip else ())
+            for name, (seconds, _) in peers.items():
+                print(f"  ratio imagekit build / {name} peer: {docker_build / seconds:.2f}x; "
                       f"build + self-test / {name} peer: {built / seconds:.2f}x")  # fmt: skip
+                if "dockerfile" in timings:
+                    print(f"    (the whole Dockerfile on the legacy builder / {name} peer: "
+                          f"{timings['dockerfile'][0] / seconds:.2f}x)")  # fmt: skip
             if not args.skip_naive:
                 seconds, naive_size = naive_peer(engine, base, cell.torch, cell.transformers)
                 print(f"  naive peer (one RUN, pip downloading from PyPI itself, same base; the network counts): "
