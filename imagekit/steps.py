@@ -19,6 +19,13 @@ CELL_STAGE = "FROM base AS image"
 STAGED_FORMAT = "imagekit-staged-1"
 
 
+def build_hash(context_digest: str) -> str:
+    """The build hash of an image whose cell stage imagekit ran: the same context gives other layer bytes (imagekit's
+    tar encoding) and another history than the whole Dockerfile on a builder, so another immutable tag; a tag never
+    names two contents, whichever way a machine builds."""
+    return hashlib.sha256(f"{STAGED_FORMAT}\0{context_digest}".encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Step:
     number: int  # its place among the Dockerfile's instructions, as the builder counts them (Step N/M)

@@ -144,3 +144,10 @@ def test_the_load_archive_carries_the_layer_then_the_config_and_a_manifest_namin
     only_config = b"".join(layer_tar.load_archive(config, None, 2))
     with tarfile.open(fileobj=io.BytesIO(only_config)) as tar:
         assert tar.getnames() == [f"{digest}.json", "manifest.json"]
+
+
+def test_an_image_imagekit_stepped_has_a_build_hash_of_its_own():
+    """The same context built the two ways gives two contents: never one immutable tag for both."""
+    digest = "a" * 64
+    assert steps.build_hash(digest) != digest and steps.build_hash(digest) == steps.build_hash(digest)
+    assert steps.build_hash(digest) != steps.build_hash("b" * 64) and len(steps.build_hash(digest)) == 64

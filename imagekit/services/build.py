@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit import __version__, budget, dpkg_status, imageconfig, naming, render, resolution, sbom
+from imagekit import steps as steps_core
 from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
 from imagekit.code_layer import CodeLayer
 from imagekit.compat import CompatData
@@ -260,6 +261,9 @@ def _build(b: _Build) -> None:
                         on_line=steps,
                         extra_hosts={wheelserver.HOST: address},
                         source_date_epoch=b.opts.source_date_epoch,
+                    )
+                    b.immutable = naming.immutable_tag(
+                        b.opts.repository, b.cell, steps_core.build_hash(render.context_digest(b.files))
                     )
                     return
                 except staged_build.Unstageable as exc:
