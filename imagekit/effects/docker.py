@@ -195,34 +195,11 @@ class Engine:
         `docker load` of an archive with the config and no layer files: the engine finds each layer by its chain and
         reads nothing else (no container, no diff). Raises ``EnvironmentFailure`` when the engine refuses it (an image
         store that wants the layer blobs, e.g. containerd's)."""
-        import hashlib
-        import io
-        import tarfile
+        return self.load_layer(config, None, len(json.loads(config)["rootfs"]["diff_ids"]), tags)
 
-        from docker.errors import APIError
-
-        digest = hashlib.sha256(config).hexdigest()
-        layers = json.loads(config)["rootfs"]["diff_ids"]
-        manifest = [
-            {"Config": f"{digest}.json", "RepoTags": tags, "Layers": [f"{i}/layer.tar" for i in range(len(layers))]}
-        ]
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w") as tar:
-            for name, data in ((f"{digest}.json", config), ("manifest.json", json.dumps(manifest).encode())):
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        try:
-            events = list(self.api.load_image(out.getvalue()) or ())  # the stream, decoded; docker-py raises nothing
-        except APIError as exc:
-            raise EnvironmentFailure(f"docker load of an image config failed: {exc}") from None
-        errors = [e for e in events if isinstance(e, dict) and ("error" in e or "errorDetail" in e)]
-        found = self.image(f"sha256:{digest}")
-        if errors or not found:
-            raise EnvironmentFailure(f"docker load of an image config failed: {json.dumps(errors or events)[:300]}")
-        return found["Id"]
-
-    def load_layer(self, config: bytes, layer: tuple[int, Iterator[bytes]] | None, layer_count: int) -> str:
+    def load_layer(
+        self, config: bytes, layer: tuple[int, Iterator[bytes]] | None, layer_count: int, tags: list[str] | None = None
+    ) -> str:
         """A new image from ``config``, its last layer the tar ``layer`` (its size and chunks; None: the engine holds
         every layer), the rest found by their chains; returns its id. Raises ``EnvironmentFailure`` when the engine
         refuses it (a layer it does not hold, a store that wants every blob)."""
@@ -234,13 +211,14 @@ class Engine:
 
         digest = hashlib.sha256(config).hexdigest()
         try:
-            events = list(self.api.load_image(load_archive(config, layer, layer_count)) or ())
+            # the stream, decoded; docker-py raises nothing for an error in it
+            events = list(self.api.load_image(load_archive(config, layer, layer_count, tags or [])) or ())
         except APIError as exc:
-            raise EnvironmentFailure(f"docker load of a layer failed: {exc}") from None
+            raise EnvironmentFailure(f"docker load of an image failed: {exc}") from None
         errors = [e for e in events if isinstance(e, dict) and ("error" in e or "errorDetail" in e)]
         found = self.image(f"sha256:{digest}")
         if errors or not found:
-            raise EnvironmentFailure(f"docker load of a layer failed: {json.dumps(errors or events)[:300]}")
+            raise EnvironmentFailure(f"docker load of an image failed: {json.dumps(errors or events)[:300]}")
         return found["Id"]
 
     def staged_steps(self) -> bool:

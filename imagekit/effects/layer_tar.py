@@ -127,13 +127,15 @@ def read_folders(stage: Path) -> dict[str, list[int]]:
     return doc
 
 
-def load_archive(config: bytes, layer: tuple[int, Iterator[bytes]] | None, layer_count: int) -> Iterator[bytes]:
+def load_archive(
+    config: bytes, layer: tuple[int, Iterator[bytes]] | None, layer_count: int, tags: list[str] | None = None
+) -> Iterator[bytes]:
     """`docker load`'s input: the config, a manifest naming ``layer_count`` layers, and the last layer's tar
     (``layer``: its size and its chunks; None: the engine holds every layer). The engine reads no file of a layer whose
     chain it holds."""
     digest = hashlib.sha256(config).hexdigest()
     names = [f"{i}/layer.tar" for i in range(layer_count)]
-    manifest = json.dumps([{"Config": f"{digest}.json", "RepoTags": [], "Layers": names}]).encode()
+    manifest = json.dumps([{"Config": f"{digest}.json", "RepoTags": tags or [], "Layers": names}]).encode()
 
     def header(name: str, size: int) -> bytes:
         info = tarfile.TarInfo(name)

@@ -531,16 +531,7 @@ def set_runtime_config(
         if history is not None:  # imagekit ran the steps: it knows what made each layer
             entries = history
         else:
-            base_image = engine.image(base) or {}
-            found = engine.history(built)
-            layers_of = {
-                item["Id"]: len((engine.image(item["Id"]) or {}).get("RootFS", {}).get("Layers", []))
-                for item in found
-                if item.get("Id", "<missing>") != "<missing>"
-            }
-            entries = imageconfig.history_entries(
-                found, layers_of, base_image.get("Id", ""), len(base_image.get("RootFS", {}).get("Layers", []))
-            )
+            entries = staged_build.history_of(engine, built, base)
         built_image = engine.image(built)
         if built_image is None:
             raise imageconfig.Unknown(f"the engine has no image {built}")

@@ -90,13 +90,7 @@ def build_staged(
     base_id = engine.build(context, [base_tag], {}, nocache=nocache, on_line=on_line, extra_hosts=extra_hosts,
                            target="base")  # fmt: skip
     base = engine.image(base_id) or {}
-    built = engine.history(base_id)
-    layers_of = {
-        item["Id"]: len((engine.image(item["Id"]) or {}).get("RootFS", {}).get("Layers", []))
-        for item in built
-        if item.get("Id", "<missing>") != "<missing>"
-    }
-    history = imageconfig.history_entries(built, layers_of, *_base_of(engine, dockerfile))
+    history = history_of(engine, base_id, _base_of(engine, dockerfile))
     epoch = imageconfig._rfc3339(source_date_epoch)
     diff_ids = list(base.get("RootFS", {}).get("Layers", []))
     current = base_id
@@ -133,11 +127,24 @@ def build_staged(
     return current, history
 
 
-def _base_of(engine, dockerfile: str) -> tuple[str, int]:
-    """The base stage's FROM image: its id and layer count (where history_entries splits the history)."""
-    ref = next(line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ") and " AS base" in line)
-    found = engine.image(ref) or {}
-    return found.get("Id", ""), len(found.get("RootFS", {}).get("Layers", []))
+def _base_of(engine, dockerfile: str) -> str:
+    """The base stage's FROM image (where history_entries splits the history)."""
+    return next(line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ") and " AS base" in line)
+
+
+def history_of(engine, image: str, base: str) -> list[dict]:
+    """``image``'s history as config entries, from the engine's history of a build FROM ``base`` (see
+    imageconfig.history_entries). Raises ``imageconfig.Unknown`` when the history cannot be matched to the layers."""
+    found = engine.history(image)
+    layers_of = {
+        item["Id"]: len((engine.image(item["Id"]) or {}).get("RootFS", {}).get("Layers", []))
+        for item in found
+        if item.get("Id", "<missing>") != "<missing>"
+    }
+    below = engine.image(base) or {}
+    return imageconfig.history_entries(
+        found, layers_of, below.get("Id", ""), len(below.get("RootFS", {}).get("Layers", []))
+    )
 
 
 def _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts, sde, epoch, on_line):
