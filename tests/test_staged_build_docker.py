@@ -106,3 +106,35 @@ def test_a_failing_step_says_which_and_why_and_leaves_nothing_staged(engine, tmp
     finally:
         engine.remove(naming.build_cache_tag(CELL))
         engine.remove(naming.build_cache_tag(CELL) + "-base")
+
+
+# A hostile package: its .pth runs at every interpreter start in the image, so in the next step's install-layer too,
+# where it makes the stage's root a link out of the stage (on the host, "../../.." is the build's own folders).
+HOSTILE_PTH = (
+    b'import os, shutil; s = os.environ.get("IMAGEKIT_STAGE", ""); r = os.path.join(s, "root"); '
+    b'(s and os.path.isdir(r) and not os.path.islink(r)) and (shutil.rmtree(r), os.symlink("../../..", r))\n'
+)
+
+
+def test_a_package_whose_code_links_the_stage_root_out_fails_the_build_and_the_host_copies_nothing(
+    engine, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("IMAGEKIT_BUILD_STEPS", "staged")
+    (tmp_path / "host-secret.txt").write_text("HOST SECRET\n")  # where the link leads on the build host
+    root = tmp_path / "pypi"
+    write_simple_index(root, fake_pypi_wheels(tmp_path / "w", torch_files={"zz_hostile.pth": HOSTILE_PTH}))
+    try:
+        with serve(root) as url:
+            opts = _fake_opts(tmp_path, f"{url}/simple", "imagekit-test/staged-hostile", push=False)
+            res = build_cell(CELL, dataclasses.replace(opts, nocache=True), engine, inputs.compat_data(), _log)
+        assert res.status == "failed" and res.step == "build", res.error and res.error.render()
+        text = res.error.render()
+        assert "left what no layer of installs holds: root is a symbolic link" in text, text
+        assert "HOST SECRET" not in text
+        assert engine.image(naming.build_cache_tag(CELL)) is None  # nothing tagged
+        assert not list((tmp_path / "state" / "stage").iterdir())  # nothing left staged
+        assert (tmp_path / "host-secret.txt").read_text() == "HOST SECRET\n"
+    finally:
+        engine.remove(naming.build_cache_tag(CELL))
+        engine.remove(naming.build_cache_tag(CELL) + "-base")

@@ -27,8 +27,10 @@ def build_wheel(
     tag: str = "py3-none-any",
     requires_python: str | None = None,
     payload: str = "",
+    extra_files: dict[str, bytes] | None = None,
 ) -> Path:
-    """Write ``{name}-{version}-{tag}.whl`` (deterministic bytes) and return its path."""
+    """Write ``{name}-{version}-{tag}.whl`` (deterministic bytes) and return its path. ``extra_files``: more files
+    at the wheel's root (a ``.pth`` that runs at every interpreter start, as a hostile package's would)."""
     dist = name.replace("-", "_")
     dist_info = f"{dist}-{version}.dist-info"
     meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
@@ -41,6 +43,7 @@ def build_wheel(
         f"{dist_info}/WHEEL": (
             f"Wheel-Version: 1.0\nGenerator: imagekit-tests\nRoot-Is-Purelib: true\nTag: {tag}\n"
         ).encode(),
+        **(extra_files or {}),
     }
     record = []
     for path, data in files.items():
@@ -59,9 +62,14 @@ def build_wheel(
 
 
 def fake_pypi_wheels(
-    out: Path, *, runtime: str = "12.4.127", extra: list[tuple[str, str, list[str]]] = ()
+    out: Path,
+    *,
+    runtime: str = "12.4.127",
+    extra: list[tuple[str, str, list[str]]] = (),
+    torch_files: dict[str, bytes] | None = None,
 ) -> list[Path]:
-    """A small PyPI look-alike: torch 2.5.1 (cu124 default) with its runtime, transformers, numpy, filelock."""
+    """A small PyPI look-alike: torch 2.5.1 (cu124 default) with its runtime, transformers, numpy, filelock.
+    ``torch_files``: more files in the torch wheel (a hostile one's)."""
     specs = [
         ("torch", "2.5.1", ["filelock", f"nvidia-cuda-runtime-cu12=={runtime}"]),
         ("nvidia-cuda-runtime-cu12", runtime, []),
@@ -71,7 +79,7 @@ def fake_pypi_wheels(
         ("transformers", "4.49.0", ["numpy>=1.17", "filelock"]),
         *extra,
     ]
-    return [build_wheel(out, n, v, reqs) for n, v, reqs in specs]
+    return [build_wheel(out, n, v, reqs, extra_files=torch_files if n == "torch" else None) for n, v, reqs in specs]
 
 
 def write_simple_index(root: Path, wheels: list[Path]) -> None:

@@ -17,6 +17,8 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from imagekit.effects import foreign_files
+
 CHUNK = 4 << 20
 
 
@@ -38,50 +40,64 @@ class _Hashing(io.RawIOBase):
         return self.fh.write(data) if self.fh is not None else len(data)
 
 
-def _walk(root: Path) -> Iterator[str]:
-    """Paths below ``root``, relative, each folder before its contents, names sorted (symlinks not followed)."""
-    for here, dirs, files in os.walk(root):
-        dirs.sort()
-        rel = os.path.relpath(here, root)
-        for name in sorted(dirs + files):
-            yield name if rel == "." else f"{rel}/{name}"
+MAX_ID = 65534  # RunPod's hosts remap user namespaces: an owner above this fails the pull (dstackai/dstack#2729)
+MAX_FOLDERS_JSON = 16 << 20  # dirs.json names the folders of one layer: kilobytes
+
+
+def _open_root(root: Path) -> int:
+    """A descriptor of the staged ``root``: its folder may be any path of this user's, ``root`` itself must be a
+    folder, never a link (a step that made it one would have the host copy what it points to into the layer)."""
+    root = Path(root)
+    with foreign_files.folder(root.parent if root.name else root) as parent:
+        return foreign_files.open_dir(root.name or ".", dir_fd=parent)
 
 
 def write_layer(root: Path, out, epoch: int, folders: dict[str, list[int]] | None = None) -> tuple[str, int]:
     """Write the layer tar of everything under ``root`` to the binary file ``out`` (None: nowhere, only measured);
-    returns (diff id, size)."""
+    returns (diff id, size). What a build step left there is read as another party's files
+    (`foreign_files.walk`): no link followed, ``root`` a folder, and a FIFO, a device, a socket, a setuid or setgid
+    file, an owner above 65534 or a folder that cannot be listed refused by name (``foreign_files.Refused``)."""
     folders = folders or {}
     seen: dict[tuple[int, int], str] = {}
     sink = _Hashing(out)
-    with tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK) as tar:  # type: ignore[call-overload]
-        for rel in _walk(root):
-            path = root / rel
-            st = os.lstat(path)
-            info = tarfile.TarInfo(rel)
-            info.mode = stat.S_IMODE(st.st_mode)
-            info.uid, info.gid, info.uname, info.gname = st.st_uid, st.st_gid, "", ""
-            info.mtime = min(int(st.st_mtime), epoch)
-            if stat.S_ISDIR(st.st_mode):
-                info.type = tarfile.DIRTYPE
-                if rel in folders:
-                    info.mode, info.uid, info.gid = folders[rel]
-                tar.addfile(info)
-            elif stat.S_ISLNK(st.st_mode):
-                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
-                tar.addfile(info)
-            elif stat.S_ISREG(st.st_mode):
-                key = (st.st_dev, st.st_ino)
-                if st.st_nlink > 1 and key in seen:
-                    info.type, info.linkname = tarfile.LNKTYPE, seen[key]
-                    tar.addfile(info)
-                    continue
-                seen[key] = rel
-                info.size = st.st_size
-                with open(path, "rb") as src:
-                    tar.addfile(info, src)
-            else:
-                raise ValueError(f"{rel}: not a file, folder or symlink; a layer of installs has none")
+    fd = _open_root(root)
+    try:
+        with tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK) as tar:  # type: ignore[call-overload]
+            for entry in foreign_files.walk(fd):
+                _add(tar, entry, epoch, folders, seen)
+    finally:
+        os.close(fd)
     return f"sha256:{sink.sha.hexdigest()}", sink.size
+
+
+def _add(tar: tarfile.TarFile, entry: foreign_files.Entry, epoch: int, folders: dict, seen: dict) -> None:
+    st, rel = entry.info, entry.rel
+    if foreign_files.privileged(st):
+        raise foreign_files.Refused(rel, f"is setuid or setgid (mode {stat.S_IMODE(st.st_mode):o})")
+    if st.st_uid > MAX_ID or st.st_gid > MAX_ID:
+        raise foreign_files.Refused(rel, f"belongs to {st.st_uid}:{st.st_gid}, above {MAX_ID}")
+    info = tarfile.TarInfo(rel)
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.uid, info.gid, info.uname, info.gname = st.st_uid, st.st_gid, "", ""
+    info.mtime = min(int(st.st_mtime), epoch)
+    if entry.is_dir:
+        info.type = tarfile.DIRTYPE
+        if rel in folders:
+            info.mode, info.uid, info.gid = folders[rel]
+        tar.addfile(info)
+    elif entry.link is not None:
+        info.type, info.linkname = tarfile.SYMTYPE, entry.link
+        tar.addfile(info)
+    else:
+        key = (st.st_dev, st.st_ino)
+        if st.st_nlink > 1 and key in seen:
+            info.type, info.linkname = tarfile.LNKTYPE, seen[key]
+            tar.addfile(info)
+            return
+        seen[key] = rel
+        info.size = st.st_size
+        with entry.open() as src:
+            tar.addfile(info, src)
 
 
 def stream_layer(root: Path, epoch: int, folders: dict[str, list[int]] | None, size: int) -> Iterator[bytes]:
@@ -115,16 +131,35 @@ def stream_layer(root: Path, epoch: int, folders: dict[str, list[int]] | None, s
 
 
 def read_folders(stage: Path) -> dict[str, list[int]]:
-    """install-layer's ``dirs.json``: owner and mode of the staged folders the image already has."""
-    path = stage / "dirs.json"
-    if not path.exists():
-        return {}
-    doc = json.loads(path.read_text())
-    if not isinstance(doc, dict) or not all(
-        isinstance(v, list) and len(v) == 3 and all(isinstance(n, int) and n >= 0 for n in v) for v in doc.values()
-    ):
-        raise ValueError(f"{path}: not a map of folder to [mode, uid, gid]")
+    """install-layer's ``dirs.json``: owner and mode of the staged folders the image already has. Written inside the
+    step, so another party's file: a regular file (no link, no FIFO), bounded, each entry a relative path and a
+    mode without setuid, owners up to 65534. Raises ``foreign_files.Refused`` (a ValueError) otherwise."""
+    with foreign_files.folder(stage) as fd:
+        try:
+            raw = foreign_files.read_bytes("dirs.json", MAX_FOLDERS_JSON, dir_fd=fd)
+        except foreign_files.Refused as exc:
+            if not os.path.lexists(Path(stage) / "dirs.json"):
+                return {}
+            raise foreign_files.Refused("dirs.json", exc.why) from None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or not all(_folder_entry(k, v) for k, v in doc.items()):
+        raise foreign_files.Refused("dirs.json", "is not a map of relative folder to [mode, uid, gid] (mode without "
+                                                 f"setuid, owners up to {MAX_ID})")  # fmt: skip
     return doc
+
+
+def _folder_entry(rel: object, value: object) -> bool:
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
+        return False
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return False
+    if not (isinstance(value, list) and len(value) == 3 and all(type(n) is int and n >= 0 for n in value)):
+        return False
+    mode, uid, gid = value
+    return mode <= 0o7777 and not mode & stat.S_ISUID and uid <= MAX_ID and gid <= MAX_ID
 
 
 def load_archive(

@@ -14,17 +14,18 @@ a hit is a config over layers the engine still holds (milliseconds), a miss when
 from __future__ import annotations
 
 import json
+import os
 import secrets
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from imagekit import imageconfig, steps
-from imagekit.effects import layer_tar
+from imagekit.effects import foreign_files, layer_tar
 from imagekit.effects.cache import cache_root
 from imagekit.effects.docker import _build_hint
 from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.untrusted import printable
 
 STAGE_MOUNT = "/imagekit-stage"
 STAGE_MISMATCH = 75  # install-layer: the folder it sees is not the one prepared here
@@ -39,9 +40,8 @@ def _cache_dir() -> Path:
 
 
 def _cached(key: str) -> dict | None:
-    path = _cache_dir() / f"{key}.json"
-    try:
-        doc = json.loads(path.read_text())
+    try:  # a memo in the cache, read back as any file another process may have planted: bounded, no link
+        doc = json.loads(foreign_files.read_bytes(_cache_dir() / f"{key}.json", 4096))
     except (OSError, ValueError):
         return None
     if isinstance(doc, dict) and isinstance(doc.get("diff_id"), str) and doc["diff_id"].startswith("sha256:"):
@@ -59,13 +59,11 @@ def _remember(key: str, diff_id: str) -> None:
 def _clear(engine, stage: Path, image: str) -> None:
     """Empty the stage folder (install-layer's files are root's: a container removes them where this user cannot)."""
     try:
-        shutil.rmtree(stage)
+        foreign_files.remove_tree(stage)
     except PermissionError:
-        command = f"rm -rf {STAGE_MOUNT}/root {STAGE_MOUNT}/uv-cache"
+        command = f"rm -rf {STAGE_MOUNT}/* {STAGE_MOUNT}/.[!.]* {STAGE_MOUNT}/..?*"
         engine.run_step(image, command, env={}, binds={str(stage): STAGE_MOUNT}, extra_hosts={})
-        shutil.rmtree(stage)
-    except FileNotFoundError:
-        pass
+        foreign_files.remove_tree(stage)
 
 
 def build_staged(
@@ -152,16 +150,17 @@ def _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hos
     if not step.staged:
         code, tail, committed = engine.run_step(current, step.command, env={}, binds={}, extra_hosts=extra_hosts,
                                                 on_line=on_line, commit=True)  # fmt: skip
-        if code != 0 or committed is None:
-            raise CheckFailed(f"step {step.number} failed (exit {code}):\n{tail}", _build_hint(tail))
         try:
+            if code != 0 or committed is None:
+                raise CheckFailed(f"step {step.number} failed (exit {code}):\n{tail}", _build_hint(tail))
             diff_id = (engine.image(committed) or {})["RootFS"]["Layers"][-1]
             config = steps.layered_config(base, [*history, entry], [*diff_ids, diff_id], epoch)
             return diff_id, engine.load_layer(config, None, len(diff_ids) + 1)
         finally:
-            engine.remove(committed)
+            if committed is not None:  # a failed step's commit too: never kept, never built on
+                engine.remove(committed)
     _clear(engine, stage, current)
-    stage.mkdir(parents=True)
+    private(stage)
     nonce = secrets.token_hex(16)
     (stage / ".nonce").write_text(nonce)
     try:
@@ -173,26 +172,46 @@ def _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hos
             extra_hosts=extra_hosts,
             on_line=on_line,
         )
-        if code == STAGE_MISMATCH and not (stage / "root").exists():
+        if code == STAGE_MISMATCH and not os.path.lexists(stage / "root"):
             raise Unstageable(f"the engine does not see {stage} as this machine does")
         if code != 0:
             raise CheckFailed(f"step {step.number} failed (exit {code}):\n{tail}", _build_hint(tail))
         root = stage / "root"
-        if not root.is_dir():
+        if not os.path.lexists(root):
             raise Unstageable(f"step {step.number} staged nothing in {stage}: is it an install-layer step?")
-        began = time.monotonic()
-        folders = layer_tar.read_folders(stage)
-        diff_id, size = layer_tar.write_layer(root, None, sde, folders)  # measured: the config names its digest
-        hashed = time.monotonic() - began
-        config = steps.layered_config(base, [*history, entry], [*diff_ids, diff_id], epoch)
-        began = time.monotonic()
-        chunks = layer_tar.stream_layer(root, sde, folders, size)
-        image = engine.load_layer(config, (size, chunks), len(diff_ids) + 1)
+        try:
+            began = time.monotonic()
+            folders = layer_tar.read_folders(stage)
+            diff_id, size = layer_tar.write_layer(root, None, sde, folders)  # measured: the config names its digest
+            hashed = time.monotonic() - began
+            config = steps.layered_config(base, [*history, entry], [*diff_ids, diff_id], epoch)
+            began = time.monotonic()
+            chunks = layer_tar.stream_layer(root, sde, folders, size)
+            image = engine.load_layer(config, (size, chunks), len(diff_ids) + 1)
+        except foreign_files.Refused as exc:
+            raise CheckFailed(
+                f"step {step.number} left what no layer of installs holds: {printable(exc.path, 300)} {exc.why}; "
+                "nothing of it was loaded",
+                "a package installed in this or an earlier layer runs code in the build (a .pth file, an atexit "
+                "hook): find it in the step's output above, remove or pin it, and build again",
+            ) from None
         on_line(f"staged-layer: {size / 1e6:.0f} MB tar hashed in {hashed:.1f} s, loaded in "
                 f"{time.monotonic() - began:.1f} s")  # fmt: skip
         return diff_id, image
     finally:
         _clear(engine, stage, current)
+
+
+def private(stage: Path) -> None:
+    """The stage folder and the folder of all stages made root-only (0700) before a step writes there: a setuid
+    program a step plants, or anything it stages, is out of every other local user's reach while it is there."""
+    try:
+        foreign_files.private_dir(stage, levels=2)
+    except foreign_files.Refused as exc:
+        raise EnvironmentFailure(
+            f"cannot make the stage folder private: {printable(exc.path, 300)} {exc.why}",
+            "remove it (imagekit makes it again) or pass another --state-dir",
+        ) from None
 
 
 def stage_dir(state_dir: Path, slug: str) -> Path:
