@@ -36,6 +36,7 @@ class CopySpec:
     source: str
     to: str = DEFAULT_TO
     exclude: tuple[str, ...] = ()
+    project: str | None = None  # the matrix file's folder: ``source``, links resolved, must stay inside it
 
 
 @dataclass(frozen=True)

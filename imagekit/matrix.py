@@ -150,7 +150,7 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
                   "inside the project (move the matrix file up to copy more)")  # fmt: skip
         folder = posixpath.dirname(origin) if not origin.startswith("<") else ""
         source = posixpath.normpath(posixpath.join(folder or ".", given))
-        options = replace(options, copy=replace(options.copy, source=source))
+        options = replace(options, copy=replace(options.copy, source=source, project=folder or "."))
     bases = _bases(p, doc.get("bases", {}))
     index_url, extra_index_urls = _indexes(p, doc.get("lock", {}))
     if p.items:

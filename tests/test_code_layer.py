@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -99,9 +100,9 @@ def _parse(image: str, origin: str = "proj/imagekit.toml"):
 
 def test_copy_and_command_in_the_matrix_file():
     opts = _parse('copy = "."\ncommand = ["python", "/opt/app/train.py"]\n').options
-    assert opts.copy == CopySpec("proj", "/opt/app", ()) and opts.command == ("python", "/opt/app/train.py")
+    assert opts.copy == CopySpec("proj", "/opt/app", (), "proj") and opts.command == ("python", "/opt/app/train.py")
     table = _parse('copy = { from = "src", to = "/srv/code/", exclude = ["data/"] }\n').options.copy
-    assert table == CopySpec("proj/src", "/srv/code", ("data/",))
+    assert table == CopySpec("proj/src", "/srv/code", ("data/",), "proj")
     assert _parse('copy = "src/../app"\n', "/abs/proj/imagekit.toml").options.copy.source == "/abs/proj/app"
     for outside in ("../elsewhere", "/home/me", "src/../../x", ".."):
         with pytest.raises(ConfigError) as exc:  # the copy never reaches out of the project (~/.ssh ...)
@@ -163,6 +164,64 @@ def test_a_link_out_of_the_folder_or_a_special_file_is_refused(tmp_path):
     with pytest.raises(UsageError) as exc:
         read_code(CopySpec(str(tmp_path / "missing")))
     assert "is not a folder" in exc.value.message
+
+
+def _hostile_clone(tmp_path: Path) -> tuple[Path, Path]:
+    """A cloned repository and the user's home beside it, with what no image may carry."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+    project = home / "clone"
+    project.mkdir()
+    (project / "imagekit.toml").write_text(INCLUDE + '[image]\ncopy = "src"\n')
+    return project, home
+
+
+def test_a_copied_folder_that_links_out_of_the_project_is_refused_by_name(tmp_path):
+    project, home = _hostile_clone(tmp_path)
+    (project / "src").symlink_to(home)  # `src -> ~` in the cloned repository
+    spec = _parse('copy = "src"\n', str(project / "imagekit.toml")).options.copy
+    with pytest.raises(UsageError) as exc:
+        read_code(spec)
+    text = exc.value.render()
+    assert "leads out of the project" in text and "src" in text and "PRIVATE" not in text
+    (project / "src").unlink()
+    (project / "src").symlink_to("../../home/.ssh")  # relative, through `..`
+    with pytest.raises(UsageError, match="leads out of the project"):
+        read_code(spec)
+    (project / "src").unlink()
+    (project / "lib").mkdir()
+    (project / "lib" / "train.py").write_text("print(1)\n")
+    (project / "src").symlink_to("lib")  # a link that stays inside is the folder it names
+    assert [rel for rel, _, _ in read_code(spec).files] == ["train.py"]
+
+
+def test_a_dockerignore_or_file_that_is_a_fifo_or_a_link_to_a_device_never_blocks(tmp_path):
+    import threading
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("x\n")
+    os.mkfifo(src / ".dockerignore")
+
+    said: list[str] = []
+
+    def attempt() -> None:
+        try:
+            read_code(CopySpec(str(src)))
+        except UsageError as exc:
+            said.append(exc.message)
+
+    worker = threading.Thread(target=attempt)
+    worker.daemon = True
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "read_code blocked on a FIFO .dockerignore"
+    assert said and "FIFO" in said[0], said
+    (src / ".dockerignore").unlink()
+    (src / ".dockerignore").symlink_to("/dev/zero")
+    with pytest.raises(UsageError, match="symbolic link"):
+        read_code(CopySpec(str(src)))
 
 
 def test_a_folder_past_the_limits_is_refused(tmp_path, monkeypatch):

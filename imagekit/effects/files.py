@@ -168,12 +168,17 @@ def read_input(path: Path, what: str, hint: str | None = None, *, missing_ok: bo
         raise UsageError(f"{what} {path} is not a regular file (a FIFO, a socket or a device)", hint)
     if info.st_size > MAX_INPUT_BYTES:
         raise UsageError(f"{what} {path} is {info.st_size} bytes: too large to be one", hint)
+    from imagekit.effects import foreign_files
+
+    try:  # opened as a regular file again: one swapped for a FIFO since the check above is refused, never read
+        data = foreign_files.read_bytes(path, MAX_INPUT_BYTES, follow=True)
+    except foreign_files.Refused as exc:
+        raise UsageError(f"cannot read {what} {path}: it {exc.why}", hint) from None
     try:
-        return path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})", hint) from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}", hint) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as a text-mode read gives
 
 
 def content_mtime(data: bytes, epoch: int) -> int:
@@ -204,31 +209,54 @@ def clamp_mtimes(root: Path, epoch: int, skip: tuple[str, ...] = ()) -> None:
 
 def read_code(spec: CopySpec) -> CodeLayer:
     """The folder `[image] copy` names, as the code layer holds it: regular files only, with what its excludes and
-    its own `.dockerignore` leave out left out. A link is followed only to a file within the folder that the
-    excludes keep; one that leads out of it, to a left-out file, in a loop or nowhere, and anything but files and
-    folders, is refused, as is a folder past the code layer's size limits."""
+    its own `.dockerignore` leave out left out. The folder itself, its links resolved, must stay inside the project
+    (the matrix file's folder): a cloned repository whose `src` links to the home folder is refused, never copied. A
+    link inside is followed only to a file within the folder that the excludes keep; one that leads out of it, to a
+    left-out file, in a loop or nowhere, and anything but files and folders, is refused, as is a folder past the code
+    layer's size limits. Files are opened without following a link and only as regular files (a FIFO never blocks)."""
     from imagekit import code_layer
+    from imagekit.effects import foreign_files
     from imagekit.untrusted import printable
 
     root = Path(spec.source)
     hint = "check `[image] copy` in the matrix file (`from` is relative to the matrix file's folder)"
+    project = Path(spec.project if spec.project is not None else spec.source)
     if not root.is_dir():
         raise UsageError(f"[image] copy: {printable(str(root), 200)} is not a folder", hint)
-    patterns = spec.exclude
-    ignore = root / ".dockerignore"
-    if ignore.is_file():
-        patterns = (*code_layer.dockerignore_lines(ignore.read_text(errors="replace")), *patterns)
-    walk_excluded = code_layer.may_bring_back(patterns)  # a `!` line may bring back a file in an excluded folder
-    real_root = root.resolve()
-    files: list[tuple[str, bytes, int]] = []
-    total = 0
+    real_root = foreign_files.inside(project, root)
+    if real_root is None:
+        raise UsageError(
+            f"[image] copy: {printable(str(root), 200)} leads out of the project ({printable(str(project), 200)}) "
+            f"through a link: it is {printable(str(root.resolve()), 200)}",
+            "copy a folder that is inside the project itself (replace the link by the folder, or point `from` at it)",
+        )
 
     def refuse(rel: str, why: str, fix: str = "exclude it (`exclude = [...]` or the folder's .dockerignore)") -> None:
         raise UsageError(f"[image] copy: {printable(rel, 200)} {why}", fix)
 
-    for folder, dirs, names in os.walk(root, followlinks=False):
+    def read(rel: str, path: Path, limit: int) -> bytes:
+        try:
+            return foreign_files.read_bytes(path, limit)
+        except foreign_files.Refused as exc:
+            refuse(rel, exc.why)
+            raise  # unreachable: refuse raises
+
+    patterns = spec.exclude
+    ignore = real_root / ".dockerignore"
+    if os.path.lexists(ignore):
+        text = read(".dockerignore", ignore, code_layer.MAX_BYTES).decode(errors="replace")
+        patterns = (*code_layer.dockerignore_lines(text), *patterns)
+    walk_excluded = code_layer.may_bring_back(patterns)  # a `!` line may bring back a file in an excluded folder
+    files: list[tuple[str, bytes, int]] = []
+    total = 0
+
+    def walk_error(exc: OSError) -> None:  # a folder that cannot be listed is never copied empty
+        name = Path(exc.filename or "").relative_to(real_root).as_posix() if exc.filename else "?"
+        refuse(name, f"cannot be read ({exc.strerror})")
+
+    for folder, dirs, names in os.walk(real_root, followlinks=False, onerror=walk_error):
         here = Path(folder)
-        rel_dir = here.relative_to(root).as_posix()
+        rel_dir = here.relative_to(real_root).as_posix()
         dirs[:] = sorted(
             d
             for d in dirs
@@ -252,8 +280,9 @@ def read_code(spec: CopySpec) -> CodeLayer:
                     refuse(rel, "links outside the folder", "copy the file into the folder, or exclude the link")
                 if code_layer.excluded(target.relative_to(real_root).as_posix(), patterns):
                     refuse(rel, "links to a file the excludes leave out", "exclude the link too, or keep its target")
+                path = target
             try:
-                info = os.stat(path)
+                info = os.lstat(path)
             except OSError as exc:
                 refuse(rel, f"cannot be read ({exc.strerror})")
             if not stat.S_ISREG(info.st_mode):
@@ -265,7 +294,7 @@ def read_code(spec: CopySpec) -> CodeLayer:
                     f"{code_layer.MAX_BYTES >> 20} MB",
                     "exclude data, checkpoints and outputs (they belong on the pod's volume or the Hub)",
                 )
-            files.append((rel, path.read_bytes(), info.st_mode & 0o777))
+            files.append((rel, read(rel, path, info.st_size), info.st_mode & 0o777))
     return code_layer.CodeLayer(spec.to, tuple(sorted(files)))
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from imagekit import layer_blobs
+from imagekit.effects import foreign_files
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.effects.layer_export import LayerMismatch, save_export
@@ -76,8 +77,9 @@ def blob_cache_dir(gzip: layer_blobs.Codec) -> Path:
 def remembered(gzip: layer_blobs.Codec, diff_id: str) -> layer_blobs.Blob | None:
     """The blob this compressor made of the layer ``diff_id`` before, if this machine remembers one."""
     try:
-        text = (blob_cache_dir(gzip) / diff_id.split(":", 1)[-1]).read_text()
-    except (OSError, UnicodeDecodeError):
+        raw = foreign_files.read_bytes(blob_cache_dir(gzip) / diff_id.split(":", 1)[-1], 4096)
+        text = raw.decode()
+    except (OSError, ValueError):  # missing, a link, a FIFO, too large, not text: not remembered
         return None
     m = _CACHED.fullmatch(text)
     return layer_blobs.Blob(m[1], int(m[2]), gzip.media_type) if m else None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import direct_wheels, tools, untrusted, wheels
-from imagekit.effects import http, index_auth
+from imagekit.effects import foreign_files, http, index_auth
 from imagekit.effects.cache import cache_root, unusable
 from imagekit.effects.files import refuse_links, replace_folder, write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
@@ -597,7 +597,8 @@ def _load_picks(lock: Lock, python: str, glibc: str) -> dict[str, tuple[str, int
     """pin -> (sha256, size) of the wheel an earlier look at the index picked for this lock and platform. A pick
     never changes (the lock's hashes name the files), so the index need not be asked again."""
     try:  # a memo in the cache: bounded like anything read back (a planted file must not end the plan)
-        doc = untrusted.load_json(_picks_file(lock, python, glibc).read_bytes(), "picks", max_bytes=16 << 20)
+        raw = foreign_files.read_bytes(_picks_file(lock, python, glibc), 16 << 20)
+        doc = untrusted.load_json(raw, "picks", max_bytes=16 << 20)
     except (OSError, ValueError):
         return {}
     out = {}
