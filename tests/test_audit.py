@@ -220,7 +220,7 @@ def test_hostile_and_withdrawn_records_are_counted_not_trusted():
         b"[]",
         json.dumps({"id": "x" * 500, "affected": []}).encode(),
         b"{" * 100_000,  # deeply nested: no recursion crash
-        b" " * (audit.MAX_RECORD + 1),
+        b" " * (audit.MAX_FILE + 1),
         json.dumps({**TORCH_LOAD, "withdrawn": "2025-05-01T00:00:00Z"}).encode(),
         json.dumps(
             {
@@ -236,7 +236,15 @@ def test_hostile_and_withdrawn_records_are_counted_not_trusted():
         json.dumps({"id": "BAD-2", "affected": [None, {"package": "torch"}, {"package": {"name": 1}}]}).encode(),
     ]
     scan = audit.match(raw, [Package("PyPI", "torch", "2.1.2")])
-    assert scan.records == 8 and scan.unreadable == 5 and scan.withdrawn == 1 and scan.findings == []
+    assert (scan.records, scan.used, scan.unreadable, scan.withdrawn) == (8, 1, 6, 1) and scan.findings == []
+    assert scan.reasons == {
+        "not JSON": 1,
+        "an empty list": 1,
+        "not an OSV record (no id)": 1,
+        f"nested deeper than {audit.MAX_DEPTH}": 1,
+        "larger than 64 MiB": 1,
+        "names no affected package": 1,  # BAD-2: none of its entries names a package
+    }
 
 
 def _finding(severity="high", ident="GHSA-x", name="torch") -> audit.Finding:
@@ -270,6 +278,8 @@ def test_the_gate_blocks_at_its_level_and_an_allowlisted_finding_passes_until_it
         ('[[ignore]]\nid = "GHSA-x"\nreason = "because we say so"\nreview_by = 2027-01-01\nwhy = 1\n', "'why'"),
         ("[allow]\n", "'allow'"),
         ("[[ignore]\n", "not TOML"),
+        ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deep"),  # tomllib recursed: a RecursionError
+        ("x = " + "{a = " * 5_000 + "1" + "}" * 5_000 + "\n", "nested too deep"),
     ],
 )
 def test_an_allowlist_entry_without_a_reason_or_a_review_date_is_refused(text, message):
@@ -303,7 +313,7 @@ def _audit(runner, app, tmp_path, osv, *args):
 def test_audit_of_a_cell_reports_its_locks_findings_and_says_what_it_could_not_see(runner, app, tmp_path, osv):
     res = _audit(runner, app, tmp_path, osv)
     assert res.exit_code == 0, res.output  # no --fail-on: a report
-    assert "against 3 OSV records" in res.output and "1 findings: 1 critical" in res.output
+    assert "OSV records: 3 read, 3 used, 0 unreadable" in res.output and "1 findings: 1 critical" in res.output
     assert "CRITICAL torch 2.1.2: GHSA-53q9-r3pm-6pq6 (CVE-2025-32434), fixed in 2.6.0" in res.output
     assert "note: Debian packages: not known until the cell is built" in res.output
 
@@ -392,8 +402,128 @@ def test_a_build_with_the_gate_publishes_nothing_until_the_finding_is_allowliste
     assert res.status == "published" and res.audit["findings"] == 1 and res.audit["blocking"] == []
 
 
+@pytest.mark.resolver
+@pytest.mark.loopback
+def test_a_build_gates_an_unrated_advisory_only_when_asked_and_always_counts_it(setup, tmp_path):  # noqa: F811
+    import dataclasses
+
+    from tests.test_build_steps import _build
+
+    engine, registry, opts = setup
+    osv = tmp_path / "osv"
+    osv.mkdir()
+    unrated = {k: v for k, v in TORCH_LOAD.items() if k not in ("severity", "database_specific")}
+    (osv / "torch.json").write_text(json.dumps({**unrated, "id": "DSA-test-unrated"}))
+    res, _ = _build(engine, registry, dataclasses.replace(opts, audit_osv=osv))
+    assert res.status == "published" and res.audit["unrated"] == 1 and res.audit["blocking"] == []
+    res, _ = _build(engine, registry, dataclasses.replace(opts, audit_osv=osv, audit_fail_on_unrated=True))
+    assert (res.status, res.step) == ("failed", "audit"), res.error and res.error.render()
+    assert "DSA-test-unrated torch" in res.error.message
+
+
 def test_an_export_with_no_records_is_refused_not_passed(runner, app, tmp_path):
     """`--osv-db ""` is the current folder, and an empty folder holds nothing: a gate that read nothing passes all."""
     (tmp_path / "empty").mkdir()
     res = _audit(runner, app, tmp_path, tmp_path / "empty", "--fail-on", "high")
     assert res.exit_code == 2 and "holds no OSV records" in res.output and "hint:" in res.output
+
+
+# ---- the rules a planted bug would break -----------------------------------------------------------------------
+CVSS_98 = "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"  # 9.8, critical
+
+
+def _rated(own: str | None = None, vectors: tuple[str, ...] = (), distro: str | None = None) -> dict:
+    record: dict = {"id": "TEST-RATED-1", "affected": [{"package": {"ecosystem": "Debian:12", "name": "glibc"}}]}
+    if own is not None:
+        record["database_specific"] = {"severity": own}
+    if vectors:
+        record["severity"] = [{"type": "CVSS_V3", "score": v} for v in vectors]
+    if distro is not None:
+        record["affected"][0]["ecosystem_specific"] = {"urgency": distro}
+    record["affected"][0]["versions"] = ["2.36-9"]
+    return record
+
+
+@pytest.mark.parametrize(
+    ("own", "vectors", "distro", "level"),
+    [
+        (None, (CVSS_98,), "low", "critical"),  # the distribution's "low" does not lower a 9.8
+        ("LOW", (CVSS_98,), None, "critical"),  # nor does the record's own "low"
+        ("LOW", (), "high", "high"),
+        ("MODERATE", ("CVSS:3.1/AV:L/AC:L/PR:L/UI:R/S:U/C:L/I:L/A:N",), "unimportant", "medium"),
+        ("CRITICAL", ("CVSS:3.1/AV:L/AC:L/PR:L/UI:R/S:U/C:L/I:L/A:N",), "low", "critical"),
+        (None, ("CVSS:3.1/AV:L/AC:L/PR:L/UI:R/S:U/C:L/I:L/A:N", CVSS_98), None, "critical"),  # several vectors
+        (None, (), "medium", "medium"),
+        ("bogus", ("CVSS:9.9/nonsense",), "not yet assigned", "unknown"),
+        (None, (), None, "unknown"),
+    ],
+)
+def test_the_highest_rating_a_record_gives_wins(own, vectors, distro, level):
+    record = _rated(own, vectors, distro)
+    assert audit.severity(record, record["affected"][0]) == level
+
+
+def test_a_critical_vector_with_a_low_distribution_rating_gates_fail_on_high():
+    [finding] = _scan([_rated(None, (CVSS_98,), "low")], [_deb("libc6", "2.36-9", "glibc")]).findings
+    assert finding.severity == "critical"
+    verdict = audit.judge([finding], [], "high", TODAY)
+    assert not verdict.passed and verdict.blocking == [finding]
+
+
+# Each vector computes to exactly its score by the CVSS v3.1 formula (checked by hand, specification section 7.1):
+#   9.0: ISS 0.914816, changed impact 6.0478, exploitability 8.22*0.85*0.77*0.68*0.62 = 2.2682; 1.08*8.3160 = 8.981
+#   8.9: ISS 0.848992, changed impact 5.9713, exploitability 2.2212;                           1.08*8.1925 = 8.848
+#   7.0: ISS 0.732304, impact 6.42*ISS = 4.7014, exploitability 2.2212;                               6.9226
+#   6.9: ISS 0.848992, impact 5.4505, exploitability 8.22*0.55*0.44*0.85*0.85 = 1.4372;               6.8878
+#   4.0: ISS 0.22, impact 1.4124, exploitability 8.22*0.55*0.77*0.85*0.85 = 2.5152;                   3.9276
+#   3.9: ISS 0.3916, impact 2.5141, exploitability 8.22*0.55*0.77*0.62*0.62 = 1.3382;                 3.8522
+#   0.0: no impact on C, I or A: 0 whatever the rest.
+# Each total rounds up to one decimal (Roundup, Appendix A).
+@pytest.mark.parametrize(
+    ("vector", "score", "level"),
+    [
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:C/C:H/I:H/A:H", 10.0, "critical"),
+        ("CVSS:3.1/AV:N/AC:L/PR:L/UI:R/S:C/C:H/I:H/A:H", 9.0, "critical"),
+        ("CVSS:3.1/AV:N/AC:H/PR:N/UI:N/S:C/C:H/I:H/A:L", 8.9, "high"),
+        ("CVSS:3.1/AV:N/AC:H/PR:N/UI:N/S:U/C:H/I:L/A:L", 7.0, "high"),
+        ("CVSS:3.1/AV:L/AC:H/PR:N/UI:N/S:U/C:H/I:H/A:L", 6.9, "medium"),
+        ("CVSS:3.1/AV:L/AC:L/PR:N/UI:N/S:U/C:L/I:N/A:N", 4.0, "medium"),
+        ("CVSS:3.1/AV:L/AC:L/PR:L/UI:R/S:U/C:L/I:L/A:N", 3.9, "low"),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:N", 0.0, "unknown"),
+    ],
+)
+def test_cvss_v3_base_score_boundaries_give_their_levels(vector, score, level):
+    assert audit.cvss3_score(vector) == score
+    assert audit.level_of_score(score) == level
+    record = _rated(None, (vector,))
+    assert audit.severity(record, record["affected"][0]) == level
+
+
+def test_a_binnmu_binary_is_matched_by_its_source_version():
+    """dpkg's `Source: name (version)`: a binNMU (1.2-3+b1) is built from source 1.2-3, which the advisories name."""
+    from imagekit import dpkg_status, lockfile, sbom
+
+    status = (
+        "Package: libfoo1\nStatus: install ok installed\nArchitecture: amd64\nSource: foo (1.2-3)\n"
+        "Version: 1.2-3+b1\n\n"
+        "Package: cpp\nStatus: install ok installed\nArchitecture: amd64\nSource: gcc-defaults (1.203)\n"
+        "Version: 4:12.2.0-3\n"
+    )
+    facts = sbom.ImageFacts("c", "r/x", "t", "sha256:" + "0" * 64, "linux/amd64", "b", "debian-12", 0, "imagekit")
+    packages = audit.packages_from_sbom(sbom.document(facts, lockfile.Lock((), ()), dpkg_status.parse(status.encode())))
+    libfoo = next(p for p in packages if p.name == "libfoo1")
+    assert (libfoo.version, libfoo.source, libfoo.source_version) == ("1.2-3+b1", "foo", "1.2-3")
+
+    def hit(name: str, **affected) -> bool:
+        record = {"id": "DSA-T", "affected": [{"package": {"ecosystem": "Debian:12", "name": name}, **affected}]}
+        return bool(_scan([record], packages).findings)
+
+    def fixed(version: str) -> dict:
+        return {"ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": version}]}]}
+
+    assert hit("foo", **fixed("1.2-4"))
+    assert not hit("foo", **fixed("1.2-3"))
+    assert hit("foo", versions=["1.2-3"])  # the binary's own version is in no source list
+    assert hit("foo", ranges=[{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"last_affected": "1.2-3"}]}])
+    assert hit("gcc-defaults", **fixed("1.204"))  # cpp 4:12.2.0-3 is source 1.203: the epoch is the binary's
+    assert not hit("gcc-defaults", **fixed("1.203"))

@@ -149,6 +149,13 @@ def register(app: typer.Typer) -> None:
                 "--audit-allowlist", metavar="FILE", help="With --audit-osv: the allowlist (TOML [[ignore]])."
             ),
         ] = None,
+        audit_fail_on_unrated: Annotated[
+            bool,
+            typer.Option(
+                "--audit-fail-on-unrated",
+                help="With --audit-osv: an advisory with no rating (no CVSS, no distribution urgency) fails too.",
+            ),
+        ] = False,
         as_json: JsonOpt = False,
         dry_run: Annotated[
             bool,
@@ -218,6 +225,7 @@ def register(app: typer.Typer) -> None:
             audit_osv=audit_osv,
             audit_fail_on=audit_fail_on,
             audit_allowlist=audit_allowlist,
+            audit_fail_on_unrated=audit_fail_on_unrated,
         )
         console = err_console()
         from imagekit.cli.progress_display import ConsoleProgress

@@ -57,6 +57,7 @@ class BuildOptions:
     zstd: bool = False  # also publish the image with zstd layers, under <tag>-zstd (never instead of gzip)
     audit_fail_on: str = "high"
     audit_allowlist: Path | None = None
+    audit_fail_on_unrated: bool = False  # an advisory with no rating (a DSA for a local root) fails the gate too
 
     @property
     def auth(self) -> dict | None:
@@ -386,17 +387,25 @@ def _audit(b: _Build) -> None:
 
     target = audit_run.Target(b.immutable, audit.packages_from_sbom(b.sbom), "its SBOM")
     scan, verdict = audit_run.run(
-        target, b.opts.audit_osv, b.opts.audit_allowlist, b.opts.audit_fail_on, dt.date.today()
+        target,
+        b.opts.audit_osv,
+        b.opts.audit_allowlist,
+        b.opts.audit_fail_on,
+        dt.date.today(),
+        fail_unrated=b.opts.audit_fail_on_unrated,
     )
     b.result.audit = {
         "records": scan.records,
         "findings": len(verdict.findings),
         "blocking": [f"{f.id} {f.package.name} {f.package.version} ({f.severity})" for f in verdict.blocking],
         "expired": [e.id for e, _ in verdict.expired],
+        "unrated": verdict.unrated,
     }
     b.say(
         f"audit: {len(verdict.findings)} known vulnerabilities in {len(target.packages)} packages "
-        f"({scan.records} OSV records), {len(verdict.blocking)} at or above {b.opts.audit_fail_on} not allowlisted"
+        f"({scan.records} OSV records, {scan.used} used), {len(verdict.blocking)} at or above "
+        f"{b.opts.audit_fail_on}{' or unrated' if b.opts.audit_fail_on_unrated else ''} not allowlisted, "
+        f"{verdict.unrated} unrated"
     )
     if not verdict.passed:
         named = ", ".join(
