@@ -16,6 +16,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from imagekit import untrusted
+
 SIMPLESIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 PAYLOAD_TYPE = "cosign container image signature"
@@ -202,17 +204,57 @@ def signature_image(descriptors: list[dict]) -> tuple[bytes, bytes]:
     return config, manifest
 
 
-def signed_digest(data: bytes) -> str | None:
-    """The image digest a simple-signing payload vouches for, or None when it is not such a payload."""
+class _Twice(ValueError):
+    """A JSON object naming a key twice."""
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict:
+    doc: dict = {}
+    for key, value in pairs:
+        if key in doc:
+            raise _Twice(key)
+        doc[key] = value
+    return doc
+
+
+def _vouched(data: bytes) -> tuple[str | None, str | None]:
+    """(the image digest a simple-signing payload vouches for, None) or (None, why it vouches for none). Only
+    cosign's own kind counts: ``critical.type`` must be ``cosign container image signature`` exactly (another
+    simple-signing type, e.g. atomic's, signs something else); a key named twice is refused (parsers differ on which
+    one counts: Go's the last, others the first)."""
     try:
-        doc = json.loads(data)
-        critical = doc["critical"]
-        if critical["type"] != PAYLOAD_TYPE:
-            return None
-        found = critical["image"]["docker-manifest-digest"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return found if isinstance(found, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", found) else None
+        doc = json.loads(data, object_pairs_hook=_unique)
+    except _Twice as exc:
+        return None, f"its payload names {untrusted.printable(str(exc), 40)!r} twice (parsers differ on which counts)"
+    except (ValueError, RecursionError):
+        return None, "its payload is not a simple-signing payload (not JSON)"
+    critical = doc.get("critical") if isinstance(doc, dict) else None
+    if not isinstance(critical, dict):
+        return None, "its payload is not a simple-signing payload (no critical section)"
+    kind = critical.get("type")
+    if kind != PAYLOAD_TYPE:
+        shown = "missing" if kind is None else repr(untrusted.printable(kind, 80))
+        return None, f"its payload's critical.type is {shown}, not cosign's {PAYLOAD_TYPE!r}"
+    image = critical.get("image")
+    found = image.get("docker-manifest-digest") if isinstance(image, dict) else None
+    if not isinstance(found, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", found):
+        return None, "its payload names no image digest (critical.image.docker-manifest-digest)"
+    return found, None
+
+
+def signed_digest(data: bytes) -> str | None:
+    """The image digest a simple-signing payload vouches for, or None when it is not such a payload (of cosign's
+    type, ``_vouched``)."""
+    return _vouched(data)[0]
+
+
+def payload_problem(data: bytes, digest: str) -> str | None:
+    """Why the payload ``data`` does not vouch for the image ``digest`` (its type, its shape, another image), or
+    None when it does."""
+    found, why = _vouched(data)
+    if why is not None:
+        return why
+    return None if found == digest else f"its payload vouches for another image ({found})"
 
 
 def layers_of(manifest: object) -> list[tuple[str, int, str]]:

@@ -123,6 +123,7 @@ class FakeImage:
     digest: str
     config: bytes
     config_digest: str
+    media: str = MANIFEST_V2
 
 
 def _sha(data: bytes) -> str:
@@ -132,12 +133,15 @@ def _sha(data: bytes) -> str:
 @dataclass
 class RegistryState:
     """What a registry on loopback serves: manifests by (repo, tag or digest), blobs by digest; and, to misbehave,
-    ``override`` answers a request before the registry does (return None to let it through)."""
+    ``override`` answers a request before the registry does (return None to let it through), and ``lies`` answers
+    a path (without its query) with other bytes than the registry holds there (``serve_manifest_as``,
+    ``serve_blob_as``). It takes pushes too: manifests PUT by tag or digest, blobs by a monolithic upload."""
 
     server: Server
     manifests: dict[tuple[str, str], FakeImage] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
     override: Route | None = None
+    lies: dict[str, Answer] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -163,18 +167,52 @@ class RegistryState:
         self.blobs[image.config_digest], self.blobs[_sha(layer)] = config, layer
         return image
 
+    def add_manifest(self, repo: str, tag: str, body: bytes, media: str = MANIFEST_V2) -> str:
+        """Any manifest or index, as given, under ``tag`` and its digest; returns the digest."""
+        image = FakeImage(body, _sha(body), b"", "", media)
+        self.manifests[(repo, tag)] = self.manifests[(repo, image.digest)] = image
+        return image.digest
+
+    def add_blob(self, data: bytes) -> str:
+        self.blobs[_sha(data)] = data
+        return _sha(data)
+
+    def serve_manifest_as(self, repo: str, asked: str, served: bytes, header: str | None = "served") -> None:
+        """A lie: ``/manifests/<asked>`` answers ``served``, with a Docker-Content-Digest of ``header``: "served"
+        (the digest of what it serves), "asked", None (no header) or any other text (sent as it is)."""
+        digest = {"served": _sha(served), "asked": asked}.get(header or "", header)
+        headers = {"Content-Type": MANIFEST_V2, **({"Docker-Content-Digest": digest} if digest else {})}
+        self.lies[f"/v2/{repo}/manifests/{asked}"] = (200, headers, served)
+
+    def serve_blob_as(self, repo: str, asked: str, served: bytes) -> None:
+        """A lie: ``/blobs/<asked>`` answers ``served``."""
+        self.lies[f"/v2/{repo}/blobs/{asked}"] = (200, {}, served)
+
     def answer(self, req: Seen) -> Answer:
         if self.override is not None and (forced := self.override(req)) is not None:
             return forced
         path = req.path.split("?")[0]
+        if req.method in ("GET", "HEAD") and path in self.lies:
+            return self.lies[path]
         if path in ("/v2/", "/v2"):
             return json_answer({})
+        if req.method == "POST" and path.startswith("/v2/") and path.endswith("/blobs/uploads/"):
+            return 202, {"Location": f"{path}{len(self.seen)}"}, b""
+        if req.method == "PUT" and path.startswith("/v2/") and "/blobs/uploads/" in path:
+            digest = req.path.partition("digest=")[2].replace("%3A", ":")
+            if digest != _sha(req.body):
+                return json_answer({"errors": [{"code": "DIGEST_INVALID"}]}, 400)
+            self.blobs[digest] = req.body
+            return 201, {"Docker-Content-Digest": digest}, b""
         if path.startswith("/v2/") and "/manifests/" in path:
             repo, _, ref = path[4:].rpartition("/manifests/")
+            if req.method == "PUT":
+                media = req.headers.get("Content-Type", MANIFEST_V2)
+                return 201, {"Docker-Content-Digest": self.add_manifest(repo, ref, req.body, media)}, b""
             image = self.manifests.get((repo, ref))
             if image is None:
                 return json_answer({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, 404)
-            return 200, {"Content-Type": MANIFEST_V2, "Docker-Content-Digest": image.digest}, image.manifest
+            return 200, {"Content-Type": image.media, "Docker-Content-Digest": image.digest}, image.manifest
         if path.startswith("/v2/") and "/blobs/" in path:
             blob = self.blobs.get(path.rpartition("/blobs/")[2])
             return (200, {}, blob) if blob is not None else json_answer({"errors": [{"code": "BLOB_UNKNOWN"}]}, 404)

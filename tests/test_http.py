@@ -115,10 +115,12 @@ def test_unreachable_server_is_an_environment_failure():
 
 
 # ---- registry: Basic and Bearer, blobs redirected to another origin --------------------------------------------------
-D, C = "sha256:" + "d" * 64, "sha256:" + "c" * 64
+CONFIG = b'{"rootfs": {"diff_ids": []}}'
+C = "sha256:" + hashlib.sha256(CONFIG).hexdigest()
 MANIFEST = json.dumps(
     {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {"digest": C}}
 ).encode()
+D = "sha256:" + hashlib.sha256(MANIFEST).hexdigest()  # digests bind: the bytes' own
 MANIFEST_ANSWER = (200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json", "Docker-Content-Digest": D})
 
 
@@ -155,7 +157,7 @@ def test_registry_bearer_flow_and_same_origin_redirects():
         reg.routes["/v2/team/app/manifests/latest"] = guarded(redirect(f"/v2/team/app/manifests/{D}"))
         reg.routes[f"/v2/team/app/manifests/{D}"] = guarded((*MANIFEST_ANSWER, MANIFEST))
         reg.routes[f"/v2/team/app/blobs/{C}"] = guarded(redirect(f"{cdn.url}/blob?sig=abc"))
-        cdn.routes["/blob"] = (200, {}, b'{"rootfs": {"diff_ids": []}}')
+        cdn.routes["/blob"] = (200, {}, CONFIG)
         client_ = registry.RegistryClient("ci", "pw", registries=[reg.address])
         assert client_.oci_manifest(_remote(reg), "latest") == registry.OciManifest(D, C)
         assert client_.blob_json(_remote(reg), C) == {"rootfs": {"diff_ids": []}}
@@ -167,7 +169,7 @@ def test_registry_bearer_flow_and_same_origin_redirects():
 
 @pytest.mark.loopback
 def test_registry_non_json_manifest_is_exit_3():
-    with serve({"/v2/team/app/manifests/latest": (200, {"Docker-Content-Digest": D}, b"<html>proxy</html>")}) as reg:
+    with serve({"/v2/team/app/manifests/latest": (200, {}, b"<html>proxy</html>")}) as reg:
         with pytest.raises(EnvironmentFailure) as exc:
             registry.RegistryClient().oci_manifest(_remote(reg), "latest")
     assert exc.value.exit_code == 3 and "did not answer JSON" in exc.value.message and "--registry" in exc.value.hint

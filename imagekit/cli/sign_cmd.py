@@ -16,12 +16,18 @@ PASSWORD_VARIABLE = "COSIGN_PASSWORD"  # cosign's own: the same key opens with t
 
 
 def _target(image: str):  # type: ignore[no-untyped-def]
-    """The registry, repository and digest IMAGE names (a tag is resolved to what it names now)."""
+    """The registry, repository and digest IMAGE names: the digest it gives (what the registry serves for it must hash
+    to it, else exit 3), or what its tag names now (the digest of the bytes served, which a Docker-Content-Digest
+    must agree with). IMAGE carrying credentials is refused without being shown."""
     from imagekit import naming, validate
     from imagekit.effects import credentials
-    from imagekit.effects.registry import RegistryClient, Remote
+    from imagekit.effects.registry import RegistryClient, Remote, refuse_user_info, served_as, without_user_info
 
-    validate.image_ref(image, "IMAGE")
+    refuse_user_info(image, "IMAGE")
+    try:
+        validate.image_ref(image, "IMAGE")
+    except UsageError as exc:
+        raise UsageError(without_user_info(exc.message), exc.hint) from None
     repo, tag, digest = naming.split_reference(image)
     if not tag and not digest:
         raise UsageError(f"{image} names no tag or digest", "pass REGISTRY/REPOSITORY:TAG or @sha256:...")
@@ -31,7 +37,9 @@ def _target(image: str):  # type: ignore[no-untyped-def]
     found = client.manifest_raw(remote, digest or tag)
     if found is None:
         raise UsageError(f"{image} is not in its registry", "publish it first (`imagekit build --push`)")
-    return client, remote, found[2]
+    if digest:  # the digest asked, never the one of what was served (manifest_raw binds them too)
+        served_as(remote.registry, "manifest", digest, found[1])
+    return client, remote, digest or found[2]
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -78,9 +86,11 @@ def register(app: typer.Typer) -> None:
         key: Annotated[Path, typer.Option("--key", metavar="FILE", help="cosign.pub: the signer's public key (PEM).")],
         as_json: JsonOpt = False,
     ) -> None:
-        """Check that IMAGE (what its tag names now) carries a cosign signature by KEY's private half.
+        """Check that IMAGE (the digest it gives, or what its tag names now) carries a cosign signature by KEY's
+        private half.
 
-        Exit 0 when one verifies, 1 when none does (naming why).
+        Exit 0 when one verifies, 1 when none does (naming why), 3 when the registry cannot be read or serves other
+        bytes than a digest names (a digest asked for, a signature's payload, its Docker-Content-Digest).
         """
         from imagekit import cosign
         from imagekit.services import signing

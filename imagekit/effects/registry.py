@@ -4,7 +4,13 @@ Credentials are bound to their origin: they go to the registries the client was 
 and to the token realm such a registry's challenge names; to any other registry the client speaks without them. A
 redirect elsewhere (blobs served from a CDN) is followed without them (imagekit.effects.http). No URL is built from a
 name or reference that is not of the distribution grammar, and what the registry answers is checked here
-(imagekit.untrusted), not by the callers."""
+(imagekit.untrusted), not by the callers.
+
+Digests bind: whatever is fetched by digest (a manifest, a blob) must hash to that digest before anything reads it,
+and a Docker-Content-Digest header must be the digest of the bytes served with it (by tag, that is what the tag
+names). A registry that serves other bytes is refused like any other answer that is not the registry API's: exit 3
+(EnvironmentFailure), naming the digest asked and the digest of what was served; no check runs on what it served.
+No message shows a URL's user-info or the credentials, not even when the registry echoes them."""
 
 from __future__ import annotations
 
@@ -32,6 +38,23 @@ MANIFEST_TYPES = ", ".join(
 MAX_TOKEN = 16 << 10  # bytes of a bearer token (real ones are 1-4 KiB)
 USER_VARIABLE, PASSWORD_VARIABLE = "IMAGEKIT_REGISTRY_USER", "IMAGEKIT_REGISTRY_PASSWORD"
 STRIP_HINT = "strip the line ending: export {var}=$(tr -d '\\r\\n' < file)"
+_USER_INFO = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^/@]*@(?!sha256:)")  # credentials before the host
+_USER_INFO_IN_TEXT = re.compile(r"(?<![\w.+/-])((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^\s'\"@]+@(?!sha256:)")
+
+
+def refuse_user_info(value: object, what: str) -> None:
+    """A registry, repository or image reference carrying credentials (``user:password@host/...``) is refused
+    without being shown: credentials come from `docker login` or the environment, never from a name."""
+    if isinstance(value, str) and _USER_INFO.match(value):
+        raise UsageError(
+            f"{what} carries credentials (user-info before '@'); it is not shown here",
+            f"name it without them; log in with `docker login HOST`, or set {USER_VARIABLE} and {PASSWORD_VARIABLE}",
+        )
+
+
+def without_user_info(text: str) -> str:
+    """``text`` with the user-info of every reference or URL in it (``user:password@host/...``) as ``***@``."""
+    return _USER_INFO_IN_TEXT.sub(lambda m: f"{m[1]}***@", text)
 
 
 @dataclass(frozen=True)
@@ -41,6 +64,7 @@ class Remote:
 
     def __post_init__(self) -> None:
         """Both of the distribution grammar: they become a URL's host and path."""
+        refuse_user_info(self.registry, "the registry")
         first = self.registry.partition("/")[0] if isinstance(self.registry, str) else ""
         named = isinstance(self.name, str) and isinstance(self.registry, str) and first == self.registry
         if not named or not ("." in first or ":" in first or first == "localhost"):
@@ -52,6 +76,7 @@ class Remote:
 
     @classmethod
     def parse(cls, repository: str) -> Remote:
+        refuse_user_info(repository, "the repository")
         first, _, rest = repository.partition("/")
         if rest and ("." in first or ":" in first or first == "localhost"):
             return cls(first, rest)
@@ -83,6 +108,24 @@ def blob_digest(value: object) -> str:
 
 def _refused(registry: str, exc: untrusted.UntrustedData, hint: str = "check --registry") -> EnvironmentFailure:
     return EnvironmentFailure(f"registry {registry}'s answer is refused: {exc}", hint)
+
+
+LIED_HINT = (
+    "a digest names exactly one content: the registry (or a proxy or cache before it) is corrupt or lying, and "
+    "nothing it served was used; check --registry, or publish the image again"
+)
+
+
+def served_as(registry: str, what: str, asked: str, body: bytes) -> bytes:
+    """``body``, fetched by the digest ``asked``, if it hashes to it; else refused (exit 3) naming both digests."""
+    served = "sha256:" + _sha256(body)
+    if served != asked:
+        raise EnvironmentFailure(
+            f"registry {registry} served other bytes than {asked} (the {what} asked for by that digest): what it "
+            f"served is {served}",
+            LIED_HINT,
+        )
+    return body
 
 
 @dataclass(frozen=True)
@@ -213,6 +256,17 @@ class RegistryClient:
             status, headers, body = self._request(url, method, auth, data, content_type, max_bytes)
         return status, headers, body, auth
 
+    def _shown(self, answer: bytes) -> str:
+        """A registry's answer as an error may show it: printable, and without these credentials (a registry or a
+        proxy may echo the request's headers)."""
+        text = untrusted.printable(answer, len(answer) + 1)  # whole, so no credential is cut where it would show
+        if self.username is not None and self.password:
+            basic = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+            secrets = {self.password, " ".join(self.password.split()), basic} - {""}  # as printable shows them
+            for secret in sorted(secrets, key=len, reverse=True):
+                text = re.sub(re.escape(secret), "***", text, flags=re.I)
+        return untrusted.printable(text)
+
     def check_access(self, remote: Remote) -> None:
         """Ask the registry's API root with these credentials (or none): a registry that refuses them, or asks for
         some when none are given, raises now, before a build that would end in a refused push."""
@@ -229,18 +283,48 @@ class RegistryClient:
         digest = untrusted_digest(digest)
         found = self.manifest_raw(remote, digest)
         if found is None:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP 404 for {digest}")
+            raise EnvironmentFailure(
+                f"registry {remote.registry} answered HTTP 404 for {digest}", "publish the image again; no tag moved"
+            )
         media, body, _ = found
         self.put_manifest(remote, tag, body, media)
 
-    def manifest_raw(self, remote: Remote, ref: str) -> tuple[str, bytes, str] | None:
-        """What a tag or digest names, as served: (media type, bytes, digest of the bytes), or None when missing."""
+    def _manifest(self, remote: Remote, ref: str, max_bytes: int = 64 << 20) -> tuple[dict, bytes, str] | None:
+        """A manifest by tag or digest, bound to it: (headers, bytes, their digest), or None when missing. By digest
+        the bytes must hash to it; a Docker-Content-Digest must be their digest (by tag, it is what the tag names)."""
         ref = reference(ref)
-        status, headers, body = self._authed(remote, f"{remote.base}/manifests/{ref}", max_bytes=4 << 20)
+        status, headers, body = self._authed(remote, f"{remote.base}/manifests/{ref}", max_bytes=max_bytes)
         if status == 404:
             return None
         if status != 200:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {ref}")
+            raise EnvironmentFailure(
+                f"registry {remote.registry} answered HTTP {status} for {ref}", "check --registry and the reference"
+            )
+        if untrusted.is_digest(ref):
+            served_as(remote.registry, "manifest", ref, body)
+        digest = "sha256:" + _sha256(body)
+        claimed = {k.lower(): v for k, v in headers.items()}.get("docker-content-digest")
+        if claimed is not None:
+            try:
+                untrusted.digest(claimed, "its Docker-Content-Digest")
+            except untrusted.UntrustedData as exc:
+                hint = "the registry does not speak the registry API v2; check --registry"
+                raise _refused(remote.registry, exc, hint) from None
+            if claimed != digest:
+                raise EnvironmentFailure(
+                    f"registry {remote.registry} says {ref} is {claimed} (its Docker-Content-Digest), but served "
+                    f"other bytes than {claimed}: what it served is {digest}",
+                    LIED_HINT,
+                )
+        return headers, body, digest
+
+    def manifest_raw(self, remote: Remote, ref: str) -> tuple[str, bytes, str] | None:
+        """What a tag or digest names, as served: (media type, bytes, their digest: ``ref`` itself when a digest),
+        or None when missing."""
+        found = self._manifest(remote, ref, max_bytes=4 << 20)
+        if found is None:
+            return None
+        headers, body, digest = found
         media = {k.lower(): v for k, v in headers.items()}.get("content-type") or _json(
             body, f"registry {remote.registry}"
         ).get("mediaType")
@@ -248,7 +332,7 @@ class RegistryClient:
             media = untrusted.header_value(media if isinstance(media, str) else "", "its media type")
         except untrusted.UntrustedData as exc:
             raise _refused(remote.registry, exc) from None
-        return media.split(";", 1)[0].strip(), body, "sha256:" + _sha256(body)
+        return media.split(";", 1)[0].strip(), body, digest
 
     def put_manifest(self, remote: Remote, tag: str, body: bytes, media: str) -> str:
         """Store ``body`` (a manifest or an image index) under ``tag``; returns its digest (of the bytes sent)."""
@@ -256,7 +340,7 @@ class RegistryClient:
         status, _, answer = self._authed(remote, f"{remote.base}/manifests/{tag}", "PUT", body, media)
         if status not in (200, 201):
             raise EnvironmentFailure(
-                f"registry {remote.registry} refused tagging {tag} (HTTP {status}): {untrusted.printable(answer)!r}",
+                f"registry {remote.registry} refused tagging {tag} (HTTP {status}): {self._shown(answer)!r}",
                 "retry; check push rights (an index's images must be in the same repository)",
             )
         return "sha256:" + _sha256(body)
@@ -283,7 +367,7 @@ class RegistryClient:
         status, headers, answer, auth = self._authed_as(remote, start, "POST", b"", max_bytes=1 << 20)
         if status != 202:
             raise EnvironmentFailure(
-                f"registry {remote.registry} refused an upload (HTTP {status}): {untrusted.printable(answer)[:200]!r}",
+                f"registry {remote.registry} refused an upload (HTTP {status}): {self._shown(answer)[:200]!r}",
                 "check push rights to the repository",
             )
         location = {k.lower(): v for k, v in headers.items()}.get("location", "")
@@ -306,8 +390,7 @@ class RegistryClient:
                                                   redirects=False)  # fmt: skip
         if status != 201:
             raise EnvironmentFailure(
-                f"registry {remote.registry} refused blob {digest} (HTTP {status}): "
-                f"{untrusted.printable(answer)[:200]!r}",
+                f"registry {remote.registry} refused blob {digest} (HTTP {status}): {self._shown(answer)[:200]!r}",
                 "retry the publish; nothing was tagged",
             )
 
@@ -316,40 +399,41 @@ class RegistryClient:
         digest = blob_digest(digest)
         status, _, body = self._authed(remote, f"{remote.base}/blobs/{digest}")
         if status != 200:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
-        return _json(body, f"registry {remote.registry} (blob {digest})")
+            raise EnvironmentFailure(
+                f"registry {remote.registry} answered HTTP {status} for blob {digest}", "check --registry"
+            )
+        return _json(served_as(remote.registry, "blob", digest, body), f"registry {remote.registry} (blob {digest})")
 
     def blob(self, remote: Remote, digest: str, max_bytes: int) -> bytes:
-        """A blob's bytes by digest, refused when larger than ``max_bytes``."""
+        """A blob's bytes by digest (refused unless they hash to it), refused when larger than ``max_bytes``."""
         digest = blob_digest(digest)
         status, _, body = self._authed(remote, f"{remote.base}/blobs/{digest}", max_bytes=max_bytes)
         if status != 200:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for blob {digest}")
-        return body
+            raise EnvironmentFailure(
+                f"registry {remote.registry} answered HTTP {status} for blob {digest}", "check --registry"
+            )
+        return served_as(remote.registry, "blob", digest, body)
 
     def oci_manifest_json(self, remote: Remote, ref: str) -> dict:
-        """The manifest document itself (layers, config)."""
-        ref = reference(ref)
-        status, _, body = self._authed(remote, f"{remote.base}/manifests/{ref}")
-        if status != 200:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {ref}")
-        return _json(body, f"registry {remote.registry}")
+        """The manifest document itself (layers, config), bound to ``ref`` (``_manifest``)."""
+        found = self._manifest(remote, ref)
+        if found is None:
+            shown = reference(ref)
+            raise EnvironmentFailure(
+                f"registry {remote.registry} answered HTTP 404 for {shown}", "check --registry and the reference"
+            )
+        return _json(found[1], f"registry {remote.registry}")
 
     def oci_manifest(self, remote: Remote, ref: str) -> OciManifest | None:
-        """The manifest a tag or digest names, or None when the registry does not have it. Its digest is the
-        registry's Docker-Content-Digest (checked), else the sha256 of the bytes it served."""
-        ref = reference(ref)
-        status, headers, body = self._authed(remote, f"{remote.base}/manifests/{ref}")
-        if status == 404:
+        """The manifest a tag or digest names, or None when the registry does not have it. Its digest is the sha256
+        of the bytes served (``ref`` itself when a digest; a Docker-Content-Digest must agree: ``_manifest``)."""
+        found = self._manifest(remote, ref)
+        if found is None:
             return None
-        if status != 200:
-            raise EnvironmentFailure(f"registry {remote.registry} answered HTTP {status} for {ref}")
-        lowered = {k.lower(): v for k, v in headers.items()}
+        _, body, digest = found
         doc = _json(body, f"registry {remote.registry}")
         config = doc.get("config", {}).get("digest") if isinstance(doc.get("config"), dict) else None
         try:
-            digest = lowered.get("docker-content-digest") or "sha256:" + _sha256(body)
-            untrusted.digest(digest, "a manifest digest")
             if config is not None:
                 untrusted.digest(config, "a config digest")
         except untrusted.UntrustedData as exc:

@@ -7,6 +7,11 @@ another digest, neither by two records nor over the index's entry.
 A record is a CI artifact, so it is data to check: it may only name a registry the user named (``--registry``) or
 one the index already lists, and that is checked before any request, so the registry credentials (bound to those
 registries) never reach another.
+
+Every fetch by digest is bound to its digest (imagekit.effects.registry): a registry answering a record's digest, a
+signature's payload or an alias index's image with other bytes, or a tag with a Docker-Content-Digest that is not the
+digest of what it serves, is refused, exit 3 (the registry's answer is not the API's), and nothing is written. A
+record the registry honestly contradicts (no such manifest, another config, a moved tag) is exit 1.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 
 from imagekit import image_index, validate
 from imagekit.effects.files import write_atomic
-from imagekit.effects.registry import RegistryClient, Remote
+from imagekit.effects.registry import RegistryClient, Remote, refuse_user_info, without_user_info
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.model import AMD64
 from imagekit.services.publish import index_locked, read_index, read_record
@@ -54,6 +59,7 @@ _HUB = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.dock
 def named_registry(value: str) -> Named:
     """``--registry HOST[:PORT]`` or ``HOST[:PORT]/REPO``, of the distribution grammar."""
     hint = "name your registry as HOST[:PORT] or HOST[:PORT]/REPO, e.g. --registry ghcr.io/acme/train"
+    refuse_user_info(value, "--registry")  # never shown: credentials come from `docker login` or the environment
     try:
         if "/" in value:
             remote = Remote.parse(validate.repository(value))
@@ -63,7 +69,7 @@ def named_registry(value: str) -> Named:
         Remote(value, "x")  # the host alone: of the grammar, or UsageError
         return Named(_HUB.get(value, value))
     except UsageError as exc:
-        raise UsageError(f"--registry: {exc.message}", hint) from None
+        raise UsageError(f"--registry: {without_user_info(exc.message)}", hint) from None
 
 
 def allowed_registries(flags: list[str], index: dict) -> tuple[list[Named], str]:
@@ -116,7 +122,10 @@ def collect(paths: list[Path]) -> dict[str, tuple[dict, Path]]:
     """Records by immutable tag; two records giving one tag two digests is refused (exit 1)."""
     by_tag: dict[str, tuple[dict, Path]] = {}
     for path in paths:
-        entry = read_record(path)
+        try:
+            entry = read_record(path)
+        except UsageError as exc:  # a record is a CI artifact: what it holds may carry credentials, never shown
+            raise UsageError(without_user_info(exc.message), exc.hint and without_user_info(exc.hint)) from None
         seen = by_tag.get(entry["tag"])
         if seen is not None and seen[0]["digest"] != entry["digest"]:
             raise CheckFailed(
@@ -129,7 +138,8 @@ def collect(paths: list[Path]) -> dict[str, tuple[dict, Path]]:
 
 
 def verify(registry: RegistryClient, entry: dict, path: Path) -> None:
-    """The registry serves the recorded manifest, with the recorded config, under the recorded tag."""
+    """The registry serves the recorded manifest (bytes that hash to the recorded digest), with the recorded config,
+    under the recorded tag (whose bytes hash to what the record says it names)."""
     repo, tag = entry["tag"].rsplit(":", 1)
     remote = Remote.parse(repo)
     found = registry.oci_manifest(remote, entry["digest"])
@@ -213,7 +223,8 @@ def platform_images(entries: list[dict]) -> dict[str, dict[str, str]]:
 
 def point_index(registry: RegistryClient, alias: str, platforms: dict[str, str]) -> str:
     """Point ``alias`` at an index of each platform's verified image: CI's per-platform jobs each extend the alias as
-    they publish and may race; the merge, after all of them, makes it whole."""
+    they publish and may race; the merge, after all of them, makes it whole. Each entry's size and type are those of
+    the bytes its digest names (a registry serving other bytes is refused before the index is written)."""
     repo, tag = alias.rsplit(":", 1)
     remote = Remote.parse(repo)
     entries = []

@@ -1,11 +1,16 @@
-"""Sign and verify published images in cosign's format (imagekit.cosign), against the registry that holds them."""
+"""Sign and verify published images in cosign's format (imagekit.cosign), against the registry that holds them.
+
+Exit codes: a signature that does not verify, or vouches for another image or kind, is "the check said no" (1,
+CheckFailed); a registry serving other bytes than a digest names (here: a signature's payload) is refused like every
+registry answer that is not the API's (3, EnvironmentFailure, imagekit.effects.registry.served_as), whichever
+Registry was given: the check is made here too, not left to the client."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from imagekit import cosign, untrusted
-from imagekit.effects.registry import Remote
+from imagekit.effects.registry import Remote, served_as
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.services.ports import Registry
 
@@ -28,18 +33,21 @@ def _existing(registry: Registry, remote: Remote, tag: str) -> list[dict]:
 
 def verified(registry: Registry, remote: Remote, digest: str, public_key) -> tuple[list[str], list[str]]:  # type: ignore[no-untyped-def]
     """The signatures of ``digest`` that ``public_key`` verifies (their payloads' digests), and why the others did
-    not: a payload is read only as far as a payload can be, and must name ``digest`` itself."""
+    not: a payload is read only as far as a payload can be, must be the bytes its digest names (else the registry is
+    refused, EnvironmentFailure), and must be cosign's kind of payload naming ``digest`` itself."""
     tag = cosign.sig_tag(digest)
     good, bad = [], []
     layers = cosign.layers_of({"layers": _existing(registry, remote, tag)})
     for n, (payload_digest, size, signature) in enumerate(layers, 1):
-        data = registry.blob(remote, payload_digest, cosign.MAX_PAYLOAD)
-        if cosign.digest_of(data) != payload_digest or len(data) != size:
-            bad.append(f"signature {n} of {len(layers)}: the registry served other bytes than {payload_digest}")
-        elif cosign.signed_digest(data) != digest:
-            bad.append(f"signature {n} of {len(layers)}: its payload vouches for another image")
+        which = f"signature {n} of {len(layers)}"
+        served = registry.blob(remote, payload_digest, cosign.MAX_PAYLOAD)
+        data = served_as(remote.registry, f"payload of {which}", payload_digest, served)  # whichever Registry served it
+        if len(data) != size:
+            bad.append(f"{which}: its payload is {len(data)} bytes, its descriptor says {size}")
+        elif why := cosign.payload_problem(data, digest):
+            bad.append(f"{which}: {why}")
         elif not cosign.verify(data, signature, public_key):
-            bad.append(f"signature {n} of {len(layers)}: does not verify with this key")
+            bad.append(f"{which}: does not verify with this key")
         else:
             good.append(payload_digest)
     return good, bad
