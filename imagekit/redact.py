@@ -31,6 +31,16 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, host, path, query, parts.fragment))
 
 
+# `user:password@host/repo`: user-info in a reference with no scheme (not a digest's `@sha256:`)
+_USERINFO = re.compile(r"[^\s/@'\"]+@(?=[A-Za-z0-9\[])(?!sha(?:256|384|512):)")
+
+
 def redact_text(text: str) -> str:
     """Every URL in a text (a resolver's stderr, an error) redacted."""
     return _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
+
+
+def redact_value(text: str) -> str:
+    """A value a user typed, as an error may echo it: URLs redacted, and user-info before a host taken out where no
+    scheme marks it (``user:password@registry/repo``)."""
+    return _USERINFO.sub("***@", redact_text(text))

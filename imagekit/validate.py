@@ -41,7 +41,9 @@ MAX_VERSION = 64  # longer than any real version; a 10,000-digit one would overf
 
 
 def _bad(what: str, value: object, expected: str, hint: str | None = None) -> UsageError:
-    shown = repr(value)
+    from imagekit.redact import redact_value
+
+    shown = repr(redact_value(value) if isinstance(value, str) else value)  # never a password it was handed
     if len(shown) > 100:  # a 10,000-character value is named, not echoed
         shown = f"{shown[:60]}... ({len(value) if isinstance(value, str) else len(shown)} characters)"
     return UsageError(f"invalid {what} {shown}: expected {expected}", hint)

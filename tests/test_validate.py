@@ -280,3 +280,18 @@ def test_a_value_is_cut_from_101_characters_of_repr_on():
     assert (
         validate._bad("t", "x" * 99, "e").message == f"invalid t {repr('x' * 99)[:60]}... (99 characters): expected e"
     )
+
+
+@pytest.mark.parametrize(
+    "value", ["user:s3cret@127.0.0.1:5000/team/app", "https://user:s3cret@registry.example/team", "s3cret@host/x"]
+)
+def test_an_invalid_value_holding_a_password_is_named_without_it(value):
+    with pytest.raises(UsageError) as exc:
+        validate.repository(value + "/\x1bBAD")
+    assert "s3cret" not in exc.value.render()
+
+
+def test_a_digest_reference_is_echoed_as_it_is():
+    with pytest.raises(UsageError) as exc:
+        validate.image_ref("reg/repo@sha256:not-hex", "IMAGE")
+    assert "reg/repo@sha256:not-hex" in exc.value.render()
