@@ -51,6 +51,7 @@ IN_IMAGE = {
     "selftest.py": "doctor/selftest.py",
     "podstart.py": "doctor/podstart.py",
     "guard.py": "doctor/guard.py",
+    "nofollow.py": "doctor/nofollow.py",  # the guard's, the doctor's and the start logic's safe reads and redaction
     "hygiene.py": "doctor/hygiene.py",
     "install_layer.py": "bin/install-layer",
 }

@@ -440,10 +440,49 @@ def test_deep_tier_end_to_end(tmp_path, wheels, lock, hub):
     assert by_id(report)["torch-probe"]["status"] == "fail"  # this venv has no torch: the probe says so
 
 
-def test_unreadable_expectation_is_exit_3(tmp_path, wheels):
+def test_an_unreadable_expectation_is_bad_usage(tmp_path, wheels):
+    """A file named on the command line that cannot be read is a usage error (exit 2), before any check runs; a
+    file that reads but is not a manifest is a check that could not run (below)."""
     venv = make_venv(tmp_path / "v", wheels)
-    code, report, _ = run_doctor(venv, tmp_path, "--expect", str(tmp_path / "nope.json"))
-    assert code == 3 and by_id(report)["manifest"]["status"] == "error"
+    nope = tmp_path / "nope.json"
+    res = subprocess.run(
+        [str(venv / "bin" / "python"), str(DOCTOR), "--tier", "quick", "--json", "--expect", str(nope)],
+        capture_output=True, text=True,
+        env={"PATH": str(venv / "bin"), "HOME": str(tmp_path), "HF_HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert res.returncode == 2 and res.stdout == "" and f"--expect {nope}: cannot read" in res.stderr
+
+
+def _special(path: Path, kind: str) -> Path:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "nowhere")
+    elif kind == "huge":
+        with open(path, "wb") as fh:
+            fh.truncate(8 << 30)  # holes: nothing on disk, 8 GiB to a reader
+    return path
+
+
+@pytest.mark.parametrize("kind", ["missing", "fifo", "zero", "dir", "dangling", "huge"])
+def test_an_unreadable_expectation_is_exit_2_even_when_a_check_fails(tmp_path, kind):
+    """Bad usage wins: `--require-gpu` on a host without one is a blocker (exit 1), an `--expect` that cannot be
+    read is exit 2 all the same, and nothing blocks on a FIFO or reads /dev/zero without end."""
+    expect = _special(tmp_path / "manifest.json", kind)
+    try:
+        res = subprocess.run(
+            [sys.executable, str(DOCTOR), "--tier", "quick", "--require-gpu", "--expect", str(expect)],
+            capture_output=True, text=True, timeout=30,
+            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf")},
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the doctor blocked on an --expect that is {kind}")
+    assert res.returncode == 2, (res.returncode, res.stdout[-1500:], res.stderr[-1500:])
+    assert "cannot read" in res.stderr and "Traceback" not in res.stderr and "hint:" in res.stderr
 
 
 def test_cli_doctor_passes_through(app, runner, tmp_path, lock):
@@ -641,16 +680,11 @@ def test_missing_python_is_a_usage_error(tmp_path):
 
 
 def test_a_missing_relative_expect_is_cannot_read(app, runner, in_tmp, monkeypatch):
-    """A check that could not run and no blocker: exit 3 (README, exit codes). PATH and HF_HOME are this test's,
-    so nothing of the host's (another `python` first on PATH) adds a blocker, which would make it 1."""
+    """Bad usage (README, exit codes: a path of the wrong kind is 2), through `imagekit doctor` as well."""
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:/usr/bin:/bin")
     monkeypatch.setenv("HF_HOME", str(in_tmp / "hf"))
     res = runner.invoke(app, ["doctor", "--tier", "quick", "--expect", "manifest.json", "--json"])
-    report = json.loads(res.stdout)
-    check = by_id(report)["manifest"]
-    assert check["status"] == "error" and "cannot read manifest.json" in check["message"]
-    assert [c["id"] for c in report["checks"] if c["status"] == "fail"] == []
-    assert res.exit_code == 3 and report["exit_code"] == 3
+    assert res.exit_code == 2 and "--expect manifest.json: cannot read" in res.output
 
 
 def test_printed_reports_escape_control_characters():
@@ -799,3 +833,34 @@ def test_the_summary_counts_blockers_warnings_and_checks_that_could_not_run():
     assert doc.summary([c("pass")]) == "no blockers, no warnings"
     assert doc.summary([c("fail"), c("fail"), c("warn")]) == "2 blockers, 1 warning"
     assert doc.summary([c("warn"), c("warn"), c("error")]) == "no blockers, 2 warnings, 1 check could not run"
+
+
+@pytest.mark.parametrize("where", ["pip on PATH", "HF_TOKEN_PATH", "--accelerate-config", "default accelerate config"])
+def test_the_doctor_never_blocks_on_a_fifo_where_it_reads_a_file(tmp_path, where):
+    """A FIFO (or a link to one) where the doctor reads: a console script's shebang, the saved Hub token, an
+    accelerate config. Each is opened without blocking and refused, in seconds."""
+    bin_dir, hf = tmp_path / "bin", tmp_path / "hf"
+    (hf / "accelerate").mkdir(parents=True)
+    bin_dir.mkdir()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    env = {"PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "HF_HOME": str(hf)}  # fmt: skip
+    args = ["--tier", "quick"]
+    if where == "pip on PATH":
+        os.mkfifo(bin_dir / "pip")
+        (bin_dir / "pip").chmod(0o755)  # `which` finds it: executable, not a folder
+    elif where == "HF_TOKEN_PATH":
+        env["HF_TOKEN_PATH"] = str(fifo)
+        args = ["--tier", "deep", "--timeout", "30"]
+    elif where == "--accelerate-config":
+        args += ["--accelerate-config", str(fifo)]
+    else:
+        (hf / "accelerate" / "default_config.yaml").symlink_to(fifo)
+    try:
+        res = subprocess.run([sys.executable, str(DOCTOR), "--json", *args], capture_output=True, text=True, env=env,
+                             timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the doctor blocked on a FIFO ({where})")
+    assert "Traceback" not in res.stderr and res.returncode in (0, 1, 3), res.stderr[-2000:]
+    json.loads(res.stdout)

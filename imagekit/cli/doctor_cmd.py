@@ -17,7 +17,8 @@ from imagekit.in_image import imagekit_doctor
 
 HELP = (
     "Report drift from the pinned manifest and block launches that would fail or silently train on the CPU. "
-    "Exit 0 ok, 1 blocker (or warning with --strict), 3 a check could not run."
+    "Exit 0 ok, 1 blocker (or warning with --strict), 2 bad usage (an --expect that cannot be read), 3 a check "
+    "could not run."
 )
 
 

@@ -23,24 +23,33 @@ bills it); terminate deletes the pod and its volume disk (only a network volume 
 /instances/{id}/`` with ``{"state": "stopped"}``, ``DELETE /instances/{id}/``); ``IMAGEKIT_RUNPOD_API`` and
 ``IMAGEKIT_VAST_API`` replace the bases. The key goes in a header only: never in a log line, an argument or a file.
 A failed call is logged and retried until it succeeds; the pod stays up meanwhile.
+
+It runs as root among files other users of the pod can touch (the volume, the runs folder): every file it reads is
+opened without following a link, without blocking, and read to a bound (nofollow.py); what it writes is a new file
+renamed into place; a declared output that is a link (or holds one) is refused, not followed; every line it logs has
+URL credentials and the provider's key taken out. A setting it cannot use is logged by name and leaves that trigger
+(or, for the provider's variables, the call) off: never a traceback, never a request with a malformed id.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 import sys
 import time
 import urllib.error
 import urllib.request
 
 if __package__:  # imported from the host's package, imagekit.in_image
-    from . import facts
+    from . import facts, nofollow
 else:  # the program in the image: its siblings lie beside it (-I leaves the script's folder off sys.path)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import facts
+    import nofollow
 
 RUNPOD_API = "https://rest.runpod.io/v1"
 VAST_API = "https://console.vast.ai/api/v0"
@@ -50,7 +59,19 @@ LOG = "/var/log/imagekit-guard.log"
 ACTIONS = facts.GUARD_ACTIONS
 GuardError = facts.SettingError
 parse_duration = facts.parse_duration
-_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # fullmatch: `$` would let a trailing newline into the URL's path
+_KEY = re.compile(r"[!-~]{1,4096}")  # printable ASCII: what an HTTP header carries as it is
+_PERCENT = re.compile(r"[0-9]{1,3}")  # ASCII digits only: str.isdigit() says yes to '²', int() to '١'
+MAX_INTERVAL = 3600  # seconds between looks: longer, and a deadline is late by that much (time.sleep overflows too)
+MAX_MARKER = 1 << 20  # bytes read of the start check's report
+PROC_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
+MAX_PROC_TABLE = 64 << 20
+SECRETS = []  # the provider's key, once read: taken out of every line logged whatever carries it
+
+
+def _shown(value, limit=40):
+    """A setting's value as a log line quotes it: credentials out first, then cut."""
+    return repr(nofollow.redact(value)[:limit])
 
 
 def say(seconds):
@@ -79,9 +100,13 @@ def settings(environ):
     for name, key in durations:
         if environ.get(name):
             try:
-                s[key] = parse_duration(environ[name], name)
+                s[key] = parse_duration(nofollow.redact(environ[name]), name)  # its errors quote the value
             except GuardError as exc:
                 problems.append(str(exc))
+    if s["interval"] > MAX_INTERVAL:
+        problems.append(f"IMAGEKIT_GUARD_INTERVAL={_shown(environ['IMAGEKIT_GUARD_INTERVAL'])} is longer than "
+                        f"{say(MAX_INTERVAL)}: the guard would look too rarely (give 1s to {say(MAX_INTERVAL)})")
+        s["interval"] = 30
     for name, key in (("IMAGEKIT_ON_BLOCKER", "on_blocker"), ("IMAGEKIT_ON_EXIT", "on_exit"),
                       ("IMAGEKIT_GUARD_ACTION", "action")):
         value = environ.get(name)
@@ -89,13 +114,13 @@ def settings(environ):
             if value in ACTIONS:
                 s[key] = value
             else:
-                problems.append(f"{name}={value[:40]!r} is not stop or terminate")
+                problems.append(f"{name}={_shown(value)} is not stop or terminate")
     if environ.get("IMAGEKIT_IDLE_GPU_UTIL"):
         value = environ["IMAGEKIT_IDLE_GPU_UTIL"]
-        if value.isdigit() and int(value) <= 100:
+        if _PERCENT.fullmatch(value) and int(value) <= 100:
             s["gpu_util"] = int(value)
         else:
-            problems.append(f"IMAGEKIT_IDLE_GPU_UTIL={value[:40]!r} is not a percentage (0-100)")
+            problems.append(f"IMAGEKIT_IDLE_GPU_UTIL={_shown(value)} is not a percentage (0-100, ASCII digits)")
     s["outputs"] = [p for p in (environ.get("IMAGEKIT_OUTPUTS") or "").split(":") if p]
     return s, problems
 
@@ -113,12 +138,37 @@ def provider(environ):
     ):
         pod, key = environ.get(id_var, ""), environ.get(key_var, "")
         if pod and key:
-            if not _ID.match(pod):
-                raise GuardError(f"{id_var} is not a pod id (letters, digits, - and _)")
-            if any(c in key for c in "\r\n") or not key.isprintable():
-                raise GuardError(f"{key_var} has characters a header cannot carry")
-            return name, (environ.get(base_var) or default).rstrip("/"), pod, key
+            if key not in SECRETS:
+                SECRETS.append(key)
+            if not _ID.fullmatch(pod):
+                raise GuardError(f"{id_var} is not a pod id (1 to 64 ASCII letters, digits, - and _)")
+            if not _KEY.fullmatch(key):
+                raise GuardError(f"{key_var} has characters a header cannot carry (printable ASCII, no spaces)")
+            return name, api_base(environ.get(base_var) or default, base_var), pod, key
     return None
+
+
+def api_base(value, var):
+    """The provider's API base, ``http(s)://host[:port][/path]``: anything else (another scheme, credentials in it, a
+    query, a fragment, a bad port, spaces or control characters) is a GuardError naming ``var``."""
+    import urllib.parse
+
+    shown = _shown(value, 80)
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise GuardError(f"{var}={shown} has spaces or control characters: give https://host[/path]")
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # noqa: B018 -- raises ValueError on a port out of range
+    except ValueError:
+        raise GuardError(f"{var}={shown} is not a URL: give https://host[/path]") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise GuardError(f"{var}={shown} is not an http(s) URL with a host: give https://host[/path]")
+    if "@" in parts.netloc:
+        raise GuardError(f"{var}={shown} has user:password@ in it: give the base alone (the provider's key travels "
+                         "in the Authorization header)")
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        raise GuardError(f"{var}={shown} has a query or a fragment: give the base alone (https://host[/path])")
+    return value.rstrip("/")
 
 
 def request(found, action):
@@ -151,7 +201,8 @@ def idle_reasons(sample, threshold, heartbeat_window):
     if age is not None and age < heartbeat_window:
         busy.append(f"heartbeat {int(age)} s ago")
     else:
-        evidence.append("heartbeat " + ("never touched" if age is None else f"{int(age)} s ago"))
+        evidence.append("heartbeat " + (sample.get("heartbeat_problem") or "never touched" if age is None
+                                        else f"{int(age)} s ago"))
     return (not busy), (busy or evidence)
 
 
@@ -208,10 +259,10 @@ class Guard:
 
 # ---- effects -------------------------------------------------------------------------------------------------------
 def log(message):
-    line = f"imagekit-guard: {message}"
+    line = f"imagekit-guard: {nofollow.clean(message, SECRETS)}"
     print(line, file=sys.stderr, flush=True)
     try:
-        fd = os.open(LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
         with os.fdopen(fd, "a") as fh:
             fh.write(time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime()) + line + "\n")
     except OSError:
@@ -231,18 +282,18 @@ def _nvidia_smi(args):
 def _connections(ports):
     """Established TCP connections to these local ports (/proc/net/tcp, tcp6): SSH and Jupyter sessions."""
     count = {p: 0 for p in ports}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for table in PROC_TCP:
         try:
-            with open(table) as fh:
-                lines = fh.read().splitlines()[1:]
+            lines = (nofollow.read_bytes(table, MAX_PROC_TABLE) or b"").decode("ascii", "replace").splitlines()[1:]
         except OSError:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 3 and fields[3] == "01":  # ESTABLISHED
-                port = int(fields[1].rsplit(":", 1)[1], 16)
-                if port in count:
-                    count[port] += 1
+            port = re.fullmatch(r"[0-9A-Fa-f]+:([0-9A-Fa-f]{4})", fields[1]) if len(fields) > 3 else None
+            if port and fields[3] == "01":  # ESTABLISHED
+                number = int(port.group(1), 16)
+                if number in count:
+                    count[number] += 1
     return count
 
 
@@ -255,20 +306,30 @@ def sample(s, now):
     out["gpu_procs"] = len(re.findall(r"^\s*[0-9]+\s*$", apps or "", re.M))
     conns = _connections((22, 8888))
     out["ssh"], out["jupyter"] = conns[22], conns[8888]
-    try:
-        out["heartbeat_age"] = max(0.0, now - os.stat(s["heartbeat"]).st_mtime)
+    out["heartbeat_age"] = None
+    try:  # touched, not read: a regular file's own mtime (a link's target or a FIFO is not the heartbeat)
+        st = os.stat(s["heartbeat"], follow_symlinks=False)
     except OSError:
-        out["heartbeat_age"] = None
+        return out
+    if stat.S_ISREG(st.st_mode):
+        out["heartbeat_age"] = max(0.0, now - st.st_mtime)
+    else:
+        out["heartbeat_problem"] = (f"{s['heartbeat']} is {nofollow.kind(st.st_mode)}, not a regular file: not "
+                                    "counted (touch a plain file)")
     return out
 
 
 def blocker():
-    """The start check's blocker, from the login banner it wrote (its first report line), or ''."""
+    """The start check's blocker, from the login banner it wrote (its first report line), or ''. A marker that is
+    there but cannot be read as a file still says blocked, and why it cannot be read."""
     try:
-        with open(BLOCKED) as fh:
-            lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip() and not ln.startswith("====")]
-    except OSError:
+        data = nofollow.read_bytes(BLOCKED, MAX_MARKER)
+    except OSError as exc:
+        return f"the start check's report {BLOCKED} cannot be read ({getattr(exc, 'reason', exc.strerror)})"[:300]
+    if data is None:
         return ""
+    text = data.decode("utf-8", "replace")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("====")]
     return (lines[0] if lines else "blocked")[:300]
 
 
@@ -333,51 +394,161 @@ def act(environ, s, trigger, action, message, attempts=None):
 
 
 def checksum_outputs(paths):
-    """(ok, lines): each declared output must exist; each gets ``<path>.sha256`` (sha256sum -c format) of its files."""
+    """(ok, lines): each declared output must exist; each gets ``<path>.sha256`` (sha256sum -c format) of its files.
+    An output, or anything inside an output folder, that is a link, a FIFO or a device is refused (the guard runs as
+    root: a link is never followed to what another user points it at, a FIFO never blocks it), as is a file still
+    growing while it is hashed; the manifest is a new file renamed into place, never written through a link."""
     lines = []
     for path in paths:
-        if not os.path.exists(path):
-            return False, [f"declared output {path} does not exist"]
-        files = [path] if os.path.isfile(path) else sorted(
-            os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
-        sums = []
-        for name in files:
-            h = hashlib.sha256()
-            with open(name, "rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                    h.update(block)
-            sums.append(f"{h.hexdigest()}  {os.path.relpath(name, os.path.dirname(path.rstrip('/')) or '/')}\n")
-        manifest = path.rstrip("/") + ".sha256"
-        tmp = f"{manifest}.{os.getpid()}.tmp"
-        with open(tmp, "w") as fh:
-            fh.writelines(sums)
-        os.replace(tmp, manifest)
-        lines.append(f"{path}: {len(files)} file(s), sha256s in {manifest}")
+        ok, line = _checksum_one(path)
+        if not ok:
+            return False, [line]
+        lines.append(line)
     return True, lines
+
+
+MAX_DEPTH = 64  # folders inside a declared output
+
+
+def _checksum_one(path):
+    """(ok, the log line) for one declared output."""
+    trimmed = path.rstrip("/") or "/"
+    folder, name = os.path.split(trimmed)
+    if not name or name in (".", ".."):
+        return False, f"declared output {path} is not a file or folder of its own to checksum"
+    try:  # the folder it lies in, as the path names it (links above the output are the declared path's own)
+        dir_fd = nofollow.open_dir(folder or ".")
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return False, f"declared output {path} does not exist"
+        return False, f"declared output {path}: cannot open its folder: {exc.strerror}"
+    try:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False, f"declared output {path} does not exist"
+        if stat.S_ISLNK(st.st_mode):
+            return False, (f"declared output {path} is a symbolic link: not followed (it could point at another "
+                           "user's files or a device); declare the file or folder it points to")
+        if stat.S_ISREG(st.st_mode):
+            sums = [(_sha256(name, dir_fd, trimmed), name)]
+        elif stat.S_ISDIR(st.st_mode):
+            sums = sorted(((d, f"{name}/{rel}") for d, rel in _tree_sums(name, dir_fd, trimmed)), key=lambda x: x[1])
+        else:
+            return False, f"declared output {path} is {nofollow.kind(st.st_mode)}, not a file or folder to checksum"
+        manifest = name + ".sha256"
+        nofollow.write_replace(dir_fd, manifest, "".join(_sum_line(d, n) for d, n in sums).encode(), 0o644)
+    except nofollow.Refused as exc:
+        return False, f"declared output {path}: {exc}"
+    except OSError as exc:
+        return False, f"declared output {path}: {exc.strerror or exc} ({exc.filename or name})"
+    finally:
+        os.close(dir_fd)
+    return True, f"{path}: {len(sums)} file(s), sha256s in {trimmed}.sha256"
+
+
+def _tree_sums(name, parent_fd, folder_path, depth=0):
+    """[(sha256, path relative to the folder)] of every file under the folder ``name`` of ``parent_fd``, walked
+    through descriptors without following a link; a link or a special file inside is :class:`nofollow.Refused`
+    naming its path."""
+    if depth > MAX_DEPTH:
+        raise nofollow.Refused(folder_path, f"folders nested more than {MAX_DEPTH} deep")
+    fd = nofollow.open_dir(name, dir_fd=parent_fd, follow=False)
+    out = []
+    try:
+        for entry in sorted(os.listdir(fd)):
+            where = f"{folder_path}/{entry}"
+            mode = os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode
+            if stat.S_ISREG(mode):
+                out.append((_sha256(entry, fd, where), entry))
+            elif stat.S_ISDIR(mode):
+                out += [(d, f"{entry}/{rel}") for d, rel in _tree_sums(entry, fd, where, depth + 1)]
+            else:
+                raise nofollow.Refused(where, f"{nofollow.kind(mode)} inside the output: refused (not followed, not "
+                                              "read)")
+    finally:
+        os.close(fd)
+    return out
+
+
+def _sha256(name, dir_fd, shown=None):
+    """The sha256 of the regular file ``name`` in ``dir_fd``: never through a link, never a FIFO or a device; a file
+    that grows while it is read (still being written) is refused rather than given a sum of no final content."""
+    try:
+        fd, st = nofollow.open_regular(name, dir_fd)
+    except nofollow.Refused as exc:
+        raise nofollow.Refused(shown or name, exc.reason) from None
+    h, size = hashlib.sha256(), 0
+    try:
+        while True:
+            block = os.read(fd, 1 << 20)
+            if not block:
+                break
+            size += len(block)
+            if size > st.st_size:
+                raise nofollow.Refused(shown or name, "grew while it was hashed (still being written?)")
+            h.update(block)
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def _sum_line(digest, name):
+    """One line of `sha256sum` output: a name with a backslash or a newline is escaped, as sha256sum escapes it."""
+    if "\\" in name or "\n" in name:
+        return "\\" + digest + "  " + name.replace("\\", "\\\\").replace("\n", "\\n") + "\n"
+    return f"{digest}  {name}\n"
 
 
 JOB = "/run/imagekit/job"  # present while a job-mode command runs (podstart.py)
 RUNS = "/workspace/.imagekit/runs"  # where `imagekit pod run` keeps its runs ($IMAGEKIT_RUNS), each <id>/pid, exit
 
 
+_PID = re.compile(rb"\s*([0-9]{1,10})\s*")
+
+
 def a_run_is_alive(runs):
-    """Is a run `imagekit pod run` started still going: a folder with a pid, no exit file yet, the process there?"""
+    """Is a run `imagekit pod run` started still going: a folder with a pid, no exit file yet, the process there?
+    Read through descriptors: a run folder or pid file that is a link, a FIFO or garbage is no run."""
     try:
-        names = os.listdir(runs)
+        runs_fd = nofollow.open_dir(runs)  # $IMAGEKIT_RUNS as the pod's env names it
     except OSError:
         return False
-    for name in names:
-        folder = os.path.join(runs, name)
-        if name == "latest" or os.path.exists(os.path.join(folder, "exit")):
-            continue
+    try:
+        names = os.listdir(runs_fd)
+    except OSError:
+        names = []
+    try:
+        return any(name != "latest" and _run_pid_lives(name, runs_fd) for name in names)
+    finally:
+        os.close(runs_fd)
+
+
+def _run_pid_lives(name, runs_fd):
+    """The run folder ``name``: no exit file, and its pid file names a process that is there."""
+    try:
+        run_fd = nofollow.open_dir(name, dir_fd=runs_fd, follow=False)
+    except OSError:
+        return False
+    try:
         try:
-            with open(os.path.join(folder, "pid")) as fh:
-                pid = int(fh.read().strip()[:12])
-            os.kill(pid, 0)
-        except (OSError, ValueError):
-            continue
-        return True
-    return False
+            os.stat("exit", dir_fd=run_fd, follow_symlinks=False)
+            return False  # it ended
+        except FileNotFoundError:
+            pass
+        m = _PID.fullmatch(nofollow.read_bytes("pid", 64, dir_fd=run_fd) or b"")
+    except OSError:
+        return False
+    finally:
+        os.close(run_fd)
+    pid = int(m.group(1)) if m else 0
+    if pid <= 1:  # 0 and -1 would ask the whole process group or every process; 1 is tini, never a run
+        return False
+    try:
+        os.kill(pid, 0)
+    except (OSError, OverflowError):
+        return False
+    return True
 
 
 def job_running(environ):
@@ -392,17 +563,19 @@ def run(environ, now=time.time, sleep=time.sleep):
     started = now()
     if not armed(s):
         return 0
+    refused = ""
     try:
         found = provider(environ)
     except GuardError as exc:
-        found = None
+        found, refused = None, str(exc)
         log(f"{exc}: the guard cannot end this pod")
     parts = [f"deadline in {say(s['max_runtime'])}" if s["max_runtime"] else "",
              f"idle stop after {say(s['idle_stop'])}" if s["idle_stop"] else "",
              f"{s['on_blocker']} on a blocker after {say(s['blocker_grace'])}" if s["on_blocker"] else "",
              f"stop when a job's GPUs idle for {say(s['gpu_idle_stop'])}" if s["gpu_idle_stop"] else ""]
     log("armed: " + ", ".join(p for p in parts if p) + f" (action: {s['action']}; "
-        + (f"{found[0]} pod {found[2]}" if found else "no provider credentials: it can only log") + ")"
+        + (f"{found[0]} pod {found[2]}" if found else f"{refused.split(' ')[0]} refused: it can only log" if refused
+           else "no provider credentials: it can only log") + ")"
         + (" [dry run]" if s["dry_run"] else ""))
     guard = Guard(s, started)
     while True:
@@ -432,8 +605,11 @@ def after_run(environ, code):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[0] == "--after-run" and argv[1].isdigit():
+    if len(argv) == 2 and argv[0] == "--after-run" and re.fullmatch(r"[0-9]{1,3}", argv[1]):
         return after_run(dict(os.environ), int(argv[1]))
+    if argv:
+        log(f"usage: guard.py [--after-run EXIT_CODE]; got {' '.join(argv)[:80]!r}")
+        return 2
     return run(dict(os.environ))
 
 

@@ -27,12 +27,13 @@ import time
 import urllib.parse
 
 if __package__:  # imported from the host's package, imagekit.in_image
-    from . import facts
-else:  # a program in the image, or sent to a pod: its sibling facts.py lies beside it
+    from . import facts, nofollow
+else:  # a program in the image, or sent to a pod: its sibling modules (facts.py, nofollow.py) lie beside it
     _HERE = os.path.dirname(os.path.abspath(__file__))
     if _HERE not in sys.path:
         sys.path.insert(0, _HERE)
     import facts
+    import nofollow
 
 DEFAULT_MANIFEST = "/etc/imagekit/manifest.json"
 EPHEMERAL_FS = {"overlay", "tmpfs", "aufs", "fuse-overlayfs", "ramfs", "squashfs"}
@@ -109,12 +110,16 @@ def parse_requirements(text, path="<requirements>"):
     return out
 
 
-def read_regular(path):
-    """A regular file's text; a FIFO or a device (a read would block or never end) is a ValueError."""
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise ValueError(f"{path} is not a regular file")
-    with open(path) as fh:
-        return fh.read()
+MAX_FILE = 64 << 20  # bytes of a manifest, a lockfile or a config the doctor reads
+
+
+def read_regular(path, limit=MAX_FILE):
+    """A regular file's text (a link the user named is followed to it): a FIFO, a device, a folder or more than
+    ``limit`` bytes is a :class:`nofollow.Refused` (an OSError), at once: never a read that blocks or never ends."""
+    data = nofollow.read_bytes(path, limit, follow=True)
+    if data is None:
+        raise FileNotFoundError(2, "No such file or directory", path)
+    return data.decode("utf-8")
 
 
 MAX_JSON_DEPTH = 64  # a manifest nests 3 deep, an interpreter's description 3; json recurses once per level
@@ -392,11 +397,16 @@ def check_interpreter_identity(env, manifest):
 
 def _script_prefix(path):
     """The prefix of the interpreter named in a console script's shebang."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096).decode("utf-8", "replace").splitlines()
+    try:  # a console script on PATH: a FIFO or a device there is no script (and never blocks the doctor)
+        fd, _ = nofollow.open_regular(path, follow=True)
     except OSError:
         return ""
+    try:
+        head = os.read(fd, 4096).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
     first = head[0].strip() if head else ""
     if not first.startswith("#!"):
         return ""
@@ -1008,8 +1018,7 @@ def hf_token(environ=None):
     home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface")
     path = os.path.expanduser(env.get("HF_TOKEN_PATH") or os.path.join(home, "token"))
     try:
-        with open(path) as fh:
-            token = fh.read().strip()
+        token = (nofollow.read_bytes(path, 1 << 16, follow=True) or b"").decode("utf-8", "replace").strip()
     except OSError:
         return None, None
     return (token, path) if token else (None, None)
@@ -1218,8 +1227,10 @@ def run_checks(args):
     for p in args.path or (["/workspace"] if os.path.isdir("/workspace") else []):
         paths.append(("output" if p != "/workspace" else "workspace", p))
     try:
-        with open("/proc/self/mountinfo") as fh:
-            checks += check_paths(paths, fh.read(), provider_hint)
+        mountinfo = nofollow.read_bytes("/proc/self/mountinfo", MAX_FILE)
+        if mountinfo is None:
+            raise FileNotFoundError(2, "No such file or directory", "/proc/self/mountinfo")
+        checks += check_paths(paths, mountinfo.decode("utf-8", "replace"), provider_hint)
     except OSError:
         checks.append(result("persistent-paths", "skip", "no /proc/self/mountinfo (not Linux)"))
     checks += check_writable(paths)
@@ -1275,10 +1286,21 @@ def render_text(checks, verbose=True):
     for c in checks:
         if not verbose and c["status"] in ("pass", "skip"):
             continue
-        lines.append(f"[{MARK[c['status']]}] {printable(c['id'])}: {printable(c['message'])}")
+        lines.append(f"[{MARK[c['status']]}] {printable(c['id'])}: {printable(nofollow.redact(c['message']))}")
         if c["fix"] and c["status"] in ("warn", "fail", "error"):
-            lines.append(f"       fix: {printable(c['fix'])}")
+            lines.append(f"       fix: {printable(nofollow.redact(c['fix']))}")
     return "\n".join(lines)
+
+
+def redacted(value):
+    """``value`` (a report: dicts, lists, strings) with credentials taken out of every string in it."""
+    if isinstance(value, str):
+        return nofollow.redact(value)
+    if isinstance(value, dict):
+        return {redacted(k): redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted(v) for v in value]
+    return value
 
 
 def parser():
@@ -1327,12 +1349,19 @@ def main(argv=None):
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         p.error(f"--python {args.python}: no such executable (give the interpreter of the environment to check, "
                 "e.g. .venv/bin/python)")
+    if args.expect is not None:  # a file named here that cannot be read is bad usage, whatever a check would say
+        try:
+            read_regular(args.expect)
+        except OSError as exc:
+            why = exc.reason if isinstance(exc, nofollow.Refused) else (exc.strerror or str(exc))
+            p.error(f"--expect {printable(nofollow.redact(args.expect))}: cannot read it: {why} (hint: give a "
+                    "manifest JSON or a lockfile, a regular file)")
     start = time.time()
     checks = run_checks(args)
     code = exit_code(checks, args.strict)
     if args.json:
         print(json.dumps({"tier": args.tier, "exit_code": code, "seconds": round(time.time() - start, 3),
-                          "checks": checks}, indent=2, sort_keys=True))
+                          "checks": redacted(checks)}, indent=2, sort_keys=True))
     else:
         text = render_text(checks, verbose=not args.entrypoint)
         if text and not args.entrypoint:
@@ -1341,13 +1370,15 @@ def main(argv=None):
             print(text, file=sys.stderr if args.entrypoint or args.command else sys.stdout)
     if args.command:
         if code != 0:
-            print(f"imagekit doctor: not launching `{' '.join(args.command)}` (exit {code})", file=sys.stderr)
+            print(f"imagekit doctor: not launching `{printable(nofollow.redact(' '.join(args.command)))}` (exit "
+                  f"{code})", file=sys.stderr)
             return code
         sys.stdout.flush()
         try:
             os.execvp(args.command[0], args.command)
         except OSError as exc:
-            print(f"imagekit doctor: cannot run {args.command[0]}: {exc.strerror}", file=sys.stderr)
+            print(f"imagekit doctor: cannot run {printable(nofollow.redact(args.command[0]))}: {exc.strerror}",
+                  file=sys.stderr)
             return 127
     return code
 

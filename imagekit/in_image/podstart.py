@@ -26,6 +26,12 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if __package__:  # imported from the host's package, imagekit.in_image
+    from . import nofollow
+else:  # the program in the image: its siblings lie beside it
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import nofollow
 STATE_DIR = "/run/imagekit"
 BLOCKED = os.path.join(STATE_DIR, "blocked")
 ENV_SH = "/etc/imagekit/env.sh"
@@ -47,7 +53,8 @@ KEY = re.compile(r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh
 
 
 def log(message):
-    print(f"imagekit: {message}", file=sys.stderr, flush=True)
+    """One line to the container's log, URL credentials taken out (a job's `git clone https://user:token@...`)."""
+    print(f"imagekit: {nofollow.redact(message)}", file=sys.stderr, flush=True)
 
 
 def write_private(path, text, mode=0o600):
