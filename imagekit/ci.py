@@ -6,11 +6,13 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import jinja2
 
 from imagekit import validate
 from imagekit.errors import UsageError
+from imagekit.redact import redact_text
 from imagekit.render import sources
 from imagekit.untrusted import printable
 
@@ -24,6 +26,22 @@ _INSTALL = re.compile(r"[A-Za-z0-9._@:/+=<>~!,\[\]-]{1,300}", re.ASCII)
 # A requirement by name (what only an index can serve), as opposed to a path, a URL or a VCS reference.
 _WHEEL_DIR = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]*(/[A-Za-z0-9._][A-Za-z0-9._-]*)*", re.ASCII)
 _BY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]*\])?([=<>~!][=<>~!A-Za-z0-9.*+,]*)?", re.ASCII)
+# A credential in --install's URLs (the workflow is committed: whoever reads the repository would read it): what
+# imagekit.redact hides, but a user name for SSH (git+ssh://git@...) and a path segment of lowercase hex (a commit id,
+# PyPI's content-addressed /packages/<hash>/ folders), which name content, not a secret.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+_SECRET_PARAM = re.compile(r"token|key|secret|passw|auth|sig|credential", re.I)
+_TOKENISH = re.compile(r"(?=[A-Za-z0-9_]*[0-9])(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{20,}", re.ASCII)
+_HEX = re.compile(r"[0-9a-f]+", re.ASCII)
+_SSH_SCHEMES = ("ssh", "git+ssh")
+SECRET_HINT = (
+    "keep it in a repository secret (Settings > Secrets and variables > Actions, e.g. INDEX_PASSWORD) and let the "
+    "jobs hand it to pip: leave --install out (the committed wheel needs no credentials), or install by name "
+    '(--install imagekit==X) and give the "Install imagekit" steps `env: PIP_INDEX_URL: '
+    "https://USER:${{ secrets.INDEX_PASSWORD }}@HOST/simple`; for a private git repository, a step before them "
+    'running `git config --global url."https://x-access-token:${{ secrets.GH_TOKEN }}@github.com/".insteadOf '
+    "https://github.com/`"
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,35 @@ def requirement_name(install: str) -> str | None:
     if not _BY_NAME.fullmatch(install) or install in (".", ".."):
         return None
     return re.split(r"[\[=<>~!]", install, maxsplit=1)[0]
+
+
+def credential_in(install: str) -> str | None:
+    """What in ``install`` is a credential (a password or token in a URL's user-info, a secret-looking query value, a
+    token-like path segment), or None. A URL that cannot be parsed but has user-info counts as one."""
+    for url in _URL_IN_TEXT.findall(install):
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - a port that is not a number raises here
+        except ValueError:
+            if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+                return "a URL with user-info that cannot be parsed"
+            continue
+        if parts.password is not None:
+            return "a password in a URL's user-info"
+        if parts.username is not None and parts.scheme.lower() not in _SSH_SCHEMES:
+            return "a user name (a token?) in a URL's user-info"
+        for pair in parts.query.split("&"):
+            key, sep, value = pair.partition("=")
+            if sep and value and _SECRET_PARAM.search(key):
+                return "a secret-looking query parameter"
+        if any(_TOKENISH.fullmatch(seg) and not _HEX.fullmatch(seg) for seg in parts.path.split("/")):
+            return "a token-like path segment"
+    return None
+
+
+def shown(value: str, limit: int = 120) -> str:
+    """A user's value as an error shows it: URLs redacted (user-info, secret queries, tokens), printable, cut."""
+    return printable(redact_text(value), limit)
 
 
 def validated(
@@ -82,9 +129,16 @@ def validated(
             )
     gpu_runner = list(dict.fromkeys(gpu_runner or ()))
     arm64_runner = list(dict.fromkeys(arm64_runner or ()))
+    found = credential_in(install) if install is not None else None
+    if install is not None and found is not None:
+        raise UsageError(
+            f"--install {shown(install)!r} holds a credential ({found}): the workflow is committed, so everyone who "
+            "can read the repository would read it; nothing was written",
+            SECRET_HINT,
+        )
     if install is not None and (not _INSTALL.fullmatch(install) or install.startswith("-")):
         raise UsageError(
-            f"invalid --install {install!r}",
+            f"invalid --install {shown(install)!r}",
             "a pip requirement or path without spaces or quotes: ., ./imagekit-0.1.0-py3-none-any.whl, "
             "git+https://..., or imagekit==X from an index that serves it",
         )

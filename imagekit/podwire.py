@@ -207,10 +207,15 @@ def chunk_lines(encoded: str) -> str:
     return "".join(encoded[i : i + TYPED_LINE] + "\n" for i in range(0, len(encoded), TYPED_LINE))
 
 
+NOT_REGULAR = 66  # the exit code of a chunk command whose file is not a regular file (any more)
+
+
 def chunk_download_command(path: str, index: int, chunk: int = CHUNK) -> str:
-    """Print one chunk as base64 lines, then ``#<sha256 of the chunk>``."""
+    """Print one chunk as base64 lines, then ``#<sha256 of the chunk>``; a FIFO or a device (swapped in since the
+    last look) is never opened: exit ``NOT_REGULAR`` instead of hanging."""
     dd = f"dd if={q(path)} bs={chunk} skip={index} count=1 2>/dev/null"
-    return f'{dd} | base64 -w {TYPED_LINE}; echo "#$({dd} | sha256sum | cut -c1-64)"'
+    guard = f"[ -f {q(path)} ] || exit {NOT_REGULAR}"
+    return f'{guard}; {dd} | base64 -w {TYPED_LINE}; echo "#$({dd} | sha256sum | cut -c1-64)"'
 
 
 def chunk_text_limit(chunk: int = CHUNK) -> int:

@@ -274,3 +274,58 @@ def test_an_arm64_runner_label_of_an_x86_64_hosted_runner_is_refused_and_labels_
     with pytest.raises(UsageError) as exc:
         ci.validated(None, None, ".", arm64_runner=["x" * 5000 + " y"])
     assert len(exc.value.message) < 120  # a 5,000-character value is not echoed whole
+
+
+# ---- credentials never go into the workflow (a committed file, readable by everyone who reads the repository) -------
+SECRET = "s3cretPassw0rd"
+TOKEN = "ghp_0123456789abcdefABCDEF0123456789ab"  # a GitHub token's shape: token-like, as a user name or path
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        f"https://ci:{SECRET}@pkgs.example.com/imagekit-0.1.0-py3-none-any.whl",  # user:password
+        f"https://__token__:{SECRET}@pkgs.example.com/simple/imagekit-0.1.0-py3-none-any.whl",
+        f"git+https://{TOKEN}@github.com/acme/imagekit@v1",  # a token as the user name
+        f"git+https://x-access-token:{TOKEN}@github.com/acme/imagekit",
+        f"imagekit@https://ci:{SECRET}@pkgs.example.com/imagekit-0.1.0-py3-none-any.whl",  # PEP 508 direct reference
+        f"https://pkgs.example.com/imagekit-0.1.0-py3-none-any.whl?token={SECRET}",  # a secret-looking query
+        f"https://pkgs.example.com/imagekit-0.1.0-py3-none-any.whl?X-Amz-Signature={SECRET}&X-Amz-Credential=a",
+        f"https://pypi.fury.io/{TOKEN}/acme/imagekit-0.1.0-py3-none-any.whl",  # a token as a path segment
+        f"https://ci:{SECRET}@pkgs.example.com/a b.whl",  # also when the rest is invalid: never echoed
+        f"https://ci:{SECRET}@[::1/imagekit.whl",  # an unparseable URL holding a password
+        "x" * 5000 + f"https://ci:{SECRET}@h/x.whl",
+    ],
+)
+def test_credentials_in_install_are_refused_and_never_written(app, runner, in_tmp, spec):
+    """`--install URL` with a password (user-info, a token, a signed query) wrote it into the committed workflow three
+    times (and `invalid --install` echoed it): refused, exit 2, nothing written, the secret in no output, and the
+    hint says how a job gets it from a repository secret instead."""
+    res = _init(app, runner, "--install", spec)
+    assert res.exit_code == 2, res.output
+    assert SECRET not in res.output and TOKEN not in res.output, res.output
+    assert "Traceback" not in res.output and "error: --install" in res.output
+    assert "hint:" in res.output and "${{ secrets." in res.output and "Settings > Secrets" in res.output
+    assert not (in_tmp / ".github").exists()
+    with pytest.raises(UsageError) as exc:
+        ci.validated(None, None, spec)
+    assert SECRET not in exc.value.message + (exc.value.hint or "") and TOKEN not in exc.value.message
+    assert len(exc.value.message) < 400
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "git+ssh://git@github.com/acme/imagekit@v1",  # a user name for SSH is no credential
+        "git+https://github.com/acme/imagekit@0123456789abcdef0123456789abcdef01234567",  # a commit, not a token
+        "https://pkgs.example.com/imagekit-0.1.0-py3-none-any.whl",
+        # PyPI's content-addressed folder: a lowercase hex segment names content, it is no token
+        "https://files.pythonhosted.org/packages/ab/cd/" + "0123456789abcdef" * 4 + "/imagekit-0.1-py3-none-any.whl",
+        "./dist/imagekit-0.1.0-py3-none-any.whl",
+    ],
+)
+def test_install_specs_without_credentials_are_written_as_given(app, runner, in_tmp, spec):
+    res = _init(app, runner, "--install", spec)
+    assert res.exit_code == 0, res.output
+    text = (in_tmp / ".github" / "workflows" / "images.yml").read_text()
+    assert f"python -m pip install '{spec}'" in text

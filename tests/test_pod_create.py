@@ -192,3 +192,119 @@ def test_a_grace_gpu_is_refused_for_an_amd64_image(app, runner, tmp_path):
         res = _create(app, runner, _index(tmp_path), "--gpu", gpu, "--dry-run")
         assert res.exit_code == 2 and "hosts are arm64 (Grace CPUs)" in res.output, res.output
         assert "linux/amd64" in res.output and "H100" in res.output
+
+
+# ---- a 201 that cannot be read: RunPod accepted the request, so a pod may exist and bill -----------------------------
+UNREADABLE_201 = {
+    "HTML": (201, {"Content-Type": "text/html"}, b"<html><body>Created</body></html>"),
+    "empty": (201, {}, b""),
+    "JSON without id": hostile_http.json_answer({"status": "CREATED", "costPerHr": 0.44}, 201),
+    "JSON list": hostile_http.json_answer([{"id": "abcd1234"}], 201),
+    "id with escapes": hostile_http.json_answer({"id": "abcd1234\x1b[2J\x1b]0;owned\x07\nerror: spoofed"}, 201),
+    "id too long": hostile_http.json_answer({"id": "a" * 65}, 201),
+    "id a number": hostile_http.json_answer({"id": 1234567}, 201),
+    "truncated": (201, {"Content-Type": "application/json", "Content-Length": "400"}, b'{"id": "abcd12'),
+    "deeply nested": hostile_http.raw_json('{"id": "abcd1234", "x": ' + hostile_http.nested(100_000) + "}", 201),
+    "huge number": hostile_http.raw_json('{"id": "abcd1234", "costPerHr": ' + hostile_http.HUGE_NUMBER + "}", 201),
+    "200 not JSON": (200, {}, b"\x1b[31mok\x1b[0m"),
+}
+
+
+@pytest.mark.loopback
+@pytest.mark.parametrize("case", sorted(UNREADABLE_201))
+def test_an_unreadable_answer_to_a_create_says_a_pod_may_exist_and_bill(app, runner, tmp_path, monkeypatch, case):
+    """RunPod answered 2xx (it accepted the request: a pod may exist and bill from now on) but the answer cannot be
+    read: exit 3 saying so, with how to find and stop it; nothing of the answer reaches the terminal raw."""
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    status = UNREADABLE_201[case][0]
+    with hostile_http.serve({"/v1/pods": UNREADABLE_201[case]}) as api:
+        res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA A100", api=api)
+    assert res.exit_code == 3, res.output
+    assert f"RunPod accepted the request (HTTP {status})" in res.output, res.output
+    assert "a pod may exist and bill" in res.output
+    assert "imagekit pod terminate" in res.output and "console" in res.output and f"{api.url}/v1/pods" in res.output
+    assert CELL in res.output  # the pod's name, to find it among others
+    assert "\x1b" not in res.output and "\x07" not in res.output and "Traceback" not in res.output
+    assert not any(line.startswith("error: spoofed") for line in res.output.splitlines()), res.output
+    assert res.stdout == ""  # nothing a script would take for a pod id
+    assert KEY not in res.output
+
+
+PASSWORD = "pw_s3cret_0123"
+
+
+@pytest.mark.loopback
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (500, {}, b"boom"),
+        (404, {}, b"no"),
+        (401, {}, b"who"),
+        (400, {}, f"bad request to http://u:{PASSWORD}@127.0.0.1/v1/pods".encode()),
+        (201, {}, b"not json"),
+        hostile_http.json_answer({"nope": 1}, 201),
+        hostile_http.redirect("http://127.0.0.1:9/v1/pods", 307),
+    ],
+)
+def test_an_api_url_with_credentials_is_redacted_in_every_message(app, runner, tmp_path, monkeypatch, answer):
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    with hostile_http.serve({"/v1/pods": answer}) as api:
+        res = runner.invoke(
+            app,
+            ["pod", "create", CELL, "--release-index", str(_index(tmp_path)), "--gpu", "NVIDIA A100",
+             "--api-url", f"http://u:{PASSWORD}@127.0.0.1:{api.port}/v1"],
+        )  # fmt: skip
+    assert res.exit_code in (1, 3), res.output
+    assert "error:" in res.output and "Traceback" not in res.output
+    assert PASSWORD not in res.output and KEY not in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"http://u:{PASSWORD}@127.0.0.1:9/v1",  # nothing listens
+        f"http://u:{PASSWORD}@[::1/v1",
+        f"ftp://u:{PASSWORD}@127.0.0.1/v1",
+        f"http://u:{PASSWORD}@127.0.0.1:99999/v1",
+        f"http://127.0.0.1:9/v1?api_key={PASSWORD}",
+    ],
+)
+def test_an_unusable_api_url_with_credentials_is_redacted(app, runner, tmp_path, monkeypatch, url):
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    res = runner.invoke(
+        app, ["pod", "create", CELL, "--release-index", str(_index(tmp_path)), "--gpu", "NVIDIA A100", "--api-url", url]
+    )
+    assert res.exit_code in (2, 3), res.output
+    assert "error:" in res.output and "Traceback" not in res.output
+    assert PASSWORD not in res.output, res.output
+
+
+@pytest.mark.loopback
+def test_a_create_sent_but_never_answered_says_a_pod_may_exist(app, runner, tmp_path, monkeypatch):
+    """The server reads the whole request and hangs up without an answer: RunPod may have made the pod."""
+    import socketserver
+
+    from tests import loopback
+
+    class HangUp(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            length = 0
+            while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            self.rfile.read(length)  # the whole request arrived; no answer
+
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), HangUp)
+    loopback.start(server)
+    try:
+        url = f"http://u:{PASSWORD}@127.0.0.1:{server.server_address[1]}/v1"
+        res = runner.invoke(
+            app,
+            ["pod", "create", CELL, "--release-index", str(_index(tmp_path)), "--gpu", "NVIDIA A100", "--api-url", url],
+        )
+    finally:
+        loopback.stop(server)
+    assert res.exit_code == 3, res.output
+    assert "the request was sent, but no answer came" in res.output and "a pod may exist and bill" in res.output
+    assert "imagekit pod terminate" in res.output and PASSWORD not in res.output and "Traceback" not in res.output

@@ -238,6 +238,144 @@ def test_a_fifo_or_a_device_on_the_pod_is_refused_not_read_forever(app, runner, 
     assert not (tmp_path / "got").exists()
 
 
+def _cp_bounded(pod, src: str, dst: Path, *extra: str, limit: float = 45.0) -> tuple[int, str]:
+    """`pod cp` as a process of its own, stopped after ``limit`` seconds (a copy that reads a FIFO or /dev/zero
+    would never end; in-process it would hang the test run): (exit code, output). The test fails on a hang."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "imagekit", "pod", "cp", src, str(dst), "--key", str(pod.key), *extra]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=limit, env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"pod cp {src} still ran after {limit:g} s")
+    return done.returncode, done.stdout + done.stderr
+
+
+def _special(kind: str, where: Path) -> Path:
+    """A FIFO, a socket, or a link to /dev/zero or to a FIFO, at ``where``."""
+    import socket
+
+    if kind == "fifo":
+        os.mkfifo(where)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(where))
+        sock.close()  # the socket file stays
+    elif kind == "devzero-link":
+        os.symlink("/dev/zero", where)
+    else:
+        os.mkfifo(where.with_name(where.name + ".target"))
+        os.symlink(where.name + ".target", where)
+    return where
+
+
+@pytest.mark.parametrize(
+    ("kind", "dereference"),
+    [("fifo", False), ("socket", False), ("devzero-link", True), ("fifo-link", True)],
+)
+def test_a_folder_holding_a_special_file_is_refused_before_it_is_packed(app, runner, evil, tmp_path, kind, dereference):
+    """A FIFO, a device or a socket inside a folder (or reached through its links with --dereference): exit 2 naming
+    it, before the pod packs anything (it was packed, sent whole, then refused as the pod's tar's fault; a socket
+    was left out without a word)."""
+    remote = _remote_dir(evil, tmp_path)
+    (remote / "sub").mkdir()
+    _special(kind, remote / "sub" / "special")
+    packed = evil.root / f"packed-{tmp_path.name}"
+    evil.plant("tar", f'#!/bin/sh\ntouch {packed}\nexec /bin/tar "$@"\n')
+    dest = tmp_path / "out"
+    code, output = _cp_bounded(evil, f"{evil.target}:{remote}", dest, *(["--dereference"] if dereference else []))
+    assert code == 2, output
+    assert "sub/special" in output and "FIFO, a device or a socket" in output and "hint:" in output, output
+    assert "Traceback" not in output
+    assert not packed.exists(), "the folder was packed anyway"
+    _nothing_left(tmp_path, dest)
+
+
+def test_special_files_are_named_as_plain_text(app, runner, evil, tmp_path):
+    """The names the pod's `find` prints are the pod's: shown without escape sequences, on no line of their own."""
+    remote = _remote_dir(evil, tmp_path)
+    os.mkfifo(remote / "\x1b]0;owned\x07\x1b[2Jpipe")
+    os.mkfifo(remote / "x\nerror: spoofed")
+    code, output = _cp_bounded(evil, f"{evil.target}:{remote}", tmp_path / "out")
+    assert code == 2 and "pipe" in output, output
+    assert "\x1b" not in output and "\x07" not in output
+    assert not any(line.startswith("error: spoofed") for line in output.splitlines()), output
+
+
+def test_the_host_reads_no_more_than_the_size_the_pod_gave(app, runner, evil, tmp_path):
+    """After its size and sha256 are read, the pod swaps the file for a link to a 64 GiB (sparse) file: the download
+    stops at the size it was told (exit 1, the sha256 differs, nothing kept); SFTP read until the end of whatever it
+    found, filling the local disk."""
+    import shlex
+
+    remote = evil.home / f"grow-{tmp_path.name}.bin"
+    remote.write_bytes(os.urandom(1000))
+    huge = evil.root / f"huge-{tmp_path.name}"
+    with huge.open("wb") as fh:
+        fh.truncate(64 << 30)
+    evil.plant(
+        "sha256sum", f'#!/bin/sh\n/usr/bin/sha256sum "$@"\nc=$?\nln -sf {huge} {shlex.quote(str(remote))}\nexit $c\n'
+    )
+    dest = tmp_path / "got"
+    code, output = _cp_bounded(evil, f"{evil.target}:{remote}", dest)
+    assert code == 1 and "sha256" in output and "corrupt" in output, output
+    _nothing_left(tmp_path, dest)
+    huge.unlink()
+
+
+@pytest.mark.parametrize("how", ["/proc/kmsg", "link"])
+def test_a_file_of_proc_or_sys_is_refused_not_read(app, runner, evil, tmp_path, how):
+    """/proc/kmsg is a regular file whose reading blocks until the kernel logs something: the size probe waited
+    five minutes on it, then said to raise a --timeout `pod cp` does not have. Files of /proc and /sys (their size
+    is known only by reading them) are refused at once, also through a link."""
+    source = "/proc/kmsg"
+    if how == "link":
+        source = str(evil.home / f"kmsg-{tmp_path.name}")
+        os.symlink("/proc/kmsg", source)
+    code, output = _cp_bounded(evil, f"{evil.target}:{source}", tmp_path / "got")
+    assert code == 2, output
+    assert "/proc or /sys" in output and "pod exec" in output and "Traceback" not in output, output
+    _nothing_left(tmp_path, tmp_path / "got")
+
+
+@pytest.mark.parametrize("staged", ["devzero-link", "fifo"])
+def test_a_staged_archive_that_is_not_a_regular_file_is_never_read(app, runner, evil, tmp_path, staged):
+    """The pod's `tar` leaves a link to /dev/zero or a FIFO where the archive goes: exit 3 at once (the size probe
+    read /dev/zero, or waited on the FIFO, until its 5-minute timeout; SFTP would then read without end)."""
+    make = 'ln -sf /dev/zero "$2"' if staged == "devzero-link" else 'rm -f "$2"; mkfifo "$2"'
+    evil.plant("tar", f'#!/bin/sh\nif [ "$1" = -cf ]; then {make}; exit 0; fi\nexec /bin/tar "$@"\n')
+    dest = tmp_path / "out"
+    code, output = _cp_bounded(evil, f"{evil.target}:{_remote_dir(evil, tmp_path)}", dest)
+    assert code == 3, output
+    assert "not a regular file" in output and "tar" in output and "Traceback" not in output, output
+    _nothing_left(tmp_path, dest)
+
+
+@pytest.mark.parametrize("tool", ["wc", "sha256sum"])
+@pytest.mark.parametrize("becomes", ["devzero-link", "fifo"])
+def test_a_file_that_turns_special_during_the_copy_is_never_read(app, runner, evil, tmp_path, tool, becomes):
+    """The pod swaps the file for a link to /dev/zero or a FIFO right after a probe (its `wc` or `sha256sum` does
+    it): each remote read checks for a regular file first, and the host reads no more than the size it was told,
+    so the copy ends at once, leaving nothing (it hung on `cat` of /dev/zero, or SFTP read /dev/zero forever)."""
+    import shlex
+
+    remote = evil.home / f"swap-{tmp_path.name}.bin"
+    remote.write_bytes(os.urandom(1000))
+    real = f"/usr/bin/{tool}"
+    swap = (
+        f"ln -sf /dev/zero {shlex.quote(str(remote))}"
+        if becomes == "devzero-link"
+        else f"rm -f {shlex.quote(str(remote))}; mkfifo {shlex.quote(str(remote))}"
+    )
+    evil.plant(tool, f'#!/bin/sh\n{real} "$@"\nc=$?\n{swap}\nexit $c\n')
+    dest = tmp_path / "got"
+    code, output = _cp_bounded(evil, f"{evil.target}:{remote}", dest)
+    assert code in (1, 2, 3), output
+    assert "error:" in output and "hint:" in output and "Traceback" not in output, output
+    _nothing_left(tmp_path, dest)
+
+
 # ---- MEDIUM: remote commands and names ---------------------------------------------------------------------------
 def test_exec_over_a_full_server_gives_the_command_an_empty_stdin(app, runner, evil_full, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -66,7 +66,8 @@ def test_without_one_the_stdlib_doctor_is_sent_with_the_expect_file_and_run_isol
     assert puts == [
         "/tmp/imagekit-doctor.FAKE/cell.txt",
         "/tmp/imagekit-doctor.FAKE/imagekit_doctor.py",
-        "/tmp/imagekit-doctor.FAKE/facts.py",  # the doctor's sibling module, beside it
+        "/tmp/imagekit-doctor.FAKE/facts.py",  # the doctor's sibling modules, beside it
+        "/tmp/imagekit-doctor.FAKE/nofollow.py",
     ]
     ran = next(c[1] for c in t.calls if c[0] == "run")
     assert ran == (
@@ -179,3 +180,49 @@ def test_what_a_pod_says_of_a_runs_end_is_checked(said, raises, says):
     with pytest.raises(raises, match=says) as err:
         pod_runs.wait(TARGET, None, OPTS, _nothing, dial=t.dial)
     assert "\x1b" not in err.value.message and "\x07" not in err.value.message
+
+
+def test_the_doctor_sent_to_a_pod_goes_with_every_sibling_module_it_imports():
+    """A sibling the stdlib doctor imports (``import facts`` when it runs as a program) and that is not sent with it
+    makes `pod doctor` on a pod without imagekit fail with ModuleNotFoundError."""
+    import ast
+
+    from imagekit import render
+
+    folder = render.sources().in_image
+    needed, todo = set(), ["imagekit_doctor.py"]
+    while todo:
+        name = todo.pop()
+        needed.add(name)
+        for node in ast.walk(ast.parse((folder / name).read_text())):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    sibling = f"{alias.name}.py"
+                    if (folder / sibling).is_file() and sibling not in needed:
+                        todo.append(sibling)
+    assert needed == set(pod.DOCTOR_FILES)
+
+
+def test_a_runs_command_line_and_output_are_its_users_alone_and_the_job_keeps_the_shells_umask(tmp_path):
+    """`pod run` keeps the command line (tokens included) on the volume: root-only, run through a real shell."""
+    import stat
+    import subprocess
+    import time
+
+    from imagekit.services import pod_runs
+
+    runs = tmp_path / "runs"
+    env = {"PATH": "/usr/bin:/bin", "IMAGEKIT_RUNS": str(runs), "SHELL": "/bin/sh", "HOME": str(tmp_path)}
+    script = "umask 022; " + pod_runs.start_script(f"HF_TOKEN=hf_s3cret touch {tmp_path}/made; echo done")
+    res = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    run = runs / res.stdout.strip()
+    for _ in range(100):
+        if (run / "exit").exists():
+            break
+        time.sleep(0.05)
+    assert (run / "exit").read_text().strip() == "0" and (run / "log").read_text().strip() == "done"
+    assert stat.S_IMODE(runs.stat().st_mode) == 0o700 and stat.S_IMODE(run.stat().st_mode) == 0o700
+    for name in ("command", "pid", "log", "exit"):
+        assert stat.S_IMODE((run / name).stat().st_mode) == 0o600, name
+    assert stat.S_IMODE((tmp_path / "made").stat().st_mode) == 0o644  # the job's own files: the shell's umask

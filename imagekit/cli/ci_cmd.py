@@ -21,10 +21,12 @@ committed wheel, weekly, and by hand.
 Every job installs the imagekit that wrote the workflow: a wheel of it is written to --wheel-dir (commit it)
 and checked against its sha256 before `pip install`; --install SPEC installs SPEC instead (a path, a URL,
 git+https://..., or a name an index serves: a name is looked up on PIP_INDEX_URL, else PyPI, and refused when the
-index does not have it). The registry is --registry, else the matrix file's [image] repository, else
-ghcr.io/<owner>/<repo> (logged in with GITHUB_TOKEN); another registry takes the secrets REGISTRY_USERNAME and
-REGISTRY_PASSWORD. Without --gpu-runner the runners have no GPU: the self-test's GPU checks are skipped, and the job
-summary says so. A self-hosted runner's labels go in .github/actionlint.yaml for actionlint."""
+index does not have it); a SPEC holding a credential (a password or token in a URL) is refused, since the workflow
+is committed: keep it in a repository secret and give it to pip through the job's env. The registry is
+--registry, else the matrix file's [image] repository, else ghcr.io/<owner>/<repo> (logged in with GITHUB_TOKEN);
+another registry takes the secrets REGISTRY_USERNAME and REGISTRY_PASSWORD. Without --gpu-runner the runners have no
+GPU: the self-test's GPU checks are skipped, and the job summary says so. A self-hosted runner's labels go in
+.github/actionlint.yaml for actionlint."""
 
 
 def build() -> typer.Typer:
@@ -64,8 +66,8 @@ def build() -> typer.Typer:
             str | None,
             typer.Option(
                 metavar="SPEC",
-                help="What `pip install` gets imagekit from (., a wheel URL, git+https://...). Default: a wheel of "
-                "this imagekit, written to .github/imagekit/ (commit it).",
+                help="What `pip install` gets imagekit from (., a wheel URL, git+https://...; no credentials: the "
+                "workflow is committed). Default: a wheel of this imagekit, written to .github/imagekit/ (commit it).",
             ),
         ] = None,
         locks: Annotated[

@@ -10,11 +10,15 @@ import re
 from imagekit import untrusted
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.redact import redact_text
 
 DEFAULT_API = "https://api.runpod.io/graphql"
 KEY_VARIABLE = "RUNPOD_API_KEY"
 MAX_KEY = 4096
 _TEMPLATE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
+MAX_ANSWER = 4 << 20  # bytes of an answer read
+# httpx's errors that mean the request never left (http.stream names the class in its message): nothing was created
+_NOT_SENT = ("ConnectError", "ConnectTimeout", "UnsupportedProtocol", "ProxyError")
 
 
 def authorization(api_key: str) -> dict[str, str]:
@@ -36,7 +40,7 @@ def authorization(api_key: str) -> dict[str, str]:
 
 def _send(method: str, url: str, headers: dict[str, str], content: bytes | None = None) -> tuple[int, bytes]:
     try:
-        status, _, raw, final = http.request_final(method, url, headers=headers, content=content, max_bytes=4 << 20)
+        status, _, raw, final = http.request_final(method, url, headers=headers, content=content, max_bytes=MAX_ANSWER)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
     if http.origin(final) != http.origin(url):  # the key stayed behind: whatever answered there is not RunPod
@@ -68,7 +72,9 @@ def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
             raise EnvironmentFailure(
                 "the RunPod API answered errors of an unknown shape", "check --api-url: it must be RunPod's GraphQL"
             )
-        raise CheckFailed(f"RunPod rejected the request: {untrusted.printable(messages[0])}", "fix the template input")
+        raise CheckFailed(
+            f"RunPod rejected the request: {untrusted.printable(redact_text(messages[0]))}", "fix the template input"
+        )
     return doc
 
 
@@ -137,16 +143,88 @@ def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST)
 
 
 def create_pod(body: dict, api_key: str, base: str = DEFAULT_REST) -> dict:
-    """RunPod's REST API: POST /pods. The new pod's id (checked) and the fields shown of it, as plain text."""
+    """RunPod's REST API: POST /pods. The new pod's id (checked) and the fields shown of it, as plain text.
+
+    Once RunPod has the request, a pod may exist and bill whatever comes back: an accepted request (2xx) whose answer
+    cannot be read (not JSON, no usable id, cut short), or a request sent but never answered, is exit 3 saying so
+    and how to find and stop the pod (:class:`PodMayExist`)."""
     headers = {"Content-Type": "application/json", **authorization(api_key)}
     http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
-    status, raw = _send("POST", base.rstrip("/") + "/pods", headers, json.dumps(body).encode())
+    url = base.rstrip("/") + "/pods"
+    status, raw, unread = _send_create(url, headers, json.dumps(body).encode(), body)
     if status == 400:
-        said = untrusted.printable(raw.decode("utf-8", "replace"), 300)
+        said = untrusted.printable(redact_text(raw.decode("utf-8", "replace")), 300)
         raise CheckFailed(f"RunPod refused the pod (HTTP 400): {said}", "check --gpu, --cloud and the image")
     if status not in (200, 201):
         raise EnvironmentFailure(f"RunPod API answered HTTP {status} to create a pod", "retry later")
-    doc = http.parse_json(raw, "the RunPod API", f"check --api-url: it must be RunPod's REST base ({DEFAULT_REST})")
-    if not isinstance(doc, dict) or not isinstance(doc.get("id"), str) or not _POD_ID.fullmatch(doc["id"]):
-        raise EnvironmentFailure("RunPod's answer has no pod id", "check --api-url: it must be RunPod's REST base")
+    if unread is not None:
+        raise _may_exist(
+            f"RunPod accepted the request (HTTP {status}), but its answer was cut short ({unread})", base, body
+        )
+    try:
+        doc = http.parse_json(raw, "the RunPod API")
+    except EnvironmentFailure as exc:
+        raise _may_exist(f"RunPod accepted the request (HTTP {status}), but {exc.message}", base, body) from None
+    pod_id = doc.get("id") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or pod_id is None:
+        what = "its answer has no pod id" if isinstance(doc, dict) else "its answer is not a JSON object"
+        raise _may_exist(f"RunPod accepted the request (HTTP {status}), but {what}", base, body)
+    if not isinstance(pod_id, str) or not _POD_ID.fullmatch(pod_id):
+        shown = untrusted.printable(pod_id if isinstance(pod_id, str) else json.dumps(pod_id), 80)
+        raise _may_exist(
+            f"RunPod accepted the request (HTTP {status}), but its answer has no pod id imagekit can use (it said "
+            f"{shown!r}, shown as plain text)",
+            base,
+            body,
+        )
     return doc
+
+
+class PodMayExist(EnvironmentFailure):
+    """RunPod got the request to create a pod, but what it answered cannot be read: a pod may exist and bill."""
+
+
+def _may_exist(what: str, base: str, body: dict) -> PodMayExist:
+    """The error of a create whose outcome is unknown, with how to find the pod and end it."""
+    name = untrusted.printable(body.get("name", "?"), 120)
+    image = untrusted.printable(body.get("imageName", "?"), 200)
+    listing = f"{http.display(base).rstrip('/')}/pods"
+    return PodMayExist(
+        f"{what}: a pod may exist and bill from now on; imagekit does not know its id",
+        f"look for a pod named {name!r} (image {image}) in RunPod's console (console.runpod.io, Pods) or "
+        f'with curl -H "Authorization: Bearer $RUNPOD_API_KEY" {listing}, then end it: imagekit pod stop ID (the '
+        "volume stays, billed) or imagekit pod terminate ID; do not run pod create again before you have looked",
+    )
+
+
+def _send_create(url: str, headers: dict[str, str], content: bytes, body: dict) -> tuple[int, bytes, str | None]:
+    """POST the create: (status, the answer's bytes, why they were cut short or None). A failure before any answer
+    is :class:`PodMayExist` unless the connection itself failed (then nothing was sent)."""
+    import httpx
+
+    try:
+        with http.stream("POST", url, headers=headers, content=content) as resp:
+            status, final = resp.status_code, str(resp.url)
+            raw, unread = bytearray(), None
+            try:
+                for chunk in resp.iter_bytes():
+                    raw += chunk
+                    if len(raw) > MAX_ANSWER:
+                        unread = f"more than {MAX_ANSWER} bytes"
+                        break
+            except httpx.HTTPError as exc:
+                unread = untrusted.printable(redact_text(str(exc)), 200) or exc.__class__.__name__
+    except EnvironmentFailure as exc:
+        if any(name in exc.message for name in _NOT_SENT):
+            raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
+        base = url.removesuffix("/pods")
+        raise _may_exist(f"the request was sent, but no answer came ({exc.message})", base, body) from None
+    if http.origin(final) != http.origin(url):
+        raise EnvironmentFailure(
+            f"the RunPod API at {http.display(url)} redirected to another server ({http.display(final)}): "
+            "its answer is not RunPod's, and nothing was done",
+            "check --api-url: it must be RunPod's own endpoint",
+        )
+    if status in (401, 403):
+        raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", f"check {KEY_VARIABLE}")
+    return status, bytes(raw), unread

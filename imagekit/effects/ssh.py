@@ -563,7 +563,8 @@ def sha256_file(path: Path, limit: int | None = None) -> str:
 def remote_sha256(t: Transport, path: str, limit: int | None = None) -> str:
     """sha256 of a file on the pod (of its first ``limit`` bytes); '' when the pod's answer is not one."""
     source = f"head -c {limit} {q(path)}" if limit is not None else f"cat {q(path)}"
-    out = checked(t, f"{source} | sha256sum | cut -c1-64", f"sha256 of {path}", 3600)
+    # a FIFO or a device (one swapped in since the last look) is never opened: reading it would never end
+    out = checked(t, f"[ -f {q(path)} ] || exit 0; {source} | sha256sum | cut -c1-64", f"sha256 of {path}", 3600)
     last = out.strip().splitlines()[-1].lower() if out.strip() else ""
     return last if len(last) == 64 and all(c in "0123456789abcdef" for c in last) else ""
 
@@ -632,16 +633,32 @@ class _Copies:
 
     def get(self, remote: str, local: Path, progress: Progress, log: Sink) -> int:
         """Download one file to ``local`` (through ``local.imkpart``); the payload bytes received."""
-        out = checked(self, f"wc -c < {q(remote)}", f"size of {remote}").split()
+        p = q(remote)
+        out = checked(self, f"if [ -f {p} ]; then wc -c < {p}; else echo special; fi", f"size of {remote}").split()
+        if out and out[-1] == "special":  # never opened: a FIFO or a device would never end
+            raise UsageError(
+                f"{remote} on the pod is not a regular file (a FIFO, a device or a socket): nothing was copied",
+                "copy regular files and folders only",
+            )
         if not out or not out[-1].isdigit() or len(out[-1]) > 18:
             raise EnvironmentFailure(f"cannot read the size of {remote} on the pod", "check the path")
         total = int(out[-1])
         sha = remote_sha256(self, remote)
+        if not sha:
+            raise EnvironmentFailure(
+                f"the pod gave no sha256 of {remote} (it is not a regular file any more, or sha256sum failed there): "
+                "nothing was copied",
+                "check the file on the pod; only regular files are copied",
+            )
         local.parent.mkdir(parents=True, exist_ok=True)
         part = local.with_name(local.name + ".imkpart")
         fd, have = open_part(part, keep=self._resumes())
-        with os.fdopen(fd, "r+b") as fh:
-            received = self._receive(remote, part, fh, have, total, progress, log)
+        try:
+            with os.fdopen(fd, "r+b") as fh:
+                received = self._receive(remote, part, fh, have, total, progress, log)
+        except UsageError:  # it is no regular file any more: nothing to resume from
+            part.unlink(missing_ok=True)
+            raise
         got = sha256_file(part)
         if got != sha:
             part.unlink(missing_ok=True)
@@ -724,6 +741,11 @@ class _Copies:
             for _ in range(CHUNK_TRIES):
                 command = podwire.chunk_download_command(remote, index)
                 code, text = shell.capture_raw(command, 600, limit=podwire.chunk_text_limit())
+                if code == podwire.NOT_REGULAR:
+                    raise UsageError(
+                        f"{remote} on the pod is not a regular file (a FIFO, a device or a socket): nothing was copied",
+                        "copy regular files and folders only",
+                    )
                 try:
                     data, digest = podwire.parse_chunk(text)
                 except ValueError:
@@ -787,7 +809,21 @@ class ExecTransport(_Copies):
         if sftp is None:
             return self._get_chunks(remote, part, fh, have, total, progress, log)
         try:
-            sftp.getfo(remote, fh, callback=progress)
+            if not stat.S_ISREG(sftp.stat(remote).st_mode or 0):  # swapped since the size was read
+                raise UsageError(
+                    f"{remote} on the pod is not a regular file (a FIFO, a device or a socket): nothing was copied",
+                    "copy regular files and folders only",
+                )
+            with sftp.open(remote, "rb") as fr:
+                fr.prefetch(total)
+                done = 0
+                while done < total:  # never more than the size the pod gave: a file that grows stops here
+                    data = fr.read(min(1 << 15, total - done))
+                    if not data:
+                        break
+                    fh.write(data)
+                    done += len(data)
+                    progress(done, total)
         except (OSError, EOFError) as exc:
             raise ConnectionLost(
                 f"SFTP download of {remote} failed: {untrusted.printable(exc)}", "run the copy again"

@@ -9,6 +9,7 @@ import re
 from imagekit import untrusted
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.redact import redact_text
 
 DEFAULT_API = "https://console.vast.ai/api/v0/template/"
 KEY_VARIABLE = "VAST_API_KEY"
@@ -53,7 +54,7 @@ def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
         raise EnvironmentFailure("the Vast API answered JSON that is not an object", "check --api-url")
     if status != 200 or doc.get("success") is not True:
         why = doc.get("msg") or doc.get("error")
-        shown = untrusted.printable(why, 300) if isinstance(why, str) else f"HTTP {status}"
+        shown = untrusted.printable(redact_text(why), 300) if isinstance(why, str) else f"HTTP {status}"
         raise CheckFailed(f"Vast did not create the template: {shown}", "fix the template, or retry later")
     made = doc.get("template")
     ident = made.get("id") if isinstance(made, dict) else None

@@ -31,7 +31,7 @@ from imagekit.podwire import Target, q
 Log = Callable[[str], None]
 RECONNECTS = 5
 # The stdlib doctor sent to a pod without one: the program and the sibling modules it imports.
-DOCTOR_FILES = ("imagekit_doctor.py", "facts.py")
+DOCTOR_FILES = ("imagekit_doctor.py", "facts.py", "nofollow.py")
 
 
 @dataclass(frozen=True)
@@ -184,16 +184,38 @@ def _quiet(done: int, total: int) -> None:
 
 
 def _kind(t: Transport, path: str) -> str:
-    """``file`` (a regular file), ``dir``, ``other`` (a FIFO, a device, a socket: never copied) or ``none``."""
+    """``file`` (a regular file), ``dir``, ``other`` (a FIFO, a device, a socket: never copied), ``pseudo`` (a file of
+    /proc or /sys, also through a link: its size is known only by reading it, and reading /proc/kmsg never ends) or
+    ``none``."""
     p = q(path)
     out = checked(
         t,
-        f"if [ -d {p} ]; then echo dir; elif [ -f {p} ]; then echo file; elif [ -e {p} ]; then echo other; "
-        "else echo none; fi",
+        f"if [ -d {p} ]; then echo dir; elif [ -f {p} ]; then r=$(readlink -f {p} 2>/dev/null | head -c 4096); "
+        'case "$r" in /proc/*|/sys/*) echo pseudo;; *) echo file;; esac; '
+        f"elif [ -e {p} ]; then echo other; else echo none; fi",
         f"look at {path}",
     )
     kind = out.split()[-1] if out.split() else "none"
-    return kind if kind in ("dir", "file", "other", "none") else "none"
+    return kind if kind in ("dir", "file", "other", "pseudo", "none") else "none"
+
+
+SPECIAL_SHOWN = 3  # special files named in the error
+
+
+def _specials(t: Transport, path: str, dereference: bool) -> list[str]:
+    """The FIFOs, devices and sockets inside the folder ``path`` on the pod (reached through its links too with
+    ``dereference``, as ``tar -h`` would read them), at most ``SPECIAL_SHOWN`` + 1, relative to it, as plain text.
+    A pod without ``find`` says nothing here (the archive's own check still refuses such members)."""
+    p = q(path.rstrip("/") or "/")
+    found = checked(
+        t,
+        f"command -v find >/dev/null 2>&1 || exit 0; cd {p} && "
+        f"find {'-L ' if dereference else ''}. \\( -type p -o -type c -o -type b -o -type s \\) -print 2>/dev/null "
+        f"| head -n {SPECIAL_SHOWN + 1}; exit 0",
+        f"look inside {path}",
+    )
+    names = [line.removeprefix("./") for line in found.splitlines() if line.startswith("./")]
+    return [untrusted.printable(name, 200) for name in names[: SPECIAL_SHOWN + 1]]
 
 
 def _download_target(remote: str, local: Path, force: bool) -> Path:
@@ -292,17 +314,42 @@ def _download(
             f"{remote} on the pod is not a regular file or a folder (a FIFO, a device or a socket)",
             "copy regular files and folders only",
         )
+    if kind == "pseudo":
+        raise UsageError(
+            f"{remote} on the pod is a file of /proc or /sys: its size is known only by reading it, and reading some "
+            "(/proc/kmsg) never ends; nothing was copied",
+            f"print it instead, with a time limit: imagekit pod exec TARGET --timeout 60 -- cat {q(remote)} > FILE",
+        )
     if os.path.lexists(local) and os.path.isdir(local) != (kind == "dir"):
         have, got = ("a folder", "a file") if kind != "dir" else ("a file", "a folder")
         raise UsageError(f"{local} is {have}; {remote} is {got}: nothing was copied", "give another destination")
     if kind == "dir":
+        specials = _specials(t, remote, opts.dereference)
+        if specials:
+            more = ", ..." if len(specials) > SPECIAL_SHOWN else ""
+            raise UsageError(
+                f"{remote} on the pod holds what is not a regular file, a folder or a link (a FIFO, a device or a "
+                f"socket{', reached through a link' if opts.dereference else ''}): "
+                f"{', '.join(specials[:SPECIAL_SHOWN])}{more}; nothing was copied",
+                "move them out of the folder on the pod (find DIR -type p -o -type c -o -type b -o -type s lists "
+                "them)"
+                + (", copy without --dereference" if opts.dereference else "")
+                + ", or copy the files you need one by one",
+            )
         staged = f"/tmp/.imk-{hashlib.sha256(f'{remote} {opts.dereference}'.encode()).hexdigest()[:20]}.tar"
         pack = f"tar -c{'h' if opts.dereference else ''}f {staged} -C {q(remote)} ."
         if resuming:  # the archive made before the connection dropped, so the partial download stays valid
             pack = f"[ -f {staged} ] || {pack}"
-        checked(t, pack, f"pack {remote}", 3600)
         archive = local.with_name(local.name + ".imktar")
         try:
+            checked(t, pack, f"pack {remote}", 3600)
+            made = _kind(t, staged)
+            if made != "file":  # a link to /dev/zero, a FIFO: never read (it would never end)
+                raise EnvironmentFailure(
+                    f"the pod's tar left {staged} as {'nothing' if made == 'none' else 'not a regular file'} where "
+                    f"the archive of {remote} goes; nothing was copied",
+                    "check what runs as tar on the pod (command -v tar)",
+                )
             received = t.get(staged, archive, progress, log)
             files = _untar(archive, local, remote, opts.force)
             return CopyResult(

@@ -32,16 +32,19 @@ class Started:
 
 def start_script(command: str) -> str:
     """Start ``command`` (run by the pod's login shell, as `pod exec` runs it) in its own session; print its id."""
+    # The run's folder and files are the user's alone (umask 077: the command line may hold a token); the command
+    # itself runs with the login shell's own umask ($2), so what it writes on the volume is as it would be by hand.
     wrapper = (
-        'r="$1"; "${SHELL:-/bin/sh}" -c "$(cat "$r/command")" >"$r/log" 2>&1 </dev/null; c=$?; '
+        'r="$1"; ( umask "$2"; exec "${SHELL:-/bin/sh}" -c "$(cat "$r/command")" ) >"$r/log" 2>&1 </dev/null; c=$?; '
         'echo "$c" >"$r/exit.tmp" && mv "$r/exit.tmp" "$r/exit"; '
         'if [ -n "$IMAGEKIT_ON_EXIT" ] && [ -r /opt/imagekit/doctor/guard.py ]; then '
         '/opt/venv/bin/python -I /opt/imagekit/doctor/guard.py --after-run "$c" >>"$r/log" 2>&1; fi'
     )
     return (
-        f'set -e; d={RUNS}; mkdir -p "$d"; id="$(date -u +%Y%m%dT%H%M%SZ)-$$"; r="$d/$id"; mkdir "$r"; '
+        f'set -e; u="$(umask)"; umask 077; d={RUNS}; mkdir -p "$d"; chmod 700 "$d" 2>/dev/null || :; '
+        'id="$(date -u +%Y%m%dT%H%M%SZ)-$$"; r="$d/$id"; mkdir "$r"; '
         f"printf '%s\\n' {shlex.quote(command)} >\"$r/command\"; "
-        f'setsid sh -c {shlex.quote(wrapper)} imagekit-run "$r" </dev/null >/dev/null 2>&1 & '
+        f'setsid sh -c {shlex.quote(wrapper)} imagekit-run "$r" "$u" </dev/null >/dev/null 2>&1 & '
         'echo "$!" >"$r/pid"; ln -sfn "$id" "$d/latest"; echo "$id"'
     )
 
