@@ -60,6 +60,19 @@ def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
     return u.scheme, u.host.lower(), u.port or default
 
 
+def provider_answer(provider: str, url: str, final: str, status: int, key_variable: str) -> None:
+    """A provider API's answer, checked before it is read: one from where a redirect led is not the provider's (the
+    key stayed behind), and a refused key says which variable holds it."""
+    if origin(final) != origin(url):
+        raise EnvironmentFailure(
+            f"the {provider} API at {display(url)} redirected to another server ({display(final)}): its answer is "
+            f"not {provider}'s, and nothing was done",
+            f"check --api-url: it must be {provider}'s own endpoint",
+        )
+    if status in (401, 403):
+        raise EnvironmentFailure(f"{provider} refused the API key (HTTP {status})", f"check {key_variable}")
+
+
 def join(base: str, href: str) -> str:
     """``href`` made absolute against ``base`` (an index page's link); ``href`` as it is when either is no URL."""
     try:

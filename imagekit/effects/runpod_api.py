@@ -43,14 +43,7 @@ def _send(method: str, url: str, headers: dict[str, str], content: bytes | None 
         status, _, raw, final = http.request_final(method, url, headers=headers, content=content, max_bytes=MAX_ANSWER)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
-    if http.origin(final) != http.origin(url):  # the key stayed behind: whatever answered there is not RunPod
-        raise EnvironmentFailure(
-            f"the RunPod API at {http.display(url)} redirected to another server ({http.display(final)}): "
-            "its answer is not RunPod's, and nothing was done",
-            "check --api-url: it must be RunPod's own endpoint",
-        )
-    if status in (401, 403):
-        raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", f"check {KEY_VARIABLE}")
+    http.provider_answer("RunPod", url, final, status, KEY_VARIABLE)
     return status, raw
 
 
@@ -219,12 +212,5 @@ def _send_create(url: str, headers: dict[str, str], content: bytes, body: dict) 
             raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
         base = url.removesuffix("/pods")
         raise _may_exist(f"the request was sent, but no answer came ({exc.message})", base, body) from None
-    if http.origin(final) != http.origin(url):
-        raise EnvironmentFailure(
-            f"the RunPod API at {http.display(url)} redirected to another server ({http.display(final)}): "
-            "its answer is not RunPod's, and nothing was done",
-            "check --api-url: it must be RunPod's own endpoint",
-        )
-    if status in (401, 403):
-        raise EnvironmentFailure(f"RunPod refused the API key (HTTP {status})", f"check {KEY_VARIABLE}")
+    http.provider_answer("RunPod", url, final, status, KEY_VARIABLE)
     return status, bytes(raw), unread

@@ -41,14 +41,7 @@ def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
         )
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"cannot reach the Vast API: {exc.message}", "check the network") from None
-    if http.origin(final) != http.origin(url):
-        raise EnvironmentFailure(
-            f"the Vast API at {http.display(url)} redirected to another server ({http.display(final)}): its answer "
-            "is not Vast's, and nothing was done",
-            "check --api-url: it must be Vast's own endpoint",
-        )
-    if status in (401, 403):
-        raise EnvironmentFailure(f"Vast refused the API key (HTTP {status})", f"check {KEY_VARIABLE}")
+    http.provider_answer("Vast", url, final, status, KEY_VARIABLE)
     doc = http.parse_json(raw, "the Vast API", "check --api-url: it must be Vast's template endpoint")
     if not isinstance(doc, dict):
         raise EnvironmentFailure("the Vast API answered JSON that is not an object", "check --api-url")
