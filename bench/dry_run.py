@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import matrix, resolution  # noqa: E402
+from imagekit.locking import resolution  # noqa: E402
+from imagekit.matrix import matrix_file as matrix  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
 from imagekit.services import lock_cells as lock_service  # noqa: E402
 

@@ -16,7 +16,9 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import compat, matrix, render  # noqa: E402
+from imagekit.compat import catalog as compat  # noqa: E402
+from imagekit.image import render  # noqa: E402
+from imagekit.matrix import matrix_file as matrix  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
 from imagekit.services.build_plans import plans_for  # noqa: E402
 

@@ -37,10 +37,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import compat, lockfile, matrix  # noqa: E402
-from imagekit.buildplan import bootstrap_base  # noqa: E402
+from imagekit.compat import catalog as compat  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
+from imagekit.image.buildplan import bootstrap_base  # noqa: E402
+from imagekit.locking import lockfile  # noqa: E402
+from imagekit.matrix import matrix_file as matrix  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
 
 PAIR = ["cu124-torch2.5.1-py3.11-tf4.48.2", "cu124-torch2.6.0-py3.11-tf5.9.0"]
@@ -126,7 +128,7 @@ def default_cells(data: compat.CompatData) -> list:
 
 def sharing(data: compat.CompatData) -> None:
     """Which locked cells of the default matrix share layers: before (torch closure in site-packages) and now."""
-    from imagekit import layers
+    from imagekit.image import layering as layers
 
     cells = [c for c in default_cells(data) if (ROOT / "lockfiles" / f"{c.id}.txt").exists()]
     before: dict[tuple, list[str]] = defaultdict(list)
@@ -154,7 +156,8 @@ def storage(data: compat.CompatData, cells: list) -> None:
     """Registry storage for the cells buildable here (torch from PyPI), before and after, in wheel bytes (a layer's
     compressed size follows its wheels'): before, every cell stored its whole torch closure and app layer; now the
     CUDA layers are stored once per distinct set of pins. Sizes from the wheel cache or the index (PEP 700)."""
-    from imagekit import layers, tools
+    from imagekit.image import layering as layers
+    from imagekit.locking import uv_pin as tools
     from imagekit.services import fetch
 
     def wheel_bytes(entries: tuple, lock: lockfile.Lock, python: str) -> int:

@@ -23,8 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import compat, matrix, resolution  # noqa: E402
+from imagekit.compat import catalog as compat  # noqa: E402
 from imagekit.effects.resolver import uv_binary  # noqa: E402
+from imagekit.locking import resolution  # noqa: E402
+from imagekit.matrix import matrix_file as matrix  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
 from imagekit.services import lock_cells as lock_service  # noqa: E402

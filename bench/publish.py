@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import layer_blobs  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
+from imagekit.oci import layer_blobs  # noqa: E402
 from imagekit.services import blob_push  # noqa: E402
 
 

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.publish import drop_caches  # noqa: E402
-from imagekit import layer_blobs  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
+from imagekit.oci import layer_blobs  # noqa: E402
 from imagekit.services import blob_push  # noqa: E402
 
 

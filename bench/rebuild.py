@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit import compat  # noqa: E402
+from imagekit.compat import catalog as compat  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
 from imagekit.services import inputs  # noqa: E402

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from imagekit import compat
 from imagekit.cli import build_app
+from imagekit.compat import catalog as compat
 from imagekit.model import Cell
 from imagekit.services import inputs
 from tests.recording import RecordingProgress

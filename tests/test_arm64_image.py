@@ -3,8 +3,8 @@ bootstrapped under qemu-user-static, PyPI's aarch64 torch and CUDA 13.2 runtime 
 emulated (and said to be), published with the cell's amd64 image under one tag.
 
 Emulated from the base up, this takes tens of minutes on two cores (docs/builds.md has the times): `make
-test-arm64` runs it; `make test` runs the same path on busybox images (tests/test_multiplatform.py) and the pure
-parts (tests/test_arm64_paths.py).
+test-arm64` runs it; `make test` runs the same path on busybox images (services/test_multiplatform.py) and the pure
+parts (tests/image/test_arm64_paths.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import shutil
 
 import pytest
 
-from imagekit import image_index, runpod
+from imagekit.clouds import runpod
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.model import ARM64, Cell
+from imagekit.oci import image_index
 from imagekit.services import inputs, publish, selftest_runner
 from imagekit.services.build import BuildOptions, build_cell
 from tests.conftest import ROOT, _log
@@ -44,7 +45,7 @@ def test_the_torch_2_15_cell_on_arm64_and_amd64_under_one_tag(engine, registry, 
 
     # the arm64 image is arm64 through and through, and its torch runs (emulated) as aarch64
     assert engine.image(arm.tag)["Architecture"] == "arm64" and arm.tag.split(":")[-1].startswith(f"{CELL.id}-arm64-")
-    with selftest_runner.emulated_cpus(True) as cpus:  # what torch reads of its CPU (imagekit/emulation.py)
+    with selftest_runner.emulated_cpus(True) as cpus:  # what torch reads of its CPU (imagekit/image/emulation.py)
         code, out, err = engine.run(
             arm.tag,
             ["-c", "import platform, torch; print(platform.machine(), torch.__version__, torch.version.cuda)"],

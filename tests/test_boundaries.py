@@ -155,7 +155,12 @@ def test_the_host_imports_the_shared_facts_not_the_in_image_programs(module):
 
 def test_the_core_imports_the_facts_module():
     """The rules, the lock format and the resolution check judge by the same facts as the doctor in the image."""
-    for module in ("imagekit.rules", "imagekit.lockfile", "imagekit.resolution", "imagekit.validate"):
+    for module in (
+        "imagekit.compat.rules",
+        "imagekit.locking.lockfile",
+        "imagekit.locking.resolution",
+        "imagekit.trust.validate",
+    ):
         assert _from_in_image(module) == {SHARED_FACTS}, module
 
 

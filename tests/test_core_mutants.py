@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import naming, render, validate
-from imagekit.buildplan import BuildPlan, bootstrap_base
 from imagekit.errors import ConfigError, UsageError
-from imagekit.lockfile import Lock, LockEntry
-from imagekit.matrix import parse
+from imagekit.image import naming, render
+from imagekit.image.buildplan import BuildPlan, bootstrap_base
+from imagekit.locking.lockfile import Lock, LockEntry
+from imagekit.matrix.matrix_file import parse
 from imagekit.model import Cell
 from imagekit.services import inputs
+from imagekit.trust import validate
 from tests.conftest import ROOT
 
 H1, H2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
@@ -240,7 +241,7 @@ def test_an_installed_wheel_renders_from_its_packaged_templates(tmp_path):
         copy = shutil.copytree if (ROOT / src).is_dir() else shutil.copy
         copy(ROOT / src, site / dest)
     code = (
-        "from imagekit import render; print(render.sources().root); "
+        "from imagekit.image import render; print(render.sources().root); "
         "print(render.environment().get_template('Dockerfile.j2').filename); "
         "print(render.sources().program('imagekit_doctor.py')); print(len(render._context_files()))"
     )
@@ -288,7 +289,7 @@ CU121 = Cell("12.1", "2.1.2", "4.48.2", "3.11")
 
 def test_committed_locks_have_exactly_the_header_this_code_writes(data):
     """A lock's input hash is how `lock` knows it is current: recomputing it must give the committed value."""
-    from imagekit import lockfile, resolution
+    from imagekit.locking import lockfile, resolution
 
     checked = 0
     for cell in inputs.load_matrix(None, data).cells:
@@ -306,7 +307,7 @@ def test_committed_locks_have_exactly_the_header_this_code_writes(data):
 
 
 def test_a_routed_request_pins_the_variant_build_from_its_index(data):
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     req = resolution.request(CU118, resolution.LockSettings(torch_index_base="https://mirror.example/whl/"), data)
     assert req.routed and req.torch_index == "https://mirror.example/whl/cu118"
@@ -321,7 +322,7 @@ def test_a_routed_request_pins_the_variant_build_from_its_index(data):
 def test_the_resolver_platform_follows_the_bases_glibc(data, glibc, platform):
     from dataclasses import replace
 
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     old = replace(data, bases={**data.bases, "3.11": replace(data.bases["3.11"], glibc=glibc)})
     assert resolution.request(CU121, resolution.LockSettings(), old).platform == platform
@@ -330,7 +331,7 @@ def test_the_resolver_platform_follows_the_bases_glibc(data, glibc, platform):
 
 
 def test_the_input_hash_covers_every_setting_but_not_credentials(data):
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     def h(cell=CU118, **kw) -> str:
         return resolution.request(cell, resolution.LockSettings(**kw), data).input_hash
@@ -352,7 +353,7 @@ def test_the_input_hash_covers_every_setting_but_not_credentials(data):
 def test_the_resolver_project_routes_the_torch_family_to_one_explicit_index(data):
     import tomllib
 
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     req = resolution.request(CU118, resolution.LockSettings(), data).with_routed({"nvidia-cudnn-cu11"})
     assert req.with_routed({"nvidia-cudnn-cu11", "aaa"}).routed_extra == ("aaa", "nvidia-cudnn-cu11")
@@ -370,7 +371,7 @@ def test_the_resolver_project_routes_the_torch_family_to_one_explicit_index(data
 
 
 def test_the_resolver_command_line(data):
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     settings = resolution.LockSettings(
         index_url="https://m.example/simple",
@@ -398,7 +399,7 @@ def test_the_resolver_command_line(data):
 
 
 def test_which_packages_belong_to_the_torch_family():
-    from imagekit.resolution import is_torch_family
+    from imagekit.locking.resolution import is_torch_family
 
     for name in ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "nvidia-cudnn-cu12", "cuda-toolkit"):
         assert is_torch_family(name), name
@@ -407,7 +408,7 @@ def test_which_packages_belong_to_the_torch_family():
 
 
 def test_a_family_package_missing_from_the_default_index_is_named(data):
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     req = resolution.request(CU118, resolution.LockSettings(), data)
     err = "  × No solution found\n  ╰─▶ Because nvidia-cudnn-cu11 was not found in the package registry and torch"
@@ -418,7 +419,7 @@ def test_a_family_package_missing_from_the_default_index_is_named(data):
 
 
 def test_index_annotations_are_read_per_canonical_name():
-    from imagekit.resolution import index_of_entries
+    from imagekit.locking.resolution import index_of_entries
 
     text = (
         "--index-url https://x/simple\n"
@@ -443,13 +444,13 @@ def test_index_annotations_are_read_per_canonical_name():
     ],
 )
 def test_redaction_keeps_everything_but_secrets(url, shown):
-    from imagekit.redact import redact
+    from imagekit.trust.redact import redact
 
     assert redact(url) == shown
 
 
 def test_settings_are_public_without_credentials():
-    from imagekit.resolution import LockSettings
+    from imagekit.locking.resolution import LockSettings
 
     s = LockSettings(
         index_url="https://u:p@a.example/simple",
@@ -497,8 +498,8 @@ def _e(name: str, version: str, *via: str, hashed: bool = True) -> LockEntry:
     ids=["no-torch", "no-hashes", "other-variant", "other-build-on-pypi", "no-runtime", "wrong-runtime"],
 )  # fmt: skip
 def test_every_refusal_says_what_and_how_to_fix(data, cell, entries, sources, message, hint):
-    from imagekit import resolution
     from imagekit.errors import CheckFailed
+    from imagekit.locking import resolution
 
     with pytest.raises(CheckFailed) as exc:
         resolution.verify(resolution.request(cell, resolution.LockSettings(), data), entries, sources, data)
@@ -506,7 +507,7 @@ def test_every_refusal_says_what_and_how_to_fix(data, cell, entries, sources, me
 
 
 def test_a_cuda_toolkit_package_counts_as_the_runtime(data):
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     req = resolution.request(CU121, resolution.LockSettings(), data)
     resolution.verify(
@@ -525,7 +526,7 @@ def test_a_cuda_toolkit_package_counts_as_the_runtime(data):
     ],
 )
 def test_first_pass_finds_family_packages_from_another_index(data, src, flagged):
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     text = "torch==2.5.1+cu118\n    # from https://download.pytorch.org/whl/cu118\n"
     text += "nvidia-cudnn-cu11==9.1.0.70\n    # via torch\n" + (f"    # from {src}\n" if src else "")
@@ -536,8 +537,8 @@ def test_first_pass_finds_family_packages_from_another_index(data, src, flagged)
 
 
 def test_the_verify_guard_treats_a_sub_path_as_another_index(data):
-    from imagekit import resolution
     from imagekit.errors import CheckFailed
+    from imagekit.locking import resolution
 
     req = resolution.request(CU118, resolution.LockSettings(), data)
     entries = [_e("torch", "2.5.1+cu118")]
@@ -546,14 +547,14 @@ def test_the_verify_guard_treats_a_sub_path_as_another_index(data):
 
 
 def test_a_comment_between_pins_is_not_a_package():
-    from imagekit.resolution import index_of_entries
+    from imagekit.locking.resolution import index_of_entries
 
     text = "baz==2.0\n# a comment\n    # from https://b.example/simple\n"
     assert index_of_entries(text) == {"baz": "https://b.example/simple"}
 
 
 def test_build_lock_writes_the_header_for_the_matrix_and_resolver_used(data):
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     req = resolution.request(CU121, resolution.LockSettings(), data)
     out = (
@@ -581,7 +582,7 @@ def test_pins_render_as_pip_reads_them():
 
 def test_a_shared_dependency_does_not_stop_the_closure():
     """torch needs a and b, both need c, and only b needs d: d is in torch's closure whatever the visiting order."""
-    from imagekit.lockfile import torch_closure
+    from imagekit.locking.lockfile import torch_closure
 
     entries = [
         LockEntry("torch", "2.5.1", (H1,)),
@@ -598,7 +599,7 @@ def test_a_shared_dependency_does_not_stop_the_closure():
 
 def test_requirements_as_pip_compile_writes_them(tmp_path):
     """pip-compile's header comments and options, tab-indented continuations: all read, nothing lost."""
-    from imagekit.lockfile import parse_requirements
+    from imagekit.locking.lockfile import parse_requirements
 
     text = (
         "#\n# This file is autogenerated by pip-compile\n#\n"
@@ -623,14 +624,14 @@ def test_requirements_as_pip_compile_writes_them(tmp_path):
 
 
 def test_a_via_list_ends_at_the_next_pin_or_top_level_comment():
-    from imagekit.lockfile import parse_requirements
+    from imagekit.locking.lockfile import parse_requirements
 
     text = "a==1\n    # via\n    #   x\n# section\n    #   stray\nb==2\n    #   stray\n"
     assert [e.via for e in parse_requirements(text)] == [("x",), ()]
 
 
 def test_a_file_without_both_layer_marks_is_not_a_lock():
-    from imagekit.lockfile import APP_MARK, TORCH_MARK, parse
+    from imagekit.locking.lockfile import APP_MARK, TORCH_MARK, parse
 
     for text in ("a==1\n", f"{TORCH_MARK}\na==1\n", f"{APP_MARK}\na==1\n"):
         with pytest.raises(UsageError) as exc:
@@ -646,7 +647,7 @@ def test_a_file_without_both_layer_marks_is_not_a_lock():
 
 
 def test_integrity_problems_name_the_line_of_a_non_canonical_name():
-    from imagekit.lockfile import integrity_problems, parse
+    from imagekit.locking.lockfile import integrity_problems, parse
 
     text = Lock((LockEntry("torch", "2.5.1", (H1,)),), ()).render()
     text += f"Foo_Bar==1.0 \\\n    --hash={H1}\nFOO-bar==1.0 \\\n    --hash={H1}\n"
@@ -739,9 +740,9 @@ def test_index_url_refusals():
 
 
 def test_a_lock_that_is_not_this_cells_says_so_with_every_problem(data):
-    from imagekit import resolution
     from imagekit.errors import CheckFailed
-    from imagekit.lockfile import parse
+    from imagekit.locking import resolution
+    from imagekit.locking.lockfile import parse
 
     lock = Lock((LockEntry("torch", "2.1.2", ()),), ())
     text = lock.render()

@@ -16,13 +16,15 @@ import time
 
 import pytest
 
-from imagekit import image_index, naming, render, resolution
-from imagekit.buildplan import BuildPlan
 from imagekit.effects import wheelserver
 from imagekit.effects.files import clamp_mtimes
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.image import naming, render
+from imagekit.image.buildplan import BuildPlan
+from imagekit.locking import resolution
 from imagekit.model import Cell
+from imagekit.oci import image_index
 from imagekit.services import blob_push, fetch, inputs, publish, selftest_runner
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import ensure_base
@@ -92,7 +94,7 @@ def test_the_published_sbom_reads_back_with_buildx_imagetools_and_is_valid_spdx(
     from spdx_tools.spdx.parser.parse_anything import parse_file
     from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
-    from imagekit import sbom
+    from imagekit.supplychain import sbom
 
     result, opts = real_build
     out = subprocess.run(
@@ -129,8 +131,8 @@ def test_audit_reads_the_real_images_pins_and_dpkg_database_against_an_osv_expor
     base) finds nothing; a record written against its own openssh source version finds openssh-server by source."""
     from typer.testing import CliRunner
 
-    from imagekit import audit
-    from tests.test_audit import GLIBC, TORCH_LOAD
+    from imagekit.supplychain import audit
+    from tests.supplychain.test_audit import GLIBC, TORCH_LOAD
 
     result, _ = real_build
     code, out, _ = containers_run(real_build, "dpkg-query -W -f '${source:Version}' openssh-server")
@@ -571,7 +573,7 @@ def test_an_image_over_its_size_budget_is_refused_and_not_pushed(engine, registr
 def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp_path):
     """The legacy builder's last steps are a new config over the same layers (`docker load`, no container), dated
     SOURCE_DATE_EPOCH: the same image id every time; the container-commit fallback gives the same config."""
-    from imagekit import imageconfig
+    from imagekit.image import imageconfig
     from imagekit.services.build import set_runtime_config
 
     base = ensure_base(inputs.compat_data().bases["3.11"], engine)
@@ -610,7 +612,7 @@ def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp
 def test_runtime_config_over_a_pulled_base_with_history_of_its_own(engine, registry, tmp_path):
     """A base pulled from a registry (as nvidia/cuda bases are) has history entries that name no image: their sizes
     say which made a layer. The config is still set without a commit, and the layers stay as built."""
-    from imagekit import imageconfig
+    from imagekit.image import imageconfig
     from imagekit.services.build import set_runtime_config
 
     root = ensure_base(inputs.compat_data().bases["3.11"], engine)

@@ -19,12 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import lockfile, matrix, naming, render, resolution, rules, runpod
-from imagekit.buildplan import BuildPlan, bootstrap_base, manifest
+from imagekit.clouds import runpod
+from imagekit.compat import rules
 from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed
+from imagekit.image import naming, render
+from imagekit.image.buildplan import BuildPlan, bootstrap_base, manifest
 from imagekit.in_image import imagekit_doctor as doc
-from imagekit.lockfile import Lock, LockEntry
+from imagekit.locking import lockfile, resolution
+from imagekit.locking.lockfile import Lock, LockEntry
+from imagekit.matrix import matrix_file as matrix
 from imagekit.model import Cell, Query
 from imagekit.services import publish, release
 from tests.conftest import FIXTURES, ROOT

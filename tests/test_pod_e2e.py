@@ -247,7 +247,7 @@ exec sleep infinity
 
 def test_vast_ssh_launch_mode_runs_the_start_check_and_sshd_from_onstart(real_build, engine, ssh_key, tmp_path):
     """The template `imagekit vast-template` makes, started the Vast way: the entrypoint replaced, the onstart run."""
-    from imagekit import vast
+    from imagekit.clouds import vast
 
     result, _ = real_build
     entry = {"tag": result.tag, "digest": result.digest, "size_bytes": 1, "manifest": {"cell": REAL_CELL.to_json()}}
@@ -340,7 +340,7 @@ def test_jupyter_starts_with_a_password_and_serves_the_workspace(user_project, e
 def test_imagekit_pod_reaches_the_images_own_sshd(real_build, engine, ssh_key, tmp_path, app, runner):
     """`imagekit pod` against the image's sshd: exec, the image's own doctor, verified copies; and the terminal path
     (what RunPod's gateway forces) on the image's real login shell."""
-    from imagekit.podwire import parse_target
+    from imagekit.clouds.podwire import parse_target
     from imagekit.services import pod as pod_service
 
     result, _ = real_build

@@ -23,7 +23,7 @@ from tests.conftest import ROOT
 
 SKIPPED = {
     "imagekit base bootstrap": "needs Docker and mmdebstrap",
-    "imagekit fetch": "downloads gigabytes of wheels (tests/test_fetch.py runs it against a loopback index)",
+    "imagekit fetch": "downloads gigabytes of wheels (tests/services/test_fetch.py runs it against a loopback index)",
     "imagekit build --cuda 11.8": "needs Docker, a registry for --push, and the PyTorch index for cu118",
     "imagekit runpod-template": "needs a published image in a release index; --create needs RUNPOD_API_KEY",
     "imagekit pod": "needs a live RunPod pod",

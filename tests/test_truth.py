@@ -6,10 +6,12 @@ import re
 
 import pytest
 
-from imagekit import render, resolution, validate
 from imagekit.errors import CheckFailed, UsageError
-from imagekit.lockfile import LockEntry, torch_closure
+from imagekit.image import render
+from imagekit.locking import resolution
+from imagekit.locking.lockfile import LockEntry, torch_closure
 from imagekit.model import Cell
+from imagekit.trust import validate
 
 H = ("sha256:" + "a" * 64,)
 CU118 = Cell("11.8", "2.5.1", "4.48.2", "3.11")
@@ -91,7 +93,7 @@ def test_cuda_versions_are_exact(bad):
 
 # ---- one implementation: the doctor in the image and the core on the build host judge alike ------------------
 def test_doctor_and_rules_agree_on_every_arch_entry_and_gpu(data):
-    from imagekit import rules
+    from imagekit.compat import rules
     from imagekit.in_image import imagekit_doctor as doctor
 
     gpus = sorted({*data.gpus.values(), "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0", "12.1"})
@@ -130,8 +132,8 @@ def test_the_highest_cubin_and_three_digit_archs():
 
 
 def test_torch_family_is_one_definition():
-    from imagekit import lockfile, resolution
     from imagekit.in_image import facts
+    from imagekit.locking import lockfile, resolution
 
     assert lockfile.TORCH_FAMILY is facts.TORCH_FAMILY and resolution.is_torch_family is facts.is_torch_family
     assert [facts.is_torch_family(n) for n in ("torch", "nvidia-cudnn-cu12", "cuda-toolkit", "transformers")] == [

@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from imagekit import lockfile
 from imagekit.effects.registry import RegistryClient, Remote
+from imagekit.locking import lockfile
 from tests.conftest import INDEX_PASSWORD, KERNELS, PROJECT_PASSWORD, PROJECT_USER, REAL_CELL
-from tests.test_ci import actionlint
+from tests.matrix.test_ci import actionlint
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

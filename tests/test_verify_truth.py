@@ -12,10 +12,12 @@ import re
 
 import pytest
 
-from imagekit import lockfile, matrix, render, resolution
-from imagekit.buildplan import BuildPlan, bootstrap_base
 from imagekit.errors import CheckFailed, ConfigError, UsageError
-from imagekit.lockfile import Lock, LockEntry
+from imagekit.image import render
+from imagekit.image.buildplan import BuildPlan, bootstrap_base
+from imagekit.locking import lockfile, resolution
+from imagekit.locking.lockfile import Lock, LockEntry
+from imagekit.matrix import matrix_file as matrix
 from imagekit.model import Cell
 
 PYPI = "https://pypi.org/simple"

@@ -74,8 +74,8 @@ def register(app: typer.Typer) -> None:
         """
         import datetime as dt
 
-        from imagekit import audit
         from imagekit.services import audit_run
+        from imagekit.supplychain import audit
 
         if fail_on is not None and fail_on not in audit.LEVELS[1:]:
             raise UsageError(f"invalid --fail-on {fail_on!r}", "use low, medium, high or critical")
@@ -85,8 +85,8 @@ def register(app: typer.Typer) -> None:
         elif (lock_dir / f"{target}.txt").is_file() or (state_dir / "sbom" / f"{target}.spdx.json").is_file():
             subject = audit_run.from_cell(target, lock_dir, state_dir)
         else:
-            from imagekit import validate
             from imagekit.effects.docker import Engine
+            from imagekit.trust import validate
 
             validate.image_ref(target, "CELL_OR_IMAGE")
             subject = audit_run.from_image(Engine(), target)
@@ -137,8 +137,8 @@ def _json(subject, scan, verdict, fail_on, fail_unrated) -> dict:  # type: ignor
 
 
 def _shown(text: str) -> str:
-    """What a record or an SBOM says, as it may reach the terminal (imagekit.audit made it so already: twice sure)."""
-    from imagekit.untrusted import printable
+    """What a record or an SBOM says, as it may reach the terminal (supplychain.audit made it so already)."""
+    from imagekit.trust.untrusted import printable
 
     return printable(text, 300)
 
@@ -148,7 +148,7 @@ def _label(severity: str) -> str:
 
 
 def _text(subject, scan, verdict, fail_on, fail_unrated) -> list[str]:  # type: ignore[no-untyped-def]
-    from imagekit import audit
+    from imagekit.supplychain import audit
 
     counts = {_label(level): 0 for level in reversed(audit.LEVELS)}
     for f in verdict.findings:

@@ -10,7 +10,7 @@ from imagekit.cli.common import err_console, handles_errors, out, out_json
 from imagekit.cli.options import JsonOpt
 from imagekit.errors import UsageError
 from imagekit.services import inputs
-from imagekit.validate import repository as validate_repository
+from imagekit.trust.validate import repository as validate_repository
 
 
 def build() -> typer.Typer:

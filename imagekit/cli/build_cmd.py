@@ -29,7 +29,7 @@ from imagekit.cli.options import (
     with_groups,
 )
 from imagekit.errors import EXIT_NO, UsageError
-from imagekit.validate import repository as validate_repository
+from imagekit.trust.validate import repository as validate_repository
 
 
 def _push_note(repo: str, credential) -> str:  # type: ignore[no-untyped-def]
@@ -190,8 +190,8 @@ def register(app: typer.Typer) -> None:
                 raise UsageError("--sign-key signs what --push publishes", "add --push, or sign later: imagekit sign")
             import os
 
-            from imagekit import cosign
             from imagekit.effects.files import read_input
+            from imagekit.supplychain import cosign
 
             key_bytes = (read_input(sign_key, "--sign-key", "pass the cosign.key file") or "").encode()
             try:  # opened now: a wrong password is refused before the build, not after it

@@ -89,8 +89,8 @@ def build() -> typer.Typer:
         force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     ) -> None:
         """Write .github/workflows/images.yml: plan, build and self-test each cell on its own runner, release."""
-        from imagekit import ci
         from imagekit.errors import UsageError
+        from imagekit.matrix import ci_workflow as ci
         from imagekit.services import ci_setup
 
         output_file_option(out, "--out")

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
-from imagekit import matrix
 from imagekit.cli.options import Selection
-from imagekit.compat import CompatData
+from imagekit.compat.catalog import CompatData
 from imagekit.errors import EnvironmentFailure, ImagekitError, UsageError
+from imagekit.matrix import matrix_file as matrix
 from imagekit.services import inputs
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
-from imagekit import compat, validate
 from imagekit.cli.common import err_console, handles_errors, out, out_json, output_file_option
 from imagekit.cli.options import JsonOpt, OldIndexOpt, renamed
+from imagekit.compat import catalog as compat
+from imagekit.compat.refresh import DEFAULT_INDEX, DEFAULT_PYTORCH_INDEX
 from imagekit.errors import EXIT_NO, EnvironmentFailure, UsageError
-from imagekit.redact import redact
-from imagekit.refresh import DEFAULT_INDEX, DEFAULT_PYTORCH_INDEX
 from imagekit.services import inputs
+from imagekit.trust import validate
+from imagekit.trust.redact import redact
 
 
 def _user_file() -> Path:
@@ -28,7 +29,7 @@ def _user_file() -> Path:
 
 def _check(index: str, out_file: Path | None, as_json: bool) -> None:
     """`compat refresh --check`: the releases the index has that the data lacks; exit 1 when there are any."""
-    from imagekit import refresh as refresh_mod
+    from imagekit.compat import refresh as refresh_mod
     from imagekit.services import compat_refresh
 
     if out_file is not None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import typer
 
-from imagekit import validate
 from imagekit.errors import ImagekitError
 from imagekit.in_image import imagekit_doctor
+from imagekit.trust import validate
 
 HELP = (
     "Report drift from the pinned manifest and block launches that would fail or silently train on the CPU. "

@@ -6,11 +6,12 @@ from typing import Annotated
 
 import typer
 
-from imagekit import rules, validate
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import JsonOpt
+from imagekit.compat import rules
 from imagekit.model import Query
 from imagekit.services import inputs
+from imagekit.trust import validate
 
 
 def register(app: typer.Typer) -> None:

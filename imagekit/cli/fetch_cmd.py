@@ -13,7 +13,6 @@ from typing import Annotated
 
 import typer
 
-from imagekit import resolution
 from imagekit.cli.common import (
     err_console,
     folder_option,
@@ -24,6 +23,7 @@ from imagekit.cli.common import (
 )
 from imagekit.cli.options import JsonOpt, LockDirOpt, QuietOpt, Selection, with_groups
 from imagekit.errors import UsageError
+from imagekit.locking import resolution
 
 
 def register(app: typer.Typer) -> None:

@@ -11,11 +11,14 @@ from typing import Annotated
 
 import typer
 
-from imagekit import compat, debs, matrix, validate
 from imagekit.cli.common import err_console, handles_errors, output_file_option
+from imagekit.compat import catalog as compat
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.errors import UsageError
+from imagekit.locking import debs
+from imagekit.matrix import matrix_file as matrix
 from imagekit.services import inputs
+from imagekit.trust import validate
 
 # A small matrix from the shipped default's own axes (imagekit/data/default-matrix.toml): two torch releases on
 # two CUDA variants; the rules keep the pairs torch publishes wheels for, `imagekit matrix --explain` shows the rest.

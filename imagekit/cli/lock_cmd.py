@@ -8,12 +8,12 @@ from typing import Annotated
 
 import typer
 
-from imagekit import validate
 from imagekit.cli.common import err_console, folder_option, handles_errors, out_json, selected_compatible
 from imagekit.cli.options import JsonOpt, LockDirOpt, OldLockDirOpt, ResolverOptions, Selection, renamed, with_groups
 from imagekit.effects.resolver import IndexUnreachable
 from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK
 from imagekit.services import lock_cells as lock_service
+from imagekit.trust import validate
 
 
 def register(app: typer.Typer) -> None:

@@ -10,11 +10,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from imagekit import matrix as matrix_mod
-from imagekit import outputs
 from imagekit.cli.common import err_console, folder_option, handles_errors, load, out, out_json
 from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.errors import UsageError
+from imagekit.matrix import matrix_file as matrix_mod
+from imagekit.matrix import outputs
 from imagekit.model import AMD64
 from imagekit.services import lock_cells as lock_service
 

@@ -17,9 +17,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from imagekit import matrix, resolution
-from imagekit.compat import CompatData
+from imagekit.compat.catalog import CompatData
 from imagekit.errors import UsageError
+from imagekit.locking import resolution
+from imagekit.matrix import matrix_file as matrix
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -93,7 +94,7 @@ class Selection:
     source: SourceOpt = "all"
 
     def selector(self) -> matrix.Selector:
-        from imagekit import validate
+        from imagekit.trust import validate
 
         return matrix.Selector(
             cuda=tuple(validate.cuda(c) for c in self.cuda or ()),

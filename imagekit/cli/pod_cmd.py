@@ -95,7 +95,7 @@ def build() -> typer.Typer:
         start check found a blocker refuses (exit 1, naming it) unless --ignore-blockers."""
         import time
 
-        from imagekit import podwire
+        from imagekit.clouds import podwire
         from imagekit.services import pod
 
         opts = _options(key, timeout, insecure_host_key, accept_new_host_key)
@@ -158,7 +158,7 @@ def build() -> typer.Typer:
     ) -> None:
         """Start a command on the pod in a session of its own: it goes on when the connection drops. Its output goes
         to a log on the pod's volume (`pod logs`), its exit code is kept (`pod wait`)."""
-        from imagekit import podwire
+        from imagekit.clouds import podwire
         from imagekit.services import pod_runs
 
         text = " ".join(command)
@@ -187,7 +187,7 @@ def build() -> typer.Typer:
         accept_new_host_key: AcceptNewOpt = False,
     ) -> None:
         """A run's output, from any connection (the latest run unless --run)."""
-        from imagekit import podwire
+        from imagekit.clouds import podwire
         from imagekit.services import pod_runs
 
         opts = _options(key, 600.0, insecure_host_key, accept_new_host_key)
@@ -207,7 +207,7 @@ def build() -> typer.Typer:
         accept_new_host_key: AcceptNewOpt = False,
     ) -> None:
         """Wait for a run to end; its exit code becomes ours (the latest run unless --run)."""
-        from imagekit import podwire
+        from imagekit.clouds import podwire
         from imagekit.services import pod_runs
 
         opts = _options(key, timeout, insecure_host_key, accept_new_host_key)
@@ -236,7 +236,7 @@ def build() -> typer.Typer:
     ) -> None:
         """Run the image's doctor on the pod (or, on any other pod, the stdlib doctor sent over with its Python)
         and return its exit code; other options go to the doctor (e.g. --tier standard)."""
-        from imagekit import podwire
+        from imagekit.clouds import podwire
         from imagekit.services import pod
 
         if expect is not None and not expect.is_file():
@@ -299,7 +299,7 @@ def build() -> typer.Typer:
             )
 
     def _api(action: str, pod_id: str, api_url: str, as_json: bool, yes: bool = False) -> None:
-        from imagekit import runpod
+        from imagekit.clouds import runpod
         from imagekit.effects import runpod_api
 
         key = os.environ.get("RUNPOD_API_KEY", "")
@@ -380,7 +380,7 @@ def build() -> typer.Typer:
         """Rent a RunPod pod for a published image, only on hosts that can run it: allowedCudaVersions from the
         image's CUDA, the GPU refused (exit 2, naming those that work) when torch has no kernels for it; the
         lifetime guard's env from the flags. Prints the pod id and its price per hour."""
-        from imagekit import pod_create, runpod
+        from imagekit.clouds import pod_create, runpod
         from imagekit.effects import runpod_api
         from imagekit.services import inputs
         from imagekit.services.publish import newest_release

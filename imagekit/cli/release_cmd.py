@@ -61,8 +61,8 @@ def build() -> typer.Typer:
 
         signed_by = None
         if require_signature is not None:
-            from imagekit import cosign
             from imagekit.effects.files import read_input
+            from imagekit.supplychain import cosign
 
             text = read_input(require_signature, "--require-signature", "pass the signer's cosign.pub")
             try:

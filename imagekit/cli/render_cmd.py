@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from imagekit import render as render_mod
 from imagekit.cli.common import err_console, folder_option, handles_errors, selected_compatible
 from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.effects.files import clamp_mtimes, replace_tree
 from imagekit.errors import EXIT_NO, UsageError
+from imagekit.image import render as render_mod
 from imagekit.services.build_plans import plans_for
 
 

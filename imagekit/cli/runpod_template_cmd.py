@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from imagekit import runpod, validate
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import ReleaseIndexOpt, ReleasePlatformOpt
+from imagekit.clouds import runpod
 from imagekit.errors import UsageError
-from imagekit.untrusted import printable
-from imagekit.validate import http_url as validate_http_url
+from imagekit.trust import validate
+from imagekit.trust.untrusted import printable
+from imagekit.trust.validate import http_url as validate_http_url
 
 
 def _refuse_a_private_image(tag: str) -> None:
@@ -73,7 +74,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Print the RunPod template (saveTemplate input) for a published image; --create saves it on RunPod."""
-        from imagekit import contract
+        from imagekit.compat import contract
         from imagekit.effects import runpod_api
         from imagekit.services import inputs
         from imagekit.services.publish import newest_release

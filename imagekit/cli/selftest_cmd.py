@@ -15,7 +15,7 @@ def _runtime(engine, image: str):  # type: ignore[no-untyped-def]
     """The runtime config an imagekit build gives IMAGE, from the manifest inside it (labels, ENV, WORKDIR,
     ENTRYPOINT; its CMD is the image's own, which the manifest does not name): what `labels-match-contents` checks
     the image's config and labels against. None for an image without an imagekit manifest."""
-    from imagekit import imageconfig, naming
+    from imagekit.image import imageconfig, naming
     from imagekit.services import image_manifest
 
     manifest = image_manifest.from_engine(image)
@@ -48,10 +48,10 @@ def register(app: typer.Typer) -> None:
 
         Exit 0 when it passes, 1 when a check fails.
         """
-        from imagekit import validate
         from imagekit.cli.progress_display import ConsoleProgress
         from imagekit.effects.docker import Engine
         from imagekit.services import selftest_runner
+        from imagekit.trust import validate
 
         if gpus not in ("auto", "on", "off"):
             raise UsageError(f"invalid --gpus {gpus!r}", "use auto, on or off")

@@ -19,9 +19,10 @@ def _target(image: str):  # type: ignore[no-untyped-def]
     """The registry, repository and digest IMAGE names: the digest it gives (what the registry serves for it must hash
     to it, else exit 3), or what its tag names now (the digest of the bytes served, which a Docker-Content-Digest
     must agree with). IMAGE carrying credentials is refused without being shown."""
-    from imagekit import naming, validate
     from imagekit.effects import credentials
     from imagekit.effects.registry import RegistryClient, Remote, refuse_user_info, served_as, without_user_info
+    from imagekit.image import naming
+    from imagekit.trust import validate
 
     refuse_user_info(image, "IMAGE")
     try:
@@ -65,8 +66,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Sign what IMAGE names now (an image, or the index of an image and its SBOM) in cosign's format:
         `cosign verify --key cosign.pub --insecure-ignore-tlog IMAGE` accepts it. No transparency log."""
-        from imagekit import cosign
         from imagekit.services import signing
+        from imagekit.supplychain import cosign
 
         try:
             private = cosign.load_private_key(_read(key, "--key"), os.environ.get(PASSWORD_VARIABLE, "").encode())
@@ -92,8 +93,8 @@ def register(app: typer.Typer) -> None:
         Exit 0 when one verifies, 1 when none does (naming why), 3 when the registry cannot be read or serves other
         bytes than a digest names (a digest asked for, a signature's payload, its Docker-Content-Digest).
         """
-        from imagekit import cosign
         from imagekit.services import signing
+        from imagekit.supplychain import cosign
 
         try:
             public = cosign.load_public_key(_read(key, "--key"))

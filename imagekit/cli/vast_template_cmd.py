@@ -8,11 +8,12 @@ from typing import Annotated
 
 import typer
 
-from imagekit import runpod, validate, vast
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import ReleaseIndexOpt, ReleasePlatformOpt
+from imagekit.clouds import runpod, vast
 from imagekit.errors import UsageError
-from imagekit.validate import http_url as validate_http_url
+from imagekit.trust import validate
+from imagekit.trust.validate import http_url as validate_http_url
 
 
 def register(app: typer.Typer) -> None:
@@ -51,7 +52,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Print the Vast.ai template for a published image; --create makes it on Vast (its hash_id is printed)."""
-        from imagekit import contract
+        from imagekit.compat import contract
         from imagekit.effects import vast_api
         from imagekit.services import inputs
         from imagekit.services.publish import newest_release

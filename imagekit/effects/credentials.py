@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from imagekit.effects.registry import PASSWORD_VARIABLE, USER_VARIABLE
 from imagekit.errors import EnvironmentFailure
-from imagekit.untrusted import printable
+from imagekit.trust.untrusted import printable
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from imagekit.errors import UsageError
 
 if TYPE_CHECKING:
-    from imagekit.code_layer import CodeLayer, CopySpec
+    from imagekit.image.code_layer import CodeLayer, CopySpec
 
 MAX_INPUT_BYTES = 64 * 2**20  # a matrix, a release index or a lock is kilobytes; a bigger file is the wrong one
 
@@ -214,9 +214,9 @@ def read_code(spec: CopySpec) -> CodeLayer:
     link inside is followed only to a file within the folder that the excludes keep; one that leads out of it, to a
     left-out file, in a loop or nowhere, and anything but files and folders, is refused, as is a folder past the code
     layer's size limits. Files are opened without following a link and only as regular files (a FIFO never blocks)."""
-    from imagekit import code_layer
     from imagekit.effects import foreign_files
-    from imagekit.untrusted import printable
+    from imagekit.image import code_layer
+    from imagekit.trust.untrusted import printable
 
     root = Path(spec.source)
     hint = "check `[image] copy` in the matrix file (`from` is relative to the matrix file's folder)"

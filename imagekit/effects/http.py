@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from imagekit import untrusted
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.redact import redact, redact_text
+from imagekit.trust import untrusted
+from imagekit.trust.redact import redact, redact_text
 
 if TYPE_CHECKING:
     import httpx
@@ -220,7 +220,7 @@ def unreachable(url: str, timeout: float) -> str | None:
 
 def display(url: str) -> str:
     """The URL as it may be shown: no user-info, no query (signatures, tokens), no token-like path segment, no
-    control characters (imagekit.redact.redact, then imagekit.untrusted.printable)."""
+    control characters (imagekit.trust.redact.redact, then imagekit.trust.untrusted.printable)."""
     if not isinstance(url, str):
         return "<not a URL>"
     return untrusted.printable(redact(url.split("?", 1)[0]), 500)
@@ -231,7 +231,7 @@ _display = display
 
 def _reason(exc: BaseException) -> str:
     """A library's error text as it may be shown: URLs in it redacted, printable, bounded. (Header values never get
-    here: callers check them with imagekit.untrusted.header_value before a request is built.)"""
+    here: callers check them with imagekit.trust.untrusted.header_value before a request is built.)"""
     return untrusted.printable(redact_text(str(exc)))
 
 
@@ -291,7 +291,7 @@ def get(
 
 
 def parse_json(body: bytes, what: str, hint: str = "check the URL: it does not serve the expected API") -> Any:
-    """JSON out of an answer, bounded (imagekit.untrusted.load_json: size, depth, numbers); anything else is an
+    """JSON out of an answer, bounded (imagekit.trust.untrusted.load_json: size, depth, numbers); anything else is an
     EnvironmentFailure (exit 3) saying what was wrong, its start shown as plain text."""
     try:
         return untrusted.load_json(body, what)

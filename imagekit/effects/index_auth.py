@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from imagekit import untrusted
 from imagekit.errors import UsageError
+from imagekit.trust import untrusted
 
 USER_VARIABLE = "IMAGEKIT_INDEX_USER"
 PASSWORD_VARIABLE = "IMAGEKIT_INDEX_PASSWORD"

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from imagekit import layer_blobs
 from imagekit.errors import EnvironmentFailure
+from imagekit.oci import layer_blobs
 
 STORE_DRIVERS = ("overlay2", "fuse-overlayfs")
 READ = 4 << 20

@@ -4,7 +4,7 @@ Credentials are bound to their origin: they go to the registries the client was 
 and to the token realm such a registry's challenge names; to any other registry the client speaks without them. A
 redirect elsewhere (blobs served from a CDN) is followed without them (imagekit.effects.http). No URL is built from a
 name or reference that is not of the distribution grammar, and what the registry answers is checked here
-(imagekit.untrusted), not by the callers.
+(imagekit.trust.untrusted), not by the callers.
 
 Digests bind: whatever is fetched by digest (a manifest, a blob) must hash to that digest before anything reads it,
 and a Docker-Content-Digest header must be the digest of the bytes served with it (by tag, that is what the tag
@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 
-from imagekit import untrusted, validate
 from imagekit.effects import http
 from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.trust import untrusted, validate
 
 MANIFEST_TYPES = ", ".join(
     [

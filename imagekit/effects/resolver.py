@@ -18,8 +18,8 @@ from typing import Protocol
 
 from imagekit.effects import http, process
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.redact import redact, redact_text
-from imagekit.resolution import LockRequest, LockSettings
+from imagekit.locking.resolution import LockRequest, LockSettings
+from imagekit.trust.redact import redact, redact_text
 
 _NETWORK_SIGNS = (
     "Failed to fetch",
@@ -157,7 +157,7 @@ def _fail(req: LockRequest, stderr: str) -> Exception:
         return EnvironmentFailure(f"{req.cell.id}: cannot reach the package index:\n{tail}", hint)
     no_wheel = _NO_WHEEL.search(text)
     if no_wheel:  # --only-binary: a version with an sdist only is not installable in an image
-        from imagekit import direct_wheels
+        from imagekit.locking import direct_wheels
 
         return CheckFailed(
             f"{req.cell.id}: {no_wheel['name']} has no wheel for Python {req.cell.python} on {req.platform} "

@@ -1,16 +1,16 @@
 """RunPod's APIs (base URLs overridable): GraphQL (``saveTemplate``) and REST (stop, terminate a pod). The API key goes
 in a header, checked first (never in logs or errors, never to another origin: imagekit.effects.http); what RunPod
-answers is checked here (shape, size, characters: imagekit.untrusted) before any of it is used or shown."""
+answers is checked here (shape, size, characters: imagekit.trust.untrusted) before any of it is used or shown."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from imagekit import untrusted
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.redact import redact_text
+from imagekit.trust import untrusted
+from imagekit.trust.redact import redact_text
 
 DEFAULT_API = "https://api.runpod.io/graphql"
 KEY_VARIABLE = "RUNPOD_API_KEY"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from imagekit import __version__, wheelpack
+from imagekit import __version__
 from imagekit.errors import EnvironmentFailure
+from imagekit.locking import wheelpack
 
 _SKIP_PARTS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")

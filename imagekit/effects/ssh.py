@@ -23,9 +23,10 @@ from typing import BinaryIO, Protocol
 
 import paramiko
 
-from imagekit import podwire, untrusted
+from imagekit.clouds import podwire
+from imagekit.clouds.podwire import CHUNK, Target, q
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.podwire import CHUNK, Target, q
+from imagekit.trust import untrusted
 
 Sink = Callable[[str], None]
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 
-from imagekit import untrusted
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.redact import redact_text
+from imagekit.trust import untrusted
+from imagekit.trust.redact import redact_text
 
 DEFAULT_API = "https://console.vast.ai/api/v0/template/"
 KEY_VARIABLE = "VAST_API_KEY"

@@ -3,7 +3,7 @@ distribution name is canonicalised, which compiled GPU code runs on which GPU, a
 from its lock.
 
 Standard library only, Python >= 3.8: this file runs inside every image, beside the doctor (/opt/imagekit/doctor/),
-and the host's pure core imports it (imagekit.rules, resolution, lockfile). It imports nothing, not even a sibling.
+and the host's pure core imports it (compat.rules, locking.*). It imports nothing, not even a sibling.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def load_json(text, what, max_depth=MAX_JSON_DEPTH):
     """JSON that another program or file hands the doctor, bounded: nested at most ``max_depth`` deep (deeper is
     a RecursionError inside json), numbers of at most 40 characters (a 5,000-digit one is a ValueError on every
     later use), no NaN or Infinity. Anything else is a ValueError saying what, without echoing it. (The doctor's
-    own small copy of imagekit.untrusted.load_json: it runs inside images with the standard library only.)"""
+    own small copy of imagekit.trust.untrusted.load_json: it runs inside images with the standard library only.)"""
     deepest = facts.json_depth(text)
     if deepest > max_depth:
         raise ValueError(f"{what} is nested {deepest} levels deep (at most {max_depth})")

@@ -1,16 +1,17 @@
 """`[image] apt`: apt itself resolves the packages in a container of the cell's base (fresh package lists, no
-recommends), so the pins are what apt would install over that base; ``imagekit.debs`` checks its answer."""
+recommends), so the pins are what apt would install over that base; ``imagekit.locking.debs`` checks its answer."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 
-from imagekit import debs, untrusted
-from imagekit.buildplan import BaseRef
 from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.image.buildplan import BaseRef
+from imagekit.locking import debs
 from imagekit.model import Cell
 from imagekit.services.ports import ContainerEngine
+from imagekit.trust import untrusted
 
 AptResolver = Callable[[Cell], tuple[debs.DebPin, ...]]
 TIMEOUT = 600

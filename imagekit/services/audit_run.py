@@ -1,4 +1,4 @@
-"""`imagekit audit`: read an OSV export and what an image holds, then judge (imagekit.audit)."""
+"""`imagekit audit`: read an OSV export and what an image holds, then judge (imagekit.supplychain.audit)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import audit, dpkg_status, lockfile, sbom
 from imagekit.effects.files import read_input
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.locking import lockfile
 from imagekit.services.ports import ContainerEngine
-from imagekit.untrusted import UntrustedData, load_json, printable
+from imagekit.supplychain import audit, dpkg_status, sbom
+from imagekit.trust.untrusted import UntrustedData, load_json, printable
 
 try:
     import lzma
@@ -43,7 +44,7 @@ def _regular(path: Path) -> bool:
 
 def read_records(path: Path) -> Iterator[bytes | audit.Unreadable]:
     """Every JSON text under ``path`` (each one OSV record, a list of them or an osv.dev query answer: see
-    imagekit.audit): a folder of .json files and .zip exports (recursively, in name order), an export's ``all.zip``,
+    supplychain.audit): a folder of .json files and .zip exports (recursively, in name order), an export's ``all.zip``,
     or one .json file. What cannot be read (a damaged or encrypted member, a file that will not open) comes as an
     ``audit.Unreadable``, counted and never trusted. A member larger than a JSON text may be is not read at all, and
     no read goes past that size: a zip bomb costs nothing."""

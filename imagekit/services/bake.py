@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagekit import naming, render
-from imagekit.compat import CompatData
+from imagekit.compat.catalog import CompatData
 from imagekit.errors import CheckFailed
-from imagekit.matrix import MatrixConfig
+from imagekit.image import naming, render
+from imagekit.matrix.matrix_file import MatrixConfig
 from imagekit.model import AMD64, Cell
 from imagekit.services.build_plans import plans_for
 from imagekit.services.lock_cells import lock_path, verified_lock

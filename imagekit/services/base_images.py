@@ -9,12 +9,18 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, base_packages, bootstrap_base, dpkg_path_filters
-from imagekit.compat import BaseSpec
+from imagekit.compat.catalog import BaseSpec
 from imagekit.effects import process
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
+from imagekit.image.buildplan import (
+    DEFAULT_SOURCE_DATE_EPOCH,
+    BaseRef,
+    base_packages,
+    bootstrap_base,
+    dpkg_path_filters,
+)
 from imagekit.model import AMD64, DEBIAN_ARCH, MACHINES
 from imagekit.services.ports import ContainerEngine
 

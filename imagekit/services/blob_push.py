@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from imagekit import layer_blobs
 from imagekit.effects import foreign_files
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.effects.layer_export import LayerMismatch, save_export
 from imagekit.effects.registry import Remote
 from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.oci import layer_blobs
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import Activity, NullProgress, Progress, human_bytes
 

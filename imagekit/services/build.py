@@ -11,17 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__, budget, dpkg_status, imageconfig, naming, render, resolution, sbom
-from imagekit import steps as steps_core
-from imagekit.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
-from imagekit.code_layer import CodeLayer
-from imagekit.compat import CompatData
+from imagekit import __version__
+from imagekit.compat.catalog import CompatData
 from imagekit.effects import index_auth, process, wheelserver
 from imagekit.effects.docker import Engine
 from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
-from imagekit.lockfile import Lock
+from imagekit.image import budget, imageconfig, naming, render
+from imagekit.image import steps as steps_core
+from imagekit.image.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
+from imagekit.image.code_layer import CodeLayer
+from imagekit.locking import resolution
+from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, Cell
 from imagekit.services import apt_resolve, fetch, publish, selftest_runner, signing, staged_build
 from imagekit.services import lock_cells as lock_service
@@ -29,6 +31,7 @@ from imagekit.services.base_images import base_for, native, require_emulation
 from imagekit.services.build_plans import code_for
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
+from imagekit.supplychain import dpkg_status, sbom
 
 Log = Callable[[str, str], None]  # (cell id, message)
 
@@ -52,7 +55,7 @@ class BuildOptions:
     options: ImageOptions = field(default_factory=ImageOptions)  # the matrix's [image] switches
     # an ECDSA P-256 private key (cosign's): publish signs each image with it before its alias moves; never shown
     sign_key: object | None = field(default=None, repr=False)
-    # the vulnerability gate before publish (imagekit.audit): an OSV export, the level that fails, the allowlist
+    # the vulnerability gate before publish (supplychain.audit): an OSV export, the level that fails, the allowlist
     audit_osv: Path | None = None
     zstd: bool = False  # also publish the image with zstd layers, under <tag>-zstd (never instead of gzip)
     audit_fail_on: str = "high"
@@ -345,7 +348,7 @@ _SEPARATOR = "@@imagekit-dpkg-status@@"
 
 
 def _sbom(b: _Build) -> None:
-    """The image's SBOM (imagekit.sbom): the lock's distributions and the Debian packages its dpkg database lists,
+    """The image's SBOM (supplychain.sbom): the lock's distributions and the Debian packages its dpkg database lists,
     read out of the tested image; kept beside its self-test report and published with it."""
     assert b.plan is not None and b.lock is not None and b.result.image_id
     code, out, err = b.engine.run(
@@ -382,8 +385,8 @@ def _audit(b: _Build) -> None:
         return
     import datetime as dt
 
-    from imagekit import audit
     from imagekit.services import audit_run
+    from imagekit.supplychain import audit
 
     target = audit_run.Target(b.immutable, audit.packages_from_sbom(b.sbom), "its SBOM")
     scan, verdict = audit_run.run(

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from imagekit.buildplan import BaseRef, BuildPlan, ImageOptions, bootstrap_base
-from imagekit.code_layer import CodeLayer
-from imagekit.compat import CompatData
+from imagekit.compat.catalog import CompatData
 from imagekit.effects.files import read_code
 from imagekit.errors import UsageError
-from imagekit.matrix import MatrixConfig
+from imagekit.image.buildplan import BaseRef, BuildPlan, ImageOptions, bootstrap_base
+from imagekit.image.code_layer import CodeLayer
+from imagekit.matrix.matrix_file import MatrixConfig
 from imagekit.model import Cell
 from imagekit.services.lock_cells import lock_path, verified_lock
 

@@ -9,10 +9,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import ci, matrix
 from imagekit.effects import http
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.matrix import ci_workflow as ci
+from imagekit.matrix import matrix_file as matrix
 from imagekit.services import inputs
 
 PYPI_SIMPLE = "https://pypi.org/simple"

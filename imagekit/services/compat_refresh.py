@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from imagekit import compat, refresh, untrusted
-from imagekit import metadata as metadata_mod
+from imagekit.compat import catalog as compat
+from imagekit.compat import pypi_metadata as metadata_mod
+from imagekit.compat import refresh
+from imagekit.compat.pypi_metadata import parse_metadata
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure
-from imagekit.metadata import parse_metadata
-from imagekit.redact import redact
+from imagekit.trust import untrusted
+from imagekit.trust.redact import redact
 
 
 def simple_page(index: str, name: str) -> dict:

@@ -20,14 +20,17 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from imagekit import direct_wheels, tools, untrusted, wheels
 from imagekit.effects import foreign_files, http, index_auth
 from imagekit.effects.cache import cache_root, unusable
 from imagekit.effects.files import refuse_links, replace_folder, write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
-from imagekit.lockfile import Lock, LockEntry
-from imagekit.resolution import is_torch_family
+from imagekit.locking import direct_wheels
+from imagekit.locking import uv_pin as tools
+from imagekit.locking import wheel_choice as wheels
+from imagekit.locking.lockfile import Lock, LockEntry
+from imagekit.locking.resolution import is_torch_family
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
+from imagekit.trust import untrusted
 
 
 @dataclass(frozen=True)
@@ -263,7 +266,7 @@ def _sources(lock: Lock) -> tuple[str, str, bool]:
 
 
 def _recorded_index(lock: Lock) -> str | None:
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     if "settings" not in lock.meta:  # a lock of an older imagekit: its index line is all there is
         return None
@@ -276,7 +279,7 @@ def _recorded_index(lock: Lock) -> str | None:
 
 def _extras(lock: Lock) -> tuple[str, ...]:
     """The lock's extra indexes (from its recorded settings): a pin the main index lacks is looked up there."""
-    from imagekit import resolution
+    from imagekit.locking import resolution
 
     try:
         urls = resolution.recorded_settings(lock).get("extra_index_urls") or []
@@ -660,7 +663,7 @@ def link_wheels(fetched: list[FetchedWheel], directory: Path, files: Mapping[str
 
 def requirements(lock: Lock) -> dict[str, str]:
     """Each layer's requirements file (name -> text): the RUN that installs a layer reads it beside the wheels."""
-    from imagekit import layers
+    from imagekit.image import layering as layers
 
     return layers.split(lock).requirement_files
 

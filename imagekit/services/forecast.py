@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from imagekit import resolution
-from imagekit.compat import CompatData
+from imagekit.compat.catalog import CompatData
 from imagekit.effects import index_auth
 from imagekit.effects.cache import cache_root, unusable
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
-from imagekit.matrix import MatrixConfig
+from imagekit.locking import resolution
+from imagekit.matrix.matrix_file import MatrixConfig
 from imagekit.model import Cell
 from imagekit.services import fetch
 from imagekit.services import lock_cells as lock_service

@@ -10,7 +10,7 @@ import tarfile
 
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import EnvironmentFailure, UsageError
-from imagekit.naming import split_reference
+from imagekit.image.naming import split_reference
 
 MANIFEST_PATHS = ("opt/imagekit/manifest.json", "etc/imagekit/manifest.json")  # now, and in earlier images
 MAX_LAYER = 256 << 20

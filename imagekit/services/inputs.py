@@ -8,11 +8,12 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from imagekit import compat, matrix
-from imagekit.compat import METADATA_FILE, SHIPPED, USER, CompatData
+from imagekit.compat import catalog as compat
+from imagekit.compat.catalog import METADATA_FILE, SHIPPED, USER, CompatData
 from imagekit.effects.files import read_input
 from imagekit.errors import UsageError
-from imagekit.matrix import ConfigError, MatrixConfig
+from imagekit.matrix import matrix_file as matrix
+from imagekit.matrix.matrix_file import ConfigError, MatrixConfig
 
 
 def load_matrix(path: Path | None, data: CompatData) -> MatrixConfig:

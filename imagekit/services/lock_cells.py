@@ -9,13 +9,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from imagekit import lockfile, resolution
-from imagekit.compat import CompatData
-from imagekit.debs import DebPin
+from imagekit.compat.catalog import CompatData
 from imagekit.effects import process, resolver
 from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, ImagekitError, UsageError
-from imagekit.lockfile import Lock
+from imagekit.locking import lockfile, resolution
+from imagekit.locking.debs import DebPin
+from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, Cell
 
 T = TypeVar("T")

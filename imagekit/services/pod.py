@@ -21,12 +21,14 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from imagekit import podwire, render, untrusted
+from imagekit.clouds import podwire
+from imagekit.clouds.podwire import Target, q
 from imagekit.effects import ssh
 from imagekit.effects.ssh import Connection, ConnectionLost, Progress, Transport, checked, sha256_file
 from imagekit.errors import CheckFailed as CheckFailed  # raised by the transport; callers catch it from here
 from imagekit.errors import EnvironmentFailure, UsageError
-from imagekit.podwire import Target, q
+from imagekit.image import render
+from imagekit.trust import untrusted
 
 Log = Callable[[str], None]
 RECONNECTS = 5

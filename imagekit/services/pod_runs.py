@@ -14,10 +14,10 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from imagekit import untrusted
+from imagekit.clouds.podwire import Target
 from imagekit.errors import EnvironmentFailure, UsageError
-from imagekit.podwire import Target
 from imagekit.services.pod import Dial, Log, PodOptions, connect, refuse_if_blocked
+from imagekit.trust import untrusted
 
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9]{1,10}", re.ASCII)
 RUNS = '"${IMAGEKIT_RUNS:-/workspace/.imagekit/runs}"'

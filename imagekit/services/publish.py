@@ -14,15 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from imagekit import image_index, layer_blobs, sbom, untrusted
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.effects.registry import OciManifest, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.model import AMD64
+from imagekit.oci import image_index, layer_blobs
 from imagekit.services import blob_push
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import Progress
 from imagekit.services.selftest_runner import SelfTestReport
+from imagekit.supplychain import sbom
+from imagekit.trust import untrusted
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ _CELL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
 
 
 def _load(path: Path, text: str, what: str, hint: str) -> object:
-    from imagekit import untrusted
+    from imagekit.trust import untrusted
 
     try:
         return untrusted.load_json(text, "it")
@@ -88,7 +90,7 @@ def index_problems(doc: object) -> list[str]:
 
 def entry_problems(entry: dict) -> list[str]:
     """What is wrong with one release (an index entry, a record's content): ``field: why``."""
-    from imagekit import untrusted, validate
+    from imagekit.trust import untrusted, validate
 
     problems = []
 
@@ -199,7 +201,7 @@ def entry_problems(entry: dict) -> list[str]:
     section("manifest.torch", manifest.get("torch"), {"archs": optional(strings(16, 64))})
     section("manifest.image", manifest.get("image"), {"ports": optional(ports), "jupyter": optional(flag)})
     if manifest.get("runtime") is not None:
-        from imagekit import contract
+        from imagekit.compat import contract
 
         problems += [f"manifest.runtime.{p}" for p in contract.problems(manifest["runtime"], manifest.get("cell"))]
     return problems

@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import image_index, validate
 from imagekit.effects.files import write_atomic
 from imagekit.effects.registry import RegistryClient, Remote, refuse_user_info, without_user_info
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.model import AMD64
+from imagekit.oci import image_index
 from imagekit.services.publish import index_locked, read_index, read_record
+from imagekit.trust import validate
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import config_truth, emulation, render
 from imagekit.errors import CheckFailed
-from imagekit.imageconfig import RuntimeConfig
+from imagekit.image import config_truth, emulation, render
+from imagekit.image.imageconfig import RuntimeConfig
 from imagekit.services.ports import ContainerEngine
 from imagekit.services.progress import NullProgress, Progress, activity
 
@@ -45,7 +45,7 @@ def _relay(progress: Progress, cell: str):
 
 @contextmanager
 def emulated_cpus(emulated: bool) -> Iterator[dict[str, dict] | None]:
-    """For an emulated run, a CPU folder for /sys/devices/system/cpu (imagekit.emulation: torch's aarch64 build
+    """For an emulated run, a CPU folder for /sys/devices/system/cpu (imagekit.image.emulation: torch's aarch64 build
     reads its CPU's identification there and crashes without it), removed afterwards."""
     if not emulated:
         yield None
@@ -72,7 +72,7 @@ def run(
     """The image's self-test, its report as the image wrote it plus how it ran: ``emulated`` (another CPU
     architecture's image under qemu-user-static: the CPU checks only, never "passed on GPU"). With ``runtime`` (the
     config imagekit set), one check more, from outside: the image's config and labels tell the truth
-    (imagekit.config_truth)."""
+    (imagekit.image.config_truth)."""
     argv = [f"/{render.IMAGEKIT_DIR}/{render.IN_IMAGE['selftest.py']}"] + (["--require-gpu"] if require_gpu else [])
     if emulated and require_gpu:
         raise CheckFailed(

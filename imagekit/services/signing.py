@@ -1,4 +1,4 @@
-"""Sign and verify published images in cosign's format (imagekit.cosign), against the registry that holds them.
+"""Sign and verify published images in cosign's format (supplychain.cosign), against the registry that holds them.
 
 Exit codes: a signature that does not verify, or vouches for another image or kind, is "the check said no" (1,
 CheckFailed); a registry serving other bytes than a digest names (here: a signature's payload) is refused like every
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from imagekit import cosign, untrusted
 from imagekit.effects.registry import Remote, served_as
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.services.ports import Registry
+from imagekit.supplychain import cosign
+from imagekit.trust import untrusted
 
 
 def _existing(registry: Registry, remote: Remote, tag: str) -> list[dict]:

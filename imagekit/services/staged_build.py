@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from imagekit import imageconfig, steps
 from imagekit.effects import foreign_files, layer_tar
 from imagekit.effects.cache import cache_root
 from imagekit.effects.docker import _build_hint
 from imagekit.errors import CheckFailed, EnvironmentFailure
-from imagekit.untrusted import printable
+from imagekit.image import imageconfig, steps
+from imagekit.trust.untrusted import printable
 
 STAGE_MOUNT = "/imagekit-stage"
 STAGE_MISMATCH = 75  # install-layer: the folder it sees is not the one prepared here

@@ -1,0 +1,266 @@
+"""RunPod template for a published image: the input of RunPod's `saveTemplate` GraphQL mutation. Pure."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from typing import TYPE_CHECKING
+
+from imagekit.errors import UsageError
+
+if TYPE_CHECKING:
+    from imagekit.compat.catalog import CompatData
+    from imagekit.compat.contract import Contract
+
+SAVE_TEMPLATE = (
+    "mutation saveTemplate($input: SaveTemplateInput) { saveTemplate(input: $input) "
+    "{ id name imageName containerDiskInGb volumeInGb volumeMountPath ports } }"
+)
+
+
+# RunPod REST v1 `POST /pods` allowedCudaVersions: the values its API takes
+# (https://docs.runpod.io/api-reference/pods/POST/pods, PodCreateInput.allowedCudaVersions)
+RUNPOD_CUDA_VERSIONS = ("11.8", "12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.7", "12.8", "12.9", "13.0")
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def allowed_cuda_versions(cuda: str) -> list[str]:
+    """The host CUDA versions (as RunPod names them) whose drivers run ``cuda`` wheels with every feature: the same
+    or newer (a driver runs what was built for its CUDA version or older; compat-facts, NV). When RunPod's list ends
+    below ``cuda`` (13.2 wheels, a list ending at 13.0), the same major's versions: CUDA's minor-version compatibility
+    runs them on the major family's driver floor (compat-facts 2a), which is what the image's contract asks."""
+    allowed = [v for v in RUNPOD_CUDA_VERSIONS if _key(v) >= _key(cuda)]
+    if not allowed:
+        allowed = [v for v in RUNPOD_CUDA_VERSIONS if _key(v)[0] == _key(cuda)[0]]
+    if not allowed:
+        raise UsageError(
+            f"RunPod's API names no host CUDA version at or above {cuda} (it knows up to {RUNPOD_CUDA_VERSIONS[-1]})",
+            "create the pod in RunPod's console, filtering by CUDA version there",
+        )
+    return allowed
+
+
+_PRIVATE_SUFFIXES = (".local", ".localhost", ".internal", ".lan", ".home.arpa")
+
+
+def registry_host(image: str) -> str:
+    """The registry a pod would pull ``image`` from (Docker's rule: a first component with '.' or ':' or
+    'localhost' names a registry; otherwise Docker Hub)."""
+    first = image.split("/", 1)[0] if "/" in image else ""
+    if first and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def _inet_aton(name: str) -> ipaddress.IPv4Address | None:
+    """An IPv4 address in any form inet_aton(3) accepts: 1-4 parts, each decimal, 0x-hex or 0-octal; the last part
+    fills the bytes the others left (127.1 is 127.0.0.1). None for anything else."""
+    parts = name.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    values = []
+    for part in parts:
+        m = re.fullmatch(r"0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*)", part)
+        if not m:
+            return None
+        values.append(int(m[1], 16) if m[1] else int(m[2], 8) if m[2] else int(m[3]))
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
+        return None
+    number = last
+    for i, v in enumerate(head):
+        number += v << (8 * (3 - i))
+    return ipaddress.IPv4Address(number)
+
+
+def unreachable_registry(image: str) -> str | None:
+    """Why no pod could pull ``image`` (a loopback, private, link-local or single-label registry), or None."""
+    host = registry_host(image)
+    if host.startswith("["):
+        name = host[1:].split("]")[0]
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name = name.lower().rstrip(".")
+    ip = None
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        ip = _inet_aton(name)  # short and integer IPv4 forms (127.1, 2130706433), as the resolver reads them
+    if ip is not None:
+        if ip.is_loopback:
+            return f"{host} is a loopback address"
+        if not ip.is_global:
+            return f"{host} is not a public address (private, link-local or shared range)"
+        return None
+    if name == "localhost" or name.endswith(_PRIVATE_SUFFIXES):
+        return f"{host} is a local name"
+    if "." not in name:
+        return f"{host} is a single-label name (a local registry such as kind's or compose's)"
+    return None
+
+
+MAX_VOLUME_GB = 10_000
+
+
+def template(
+    entry: dict,
+    *,
+    with_digest: bool = False,
+    volume_gb: int = 50,
+    require_gpu: bool = True,
+    registry_auth: str | None = None,
+    runtime: Contract | None = None,
+    data: CompatData | None = None,
+) -> dict:
+    """From a release-index entry (as `services.publish.read_index` checked it: every field read here has its type,
+    grammar and range, the optional ones may be absent): pinned to the immutable tag (optionally @digest), disk
+    sized from the image, listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it);
+    the readme says which hosts to rent (the console has no filter a template can set) from the image's ``runtime``
+    contract and, with ``data``, the GPUs its torch runs on and those it does not."""
+    if isinstance(volume_gb, bool) or not isinstance(volume_gb, int) or not 1 <= volume_gb <= MAX_VOLUME_GB:
+        raise ValueError(f"volume_gb must be 1 to {MAX_VOLUME_GB}")
+    image = entry["tag"] + (f"@{entry['digest']}" if with_digest else "")
+    size_gb = entry.get("size_bytes", 0) / 1e9
+    container_disk = max(20, math.ceil(size_gb * 1.5 + 10))
+    cell = entry["manifest"]["cell"]
+    features = entry["manifest"].get("image") or {}
+    jupyter = features.get("jupyter") is True
+    ports = ",".join(features.get("ports") or ["22/tcp"])
+    env = [
+        {"key": "HF_HOME", "value": "/workspace/.cache/huggingface"},
+        {"key": "IMAGEKIT_REQUIRE_GPU", "value": "1" if require_gpu else "0"},
+    ]
+    auth = {} if registry_auth is None else {"containerRegistryAuthId": registry_auth_id(registry_auth)}
+    return {
+        **auth,
+        "name": f"imagekit {cell['id']}",
+        "imageName": image,
+        "containerDiskInGb": container_disk,
+        "volumeInGb": volume_gb,
+        "volumeMountPath": "/workspace",
+        "ports": ports,
+        "env": env,
+        "isServerless": False,
+        "dockerArgs": "",
+        "readme": readme(entry, jupyter, runtime, data),
+    }
+
+
+def rent_lines(runtime: Contract, data: CompatData | None) -> list[str]:
+    """What to pick in RunPod's console so the pod lands on a host that runs the image (`pod create` sets the same)."""
+    try:
+        cuda = f"CUDA version filter: {', '.join(allowed_cuda_versions(runtime.cuda))}"
+    except UsageError:
+        cuda = f"no RunPod CUDA filter reaches {runtime.cuda}, pick the host by its driver"
+    lines = [
+        f"Rent: {cuda} (the host's driver must be >= {runtime.driver_min}; CUDA {runtime.cuda} wheels); "
+        f"{runtime.platform} hosts; GPU architectures {runtime.archs_text()}.",
+    ]
+    if data is not None:
+        from imagekit.compat import contract
+
+        lines.append(contract.gpu_line(runtime, data))
+    return lines
+
+
+def tested_line(entry: dict) -> list[str]:
+    """How the image's self-test ran (a record from before this was kept says nothing): never "on GPU" when it ran
+    emulated on another CPU architecture."""
+    selftest = entry.get("selftest")
+    ran = selftest.get("ran") if isinstance(selftest, dict) else None
+    if not isinstance(ran, dict):
+        return []
+    runtime = (entry.get("manifest") or {}).get("runtime")
+    platform = runtime.get("platform") if isinstance(runtime, dict) else None
+    platform = platform if isinstance(platform, str) and platform else "its platform"
+    if ran.get("emulated") is True:
+        return [
+            f"Tested: emulated only (qemu on another CPU architecture): the CPU checks passed; nothing has run on a "
+            f"{platform} GPU yet (run `imagekit-doctor` first on the pod)."
+        ]
+    if ran.get("gpu") is True:
+        return ["Tested: the self-test passed on a GPU, before publishing."]
+    return ["Tested: the self-test's CPU checks passed (the build host had no GPU); `imagekit-doctor` checks the GPU."]
+
+
+def readme(entry: dict, jupyter: bool, runtime: Contract | None = None, data: CompatData | None = None) -> str:
+    m = entry["manifest"]
+    cell = m["cell"]
+    known = lambda value: value if isinstance(value, str) and value else "?"  # noqa: E731
+    driver = known((m.get("driver") or {}).get("minimum"))
+    archs = ", ".join((m.get("torch") or {}).get("archs") or []) or "?"
+    needs = (
+        rent_lines(runtime, data)
+        if runtime is not None
+        else [f"Needs an NVIDIA driver >= {driver}; GPU architectures: {archs}."]
+    )
+    lines = [
+        f"# imagekit {cell['id']}",
+        f"torch {known(cell.get('torch'))}+{known(cell.get('variant'))}, transformers "
+        f"{known(cell.get('transformers'))}, Python {known(cell.get('python'))}; "
+        f"every package pinned by hash (image {entry['tag']}, digest {entry['digest']}).",
+        *needs,
+        *tested_line(entry),
+        "",
+        "SSH: add your public key to the account (PUBLIC_KEY); the image runs sshd on 22/tcp with key-only root "
+        "login. Use the direct TCP port for `ssh root@IP -p PORT 'cmd'`, scp, sftp and rsync (the proxied gateway "
+        "is a console only). Host key fingerprints are in the pod's logs.",
+        "Jupyter: JupyterLab on 8888/http, serving /workspace, password JUPYTER_PASSWORD."
+        if jupyter
+        else "Jupyter: not in this image (build it with `[image] jupyter = true`).",
+        "Volume: /workspace is the pod's volume: it survives a stop (and is billed while stopped), not a terminate, "
+        "which deletes it with the pod (only a network volume survives). HF_HOME=/workspace/.cache/huggingface keeps "
+        "model downloads. Everything else is lost when the pod stops.",
+        "Lifetime guard (env, off unless set): IMAGEKIT_MAX_RUNTIME=6h, IMAGEKIT_IDLE_STOP=30m, "
+        "IMAGEKIT_ON_BLOCKER=stop|terminate (after IMAGEKIT_BLOCKER_GRACE, 15m), IMAGEKIT_ON_EXIT=stop|terminate "
+        "(job mode; after IMAGEKIT_OUTPUTS are checksummed); it ends the pod with RunPod's in-pod key.",
+        "Start check: the pod checks the environment and torch's CUDA before anything runs; on a blocker it stays "
+        "up and the logs and login banner say what to fix. Launch with `imagekit-doctor && accelerate launch "
+        "train.py` so training never starts on a broken pod or silently on the CPU.",
+    ]
+    return "\n".join(lines)
+
+
+def volumes(pod: dict) -> tuple[float, bool, str]:
+    """(the pod volume's size in GB, whether a network volume is attached, where the volume is mounted) from RunPod's
+    `GET /pods/{id}` answer (hostile until read here: a field of another type counts as absent)."""
+    size = pod.get("volumeInGb")
+    gb = float(size) if isinstance(size, int | float) and not isinstance(size, bool) and 0 < size < 1e6 else 0.0
+    network = pod.get("networkVolume")
+    attached = (isinstance(network, dict) and bool(network.get("id"))) or bool(
+        isinstance(pod.get("networkVolumeId"), str) and pod["networkVolumeId"].strip()
+    )
+    mount = pod.get("volumeMountPath")
+    path = mount if isinstance(mount, str) and re.fullmatch(r"/[A-Za-z0-9._/-]{0,200}", mount) else "/workspace"
+    return gb, attached, path
+
+
+def terminate_warning(pod_id: str, pod: dict) -> str | None:
+    """What `pod terminate` says before it deletes a pod whose files die with it: a pod volume and no network
+    volume (RunPod deletes the pod volume on terminate; only a network volume outlives the pod)."""
+    gb, network, path = volumes(pod)
+    if network or not gb:
+        return None
+    return (
+        f"pod {pod_id} has no network volume: terminate deletes its {gb:g} GB pod volume on {path} with every file "
+        f"on it. Copy what you need first (imagekit pod cp TARGET:{path}/out ./out), or `imagekit pod stop "
+        f"{pod_id}` keeps the volume (billed while stopped)"
+    )
+
+
+_AUTH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", re.ASCII)
+
+
+def registry_auth_id(value: str) -> str:
+    """The id of a registry credential saved in RunPod (Settings > Container Registry Auth)."""
+    if not isinstance(value, str) or not _AUTH_ID.fullmatch(value):
+        raise ValueError("a RunPod registry auth id: letters, digits, '_' and '-', at most 64")
+    return value
+
+
+def mutation(template_input: dict) -> dict:
+    return {"query": SAVE_TEMPLATE, "variables": {"input": template_input}}

@@ -1,0 +1,123 @@
+"""Vast.ai template for a published image: the body of Vast's `POST /api/v0/template/`. Pure.
+
+Vast's launch modes decide what runs at start. SSH and Jupyter (``runtype`` ``ssh``/``jupyter``) replace the image's
+entrypoint with Vast's own, so the start check and the image's sshd run from the template's ``onstart``
+(``entrypoint --onstart``); the entrypoint mode (``runtype`` ``args``) keeps the image's entrypoint, as RunPod does.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING
+
+from imagekit.clouds.runpod import registry_host, tested_line
+
+if TYPE_CHECKING:
+    from imagekit.compat.catalog import CompatData
+    from imagekit.compat.contract import Contract
+
+LAUNCH_MODES = {"ssh": "ssh", "jupyter": "jupyter", "entrypoint": "args"}
+_CUDA = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
+ONSTART = "/opt/imagekit/bin/entrypoint --onstart"
+# What each launch mode keeps of the image's guarantees (the README's table says the same).
+GUARANTEES = {
+    "ssh": "Vast's entrypoint replaces the image's: the start check runs from onstart after Vast's init; a blocker "
+    "writes the login banner and `imagekit-doctor` exits 1, but nothing stops what you start yourself, so launch "
+    "training with `imagekit-doctor && ...`.",
+    "jupyter": "as SSH, with Vast's Jupyter (not the image's JupyterLab) on 8080; the start check runs from onstart.",
+    "entrypoint": "the image's own entrypoint: pod mode (the start check, sshd when PUBLIC_KEY is set, JupyterLab "
+    "when JUPYTER_PASSWORD is set) or, with arguments, job mode (a blocker exits 1 before your command runs). Add "
+    "PUBLIC_KEY to the template's env for SSH.",
+}
+
+
+def template(
+    entry: dict,
+    *,
+    launch: str = "ssh",
+    require_gpu: bool = True,
+    login: bool = False,
+    runtime: Contract | None = None,
+    data: CompatData | None = None,
+) -> dict:
+    """From a release-index entry (checked by `services.publish.read_index`): the image by its immutable tag, the
+    launch mode, the ports the image serves, the env, the onstart the launch mode needs, the disk sized from the
+    image; ``login``: the image is private, so Vast asks for the registry's credentials (``docker_login_repo``). The
+    offer filters come from the image's ``runtime`` contract (with ``data``: the GPUs its torch has kernels for);
+    without one, from the cell's CUDA only."""
+    if launch not in LAUNCH_MODES:
+        raise ValueError(f"launch mode {launch!r}: one of {', '.join(LAUNCH_MODES)}")
+    image, tag = entry["tag"].rsplit(":", 1)
+    cell = entry["manifest"]["cell"]
+    features = entry["manifest"].get("image") or {}
+    jupyter = features.get("jupyter") is True
+    ports = ["-p 22:22"] + (["-p 8888:8888"] if jupyter and launch == "entrypoint" else [])
+    env = [f"-e IMAGEKIT_REQUIRE_GPU={'1' if require_gpu else '0'}", "-e HF_HOME=/workspace/.cache/huggingface"]
+    size_gb = entry.get("size_bytes", 0) / 1e9
+    cuda = cell.get("cuda") if isinstance(cell.get("cuda"), str) and _CUDA.fullmatch(cell["cuda"]) else None
+    return {
+        "name": f"imagekit {cell['id']}",
+        "image": image,
+        "tag": tag,
+        "env": " ".join([*env, *ports]),
+        "runtype": LAUNCH_MODES[launch],
+        "onstart": ONSTART if launch != "entrypoint" else "",
+        "args_str": "",
+        "use_ssh": launch != "entrypoint",
+        "ssh_direct": launch == "ssh",
+        "jup_direct": launch == "jupyter",
+        "use_jupyter_lab": launch == "jupyter",
+        "jupyter_dir": "/workspace",
+        "docker_login_repo": registry_host(entry["tag"]) if login else "",
+        "recommended_disk_space": max(20, math.ceil(size_gb * 1.5 + 10)),
+        "extra_filters": _filters(runtime, data, cuda),
+        "desc": f"imagekit {cell['id']}: pinned, self-tested{_emulated(entry)} ({entry['digest'][:19]})",
+        "readme": readme(entry, launch, runtime, data),
+        "private": True,
+    }
+
+
+def _emulated(entry: dict) -> str:
+    """The self-test's CPU checks ran emulated on another CPU architecture: said wherever "self-tested" is."""
+    selftest = entry.get("selftest")
+    ran = selftest.get("ran") if isinstance(selftest, dict) else None
+    return " (emulated only)" if isinstance(ran, dict) and ran.get("emulated") is True else ""
+
+
+def _filters(runtime: Contract | None, data: CompatData | None, cuda: str | None) -> dict:
+    if runtime is not None and data is not None:
+        from imagekit.compat import contract
+
+        return contract.vast_filters(runtime, data)
+    # offers whose driver runs this CUDA only (Vast's `cuda_max_good`: the newest CUDA the host's driver takes)
+    return {"cuda_max_good": {"gte": float(cuda)}} if cuda else {}
+
+
+def readme(entry: dict, launch: str, runtime: Contract | None = None, data: CompatData | None = None) -> str:
+    m = entry["manifest"]
+    cell = m["cell"]
+    driver = (m.get("driver") or {}).get("minimum") or "?"
+    cuda = cell["cuda"] if isinstance(cell.get("cuda"), str) and _CUDA.fullmatch(cell["cuda"]) else "?"
+    needs = [f"Needs an NVIDIA driver >= {driver}: filter offers with `cuda_max_good` at least CUDA {cuda}."]
+    if runtime is not None:
+        needs = [
+            f"Needs an NVIDIA driver >= {runtime.driver_min} (`cuda_max_good` >= {runtime.cuda}), {runtime.cpu_arch} "
+            f"hosts (`cpu_arch`), and a GPU torch has kernels for ({runtime.archs_text()}); the template's "
+            "extra_filters select only such offers."
+        ]
+        if data is not None:
+            from imagekit.compat import contract
+
+            needs.append(contract.gpu_line(runtime, data))
+    return "\n".join(
+        [
+            f"# imagekit {cell['id']}",
+            f"Image {entry['tag']} (digest {entry['digest']}); every package pinned by hash.",
+            *needs,
+            *tested_line(entry),
+            f"Launch mode {launch}: {GUARANTEES[launch]}",
+            "Volume: /workspace; HF_HOME=/workspace/.cache/huggingface keeps model downloads there. Stopping the "
+            "instance keeps its disk (storage is still billed); destroying it deletes the disk.",
+        ]
+    )

@@ -1,0 +1,2 @@
+"""One image: its plan (carrying its contract and layering), the rendered build context, layers, steps, runtime config,
+names and budgets."""

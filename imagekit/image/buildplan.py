@@ -1,0 +1,203 @@
+"""BuildPlan: everything one image needs, decided before any effect runs; and the manifest it bakes in. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from imagekit import __version__
+from imagekit.compat import rules
+from imagekit.compat.catalog import BaseSpec, CompatData
+from imagekit.image import layering as layers
+from imagekit.image.code_layer import CodeLayer, CopySpec
+from imagekit.locking import uv_pin as tools
+from imagekit.locking.lockfile import Lock
+from imagekit.model import AMD64, DEBIAN_ARCH, Cell
+
+DEFAULT_SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01T00:00:00Z; any fixed value makes builds repeatable
+DEFAULT_WHEELS_URL = "http://imagekit-wheels:8765/"  # each build points the name at its own server (wheelserver.py)
+BOOTSTRAP_PACKAGES = ("ca-certificates", "passwd", "python3", "python3-venv")
+# What a pod needs (design.md, "Pod runtime contract"): an SSH server with scp/sftp/rsync, and tini as PID 1.
+POD_PACKAGES = ("openssh-server", "rsync", "tini")
+# What working on a pod needs: fetch code and data, keep a session across disconnects, edit a file, see processes.
+WORKING_PACKAGES = ("curl", "git", "less", "nano", "openssh-client", "procps", "tmux", "unzip", "vim-tiny", "wget")
+# torch.compile: Inductor compiles C++ on the CPU, Triton builds its launcher with a C compiler and Python.h.
+COMPILER_PACKAGES = ("g++", "gcc", "python3-dev")
+# Files a run never reads, kept out by dpkg itself (path-exclude, in /etc/dpkg/dpkg.cfg.d/ of the base, so an apt layer
+# and an `apt-get install` on the pod skip them too). The list is debuerreotype's for Debian's official -slim images
+# (scripts/.slimify-excludes and .slimify-includes, after wiki.ubuntu.com/ReducingDiskFootprint): documentation,
+# manuals and translations, keeping every package's copyright file. Plus libpython's static archive from python3-dev:
+# only a program linking Python statically reads it; extensions, Inductor's C++ and Triton's launcher use the headers.
+# The compiler's own .a files (libgcc.a, libstdc++.a) stay: gcc links them.
+SLIM_EXCLUDES = (
+    "/usr/share/doc/*",
+    "/usr/share/groff/*",
+    "/usr/share/info/*",
+    "/usr/share/linda/*",
+    "/usr/share/lintian/overrides/*",
+    "/usr/share/locale/*",
+    "/usr/share/man/*",
+    "/usr/lib/*/libpython3*.a",
+    "/usr/lib/python3*/config-*/libpython3*.a",
+)
+SLIM_INCLUDES = (
+    "/usr/share/doc/*/copyright",
+    "/usr/share/locale/locale.alias",
+)
+
+
+def dpkg_path_filters() -> tuple[str, ...]:
+    """dpkg's path filters for a base, in the order dpkg applies them (the last match wins: includes after)."""
+    return (*(f"path-exclude={p}" for p in SLIM_EXCLUDES), *(f"path-include={p}" for p in SLIM_INCLUDES))
+
+
+def base_packages(compiler: bool = True) -> tuple[str, ...]:
+    """The Debian packages a bootstrapped base is made of (sorted, so the bootstrap key is stable)."""
+    extra = COMPILER_PACKAGES if compiler else ()
+    return tuple(sorted({*BOOTSTRAP_PACKAGES, *POD_PACKAGES, *WORKING_PACKAGES, *extra}))
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """`[image]` switches that change what an image holds beyond its lock."""
+
+    jupyter: bool = False  # JupyterLab locked into the app layer, started when JUPYTER_PASSWORD is set
+    compiler: bool = True  # gcc/g++ and the Python headers, so torch.compile works (about 200 MB)
+    size_budget: str = "+10%"  # imagekit.image.budget: "6.5 GB", or growth over the cell's last release
+    copy: CopySpec | None = None  # the user's code, as the image's last layer (imagekit.image.code_layer)
+    command: tuple[str, ...] = ()  # the default command: a container started without one runs it (job mode)
+    apt: tuple[str, ...] = ()  # Debian packages over the base, pinned per cell in its lock (imagekit.locking.debs)
+
+
+@dataclass(frozen=True)
+class BaseRef:
+    """The image a cell starts FROM: a registry reference by digest, or a locally bootstrapped base."""
+
+    name: str  # e.g. debian-bookworm
+    reference: str  # what FROM names
+    digest: str | None  # sha256:... when known (registry digest, or the imported image id)
+    python: str
+    glibc: str
+    python_exe: str | None = None  # where the base's interpreter lives, when not /usr/bin/pythonX.Y
+    registry: bool = False  # pulled by digest from a registry (else bootstrapped locally)
+    compiler: bool | None = None  # has gcc/g++ and Python headers (None: a registry base, not known)
+    platform: str = AMD64  # the CPU architecture its files are for (Docker's platform name)
+
+    @property
+    def python_bin(self) -> str:
+        return self.python_exe or f"/usr/bin/python{self.python}"
+
+
+def bootstrap_key(spec: BaseSpec, epoch: int, compiler: bool = True, platform: str = AMD64) -> str:
+    """A stable id for a bootstrap's inputs: identical inputs give a byte-identical tarball (the dpkg path filters
+    are inputs too: a base bootstrapped before them is another base)."""
+    mirror = spec.mirror_for(platform)
+    text = f"{spec.vendor}|{spec.suite}|{mirror}|{','.join(base_packages(compiler))}|{epoch}|no-host-keys"
+    text += "|slim:" + hashlib.sha256("\n".join(dpkg_path_filters()).encode()).hexdigest()[:12]
+    if platform != AMD64:
+        text += f"|{DEBIAN_ARCH[platform]}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def bootstrap_base(
+    spec: BaseSpec,
+    epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
+    digest: str | None = None,
+    compiler: bool = True,
+    platform: str = AMD64,
+) -> BaseRef:
+    name = spec.name if compiler else f"{spec.name}-nocc"
+    if platform != AMD64:
+        name += f"-{DEBIAN_ARCH[platform]}"
+    return BaseRef(
+        name,
+        f"imagekit/base:{name}-{bootstrap_key(spec, epoch, compiler, platform)}",
+        digest,
+        spec.python,
+        spec.glibc,
+        compiler=compiler,
+        platform=platform,
+    )
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    cell: Cell
+    lock: Lock
+    base: BaseRef
+    repository: str
+    source_revision: str = "unknown"
+    source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+    wheels_url: str = DEFAULT_WHEELS_URL  # the legacy builder's wheel server
+    builder: str = "legacy"  # legacy (wheels over loopback HTTP, `imagekit build`) | buildkit (wheels bind-mounted)
+    code: CodeLayer | None = None  # `[image] copy`, as read: the last layer
+    command: tuple[str, ...] = ()  # `[image] command`: the image's CMD
+
+
+def runtime_contract(plan: BuildPlan, data: CompatData) -> dict:
+    """What a host must offer to run the image, in one machine-readable object (the manifest, the OCI label
+    ``imagekit.runtime``, the release record): `pod create`, the templates and the doctor read it."""
+    cell = plan.cell
+    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda, cell.platform)
+    return {
+        "driver_min": rules.driver_floor(data, cell.cuda).minimum,
+        "cuda": cell.cuda,
+        "cuda_major": rules.cuda_major(cell.cuda),
+        "sass": archs,
+        "ptx": ptx,
+        "platform": cell.platform,
+        "glibc_min": data.torch_minor(cell.torch).glibc,
+    }
+
+
+def manifest(plan: BuildPlan, data: CompatData) -> dict:
+    """The facts baked into /etc/imagekit/manifest.json and mirrored in OCI labels."""
+    cell = plan.cell
+    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda, cell.platform)
+    floor = rules.driver_floor(data, cell.cuda)
+    pins = plan.lock.pins()
+    return {
+        "schema": 1,
+        "imagekit_version": __version__,
+        "cell": cell.to_json(),
+        "lock": {
+            "hash": plan.lock.content_hash,
+            "input_hash": plan.lock.meta.get("input-hash", ""),
+            "torch_layer": [e.name for e in plan.lock.torch],
+        },
+        "layers": layers.split(plan.lock).to_json(),
+        "installer": f"{tools.UV.name} {tools.UV.version}",  # the same release on every platform
+        "distributions": dict(sorted(pins.items())),
+        "torch": {
+            "version": pins.get("torch", cell.torch),
+            "cuda": cell.cuda,
+            "variant": cell.variant,
+            "archs": archs,
+            "ptx": ptx,
+        },
+        "driver": {"minimum": floor.minimum, "full_feature": floor.full},
+        "runtime": runtime_contract(plan, data),
+        "python": {"version": cell.python, "executable": "/opt/venv/bin/python"},
+        "base": {"name": plan.base.name, "reference": plan.base.reference, "digest": plan.base.digest},
+        "image": {
+            "user": "root",
+            "workspace": "/workspace",
+            "ssh": True,
+            "jupyter": "jupyterlab" in pins,
+            "compiler": plan.base.compiler,
+            "ports": ["22/tcp", *(["8888/http"] if "jupyterlab" in pins else [])],
+        },
+        "source_revision": plan.source_revision,
+        "source_date_epoch": plan.source_date_epoch,
+        # `[image] apt`: what was asked for and every .deb installed for it (the self-test and the doctor check dpkg)
+        **(
+            {
+                "apt": {
+                    "requested": list(cell.apt),
+                    "packages": {p.name: {"version": p.version, "arch": p.arch} for p in plan.lock.apt},
+                }
+            }
+            if plan.lock.apt
+            else {}
+        ),
+    }

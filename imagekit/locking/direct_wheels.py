@@ -1,0 +1,115 @@
+"""Wheels that are not on an index: PEP 508 direct references to a wheel URL, with the wheel's sha256. Pure.
+
+Prebuilt wheels such as flash-attn's are release assets (``flash-attn @ https://github.com/.../flash_attn-2.7.4.post1
++cu12torch2.5cxx11abiFALSE-cp311-cp311-linux_x86_64.whl#sha256=...``): no index serves them, so they are named by
+URL and hash-locked like any other pin. What a build cannot install reproducibly is refused before anything runs:
+a source archive (it would be built, differently on every machine), a VCS or file reference, a URL without the
+wheel's sha256 (what was downloaded once could change), and a wheel whose tags say it cannot run in the cell.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from imagekit.trust import untrusted
+
+_SHA = re.compile(r"sha256=([0-9a-f]{64})", re.ASCII)
+# What the wheel's local version says it was built against: flash-attn's `+cu12torch2.5cxx11abiFALSE`.
+_LOCAL_TORCH = re.compile(r"torch(\d+)\.?(\d+)", re.ASCII)
+_LOCAL_CUDA = re.compile(r"cu(\d+)", re.ASCII)
+FIX = (
+    "name a prebuilt wheel by URL with its hash (`NAME @ https://.../NAME-VERSION-TAGS.whl#sha256=<hex>`), or "
+    "publish a wheel to your own index (`index_url` / `extra_index_urls` in the matrix file)"
+)
+
+
+class NotAWheel(ValueError):
+    """A direct reference a build cannot install as it is; ``hint`` names the fix."""
+
+    def __init__(self, message: str, hint: str = FIX) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class DirectWheel:
+    name: str  # canonical
+    url: str  # without the fragment
+    filename: str
+    version: str  # as the file name spells it (what the wheel's METADATA says)
+    sha256: str  # hex
+
+    @property
+    def reference(self) -> str:
+        return f"{self.name} @ {self.url}#sha256={self.sha256}"
+
+
+def parse(name: str, url: str) -> DirectWheel:
+    """The direct reference ``name @ url``, checked: an http(s) URL to a wheel file whose name is ``name``, with
+    ``#sha256=<64 hex>``."""
+    shown = untrusted.printable(url, 120)
+    if url.startswith(("git+", "hg+", "svn+", "bzr+")):
+        raise NotAWheel(f"{name} @ {shown}: a VCS reference is built from source, differently on every machine")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise NotAWheel(f"{name} @ {shown}: only http(s) URLs of wheel files can be locked")
+    if parts.username is not None or parts.password is not None:
+        raise NotAWheel(
+            f"{name} @ {untrusted.printable(parts.hostname or '', 60)}/...: the URL carries a credential, which a "
+            "lock would keep",
+            "serve it from a private index instead (credentials come from the environment or ~/.netrc)",
+        )
+    if parts.query:
+        raise NotAWheel(
+            f"{name} @ {untrusted.printable(parts._replace(query='', fragment='').geturl(), 120)}?...: a URL with a "
+            "query (a signed or expiring download link) would keep its signature in the lock and stop working",
+            "name the wheel's permanent URL, or serve it from your own index",
+        )
+    filename = unquote(parts.path.rsplit("/", 1)[-1])
+    if not filename.endswith(".whl"):
+        shown_file = untrusted.printable(filename, 80) or "no file name"
+        raise NotAWheel(f"{name} @ {shown}: not a wheel ({shown_file}); a source archive is built")
+    try:
+        untrusted.wheel_filename(filename)
+        dist, _, _, _ = parse_wheel_filename(filename)
+    except (untrusted.UntrustedData, InvalidWheelFilename):
+        shown_name = untrusted.printable(filename, 80)
+        raise NotAWheel(f"{name} @ {shown}: {shown_name!r} is not a wheel file name (NAME-VERSION-TAGS.whl)") from None
+    if canonicalize_name(dist) != canonicalize_name(name):
+        raise NotAWheel(f"{name} @ {shown}: the file is a wheel of {dist}, not of {name}")
+    sha = _SHA.fullmatch(parts.fragment or "")
+    if sha is None:
+        raise NotAWheel(
+            f"{name} @ {shown}: no #sha256=<hex> on the URL: what it serves could change",
+            f"add the wheel's hash: `sha256sum {filename}` and append #sha256=<hex> to the URL",
+        )
+    version = filename[:-4].split("-")[1]
+    plain = parts._replace(fragment="").geturl()
+    return DirectWheel(canonicalize_name(name), plain, filename, version, sha[1])
+
+
+def cell_problems(wheel: DirectWheel, supported: list, torch: str, cuda: str) -> list[str]:
+    """Why the wheel cannot run in a cell (``supported``: the image's wheel tags, best first; the cell's torch and
+    CUDA versions), from what its file name says: Python, ABI and platform tags, and the torch and CUDA a local
+    version such as ``+cu12torch2.5`` names."""
+    _, _, _, tags = parse_wheel_filename(wheel.filename)
+    problems = []
+    if not set(tags) & set(supported):
+        problems.append(f"its tags ({', '.join(sorted(str(t) for t in tags))}) do not run on this image's Python and "
+                        f"platform (best: {supported[0]})")  # fmt: skip
+    local = wheel.version.partition("+")[2]
+    built_torch = _LOCAL_TORCH.search(local)
+    if built_torch and (built_torch[1], built_torch[2]) != tuple(torch.split(".")[:2]):
+        problems.append(f"it was built for torch {built_torch[1]}.{built_torch[2]}, the cell has torch {torch}")
+    built_cuda = _LOCAL_CUDA.search(local)
+    if built_cuda:
+        digits = built_cuda[1]
+        major = cuda.split(".")[0]
+        minor_digits = "".join(cuda.split(".")[:2])
+        if digits not in (major, minor_digits):
+            problems.append(f"it was built for CUDA {digits}, the cell has CUDA {cuda}")
+    return problems

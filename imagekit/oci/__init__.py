@@ -1,0 +1,1 @@
+"""OCI: media types, layer blobs, image indexes, the release record."""

@@ -1,0 +1,1 @@
+"""Another party's data: untrusted input checked, values validated, credentials redacted."""

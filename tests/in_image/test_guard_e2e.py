@@ -1,0 +1,248 @@
+"""The lifetime guard in the real image, started as a pod platform starts it, against a stand-in of RunPod's REST API
+(and Vast's) on the host's bridge address (a real HTTP server; the provider is the one fake, at the outer boundary).
+
+Each trigger ends the pod with the request RunPod documents, carrying the pod's key, within seconds of firing; the
+key never reaches the container's log. A fake `nvidia-smi` (a script on a mounted folder, first on PATH) answers
+the guard's two queries from files the test rewrites, and fails the doctor's queries as a host without a driver
+does. Timings and the request log are written to the session's temporary folder (docs/pods.md quotes them).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import containers, hostile_http
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+POD_ID, KEY = "podguard42", "rpa_GUARDKEY_0123456789abcdef"
+FAKE_SMI = """#!/bin/sh
+# the guard's queries only; any other (the doctor's) fails as on a host without a driver
+case "$*" in
+  *utilization.gpu*) cat /fake/util ;;
+  *query-compute-apps*) cat /fake/procs ;;
+  *) echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." ; exit 9 ;;
+esac
+"""
+RECORD: list[str] = []
+
+
+def _gateway(engine) -> str:
+    """Where containers on the default bridge reach the host: its gateway (Docker names it, or it is the subnet's
+    first address, as Docker assigns it when it does not)."""
+    import ipaddress
+
+    config = engine.client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+
+
+@pytest.fixture(scope="module")
+def api(engine):
+    """The stand-in, listening where containers on the default bridge reach the host."""
+    with hostile_http.serve(fallback=lambda _seen: (200, {}, b"{}"), host=_gateway(engine)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module", autouse=True)
+def request_log(tmp_path_factory):
+    yield
+    (tmp_path_factory.getbasetemp() / "guard-requests.txt").write_text("\n".join(RECORD) + "\n")
+
+
+def _fake_gpu(tmp_path: Path, util: str = "0\n", procs: str = "") -> Path:
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(FAKE_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    (fake / "util").write_text(util)
+    (fake / "procs").write_text(procs)
+    return fake
+
+
+def _start(engine, image, api, tmp_path, env, command=None, ready=None, fake=None):
+    """The image as a RunPod pod (its id and key in the env, the API base pointed at the stand-in); ``fake``: a folder
+    whose nvidia-smi comes first on PATH."""
+    vol = tmp_path / "volume"
+    vol.mkdir()
+    full = {"RUNPOD_POD_ID": POD_ID, "RUNPOD_API_KEY": KEY, "IMAGEKIT_RUNPOD_API": f"{api.url}/v1", **env}
+    full["IMAGEKIT_GUARD_INTERVAL"] = "1s"
+    volumes = {str(vol): ("/workspace", "rw")}
+    if fake is not None:
+        full["PATH"] = "/fake:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        volumes[str(fake)] = ("/fake", "ro")
+    kw = {"ready": ready} if ready is not None else {}
+    return containers.start(engine, image, env=full, volumes=volumes, ports=("22/tcp",), command=command, **kw), vol
+
+
+def _wait_request(api, count: int, timeout: float = 60) -> float:
+    """Seconds until the stand-in has seen ``count`` requests."""
+    begin = time.time()
+    while len(api.seen) < count:
+        assert time.time() - begin < timeout, "no request from the guard"
+        time.sleep(0.05)
+    return time.time()
+
+
+def _logs_with(pod, text: str, timeout: float = 20) -> str:
+    """The container's log once it holds ``text`` (the log driver passes lines on a moment after they are written)."""
+    begin = time.time()
+    while True:
+        logs = pod.container.logs(timestamps=True).decode()
+        if text in logs:
+            return logs
+        assert time.time() - begin < timeout, f"never logged {text!r}:\n{logs[-3000:]}"
+        time.sleep(0.1)
+
+
+def _fired_at(pod, trigger: str) -> float:
+    """When the guard logged the trigger (the container's log timestamps)."""
+    from datetime import datetime
+
+    for line in _logs_with(pod, f"imagekit-guard: {trigger}:").splitlines():
+        stamp, _, text = line.partition(" ")
+        if f"imagekit-guard: {trigger}:" in text:
+            return datetime.fromisoformat(stamp[:26] + "+00:00").timestamp()
+    raise AssertionError(f"the guard never logged {trigger}")
+
+
+def _record(name: str, api, pod, trigger: str, arrived: float) -> None:
+    seen = api.seen[-1]
+    RECORD.append(
+        f"{name}: {seen.method} {seen.path} (Authorization: Bearer <the pod's key>) "
+        f"{arrived - _fired_at(pod, trigger):.2f} s after the guard logged `{trigger}`"
+    )
+
+
+def test_the_deadline_stops_the_pod_with_its_own_key_never_logged(real_build, engine, api, tmp_path):
+    result, _ = real_build
+    before = len(api.seen)
+    pod, _ = _start(engine, result.tag, api, tmp_path, {"IMAGEKIT_MAX_RUNTIME": "5s"})
+    try:
+        arrived = _wait_request(api, before + 1)
+        seen = api.seen[-1]
+        assert (seen.method, seen.path) == ("POST", f"/v1/pods/{POD_ID}/stop")
+        assert seen.headers["Authorization"] == f"Bearer {KEY}"
+        _record("deadline", api, pod, "deadline", arrived)
+        logs = _logs_with(pod, "HTTP 200")
+        assert "imagekit-guard: armed: deadline in 5s (action: stop; runpod pod podguard42)" in logs
+        assert "IMAGEKIT_MAX_RUNTIME=5s reached" in logs and "HTTP 200" in logs
+        assert KEY not in logs
+        _code, out = pod.exec("sh", "-c", "ps -eo args; ls -l /var/log/imagekit-guard.log")
+        assert KEY not in out and "-rw------- 1 root root" in out  # not on a command line; its log root's only
+    finally:
+        pod.remove()
+
+
+def test_idle_stop_waits_while_anything_works_then_stops(real_build, engine, api, tmp_path):
+    result, _ = real_build
+    before = len(api.seen)
+    env = {"IMAGEKIT_IDLE_STOP": "4s", "PUBLIC_KEY": _throwaway_key(tmp_path)}
+    fake = _fake_gpu(tmp_path, procs="4242\n")  # a GPU compute process, from the start
+    pod, _ = _start(engine, result.tag, api, tmp_path, env, fake=fake)
+    try:
+        time.sleep(6)
+        (fake / "procs").write_text("")
+        with socket.create_connection(("127.0.0.1", pod.port("22/tcp"))) as _ssh:  # an SSH session, open
+            time.sleep(6)
+        pod.exec("sh", "-c", "touch /run/imagekit/heartbeat")  # the training loop's heartbeat
+        time.sleep(3)
+        assert len(api.seen) == before, pod.logs()
+        arrived = _wait_request(api, before + 1)
+        assert (api.seen[-1].method, api.seen[-1].path) == ("POST", f"/v1/pods/{POD_ID}/stop")
+        _record("idle", api, pod, "idle", arrived)
+        logs = pod.logs()
+        line = next(x for x in logs.splitlines() if "imagekit-guard: idle:" in x)
+        assert "GPU utilisation 0 % (threshold 5 %)" in line and "0 GPU compute process(es)" in line
+        assert "0 SSH connection(s)" in line and "heartbeat" in line
+    finally:
+        pod.remove()
+
+
+def _throwaway_key(tmp_path: Path) -> str:
+    import subprocess
+
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return key.with_suffix(".pub").read_text().strip()
+
+
+# Vast's SSH launch mode as the image sees it: Vast's init replaces the entrypoint, runs the template's onstart and
+# keeps the container up itself (test_pod_e2e.py has the full simulation, with its SSH key).
+VAST_INIT = 'sh -c "$ONSTART"; echo "vast-sim: onstart exited $?"; exec sleep infinity'
+
+
+def test_a_blocked_vast_instance_is_stopped_after_the_grace(real_build, engine, api, tmp_path):
+    """Started as Vast's SSH launch mode starts it (the onstart `imagekit vast-template` writes, the instance's id and
+    key in the env): IMAGEKIT_REQUIRE_GPU=1 on this GPU-less machine blocks it; after IMAGEKIT_BLOCKER_GRACE, Vast's
+    own stop (`PUT /instances/{id}/` state stopped) arrives with the instance's key, after onstart has returned."""
+    from imagekit.clouds import vast
+
+    result, _ = real_build
+    before = len(api.seen)
+    vol = tmp_path / "volume"
+    vol.mkdir()
+    env = {
+        "CONTAINER_ID": "31337", "CONTAINER_API_KEY": KEY, "IMAGEKIT_VAST_API": f"{api.url}/api/v0",
+        "IMAGEKIT_REQUIRE_GPU": "1", "IMAGEKIT_ON_BLOCKER": "stop", "IMAGEKIT_BLOCKER_GRACE": "3s",
+        "IMAGEKIT_GUARD_INTERVAL": "1s", "ONSTART": vast.ONSTART,
+    }  # fmt: skip
+    pod = containers.start(
+        engine, result.tag, env=env, volumes={str(vol): ("/workspace", "rw")}, entrypoint=["sh", "-c"],
+        command=[VAST_INIT], ready=containers.ready_times("vast-sim: onstart exited", 1),
+    )  # fmt: skip
+    try:
+        arrived = _wait_request(api, before + 1)
+        seen = api.seen[-1]
+        assert (seen.method, seen.path) == ("PUT", "/api/v0/instances/31337/")
+        assert json.loads(seen.body) == {"state": "stopped"} and seen.headers["Authorization"] == f"Bearer {KEY}"
+        _record("blocker (Vast)", api, pod, "blocker", arrived)
+        logs = pod.logs()
+        assert "BLOCKED" in logs and "imagekit-guard: blocker: blocked for" in logs and "vast pod 31337" in logs
+        assert logs.index("vast-sim: onstart exited 1") < logs.index("imagekit-guard: blocker:")  # it outlived it
+        assert KEY not in logs
+    finally:
+        pod.remove()
+
+
+def test_a_finished_job_terminates_the_pod_after_its_outputs_are_checksummed(real_build, engine, api, tmp_path):
+    result, _ = real_build
+    before = len(api.seen)
+    env = {"IMAGEKIT_ON_EXIT": "terminate", "IMAGEKIT_OUTPUTS": "/workspace/out"}
+    job = ["sh", "-c", "mkdir -p /workspace/out && echo weights > /workspace/out/model.bin && echo trained"]
+    pod, vol = _start(
+        engine, result.tag, api, tmp_path, env, command=job, ready=containers.ready_times("imagekit-guard: exit:", 1)
+    )
+    try:
+        arrived = _wait_request(api, before + 1)
+        assert (api.seen[-1].method, api.seen[-1].path) == ("DELETE", f"/v1/pods/{POD_ID}")
+        _record("job exit", api, pod, "exit", arrived)
+        assert (vol / "out.sha256").read_text().endswith("  out/model.bin\n")
+        logs = pod.logs()
+        assert logs.index("outputs: /workspace/out: 1 file(s)") < logs.index("imagekit-guard: exit:")
+        pod.container.reload()
+        assert pod.container.status == "running"  # waiting for RunPod to end it, not exiting into a restart
+    finally:
+        pod.remove()
+
+
+def test_a_job_without_its_outputs_keeps_the_pod_and_an_api_down_is_retried_in_the_log(real_build, engine, tmp_path):
+    result, _ = real_build
+    with hostile_http.serve(fallback=lambda _seen: (503, {}, b"down"), host=_gateway(engine)) as down:
+        env = {"IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_OUTPUTS": "/workspace/missing.pt", "IMAGEKIT_MAX_RUNTIME": "4s"}
+        pod, _ = _start(
+            engine, result.tag, down, tmp_path, env, command=["true"], ready=containers.ready_times("not ending", 1)
+        )
+        try:
+            assert "declared output /workspace/missing.pt does not exist" in pod.logs()
+            pod.wait(containers.ready_times("(try 2)", 1), timeout=60)  # the deadline's call, retried
+            assert {s.path for s in down.seen} == {f"/v1/pods/{POD_ID}/stop"}
+            pod.container.reload()
+            assert pod.container.status == "running" and KEY not in pod.logs()
+        finally:
+            pod.remove()
+    assert json.dumps(RECORD)  # the record is written at the module's end
