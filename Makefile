@@ -10,7 +10,7 @@ MUTATION_JOBS ?= 2
 # it, every imagekit process and every test collection compiles everything again (a third of the fast tier's time).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup registry demo pod test test-fast test-arm64 lint bench mutation
+.PHONY: setup registry demo pod test test-fast test-changed test-arm64 lint bench mutation
 
 setup: $(VENV)/.installed
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -67,10 +67,19 @@ test: setup
 test-arm64: setup
 	$(PY) -m pytest -q -s -m emulated tests/test_arm64_image.py
 
-# What needs only Python (in-process, loopback HTTP servers in threads), in parallel (about two minutes on two cores). After each change.
-FAST := not sweep and not docker and not sshd and not resolver and not network and not slow and not loopback
+# What needs only Python in this process (no server, no program started), in parallel: under half a minute on two
+# cores. After each change.
+FAST := not sweep and not docker and not sshd and not resolver and not network and not slow and not loopback and not programs
 test-fast: $(VENV)/.installed
 	IMAGEKIT_FAST_TIER=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" -p no:cacheprovider
+
+# The tests of the packages a change touches (uncommitted, or since BASE=REV): tests/<package>/ for each
+# imagekit/<package>/ changed, the changed tests themselves, and the layering checks; every tier but Docker, sshd and
+# the network. `make test-changed BASE=main~3`
+test-changed: $(VENV)/.installed
+	@tests=$$($(PY) tools/changed-tests $(if $(BASE),--base $(BASE))); echo "tests: $$tests"; \
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker and not sshd and not network and not slow" \
+	  -p no:cacheprovider $$tests
 
 lint: setup
 	$(VENV)/bin/ruff check imagekit tests bench && $(VENV)/bin/ruff format --check imagekit tests bench

@@ -267,7 +267,8 @@ def fake_index(tmp_path, monkeypatch):
 
 
 # ---- test tiers: what a test needs, marked from the fixtures it uses, and checked while it runs --------------
-# `make test-fast` runs what needs only Python (in-process, loopback HTTP servers in threads); `make test` runs all.
+# `make test-fast` runs what needs only Python in this process (no server, no program: `programs` marks a test that
+# starts Python programs as processes); `make test` runs all.
 FIXTURE_MARKS = {
     "engine": "docker",
     "registry": "docker",
@@ -323,6 +324,8 @@ def _needed_mark(args: object) -> str | None:
         program = {"piptools": "pip-compile", "uv": "uv"}.get(words[2].split(".")[0], program)
     if program == "uv" and not {"compile", "lock", "sync"} & set(words):
         return None  # `uv venv`, `uv pip install` of local wheels: tools of a fast test, not a resolution
+    if program.startswith(("python", "imagekit")) or words[0] == sys.executable:
+        return "programs"  # a Python program as a process: the CLI, an in-image program, a venv's interpreter
     return PROGRAM_MARKS.get(program)
 
 
@@ -340,6 +343,8 @@ def tier_guard() -> Iterator[None]:
         mark = _needed_mark(args)
         item = _running[-1] if _running else None
         broadest = item is not None and item.get_closest_marker("docker")  # the Docker tier runs with everything
+        if mark == "programs" and item is not None and any(item.get_closest_marker(m) for m in SLOW_TIERS):
+            mark = None  # outside the fast tier a test may start Python programs too
         if mark and item is not None and not broadest and not item.get_closest_marker(mark):
             item.stash.setdefault(_MISMARKED, set()).add(mark)
         return original(self, args, *a, **kw)

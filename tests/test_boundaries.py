@@ -191,6 +191,7 @@ for module in sys.argv[1:]:
 """
 
 
+@pytest.mark.programs
 def test_every_module_imports_on_its_own():
     """Each module in a fresh interpreter, alone: an import that works only after another module ran is a defect."""
     alone = [m for m in MODULES if m != "imagekit.__main__"]  # `python -m imagekit`: importing it runs the CLI

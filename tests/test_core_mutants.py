@@ -224,6 +224,7 @@ def test_diff_tree_reports_each_extra_file_once(tmp_path):
     assert render.diff_tree(tmp_path, expected) == ["extra: cell/imagekit/bin/stray"]
 
 
+@pytest.mark.programs
 def test_an_installed_wheel_renders_from_its_packaged_templates(tmp_path):
     """The wheel's layout, built from pyproject's force-include table: templates come from imagekit/_templates."""
     import os

@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.programs  # starts Python programs as processes
 
 SCRIPT = ROOT / "tools" / "gpu-check"
 REPORTS = {"report.json", "report.txt", "nvidia-smi.txt", "outputs.txt"}

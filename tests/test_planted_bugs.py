@@ -223,6 +223,7 @@ def _job(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProce
 
 
 # Planted: imagekit_doctor.exit_code `"fail" in statuses` -> `("fail" in statuses and "error" not in statuses)`.
+@pytest.mark.programs
 def test_a_blocker_with_a_check_that_could_not_run_is_exit_1_and_job_mode_does_not_start(tmp_path):
     env = {**_stand_ins(tmp_path, "no-driver", "crash"), "IMAGEKIT_REQUIRE_GPU": "1"}
     res = subprocess.run(
@@ -239,6 +240,7 @@ def test_a_blocker_with_a_check_that_could_not_run_is_exit_1_and_job_mode_does_n
 
 
 # Planted: podstart.start_check `["--tier", "start"]` -> `["--tier", "quick"]` (no torch CUDA probe).
+@pytest.mark.programs
 @pytest.mark.parametrize(
     ("smi", "seen"),
     [
@@ -254,6 +256,7 @@ def test_the_start_check_probes_torch_when_a_gpu_is_required(tmp_path, smi, seen
 
 
 # Planted: podstart.start_check `environ.get("IMAGEKIT_SKIP_DOCTOR") == "1"` -> `environ.get(...)` (any value).
+@pytest.mark.programs
 @pytest.mark.parametrize(("value", "skipped"), [("0", False), ("", False), ("no", False), ("1", True)])
 def test_only_imagekit_skip_doctor_1_skips_the_start_check(tmp_path, value, skipped):
     env = {**_stand_ins(tmp_path, "no-driver", "no-cuda"), "IMAGEKIT_SKIP_DOCTOR": value}  # a blocker

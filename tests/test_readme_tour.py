@@ -92,6 +92,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dest
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize(
     "line", [pytest.param(r, marks=pytest.mark.network) if r.startswith(REACHES_PYPI) else r for r in RUNS]
 )

@@ -719,6 +719,7 @@ WRONG_MANIFESTS = {
 }
 
 
+@pytest.mark.programs  # the doctor asks the environment's python
 @pytest.mark.parametrize("name", sorted(WRONG_MANIFESTS))
 def test_doctor_reports_a_manifest_of_wrong_types(box: Box, name: str) -> None:
     path = box.write("manifest.json", WRONG_MANIFESTS[name])
@@ -726,6 +727,7 @@ def test_doctor_reports_a_manifest_of_wrong_types(box: Box, name: str) -> None:
     assert code in (1, 3), out
 
 
+@pytest.mark.programs
 def test_doctor_reads_a_lockfile_with_a_10k_digit_pin(box: Box) -> None:
     path = box.write("lock.txt", f"torch=={'1' * 10_000} --hash=sha256:{'0' * 64}\n")
     code, out = box.run("doctor", "--tier", "quick", "--expect", path)

@@ -391,6 +391,7 @@ def test_check_against_an_unreachable_index_is_exit_3(tmp_path):
 # ---- the sanity floor when reading ---------------------------------------------------------------------
 
 
+@pytest.mark.programs
 def test_an_older_user_file_is_passed_over_with_a_warning(tmp_path):
     older = copy.deepcopy(SHIPPED)
     del older["torch"]["2.15.0"]  # as if refreshed before this imagekit shipped newer data
@@ -402,6 +403,7 @@ def test_an_older_user_file_is_passed_over_with_a_warning(tmp_path):
     assert show["metadata"]["origin"] == "shipped" and show["user_file"]["state"].startswith("not used")
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

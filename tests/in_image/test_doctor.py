@@ -81,6 +81,7 @@ def lock(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.programs
 def test_identical_environment_exits_0(tmp_path, wheels, lock):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
     code, report, res = run_doctor(venv, tmp_path, "--expect", str(lock))
@@ -89,6 +90,7 @@ def test_identical_environment_exits_0(tmp_path, wheels, lock):
     assert checks["lock-drift"]["status"] == "pass" and checks["interpreter-identity"]["status"] == "pass"
 
 
+@pytest.mark.programs
 def test_different_version_is_a_blocker_naming_it(tmp_path, wheels, lock):
     venv = make_venv(tmp_path / "v", wheels, "alpha==2.0", "beta==2.0")
     code, report, _ = run_doctor(venv, tmp_path, "--expect", str(lock))
@@ -98,6 +100,7 @@ def test_different_version_is_a_blocker_naming_it(tmp_path, wheels, lock):
     assert drift["evidence"]["different"] == {"alpha": {"installed": "2.0", "pinned": "1.0"}}
 
 
+@pytest.mark.programs
 def test_extra_package_is_reported_and_strict_fails(tmp_path, wheels, lock):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0", "gamma==0.1")
     code, report, _ = run_doctor(venv, tmp_path, "--expect", str(lock))
@@ -107,6 +110,7 @@ def test_extra_package_is_reported_and_strict_fails(tmp_path, wheels, lock):
     assert code == 1
 
 
+@pytest.mark.programs
 def test_torch_family_drift_says_so(tmp_path, wheels):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0")
     manifest = tmp_path / "manifest.json"
@@ -115,6 +119,7 @@ def test_torch_family_drift_says_so(tmp_path, wheels):
     assert code == 1 and by_id(report)["lock-drift"]["message"].startswith("torch-family drift")
 
 
+@pytest.mark.programs
 def test_python_and_python3_from_different_interpreters(tmp_path, wheels, lock):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
     other = make_venv(tmp_path / "other", wheels)
@@ -130,6 +135,7 @@ def test_python_and_python3_from_different_interpreters(tmp_path, wheels, lock):
     assert ident["evidence"]["python"]["prefix"] == str(venv)
 
 
+@pytest.mark.programs
 def test_user_site_shadowing_a_pinned_package_is_a_blocker(tmp_path, wheels, lock):
     """`pip install --user` on a pod's system Python: ~/.local comes before site-packages and shadows the pin."""
     system_python = Path(sys.base_prefix) / "bin" / "python3"
@@ -165,6 +171,7 @@ def test_user_site_shadowing_a_pinned_package_is_a_blocker(tmp_path, wheels, loc
     assert user_site in shadow["message"]
 
 
+@pytest.mark.programs
 def test_accelerate_config_more_processes_than_gpus(tmp_path, wheels, lock):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
     cfg = tmp_path / "hf" / "accelerate" / "default_config.yaml"
@@ -195,6 +202,7 @@ def test_accelerate_rules(tmp_path, text, gpus, status):
     assert doc.check_accelerate(str(path), gpus)["status"] == status
 
 
+@pytest.mark.programs
 def test_hf_home_on_tmpfs_warns_and_on_a_disk_passes(tmp_path, wheels, lock):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
     _, report, _ = run_doctor(venv, tmp_path, "--expect", str(lock), env={"HF_HOME": "/dev/shm/imagekit-test-hf"})
@@ -440,6 +448,7 @@ def test_deep_tier_end_to_end(tmp_path, wheels, lock, hub):
     assert by_id(report)["torch-probe"]["status"] == "fail"  # this venv has no torch: the probe says so
 
 
+@pytest.mark.programs
 def test_an_unreadable_expectation_is_bad_usage(tmp_path, wheels):
     """A file named on the command line that cannot be read is a usage error (exit 2), before any check runs; a
     file that reads but is not a manifest is a check that could not run (below)."""
@@ -468,6 +477,7 @@ def _special(path: Path, kind: str) -> Path:
     return path
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("kind", ["missing", "fifo", "zero", "dir", "dangling", "huge"])
 def test_an_unreadable_expectation_is_exit_2_even_when_a_check_fails(tmp_path, kind):
     """Bad usage wins: `--require-gpu` on a host without one is a blocker (exit 1), an `--expect` that cannot be
@@ -485,6 +495,7 @@ def test_an_unreadable_expectation_is_exit_2_even_when_a_check_fails(tmp_path, k
     assert "cannot read" in res.stderr and "Traceback" not in res.stderr and "hint:" in res.stderr
 
 
+@pytest.mark.programs
 def test_cli_doctor_passes_through(app, runner, tmp_path, lock):
     res = runner.invoke(app, ["doctor", "--tier", "quick", "--expect", str(lock), "--json"])
     report = json.loads(res.stdout)
@@ -533,6 +544,7 @@ def test_version_specifiers_with_the_standard_library(have, spec, ok):
     assert all(doc.version_satisfies(have, op, want) for op, want in clauses) is ok
 
 
+@pytest.mark.programs
 def test_expect_a_requirements_file_with_ranges(tmp_path, wheels):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0", "gamma==0.1")
     reqs = tmp_path / "requirements.txt"
@@ -552,6 +564,7 @@ def test_expect_a_requirements_file_with_ranges(tmp_path, wheels):
 
 
 # ---- writability -----------------------------------------------------------------------------------------
+@pytest.mark.programs
 def test_writability_is_a_blocker_with_a_fix(tmp_path):
     ok = tmp_path / "vol"
     ok.mkdir()
@@ -595,6 +608,7 @@ def test_launch_command_options_override_the_config(tmp_path):
     assert doc.launch_options(["python", "train.py"]) == {}
 
 
+@pytest.mark.programs
 def test_doctor_guards_a_launch_command(tmp_path, wheels, lock):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
     cfg = tmp_path / "two.yaml"
@@ -651,6 +665,7 @@ def _fake_torch(root: Path, init_error: str) -> Path:
     return root
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize(
     ("env", "cause"),
     [
@@ -672,6 +687,7 @@ def test_start_tier_probes_torch_when_a_gpu_is_required(tmp_path, wheels, env, c
     assert "silently run on the CPU" in check["message"] and check["fix"]
 
 
+@pytest.mark.programs
 def test_missing_python_is_a_usage_error(tmp_path):
     res = subprocess.run(
         [sys.executable, str(DOCTOR), "--python", str(tmp_path / "nope" / "python")], capture_output=True, text=True
@@ -693,6 +709,7 @@ def test_printed_reports_escape_control_characters():
     assert text.count("\n") == 1 and "\\n[ok  ]" in text and "\\x1b" in text and "\\r" in text
 
 
+@pytest.mark.programs
 def test_isolated_doctor_still_sees_pythonpath_shadowing(tmp_path, wheels, lock):
     """Images run the doctor with `python -I` (a json.py on PYTHONPATH cannot defeat it); what PYTHONPATH puts in
     front of the pinned packages must still be found: a plain child of the interpreter describes the environment."""
@@ -740,6 +757,7 @@ def test_isolated_doctor_still_sees_pythonpath_shadowing(tmp_path, wheels, lock)
     assert "alpha 2.0 (pinned 1.0)" in checks["lock-drift"]["message"]
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("args", [["--timeout", "nan"], ["--timeout", "-1"], ["--path", ""], ["--path", __file__]])
 def test_hostile_doctor_options_are_usage_errors(args):
     res = subprocess.run([sys.executable, str(DOCTOR), "--tier", "quick", *args], capture_output=True, text=True)
@@ -752,6 +770,7 @@ def _doctor(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(DOCTOR), "--json", *args], capture_output=True, text=True, env=env)
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize(
     "text",
     [
@@ -782,6 +801,7 @@ INTERPRETER_SAYS = {
 }
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("kind", sorted(INTERPRETER_SAYS))
 @pytest.mark.parametrize("tier", ["quick", "standard"])
 def test_an_interpreter_answering_the_wrong_shape_is_a_check_that_could_not_run(tmp_path, kind, tier, lock):
@@ -800,6 +820,7 @@ def test_an_interpreter_answering_the_wrong_shape_is_a_check_that_could_not_run(
         assert probe["status"] in ("error", "skip") and (kind != "a list" or "wrong shape" in probe["message"])
 
 
+@pytest.mark.programs
 def test_off_an_image_the_doctor_checks_the_python_on_path_not_its_own(tmp_path, wheels, lock):
     """`imagekit doctor` on a host runs in imagekit's own venv: it checks the `python` a training command would
     run (the first on PATH), says which it checked, never blames an image, and ends with a summary line."""
@@ -835,6 +856,7 @@ def test_the_summary_counts_blockers_warnings_and_checks_that_could_not_run():
     assert doc.summary([c("warn"), c("warn"), c("error")]) == "no blockers, 2 warnings, 1 check could not run"
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("where", ["pip on PATH", "HF_TOKEN_PATH", "--accelerate-config", "default accelerate config"])
 def test_the_doctor_never_blocks_on_a_fifo_where_it_reads_a_file(tmp_path, where):
     """A FIFO (or a link to one) where the doctor reads: a console script's shebang, the saved Hub token, an

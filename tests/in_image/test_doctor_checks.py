@@ -100,6 +100,7 @@ def manifest(tmp: Path, **dists: str) -> Path:
 
 
 # ---- tools from another environment -------------------------------------------------------------------------
+@pytest.mark.programs
 def test_pip_from_another_environment_earlier_on_path_is_a_blocker(tmp_path, wheels):
     venv = make_venv(tmp_path / "v", wheels)
     install(venv, wheels, "pip==24.3.1", "alpha==1.0")
@@ -118,6 +119,7 @@ def test_pip_from_another_environment_earlier_on_path_is_a_blocker(tmp_path, whe
     assert ident["evidence"]["pip"]["prefix"] == str(other) and str(venv / "bin") in ident["fix"]
 
 
+@pytest.mark.programs
 def test_pinned_launchers_must_come_from_the_environment(tmp_path, wheels):
     venv = make_venv(tmp_path / "v", wheels)
     install(venv, wheels, "alpha==1.0")
@@ -140,6 +142,7 @@ def test_pinned_launchers_must_come_from_the_environment(tmp_path, wheels):
     assert f"`torchrun` -> {tools / 'torchrun'} belongs to {other}" in ident["message"]  # torch is not pinned: still
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("folder", ["my project/.venv", "deep/" + "x" * 150 + "/.venv"])
 def test_own_console_scripts_in_a_spaced_or_long_path_are_the_environment(tmp_path, wheels, folder):
     """pip and uv write `#!/bin/sh` + `'''exec' '/path/bin/python' "$0" "$@"` when the interpreter path has a space or
@@ -155,6 +158,7 @@ def test_own_console_scripts_in_a_spaced_or_long_path_are_the_environment(tmp_pa
     assert ident["evidence"]["accelerate"]["prefix"] == str(venv) and code == 0
 
 
+@pytest.mark.programs
 def test_env_shebang_follows_path(tmp_path, wheels):
     """`#!/usr/bin/env python3` scripts run whichever python3 PATH finds first."""
     venv = make_venv(tmp_path / "v", wheels)
@@ -186,6 +190,7 @@ def _shadow_run(tmp: Path, venv: Path, shadow: Path, m: Path):
     return out
 
 
+@pytest.mark.programs
 def test_pythonpath_single_module_shadowing_a_pin_is_a_blocker(tmp_path, wheels):
     """A checkout's `alpha.py` on PYTHONPATH is what `import alpha` loads, whatever the lock installed."""
     venv = make_venv(tmp_path / "v", wheels)
@@ -205,6 +210,7 @@ def test_pythonpath_single_module_shadowing_a_pin_is_a_blocker(tmp_path, wheels)
         assert str(shadow) in checks["shadowing"]["message"]
 
 
+@pytest.mark.programs
 def test_pythonpath_distribution_with_another_import_name_is_a_blocker(tmp_path, wheels):
     """PyYAML imports as `yaml`: a copy installed on PYTHONPATH shadows the pin though no `pyyaml` folder exists."""
     venv = make_venv(tmp_path / "v", wheels)
@@ -217,6 +223,7 @@ def test_pythonpath_distribution_with_another_import_name_is_a_blocker(tmp_path,
         assert "pyyaml" in checks["shadowing"]["message"].lower() and str(shadow) in checks["shadowing"]["message"]
 
 
+@pytest.mark.programs
 def test_pythonpath_without_pinned_packages_is_a_warning(tmp_path, wheels):
     venv = make_venv(tmp_path / "v", wheels)
     install(venv, wheels, "alpha==1.0")
@@ -229,6 +236,7 @@ def test_pythonpath_without_pinned_packages_is_a_warning(tmp_path, wheels):
 
 
 # ---- local-label drift ---------------------------------------------------------------------------------------
+@pytest.mark.programs
 def test_local_label_drift_is_torch_family_drift(tmp_path, wheels):
     """torch 2.5.1+cu121 where the image pins 2.5.1+cu124: same public version, another CUDA build."""
     venv = make_venv(tmp_path / "v", wheels)

@@ -150,6 +150,7 @@ def test_a_job_on_a_quiet_gpu_ends_the_pod_only_when_asked():
     assert guard.Guard(s, started=0).step(9999, quiet, "", job_running=False) is None  # no job: not this trigger
 
 
+@pytest.mark.programs
 def test_a_run_imagekit_pod_run_started_counts_as_a_job_while_its_process_lives(tmp_path):
     run = tmp_path / "20261202T180000Z-42"
     run.mkdir()
@@ -244,6 +245,7 @@ def test_outputs_are_checksummed_beside_themselves_and_a_missing_one_says_which(
     assert not ok and lines == [f"declared output {tmp_path / 'missing.pt'} does not exist"]
 
 
+@pytest.mark.programs
 def test_the_program_runs_by_itself_under_python_3_8_rules(tmp_path):
     """As the image runs it: a file of its own, standard library only, off when nothing is asked."""
     res = subprocess.run(

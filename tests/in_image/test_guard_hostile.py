@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -107,6 +108,7 @@ def test_a_declared_output_that_is_a_link_is_refused_and_the_log_says_why(tmp_pa
     assert code == 1 and "symbolic link" in err and "not ending the pod" in err
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("kind", ["fifo", "zero", "link", "dir-link"])
 def test_what_is_not_a_file_inside_an_output_folder_is_refused_without_blocking(tmp_path, kind):
     out = tmp_path / "out"
@@ -119,6 +121,7 @@ def test_what_is_not_a_file_inside_an_output_folder_is_refused_without_blocking(
     assert not (tmp_path / "out.sha256").exists()
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
 def test_a_declared_output_that_is_a_fifo_or_a_device_is_refused(tmp_path, kind):
     out = {"fifo": _fifo, "zero": _zero}[kind](tmp_path / "out")
@@ -160,6 +163,7 @@ def _podstart_env(tmp_path, **extra):
             "HF_HOME": str(tmp_path / "hf"), **extra}  # fmt: skip
 
 
+@pytest.mark.programs
 def test_the_start_logic_never_logs_the_password_of_a_url_in_the_command(tmp_path):
     cmd = "git clone https://alice:GHP-PASSW0RD@github.com/acme/x.git"
     res = subprocess.run(
@@ -170,6 +174,7 @@ def test_the_start_logic_never_logs_the_password_of_a_url_in_the_command(tmp_pat
     assert "GHP-PASSW0RD" not in res.stderr and "github.com/acme/x.git" in res.stderr
 
 
+@pytest.mark.programs
 def test_the_doctor_never_prints_the_password_of_a_url(tmp_path):
     env = {**_podstart_env(tmp_path), "PYTHONPATH": "https://carol:D0C-PASSW0RD@pypi.example/simple"}
     launch = ["--", "sh", "-c", "curl https://carol:D0C-PASSW0RD@files.example/x"]
@@ -185,6 +190,7 @@ def test_the_doctor_never_prints_the_password_of_a_url(tmp_path):
 
 
 # ---- 3. what the guard reads: bounded, never blocking, never through a link ----------------------------------------
+@pytest.mark.programs
 @pytest.mark.parametrize("kind", ["fifo", "zero", "link"])
 def test_a_blocked_marker_that_is_not_a_file_is_read_without_blocking(tmp_path, kind):
     target = tmp_path / "report"
@@ -194,6 +200,7 @@ def test_a_blocked_marker_that_is_not_a_file_is_read_without_blocking(tmp_path, 
     assert isinstance(said, str) and "cannot be read" in said and len(said) <= 300, said
 
 
+@pytest.mark.programs
 def test_a_huge_blocked_marker_is_read_within_a_bound(tmp_path):
     marker = tmp_path / "blocked"
     with open(marker, "wb") as fh:
@@ -202,6 +209,7 @@ def test_a_huge_blocked_marker_is_read_within_a_bound(tmp_path):
     assert isinstance(said, str) and said, said
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("pid", ["fifo", "zero", "link", "-1", "0", "1", "²", "٣٤", "99999999999999"])
 def test_a_run_folder_whose_pid_is_not_a_running_process_is_not_a_job(tmp_path, pid):
     live = tmp_path / "elsewhere"
@@ -229,6 +237,7 @@ def test_a_run_folder_that_is_a_link_is_not_followed(tmp_path):
     assert guard.a_run_is_alive(str(runs)) is True  # a real run still counts
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("kind", ["fifo", "link"])
 def test_a_heartbeat_that_is_not_a_regular_file_is_no_heartbeat(tmp_path, kind):
     touched = tmp_path / "touched"
@@ -240,6 +249,7 @@ def test_a_heartbeat_that_is_not_a_regular_file_is_no_heartbeat(tmp_path, kind):
     assert idle and any("not a regular file" in line for line in evidence), evidence
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize("kind", ["fifo", "zero", "garbage"])
 def test_the_connection_tables_are_read_without_blocking_or_crashing(tmp_path, kind):
     table = tmp_path / "tcp"
@@ -319,6 +329,7 @@ HOSTILE_ENVS = {
 }
 
 
+@pytest.mark.programs
 def test_the_program_under_hostile_settings_logs_by_name_and_never_tracebacks(tmp_path):
     """The guard as the image runs it, one process per hostile env, all at once: a deadline a second away in a dry
     run. Each ends (or is still sleeping its interval after 4 s) without a traceback, naming what it ignored."""
@@ -326,15 +337,30 @@ def test_the_program_under_hostile_settings_logs_by_name_and_never_tracebacks(tm
     for name, extra in HOSTILE_ENVS.items():
         env = {"PATH": os.environ["PATH"], **RUNPOD, "IMAGEKIT_MAX_RUNTIME": "1s", "IMAGEKIT_GUARD_INTERVAL": "1s",
                "IMAGEKIT_GUARD_DRY_RUN": "1", **extra}  # fmt: skip
-        procs[name] = subprocess.Popen([sys.executable, "-I", str(GUARD)], env=env, stdout=subprocess.PIPE,
+        procs[name] = subprocess.Popen([sys.executable, "-I", str(GUARD)], env=env, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.PIPE, text=True)  # fmt: skip
-    end = time.monotonic() + 6
+    # a guard whose interval fell back to 30 s is still asleep when the others are done: each is given until it has
+    # named what it ignored (at start) and a second past its deadline, then stopped
+    said: dict[str, list[str]] = {name: [] for name in procs}
+    readers = [threading.Thread(target=lambda p=p, out=said[n]: out.extend(p.stderr), daemon=True)
+               for n, p in procs.items()]  # fmt: skip
+    for reader in readers:
+        reader.start()
+    began, end = time.monotonic(), time.monotonic() + 15
     for name, proc in procs.items():
-        try:
-            _, err = proc.communicate(timeout=max(0.1, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
+        var = next(iter(HOSTILE_ENVS[name]))
+        while time.monotonic() < end and proc.poll() is None:
+            if var in "".join(said[name]) and time.monotonic() > began + 2.5:
+                break
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+    for reader in readers:
+        reader.join(5)
+    for proc in procs.values():
+        proc.stderr.close()
+    for name in procs:
+        err = "".join(said[name])
         assert "Traceback" not in err, (name, err)
         var = next(iter(HOSTILE_ENVS[name]))
         assert var in err and "PASSW0RD" not in err, (name, err)
@@ -343,6 +369,7 @@ def test_the_program_under_hostile_settings_logs_by_name_and_never_tracebacks(tm
     assert "Traceback" not in bad.stderr and bad.returncode == 2, bad.stderr
 
 
+@pytest.mark.programs
 def test_a_job_starts_whatever_the_guard_settings_say(tmp_path):
     marker = tmp_path / "ran"
     res = subprocess.run(

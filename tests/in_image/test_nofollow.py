@@ -165,6 +165,7 @@ def test_known_secrets_go_wherever_they_are_and_control_characters_are_escaped()
     assert nofollow.clean("a\x1b[2Jb\nc\x00 http://u:p@h/") == "a\\x1b[2Jb\\nc\\x00 http://***@h/"
 
 
+@pytest.mark.programs
 def test_the_module_runs_under_python_3_8():
     """It runs in images whose Python may be as old as 3.8: compiled and used there when this machine has one."""
     candidates = [*sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8.*/bin/python3.8"))),

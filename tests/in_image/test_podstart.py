@@ -100,6 +100,7 @@ def test_banner_says_what_and_how():
     assert "blocker" in text and "fix: restart the pod" in text and "imagekit-doctor && accelerate launch" in text
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize(("env", "code", "ran"), [({}, 0, True), ({"IMAGEKIT_REQUIRE_GPU": "1"}, 1, False)])
 def test_job_mode_runs_the_command_unless_blocked(tmp_path, env, code, ran):
     marker = tmp_path / "ran"

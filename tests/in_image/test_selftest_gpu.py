@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import FIXTURES, ROOT
 
+pytestmark = pytest.mark.programs  # starts Python programs as processes
+
 DOCTOR_DIR = ROOT / "imagekit" / "in_image"
 QUOTED = json.loads((FIXTURES / "gpu" / "torch-warnings.json").read_text())
 

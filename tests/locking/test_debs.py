@@ -223,6 +223,7 @@ def test_the_self_test_and_the_doctor_fail_on_drift_and_pass_on_the_pins(tmp_pat
     assert imagekit_doctor.check_apt(manifest)["status"] == "fail"
 
 
+@pytest.mark.programs
 @pytest.mark.parametrize(
     "line",
     [

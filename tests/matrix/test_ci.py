@@ -116,6 +116,7 @@ def _install_lines(text: str) -> set[str]:
     return set(re.findall(r"^      - name: Install imagekit\n        run: (\|\n(?:          .*\n)+|.*\n)", text, re.M))
 
 
+@pytest.mark.programs
 def test_every_job_installs_the_committed_wheel_of_the_imagekit_that_wrote_it(app, runner, in_tmp, tmp_path):
     """No index serves imagekit: the workflow installs a wheel of this imagekit, committed beside it and checked
     against its sha256; the wheel installs and runs (its templates and in-image programs inside it)."""

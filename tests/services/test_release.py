@@ -91,6 +91,7 @@ def _merge(app, runner, *args: str):
     return runner.invoke(app, ["release", "merge", *args])
 
 
+@pytest.mark.programs
 def test_two_processes_recording_at_once_lose_nothing(tmp_path):
     """record() is read-modify-write of one index: under its flock, 2 x 20 concurrent calls keep all 40."""
     script = textwrap.dedent(
