@@ -68,7 +68,7 @@ def main() -> None:
     cells_with_locks = [c.cell for c in evaluated if (lockdir / f"{c.cell.id}.txt").exists()]
 
     def render_default() -> int:
-        files = render.render_many(plans_for(cells_with_locks, default, lockdir, data), data)
+        files = render.render_many(plans_for(cells_with_locks, default, lockdir, data))
         with tempfile.TemporaryDirectory() as tmp:
             from imagekit.effects.files import write_tree_atomic
 

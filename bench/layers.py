@@ -158,11 +158,11 @@ def storage(data: compat.CompatData, cells: list) -> None:
     CUDA layers are stored once per distinct set of pins. Sizes from the wheel cache or the index (PEP 700)."""
     from imagekit.image import layering as layers
     from imagekit.locking import uv_pin as tools
-    from imagekit.services import fetch
+    from imagekit.services import wheel_forecast
 
     def wheel_bytes(entries: tuple, lock: lockfile.Lock, python: str) -> int:
         part = lockfile.Lock(tuple(entries), (), dict(lock.meta))
-        got = fetch.forecast_lock(part, python, data.bases[python].glibc)
+        got = wheel_forecast.forecast_lock(part, python, data.bases[python].glibc)
         if got.error:
             raise SystemExit(f"cannot size {len(entries)} wheels: {got.error}")
         return got.cached_bytes + got.download_bytes - tools.UV.size
@@ -232,14 +232,14 @@ def fed_peers(
     import zipfile
 
     from imagekit.effects import wheelserver
-    from imagekit.services import fetch
+    from imagekit.services import fetch, wheel_folders
 
     lock_path = ROOT / "lockfiles" / f"{cell.id}.txt"
     lock = lockfile.parse(lock_path.read_text())
     fetched = fetch.fetch_for_build(lock, cell.python, data.bases[cell.python].glibc)
     out: dict[str, tuple[float, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        house = fetch.wheelhouse(fetched, Path(tmp) / "house")
+        house = wheel_folders.wheelhouse(fetched, Path(tmp) / "house")
         ctx = Path(tmp) / "ctx"
         ctx.mkdir()
         shutil.copy(lock_path, ctx / "requirements.txt")

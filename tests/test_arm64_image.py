@@ -17,7 +17,7 @@ import pytest
 from imagekit.clouds import runpod
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.model import ARM64, Cell
-from imagekit.oci import image_index
+from imagekit.oci import image_index, media_types
 from imagekit.services import inputs, publish, selftest_runner
 from imagekit.services.build import BuildOptions, build_cell
 from tests.conftest import ROOT, _log
@@ -62,7 +62,7 @@ def test_the_torch_2_15_cell_on_arm64_and_amd64_under_one_tag(engine, registry, 
     # one tag, both platforms: what each host pulls
     remote = Remote.parse(f"{registry.address}/imagekit-test/arm")
     media, body, _ = RegistryClient().manifest_raw(remote, CELL.id)
-    assert media == image_index.LIST_TYPE
+    assert media == media_types.DOCKER_MANIFEST_LIST
     listed = {e.platform: e.digest for e in image_index.entries_of(json.loads(body))}
     assert listed == {"linux/amd64": amd.digest, "linux/arm64": arm.digest}
     # a record per platform; the arm64 one's template says it was only emulated

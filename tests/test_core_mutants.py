@@ -140,7 +140,7 @@ def _files(data, lock: Lock | None = None, **plan) -> dict[str, tuple[bytes, int
         (LockEntry("transformers", "4.48.2", (H2,), ("imagekit-cell (pyproject.toml)",)),),
     )
     base = bootstrap_base(data.bases["3.11"])
-    return render.render_plan(BuildPlan(cell=CELL, lock=lock, base=base, repository="r/x", **plan), data)
+    return render.render_plan(BuildPlan.make(cell=CELL, lock=lock, base=base, repository="r/x", data=data, **plan))
 
 
 def test_only_the_in_image_scripts_are_executable(data):

@@ -25,7 +25,7 @@ from imagekit.image.buildplan import BuildPlan
 from imagekit.locking import resolution
 from imagekit.model import Cell
 from imagekit.oci import image_index
-from imagekit.services import blob_push, fetch, inputs, publish, selftest_runner
+from imagekit.services import blob_push, fetch, inputs, publish, selftest_runner, wheel_folders
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import ensure_base
 from imagekit.services.build import BuildOptions, build_cell
@@ -453,11 +453,10 @@ def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index,
     wheels = fetch.fetch_for_build(lock, "3.11", "2.36")
     base = ensure_base(data.bases["3.11"], engine)
     port = free_port()
-    plan = BuildPlan(
-        cell=cell, lock=lock, base=base, repository="imagekit-test/fake", wheels_url=f"http://127.0.0.1:{port}/"
-    )
+    url = f"http://127.0.0.1:{port}/"
+    plan = BuildPlan.make(cell, lock, base, "imagekit-test/fake", data, wheels_url=url)
     context = tmp_path / "ctx"
-    files = render.render_plan(plan, data)
+    files = render.render_plan(plan)
     for rel, (content, mode) in files.items():
         (context / rel).parent.mkdir(parents=True, exist_ok=True)
         (context / rel).write_bytes(content)
@@ -471,7 +470,7 @@ def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index,
             shutil.copy(swapped, house / w.path.name)
         else:
             shutil.copy(w.path, house / w.path.name)
-    fetch.write_requirements(lock, house)
+    wheel_folders.write_requirements(lock, house)
     (house / render.APP_TARBALL).write_bytes(render.app_tarball(files, plan.source_date_epoch))
     with wheelserver.serve(house, port, "127.0.0.1"), pytest.raises(CheckFailed) as exc:
         engine.build(context, ["imagekit-test/fake:swapped"], {}, nocache=True)

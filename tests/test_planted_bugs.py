@@ -114,7 +114,7 @@ def test_a_directly_pinned_torchvision_from_pypi_is_refused_for_a_routed_cell(da
 
 
 def _plan(cell: Cell, lock: Lock, data) -> BuildPlan:
-    return BuildPlan(cell=cell, lock=lock, base=bootstrap_base(data.bases[cell.python]), repository="r/x")
+    return BuildPlan.make(cell, lock, bootstrap_base(data.bases[cell.python]), "r/x", data)
 
 
 # Planted: naming.labels `"imagekit.torch.version": manifest["torch"]["version"]` -> `cell["torch"]` (no +cu118).
@@ -126,8 +126,8 @@ def test_the_torch_version_label_is_the_installed_build_with_its_local_label(dat
     )
     lock = _build(CU118, output, data)
     plan = _plan(CU118, lock, data)
-    assert naming.labels(manifest(plan, data))["imagekit.torch.version"] == "2.5.1+cu118"
-    dockerfile = render.render_plan(plan, data)["Dockerfile"][0].decode()
+    assert naming.labels(manifest(plan))["imagekit.torch.version"] == "2.5.1+cu118"
+    dockerfile = render.render_plan(plan)["Dockerfile"][0].decode()
     assert '"imagekit.torch.version"="2.5.1+cu118"' in dockerfile
     assert '"imagekit.torch"="2.5.1"' in dockerfile  # the cell's version stays the release
 
@@ -276,7 +276,7 @@ def test_the_manifest_and_runpod_template_list_8888_only_with_jupyterlab(data, j
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
     app = (entry("jupyterlab", "4.3.4"),) if jupyter else ()
     lock = Lock((entry("torch", "2.5.1"),), (*app, entry("transformers", "4.48.2")))
-    files = render.render_plan(_plan(cell, lock, data), data)
+    files = render.render_plan(_plan(cell, lock, data))
     baked = json.loads(files[render.MANIFEST][0])
     assert baked["image"]["ports"] == ports and baked["image"]["jupyter"] is jupyter
     tag = f"r/x:{cell.id}-0123456789ab"

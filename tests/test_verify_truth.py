@@ -165,7 +165,7 @@ def test_the_immutable_tag_changes_when_any_files_mode_changes(data):
     spec = data.bases["3.11"]
     lock = Lock((LockEntry("torch", "2.5.1", (_hash("t"),)),), (LockEntry("transformers", "4.48.2", (_hash("x"),)),))
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
-    files = render.render_plan(BuildPlan(cell=cell, lock=lock, base=bootstrap_base(spec), repository="r/x"), data)
+    files = render.render_plan(BuildPlan.make(cell, lock, bootstrap_base(spec), "r/x", data))
     assert files[f"{render.APP_FILES}/bin/entrypoint"][1] == 0o755 and files["Dockerfile"][1] == 0o644
     tag = render.context_digest(files)
     for rel, (content, mode) in files.items():

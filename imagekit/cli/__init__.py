@@ -8,6 +8,7 @@ import typer
 from typer.core import TyperArgument, TyperGroup
 
 from imagekit import __version__
+from imagekit.clouds import providers
 
 
 class _Argument(TyperArgument):
@@ -51,16 +52,17 @@ def _version(value: bool) -> None:
 
 # Which module defines each top-level command: `imagekit lock ...` imports the lock command's module alone, not the
 # other commands' dependencies (docker, jinja2, paramiko, ...). Help, completion and errors build the whole app.
+# Each GPU cloud's template command comes from its row of the provider registry (runpod-template: runpod_template_cmd).
+PROVIDER_COMMANDS = {p.template_command: p.template_command.replace("-", "_") + "_cmd" for p in providers.PROVIDERS}
 COMMANDS = {
     "init": "init_cmd", "matrix": "matrix_cmd", "explain": "explain_cmd", "lock": "lock_cmd", "render": "render_cmd",
-    "build": "build_cmd", "fetch": "fetch_cmd", "runpod-template": "runpod_template_cmd", "selftest": "selftest_cmd",
-    "doctor": "doctor_cmd", "vast-template": "vast_template_cmd", "audit": "audit_cmd",
-    "sign": "sign_cmd", "verify": "sign_cmd",
+    "build": "build_cmd", "fetch": "fetch_cmd", **PROVIDER_COMMANDS, "selftest": "selftest_cmd",
+    "doctor": "doctor_cmd", "audit": "audit_cmd", "sign": "sign_cmd", "verify": "sign_cmd",
 }  # fmt: skip
 GROUPS = {"base": "base_cmd", "compat": "compat_cmd", "pod": "pod_cmd", "release": "release_cmd", "ci": "ci_cmd"}
 _ORDER = (
-    "init_cmd", "matrix_cmd", "explain_cmd", "lock_cmd", "render_cmd", "build_cmd", "fetch_cmd", "runpod_template_cmd",
-    "vast_template_cmd", "selftest_cmd", "doctor_cmd", "audit_cmd", "sign_cmd",
+    "init_cmd", "matrix_cmd", "explain_cmd", "lock_cmd", "render_cmd", "build_cmd", "fetch_cmd",
+    *PROVIDER_COMMANDS.values(), "selftest_cmd", "doctor_cmd", "audit_cmd", "sign_cmd",
 )  # fmt: skip
 
 

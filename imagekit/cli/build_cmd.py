@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -26,48 +25,14 @@ from imagekit.cli.options import (
     ReleaseIndexOpt,
     ResolverOptions,
     Selection,
+    ZstdOpt,
+    image_options,
     with_groups,
 )
-from imagekit.errors import EXIT_NO, UsageError
-from imagekit.trust.validate import repository as validate_repository
+from imagekit.errors import EXIT_NO
 
-
-def _push_note(repo: str, credential) -> str:  # type: ignore[no-untyped-def]
-    """Where --push would publish, and with which credentials (their source, never their values)."""
-    if credential.found:
-        return f"push to {repo}: credentials from {credential.source}"
-    host = repo.split("/", 1)[0]
-    return (
-        f"push to {repo}: no credentials found (a registry that needs them refuses the push; set "
-        f"IMAGEKIT_REGISTRY_USER and IMAGEKIT_REGISTRY_PASSWORD, or run `docker login {host}`)"
-    )
-
-
-def _published_notes(repo: str, credential, cells: list) -> list[str]:  # type: ignore[no-untyped-def]
-    """What the registry holds under each cell's alias tag now: a dry run says what --push would replace. The
-    registry's refusal or silence is a note too, never the plan's failure."""
-    from imagekit.effects import http
-    from imagekit.effects.registry import RegistryClient, Remote
-    from imagekit.errors import ImagekitError
-
-    remote = Remote.parse(repo)
-    down = http.unreachable(remote.base.split("/v2/", 1)[0] + "/v2/", timeout=5)  # one try: a plan does not wait
-    if down is not None:
-        return [f"{repo}: cannot tell what is published (registry {remote.registry} is unreachable: {down})"]
-    client = RegistryClient(credential.username, credential.password, registries=[remote.registry])
-    notes = []
-    for cell in cells:
-        try:
-            found = client.oci_manifest(remote, cell.id)
-        except ImagekitError as exc:
-            return [*notes, f"{repo}: cannot tell what is published ({exc.message.splitlines()[0][:200]})"]
-        notes.append(
-            f"{repo}:{cell.id} is published now ({found.digest[:19]}…): --push moves this alias to the new build "
-            "(its immutable tag is new)"
-            if found is not None
-            else f"{repo}:{cell.id} is not published yet"
-        )
-    return notes
+if TYPE_CHECKING:
+    from imagekit.services.build import CellResult
 
 
 def register(app: typer.Typer) -> None:
@@ -123,14 +88,7 @@ def register(app: typer.Typer) -> None:
                 "its alias moves.",
             ),
         ] = None,
-        zstd: Annotated[
-            bool,
-            typer.Option(
-                "--zstd",
-                help="With --push: also publish each image with zstd layers as <tag>-zstd and <cell>-zstd (smaller, "
-                "faster to unpack; Docker >= 23 and containerd pull it, Docker 20.10 cannot).",
-            ),
-        ] = False,
+        zstd: ZstdOpt = False,
         audit_osv: Annotated[
             Path | None,
             typer.Option(
@@ -169,138 +127,77 @@ def register(app: typer.Typer) -> None:
         resolving: ResolverOptions,
     ) -> None:
         """For each selected cell: lock (if stale), fetch wheels, render, docker build, self-test, and publish."""
-        from imagekit.services.build import BuildOptions, build_cells
+        from imagekit.services import build_job
 
-        if gpus not in ("auto", "on", "off"):
-            raise UsageError(f"invalid --gpus {gpus!r}", "use auto, on or off")
-        from imagekit.services.publish import read_index
-
-        folder_option(lock_dir, "--lock-dir")
-        folder_option(state_dir, "--state-dir")
-        output_file_option(release_index, "--release-index")
-        folder_option(release_records, "--release-records")
-        read_index(release_index)  # a broken index is refused now, not after the build
-        if audit_fail_on not in ("low", "medium", "high", "critical"):
-            raise UsageError(f"invalid --audit-fail-on {audit_fail_on!r}", "use low, medium, high or critical")
-        if audit_osv is not None and not audit_osv.exists():
-            raise UsageError(f"--audit-osv {audit_osv} does not exist", "pass osv.dev's all.zip or a folder of them")
-        signer = None
-        if sign_key is not None:
-            if not push:
-                raise UsageError("--sign-key signs what --push publishes", "add --push, or sign later: imagekit sign")
-            import os
-
-            from imagekit.effects.files import read_input
-            from imagekit.supplychain import cosign
-
-            key_bytes = (read_input(sign_key, "--sign-key", "pass the cosign.key file") or "").encode()
-            try:  # opened now: a wrong password is refused before the build, not after it
-                signer = cosign.load_private_key(key_bytes, os.environ.get("COSIGN_PASSWORD", "").encode())
-            except cosign.KeyError_ as exc:
-                raise UsageError(f"--sign-key {sign_key}: {exc}", "set COSIGN_PASSWORD to the key's password") from None
-        data, config, cells = selected_compatible(selection)
-        repo = validate_repository(registry) if registry else config.repository
-        from imagekit.effects import credentials
-        from imagekit.effects.registry import RegistryClient, Remote
-
-        remote = Remote.parse(repo)
-        credential = credentials.for_registry(remote.registry) if push else credentials.NONE
-        opts = BuildOptions(
-            repository=repo,
+        request = build_job.BuildRequest(
+            registry=registry,
+            push=push,
             lock_dir=lock_dir,
             state_dir=state_dir,
             release_index=release_index,
             release_records=release_records,
-            push=push,
-            nocache=no_cache,
+            no_cache=no_cache,
             gpus=gpus,
             require_gpu=require_gpu,
-            settings=resolving.settings(config),
-            bases=config.bases,
-            options=config.options,
-            username=credential.username,
-            password=credential.password,
-            sign_key=signer,
-            zstd=zstd,
+            keep_going=keep_going,
+            sign_key=sign_key,
             audit_osv=audit_osv,
             audit_fail_on=audit_fail_on,
             audit_allowlist=audit_allowlist,
             audit_fail_on_unrated=audit_fail_on_unrated,
         )
-        console = err_console()
-        from imagekit.cli.progress_display import ConsoleProgress
-        from imagekit.services import forecast
-
-        progress = ConsoleProgress(console, quiet=quiet)
+        folder_option(lock_dir, "--lock-dir")
+        folder_option(state_dir, "--state-dir")
+        output_file_option(release_index, "--release-index")
+        folder_option(release_records, "--release-records")
+        signer = build_job.check(request)
+        data, config, evaluated = selected_compatible(selection)
+        cells = [e.cell for e in evaluated]
+        job = build_job.prepare(request, config, image_options(config, zstd=zstd), resolving.settings, signer)
         if dry_run:
-            plan = forecast.forecast(
-                [c.cell for c in cells],
-                config,
-                data,
-                lock_dir=lock_dir,
-                settings=opts.settings,
-                engine=forecast.engine_or_none(),
-            )
-            if push:
-                published = _published_notes(repo, credential, [c.cell for c in cells])
-                plan = dataclasses.replace(plan, notes=(*plan.notes, _push_note(repo, credential), *published))
-            print_plan(plan, as_json, build=True)
+            print_plan(build_job.dry_run(job, cells, config, data), as_json, build=True)
             return
-        if push:  # before the build: a refused login would otherwise surface after it, at the push
-            RegistryClient(credential.username, credential.password, registries=[remote.registry]).check_access(remote)
-        from imagekit.effects.docker import Engine
+        from imagekit.cli.progress_display import ConsoleProgress
 
-        engine = Engine()
-        if not quiet:
-            for note in engine.capabilities().notes:
-                console.print(f"[dim]engine: {note}[/]")
-        plan = forecast.forecast(
-            [c.cell for c in cells], config, data, lock_dir=lock_dir, settings=opts.settings, engine=engine
-        )
-        for line in forecast.render_text(plan):
-            progress.line("", "plan: " + line)
-        if plan.blockers:
-            raise plan.blocked_error()
-        if not plan.disk_ok:
-            raise plan.disk_error()
-        results = build_cells(
-            [c.cell for c in cells],
-            opts,
-            data,
-            progress.line,
-            keep_going=keep_going,
-            engine=engine,
-            progress=progress,
-        )
-        relocked = [r.cell.id for r in results if r.lock == "re-resolved"]
-        if relocked:
-            console.print(f"re-resolved {len(relocked)} lock(s) in {lock_dir}: {', '.join(relocked)}", markup=False)
-        shown: dict[str, str] = {}  # one environment failure (an index down) is printed once, not per cell
-        for r in results:
-            if r.error:
-                text = r.error.render()
-                if text in shown:
-                    console.print(f"[red]{r.cell.id}[/] failed at {r.step}: the same error as {shown[text]}")
-                    continue
-                shown[text] = r.cell.id
-                console.print(f"[red]{r.cell.id}[/] failed at {r.step}:")
-                console.print(text, markup=False)
-        table = Table(title="imagekit build")
-        for col in ("cell", "result", "size", "digest", "time"):
-            table.add_column(col, no_wrap=col == "cell")
-        for r in results:
-            style = {"published": "green", "passed": "green"}.get(r.status, "red")
-            table.add_row(
-                r.cell.id,
-                f"[{style}]{r.status}[/]" + ("" if r.status != "failed" else f" ({r.step})"),
-                f"{r.size / 1e9:.2f} GB" if r.size else "-",
-                (r.digest or "-")[:19],
-                f"{r.seconds:.0f} s",
-            )
-        Console(stderr=True).print(table)
-        for r in results:  # where each build's time went, one line per cell
-            Console(stderr=True).print(f"{r.cell.slug} time by step: {r.step_summary()}", markup=False, soft_wrap=True)
+        console = err_console()
+        progress = ConsoleProgress(console, quiet=quiet)
+        note = None if quiet else (lambda text: console.print(f"[dim]engine: {text}[/]"))
+        results = build_job.run(job, cells, config, data, progress, note)
+        _report(results, lock_dir)
         if as_json:
             out_json([r.to_json() for r in results])
         if any(r.status == "failed" for r in results) or len(results) < len(cells):
             raise typer.Exit(EXIT_NO)
+
+
+def _report(results: list[CellResult], lock_dir: Path) -> None:
+    """The build's outcome on stderr: the locks it re-resolved, each error once, a table, the time by step."""
+    console = err_console()
+    relocked = [r.cell.id for r in results if r.lock == "re-resolved"]
+    if relocked:
+        console.print(f"re-resolved {len(relocked)} lock(s) in {lock_dir}: {', '.join(relocked)}", markup=False)
+    shown: dict[str, str] = {}  # one environment failure (an index down) is printed once, not per cell
+    for r in results:
+        if r.error:
+            text = r.error.render()
+            if text in shown:
+                console.print(f"[red]{r.cell.id}[/] failed at {r.step}: the same error as {shown[text]}")
+                continue
+            shown[text] = r.cell.id
+            console.print(f"[red]{r.cell.id}[/] failed at {r.step}:")
+            console.print(text, markup=False)
+    table = Table(title="imagekit build")
+    for col in ("cell", "result", "size", "digest", "time"):
+        table.add_column(col, no_wrap=col == "cell")
+    for r in results:
+        style = {"published": "green", "passed": "green"}.get(r.status, "red")
+        table.add_row(
+            r.cell.id,
+            f"[{style}]{r.status}[/]" + ("" if r.status != "failed" else f" ({r.step})"),
+            f"{r.size / 1e9:.2f} GB" if r.size else "-",
+            (r.digest or "-")[:19],
+            f"{r.seconds:.0f} s",
+        )
+    Console(stderr=True).print(table)
+    for r in results:  # where each build's time went, one line per cell
+        Console(stderr=True).print(f"{r.cell.slug} time by step: {r.step_summary()}", markup=False, soft_wrap=True)

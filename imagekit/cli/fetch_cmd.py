@@ -54,10 +54,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Download every locked wheel once into the wheel cache, verifying each sha256."""
         from imagekit.cli.progress_display import ConsoleProgress
+        from imagekit.image.buildplan import base_for
         from imagekit.services import fetch as fetch_service
-        from imagekit.services import forecast
-        from imagekit.services.build_plans import base_for
+        from imagekit.services import forecast, wheel_folders
         from imagekit.services.lock_cells import lock_path, verified_lock
+        from imagekit.services.wheel_cache import wheel_cache
 
         folder_option(lock_dir, "--lock-dir")
         if into is not None:
@@ -82,24 +83,25 @@ def register(app: typer.Typer) -> None:
             )
             print_plan(plan, as_json, build=False)
             return
-        contexts = {e.cell.slug: fetch_service.context_wheels(into, e.cell.slug) for e in cells} if into else {}
+        contexts = {e.cell.slug: wheel_folders.context_wheels(into, e.cell.slug) for e in cells} if into else {}
         rows: list[dict] = []
         with _stops_cleanly():
             for e in cells:
                 lock = verified_lock(lock_path(lock_dir, e.cell), e.cell, data, current=True)
                 if lock is None:
                     raise UsageError(f"no lock for {e.cell.key}", "run `imagekit lock` first")
-                glibc = base_for(e.cell, data, config=config).glibc  # the base `build` uses: same wheels
+                base = base_for(e.cell.python, data, config.bases, config.options, platform=e.cell.platform)
+                glibc = base.glibc  # the base `build` uses: same wheels
                 got = fetch_service.fetch_for_build(
                     lock, e.cell.python, glibc, progress=progress, cell=e.cell.slug, auth=auth
                 )
                 size = sum(w.path.stat().st_size for w in got)
                 new = [w for w in got if w.downloaded]
                 if e.cell.slug in contexts:
-                    fetch_service.link_wheels(got, contexts[e.cell.slug], fetch_service.requirements(lock))
+                    wheel_folders.link_wheels(got, contexts[e.cell.slug], wheel_folders.requirements(lock))
                 new_bytes = sum(w.path.stat().st_size for w in new)
                 summary = (
-                    f"{len(got)} wheels, {size / 1e9:.2f} GB in {fetch_service.wheel_cache()} "
+                    f"{len(got)} wheels, {size / 1e9:.2f} GB in {wheel_cache()} "
                     f"({len(new)} downloaded, {new_bytes / 1e9:.2f} GB)"
                 )
                 if quiet:  # progress is silenced; the result is not
@@ -118,7 +120,7 @@ class Terminated(KeyboardInterrupt):
 
 @contextmanager
 def _stops_cleanly() -> Iterator[None]:
-    """SIGTERM is handled as SIGINT: the partial downloads are removed (`fetch.discard_partials`), and the command
+    """SIGTERM is handled as SIGINT: the partial downloads are removed (`wheel_cache.discard_partials`), and the command
     ends with ``error:``/``hint:`` and 143 (SIGTERM) or 130 (SIGINT), not a traceback or a silent kill. Threads
     still blocked in a read do not hold the exit up: their files are gone already."""
 
@@ -130,9 +132,9 @@ def _stops_cleanly() -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt as exc:
-        from imagekit.services import fetch as fetch_service
+        from imagekit.services.wheel_cache import discard_partials
 
-        fetch_service.discard_partials()
+        discard_partials()
         name, code = ("SIGTERM", 143) if isinstance(exc, Terminated) else ("SIGINT", 130)
         sys.stderr.write(
             f"error: fetch was stopped ({name}): its partial downloads were removed; the wheels fetched and "

@@ -70,14 +70,15 @@ def register(app: typer.Typer) -> None:
             apt = None
             if any(c.apt for c in plain):  # resolved by apt in each cell's base: the engine is needed
                 from imagekit.effects.docker import Engine
+                from imagekit.image.buildplan import base_for
                 from imagekit.services.apt_resolve import resolver_for
-                from imagekit.services.base_images import base_for
+                from imagekit.services.base_images import present
 
                 engine = Engine()
                 apt = resolver_for(
                     engine,
-                    lambda python: base_for(
-                        python, engine, data.bases, config.bases, compiler=config.options.compiler,
+                    lambda python: present(
+                        base_for(python, data, config.bases, config.options), engine, data.bases,
                         log=lambda line: console.print(line, markup=False),
                     ),
                 )  # fmt: skip

@@ -19,6 +19,7 @@ import typer
 
 from imagekit.compat.catalog import CompatData
 from imagekit.errors import UsageError
+from imagekit.image.image_options import BUILDERS, ImageOptions
 from imagekit.locking import resolution
 from imagekit.matrix import matrix_file as matrix
 
@@ -167,6 +168,35 @@ class ResolverOptions:
         )
         resolver.for_settings(settings)  # an unknown --resolver is a usage error here, before anything runs
         return settings
+
+
+# ---- the image's options: the matrix file's `[image]`, with a command's flags over them ---------------------------
+BuilderOpt = Annotated[
+    str,
+    typer.Option(
+        metavar="buildkit|legacy",
+        help="buildkit: any BuildKit builder (docker buildx build/bake), wheels bind-mounted from "
+        "<cell>/wheels (`imagekit fetch --into DIR`); legacy: the engine's legacy builder, as "
+        "`imagekit build` uses it.",
+    ),
+]
+ZstdOpt = Annotated[
+    bool,
+    typer.Option(
+        "--zstd",
+        help="With --push: also publish each image with zstd layers as <tag>-zstd and <cell>-zstd (smaller, "
+        "faster to unpack; Docker >= 23 and containerd pull it, Docker 20.10 cannot).",
+    ),
+]
+
+
+def image_options(config: matrix.MatrixConfig, *, builder: str | None = None, zstd: bool | None = None) -> ImageOptions:
+    """The image's options as one value, from here to the render: the matrix file's `[image]`, with the flags the
+    command was given over them (None: not a flag of the command)."""
+    if builder is not None and builder not in BUILDERS:
+        raise UsageError(f"invalid --builder {builder!r}", "use buildkit or legacy")
+    flags = {"builder": builder, "zstd": zstd}
+    return dataclasses.replace(config.options, **{k: v for k, v in flags.items() if v is not None})
 
 
 # ---- single shared options ---------------------------------------------------------------------------------------

@@ -12,12 +12,15 @@ import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import JsonOpt
+from imagekit.clouds import providers
 from imagekit.errors import CheckFailed, UsageError
 
 JSON_OUTPUT_LIMIT = 16 << 20  # characters of a command's output `pod exec --json` keeps
+PODS = providers.pod_provider()  # whose pods `pod create`, `pod stop` and `pod terminate` rent and end
 
 TargetArg = Annotated[
-    str, typer.Argument(metavar="TARGET", help="USER@HOST[:PORT], or RunPod's gateway form POD-HEX@ssh.runpod.io.")
+    str,
+    typer.Argument(metavar="TARGET", help=f"USER@HOST[:PORT], or RunPod's gateway form POD-HEX@{PODS.ssh_gateway}."),
 ]
 KeyOpt = Annotated[
     Path | None,
@@ -55,6 +58,14 @@ def _options(key: Path | None, timeout: float, insecure: bool, accept_new: bool,
         raise UsageError("--insecure-host-key and --accept-new-host-key exclude each other", "pick one")
     mode = "insecure" if insecure else ("accept-new" if accept_new else "strict")
     return PodOptions(key=key, host_keys=mode, timeout=timeout or 10.0**9, force_pty=force_pty)
+
+
+def _account_key(command: str) -> str:
+    """The account key of the pods' provider, from the environment (``command`` is what needs it)."""
+    key = os.environ.get(PODS.account_key, "")
+    if not key.strip():
+        raise UsageError(f"{command} needs {PODS.account_key} in the environment", f"export {PODS.account_key}=...")
+    return key
 
 
 def _write(text: str) -> None:
@@ -302,9 +313,7 @@ def build() -> typer.Typer:
         from imagekit.clouds import runpod
         from imagekit.effects import runpod_api
 
-        key = os.environ.get("RUNPOD_API_KEY", "")
-        if not key.strip():
-            raise UsageError(f"pod {action} needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
+        key = _account_key(f"pod {action}")
         warning = None
         if action == "terminate":
             warning = runpod.terminate_warning(pod_id, runpod_api.get_pod(pod_id, key, api_url))
@@ -325,7 +334,7 @@ def build() -> typer.Typer:
 
     @app.command(
         "create",
-        epilog="Example: RUNPOD_API_KEY=... imagekit pod create cu118-torch2.5.1-py3.11-tf4.48.2 "
+        epilog=f"Example: {PODS.account_key}=... imagekit pod create cu118-torch2.5.1-py3.11-tf4.48.2 "
         "--gpu 'NVIDIA GeForce RTX 3090' --max-runtime 6h --idle-stop 30m --on-exit stop",
     )
     @handles_errors
@@ -343,7 +352,7 @@ def build() -> typer.Typer:
             ),
         ],
         count: Annotated[int, typer.Option("--count", min=1, max=8, metavar="N", help="GPUs in the pod.")] = 1,
-        cloud: Annotated[str, typer.Option("--cloud", metavar="secure|community")] = "secure",
+        cloud: Annotated[str, typer.Option("--cloud", metavar="|".join(PODS.pod_clouds))] = PODS.pod_clouds[0],
         volume_gb: Annotated[
             int, typer.Option("--volume", min=1, max=10_000, metavar="GB", help="Pod volume on /workspace.")
         ] = 50,
@@ -373,7 +382,7 @@ def build() -> typer.Typer:
         release_index: Annotated[
             Path, typer.Option("--release-index", metavar="FILE", help="Where published images are recorded.")
         ] = Path("releases/index.json"),
-        api_url: ApiOpt = "https://rest.runpod.io/v1",
+        api_url: ApiOpt = PODS.api,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the request body; send nothing.")] = False,
         as_json: JsonOpt = False,
     ) -> None:
@@ -403,9 +412,7 @@ def build() -> typer.Typer:
         unreachable = runpod.unreachable_registry(entry["tag"])
         if unreachable:
             raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", "publish to a registry pods reach")
-        key = os.environ.get("RUNPOD_API_KEY", "")
-        if not key.strip():
-            raise UsageError("pod create needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
+        key = _account_key("pod create")
         answer = runpod_api.create_pod(body, key, api_url)
         price = pod_create.cost(answer)
         if as_json:
@@ -421,7 +428,7 @@ def build() -> typer.Typer:
 
     @app.command("stop", epilog="Example: imagekit pod stop abc123xyz456")
     @handles_errors
-    def stop(pod_id: PodIdArg, api_url: ApiOpt = "https://rest.runpod.io/v1", as_json: JsonOpt = False) -> None:
+    def stop(pod_id: PodIdArg, api_url: ApiOpt = PODS.api, as_json: JsonOpt = False) -> None:
         """Stop a RunPod pod (RUNPOD_API_KEY from the environment): the GPU is released, the volume kept."""
         _api("stop", pod_id, api_url, as_json)
 
@@ -429,7 +436,7 @@ def build() -> typer.Typer:
     @handles_errors
     def terminate(
         pod_id: PodIdArg,
-        api_url: ApiOpt = "https://rest.runpod.io/v1",
+        api_url: ApiOpt = PODS.api,
         as_json: JsonOpt = False,
         yes: Annotated[bool, typer.Option("--yes", help="Do not ask, even when the pod's files go with it.")] = False,
     ) -> None:

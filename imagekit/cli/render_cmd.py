@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from imagekit.cli.common import err_console, folder_option, handles_errors, selected_compatible
-from imagekit.cli.options import LockDirOpt, Selection, with_groups
+from imagekit.cli.options import BuilderOpt, LockDirOpt, Selection, image_options, with_groups
 from imagekit.effects.files import clamp_mtimes, replace_tree
-from imagekit.errors import EXIT_NO, UsageError
+from imagekit.errors import EXIT_NO
 from imagekit.image import render as render_mod
 from imagekit.services.build_plans import plans_for
 
@@ -31,15 +31,7 @@ def register(app: typer.Typer) -> None:
         ],
         selection: Selection,
         lock_dir: LockDirOpt = Path("lockfiles"),
-        builder: Annotated[
-            str,
-            typer.Option(
-                metavar="buildkit|legacy",
-                help="buildkit: any BuildKit builder (docker buildx build/bake), wheels bind-mounted from "
-                "<cell>/wheels (`imagekit fetch --into DIR`); legacy: the engine's legacy builder, as "
-                "`imagekit build` uses it.",
-            ),
-        ] = "buildkit",
+        builder: BuilderOpt = "buildkit",
         check: Annotated[
             bool, typer.Option("--check", help="Write nothing; exit 1 if --out differs from a fresh render.")
         ] = False,
@@ -48,10 +40,9 @@ def register(app: typer.Typer) -> None:
         folder_option(out_dir, "--out")
         folder_option(lock_dir, "--lock-dir")
         data, config, cells = selected_compatible(selection)
-        if builder not in render_mod.BUILDERS:
-            raise UsageError(f"invalid --builder {builder!r}", "use buildkit or legacy")
-        plans = plans_for([c.cell for c in cells], config, lock_dir, data, builder=builder, outputs=(out_dir,))
-        files = render_mod.render_many(plans, data)
+        options = image_options(config, builder=builder)
+        plans = plans_for([c.cell for c in cells], config, lock_dir, data, options, outputs=(out_dir,))
+        files = render_mod.render_many(plans)
         console = err_console()
         if check:
             problems = render_mod.diff_tree(out_dir, files)

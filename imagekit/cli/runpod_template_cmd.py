@@ -10,11 +10,13 @@ import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import ReleaseIndexOpt, ReleasePlatformOpt
-from imagekit.clouds import runpod
+from imagekit.clouds import providers, runpod
 from imagekit.errors import UsageError
 from imagekit.trust import validate
 from imagekit.trust.untrusted import printable
 from imagekit.trust.validate import http_url as validate_http_url
+
+RUNPOD = providers.named("runpod")
 
 
 def _refuse_a_private_image(tag: str) -> None:
@@ -38,9 +40,9 @@ def _refuse_a_private_image(tag: str) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command(
-        "runpod-template",
-        epilog="Examples: imagekit runpod-template cu121-torch2.1.2-py3.11-tf4.48.2; "
-        "RUNPOD_API_KEY=... imagekit runpod-template CELL --create",
+        RUNPOD.template_command,
+        epilog=f"Examples: imagekit {RUNPOD.template_command} cu121-torch2.1.2-py3.11-tf4.48.2; "
+        f"{RUNPOD.account_key}=... imagekit {RUNPOD.template_command} CELL --create",
     )
     @handles_errors
     def runpod_template(
@@ -53,10 +55,10 @@ def register(app: typer.Typer) -> None:
         volume_gb: Annotated[
             int, typer.Option(min=1, max=10_000, metavar="GB", help="Volume size (GB) mounted at /workspace.")
         ] = 50,
-        create: Annotated[bool, typer.Option("--create", help="Call RunPod's API (needs RUNPOD_API_KEY).")] = False,
-        api_url: Annotated[
-            str, typer.Option(metavar="URL", help="RunPod GraphQL endpoint.")
-        ] = "https://api.runpod.io/graphql",
+        create: Annotated[
+            bool, typer.Option("--create", help=f"Call RunPod's API (needs {RUNPOD.account_key}).")
+        ] = False,
+        api_url: Annotated[str, typer.Option(metavar="URL", help="RunPod GraphQL endpoint.")] = RUNPOD.template_url,
         registry_auth: Annotated[
             str | None,
             typer.Option(
@@ -111,9 +113,11 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", hint)
         if registry_auth is None:
             _refuse_a_private_image(entry["tag"])
-        key = os.environ.get("RUNPOD_API_KEY")
+        key = os.environ.get(RUNPOD.account_key)
         if not key:
-            raise UsageError("--create needs RUNPOD_API_KEY in the environment", "export RUNPOD_API_KEY=...")
+            raise UsageError(
+                f"--create needs {RUNPOD.account_key} in the environment", f"export {RUNPOD.account_key}=..."
+            )
         saved = runpod_api.save_template(body, key, api_url)
         out_json({"saveTemplate": saved})
         err_console().print(f"created RunPod template {saved['id']} for {entry['tag']}", markup=False)

@@ -10,17 +10,20 @@ import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import ReleaseIndexOpt, ReleasePlatformOpt
-from imagekit.clouds import runpod, vast
+from imagekit.clouds import providers, runpod, vast
 from imagekit.errors import UsageError
 from imagekit.trust import validate
 from imagekit.trust.validate import http_url as validate_http_url
 
+VAST = providers.named("vast")
+
 
 def register(app: typer.Typer) -> None:
     @app.command(
-        "vast-template",
-        epilog="Examples: imagekit vast-template cu121-torch2.1.2-py3.11-tf4.48.2; imagekit vast-template CELL "
-        "--launch entrypoint; VAST_API_KEY=... imagekit vast-template CELL --login --create",
+        VAST.template_command,
+        epilog=f"Examples: imagekit {VAST.template_command} cu121-torch2.1.2-py3.11-tf4.48.2; imagekit "
+        f"{VAST.template_command} CELL --launch entrypoint; {VAST.account_key}=... imagekit {VAST.template_command} "
+        "CELL --login --create",
     )
     @handles_errors
     def vast_template(
@@ -40,10 +43,8 @@ def register(app: typer.Typer) -> None:
         login: Annotated[
             bool, typer.Option("--login", help="The image is private: Vast asks for the registry's credentials.")
         ] = False,
-        create: Annotated[bool, typer.Option("--create", help="Call Vast's API (needs VAST_API_KEY).")] = False,
-        api_url: Annotated[str, typer.Option(metavar="URL", help="Vast's template endpoint.")] = (
-            "https://console.vast.ai/api/v0/template/"
-        ),
+        create: Annotated[bool, typer.Option("--create", help=f"Call Vast's API (needs {VAST.account_key}).")] = False,
+        api_url: Annotated[str, typer.Option(metavar="URL", help="Vast's template endpoint.")] = VAST.template_url,
         allow_private_registry: Annotated[
             bool,
             typer.Option(
@@ -84,9 +85,9 @@ def register(app: typer.Typer) -> None:
             return
         if unreachable and not allow_private_registry:
             raise UsageError(f"no instance can pull {entry['tag']}: {unreachable}", hint)
-        key = os.environ.get(vast_api.KEY_VARIABLE)
+        key = os.environ.get(VAST.account_key)
         if not key:
-            raise UsageError("--create needs VAST_API_KEY in the environment", "export VAST_API_KEY=...")
+            raise UsageError(f"--create needs {VAST.account_key} in the environment", f"export {VAST.account_key}=...")
         made = vast_api.create_template(body, key, api_url)
         out_json({"template": made})
         err_console().print(

@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import re
 
-from imagekit.clouds import runpod
+from imagekit.clouds import providers, runpod
 from imagekit.compat import contract
 from imagekit.compat.catalog import CompatData
 from imagekit.compat.contract import Contract
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
 
-CLOUDS = ("secure", "community")
+CLOUDS = providers.pod_provider().pod_clouds
 GRACE_GPUS = contract.GRACE_GPUS
 _GPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,79}", re.ASCII)
 
@@ -106,7 +106,7 @@ def body(
     gpu: str,
     *,
     count: int = 1,
-    cloud: str = "secure",
+    cloud: str = CLOUDS[0],
     volume_gb: int = 50,
     registry_auth: str | None = None,
     arch: str | None = None,
@@ -117,7 +117,7 @@ def body(
     runtime = contract.from_record(entry, data)
     check_gpu(data, runtime, gpu, arch)
     if cloud not in CLOUDS:
-        raise UsageError(f"--cloud {cloud[:40]!r}: secure or community", "RunPod's cloudType")
+        raise UsageError(f"--cloud {cloud[:40]!r}: {' or '.join(CLOUDS)}", "RunPod's cloudType")
     if isinstance(count, bool) or not 1 <= count <= 8:
         raise UsageError(f"--count {count}: 1 to 8 GPUs", "one pod's GPUs")
     template = runpod.template(entry, volume_gb=volume_gb, registry_auth=registry_auth)

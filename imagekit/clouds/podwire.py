@@ -1,6 +1,6 @@
 """How imagekit talks to a pod through an SSH server that offers only a terminal (RunPod's gateway): targets,
 sentinel framing of commands, control-sequence stripping, and the shell snippets of a checksum-verified chunked
-copy. Pure: the transport (effects/ssh.py) types these lines and feeds back what the terminal prints.
+copy. Pure: the terminal transport (effects/ssh_terminal.py) types these lines and feeds back what the terminal prints.
 
 Everything typed stays under the terminal's canonical line limit (4095 bytes on Linux: longer lines are cut
 silently, which is how a 5.6 MB heredoc arrives as 4.7 MB). Sentinels are printed by ``printf`` from pieces, so
@@ -15,13 +15,14 @@ import secrets
 import shlex
 from dataclasses import dataclass
 
+from imagekit.clouds import providers
 from imagekit.errors import UsageError
 from imagekit.trust import untrusted
 
 LINE_LIMIT = 4095  # N_TTY_BUF_SIZE - 1: the longest line a Linux terminal in canonical mode delivers whole
 TYPED_LINE = 3072  # base64 characters per typed line: well under the limit, a multiple of 4
 CHUNK = 4 << 20  # payload bytes per verified chunk (a round trip and a few processes each)
-RUNPOD_GATEWAY = "ssh.runpod.io"
+GATEWAYS = providers.ssh_gateways()
 
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", re.ASCII)
 _HOST = re.compile(
@@ -51,8 +52,8 @@ class Target:
 
     @property
     def gateway(self) -> bool:
-        """RunPod's proxied gateway: a terminal only (no exec channel, no SFTP)."""
-        return self.host.lower() == RUNPOD_GATEWAY
+        """A provider's proxied gateway (RunPod's): a terminal only (no exec channel, no SFTP)."""
+        return self.host.lower() in GATEWAYS
 
     @property
     def known_hosts_name(self) -> str:
@@ -69,7 +70,8 @@ def parse_target(text: str) -> Target:
     if m is None or not 1 <= port <= 65535:
         raise UsageError(
             f"not an SSH target: {text!r}",
-            "give USER@HOST[:PORT] (e.g. root@203.0.113.7:22011) or RunPod's gateway form POD-HEX@ssh.runpod.io",
+            "give USER@HOST[:PORT] (e.g. root@203.0.113.7:22011) or RunPod's gateway form "
+            f"POD-HEX@{providers.named('runpod').ssh_gateway}",
         )
     return Target(m["user"], m["host"], port)
 

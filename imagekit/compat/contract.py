@@ -1,9 +1,10 @@
 """A published image's runtime contract: what a host must offer to run it (pure).
 
-The build writes it once (``buildplan.runtime_contract``: the manifest, the OCI label ``imagekit.runtime``, the release
-record); `pod create`, `runpod-template` and `vast-template` read it from the release record here, so a host filter
-says what the image says of itself. A record written before the contract existed gets it from the cell's
-compatibility facts, as its build would have.
+One derivation from the compatibility facts (:func:`of_cell`), made once per plan (``BuildPlan.contract``) and
+written once (:meth:`Contract.to_json`: the manifest, the OCI label ``imagekit.runtime``, the release record);
+`pod create`, `runpod-template` and `vast-template` read it from the release record here, so a host filter says what
+the image says of itself. A record written before the contract existed gets it from the cell's compatibility facts,
+as its build would have.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from imagekit.compat import rules
 from imagekit.compat.catalog import CompatData
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
-from imagekit.model import variant_of
+from imagekit.model import AMD64, Cell, variant_of
 from imagekit.trust import validate
 from imagekit.trust.untrusted import printable
 
@@ -35,6 +36,22 @@ class Contract:
     ptx: str | None  # the PTX the driver can JIT for newer GPUs, sm_XY
     platform: str  # linux/amd64
     glibc_min: str | None
+    # the CUDA toolkit's own driver: every feature, and the PTX JIT (the manifest's `driver.full_feature`); not asked of
+    # a host, not in the contract as written; None where not known (a contract read back from a record)
+    driver_full: str | None = None
+
+    def to_json(self) -> dict:
+        """The contract as written (the manifest's ``runtime``, the label ``imagekit.runtime``): what
+        :func:`problems` and :func:`from_record` read back."""
+        return {
+            "driver_min": self.driver_min,
+            "cuda": self.cuda,
+            "cuda_major": rules.cuda_major(self.cuda),
+            "sass": list(self.sass),
+            "ptx": self.ptx,
+            "platform": self.platform,
+            "glibc_min": self.glibc_min,
+        }
 
     def how_runs(self, arch: str) -> str | None:
         """How torch's kernels run on a GPU of compute capability ``arch`` ('8.6', 'sm_86'): 'cubin sm_80',
@@ -91,6 +108,16 @@ def problems(runtime: object, cell: object = None) -> list[str]:
     return out
 
 
+def of_cell(cell: Cell, data: CompatData) -> Contract:
+    """What a host must offer to run the image of ``cell``, from the compatibility facts: the driver floor of its CUDA
+    major, the architectures its torch build was compiled for on its platform, the glibc its torch wheels need. The
+    one derivation: the plan, the matrix's outputs and a record that predates the contract all ask here."""
+    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda, cell.platform)
+    floor = rules.driver_floor(data, cell.cuda)
+    glibc = data.torch_minor(cell.torch).glibc
+    return Contract(floor.minimum, cell.cuda, tuple(archs), ptx, cell.platform, glibc, floor.full)
+
+
 def from_record(entry: dict, data: CompatData) -> Contract:
     """The contract of a release record (an index entry `services.publish.read_index` checked): its own, or for a
     record that predates it, the one the cell's facts give; a usage error when neither is there."""
@@ -112,17 +139,14 @@ def from_record(entry: dict, data: CompatData) -> Contract:
             f"the release record of {entry['tag']} names no runtime contract and no torch/CUDA versions",
             "publish it again with this imagekit (`imagekit build --push`)",
         )
-    try:
-        archs, ptx = rules.supported_archs(data, torch, cuda)
-        floor = rules.driver_floor(data, cuda).minimum
-        glibc = data.torch_minor(torch).glibc
+    try:  # a record from before arm64 images: linux/amd64; only its torch and CUDA matter to the contract
+        return of_cell(Cell(cuda, torch, "", "", platform=AMD64), data)
     except ValueError as exc:  # a version text packaging refuses, in an old record
         raise UsageError(
             f"the release record of {entry['tag']} names no runtime contract, and imagekit's facts lack "
             f"torch {torch[:20]}+{variant_of(cuda)}: {exc}",
             "publish it again with this imagekit (`imagekit build --push`)",
         ) from None
-    return Contract(floor, cuda, tuple(archs), ptx, "linux/amd64", glibc)  # a record from before arm64 images
 
 
 # GPUs that come on Grace boards only: their hosts' CPUs are arm64 (design notes, "Grace hosts (GH200, GB200)")

@@ -266,6 +266,7 @@ RULES: tuple[Callable[[Query, CompatData], list[Violation]], ...] = (
     rule_gpu_arch,
     rule_glibc,
 )
+# Every id a violation's `rule` can be (`explain --json`, `matrix --explain`); a test holds the rules to it.
 RULE_IDS = (
     "cuda-variant",
     "python-torch",

@@ -25,16 +25,10 @@ import httpx
 
 from imagekit.effects import http
 from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.oci import media_types, registry_host
 from imagekit.trust import untrusted, validate
 
-MANIFEST_TYPES = ", ".join(
-    [
-        "application/vnd.docker.distribution.manifest.v2+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.oci.image.index.v1+json",
-    ]
-)
+MANIFEST_TYPES = ", ".join(media_types.ACCEPTED)
 MAX_TOKEN = 16 << 10  # bytes of a bearer token (real ones are 1-4 KiB)
 USER_VARIABLE, PASSWORD_VARIABLE = "IMAGEKIT_REGISTRY_USER", "IMAGEKIT_REGISTRY_PASSWORD"
 STRIP_HINT = "strip the line ending: export {var}=$(tr -d '\\r\\n' < file)"
@@ -67,7 +61,7 @@ class Remote:
         refuse_user_info(self.registry, "the registry")
         first = self.registry.partition("/")[0] if isinstance(self.registry, str) else ""
         named = isinstance(self.name, str) and isinstance(self.registry, str) and first == self.registry
-        if not named or not ("." in first or ":" in first or first == "localhost"):
+        if not named or not registry_host.is_registry_host(first):
             raise UsageError(
                 f"invalid registry {untrusted.printable(self.registry, 80)!r}: expected HOST[:PORT]",
                 "name it as REGISTRY/NAME, e.g. ghcr.io/acme/train",
@@ -77,10 +71,10 @@ class Remote:
     @classmethod
     def parse(cls, repository: str) -> Remote:
         refuse_user_info(repository, "the repository")
-        first, _, rest = repository.partition("/")
-        if rest and ("." in first or ":" in first or first == "localhost"):
-            return cls(first, rest)
-        return cls("registry-1.docker.io", repository if "/" in repository else f"library/{repository}")
+        host, path = registry_host.split(repository)
+        if host is not None:
+            return cls(host, path)
+        return cls(registry_host.HUB_API, path if "/" in path else f"library/{path}")
 
     @property
     def base(self) -> str:

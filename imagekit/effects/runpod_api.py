@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import re
 
+from imagekit.clouds import providers
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.trust import untrusted
 from imagekit.trust.redact import redact_text
 
-DEFAULT_API = "https://api.runpod.io/graphql"
-KEY_VARIABLE = "RUNPOD_API_KEY"
+RUNPOD = providers.named("runpod")
+DEFAULT_API = RUNPOD.template_url  # GraphQL
+KEY_VARIABLE = RUNPOD.account_key
 MAX_KEY = 4096
 _TEMPLATE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
 MAX_ANSWER = 4 << 20  # bytes of an answer read
@@ -51,7 +53,7 @@ def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     """A GraphQL request; its answer, an object without ``errors`` (RunPod's rejection is exit 1, quoted as
     plain text; an answer of another shape is exit 3)."""
     headers = {"Content-Type": "application/json", **authorization(api_key)}
-    http.require_http(url, "--api-url", UsageError, "pass the RunPod GraphQL endpoint, https://api.runpod.io/graphql")
+    http.require_http(url, "--api-url", UsageError, f"pass the RunPod GraphQL endpoint, {DEFAULT_API}")
     status, raw = _send("POST", url, headers, json.dumps(body).encode())
     if status != 200:
         raise EnvironmentFailure(f"RunPod API answered HTTP {status}", "retry later")
@@ -88,7 +90,7 @@ def save_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     }
 
 
-DEFAULT_REST = "https://rest.runpod.io/v1"
+DEFAULT_REST = RUNPOD.api
 _POD_ID = re.compile(r"[A-Za-z0-9]{4,64}", re.ASCII)
 
 
@@ -185,7 +187,7 @@ def _may_exist(what: str, base: str, body: dict) -> PodMayExist:
     return PodMayExist(
         f"{what}: a pod may exist and bill from now on; imagekit does not know its id",
         f"look for a pod named {name!r} (image {image}) in RunPod's console (console.runpod.io, Pods) or "
-        f'with curl -H "Authorization: Bearer $RUNPOD_API_KEY" {listing}, then end it: imagekit pod stop ID (the '
+        f'with curl -H "Authorization: Bearer ${KEY_VARIABLE}" {listing}, then end it: imagekit pod stop ID (the '
         "volume stays, billed) or imagekit pod terminate ID; do not run pod create again before you have looked",
     )
 

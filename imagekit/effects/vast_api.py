@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import re
 
+from imagekit.clouds import providers
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.trust import untrusted
 from imagekit.trust.redact import redact_text
 
-DEFAULT_API = "https://console.vast.ai/api/v0/template/"
-KEY_VARIABLE = "VAST_API_KEY"
+VAST = providers.named("vast")
+DEFAULT_API = VAST.template_url
+KEY_VARIABLE = VAST.account_key
 MAX_KEY = 4096
 _HASH_ID = re.compile(r"[A-Za-z0-9]{1,128}", re.ASCII)
 

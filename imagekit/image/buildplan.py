@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from imagekit import __version__
-from imagekit.compat import rules
+from imagekit.compat import contract as contracts
 from imagekit.compat.catalog import BaseSpec, CompatData
+from imagekit.errors import UsageError
 from imagekit.image import layering as layers
-from imagekit.image.code_layer import CodeLayer, CopySpec
+from imagekit.image.code_layer import CodeLayer
+from imagekit.image.image_options import ImageOptions
 from imagekit.locking import uv_pin as tools
 from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, DEBIAN_ARCH, Cell
@@ -55,18 +58,6 @@ def base_packages(compiler: bool = True) -> tuple[str, ...]:
     """The Debian packages a bootstrapped base is made of (sorted, so the bootstrap key is stable)."""
     extra = COMPILER_PACKAGES if compiler else ()
     return tuple(sorted({*BOOTSTRAP_PACKAGES, *POD_PACKAGES, *WORKING_PACKAGES, *extra}))
-
-
-@dataclass(frozen=True)
-class ImageOptions:
-    """`[image]` switches that change what an image holds beyond its lock."""
-
-    jupyter: bool = False  # JupyterLab locked into the app layer, started when JUPYTER_PASSWORD is set
-    compiler: bool = True  # gcc/g++ and the Python headers, so torch.compile works (about 200 MB)
-    size_budget: str = "+10%"  # imagekit.image.budget: "6.5 GB", or growth over the cell's last release
-    copy: CopySpec | None = None  # the user's code, as the image's last layer (imagekit.image.code_layer)
-    command: tuple[str, ...] = ()  # the default command: a container started without one runs it (job mode)
-    apt: tuple[str, ...] = ()  # Debian packages over the base, pinned per cell in its lock (imagekit.locking.debs)
 
 
 @dataclass(frozen=True)
@@ -120,41 +111,77 @@ def bootstrap_base(
     )
 
 
+def base_for(
+    python: str,
+    data: CompatData,
+    bases: Mapping[str, BaseRef],
+    options: ImageOptions,
+    *,
+    platform: str = AMD64,
+    epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
+) -> BaseRef:
+    """The base a cell of Python ``python`` on ``platform`` starts FROM: the matrix's registry base for that Python
+    (``bases``, `[bases]`; pulled for the platform), else imagekit's own, bootstrapped (with the compilers unless
+    ``options.compiler`` is false). The one rule: ``services.base_images.present`` makes the chosen base present."""
+    if python in bases:
+        return replace(bases[python], platform=platform)
+    spec = data.bases.get(python)
+    if spec is None:
+        raise UsageError(f"no base image known for Python {python}", f"known: {', '.join(sorted(data.bases))}")
+    return bootstrap_base(spec, epoch, compiler=options.compiler, platform=platform)
+
+
 @dataclass(frozen=True)
 class BuildPlan:
+    """Everything one image needs, decided before any effect runs: made by :meth:`make`, which decides its facts (the
+    runtime contract, the layering) once; the render and the build read them here."""
+
     cell: Cell
     lock: Lock
     base: BaseRef
     repository: str
+    contract: contracts.Contract  # what a host must offer to run the image (compat.contract.of_cell)
+    layering: layers.Layering  # which locked distributions go into which layer (layering.split)
+    options: ImageOptions = field(default_factory=ImageOptions)  # `[image]` and the command's flags over it
+    code: CodeLayer | None = None  # `[image] copy`, as read: the last layer
     source_revision: str = "unknown"
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
     wheels_url: str = DEFAULT_WHEELS_URL  # the legacy builder's wheel server
-    builder: str = "legacy"  # legacy (wheels over loopback HTTP, `imagekit build`) | buildkit (wheels bind-mounted)
-    code: CodeLayer | None = None  # `[image] copy`, as read: the last layer
-    command: tuple[str, ...] = ()  # `[image] command`: the image's CMD
+
+    @classmethod
+    def make(
+        cls,
+        cell: Cell,
+        lock: Lock,
+        base: BaseRef,
+        repository: str,
+        data: CompatData,
+        *,
+        options: ImageOptions | None = None,
+        code: CodeLayer | None = None,
+        source_revision: str = "unknown",
+        source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
+        wheels_url: str = DEFAULT_WHEELS_URL,
+    ) -> BuildPlan:
+        """The plan of ``cell`` over ``lock`` and ``base``, its facts decided from ``data`` now."""
+        return cls(
+            cell=cell,
+            lock=lock,
+            base=base,
+            repository=repository,
+            contract=contracts.of_cell(cell, data),
+            layering=layers.split(lock),
+            options=options if options is not None else ImageOptions(),
+            code=code,
+            source_revision=source_revision,
+            source_date_epoch=source_date_epoch,
+            wheels_url=wheels_url,
+        )
 
 
-def runtime_contract(plan: BuildPlan, data: CompatData) -> dict:
-    """What a host must offer to run the image, in one machine-readable object (the manifest, the OCI label
-    ``imagekit.runtime``, the release record): `pod create`, the templates and the doctor read it."""
-    cell = plan.cell
-    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda, cell.platform)
-    return {
-        "driver_min": rules.driver_floor(data, cell.cuda).minimum,
-        "cuda": cell.cuda,
-        "cuda_major": rules.cuda_major(cell.cuda),
-        "sass": archs,
-        "ptx": ptx,
-        "platform": cell.platform,
-        "glibc_min": data.torch_minor(cell.torch).glibc,
-    }
-
-
-def manifest(plan: BuildPlan, data: CompatData) -> dict:
+def manifest(plan: BuildPlan) -> dict:
     """The facts baked into /etc/imagekit/manifest.json and mirrored in OCI labels."""
-    cell = plan.cell
-    archs, ptx = rules.supported_archs(data, cell.torch, cell.cuda, cell.platform)
-    floor = rules.driver_floor(data, cell.cuda)
+    cell, contract = plan.cell, plan.contract
     pins = plan.lock.pins()
     return {
         "schema": 1,
@@ -165,18 +192,18 @@ def manifest(plan: BuildPlan, data: CompatData) -> dict:
             "input_hash": plan.lock.meta.get("input-hash", ""),
             "torch_layer": [e.name for e in plan.lock.torch],
         },
-        "layers": layers.split(plan.lock).to_json(),
+        "layers": plan.layering.to_json(),
         "installer": f"{tools.UV.name} {tools.UV.version}",  # the same release on every platform
         "distributions": dict(sorted(pins.items())),
         "torch": {
             "version": pins.get("torch", cell.torch),
             "cuda": cell.cuda,
             "variant": cell.variant,
-            "archs": archs,
-            "ptx": ptx,
+            "archs": list(contract.sass),
+            "ptx": contract.ptx,
         },
-        "driver": {"minimum": floor.minimum, "full_feature": floor.full},
-        "runtime": runtime_contract(plan, data),
+        "driver": {"minimum": contract.driver_min, "full_feature": contract.driver_full},
+        "runtime": contract.to_json(),
         "python": {"version": cell.python, "executable": "/opt/venv/bin/python"},
         "base": {"name": plan.base.name, "reference": plan.base.reference, "digest": plan.base.digest},
         "image": {

@@ -21,11 +21,11 @@ from pathlib import Path
 import jinja2
 
 from imagekit import __version__
-from imagekit.compat.catalog import CompatData
 from imagekit.errors import UsageError
 from imagekit.image import imageconfig, naming, pins
 from imagekit.image import layering as layers
 from imagekit.image.buildplan import BuildPlan, manifest
+from imagekit.image.image_options import BUILDERS
 from imagekit.locking import uv_pin as tools
 from imagekit.model import MACHINES
 
@@ -160,11 +160,12 @@ def _context_files() -> dict[str, tuple[bytes, int]]:
     return out
 
 
-def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int]]:
-    """The build context of one cell: relative path -> (bytes, mode)."""
-    facts = manifest(plan, data)
+def render_plan(plan: BuildPlan) -> dict[str, tuple[bytes, int]]:
+    """The build context of one cell: relative path -> (bytes, mode). Everything it renders is the plan's (its facts
+    and its options: the template sees them as ``options``)."""
+    facts = manifest(plan)
     labels = naming.labels(facts)
-    layering = layers.split(plan.lock)
+    layering, builder = plan.layering, _builder(plan.options.builder)
     files = {MANIFEST: ((json.dumps(facts, indent=2, sort_keys=True) + "\n").encode(), 0o644)}
     for name, text in layering.requirement_files.items():  # kept in the image; installed from the wheelhouse's copy
         files[layer_file(name)] = (text.encode(), 0o644)
@@ -175,9 +176,9 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         files[f"{ROOTFS}/app/opt/venv/bin/{name}"] = wrapper
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
     code = plan.code
-    if code is not None and _builder(plan.builder) == "buildkit":
-        for rel, data, mode in code.files:
-            files[f"{CODE_FILES}{code.to}/{rel}"] = (data, 0o755 if mode & 0o100 else 0o644)
+    if code is not None and builder == "buildkit":
+        for rel, content, mode in code.files:
+            files[f"{CODE_FILES}{code.to}/{rel}"] = (content, 0o755 if mode & 0o100 else 0o644)
     for value in labels.values():
         _dq(value)  # refuse before anything is rendered
     env = environment()
@@ -187,14 +188,15 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
         base=plan.base,
         lock_hash=plan.lock.content_hash,
         source_date_epoch=int(plan.source_date_epoch),
-        wheels="/mnt" if _builder(plan.builder) == "buildkit" else _url(plan.wheels_url),
-        builder=plan.builder,
+        wheels="/mnt" if builder == "buildkit" else _url(plan.wheels_url),
+        builder=builder,
+        options=plan.options,
         layers=layering.layers,
         apt=layering.apt,
         cuda_prefix=layers.CUDA_PREFIX,
         cuda_layers=len(layering.cuda),
         uv=tools.uv_for(MACHINES[plan.cell.platform]),
-        runtime=imageconfig.runtime(labels, plan.command),
+        runtime=imageconfig.runtime(labels, plan.options.command),
         app_files=f"{APP_TARBALL}#sha256={app_files}",
         code=code,
         code_files=f"{CODE_TARBALL}#sha256={code.sha256(int(plan.source_date_epoch))}" if code else "",
@@ -205,9 +207,6 @@ def render_plan(plan: BuildPlan, data: CompatData) -> dict[str, tuple[bytes, int
 
 def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
-
-
-BUILDERS = ("legacy", "buildkit")
 
 
 def _builder(value: str) -> str:
@@ -231,11 +230,11 @@ def context_digest(files: dict[str, tuple[bytes, int]]) -> str:
     return h.hexdigest()
 
 
-def render_many(plans: list[BuildPlan], data: CompatData) -> dict[str, tuple[bytes, int]]:
+def render_many(plans: list[BuildPlan]) -> dict[str, tuple[bytes, int]]:
     """One folder per cell: ``<cell id>/<file>`` (``<cell id>-arm64/`` for a linux/arm64 cell)."""
     out = {}
     for plan in sorted(plans, key=lambda p: p.cell.slug):
-        for rel, content in render_plan(plan, data).items():
+        for rel, content in render_plan(plan).items():
             out[f"{plan.cell.slug}/{rel}"] = content
     return out
 

@@ -194,3 +194,76 @@ def json_depth(text):
         elif token in "]}":
             depth -= 1
     return deepest
+
+
+# ---- GPU clouds: what a pod knows of the provider it runs on --------------------------------------------------------
+# One table, read by the doctor (which cloud, where data survives) and the guard (how a pod ends itself); the host adds
+# what only it uses (its account key, template endpoints, commands) in imagekit/clouds/providers.py. Sources:
+# docs/pods.md and the design notes (RunPod REST v1; Vast's in-instance CONTAINER_ID and CONTAINER_API_KEY).
+class PodCall:
+    """A call a pod makes to its provider's API: ``path`` lies under the API base, ``{id}`` is the pod's id; ``body``
+    is sent as JSON (None: no body)."""
+
+    __slots__ = ("body", "method", "path")
+
+    def __init__(self, method, path, body=None):
+        self.method, self.path, self.body = method, path, body
+
+
+class ProviderFacts:
+    """A GPU cloud as its pods see it: ``detect``, env variables any one of which set says the container runs there
+    (the first row wins); ``volume_hint``, the doctor's fix for data on a path that does not survive. Where the guard
+    can end a pod: ``pod_id`` and ``pod_key``, the variables with the pod's id and its pod-scoped key; ``api``, the
+    REST base of the ``stop`` call (the GPU's billing ends, the volume stays) and the ``terminate`` call (the pod and
+    its volume disk are deleted); ``api_override``, the variable that replaces ``api`` (a proxy, a test)."""
+
+    __slots__ = ("api", "api_override", "detect", "name", "pod_id", "pod_key", "stop", "terminate", "volume_hint")
+
+    def __init__(self, name, detect, volume_hint, pod_id="", pod_key="", api="", api_override="", stop=None,
+                 terminate=None):
+        self.name, self.detect, self.volume_hint = name, tuple(detect), volume_hint
+        self.pod_id, self.pod_key, self.api, self.api_override = pod_id, pod_key, api, api_override
+        self.stop, self.terminate = stop, terminate
+
+    def __repr__(self):
+        return "ProviderFacts(" + repr(self.name) + ")"
+
+
+PROVIDERS = (
+    ProviderFacts(
+        "runpod", detect=("RUNPOD_POD_ID",),
+        volume_hint="on RunPod, the pod volume at /workspace survives a stop (billed while stopped), not a terminate, "
+                    "which deletes it with the pod: only a network volume outlives the pod",
+        pod_id="RUNPOD_POD_ID", pod_key="RUNPOD_API_KEY",
+        api="https://rest.runpod.io/v1", api_override="IMAGEKIT_RUNPOD_API",
+        stop=PodCall("POST", "/pods/{id}/stop"), terminate=PodCall("DELETE", "/pods/{id}"),
+    ),
+    ProviderFacts(
+        "vast", detect=("CONTAINER_ID", "VAST_CONTAINERLABEL"),
+        volume_hint="on Vast.ai, a stopped instance keeps its disk (storage still billed); destroying it deletes the "
+                    "disk and everything on it",
+        pod_id="CONTAINER_ID", pod_key="CONTAINER_API_KEY",
+        api="https://console.vast.ai/api/v0", api_override="IMAGEKIT_VAST_API",
+        stop=PodCall("PUT", "/instances/{id}/", {"state": "stopped"}), terminate=PodCall("DELETE", "/instances/{id}/"),
+    ),
+    ProviderFacts(
+        "lambda", detect=("LAMBDA_INSTANCE_ID",), volume_hint="on Lambda, keep data on an attached filesystem",
+    ),
+)
+
+
+def provider_named(name):
+    """The row of ``PROVIDERS`` called ``name`` (KeyError if none is)."""
+    for row in PROVIDERS:
+        if row.name == name:
+            return row
+    raise KeyError(name)
+
+
+def detect_provider(environ):
+    """The row of the GPU cloud this container runs on (the first whose ``detect`` variables has one set), or None:
+    the doctor names it and the guard ends pods through it, so the two never disagree."""
+    for row in PROVIDERS:
+        if any(environ.get(var) for var in row.detect):
+            return row
+    return None

@@ -18,11 +18,10 @@ container, or keeps the stopped one billed):
 
 The deadline and idle stop ``stop`` the pod unless ``IMAGEKIT_GUARD_ACTION=terminate``. Stop keeps the volume (and
 bills it); terminate deletes the pod and its volume disk (only a network volume survives).
-``IMAGEKIT_GUARD_DRY_RUN=1`` logs what it would do and does nothing. RunPod: ``RUNPOD_POD_ID`` and ``RUNPOD_API_KEY``
-(REST ``POST /pods/{id}/stop``, ``DELETE /pods/{id}``); Vast.ai: ``CONTAINER_ID`` and ``CONTAINER_API_KEY`` (``PUT
-/instances/{id}/`` with ``{"state": "stopped"}``, ``DELETE /instances/{id}/``); ``IMAGEKIT_RUNPOD_API`` and
-``IMAGEKIT_VAST_API`` replace the bases. The key goes in a header only: never in a log line, an argument or a file.
-A failed call is logged and retried until it succeeds; the pod stays up meanwhile.
+``IMAGEKIT_GUARD_DRY_RUN=1`` logs what it would do and does nothing. The provider is the one the doctor names: its
+row of ``facts.PROVIDERS`` gives the pod id and key variables, the API base and its override, the calls. The key goes
+in a header only: never in a log line, an argument or a file. A failed call is logged and retried until it succeeds;
+the pod stays up meanwhile.
 
 It runs as root among files other users of the pod can touch (the volume, the runs folder): every file it reads is
 opened without following a link, without blocking, and read to a bound (nofollow.py); what it writes is a new file
@@ -51,8 +50,6 @@ else:  # the program in the image: its siblings lie beside it (-I leaves the scr
     import facts
     import nofollow
 
-RUNPOD_API = "https://rest.runpod.io/v1"
-VAST_API = "https://console.vast.ai/api/v0"
 HEARTBEAT = "/run/imagekit/heartbeat"
 BLOCKED = "/run/imagekit/blocked"
 LOG = "/var/log/imagekit-guard.log"
@@ -131,21 +128,19 @@ def armed(s):
 
 
 def provider(environ):
-    """(name, API base, pod id, key) from the provider's in-pod variables, or None."""
-    for name, id_var, key_var, base_var, default in (
-        ("runpod", "RUNPOD_POD_ID", "RUNPOD_API_KEY", "IMAGEKIT_RUNPOD_API", RUNPOD_API),
-        ("vast", "CONTAINER_ID", "CONTAINER_API_KEY", "IMAGEKIT_VAST_API", VAST_API),
-    ):
-        pod, key = environ.get(id_var, ""), environ.get(key_var, "")
-        if pod and key:
-            if key not in SECRETS:
-                SECRETS.append(key)
-            if not _ID.fullmatch(pod):
-                raise GuardError(f"{id_var} is not a pod id (1 to 64 ASCII letters, digits, - and _)")
-            if not _KEY.fullmatch(key):
-                raise GuardError(f"{key_var} has characters a header cannot carry (printable ASCII, no spaces)")
-            return name, api_base(environ.get(base_var) or default, base_var), pod, key
-    return None
+    """(name, API base, pod id, key) of the provider the doctor names too (``facts.detect_provider``), or None where
+    that provider gives a pod no way to end itself or its id or key is not set."""
+    row = facts.detect_provider(environ)
+    pod, key = (environ.get(row.pod_id, ""), environ.get(row.pod_key, "")) if row and row.pod_id else ("", "")
+    if not (pod and key):
+        return None
+    if key not in SECRETS:
+        SECRETS.append(key)
+    if not _ID.fullmatch(pod):
+        raise GuardError(f"{row.pod_id} is not a pod id (1 to 64 ASCII letters, digits, - and _)")
+    if not _KEY.fullmatch(key):
+        raise GuardError(f"{row.pod_key} has characters a header cannot carry (printable ASCII, no spaces)")
+    return row.name, api_base(environ.get(row.api_override) or row.api, row.api_override), pod, key
 
 
 def api_base(value, var):
@@ -174,11 +169,8 @@ def api_base(value, var):
 def request(found, action):
     """(method, URL, JSON body or None) that ``action`` takes at the provider ``found``."""
     name, base, pod, _ = found
-    if name == "runpod":
-        return ("POST", f"{base}/pods/{pod}/stop", None) if action == "stop" else ("DELETE", f"{base}/pods/{pod}", None)
-    if action == "stop":
-        return "PUT", f"{base}/instances/{pod}/", {"state": "stopped"}
-    return "DELETE", f"{base}/instances/{pod}/", None
+    call = getattr(facts.provider_named(name), action)
+    return call.method, base + call.path.replace("{id}", pod), None if call.body is None else dict(call.body)
 
 
 def idle_reasons(sample, threshold, heartbeat_window):
@@ -383,8 +375,9 @@ def act(environ, s, trigger, action, message, attempts=None):
         log(f"cannot {action} this pod: {exc}")
         return False
     if found is None:
-        log(f"cannot {action} this pod: no RUNPOD_POD_ID/RUNPOD_API_KEY or CONTAINER_ID/CONTAINER_API_KEY in its env "
-            "(the platform sets them); it keeps billing until you stop it")
+        wanted = " or ".join(f"{row.pod_id}/{row.pod_key}" for row in facts.PROVIDERS if row.pod_id)
+        log(f"cannot {action} this pod: no {wanted} in its env (the platform sets them); it keeps billing until you "
+            "stop it")
         return False
     if s["dry_run"]:
         method, url, _ = request(found, action)

@@ -62,13 +62,6 @@ SMI_FAILURES = [
      "check that the NVIDIA driver is loaded on the host and the container runs with --gpus"),
     (r"No devices were found", "the driver is loaded but no GPU is attached", "check the GPU allocation"),
 ]
-PROVIDERS = [
-    ("runpod", "RUNPOD_POD_ID", "on RunPod, the pod volume at /workspace survives a stop (billed while stopped), "
-     "not a terminate, which deletes it with the pod: only a network volume outlives the pod"),
-    ("vast", "VAST_CONTAINERLABEL", "on Vast.ai, a stopped instance keeps its disk (storage still billed); destroying "
-     "it deletes the disk and everything on it"),
-    ("lambda", "LAMBDA_INSTANCE_ID", "on Lambda, keep data on an attached filesystem"),
-]
 
 
 def result(cid, status, message, fix="", evidence=None):
@@ -998,11 +991,10 @@ def check_shm(min_bytes=1 << 30):
 
 
 def detect_provider(environ=None):
-    environ = os.environ if environ is None else environ
-    for name, var, hint in PROVIDERS:
-        if environ.get(var):
-            return name, hint
-    return None, None
+    """(name, where data survives there) of the GPU cloud this runs on, or (None, None): the row of facts.PROVIDERS the
+    guard ends pods through too."""
+    found = facts.detect_provider(os.environ if environ is None else environ)
+    return (found.name, found.volume_hint) if found else (None, None)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -254,16 +254,15 @@ def main():
 
 
 def install(ap, args, stage):
+    """One layer, as the options say: the .debs of `[image] apt`, or the files and then the wheels (into a venv or a
+    target folder), byte-compiled when asked."""
     if args.debs:
         if not args.wheels:
             ap.error("--debs needs --wheels (where the .debs are)")
         install_debs(args.wheels, args.debs)
         return
     if args.files:
-        data = read_checked(args.files, "the layer's files", "render again")
-        trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}  # checked above
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(staged(stage, "/"), numeric_owner=True, **trusted)
+        unpack_files(args.files, stage)
     if not args.requirements:  # --files alone: a layer of files (the user's code), no wheels
         if args.files:
             return
@@ -271,6 +270,28 @@ def install(ap, args, stage):
     if not (args.wheels and args.uv and (args.venv or args.target)):
         ap.error("--requirements needs --wheels, --uv and --venv or --target")
     python = os.path.join(args.venv or "/opt/venv", "bin", "python")
+    site, root = install_folder(args, stage, python)
+    if args.link_from and os.path.isdir(args.link_from):
+        link_cuda_folders(args.link_from, site, root)
+    before = set(os.listdir(root))
+    installed = install_wheels(args, stage, python, root)
+    drop_uv_cache_records(root, before)
+    compiled = compile_added(python, root, before, stage) if args.compile else 0.0
+    sys.stderr.write(f"install-layer: installed in {installed:.1f} s (uv)"
+                     + (f", bytecode {compiled:.1f} s" if args.compile else "") + "\n")
+
+
+def unpack_files(ref, stage):
+    """The layer's tarball of files (``--files``), checked by its sha256, unpacked at their image paths."""
+    data = read_checked(ref, "the layer's files", "render again")
+    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}  # checked above
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(staged(stage, "/"), numeric_owner=True, **trusted)
+
+
+def install_folder(args, stage, python):
+    """(site, root): the folder the wheels go to in the image (the venv's site-packages, or --target) and where it is
+    written (the same folder unless staged)."""
     if args.venv:
         site = subprocess.run(
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -287,13 +308,21 @@ def install(ap, args, stage):
         site = args.target
         root = staged(stage, args.target)
         os.makedirs(root, exist_ok=True)
-    if args.link_from and os.path.isdir(args.link_from):
-        for name in sorted(os.listdir(args.link_from)):
-            source = os.path.join(args.link_from, name)
-            if os.path.isdir(source) and not name.endswith((".dist-info", ".data")) and name != "__pycache__":
-                if not os.path.lexists(os.path.join(site, name)) and not os.path.lexists(os.path.join(root, name)):
-                    os.symlink(source, os.path.join(root, name))
-    before = set(os.listdir(root))
+    return site, root
+
+
+def link_cuda_folders(link_from, site, root):
+    """``--link-from``: each package folder the CUDA layers installed there, linked into this site-packages."""
+    for name in sorted(os.listdir(link_from)):
+        source = os.path.join(link_from, name)
+        if os.path.isdir(source) and not name.endswith((".dist-info", ".data")) and name != "__pycache__":
+            if not os.path.lexists(os.path.join(site, name)) and not os.path.lexists(os.path.join(root, name)):
+                os.symlink(source, os.path.join(root, name))
+
+
+def install_wheels(args, stage, python, root):
+    """The locked wheels installed with the checked uv, offline and hash-pinned; the seconds uv took (its exit code
+    ends this program when it fails)."""
     with tempfile.TemporaryDirectory(prefix="imagekit-uv-") as tmp:
         uv = fetch_uv(args.wheels, args.uv, tmp)
         requirements = os.path.join(tmp, "requirements.txt")
@@ -320,21 +349,22 @@ def install(ap, args, stage):
         installed = time.monotonic() - began
         if stage:
             shutil.rmtree(os.path.join(os.path.dirname(stage), "uv-cache"), ignore_errors=True)
-    drop_uv_cache_records(root, before)
-    compiled = 0.0
-    if args.compile:
-        added = sorted(os.path.join(root, n) for n in set(os.listdir(root)) - before
-                       if not os.path.islink(os.path.join(root, n)) and not n.endswith(".dist-info"))
-        if added:
-            # checked-hash .pyc (SOURCE_DATE_EPOCH is set): the same bytes on every build; errors as pip treats them
-            began = time.monotonic()
-            # staged: each .pyc names its source by the image path (-s/-p), as if compiled in place
-            where = ["-s", stage, "-p", "/"] if stage else []
-            subprocess.run([python, "-m", "compileall", "-q", "-j", "0", *where, *added],
-                           check=False, stdout=subprocess.DEVNULL)
-            compiled = time.monotonic() - began
-    sys.stderr.write(f"install-layer: installed in {installed:.1f} s (uv)"
-                     + (f", bytecode {compiled:.1f} s" if args.compile else "") + "\n")
+    return installed
+
+
+def compile_added(python, root, before, stage):
+    """``--compile``: byte-compile what this layer added to ``root`` (not what ``before`` held); the seconds it took."""
+    added = sorted(os.path.join(root, n) for n in set(os.listdir(root)) - before
+                   if not os.path.islink(os.path.join(root, n)) and not n.endswith(".dist-info"))
+    if not added:
+        return 0.0
+    # checked-hash .pyc (SOURCE_DATE_EPOCH is set): the same bytes on every build; errors as pip treats them
+    began = time.monotonic()
+    # staged: each .pyc names its source by the image path (-s/-p), as if compiled in place
+    where = ["-s", stage, "-p", "/"] if stage else []
+    subprocess.run([python, "-m", "compileall", "-q", "-j", "0", *where, *added],
+                   check=False, stdout=subprocess.DEVNULL)
+    return time.monotonic() - began
 
 
 if __name__ == "__main__":

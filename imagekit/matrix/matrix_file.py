@@ -12,8 +12,9 @@ from imagekit.compat import rules
 from imagekit.compat.catalog import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
 from imagekit.image import budget, code_layer
-from imagekit.image.buildplan import BaseRef, ImageOptions
+from imagekit.image.buildplan import BaseRef
 from imagekit.image.code_layer import CopySpec
+from imagekit.image.image_options import ImageOptions
 from imagekit.locking import debs
 from imagekit.model import AMD64, Cell, Query, Targets, Verdict
 from imagekit.trust import untrusted, validate
@@ -98,27 +99,71 @@ def _cell_dict(p: _Problems, key: str, entry: object, *, partial: bool, packages
 
 
 def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
-    """Parse a matrix document (the TOML's top level, or pyproject's [tool.imagekit])."""
+    """Parse a matrix document (the TOML's top level, or pyproject's [tool.imagekit]): every problem of the file at
+    once, in the file's order, then the cells."""
     p = _Problems(origin)
-    known_top = {"matrix", "targets", "image", "bases", "lock"}
+    _sections(p, doc)
+    table = _matrix(p, doc.get("matrix", {}))
+    targets = _targets(p, doc.get("targets", {}) or {}, data)
+    repository, options = _image(p, doc.get("image", {}) or {}, origin)
+    bases = _bases(p, doc.get("bases", {}))
+    index_url, extra_index_urls = _indexes(p, doc.get("lock", {}))
+    if p.items:
+        raise ConfigError(
+            p.items, "fix the keys above; `imagekit matrix --help` shows the file format, `imagekit init` writes one"
+        )
+    cells = _cells(table, origin)
+    if options.jupyter:  # JupyterLab is locked and hashed like any other package
+        cells = {k: _with_jupyter(c) for k, c in cells.items()}
+    if options.apt:  # resolved per cell, over that cell's base, and pinned in its lock
+        cells = {k: replace(c, apt=options.apt) for k, c in cells.items()}
+    if not cells:
+        raise ConfigError([f"{origin}: matrix: no cells"], "give the four axes or [[matrix.include]] entries")
+    return MatrixConfig(
+        cells=tuple(sorted(cells.values(), key=lambda c: (c.id, c.platform))),
+        targets=targets,
+        repository=repository,
+        origin=origin,
+        bases=bases,
+        options=options,
+        index_url=index_url,
+        extra_index_urls=extra_index_urls,
+    )
+
+
+SECTIONS = ("bases", "image", "lock", "matrix", "targets")
+MATRIX_KEYS = (*AXES, "packages", "platforms", "include", "exclude")
+
+
+def _sections(p: _Problems, doc: dict) -> None:
     for k in doc:
-        if k not in known_top:
-            p.add(k, f"unknown section (allowed: {', '.join(sorted(known_top))})")
-    m = doc.get("matrix", {})
+        if k not in SECTIONS:
+            p.add(k, f"unknown section (allowed: {', '.join(SECTIONS)})")
+
+
+@dataclass(frozen=True)
+class _MatrixTable:
+    """`[matrix]` as read: the axes' values, the platforms, the packages of every cell, the exclude and include
+    entries (None where an entry was refused)."""
+
+    axes: dict[str, list[str]]
+    platforms: tuple[str, ...]
+    packages: tuple[str, ...]
+    excludes: list[dict | None]
+    includes: list[dict | None]
+
+
+def _matrix(p: _Problems, m: object) -> _MatrixTable:
     if not isinstance(m, dict):
         p.add("matrix", "expected a table")
         m = {}
     for k in m:
-        if k not in (*AXES, "packages", "platforms", "include", "exclude"):
-            p.add(
-                f"matrix.{k}",
-                "unknown key (allowed: cuda, torch, transformers, python, packages, platforms, include, exclude)",
-            )
+        if k not in MATRIX_KEYS:
+            p.add(f"matrix.{k}", f"unknown key (allowed: {', '.join(MATRIX_KEYS)})")
     axes = {a: _string_list(p, f"matrix.{a}", m.get(a), VALIDATORS[a]) for a in AXES}
     platforms = tuple(dict.fromkeys(_string_list(p, "matrix.platforms", m.get("platforms"), validate.platform)))
     if "platforms" in m and not platforms and not p.items:
         p.add("matrix.platforms", "an empty list: name at least one (linux/amd64, linux/arm64)")
-    platforms = platforms or (AMD64,)
     packages = tuple(sorted(_string_list(p, "matrix.packages", m.get("packages"), validate.requirement)))
     excludes = [
         _cell_dict(p, f"matrix.exclude[{i}]", e, partial=True, packages=packages)
@@ -128,20 +173,28 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         _cell_dict(p, f"matrix.include[{i}]", e, partial=False, packages=packages)
         for i, e in enumerate(m.get("include", []) or [])
     ]
-    t = doc.get("targets", {}) or {}
+    return _MatrixTable(axes, platforms or (AMD64,), packages, excludes, includes)
+
+
+def _targets(p: _Problems, t: object, data: CompatData) -> Targets:
+    """`[targets]`: the fleet's GPUs (by name or architecture) and its oldest driver."""
     archs: list[str] = []
     min_driver = None
     if not isinstance(t, dict):
         p.add("targets", "expected a table")
-    else:
-        for k in t:
-            if k not in ("gpus", "archs", "min_driver"):
-                p.add(f"targets.{k}", "unknown key (allowed: gpus, archs, min_driver)")
-        archs += _string_list(p, "targets.gpus", t.get("gpus"), lambda v: _gpu(v, data))
-        archs += _string_list(p, "targets.archs", t.get("archs"), validate.arch)
-        if "min_driver" in t:
-            min_driver = p.check("targets.min_driver", validate.driver, t["min_driver"])
-    image = doc.get("image", {}) or {}
+        return Targets((), None)
+    for k in t:
+        if k not in ("gpus", "archs", "min_driver"):
+            p.add(f"targets.{k}", "unknown key (allowed: gpus, archs, min_driver)")
+    archs += _string_list(p, "targets.gpus", t.get("gpus"), lambda v: _gpu(v, data))
+    archs += _string_list(p, "targets.archs", t.get("archs"), validate.arch)
+    if "min_driver" in t:
+        min_driver = p.check("targets.min_driver", validate.driver, t["min_driver"])
+    return Targets(tuple(dict.fromkeys(archs)), min_driver)
+
+
+def _image(p: _Problems, image: object, origin: str) -> tuple[str, ImageOptions]:
+    """`[image]`: the repository, and the options (`copy`'s folder made relative to the matrix file's)."""
     repository = DEFAULT_REPOSITORY
     if isinstance(image, dict) and "repository" in image:
         repository = p.check("image.repository", validate.repository, image["repository"]) or DEFAULT_REPOSITORY
@@ -154,20 +207,19 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         folder = posixpath.dirname(origin) if not origin.startswith("<") else ""
         source = posixpath.normpath(posixpath.join(folder or ".", given))
         options = replace(options, copy=replace(options.copy, source=source, project=folder or "."))
-    bases = _bases(p, doc.get("bases", {}))
-    index_url, extra_index_urls = _indexes(p, doc.get("lock", {}))
-    if p.items:
-        raise ConfigError(
-            p.items, "fix the keys above; `imagekit matrix --help` shows the file format, `imagekit init` writes one"
-        )
+    return repository, options
 
+
+def _cells(table: _MatrixTable, origin: str) -> dict[str, Cell]:
+    """The product of the axes on each platform less the excluded combinations, then each include: by cell key."""
+    axes, platforms = table.axes, table.platforms
     cells: dict[str, Cell] = {}
     if all(axes[a] for a in AXES):
         for combo in itertools.product(*(axes[a] for a in AXES), platforms):
             values = dict(zip((*AXES, "platform"), combo, strict=True))
-            if any(all(values.get(k) == v for k, v in ex.items()) for ex in excludes if ex):
+            if any(all(values.get(k) == v for k, v in ex.items()) for ex in table.excludes if ex):
                 continue
-            cell = Cell(**values, packages=packages)
+            cell = Cell(**values, packages=table.packages)
             cells.setdefault(cell.key, cell)
     elif any(axes[a] for a in AXES):
         named = [a for a in AXES if axes[a]]
@@ -179,7 +231,7 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
             "give all four axes, or list cells under [[matrix.include]]",
         )
     included: dict[str, int] = {}
-    for i, inc in enumerate(includes):
+    for i, inc in enumerate(table.includes):
         if inc:
             # an entry without a platform is built for each of [matrix] platforms; one with a platform, for it alone
             for plat in (inc["platform"],) if inc.get("platform") else platforms:
@@ -195,29 +247,16 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
                     )
                 included[cell.key] = i
                 cells[cell.key] = cell
-    if options.jupyter:  # JupyterLab is locked and hashed like any other package
-        cells = {k: _with_jupyter(c) for k, c in cells.items()}
-    if options.apt:  # resolved per cell, over that cell's base, and pinned in its lock
-        cells = {k: replace(c, apt=options.apt) for k, c in cells.items()}
-    if not cells:
-        raise ConfigError([f"{origin}: matrix: no cells"], "give the four axes or [[matrix.include]] entries")
-    return MatrixConfig(
-        cells=tuple(sorted(cells.values(), key=lambda c: (c.id, c.platform))),
-        targets=Targets(tuple(dict.fromkeys(archs)), min_driver),
-        repository=repository,
-        origin=origin,
-        bases=bases,
-        options=options,
-        index_url=index_url,
-        extra_index_urls=extra_index_urls,
-    )
+    return cells
 
 
 def _image_options(p: _Problems, image: object) -> ImageOptions:
+    """`[image]`'s options: each key of :meth:`ImageOptions.keys` checked here (a true/false one by the loop at the
+    end)."""
     if not isinstance(image, dict):
         p.add("image", "expected a table")
         return ImageOptions()
-    allowed = ("repository", "jupyter", "compiler", "size_budget", "copy", "command", "apt")
+    allowed = ("repository", *ImageOptions.keys())
     for k in image:
         if k not in allowed:
             p.add(f"image.{k}", f"unknown key (allowed: {', '.join(allowed)})")
@@ -253,7 +292,7 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
             flags["size_budget"] = budget.parse(image["size_budget"]).text
         except UsageError as exc:
             p.add("image.size_budget", f"{exc.message}; {exc.hint}")
-    for k in ("jupyter", "compiler"):
+    for k in ImageOptions.switches():
         if k in image:
             if isinstance(image[k], bool):
                 flags[k] = image[k]

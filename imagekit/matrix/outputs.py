@@ -6,7 +6,7 @@ import re
 
 from packaging.version import Version
 
-from imagekit.compat import rules
+from imagekit.compat import contract, rules
 from imagekit.compat.catalog import CompatData
 from imagekit.errors import UnknownVersionError, UsageError
 from imagekit.matrix.matrix_file import EvaluatedCell, MatrixConfig
@@ -17,7 +17,7 @@ GITHUB_JOB_LIMIT = 256
 
 def cell_row(e: EvaluatedCell, data: CompatData) -> dict:
     c = e.cell
-    archs, ptx = rules.supported_archs(data, c.torch, c.cuda, c.platform)
+    runtime = contract.of_cell(c, data)
     source = "pypi" if data.torch_from_pypi(c.torch, c.variant, c.platform) else "pytorch"
     return {
         **c.to_json(),
@@ -26,8 +26,8 @@ def cell_row(e: EvaluatedCell, data: CompatData) -> dict:
         "compatible": e.verdict.compatible,
         "violations": [v.to_json() for v in e.verdict.violations],
         "torch_source": source,
-        "archs": archs + ([f"{ptx}+PTX"] if ptx else []),
-        "min_driver": rules.driver_floor(data, c.cuda).minimum,
+        "archs": [*runtime.sass, *([f"{runtime.ptx}+PTX"] if runtime.ptx else [])],
+        "min_driver": runtime.driver_min,
     }
 
 

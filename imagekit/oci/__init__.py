@@ -1,1 +1,1 @@
-"""OCI: media types, layer blobs, image indexes, the release record."""
+"""OCI: media types, where a registry host ends, layer blobs and publish formats, image indexes, the release record."""

@@ -12,12 +12,9 @@ import json
 from dataclasses import dataclass
 
 from imagekit.model import DEBIAN_ARCH, PLATFORMS
+from imagekit.oci.media_types import DOCKER_MANIFEST_LIST, IMAGE_MANIFESTS, INDEXES
 from imagekit.trust import untrusted
 
-LIST_TYPE = "application/vnd.docker.distribution.manifest.list.v2+json"
-OCI_INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
-INDEX_TYPES = (LIST_TYPE, OCI_INDEX_TYPE)
-IMAGE_TYPES = ("application/vnd.docker.distribution.manifest.v2+json", "application/vnd.oci.image.manifest.v1+json")
 MAX_ENTRIES = 16  # real indexes list a few platforms (and attestations); more is not an index imagekit wrote
 _BY_ARCH = {arch: platform for platform, arch in DEBIAN_ARCH.items()}
 
@@ -54,7 +51,7 @@ def platform_of_config(config: dict) -> str:
 def entries_of(doc: object) -> list[Entry]:
     """The platform images an index from a registry lists (attestations and unknown platforms left out); a
     document that is not an index of this shape raises ``UntrustedData``."""
-    if not isinstance(doc, dict) or doc.get("mediaType", LIST_TYPE) not in INDEX_TYPES:
+    if not isinstance(doc, dict) or doc.get("mediaType", DOCKER_MANIFEST_LIST) not in INDEXES:
         raise untrusted.UntrustedData("the tag does not name an image index")
     manifests = doc.get("manifests")
     if not isinstance(manifests, list) or len(manifests) > MAX_ENTRIES:
@@ -64,7 +61,12 @@ def entries_of(doc: object) -> list[Entry]:
         if not isinstance(item, dict) or not isinstance(item.get("platform"), dict):
             raise untrusted.UntrustedData("an image index entry has no platform")
         media, size = item.get("mediaType"), item.get("size")
-        if media not in IMAGE_TYPES or isinstance(size, bool) or not isinstance(size, int) or not 0 < size < 1 << 22:
+        if (
+            media not in IMAGE_MANIFESTS
+            or isinstance(size, bool)
+            or not isinstance(size, int)
+            or not 0 < size < 1 << 22
+        ):
             continue  # an attestation manifest, or something no engine pulls as an image
         try:
             platform = platform_of_config(item["platform"])
@@ -86,5 +88,5 @@ def document(entries: list[Entry]) -> bytes:
     Docker 20.10 and containerd pull it), deterministic for the same entries."""
     if not entries:
         raise ValueError("an image index needs at least one image")
-    doc = {"schemaVersion": 2, "mediaType": LIST_TYPE, "manifests": [e.to_json() for e in sorted(entries)]}
+    doc = {"schemaVersion": 2, "mediaType": DOCKER_MANIFEST_LIST, "manifests": [e.to_json() for e in sorted(entries)]}
     return json.dumps(doc, indent=3).encode()

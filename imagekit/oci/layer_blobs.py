@@ -8,32 +8,106 @@ Docker, containerd and skopeo pull with, and pigz read such a stream as one). It
 bytes, the level and libdeflate's version (pinned in pyproject.toml; its output is deterministic per version on any
 CPU), which `identity` names: a cache of digests is keyed by it.
 
-Also here: the engine's tar-split records (how Docker's layer store reassembles a layer's exact tar from its files),
-read as untrusted lines, and the chain ids that find a layer in that store."""
+Here too: what a publish format is (``LayerFormat``; gzip's and zstd's are here, ``publish_formats`` lists them by
+name), and the manifest that names the blobs. And the engine's tar-split records (how Docker's layer store
+reassembles a layer's exact tar from its files), read as untrusted lines, and the chain ids that find a layer in that
+store."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
+from typing import Protocol
+
+from imagekit.oci.media_types import (
+    DOCKER_CONFIG,
+    DOCKER_LAYER_GZIP,
+    DOCKER_MANIFEST,
+    OCI_CONFIG,
+    OCI_LAYER_ZSTD,
+    OCI_MANIFEST,
+)
 
 MEMBER = 16 << 20  # bytes of layer per gzip member (a ratio cost of about 0.01 %: one 32 KiB window per member)
 # The level: 4 gives about the bytes of the engine's own gzip (Go's default level; so a pull downloads what it did)
 # at a third more speed than 6 on CUDA libraries here (85 against 65 MB/s on two cores), 6 is 1-3 % smaller.
 DEFAULT_LEVEL = 4
 LEVELS = range(1, 13)  # libdeflate's
-LAYER_TYPE = "application/vnd.docker.image.rootfs.diff.tar.gzip"
-CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
-MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
-# zstd layers exist in OCI's types only (Docker >= 23 and containerd pull them; Docker 20.10 cannot)
-ZSTD_LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+zstd"
-OCI_CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
-OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ZSTD_LEVEL = 3  # zstd's default: smaller than gzip at 4 and several times faster to compress and to decompress
 MAX_NAME = 4096  # bytes of a path in a layer (Linux's PATH_MAX)
 MAX_ENTRY = 1 << 40  # no file in a layer is larger than a TiB
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A blob as a manifest names it. A layer's may carry ``annotations`` (a lazy-pull format's table of contents)
+    and ``diff_id``: the digest of its uncompressed content where the format rewrote the layer's tar (eStargz adds
+    its TOC entry), so the image's config names that instead; None: the layer's own tar."""
+
+    digest: str
+    size: int
+    media_type: str = DOCKER_LAYER_GZIP
+    annotations: Mapping[str, str] | None = None
+    diff_id: str | None = None
+
+    def descriptor(self) -> dict:
+        found = {"mediaType": self.media_type, "size": self.size, "digest": self.digest}
+        return {**found, "annotations": dict(self.annotations)} if self.annotations else found
+
+
+class LayerFormat(Protocol):
+    """How a layer's tar becomes a blob: what a publish format is (publish_formats.FORMATS lists them).
+
+    ``name`` is the format's key (a variant's tag suffix ``<tag>-<name>`` and its release record's field),
+    ``media_type`` its layers' type (one Docker's schema 2 lacks makes the manifest OCI's), ``identity`` what its
+    blobs depend on beside the layer's bytes (tool versions, level: the blob cache's key). ``encode`` reads the
+    whole tar, in chunks, and hands the blob's bytes in order to ``write``; ``pool`` runs work in parallel.
+    ``rewrites_tars``: its blobs hold another tar than the layer's (eStargz adds its TOC entry; each ``Blob.diff_id``
+    says which), so its image has its own config."""
+
+    name: str
+    media_type: str
+    rewrites_tars: bool
+
+    @property
+    def identity(self) -> str: ...
+
+    def encode(self, chunks: Iterable[bytes], write: Callable[[bytes], object], pool: Executor) -> Blob: ...
+
+
+def in_pieces(
+    chunks: Iterable[bytes],
+    write: Callable[[bytes], object],
+    pool: Executor,
+    compress: Callable[[bytes], bytes],
+    media_type: str,
+) -> Blob:
+    """Encode a tar as independently compressed pieces of ``MEMBER`` bytes, concatenated in order: the pieces are
+    compressed on the pool's threads (libdeflate and zstandard release the GIL) and written in order, a bounded
+    number in flight. What gzip and zstd are; the bytes depend on the layer's only, never on the chunking."""
+    packed = hashlib.sha256()
+    size = 0
+    pending: deque[Future[bytes]] = deque()
+    limit = 2 * (getattr(pool, "_max_workers", 1) or 1) + 1
+
+    def drain(keep: int) -> None:
+        nonlocal size
+        while len(pending) > keep:
+            data = pending.popleft().result()
+            packed.update(data)
+            write(data)
+            size += len(data)
+
+    for piece in pieces(chunks):
+        pending.append(pool.submit(compress, piece))
+        drain(limit)
+    drain(0)
+    return Blob("sha256:" + packed.hexdigest(), size, media_type)
 
 
 @dataclass(frozen=True)
@@ -47,12 +121,16 @@ class Gzip:
         return f"gzip-libdeflate{libdeflate_version()}-level{self.level}-member{MEMBER >> 20}m"
 
     name = "gzip"
-    media_type = LAYER_TYPE
+    media_type = DOCKER_LAYER_GZIP
+    rewrites_tars = False
 
     def compress(self, piece: bytes) -> bytes:
         import deflate
 
         return deflate.gzip_compress(piece, self.level)
+
+    def encode(self, chunks: Iterable[bytes], write: Callable[[bytes], object], pool: Executor) -> Blob:
+        return in_pieces(chunks, write, pool, self.compress, self.media_type)
 
 
 @dataclass(frozen=True)
@@ -62,7 +140,8 @@ class Zstd:
 
     level: int = ZSTD_LEVEL
     name = "zstd"
-    media_type = ZSTD_LAYER_TYPE
+    media_type = OCI_LAYER_ZSTD  # zstd layers exist in OCI's types only (Docker 20.10 cannot pull them)
+    rewrites_tars = False
 
     @property
     def identity(self) -> str:
@@ -75,8 +154,8 @@ class Zstd:
 
         return zstandard.ZstdCompressor(level=self.level, write_content_size=True, write_checksum=True).compress(piece)
 
-
-Codec = Gzip | Zstd
+    def encode(self, chunks: Iterable[bytes], write: Callable[[bytes], object], pool: Executor) -> Blob:
+        return in_pieces(chunks, write, pool, self.compress, self.media_type)
 
 
 def libdeflate_version() -> str:
@@ -99,25 +178,15 @@ def pieces(chunks: Iterable[bytes], size: int = MEMBER) -> Iterator[bytes]:
         yield bytes(buf)
 
 
-@dataclass(frozen=True)
-class Blob:
-    digest: str
-    size: int
-    media_type: str = LAYER_TYPE
-
-    def descriptor(self) -> dict:
-        return {"mediaType": self.media_type, "size": self.size, "digest": self.digest}
-
-
 def manifest(config: bytes, layers: list[Blob]) -> bytes:
-    """The image manifest (Docker's schema 2, what `docker push` writes for such an image; OCI's for zstd layers,
-    which Docker's schema has no type for) for the exact config bytes and the layer blobs, bottom first; the same
-    inputs give the same bytes, so the same manifest digest."""
-    oci = any(layer.media_type == ZSTD_LAYER_TYPE for layer in layers)
+    """The image manifest (Docker's schema 2, what `docker push` writes for such an image; OCI's for layers of a
+    type Docker's schema has none for, such as zstd) for the exact config bytes and the layer blobs, bottom first;
+    the same inputs give the same bytes, so the same manifest digest."""
+    oci = any(layer.media_type != DOCKER_LAYER_GZIP for layer in layers)
     doc = {
         "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST_TYPE if oci else MANIFEST_TYPE,
-        "config": {"mediaType": OCI_CONFIG_TYPE if oci else CONFIG_TYPE, "size": len(config), "digest": sha256(config)},
+        "mediaType": OCI_MANIFEST if oci else DOCKER_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG if oci else DOCKER_CONFIG, "size": len(config), "digest": sha256(config)},
         "layers": [layer.descriptor() for layer in layers],
     }
     return json.dumps(doc, indent=3).encode()
@@ -125,7 +194,17 @@ def manifest(config: bytes, layers: list[Blob]) -> bytes:
 
 def manifest_type(body: bytes) -> str:
     """The media type :func:`manifest` gave ``body``."""
-    return OCI_MANIFEST_TYPE if b'"' + OCI_MANIFEST_TYPE.encode() + b'"' in body[:200] else MANIFEST_TYPE
+    return OCI_MANIFEST if b'"' + OCI_MANIFEST.encode() + b'"' in body[:200] else DOCKER_MANIFEST
+
+
+def config_naming(config: bytes, diff_ids: list[str]) -> bytes:
+    """The image config ``config`` with ``diff_ids`` as its layers' (a format that rewrote the tars names what its
+    blobs hold); ``config`` itself when they are its own."""
+    doc = json.loads(config)
+    if doc.get("rootfs", {}).get("diff_ids") == diff_ids:
+        return config
+    doc["rootfs"] = {**doc.get("rootfs", {}), "diff_ids": diff_ids}
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def sha256(data: bytes) -> str:

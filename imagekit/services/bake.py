@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from imagekit.compat.catalog import CompatData
@@ -35,8 +36,9 @@ def targets(
             continue
         locked.append(cell)
     out = []
-    for plan in plans_for(locked, config, lock_dir, data, builder="buildkit", outputs=(context_root,)):
-        digest = render.context_digest(render.render_plan(plan, data))
+    options = replace(config.options, builder="buildkit")  # what `imagekit render` renders by default
+    for plan in plans_for(locked, config, lock_dir, data, options, outputs=(context_root,)):
+        digest = render.context_digest(render.render_plan(plan))
         tags = [
             *([naming.alias_tag(config.repository, plan.cell)] if plan.cell.platform == AMD64 else []),
             naming.immutable_tag(config.repository, plan.cell, digest),

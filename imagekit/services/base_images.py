@@ -5,8 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from imagekit.compat.catalog import BaseSpec
@@ -264,23 +263,20 @@ def base_config(imported: dict, arch: str, epoch: int) -> bytes:
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
-def base_for(
-    python: str,
+def present(
+    ref: BaseRef,
     engine: ContainerEngine,
-    data_bases: dict[str, BaseSpec],
-    registry_bases: dict[str, BaseRef],
+    data_bases: Mapping[str, BaseSpec],
     epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
     log: Callable[[str], None] = lambda _: None,
-    compiler: bool = True,
-    platform: str = AMD64,
 ) -> BaseRef:
-    """The base a cell of Python ``python`` starts FROM, present in the engine: the matrix's registry base, pulled,
-    else imagekit's own, bootstrapped once."""
-    if python in registry_bases:
-        ref = registry_bases[python]
-        engine.pull(ref.reference, platform=platform)
-        return replace(ref, platform=platform)
-    return ensure_base(data_bases[python], engine, epoch, log, compiler=compiler, platform=platform)
+    """``ref`` (``buildplan.base_for``'s choice) present in the engine: a registry base pulled for its platform,
+    imagekit's own reused, imported from the cached tarball, or bootstrapped once."""
+    if ref.registry:
+        engine.pull(ref.reference, platform=ref.platform)
+        return ref
+    spec = data_bases[ref.python]
+    return ensure_base(spec, engine, epoch, log, compiler=ref.compiler is not False, platform=ref.platform)
 
 
 def push_base(

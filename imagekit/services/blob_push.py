@@ -16,7 +16,6 @@ import re
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,11 +25,13 @@ from typing import IO
 from imagekit.effects import foreign_files
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
-from imagekit.effects.layer_export import LayerMismatch, save_export
+from imagekit.effects.layer_export import LayerMismatch, Saved, save_export
 from imagekit.effects.registry import Remote
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.oci import layer_blobs
-from imagekit.services.ports import ContainerEngine, Registry
+from imagekit.oci.layer_blobs import LayerFormat
+from imagekit.oci.media_types import DOCKER_CONFIG
+from imagekit.services.ports import ContainerEngine, LayerStore, Registry
 from imagekit.services.progress import Activity, NullProgress, Progress, human_bytes
 
 _CACHED = re.compile(r"(sha256:[0-9a-f]{64}) ([0-9]{1,15})\n?", re.ASCII)
@@ -70,24 +71,28 @@ def default_gzip() -> layer_blobs.Gzip:
     return layer_blobs.Gzip(int(raw))
 
 
-def blob_cache_dir(gzip: layer_blobs.Codec) -> Path:
-    return cache_root() / "blobs" / gzip.identity
+def blob_cache_dir(codec: LayerFormat) -> Path:
+    return cache_root() / "blobs" / codec.identity
 
 
-def remembered(gzip: layer_blobs.Codec, diff_id: str) -> layer_blobs.Blob | None:
-    """The blob this compressor made of the layer ``diff_id`` before, if this machine remembers one."""
+def remembered(codec: LayerFormat, diff_id: str) -> layer_blobs.Blob | None:
+    """The blob this format made of the layer ``diff_id`` before, if this machine remembers one."""
     try:
-        raw = foreign_files.read_bytes(blob_cache_dir(gzip) / diff_id.split(":", 1)[-1], 4096)
+        raw = foreign_files.read_bytes(blob_cache_dir(codec) / diff_id.split(":", 1)[-1], 4096)
         text = raw.decode()
     except (OSError, ValueError):  # missing, a link, a FIFO, too large, not text: not remembered
         return None
     m = _CACHED.fullmatch(text)
-    return layer_blobs.Blob(m[1], int(m[2]), gzip.media_type) if m else None
+    return layer_blobs.Blob(m[1], int(m[2]), codec.media_type) if m else None
 
 
-def remember(gzip: layer_blobs.Codec, diff_id: str, blob: layer_blobs.Blob) -> None:
+def remember(codec: LayerFormat, diff_id: str, blob: layer_blobs.Blob) -> None:
+    """Remember the blob ``codec`` made of the layer (not one with annotations or another diff id: the cache holds
+    a digest and a size, so such a format encodes the layer on each push)."""
+    if blob.annotations or blob.diff_id:
+        return
     try:
-        folder = blob_cache_dir(gzip)
+        folder = blob_cache_dir(codec)
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / diff_id.split(":", 1)[-1], f"{blob.digest} {blob.size}\n")
     except OSError:
@@ -97,24 +102,13 @@ def remember(gzip: layer_blobs.Codec, diff_id: str, blob: layer_blobs.Blob) -> N
 def compress(
     chunks: Iterator[bytes],
     out: IO[bytes],
-    gzip: layer_blobs.Codec,
+    codec: LayerFormat,
     pool: ThreadPoolExecutor,
     on_bytes: Callable[[int], None] = lambda _: None,
 ) -> tuple[str, layer_blobs.Blob]:
-    """Compress a layer's tar into ``out``: (the tar's digest, the blob written). Pieces are compressed on the pool's
-    threads (libdeflate releases the GIL) and written in order, a bounded number in flight."""
-    raw, packed = hashlib.sha256(), hashlib.sha256()
-    size = 0
-    pending: deque[Future[bytes]] = deque()
-    limit = 2 * (pool._max_workers or 1) + 1
-
-    def drain(keep: int) -> None:
-        nonlocal size
-        while len(pending) > keep:
-            data = pending.popleft().result()
-            packed.update(data)
-            out.write(data)
-            size += len(data)
+    """Encode a layer's tar into ``out`` in ``codec``'s format, on the pool's threads: (the tar's digest, the blob
+    written)."""
+    raw = hashlib.sha256()
 
     def hashed() -> Iterator[bytes]:
         for chunk in chunks:
@@ -122,12 +116,9 @@ def compress(
             on_bytes(len(chunk))
             yield chunk
 
-    for piece in layer_blobs.pieces(hashed()):
-        pending.append(pool.submit(gzip.compress, piece))
-        drain(limit)
-    drain(0)
+    blob = codec.encode(hashed(), out.write, pool)
     out.flush()
-    return "sha256:" + raw.hexdigest(), layer_blobs.Blob("sha256:" + packed.hexdigest(), size, gzip.media_type)
+    return "sha256:" + raw.hexdigest(), blob
 
 
 def push_image(
@@ -137,7 +128,7 @@ def push_image(
     image_id: str,
     tag: str | None,
     *,
-    gzip: layer_blobs.Codec | None = None,
+    gzip: LayerFormat | None = None,
     progress: Progress | None = None,
     label: str = "",
     log: Callable[[str], None] = lambda _: None,
@@ -145,127 +136,189 @@ def push_image(
 ) -> str:
     """Upload every layer the registry lacks and the config, then the manifest under ``tag`` (``None``: under its
     digest alone, for an index to name); returns the manifest's digest. Nothing is tagged unless every blob is in
-    the registry."""
-    gzip = gzip or default_gzip()
-    progress = progress or NullProgress()
-    stats = stats if stats is not None else PushStats()
-    stats.codec = gzip.name
+    the registry. ``gzip``: the layers' format (default: gzip at IMAGEKIT_GZIP_LEVEL)."""
+    push = _Push(engine, registry, remote, gzip or default_gzip(), progress or NullProgress(), label, stats)
     began = time.monotonic()
     inspect = engine.image(image_id)
     if inspect is None:
         raise EnvironmentFailure(f"{image_id} is not in the engine", "build it again")
     diff_ids = list(inspect.get("RootFS", {}).get("Layers") or [])
-    stats.layers = len(diff_ids)
-    blobs: dict[int, layer_blobs.Blob] = {}
-    for i, diff_id in enumerate(diff_ids):
-        known = remembered(gzip, diff_id)
-        if known is not None and registry.blob_size(remote, known.digest) == known.size:
-            blobs[i] = known
-            stats.present += 1
-            progress.line(label, f"layer {_short(diff_id)}: already in the registry")
-    scratch: Path | None = cache_root() / "tmp"  # beside the wheels: the disk `build --dry-run` sized
-    try:
-        scratch.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-    except OSError:
-        scratch = None  # a cache that cannot take files: the system's temporary folder
+    push.stats.layers = len(diff_ids)
+    push.reuse_remembered(diff_ids)
     workers = max(2, os.cpu_count() or 2)
     with (
-        tempfile.TemporaryDirectory(prefix="imagekit-push-", dir=scratch) as tmp,
-        ThreadPoolExecutor(workers, thread_name_prefix="gzip") as pool,
+        tempfile.TemporaryDirectory(prefix="imagekit-push-", dir=_scratch()) as tmp,
+        ThreadPoolExecutor(workers, thread_name_prefix="encode") as pool,
         ThreadPoolExecutor(2, thread_name_prefix="upload") as uploads,
     ):
-        sending: list[Future[None]] = []
-        counting = threading.Lock()
-
-        def send(index: int, diff_id: str, blob: layer_blobs.Blob, path: Path, seconds: float) -> None:
-            blobs[index] = blob
-            remember(gzip, diff_id, blob)
-            if registry.blob_size(remote, blob.digest) == blob.size:
-                with counting:
-                    stats.present += 1
-                progress.line(
-                    label, f"layer {_short(diff_id)}: {human_bytes(blob.size)} {gzip.name}, already in the registry"
-                )
-                path.unlink(missing_ok=True)
-                return
-
-            def upload() -> None:
-                t0 = time.monotonic()
-                registry.upload_blob(remote, blob.digest, blob.size, path)
-                path.unlink(missing_ok=True)
-                with counting:
-                    stats.sent += 1
-                    stats.blob_bytes += blob.size
-                progress.line(
-                    label,
-                    f"layer {_short(diff_id)}: pushed {human_bytes(blob.size)} {gzip.name} "
-                    f"(compressed in {seconds:.1f} s, "
-                    f"uploaded in {time.monotonic() - t0:.1f} s)",
-                )
-
-            sending.append(uploads.submit(upload))
-
+        push.uploads = uploads
         export = engine.layer_export(image_id)
         if export is not None:
             config = export.config()
-            for i, diff_id in enumerate(diff_ids):
-                if i in blobs:
-                    continue
-                if diff_id in diff_ids[:i]:  # the same layer twice in one image: one blob
-                    blobs[i] = blobs[diff_ids.index(diff_id)]
-                    continue
-                path = Path(tmp) / f"layer-{i}"
-                act = progress.begin(label, f"compress layer {_short(diff_id)}", unit="B")
-                t0 = time.monotonic()
-                meter = _Meter(act)
-                try:
-                    with open(path, "wb") as out:
-                        got, blob = compress(export.layer(diff_ids, i), out, gzip, pool, meter)
-                except OSError as exc:
-                    raise LayerMismatch(
-                        f"layer {i} cannot be read from the engine's store: {exc}", _SAVE_HINT
-                    ) from None
-                finally:
-                    act.finish("")
-                if got != diff_id:
-                    raise LayerMismatch(
-                        f"layer {i} read from the engine's store hashes to {got}, not its diff id {diff_id}", _SAVE_HINT
-                    )
-                stats.read_bytes += meter.read
-                stats.compress_seconds += time.monotonic() - t0
-                send(i, diff_id, blob, path, time.monotonic() - t0)
+            push.from_store(export, diff_ids, Path(tmp), pool)
         else:
-            t0 = time.monotonic()
-            act = progress.begin(label, "compress layers from docker save", unit="B")
-            meter = _Meter(act)
-
-            def squeeze(chunks: Iterator[bytes], out: IO[bytes]) -> tuple[str, layer_blobs.Blob]:
-                return compress(chunks, out, gzip, pool, meter)
-
-            config, saved = save_export(lambda: engine.save(image_id), image_id, diff_ids, squeeze, Path(tmp))
-            act.finish("")
-            stats.read_bytes += meter.read
-            stats.compress_seconds += time.monotonic() - t0
-            for i, diff_id in enumerate(diff_ids):
-                if i in blobs or diff_id in diff_ids[:i]:
-                    blobs[i] = blobs.get(i) or saved[diff_id].blob
-                    continue
-                layer = saved[diff_id]
-                send(i, diff_id, layer.blob, layer.path, time.monotonic() - t0)
-        for future in sending:
-            future.result()
-        for layer in saved.values() if export is None else ():
-            layer.path.unlink(missing_ok=True)
-    config_blob = layer_blobs.Blob(layer_blobs.sha256(config), len(config), layer_blobs.CONFIG_TYPE)
-    if config_blob.digest != image_id:
-        raise LayerMismatch(f"the config read for {image_id} is another image's", "check the engine")
-    if registry.blob_size(remote, config_blob.digest) != config_blob.size:
-        registry.upload_blob(remote, config_blob.digest, config_blob.size, config)
-    body = layer_blobs.manifest(config, [blobs[i] for i in range(len(diff_ids))])
-    digest = registry.put_manifest(remote, tag or layer_blobs.sha256(body), body, layer_blobs.manifest_type(body))
-    stats.seconds = time.monotonic() - began
-    log(f"pushed {remote.registry}/{remote.name}{f':{tag}' if tag else '@' + digest}: {stats.summary()}")
+            config = push.from_save(lambda: engine.save(image_id), image_id, diff_ids, Path(tmp), pool)
+        push.wait()
+    digest = push.finish(image_id, config, diff_ids, tag)
+    push.stats.seconds = time.monotonic() - began
+    log(f"pushed {remote.registry}/{remote.name}{f':{tag}' if tag else '@' + digest}: {push.stats.summary()}")
     return digest
+
+
+def _scratch() -> Path | None:
+    """Where layers are compressed to: beside the wheels (the disk `build --dry-run` sized), else (a cache that
+    cannot take files) the system's temporary folder."""
+    scratch = cache_root() / "tmp"
+    try:
+        scratch.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return scratch
+
+
+class _Push:
+    """One image's push, step by step: the layers the registry has, each other layer compressed and uploaded (two
+    uploads beside the compression), the config, the manifest."""
+
+    def __init__(
+        self,
+        engine: ContainerEngine,
+        registry: Registry,
+        remote: Remote,
+        codec: LayerFormat,
+        progress: Progress,
+        label: str,
+        stats: PushStats | None,
+    ) -> None:
+        self.engine, self.registry, self.remote, self.codec = engine, registry, remote, codec
+        self.progress, self.label = progress, label
+        self.stats = stats if stats is not None else PushStats()
+        self.stats.codec = codec.name
+        self.blobs: dict[int, layer_blobs.Blob] = {}
+        self.uploads: ThreadPoolExecutor | None = None
+        self.sending: list[Future[None]] = []
+        self.counting = threading.Lock()
+        self.saved: dict[str, Saved] = {}
+
+    def reuse_remembered(self, diff_ids: list[str]) -> None:
+        """The layers whose blob this machine remembers and the registry holds: neither read nor sent."""
+        for i, diff_id in enumerate(diff_ids):
+            known = remembered(self.codec, diff_id)
+            if known is not None and self.registry.blob_size(self.remote, known.digest) == known.size:
+                self.blobs[i] = known
+                self.stats.present += 1
+                self.progress.line(self.label, f"layer {_short(diff_id)}: already in the registry")
+
+    def from_store(self, export: LayerStore, diff_ids: list[str], tmp: Path, pool: ThreadPoolExecutor) -> None:
+        """Each other layer read from the engine's store, checked against its diff id, compressed, sent."""
+        for i, diff_id in enumerate(diff_ids):
+            if i in self.blobs:
+                continue
+            if diff_id in diff_ids[:i]:  # the same layer twice in one image: one blob
+                self.blobs[i] = self.blobs[diff_ids.index(diff_id)]
+                continue
+            path = tmp / f"layer-{i}"
+            act = self.progress.begin(self.label, f"compress layer {_short(diff_id)}", unit="B")
+            t0 = time.monotonic()
+            meter = _Meter(act)
+            try:
+                with open(path, "wb") as out:
+                    got, blob = compress(export.layer(diff_ids, i), out, self.codec, pool, meter)
+            except OSError as exc:
+                raise LayerMismatch(f"layer {i} cannot be read from the engine's store: {exc}", _SAVE_HINT) from None
+            finally:
+                act.finish("")
+            if got != diff_id:
+                raise LayerMismatch(
+                    f"layer {i} read from the engine's store hashes to {got}, not its diff id {diff_id}", _SAVE_HINT
+                )
+            self.stats.read_bytes += meter.read
+            self.stats.compress_seconds += time.monotonic() - t0
+            self.send(i, diff_id, blob, path, time.monotonic() - t0)
+
+    def from_save(
+        self,
+        save: Callable[[], Iterator[bytes]],
+        image_id: str,
+        diff_ids: list[str],
+        tmp: Path,
+        pool: ThreadPoolExecutor,
+    ) -> bytes:
+        """Every layer compressed as it streams out of `docker save`, then each one not in the registry sent;
+        returns the image's config."""
+        t0 = time.monotonic()
+        act = self.progress.begin(self.label, "compress layers from docker save", unit="B")
+        meter = _Meter(act)
+
+        def squeeze(chunks: Iterator[bytes], out: IO[bytes]) -> tuple[str, layer_blobs.Blob]:
+            return compress(chunks, out, self.codec, pool, meter)
+
+        config, self.saved = save_export(save, image_id, diff_ids, squeeze, tmp)
+        act.finish("")
+        self.stats.read_bytes += meter.read
+        self.stats.compress_seconds += time.monotonic() - t0
+        for i, diff_id in enumerate(diff_ids):
+            if i in self.blobs or diff_id in diff_ids[:i]:
+                self.blobs[i] = self.blobs.get(i) or self.saved[diff_id].blob
+                continue
+            layer = self.saved[diff_id]
+            self.send(i, diff_id, layer.blob, layer.path, time.monotonic() - t0)
+        return config
+
+    def send(self, index: int, diff_id: str, blob: layer_blobs.Blob, path: Path, seconds: float) -> None:
+        """Remember the layer's blob; upload it on the upload threads unless the registry has it."""
+        self.blobs[index] = blob
+        remember(self.codec, diff_id, blob)
+        if self.registry.blob_size(self.remote, blob.digest) == blob.size:
+            with self.counting:
+                self.stats.present += 1
+            self.progress.line(
+                self.label,
+                f"layer {_short(diff_id)}: {human_bytes(blob.size)} {self.codec.name}, already in the registry",
+            )
+            path.unlink(missing_ok=True)
+            return
+
+        def upload() -> None:
+            t0 = time.monotonic()
+            self.registry.upload_blob(self.remote, blob.digest, blob.size, path)
+            path.unlink(missing_ok=True)
+            with self.counting:
+                self.stats.sent += 1
+                self.stats.blob_bytes += blob.size
+            self.progress.line(
+                self.label,
+                f"layer {_short(diff_id)}: pushed {human_bytes(blob.size)} {self.codec.name} "
+                f"(compressed in {seconds:.1f} s, "
+                f"uploaded in {time.monotonic() - t0:.1f} s)",
+            )
+
+        assert self.uploads is not None
+        self.sending.append(self.uploads.submit(upload))
+
+    def wait(self) -> None:
+        """Every upload done (its failure raised here); the blobs `docker save` left removed."""
+        for future in self.sending:
+            future.result()
+        for layer in self.saved.values():
+            layer.path.unlink(missing_ok=True)
+
+    def finish(self, image_id: str, config: bytes, diff_ids: list[str], tag: str | None) -> str:
+        """The config (naming what the blobs hold, where the format rewrote a tar), then the manifest; its digest."""
+        if layer_blobs.sha256(config) != image_id:
+            raise LayerMismatch(f"the config read for {image_id} is another image's", "check the engine")
+        layers = [self.blobs[i] for i in range(len(diff_ids))]
+        if any(layer.diff_id for layer in layers):
+            config = layer_blobs.config_naming(
+                config, [layer.diff_id or d for layer, d in zip(layers, diff_ids, strict=True)]
+            )
+        config_blob = layer_blobs.Blob(layer_blobs.sha256(config), len(config), DOCKER_CONFIG)
+        if self.registry.blob_size(self.remote, config_blob.digest) != config_blob.size:
+            self.registry.upload_blob(self.remote, config_blob.digest, config_blob.size, config)
+        body = layer_blobs.manifest(config, layers)
+        return self.registry.put_manifest(
+            self.remote, tag or layer_blobs.sha256(body), body, layer_blobs.manifest_type(body)
+        )
 
 
 _SAVE_HINT = (

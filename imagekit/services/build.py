@@ -20,14 +20,15 @@ from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
 from imagekit.image import budget, imageconfig, naming, render
 from imagekit.image import steps as steps_core
-from imagekit.image.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, ImageOptions, manifest
+from imagekit.image.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, base_for, manifest
 from imagekit.image.code_layer import CodeLayer
+from imagekit.image.image_options import ImageOptions
 from imagekit.locking import resolution
 from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, Cell
-from imagekit.services import apt_resolve, fetch, publish, selftest_runner, signing, staged_build
+from imagekit.services import apt_resolve, fetch, publish, selftest_runner, signing, staged_build, wheel_folders
 from imagekit.services import lock_cells as lock_service
-from imagekit.services.base_images import base_for, native, require_emulation
+from imagekit.services.base_images import native, present, require_emulation
 from imagekit.services.build_plans import code_for
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
@@ -52,12 +53,11 @@ class BuildOptions:
     password: str | None = field(default=None, repr=False)
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
     bases: dict[str, BaseRef] = field(default_factory=dict)  # registry bases from the matrix, by Python version
-    options: ImageOptions = field(default_factory=ImageOptions)  # the matrix's [image] switches
+    options: ImageOptions = field(default_factory=ImageOptions)  # the matrix's [image] switches, the flags over them
     # an ECDSA P-256 private key (cosign's): publish signs each image with it before its alias moves; never shown
     sign_key: object | None = field(default=None, repr=False)
     # the vulnerability gate before publish (supplychain.audit): an OSV export, the level that fails, the allowlist
     audit_osv: Path | None = None
-    zstd: bool = False  # also publish the image with zstd layers, under <tag>-zstd (never instead of gzip)
     audit_fail_on: str = "high"
     audit_allowlist: Path | None = None
     audit_fail_on_unrated: bool = False  # an advisory with no rating (a DSA for a local root) fails the gate too
@@ -188,19 +188,10 @@ def _lock(b: _Build) -> None:
 
 def _base(b: _Build) -> None:
     """The base image: the matrix's registry base, pulled, or imagekit's own, bootstrapped once."""
-    pulled = b.cell.python in b.opts.bases
-    what = f"pulling base {b.opts.bases[b.cell.python].reference}" if pulled else "base"
-    with activity(b.progress, b.cell.slug, what):
-        b.base = base_for(
-            b.cell.python,
-            b.engine,
-            b.data.bases,
-            b.opts.bases,
-            b.opts.source_date_epoch,
-            b.say,
-            compiler=b.opts.options.compiler,
-            platform=b.cell.platform,
-        )
+    epoch = b.opts.source_date_epoch
+    ref = base_for(b.cell.python, b.data, b.opts.bases, b.opts.options, platform=b.cell.platform, epoch=epoch)
+    with activity(b.progress, b.cell.slug, f"pulling base {ref.reference}" if ref.registry else "base"):
+        b.base = present(ref, b.engine, b.data.bases, epoch, b.say)
 
 
 def _fetch(b: _Build) -> None:
@@ -221,17 +212,18 @@ def _render(b: _Build) -> None:
     """The Dockerfile and its context, written whole, with clamped dates."""
     assert b.lock is not None and b.base is not None
     b.code = code_for(b.opts.options, (b.opts.state_dir,))
-    b.plan = BuildPlan(
-        cell=b.cell,
-        lock=b.lock,
-        base=b.base,
-        repository=b.opts.repository,
+    b.plan = BuildPlan.make(
+        b.cell,
+        b.lock,
+        b.base,
+        b.opts.repository,
+        b.data,
+        options=b.opts.options,
+        code=b.code,
         source_revision=source_revision(),
         source_date_epoch=b.opts.source_date_epoch,
-        code=b.code,
-        command=b.opts.options.command,
     )
-    b.files = render.render_plan(b.plan, b.data)
+    b.files = render.render_plan(b.plan)
     context = b.opts.state_dir / "build" / b.cell.slug
     shutil.rmtree(context, ignore_errors=True)
     write_tree_atomic(context, {k: v[0] for k, v in b.files.items()}, {k: v[1] for k, v in b.files.items()})
@@ -242,8 +234,8 @@ def _build(b: _Build) -> None:
     """The engine builds the context, its wheels served from a loopback wheel server of this build's own."""
     assert b.lock is not None
     b.immutable = naming.immutable_tag(b.opts.repository, b.cell, render.context_digest(b.files))
-    house = fetch.wheelhouse(b.wheels, b.opts.state_dir / "wheelhouse" / b.cell.slug)
-    fetch.write_requirements(b.lock, house)  # each layer's RUN reads its requirements from the server too
+    house = wheel_folders.wheelhouse(b.wheels, b.opts.state_dir / "wheelhouse" / b.cell.slug)
+    wheel_folders.write_requirements(b.lock, house)  # each layer's RUN reads its requirements from the server too
     write_atomic(house / render.APP_TARBALL, render.app_tarball(b.files, b.opts.source_date_epoch))
     if b.code is not None:
         write_atomic(house / render.CODE_TARBALL, b.code.tar(b.opts.source_date_epoch))
@@ -290,7 +282,7 @@ def _config(b: _Build) -> None:
     assert b.plan is not None and b.base is not None
     immutable = b.immutable
     with activity(b.progress, b.cell.slug, "image config"):
-        runtime = b.runtime = imageconfig.runtime(naming.labels(manifest(b.plan, b.data)), b.plan.command)
+        runtime = b.runtime = imageconfig.runtime(naming.labels(manifest(b.plan)), b.plan.options.command)
         b.result.image_id = set_runtime_config(
             b.engine,
             b.built,
@@ -448,7 +440,7 @@ def _publish(b: _Build) -> None:
             platform=b.cell.platform,
             sbom_doc=b.sbom,
             sign=_signer(b, Remote.parse(repo)),
-            zstd=b.opts.zstd,
+            zstd=b.opts.options.zstd,
         )
     b.result.digest = published.digest
     b.result.tag_digest = published.tag_digest
@@ -462,7 +454,7 @@ def _publish(b: _Build) -> None:
         b.opts.release_index,
         published,
         lock_hash=b.lock.content_hash,
-        manifest=manifest(b.plan, b.data),
+        manifest=manifest(b.plan),
         report=b.report.report,
         size=b.result.size,
         records_dir=b.opts.release_records,

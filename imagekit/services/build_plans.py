@@ -1,4 +1,4 @@
-"""Build plans for cells: their lock (read from disk) and their base."""
+"""Build plans for cells: their lock (read from disk), their base and the image's options."""
 
 from __future__ import annotations
 
@@ -8,24 +8,12 @@ from pathlib import Path
 from imagekit.compat.catalog import CompatData
 from imagekit.effects.files import read_code
 from imagekit.errors import UsageError
-from imagekit.image.buildplan import BaseRef, BuildPlan, ImageOptions, bootstrap_base
+from imagekit.image.buildplan import BuildPlan, base_for
 from imagekit.image.code_layer import CodeLayer
+from imagekit.image.image_options import ImageOptions
 from imagekit.matrix.matrix_file import MatrixConfig
 from imagekit.model import Cell
 from imagekit.services.lock_cells import lock_path, verified_lock
-
-
-def base_for(cell: Cell, data: CompatData, digest: str | None = None, config: MatrixConfig | None = None) -> BaseRef:
-    """The matrix's registry base for this Python, else the bootstrapped one."""
-    if config is not None and cell.python in config.bases:
-        return replace(config.bases[cell.python], platform=cell.platform)  # pulled for the cell's platform
-    spec = data.bases.get(cell.python)
-    if spec is None:
-        raise UsageError(
-            f"{cell.id}: no base image known for Python {cell.python}", f"known: {', '.join(sorted(data.bases))}"
-        )
-    compiler = config.options.compiler if config is not None else True
-    return bootstrap_base(spec, digest=digest, compiler=compiler, platform=cell.platform)
 
 
 def code_for(options: ImageOptions, outputs: tuple[Path, ...] = ()) -> CodeLayer | None:
@@ -52,27 +40,24 @@ def plans_for(
     config: MatrixConfig,
     lock_dir: Path,
     data: CompatData,
+    options: ImageOptions | None = None,
     revision: str = "unknown",
-    builder: str = "legacy",
     outputs: tuple[Path, ...] = (),
 ) -> list[BuildPlan]:
+    """The plan of each cell over its current lock; ``options``: the matrix's `[image]` with the command's flags over
+    it (default: the matrix's alone)."""
+    options = options if options is not None else config.options
     missing, plans = [], []
-    code = code_for(config.options, outputs)
+    code = code_for(options, outputs)
     for cell in cells:
         lock = verified_lock(lock_path(lock_dir, cell), cell, data, current=True)
         if lock is None:
             missing.append(cell.key)
             continue
+        base = base_for(cell.python, data, config.bases, options, platform=cell.platform)
         plans.append(
-            BuildPlan(
-                cell=cell,
-                lock=lock,
-                base=base_for(cell, data, config=config),
-                repository=config.repository,
-                source_revision=revision,
-                builder=builder,
-                code=code,
-                command=config.options.command,
+            BuildPlan.make(
+                cell, lock, base, config.repository, data, options=options, code=code, source_revision=revision
             )
         )
     if missing:

@@ -15,13 +15,14 @@ from imagekit.compat.catalog import CompatData
 from imagekit.effects import index_auth
 from imagekit.effects.cache import cache_root, unusable
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
+from imagekit.image.buildplan import BaseRef, base_for
 from imagekit.locking import resolution
 from imagekit.matrix.matrix_file import MatrixConfig
 from imagekit.model import Cell
-from imagekit.services import fetch
 from imagekit.services import lock_cells as lock_service
-from imagekit.services.build_plans import base_for
+from imagekit.services import wheel_forecast
 from imagekit.services.progress import human_bytes
+from imagekit.services.wheel_cache import wheel_cache
 
 # A bootstrapped base (Debian + Python + compilers + sshd), measured: 212 MB; without compilers about 200 MB less.
 BASE_BYTES = {True: 212_000_000, False: 60_000_000}
@@ -44,7 +45,7 @@ class CellForecast:
     lock_path: str
     lock_note: str | None
     base: BaseForecast
-    wheels: fetch.WheelForecast | None  # None until the cell is locked
+    wheels: wheel_forecast.WheelForecast | None  # None until the cell is locked
     image_bytes: int | None  # estimated image size
     host_blocker: tuple[str, str] | None = None  # (why, hint): this host cannot run the image's platform's programs
 
@@ -124,16 +125,20 @@ class Forecast:
         )
 
 
+def _base_ref(cell: Cell, data: CompatData, config: MatrixConfig) -> BaseRef:
+    """The base `build` starts the cell FROM (before it is made present)."""
+    return base_for(cell.python, data, config.bases, config.options, platform=cell.platform)
+
+
 def _base(cell: Cell, data: CompatData, config: MatrixConfig, engine) -> BaseForecast:
-    ref = base_for(cell, data, config=config)
-    compiler = config.options.compiler
-    size = BASE_BYTES[compiler]
+    ref = _base_ref(cell, data, config)
+    size = BASE_BYTES[config.options.compiler]
     if engine is None:
         return BaseForecast(ref.reference, "unknown", size, size)
     image = engine.image(ref.reference)
     if image is not None:
         return BaseForecast(ref.reference, "reuse", int(image.get("Size") or size), 0)
-    if cell.python in config.bases:
+    if ref.registry:
         return BaseForecast(ref.reference, "pull", size, size)
     tag = ref.reference.rsplit(":", 1)[1]
     tarball = cache_root() / "bases" / f"{tag}.tar"
@@ -179,9 +184,9 @@ def forecast(
     start = time.monotonic()
     pages: dict = {}  # index pages, read once for all cells
     locks = {cell.key: _lock(cell, lock_dir, settings, data) for cell in cells}
-    glibc = {cell.key: base_for(cell, data, config=config).glibc for cell in cells}
+    glibc = {cell.key: _base_ref(cell, data, config).glibc for cell in cells}
     auth = index_auth.for_indexes([settings.index_url, *settings.extra_index_urls])
-    fetch.read_pages(
+    wheel_forecast.read_pages(
         [(s.lock, c.python, glibc[c.key]) for c in cells for s, _ in [locks[c.key]] if s.lock is not None],
         pages,
         auth=auth,
@@ -192,7 +197,9 @@ def forecast(
         base = _base(cell, data, config, engine) if build else BaseForecast("", "none", 0, 0)
         wheels = None
         if status.lock is not None and status.status != "invalid":
-            wheels = fetch.forecast_lock(status.lock, cell.python, glibc[cell.key], pages=pages, jobs=1, auth=auth)
+            wheels = wheel_forecast.forecast_lock(
+                status.lock, cell.python, glibc[cell.key], pages=pages, jobs=1, auth=auth
+            )
         image = None
         if build and wheels is not None and wheels.error is None and wheels.blocker is None:
             image = base.bytes + VENV_BYTES + int(wheels.installed_bytes * (1 + BYTECODE_RATIO))
@@ -217,8 +224,8 @@ def forecast(
         notes.append(f"{len(unlocked)} cell(s) without a current lock: their wheels are known only after locking")
     downloads = {sha: size for r in rows if r.wheels for sha, size in r.wheels.downloads}
     disks: list[DiskForecast] = []
-    cache_dir, cache_free, cache_dev = _free(fetch.wheel_cache())
-    problem = unusable(fetch.wheel_cache())
+    cache_dir, cache_free, cache_dev = _free(wheel_cache())
+    problem = unusable(wheel_cache())
     disks.append(DiskForecast(str(cache_dir), "wheel cache", cache_free, sum(downloads.values()), problem))
     if build:
         root = engine.root_dir() if engine is not None else None

@@ -1,10 +1,10 @@
 """A live pod from a script: run a command, run the image's doctor, copy files with a sha256 compared on both ends.
 
-Everything goes through one :class:`~imagekit.effects.ssh.Transport` per connection: exec and SFTP over a full SSH
-server, the terminal over a terminal-only gateway (RunPod's proxy), where copies travel in verified chunks. What is
-decided here is the same for both: which doctor runs, where a copy lands, a folder as one tar stream, reconnecting
-and resuming after a dropped connection, never a silently truncated file. ``dial`` (default :func:`connect`) is
-how a test passes a fake transport (``tests/fakes.py``).
+Everything goes through one :class:`~imagekit.effects.ssh_transport.Transport` per connection: exec and SFTP over
+a full SSH server, the terminal over a terminal-only gateway (RunPod's proxy), where copies travel in verified
+chunks. What is decided here is the same for both: which doctor runs, where a copy lands, a folder as one tar
+stream, reconnecting and resuming after a dropped connection, never a silently truncated file. ``dial`` (default
+:func:`connect`) is how a test passes a fake transport (``tests/fakes.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from pathlib import Path, PurePosixPath
 
 from imagekit.clouds import podwire
 from imagekit.clouds.podwire import Target, q
-from imagekit.effects import ssh
-from imagekit.effects.ssh import Connection, ConnectionLost, Progress, Transport, checked, sha256_file
+from imagekit.effects.ssh_connection import Connection
+from imagekit.effects.ssh_copies import Progress, checked, sha256_file
+from imagekit.effects.ssh_errors import ConnectionLost
+from imagekit.effects.ssh_transport import Transport, open_transport
 from imagekit.errors import CheckFailed as CheckFailed  # raised by the transport; callers catch it from here
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.image import render
@@ -72,7 +74,7 @@ def connect(target: Target, opts: PodOptions, warn: Log) -> Iterator[Transport]:
     """One SSH connection to ``target`` as a :class:`Transport` (exec or terminal, decided here once)."""
     conn = Connection(target, key=opts.key, host_keys=opts.host_keys, timeout=opts.connect_timeout, warn=warn)
     with conn:
-        yield ssh.open_transport(conn, opts.force_pty)
+        yield open_transport(conn, opts.force_pty)
 
 
 # ---- exec ------------------------------------------------------------------------------------------------
@@ -82,7 +84,7 @@ _BLOCKED_PROBE = (
 )
 
 
-def refuse_if_blocked(t: ssh.Transport, what: str) -> None:
+def refuse_if_blocked(t: Transport, what: str) -> None:
     """Refuse ``what`` (exit 1) on a pod whose start check found a blocker: training there would fail or run on the
     CPU. `pod exec` and `pod run` ask this first, unless told --ignore-blockers."""
     found = blocker(t)
@@ -93,7 +95,7 @@ def refuse_if_blocked(t: ssh.Transport, what: str) -> None:
         )
 
 
-def blocker(t: ssh.Transport) -> str | None:
+def blocker(t: Transport) -> str | None:
     """The pod's blocker, as its start check wrote it (untrusted text, made printable), or None."""
     _code, said = t.capture(_BLOCKED_PROBE, 30.0)
     if not said.startswith("BLOCKED"):

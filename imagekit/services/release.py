@@ -25,8 +25,8 @@ from imagekit.effects.files import write_atomic
 from imagekit.effects.registry import RegistryClient, Remote, refuse_user_info, without_user_info
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.model import AMD64
-from imagekit.oci import image_index
-from imagekit.services.publish import index_locked, read_index, read_record
+from imagekit.oci import image_index, media_types, registry_host
+from imagekit.services.release_index import index_locked, read_index, read_record
 from imagekit.trust import validate
 
 
@@ -54,9 +54,6 @@ class Named:
         )
 
 
-_HUB = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}  # as Remote.parse names it
-
-
 def named_registry(value: str) -> Named:
     """``--registry HOST[:PORT]`` or ``HOST[:PORT]/REPO``, of the distribution grammar."""
     hint = "name your registry as HOST[:PORT] or HOST[:PORT]/REPO, e.g. --registry ghcr.io/acme/train"
@@ -64,11 +61,11 @@ def named_registry(value: str) -> Named:
     try:
         if "/" in value:
             remote = Remote.parse(validate.repository(value))
-            if not value.startswith(remote.registry + "/"):
+            if registry_host.split(value)[0] is None:
                 raise UsageError(f"--registry {value!r} names no registry host", hint)
-            return Named(_HUB.get(remote.registry, remote.registry), remote.name)
+            return Named(registry_host.api_host(remote.registry), remote.name)
         Remote(value, "x")  # the host alone: of the grammar, or UsageError
-        return Named(_HUB.get(value, value))
+        return Named(registry_host.api_host(value))
     except UsageError as exc:
         raise UsageError(f"--registry: {without_user_info(exc.message)}", hint) from None
 
@@ -231,7 +228,7 @@ def point_index(registry: RegistryClient, alias: str, platforms: dict[str, str])
     entries = []
     for platform, digest in sorted(platforms.items()):
         found = registry.manifest_raw(remote, digest)
-        if found is None or found[0] not in image_index.IMAGE_TYPES:
+        if found is None or found[0] not in media_types.IMAGE_MANIFESTS:
             raise CheckFailed(f"{repo} does not serve {digest} as an image", "publish it again; the index was kept")
         entries.append(image_index.Entry(platform, digest, len(found[1]), found[0]))
-    return registry.put_manifest(remote, tag, image_index.document(entries), image_index.LIST_TYPE)
+    return registry.put_manifest(remote, tag, image_index.document(entries), media_types.DOCKER_MANIFEST_LIST)

@@ -1,7 +1,7 @@
 """cosign's published signature format (sigstore/cosign specs/SIGNATURE_SPEC.md), key-based, without a transparency
 log: the signature of image ``sha256:<hex>`` is the manifest tagged ``sha256-<hex>.sig`` in the image's repository,
-whose layers are simple-signing payloads (``application/vnd.dev.cosign.simplesigning.v1+json``) naming the digest,
-each with its ECDSA P-256 / SHA-256 signature, base64, in the ``dev.cosignproject.cosign/signature`` annotation.
+whose layers are simple-signing payloads (``media_types.SIMPLESIGNING``) naming the digest, each with its ECDSA
+P-256 / SHA-256 signature, base64, in an annotation (``media_types.COSIGN_SIGNATURE``).
 So `cosign verify --key cosign.pub --insecure-ignore-tlog IMAGE` accepts what `imagekit sign` makes, and `imagekit
 verify` accepts what `cosign sign --key` makes. Keys are cosign's: an encrypted ``cosign.key`` (scrypt + NaCl
 secretbox around a PKCS#8 key; its password from ``COSIGN_PASSWORD``), or a plain PKCS#8/SEC1 PEM. Pure: bytes in,
@@ -16,13 +16,10 @@ import json
 import re
 from dataclasses import dataclass
 
+from imagekit.oci.media_types import COSIGN_SIGNATURE, OCI_CONFIG, OCI_MANIFEST, SIMPLESIGNING
 from imagekit.trust import untrusted
 
-SIMPLESIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
-SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 PAYLOAD_TYPE = "cosign container image signature"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 MAX_PAYLOAD = 1 << 16  # a simple-signing payload is a few hundred bytes
 _ENCRYPTED = re.compile(
     rb"-----BEGIN ENCRYPTED (SIGSTORE|COSIGN) PRIVATE KEY-----\s*(.*?)\s*-----END ENCRYPTED \1 PRIVATE KEY-----", re.S
@@ -174,7 +171,7 @@ class Layer:
             "mediaType": SIMPLESIGNING,
             "size": len(self.payload),
             "digest": digest_of(self.payload),
-            "annotations": {SIGNATURE_ANNOTATION: self.signature},
+            "annotations": {COSIGN_SIGNATURE: self.signature},
         }
 
 
@@ -266,9 +263,7 @@ def layers_of(manifest: object) -> list[tuple[str, int, str]]:
             continue
         digest, size = item.get("digest"), item.get("size")
         sig = (
-            (item.get("annotations") or {}).get(SIGNATURE_ANNOTATION)
-            if isinstance(item.get("annotations"), dict)
-            else None
+            (item.get("annotations") or {}).get(COSIGN_SIGNATURE) if isinstance(item.get("annotations"), dict) else None
         )
         if (
             isinstance(digest, str)

@@ -16,16 +16,20 @@ from urllib.parse import quote
 
 from imagekit.image import layering as layers
 from imagekit.locking.lockfile import Lock
+from imagekit.oci.media_types import (
+    ATTESTATION_MANIFEST,
+    IN_TOTO,
+    IN_TOTO_PREDICATE,
+    OCI_CONFIG,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    REFERENCE_DIGEST,
+    REFERENCE_TYPE,
+)
 from imagekit.supplychain.dpkg_status import DebPackage
 
 PREDICATE_TYPE = "https://spdx.dev/Document"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v0.1"
-INTOTO_MEDIA_TYPE = "application/vnd.in-toto+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-REFERENCE_TYPE = "vnd.docker.reference.type"
-REFERENCE_DIGEST = "vnd.docker.reference.digest"
 PYTHON_PREFIX, DEB_PREFIX = "SPDXRef-Python-", "SPDXRef-Deb-"
 
 
@@ -204,10 +208,10 @@ def attestation(statement_bytes: bytes) -> Attestation:
             "config": {"mediaType": OCI_CONFIG, "digest": digest(config), "size": len(config)},
             "layers": [
                 {
-                    "mediaType": INTOTO_MEDIA_TYPE,
+                    "mediaType": IN_TOTO,
                     "digest": statement_digest,
                     "size": len(statement_bytes),
-                    "annotations": {"in-toto.io/predicate-type": PREDICATE_TYPE},
+                    "annotations": {IN_TOTO_PREDICATE: PREDICATE_TYPE},
                 }
             ],
         }
@@ -230,7 +234,7 @@ def index(image_media_type: str, image_digest: str, image_size: int, platform: s
                     "mediaType": OCI_MANIFEST,
                     "digest": att.manifest_digest,
                     "size": len(att.manifest),
-                    "annotations": {REFERENCE_DIGEST: image_digest, REFERENCE_TYPE: "attestation-manifest"},
+                    "annotations": {REFERENCE_DIGEST: image_digest, REFERENCE_TYPE: ATTESTATION_MANIFEST},
                     "platform": {"architecture": "unknown", "os": "unknown"},
                 },
             ],

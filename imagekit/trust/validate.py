@@ -15,6 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
+from imagekit.oci import registry_host
 from imagekit.trust.redact import redact
 
 _CUDA = re.compile(r"\d{1,2}\.\d{1,2}", re.ASCII)
@@ -193,11 +194,11 @@ def package_name(value: object) -> str:
 
 
 def _domain_ok(name: str) -> bool:
-    """Docker's normalisation: a first component without '.' or ':' (and not localhost) is a path, so lowercase."""
-    first, _, rest = name.partition("/")
-    if not rest or "." in first or ":" in first or first == "localhost" or first.startswith("["):
+    """Docker's normalisation: a first component that names no registry (oci.registry_host) is a path, so lowercase."""
+    host, path = registry_host.split(name)
+    if host is not None or "/" not in path:
         return True
-    return re.fullmatch(_PATH_COMPONENT, first, re.ASCII) is not None
+    return re.fullmatch(_PATH_COMPONENT, path.partition("/")[0], re.ASCII) is not None
 
 
 def image_ref(value: object, what: str = "image reference") -> str:

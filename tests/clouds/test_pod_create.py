@@ -176,7 +176,7 @@ def test_the_runtime_contract_is_one_label_that_reads_back(data):
     base = BaseRef(
         "b", "r.example.com/py@sha256:" + "c" * 64, "sha256:" + "c" * 64, "3.11", "2.36", "/usr/bin/python3.11"
     )
-    files = render.render_plan(BuildPlan(cell, lock, base, "r.example.com/x"), data)
+    files = render.render_plan(BuildPlan.make(cell, lock, base, "r.example.com/x", data))
     runtime = json.loads(files["rootfs/app/opt/imagekit/manifest.json"][0])["runtime"]
     assert runtime["driver_min"] == "525.60.13" and runtime["cuda_major"] == 12 and "sm_90" in runtime["sass"]
     assert runtime["platform"] == "linux/amd64" and runtime["glibc_min"] == "2.17"

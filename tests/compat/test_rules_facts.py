@@ -247,3 +247,51 @@ def test_every_source_key_is_defined(data):
             assert data.source(key) != key, key
     for entry in data.archs:
         assert data.source(entry.source) != entry.source or entry.confidence == "I", entry.source
+
+
+def _rule_ids_in_source() -> set[str]:
+    """The rule ids `rules.py` writes into a Violation: its first argument, a literal or a name bound to literals."""
+    import ast
+
+    def literals(node: ast.expr) -> set[str]:  # `"a"`, or `"a" if ... else "b"`
+        if isinstance(node, ast.IfExp):
+            return literals(node.body) | literals(node.orelse)
+        return (
+            {node.value}
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            else {f"?{ast.unparse(node)}"}
+        )
+
+    tree = ast.parse((ROOT / "imagekit" / "compat" / "rules.py").read_text())
+    found: set[str] = set()
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        bound: dict[str, set[str]] = {}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                bound.setdefault(node.targets[0].id, set()).update(literals(node.value))
+        for call in ast.walk(fn):
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Violation" and call.args:
+                first = call.args[0]
+                found |= bound[first.id] if isinstance(first, ast.Name) else literals(first)
+    return found
+
+
+def test_rule_ids_name_every_rule_the_rules_report_and_no_other():
+    """`RULE_IDS` is the list of what a violation's `rule` can be (`explain --json`, `matrix --explain`)."""
+    assert len(set(rules.RULE_IDS)) == len(rules.RULE_IDS)
+    assert _rule_ids_in_source() == set(rules.RULE_IDS)
+
+
+def test_every_violation_a_sweep_of_the_data_finds_carries_a_known_rule_id(data):
+    seen: set[str] = set()
+    for torch in sorted(data.torch_releases)[::3]:
+        for cuda in ("11.8", "12.1", "12.4", "12.8", "13.0"):
+            for platform in ("linux/amd64", "linux/arm64"):
+                query = Query(cuda=cuda, torch=torch, python="3.8", transformers="4.48.2", archs=("sm_70", "sm_120"),
+                              driver="450.80.02", base_glibc="2.17", platform=platform)  # fmt: skip
+                try:
+                    seen |= {v.rule for v in rules.evaluate(query, data).violations}
+                except UnknownVersionError:
+                    continue
+    assert seen and seen <= set(rules.RULE_IDS), seen - set(rules.RULE_IDS)
+    assert {"cuda-variant", "driver-floor", "gpu-arch", "glibc"} <= seen

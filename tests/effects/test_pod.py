@@ -154,11 +154,11 @@ def test_the_remote_exit_code_becomes_ours(app, runner, home, request, kind, cod
 
 def test_the_gateway_refuses_what_ssh_would_do(gateway, home):
     """The test server behaves like RunPod's proxy: no exec channel, no SFTP."""
-    from imagekit.effects.ssh import Connection
+    from imagekit.effects.ssh_connection import Connection
 
     with Connection(parse_target(gateway.target), key=gateway.key) as conn:
         assert not conn.exec_works and conn.sftp() is None
-        code, _, _ = conn._exec_run("true", 10, None, None)
+        code, _, _ = conn.exec_run("true", 10, None, None)
         assert code == 1  # "Your SSH client doesn't support PTY"
 
 

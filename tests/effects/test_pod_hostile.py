@@ -653,7 +653,7 @@ def _pty_peer(script: list[bytes]):
     import threading
     import time
 
-    from imagekit.effects.ssh import Shell
+    from imagekit.effects.ssh_terminal import Shell
 
     ours, theirs = socket.socketpair()
 
@@ -691,7 +691,7 @@ def test_the_end_sentinel_is_matched_only_with_its_line_end():
 
 def test_a_chunk_bigger_than_a_chunk_can_be_is_refused():
     from imagekit.clouds.podwire import TYPED_LINE, chunk_text_limit
-    from imagekit.effects.ssh import TooMuchOutput
+    from imagekit.effects.ssh_errors import TooMuchOutput
 
     line = b"A" * TYPED_LINE + b"\r\n"
     shell, thread, theirs = _pty_peer([b"\r\nIMK{N}S\r\n", line * 2000])  # 6 MB of base64: more than 4 MiB decoded

@@ -19,8 +19,8 @@ from imagekit.image.buildplan import bootstrap_base, bootstrap_key
 from imagekit.locking import uv_pin as tools
 from imagekit.locking import wheel_choice as wheels
 from imagekit.model import AMD64, ARM64, Cell
-from imagekit.oci import image_index
-from imagekit.services import fetch, publish, selftest_runner
+from imagekit.oci import image_index, media_types
+from imagekit.services import publish, selftest_runner, wheel_index
 from imagekit.services.base_images import KEYRINGS, bootstrap_argv, emulation_problem, native
 from imagekit.services.lock_cells import read_lock
 from imagekit.services.selftest_runner import SelfTestReport
@@ -95,8 +95,8 @@ def test_aarch64_wheel_tags_are_aarch64s_own():
 
 def test_a_lock_for_aarch64_fetches_aarch64_wheels_and_uv():
     lock = read_lock(FIXTURE / "linux-arm64" / f"{CELL.id}.txt")
-    assert fetch.lock_machine(lock) == "aarch64"
-    assert fetch.lock_machine(read_lock(FIXTURE / f"{CELL.id}.txt")) == "x86_64"
+    assert wheel_index.lock_machine(lock) == "aarch64"
+    assert wheel_index.lock_machine(read_lock(FIXTURE / f"{CELL.id}.txt")) == "x86_64"
     assert tools.uv_for("aarch64").filename.endswith("aarch64.whl") and tools.uv_for("x86_64") is tools.UV
     assert tools.uv_for("aarch64").version == tools.UV.version  # the same installer release on both
 
@@ -130,7 +130,7 @@ def test_each_platform_has_its_own_immutable_tag_and_cache_anchor():
 
 # ---- the image index -------------------------------------------------------------------------------------------
 D1, D2, D3 = (f"sha256:{c * 64}" for c in "123")
-V2 = image_index.IMAGE_TYPES[0]
+V2 = media_types.DOCKER_MANIFEST
 
 
 def test_an_index_is_deterministic_and_a_platform_replaced_keeps_the_others():
@@ -215,7 +215,7 @@ def test_an_alias_the_registry_garbled_is_refused_not_overwritten():
     registry = RecordingRegistry(engine.calls)
     engine.registry = registry
     remote = Remote.parse("127.0.0.1:5000/t")
-    registry.manifests[(remote.name, "cell")] = {"mediaType": image_index.LIST_TYPE, "manifests": "garbage"}
+    registry.manifests[(remote.name, "cell")] = {"mediaType": media_types.DOCKER_MANIFEST_LIST, "manifests": "garbage"}
     with pytest.raises(EnvironmentFailure, match="not an image or index imagekit can extend") as exc:
         _published(engine, registry, _image(engine, "arm64", "two"), "cell-arm64-1", ARM64)
     assert "delete the tag by hand" in exc.value.hint

@@ -14,6 +14,7 @@ from imagekit.errors import ConfigError, UsageError
 from imagekit.image import code_layer, render
 from imagekit.image.buildplan import BuildPlan, bootstrap_base
 from imagekit.image.code_layer import CodeLayer, CopySpec, excluded
+from imagekit.image.image_options import ImageOptions
 from imagekit.locking.lockfile import parse as parse_lock
 from imagekit.matrix import matrix_file as matrix
 from tests.conftest import ROOT
@@ -242,13 +243,12 @@ def _plan(builder: str, code: CodeLayer | None, command: tuple[str, ...] = ()) -
     cell = _parse("").cells[0]
     lock = parse_lock((ROOT / "lockfiles" / f"{CELL}.txt").read_text())
     base = bootstrap_base(data.bases["3.11"])
-    return BuildPlan(cell, lock, base, "r/x", builder=builder, code=code, command=command)
+    options = ImageOptions(builder=builder, command=command)
+    return BuildPlan.make(cell, lock, base, "r/x", data, options=options, code=code)
 
 
 def _render(plan: BuildPlan) -> dict:
-    from imagekit.services import inputs
-
-    return render.render_plan(plan, inputs.compat_data())
+    return render.render_plan(plan)
 
 
 def test_the_code_is_the_last_layer_and_a_code_change_changes_only_that_line():

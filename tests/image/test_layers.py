@@ -72,12 +72,13 @@ def test_the_manifest_and_the_render_name_every_layer(data):
 
     lock = _lock("cu124-torch2.6.0-py3.11-tf5.9.0")
     base = BaseRef("debian", "imagekit/base:x", None, "3.11", "2.36")
-    plan = BuildPlan(Cell("12.4", "2.6.0", "5.9.0", "3.11"), lock, base, "r/x")
-    facts = manifest(plan, data)
+    plan = BuildPlan.make(Cell("12.4", "2.6.0", "5.9.0", "3.11"), lock, base, "r/x", data)
+    assert plan.layering == layers.split(lock)  # decided once, with the plan
+    facts = manifest(plan)
     assert facts["layers"]["cuda_prefix"] == "/opt/cuda-libs"
     assert [layer["name"] for layer in facts["layers"]["layers"]][-2:] == ["torch", "app"]
     assert facts["installer"].startswith("uv ")
-    files = render.render_plan(plan, data)
-    for layer in layers.split(lock).layers:
+    files = render.render_plan(plan)
+    for layer in plan.layering.layers:
         assert files[render.layer_file(layer.filename)][0].decode() == layer.requirements
         assert f"/{layer.filename}#sha256={layer.requirements_sha256}" in files["Dockerfile"][0].decode()

@@ -276,8 +276,9 @@ def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
         registry=True,
     )
     lock = read_lock(ROOT / "lockfiles" / f"{REPRESENTATIVE[1]}.txt")
-    plan = BuildPlan(Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",)), lock, base, "r.example.com/x")
-    text = render.render_plan(plan, data)["Dockerfile"][0].decode()
+    cell = Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",))
+    plan = BuildPlan.make(cell, lock, base, "r.example.com/x", data)
+    text = render.render_plan(plan)["Dockerfile"][0].decode()
     assert f"FROM registry.example.com/base/python@{digest} AS base" in text
     assert " && /usr/local/bin/python3.11 -m venv /opt/venv" in text
     assert f'"org.opencontainers.image.base.digest"="{digest}"' in text

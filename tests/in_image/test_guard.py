@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from imagekit.in_image import guard
+from imagekit.in_image import facts, guard
 from tests import hostile_http
 
 KEY = "rpa_SECRETKEY0123456789"
@@ -24,6 +24,7 @@ def quick_retries(monkeypatch, tmp_path):
 
 
 RUNPOD = {"RUNPOD_POD_ID": "abc123xyz", "RUNPOD_API_KEY": KEY}
+VAST_API = facts.provider_named("vast").api
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("6h", 21600), ("1d", 86400), ("45", 45)])
@@ -62,9 +63,9 @@ def test_each_provider_and_action_is_its_documented_request():
     assert guard.request(rp, "stop") == ("POST", "http://x/v1/pods/abc123xyz/stop", None)
     assert guard.request(rp, "terminate") == ("DELETE", "http://x/v1/pods/abc123xyz", None)
     vast = guard.provider({"CONTAINER_ID": "4242", "CONTAINER_API_KEY": "k"})
-    assert vast[:3] == ("vast", guard.VAST_API, "4242")
-    assert guard.request(vast, "stop") == ("PUT", f"{guard.VAST_API}/instances/4242/", {"state": "stopped"})
-    assert guard.request(vast, "terminate") == ("DELETE", f"{guard.VAST_API}/instances/4242/", None)
+    assert vast[:3] == ("vast", VAST_API, "4242")
+    assert guard.request(vast, "stop") == ("PUT", f"{VAST_API}/instances/4242/", {"state": "stopped"})
+    assert guard.request(vast, "terminate") == ("DELETE", f"{VAST_API}/instances/4242/", None)
     assert guard.provider({"RUNPOD_POD_ID": "abc"}) is None  # no key: nothing can end the pod
     with pytest.raises(guard.GuardError, match="not a pod id"):
         guard.provider({**RUNPOD, "RUNPOD_POD_ID": "../../users"})

@@ -14,6 +14,7 @@ from imagekit.errors import ConfigError, UsageError
 from imagekit.image import layering as layers
 from imagekit.image import render
 from imagekit.image.buildplan import BaseRef, BuildPlan
+from imagekit.image.image_options import ImageOptions
 from imagekit.in_image import facts, imagekit_doctor, selftest
 from imagekit.locking import debs, lockfile
 from imagekit.matrix import matrix_file as matrix
@@ -166,8 +167,9 @@ def test_the_packages_are_one_layer_below_the_app_installed_from_their_hashed_li
     digest = "sha256:" + "cd" * 32
     base = BaseRef("python", f"r.example.com/py@{digest}", digest, "3.11", "2.36", "/usr/bin/python3.11", registry=True)
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11", apt=("jq",))
-    plan = BuildPlan(cell, lock, base, "r.example.com/x", builder=builder)
-    files = render.render_plan(plan, inputs.compat_data())
+    options = ImageOptions(builder=builder)
+    plan = BuildPlan.make(cell, lock, base, "r.example.com/x", inputs.compat_data(), options=options)
+    files = render.render_plan(plan)
     text = files["Dockerfile"][0].decode()
     step = f"--debs {'/mnt' if builder == 'buildkit' else 'http'}"
     assert step in text and f"requirements-apt.txt#sha256={split.apt.requirements_sha256}" in text

@@ -147,8 +147,7 @@ def test_registry_base_glibc_feeds_the_rules(data):
 
 
 def test_image_options_jupyter_and_compiler(data):
-    from imagekit.image.buildplan import bootstrap_base
-    from imagekit.services.build_plans import base_for
+    from imagekit.image.buildplan import base_for, bootstrap_base
 
     axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
     plain = matrix.parse({"matrix": axes}, "m.toml", data)
@@ -156,7 +155,7 @@ def test_image_options_jupyter_and_compiler(data):
     config = matrix.parse({"matrix": axes, "image": {"jupyter": True, "compiler": False}}, "m.toml", data)
     (cell,) = config.cells
     assert "jupyterlab" in cell.packages  # locked and hashed like any other package
-    base = base_for(cell, data, config=config)
+    base = base_for(cell.python, data, config.bases, config.options, platform=cell.platform)
     assert base.compiler is False and base.name.endswith("-nocc")
     assert base.reference != bootstrap_base(data.bases["3.11"]).reference  # a different bootstrap, never mixed up
     pinned = matrix.parse(
@@ -192,3 +191,46 @@ def test_unreadable_matrix_files_are_exit_2(app, runner, in_tmp, content, needle
     (in_tmp / name).write_bytes(content)
     res = runner.invoke(app, ["matrix", "--matrix", name])
     assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
+
+
+def test_every_problem_of_every_section_is_reported_in_the_files_order(data):
+    doc = {
+        "matrx": {},
+        "matrix": {"cuda": ["12.4"], "torch": "2.5.1", "colour": 1, "include": [{"cuda": "12.4"}]},
+        "targets": {"gpus": ["Z9"], "speed": 1},
+        "image": {"repository": "Bad Repo", "jupyter": "yes"},
+        "bases": {"3.12": "x"},
+        "lock": {"index_url": "ftp://x"},
+    }
+    with pytest.raises(ConfigError) as exc:
+        matrix.parse(doc, "m.toml", data)
+    keys = [problem.split(": ")[1] for problem in exc.value.problems]
+    assert keys == [
+        "matrx",
+        "matrix.colour",
+        "matrix.torch",
+        "matrix.include[0]",
+        "targets.speed",
+        "targets.gpus[0]",
+        "image.repository",
+        "image.jupyter",
+        "bases.3.12",
+        "lock.index_url",
+    ]
+
+
+def test_the_image_table_takes_the_keys_of_image_options_and_no_flag(data):
+    from imagekit.image.image_options import ImageOptions
+
+    axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
+    assert ImageOptions.keys() == ("jupyter", "compiler", "size_budget", "copy", "command", "apt")
+    allowed = "allowed: repository, jupyter, compiler, size_budget, copy, command, apt"
+    for flag in ("builder", "zstd"):  # a command's flags (`render --builder`, `build --zstd`), never the file's
+        with pytest.raises(ConfigError) as exc:
+            matrix.parse({"matrix": axes, "image": {flag: True}}, "m.toml", data)
+        assert exc.value.problems == [f"m.toml: image.{flag}: unknown key ({allowed})"]
+    assert ImageOptions.switches() == ("jupyter", "compiler")
+    for switch in ImageOptions.switches():  # each true/false key is checked by one loop
+        with pytest.raises(ConfigError) as exc:
+            matrix.parse({"matrix": axes, "image": {switch: "yes"}}, "m.toml", data)
+        assert exc.value.problems == [f"m.toml: image.{switch}: expected true or false, got 'yes'"]

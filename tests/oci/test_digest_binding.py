@@ -13,7 +13,9 @@ import pytest
 
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.services import publish, release, signing
+from imagekit.oci import media_types
+from imagekit.oci.release_record import Published
+from imagekit.services import release, release_index, signing, tag_indexes
 from imagekit.supplychain import cosign
 from tests import hostile_http
 from tests.fakes import RecordingRegistry
@@ -75,7 +77,7 @@ def test_a_signature_payload_the_registry_swapped_is_refused_as_other_bytes():
     assert "vouches for another image" not in exc.value.message and "does not verify" not in exc.value.message
     # the other bytes signed by the key too, listed under the honest payload's digest: still other bytes
     registry.data[layer["digest"]] = swapped
-    layer["annotations"][cosign.SIGNATURE_ANNOTATION] = cosign.sign(swapped, key)
+    layer["annotations"][media_types.COSIGN_SIGNATURE] = cosign.sign(swapped, key)
     with pytest.raises(EnvironmentFailure) as exc:
         signing.verify(registry, FAKE_REMOTE, DIGEST, key.public_key())
     _lied(exc, layer["digest"], cosign.digest_of(swapped))
@@ -247,11 +249,11 @@ def test_a_signature_payload_swapped_in_the_registry_is_refused_for_the_same_rea
 # ---- `imagekit release merge`: records, signatures, the alias index ----------------------------------------------
 def _record(folder, reg: hostile_http.RegistryState, digest: str, config: str | None) -> None:  # type: ignore[no-untyped-def]
     repo = f"{reg.address}/{REPO}"
-    published = publish.Published(f"{repo}:{CELL}-{BUILD}", f"{repo}:{CELL}", digest, False, config)
-    entry = publish.release_entry(
+    published = Published(f"{repo}:{CELL}-{BUILD}", f"{repo}:{CELL}", digest, False, config)
+    entry = release_index.release_entry(
         published, lock_hash="l" * 64, manifest={"cell": {"id": CELL}}, report={"passed": True}, size=1
     )
-    publish.write_record(folder, entry)
+    release_index.write_record(folder, entry)
 
 
 @pytest.mark.loopback
@@ -317,7 +319,7 @@ def test_publish_alias_reads_no_platform_from_a_config_the_registry_swapped(no_i
         arm_config = json.dumps({"architecture": "arm64", "os": "linux", "rootfs": {"diff_ids": []}}).encode()
         reg.serve_blob_as(REPO, before.config_digest, arm_config)
         with pytest.raises(EnvironmentFailure) as exc:
-            publish.point_alias(RegistryClient(), Remote(reg.address, REPO), CELL, new.digest, "linux/amd64")
+            tag_indexes.point_alias(RegistryClient(), Remote(reg.address, REPO), CELL, new.digest, "linux/amd64")
         _lied(exc, before.config_digest, cosign.digest_of(arm_config))
         assert reg.manifests[(REPO, CELL)] is before
 
@@ -330,7 +332,7 @@ def test_publish_alias_never_names_other_bytes_than_the_published_digest(no_inte
         published, other = reg.add_image(REPO, "published", "published"), reg.add_image(REPO, "other", "other")
         reg.serve_manifest_as(REPO, published.digest, other.manifest)
         with pytest.raises(EnvironmentFailure) as exc:
-            publish.point_alias(RegistryClient(), Remote(reg.address, REPO), CELL, published.digest, platform)
+            tag_indexes.point_alias(RegistryClient(), Remote(reg.address, REPO), CELL, published.digest, platform)
         _lied(exc, published.digest, other.digest)
         assert (REPO, CELL) not in reg.manifests
 
@@ -341,7 +343,7 @@ def test_the_sbom_attestation_indexes_no_other_bytes_than_the_images(no_internet
         image, other = reg.add_image(REPO, "image", "image"), reg.add_image(REPO, "other", "other")
         reg.serve_manifest_as(REPO, image.digest, other.manifest)
         with pytest.raises(EnvironmentFailure) as exc:
-            publish.attach_sbom(
+            tag_indexes.attach_sbom(
                 RegistryClient(), Remote(reg.address, REPO), "tag", image.digest, "linux/amd64", {"packages": []}
             )
         _lied(exc, image.digest, other.digest)
@@ -396,8 +398,10 @@ def test_user_info_in_merges_registry_is_never_printed(app, runner, in_tmp, valu
 def test_user_info_in_a_records_tag_is_never_printed(app, runner, in_tmp):
     """A record is a CI artifact: its tag may carry credentials; the refusal names the record, not them."""
     repo = f"{USER}:{PASSWORD}@127.0.0.1:9/{REPO}"
-    published = publish.Published(f"{repo}:{CELL}-{BUILD}", f"{repo}:{CELL}", DIGEST, False, None)
-    entry = publish.release_entry(published, lock_hash="l" * 64, manifest={"cell": {"id": CELL}}, report={}, size=1)
+    published = Published(f"{repo}:{CELL}-{BUILD}", f"{repo}:{CELL}", DIGEST, False, None)
+    entry = release_index.release_entry(
+        published, lock_hash="l" * 64, manifest={"cell": {"id": CELL}}, report={}, size=1
+    )
     (in_tmp / "records").mkdir()
     (in_tmp / "records" / "r.json").write_text(json.dumps(entry))
     res = runner.invoke(app, ["release", "merge", "records", "--index", "index.json", "--registry", "127.0.0.1:9"])

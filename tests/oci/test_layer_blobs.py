@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from imagekit.effects.layer_export import save_export
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import EnvironmentFailure, UsageError
-from imagekit.oci import layer_blobs
+from imagekit.oci import layer_blobs, media_types
 from imagekit.services import blob_push
 from tests import hostile_http
 
@@ -89,9 +89,9 @@ def test_the_manifest_is_the_same_bytes_for_the_same_config_and_layers():
     body = layer_blobs.manifest(config, layers)
     assert body == layer_blobs.manifest(config, list(layers))
     doc = json.loads(body)
-    assert doc["mediaType"] == layer_blobs.MANIFEST_TYPE and doc["schemaVersion"] == 2
+    assert doc["mediaType"] == media_types.DOCKER_MANIFEST and doc["schemaVersion"] == 2
     assert doc["config"] == {
-        "mediaType": layer_blobs.CONFIG_TYPE,
+        "mediaType": media_types.DOCKER_CONFIG,
         "size": len(config),
         "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
     }
@@ -323,10 +323,8 @@ def test_the_zstd_variant_is_frames_of_fixed_pieces_deterministic_and_an_oci_man
     blob = layer_blobs.Blob("sha256:" + "1" * 64, 10, codec.media_type)
     body = layer_blobs.manifest(b"{}", [blob])
     doc = __import__("json").loads(body)
-    assert (
-        doc["mediaType"] == layer_blobs.OCI_MANIFEST_TYPE and doc["config"]["mediaType"] == layer_blobs.OCI_CONFIG_TYPE
-    )
+    assert doc["mediaType"] == media_types.OCI_MANIFEST and doc["config"]["mediaType"] == media_types.OCI_CONFIG
     assert doc["layers"][0]["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd"
-    assert layer_blobs.manifest_type(body) == layer_blobs.OCI_MANIFEST_TYPE
+    assert layer_blobs.manifest_type(body) == media_types.OCI_MANIFEST
     gz = layer_blobs.manifest(b"{}", [layer_blobs.Blob("sha256:" + "1" * 64, 10)])
-    assert layer_blobs.manifest_type(gz) == layer_blobs.MANIFEST_TYPE  # gzip images keep Docker's schema
+    assert layer_blobs.manifest_type(gz) == media_types.DOCKER_MANIFEST  # gzip images keep Docker's schema

@@ -13,7 +13,7 @@ import tarfile
 import pytest
 
 from imagekit.effects.registry import RegistryClient, Remote
-from imagekit.oci import layer_blobs
+from imagekit.oci import layer_blobs, media_types
 from imagekit.services import blob_push
 
 pytestmark = pytest.mark.docker
@@ -113,8 +113,8 @@ def test_the_zstd_variant_is_the_same_layers_for_a_zstd_puller_and_deterministic
     diff_ids = engine.image(image)["RootFS"]["Layers"]
     digest = blob_push.push_image(engine, RegistryClient(), remote, image, "t-zstd", gzip=layer_blobs.Zstd())
     manifest = RegistryClient().oci_manifest_json(remote, digest)
-    assert manifest["mediaType"] == layer_blobs.OCI_MANIFEST_TYPE and manifest["config"]["digest"] == image
-    assert {x["mediaType"] for x in manifest["layers"]} == {layer_blobs.ZSTD_LAYER_TYPE}
+    assert manifest["mediaType"] == media_types.OCI_MANIFEST and manifest["config"]["digest"] == image
+    assert {x["mediaType"] for x in manifest["layers"]} == {media_types.OCI_LAYER_ZSTD}
     for layer, diff_id in zip(manifest["layers"], diff_ids, strict=True):
         blob = RegistryClient().blob(remote, layer["digest"], 64 << 20)
         tar = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob), read_across_frames=True).read()

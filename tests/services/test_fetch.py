@@ -8,7 +8,7 @@ import pytest
 
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.locking.lockfile import Lock, LockEntry
-from imagekit.services import fetch
+from imagekit.services import fetch, wheel_folders, wheel_forecast
 
 
 def _cached(cache, filename: str, payload: bytes) -> str:
@@ -120,21 +120,21 @@ def test_the_build_wheelhouse_refuses_a_link_and_leaves_its_target_alone(tmp_pat
         (state / linked).parent.mkdir(parents=True, exist_ok=True)
         (state / linked).symlink_to(precious, target_is_directory=True)
         with pytest.raises(UsageError, match="is a symbolic link"):
-            fetch.wheelhouse([wheel], state / "wheelhouse" / "cell")
+            wheel_folders.wheelhouse([wheel], state / "wheelhouse" / "cell")
         assert _tree(precious) == before
-    house = fetch.wheelhouse([wheel], tmp_path / "state" / "wheelhouse" / "cell")
+    house = wheel_folders.wheelhouse([wheel], tmp_path / "state" / "wheelhouse" / "cell")
     assert [p.name for p in house.iterdir()] == [NUMPY_WHEEL] and (house / NUMPY_WHEEL).is_symlink()
-    assert fetch.wheelhouse([], house) == house and not any(house.iterdir())  # swapped whole: nothing left over
+    assert wheel_folders.wheelhouse([], house) == house and not any(house.iterdir())  # swapped whole: nothing left over
 
 
 def test_a_planted_picks_memo_never_ends_a_plan(tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path))
     lock = _lock("sha256:" + "a" * 64)
-    memo = fetch._picks_file(lock, "3.11", "2.36")
+    memo = wheel_forecast._picks_file(lock, "3.11", "2.36")
     memo.parent.mkdir(parents=True)
     for text in ("[" * 100_000 + "]" * 100_000, '{"numpy==1.26.4": {"sha256": "' + "a" * 64 + '", "size": 1e308}}'):
         memo.write_text(text)
-        picks = fetch._load_picks(lock, "3.11", "2.36")
+        picks = wheel_forecast._load_picks(lock, "3.11", "2.36")
         assert picks in ({}, {"numpy==1.26.4": ("a" * 64, None)})
 
 
@@ -144,7 +144,7 @@ def test_a_locked_sdist_beside_the_wheel_is_passed_over_not_refused():
     from imagekit.errors import EnvironmentFailure
     from imagekit.locking.lockfile import LockEntry
     from imagekit.locking.wheel_choice import Candidate, supported_tags
-    from imagekit.services import fetch
+    from imagekit.services import wheel_index
 
     wheel, sdist = "a" * 64, "b" * 64
     entry = LockEntry("filelock", "4.3.1", (f"sha256:{wheel}", f"sha256:{sdist}"))
@@ -153,9 +153,11 @@ def test_a_locked_sdist_beside_the_wheel_is_passed_over_not_refused():
         Candidate("filelock-4.3.1-py3-none-any.whl", "filelock-4.3.1-py3-none-any.whl", wheel),
     ]
     pages = {("https://pypi.example/simple", "filelock"): found}
-    picked = fetch._remote(entry, "https://pypi.example/simple", "3.11", "2.28", supported_tags("3.11"), pages)
+    picked = wheel_index.remote_wheel(
+        entry, "https://pypi.example/simple", "3.11", "2.28", supported_tags("3.11"), pages
+    )
     assert picked.filename == "filelock-4.3.1-py3-none-any.whl"
     hostile = [*found, Candidate("filelock-4.3.1-py3-none-any.x/../../evil.whl", "x", sdist)]
     pages = {("https://pypi.example/simple", "filelock"): hostile}
     with pytest.raises(EnvironmentFailure, match="not a wheel file name"):
-        fetch._remote(entry, "https://pypi.example/simple", "3.11", "2.28", supported_tags("3.11"), pages)
+        wheel_index.remote_wheel(entry, "https://pypi.example/simple", "3.11", "2.28", supported_tags("3.11"), pages)

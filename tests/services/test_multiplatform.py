@@ -17,7 +17,7 @@ import pytest
 
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.model import AMD64, ARM64, DEBIAN_ARCH
-from imagekit.oci import image_index
+from imagekit.oci import image_index, media_types
 from imagekit.services import publish
 from imagekit.services.base_images import base_config, emulation_hint, emulation_problem
 from imagekit.services.selftest_runner import SelfTestReport
@@ -84,7 +84,7 @@ def test_an_arm64_base_builds_and_runs_arm64_code_on_this_host(engine, tiny_base
 
 def _index(registry_client: RegistryClient, remote: Remote, tag: str) -> list[image_index.Entry]:
     media, body, _ = registry_client.manifest_raw(remote, tag)
-    assert media == image_index.LIST_TYPE
+    assert media == media_types.DOCKER_MANIFEST_LIST
     return image_index.entries_of(json.loads(body))
 
 

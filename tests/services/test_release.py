@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from imagekit.services import publish
-from imagekit.services.publish import Published
+from imagekit.errors import CheckFailed
+from imagekit.oci.release_record import Published, record_name
+from imagekit.services import release_index
 from tests.registry import Registry, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +85,9 @@ def _published(repo: str, cell: str, digest: str, config: str | None = None, bui
 
 def _entry(published: Published) -> dict:
     manifest = {"cell": {"id": published.alias.rsplit(":", 1)[1]}}
-    return publish.release_entry(published, lock_hash="l" * 64, manifest=manifest, report={"passed": True}, size=1)
+    return release_index.release_entry(
+        published, lock_hash="l" * 64, manifest=manifest, report={"passed": True}, size=1
+    )
 
 
 def _merge(app, runner, *args: str):
@@ -98,15 +101,16 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
         """
         import sys, time
         from pathlib import Path
-        from imagekit.services import publish
+        from imagekit.oci.release_record import Published
+        from imagekit.services import release_index
         who, index, records = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
         (index.parent.parent / f"ready{who}").touch()
         while not (index.parent.parent / "go").exists():  # both start together
             time.sleep(0.001)
         for i in range(20):
             cell = f"cu124-torch2.5.1-py3.11-tf4.{who}{i}.0"
-            p = publish.Published(f"r.example/t:{cell}-0123456789ab", f"r.example/t:{cell}", f"sha256:{i:064x}", False)
-            publish.record(index, p, lock_hash="x", manifest={"cell": {"id": cell}}, report={}, size=1,
+            p = Published(f"r.example/t:{cell}-0123456789ab", f"r.example/t:{cell}", f"sha256:{i:064x}", False)
+            release_index.record(index, p, lock_hash="x", manifest={"cell": {"id": cell}}, report={}, size=1,
                            records_dir=records)
         """
     )
@@ -120,7 +124,7 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     images = json.loads(index.read_text())["images"]
     assert len(images) == 40
-    assert sorted(p.name for p in records.iterdir()) == sorted(publish.record_name(t) for t in images)
+    assert sorted(p.name for p in records.iterdir()) == sorted(record_name(t) for t in images)
     assert not [p for p in index.parent.iterdir() if p.name.startswith(".")]  # no temp or lock file left
 
 
@@ -129,7 +133,7 @@ def test_merge_builds_the_index_from_records_verified_against_the_registry(app, 
     records = in_tmp / "records"
     for n, cell in enumerate((CELL_A, CELL_B)):
         digest, config = push_image(release_registry, "imagekit-test/merge", f"{cell}-0123456789ab", f"layer {n}")
-        publish.write_record(records / f"runner-{n}", _entry(_published(repo, cell, digest, config)))
+        release_index.write_record(records / f"runner-{n}", _entry(_published(repo, cell, digest, config)))
     res = _merge(app, runner, "records", "--index", "out/index.json", "--json", "--registry", repo)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["added"] == sorted(f"{repo}:{c}-0123456789ab" for c in (CELL_A, CELL_B))
@@ -144,9 +148,9 @@ def test_merge_builds_the_index_from_records_verified_against_the_registry(app, 
 def test_merge_refuses_a_digest_the_registry_lacks_and_writes_nothing(app, runner, release_registry, in_tmp):
     repo = f"{release_registry.address}/imagekit-test/missing"
     digest, config = push_image(release_registry, "imagekit-test/missing", f"{CELL_A}-0123456789ab", "real")
-    publish.write_record(in_tmp / "records", _entry(_published(repo, CELL_A, digest, config)))
+    release_index.write_record(in_tmp / "records", _entry(_published(repo, CELL_A, digest, config)))
     ghost = "sha256:" + "f" * 64
-    publish.write_record(in_tmp / "records", _entry(_published(repo, CELL_B, ghost)))
+    release_index.write_record(in_tmp / "records", _entry(_published(repo, CELL_B, ghost)))
     res = _merge(app, runner, "records", "--index", "index.json", "--registry", release_registry.address)
     assert res.exit_code == 1, res.output
     assert f"has no manifest {ghost}" in res.output and "hint:" in res.output
@@ -157,11 +161,11 @@ def test_merge_refuses_a_moved_tag_and_a_wrong_config(app, runner, release_regis
     repo = f"{release_registry.address}/imagekit-test/moved"
     old, config = push_image(release_registry, "imagekit-test/moved", f"{CELL_A}-0123456789ab", "first")
     push_image(release_registry, "imagekit-test/moved", f"{CELL_A}-0123456789ab", "second: the tag moved")
-    publish.write_record(in_tmp / "a", _entry(_published(repo, CELL_A, old, config)))
+    release_index.write_record(in_tmp / "a", _entry(_published(repo, CELL_A, old, config)))
     res = _merge(app, runner, "a", "--index", "index.json", "--registry", repo)
     assert res.exit_code == 1 and "points at sha256:" in res.output, res.output
     digest, _ = push_image(release_registry, "imagekit-test/moved", f"{CELL_B}-0123456789ab", "b")
-    publish.write_record(in_tmp / "b", _entry(_published(repo, CELL_B, digest, "sha256:" + "0" * 64)))
+    release_index.write_record(in_tmp / "b", _entry(_published(repo, CELL_B, digest, "sha256:" + "0" * 64)))
     res = _merge(app, runner, "b", "--index", "index.json", "--registry", repo)
     assert res.exit_code == 1 and "has config" in res.output, res.output
     assert not (in_tmp / "index.json").exists()
@@ -171,12 +175,12 @@ def test_an_immutable_tag_never_gets_a_second_digest(app, runner, release_regist
     repo = f"{release_registry.address}/imagekit-test/immutable"
     digest, config = push_image(release_registry, "imagekit-test/immutable", f"{CELL_A}-0123456789ab", "one")
     other = "sha256:" + "e" * 64
-    publish.write_record(in_tmp / "r1", _entry(_published(repo, CELL_A, digest, config)))
-    publish.write_record(in_tmp / "r2", _entry(_published(repo, CELL_A, other)))
+    release_index.write_record(in_tmp / "r1", _entry(_published(repo, CELL_A, digest, config)))
+    release_index.write_record(in_tmp / "r2", _entry(_published(repo, CELL_A, other)))
     res = _merge(app, runner, "r1", "r2", "--index", "index.json")
     assert res.exit_code == 1 and "recorded with two digests" in res.output, res.output
-    with pytest.raises(publish.CheckFailed, match=f"as {digest}, not {other}"):
-        publish.write_record(in_tmp / "r1", _entry(_published(repo, CELL_A, other)))
+    with pytest.raises(CheckFailed, match=f"as {digest}, not {other}"):
+        release_index.write_record(in_tmp / "r1", _entry(_published(repo, CELL_A, other)))
     index = {"schema": 1, "images": {f"{repo}:{CELL_A}-0123456789ab": _entry(_published(repo, CELL_A, other))}}
     (in_tmp / "index.json").write_text(json.dumps(index))
     res = _merge(app, runner, "r1", "--index", "index.json")

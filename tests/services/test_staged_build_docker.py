@@ -83,9 +83,9 @@ def test_a_failing_step_says_which_and_why_and_leaves_nothing_staged(engine, tmp
         build_cell(CELL, dataclasses.replace(opts, nocache=True), engine, data, _log)  # locks and fetches
         engine.remove(naming.build_cache_tag(CELL))
         # the wheel server serves the wheelhouse: replace the torch wheel there by other bytes of the same name
-        from imagekit.services import fetch
+        from imagekit.services import wheel_folders
 
-        real = fetch.wheelhouse
+        real = wheel_folders.wheelhouse
 
         def tampered(wheels, into):
             out = real(wheels, into)
@@ -95,7 +95,7 @@ def test_a_failing_step_says_which_and_why_and_leaves_nothing_staged(engine, tmp
             torch.write_bytes(data_ + b"\0")
             return out
 
-        monkeypatch.setattr(fetch, "wheelhouse", tampered)
+        monkeypatch.setattr(wheel_folders, "wheelhouse", tampered)
         res = build_cell(CELL, dataclasses.replace(opts, nocache=True), engine, data, _log)
     try:
         assert res.status == "failed" and res.step == "build", res.error and res.error.render()

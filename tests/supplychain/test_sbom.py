@@ -146,7 +146,7 @@ def test_the_distro_comes_from_os_release_checked(text, want):
 @pytest.mark.loopback
 def test_a_published_tag_names_the_image_and_its_sbom_and_the_record_says_so(setup):  # noqa: F811
     from imagekit.effects.registry import Remote
-    from imagekit.oci import image_index
+    from imagekit.oci import image_index, media_types
     from tests.services.test_build_steps import CELL, REPO, _build
 
     engine, registry, opts = setup
@@ -158,7 +158,7 @@ def test_a_published_tag_names_the_image_and_its_sbom_and_the_record_says_so(set
     tag = res.tag.rsplit(":", 1)[1]
     _, body, _ = registry.manifest_raw(remote, tag)
     index = json.loads(body)
-    assert index["mediaType"] == image_index.OCI_INDEX_TYPE and len(index["manifests"]) == 2
+    assert index["mediaType"] == media_types.OCI_INDEX and len(index["manifests"]) == 2
     assert image_index.entries_of(index)[0].digest == res.digest  # a puller gets the image, by its digest
     att = registry.manifests[(remote.name, index["manifests"][1]["digest"])]
     statement = json.loads(registry.data[att["layers"][0]["digest"]])

@@ -96,8 +96,8 @@ def _instructions(dockerfile: str) -> list[str]:
 
 def _render(cell: Cell, data, repository: str = "127.0.0.1:5000/x") -> str:
     spec = data.bases["3.11"]
-    plan = BuildPlan(cell=cell, lock=_lock(), base=bootstrap_base(spec), repository=repository)
-    return render.render_plan(plan, data)["Dockerfile"][0].decode()
+    plan = BuildPlan.make(cell=cell, lock=_lock(), base=bootstrap_base(spec), repository=repository, data=data)
+    return render.render_plan(plan)["Dockerfile"][0].decode()
 
 
 text_or_injection = st.one_of(
@@ -174,7 +174,7 @@ def test_installed_layers_ignore_via_annotations(data):
     spec = data.bases["3.11"]
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
     files = [
-        render.render_plan(BuildPlan(cell=cell, lock=x, base=bootstrap_base(spec), repository="r/x"), data)
+        render.render_plan(BuildPlan.make(cell=cell, lock=x, base=bootstrap_base(spec), repository="r/x", data=data))
         for x in (lock, annotated)
     ]
     torch = "rootfs/app/opt/imagekit/requirements-torch.txt"

@@ -1,0 +1,49 @@
+"""ImageOptions: what an image holds beyond its lock, and how it is rendered and published, as one value. Pure.
+
+Its `[image]` keys come from the matrix file (``matrix_file.parse``), a command's flags go over them
+(``cli/options.image_options``: ``build --zstd``, ``render --builder``); the value goes whole into the plan
+(``BuildPlan.options``), and the Dockerfile template sees it as ``options``. A new `[image]` key that reaches the
+Dockerfile: a field here with ``metadata=KEY``, its check in ``matrix_file._image_options`` (a true/false key needs
+none), its use in ``templates/Dockerfile.j2``, and a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+
+from imagekit.image.code_layer import CopySpec
+
+BUILDERS = ("legacy", "buildkit")
+KEY = MappingProxyType({"image_key": True})  # a field's metadata: an `[image]` key of the file (else a command's flag)
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """`[image]` switches that change what an image holds beyond its lock, and a command's flags over them."""
+
+    # JupyterLab locked into the app layer, started when JUPYTER_PASSWORD is set
+    jupyter: bool = field(default=False, metadata=KEY)
+    # gcc/g++ and the Python headers, so torch.compile works (about 200 MB)
+    compiler: bool = field(default=True, metadata=KEY)
+    # imagekit.image.budget: "6.5 GB", or growth over the cell's last release
+    size_budget: str = field(default="+10%", metadata=KEY)
+    # the user's code, as the image's last layer (imagekit.image.code_layer)
+    copy: CopySpec | None = field(default=None, metadata=KEY)
+    # the default command: a container started without one runs it (job mode)
+    command: tuple[str, ...] = field(default=(), metadata=KEY)
+    # Debian packages over the base, pinned per cell in its lock (imagekit.locking.debs)
+    apt: tuple[str, ...] = field(default=(), metadata=KEY)
+    # ---- a command's flags, never keys of the file
+    builder: str = "legacy"  # legacy (`imagekit build`: wheels over loopback HTTP) | buildkit (bind-mounted wheels)
+    zstd: bool = False  # `build --zstd`: also publish the image with zstd layers, under <tag>-zstd (never instead)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The `[image]` keys that are options, in the order the file format lists them."""
+        return tuple(f.name for f in fields(cls) if f.metadata.get("image_key"))
+
+    @classmethod
+    def switches(cls) -> tuple[str, ...]:
+        """The `[image]` keys that take true or false."""
+        return tuple(f.name for f in fields(cls) if f.metadata.get("image_key") and isinstance(f.default, bool))
