@@ -209,3 +209,47 @@ def test_module_names_do_not_repeat_across_folders():
             by_name.setdefault(name, []).append(module)
     repeated = {name: where for name, where in by_name.items() if len(where) > 1}
     assert not repeated, repeated
+
+
+# ---- the core by domain: which package may use which ---------------------------------------------------------------
+# Each core package may import its own modules, `imagekit.model`/`imagekit.errors`, the shared facts, and the packages
+# named here; the table has no cycle, so each domain can be read (and tested) from the bottom up.
+CORE_PACKAGES = {
+    "trust": set(),  # another party's data: untrusted input, validation, redaction, the registry-host rule
+    "compat": {"trust"},  # facts, rules, PyPI metadata, refresh, the runtime contract
+    "locking": {"compat", "trust"},  # what to ask the resolver, the lock format, what may be locked
+    "oci": {"compat", "trust"},  # media types, layer blobs, image indexes, the release record, publish formats
+    "image": {"compat", "locking", "trust"},  # the plan, the render, layers, steps, runtime config, names
+    "matrix": {"compat", "image", "locking", "trust"},  # the matrix file and what it becomes for CI and engines
+    "supplychain": {"image", "locking", "oci", "trust"},  # SBOM, signatures, the vulnerability gate
+    "clouds": {"compat", "image", "oci", "trust"},  # providers, templates, pod creation, the pod wire protocol
+}
+LAYER_PACKAGES = {"cli", "services", "effects", "in_image", "data"}
+
+
+def test_every_package_is_a_layer_or_a_declared_core_domain():
+    found = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert found == set(CORE_PACKAGES) | LAYER_PACKAGES, "declare a new package in CORE_PACKAGES with what it may use"
+
+
+def test_the_core_domains_use_each_other_without_a_cycle():
+    order: list[str] = []
+    remaining = dict(CORE_PACKAGES)
+    while remaining:
+        ready = sorted(p for p, deps in remaining.items() if deps <= set(order))
+        assert ready, f"a cycle among {sorted(remaining)}"
+        order += ready
+        for p in ready:
+            del remaining[p]
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.split(".")[1:2] and m.split(".")[1] in CORE_PACKAGES])
+def test_a_core_domain_imports_only_the_domains_it_is_allowed(module):
+    own = module.split(".")[1]
+    allowed = CORE_PACKAGES[own] | {own}
+    bad = sorted(
+        name
+        for name in _imports(module)
+        if name.startswith("imagekit.") and name.split(".")[1] in CORE_PACKAGES and name.split(".")[1] not in allowed
+    )
+    assert not bad, f"{module} imports {bad}: {own}/ may use {sorted(CORE_PACKAGES[own]) or 'no other domain'}"

@@ -15,6 +15,7 @@ import pytest
 from imagekit.errors import ConfigError, UsageError
 from imagekit.image import naming, render
 from imagekit.image.buildplan import BuildPlan, bootstrap_base
+from imagekit.locking import direct_wheels
 from imagekit.locking.lockfile import Lock, LockEntry
 from imagekit.matrix.matrix_file import parse
 from imagekit.model import Cell
@@ -46,7 +47,7 @@ CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11")
         (validate.driver, "535", "invalid driver version '535': expected an NVIDIA driver version such as "),
         (validate.cuda, "12", "invalid CUDA version '12': expected major.minor such as '12.4' (or 'cu124')"),
         (validate.repository, "A/b", "invalid image repository 'A/b': expected an OCI repository such as "),
-        (validate.requirement, "a\nb", "invalid requirement 'a\\nb': expected a single-line requirement such as "),
+        (direct_wheels.requirement, "a\nb", "invalid requirement 'a\\nb': expected a single-line requirement such as "),
     ],
 )
 def test_refusals_name_the_value_and_what_was_expected(fn, value, message):
@@ -695,18 +696,18 @@ def test_validators_give_a_hint_where_one_helps():
     assert exc.value.message == "invalid torch version 'v2.5.1': expected the canonical form '2.5.1'"
     assert exc.value.hint == "write versions without spaces or prefixes"
     with pytest.raises(UsageError) as exc:
-        validate.requirement("pkg @ https://x.example/pkg-1.0.tar.gz")
+        direct_wheels.requirement("pkg @ https://x.example/pkg-1.0.tar.gz")
     assert exc.value.message == (
         "invalid requirement: pkg @ https://x.example/pkg-1.0.tar.gz: not a wheel (pkg-1.0.tar.gz); a source archive "
         "is built"
     )
     assert exc.value.hint.startswith("name a prebuilt wheel by URL with its hash")
     with pytest.raises(UsageError) as exc:
-        validate.requirement("==1")
+        direct_wheels.requirement("==1")
     assert exc.value.message.startswith("invalid requirement '==1': expected a PEP 508 requirement (Expected package")
 
 
-@pytest.mark.parametrize("fn", [validate.requirement, validate.repository, validate.index_url])
+@pytest.mark.parametrize("fn", [direct_wheels.requirement, validate.repository, validate.index_url])
 @pytest.mark.parametrize("value", [None, 5, ["x"]])
 def test_non_strings_are_usage_errors(fn, value):
     with pytest.raises(UsageError):

@@ -25,6 +25,7 @@ from imagekit.cli.options import (
     ReleaseIndexOpt,
     ResolverOptions,
     Selection,
+    VariantOpt,
     ZstdOpt,
     image_options,
     with_groups,
@@ -89,6 +90,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         zstd: ZstdOpt = False,
+        variant: VariantOpt = None,
         audit_osv: Annotated[
             Path | None,
             typer.Option(
@@ -153,7 +155,9 @@ def register(app: typer.Typer) -> None:
         signer = build_job.check(request)
         data, config, evaluated = selected_compatible(selection)
         cells = [e.cell for e in evaluated]
-        job = build_job.prepare(request, config, image_options(config, zstd=zstd), resolving.settings, signer)
+        job = build_job.prepare(
+            request, config, image_options(config, zstd=zstd, variants=variant), resolving.settings, signer
+        )
         if dry_run:
             print_plan(build_job.dry_run(job, cells, config, data), as_json, build=True)
             return

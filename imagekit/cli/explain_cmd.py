@@ -9,6 +9,7 @@ import typer
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import JsonOpt
 from imagekit.compat import rules
+from imagekit.locking import direct_wheels
 from imagekit.model import Query
 from imagekit.services import inputs
 from imagekit.trust import validate
@@ -88,7 +89,7 @@ def register(app: typer.Typer) -> None:
             torch=release("torch", torch),
             transformers=release("transformers", transformers),
             python=validate.python(python) if python is not None else None,
-            packages=tuple(validate.requirement(p) for p in package or ()),
+            packages=tuple(direct_wheels.requirement(p) for p in package or ()),
             archs=tuple(validate.arch(a, data.gpus) for a in arch or ()),
             driver=validate.driver(driver) if driver is not None else None,
             platform=validate.platform(platform),

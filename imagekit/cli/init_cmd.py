@@ -15,7 +15,7 @@ from imagekit.cli.common import err_console, handles_errors, output_file_option
 from imagekit.compat import catalog as compat
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.errors import UsageError
-from imagekit.locking import debs
+from imagekit.locking import debs, direct_wheels
 from imagekit.matrix import matrix_file as matrix
 from imagekit.services import inputs
 from imagekit.trust import validate
@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
         }
         if cuda and not torch:  # the newest torch built for each CUDA asked for, not the default pair
             axes["torch"] = torch_for(axes["cuda"], inputs.compat_data()) or axes["torch"]
-        extra = tuple(dict.fromkeys(_valid("--package", validate.requirement, p) for p in package or ()))
+        extra = tuple(dict.fromkeys(_valid("--package", direct_wheels.requirement, p) for p in package or ()))
         names = {validate.requirement_name(p) for p in extra}
         packages = tuple(p for p in DEFAULT_PACKAGES if validate.requirement_name(p) not in names) + extra
         repo = _valid("--repository", validate.repository, repository)

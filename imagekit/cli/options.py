@@ -22,6 +22,7 @@ from imagekit.errors import UsageError
 from imagekit.image.image_options import BUILDERS, ImageOptions
 from imagekit.locking import resolution
 from imagekit.matrix import matrix_file as matrix
+from imagekit.oci import publish_formats
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -185,17 +186,35 @@ ZstdOpt = Annotated[
     typer.Option(
         "--zstd",
         help="With --push: also publish each image with zstd layers as <tag>-zstd and <cell>-zstd (smaller, "
-        "faster to unpack; Docker >= 23 and containerd pull it, Docker 20.10 cannot).",
+        "faster to unpack; Docker >= 23 and containerd pull it, Docker 20.10 cannot). Same as --variant zstd.",
+    ),
+]
+VariantOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--variant",
+        metavar="FORMAT",
+        help="With --push: also publish each image in this layer format as <tag>-FORMAT and <cell>-FORMAT, beside "
+        "the gzip image (repeatable; formats: " + ", ".join(publish_formats.variants()) + ").",
     ),
 ]
 
 
-def image_options(config: matrix.MatrixConfig, *, builder: str | None = None, zstd: bool | None = None) -> ImageOptions:
+def image_options(
+    config: matrix.MatrixConfig,
+    *,
+    builder: str | None = None,
+    zstd: bool | None = None,
+    variants: list[str] | None = None,
+) -> ImageOptions:
     """The image's options as one value, from here to the render: the matrix file's `[image]`, with the flags the
     command was given over them (None: not a flag of the command)."""
     if builder is not None and builder not in BUILDERS:
         raise UsageError(f"invalid --builder {builder!r}", "use buildkit or legacy")
-    flags = {"builder": builder, "zstd": zstd}
+    named = [*(variants or []), *(["zstd"] if zstd else [])]
+    for name in named:
+        publish_formats.variant(name)  # an unknown format is a usage error naming the known ones
+    flags = {"builder": builder, "variants": tuple(dict.fromkeys(named)) if named else None}
     return dataclasses.replace(config.options, **{k: v for k, v in flags.items() if v is not None})
 
 

@@ -25,8 +25,8 @@ import httpx
 
 from imagekit.effects import http
 from imagekit.errors import EnvironmentFailure, UsageError
-from imagekit.oci import media_types, registry_host
-from imagekit.trust import untrusted, validate
+from imagekit.oci import media_types
+from imagekit.trust import registry_host, untrusted, validate
 
 MANIFEST_TYPES = ", ".join(media_types.ACCEPTED)
 MAX_TOKEN = 16 << 10  # bytes of a bearer token (real ones are 1-4 KiB)

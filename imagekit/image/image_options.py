@@ -1,7 +1,7 @@
 """ImageOptions: what an image holds beyond its lock, and how it is rendered and published, as one value. Pure.
 
 Its `[image]` keys come from the matrix file (``matrix_file.parse``), a command's flags go over them
-(``cli/options.image_options``: ``build --zstd``, ``render --builder``); the value goes whole into the plan
+(``cli/options.image_options``: ``build --variant``, ``render --builder``); the value goes whole into the plan
 (``BuildPlan.options``), and the Dockerfile template sees it as ``options``. A new `[image]` key that reaches the
 Dockerfile: a field here with ``metadata=KEY``, its check in ``matrix_file._image_options`` (a true/false key needs
 none), its use in ``templates/Dockerfile.j2``, and a test.
@@ -36,7 +36,9 @@ class ImageOptions:
     apt: tuple[str, ...] = field(default=(), metadata=KEY)
     # ---- a command's flags, never keys of the file
     builder: str = "legacy"  # legacy (`imagekit build`: wheels over loopback HTTP) | buildkit (bind-mounted wheels)
-    zstd: bool = False  # `build --zstd`: also publish the image with zstd layers, under <tag>-zstd (never instead)
+    # `build --variant NAME` (`--zstd`): the publish formats (oci.publish_formats) the image is also published in,
+    # each under <tag>-<name> (never instead of gzip)
+    variants: tuple[str, ...] = ()
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:

@@ -13,9 +13,11 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from imagekit.trust import untrusted
+from imagekit.errors import UsageError
+from imagekit.trust import untrusted, validate
 
 _SHA = re.compile(r"sha256=([0-9a-f]{64})", re.ASCII)
 # What the wheel's local version says it was built against: flash-attn's `+cu12torch2.5cxx11abiFALSE`.
@@ -113,3 +115,23 @@ def cell_problems(wheel: DirectWheel, supported: list, torch: str, cuda: str) ->
         if digits not in (major, minor_digits):
             problems.append(f"it was built for CUDA {digits}, the cell has CUDA {cuda}")
     return problems
+
+
+def requirement(value: object) -> str:
+    """A requirement string (``accelerate==1.2.1``) in canonical form, no control characters; a URL only to a wheel
+    with its sha256 (a wheel on no index: this module)."""
+    if not isinstance(value, str) or not value or not validate.SAFE_TEXT.fullmatch(value):
+        raise validate.bad("requirement", value, "a single-line requirement such as 'accelerate==1.2.1'")
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        raise validate.bad("requirement", value, f"a PEP 508 requirement ({exc})") from None
+    if req.url:
+        try:
+            wheel = parse(req.name, req.url)
+        except NotAWheel as exc:
+            raise UsageError(f"invalid requirement: {exc}", exc.hint) from None
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        marker = f" ; {req.marker}" if req.marker else ""
+        return f"{wheel.name}{extras} @ {wheel.url}#sha256={wheel.sha256}{marker}"
+    return str(req)

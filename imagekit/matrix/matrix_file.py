@@ -15,7 +15,7 @@ from imagekit.image import budget, code_layer
 from imagekit.image.buildplan import BaseRef
 from imagekit.image.code_layer import CopySpec
 from imagekit.image.image_options import ImageOptions
-from imagekit.locking import debs
+from imagekit.locking import debs, direct_wheels
 from imagekit.model import AMD64, Cell, Query, Targets, Verdict
 from imagekit.trust import untrusted, validate
 
@@ -83,7 +83,7 @@ def _cell_dict(p: _Problems, key: str, entry: object, *, partial: bool, packages
         if k in VALIDATORS:
             out[k] = p.check(f"{key}.{k}", VALIDATORS[k], v)
         elif k == "packages" and not partial:
-            out[k] = tuple(sorted(_string_list(p, f"{key}.packages", v, validate.requirement)))
+            out[k] = tuple(sorted(_string_list(p, f"{key}.packages", v, direct_wheels.requirement)))
         elif k == "platform":
             out[k] = p.check(f"{key}.platform", validate.platform, v)
         else:
@@ -164,7 +164,7 @@ def _matrix(p: _Problems, m: object) -> _MatrixTable:
     platforms = tuple(dict.fromkeys(_string_list(p, "matrix.platforms", m.get("platforms"), validate.platform)))
     if "platforms" in m and not platforms and not p.items:
         p.add("matrix.platforms", "an empty list: name at least one (linux/amd64, linux/arm64)")
-    packages = tuple(sorted(_string_list(p, "matrix.packages", m.get("packages"), validate.requirement)))
+    packages = tuple(sorted(_string_list(p, "matrix.packages", m.get("packages"), direct_wheels.requirement)))
     excludes = [
         _cell_dict(p, f"matrix.exclude[{i}]", e, partial=True, packages=packages)
         for i, e in enumerate(m.get("exclude", []) or [])

@@ -440,7 +440,7 @@ def _publish(b: _Build) -> None:
             platform=b.cell.platform,
             sbom_doc=b.sbom,
             sign=_signer(b, Remote.parse(repo)),
-            zstd=b.opts.options.zstd,
+            variants=b.opts.options.variants,
         )
     b.result.digest = published.digest
     b.result.tag_digest = published.tag_digest

@@ -79,17 +79,16 @@ def publish(
     gzip: LayerFormat | None = None,
     sbom_doc: dict | None = None,
     sign: Callable[[str], dict] | None = None,
-    zstd: bool = False,
     variants: Sequence[str] = (),
 ) -> Published:
     """Push the tested image, then name it by ``immutable_tag``: with ``sbom_doc``, an image index of the image and
     its SBOM attestation (as BuildKit stores them), else the image's manifest. A tag that exists already must hold
     the same image (an index's entry for ``platform``, or the manifest itself): it is never moved. ``sign`` (a
     digest -> what to record) signs what the tag names and the image itself, after the tag and before the alias:
-    an alias never names an unsigned image when signing was asked for. ``variants`` (names of publish_formats; ``zstd``
-    adds "zstd"): the same image in each of those layer formats under ``<tag>-<name>`` and ``<alias>-<name>`` too,
+    an alias never names an unsigned image when signing was asked for. ``variants`` (names of publish_formats): the
+    same image in each of those layer formats under ``<tag>-<name>`` and ``<alias>-<name>`` too,
     for engines that pull it (zstd: Docker >= 23, containerd); never instead."""
-    formats = [publish_formats.variant(n) for n in dict.fromkeys([*variants, *(["zstd"] if zstd else [])])]
+    formats = [publish_formats.variant(n) for n in dict.fromkeys(variants)]
     if not report.passed:
         raise CheckFailed(
             f"refusing to publish {repository}:{immutable_tag}: its self-test failed "

@@ -25,9 +25,9 @@ from imagekit.effects.files import write_atomic
 from imagekit.effects.registry import RegistryClient, Remote, refuse_user_info, without_user_info
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.model import AMD64
-from imagekit.oci import image_index, media_types, registry_host
+from imagekit.oci import image_index, media_types
 from imagekit.services.release_index import index_locked, read_index, read_record
-from imagekit.trust import validate
+from imagekit.trust import registry_host, validate
 
 
 @dataclass(frozen=True)

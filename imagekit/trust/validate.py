@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
-from imagekit.oci import registry_host
+from imagekit.trust import registry_host
 from imagekit.trust.redact import redact
 
 _CUDA = re.compile(r"\d{1,2}\.\d{1,2}", re.ASCII)
@@ -48,6 +48,10 @@ def _bad(what: str, value: object, expected: str, hint: str | None = None) -> Us
     if len(shown) > 100:  # a 10,000-character value is named, not echoed
         shown = f"{shown[:60]}... ({len(value) if isinstance(value, str) else len(shown)} characters)"
     return UsageError(f"invalid {what} {shown}: expected {expected}", hint)
+
+
+bad = _bad  # for the validators another package owns (locking.direct_wheels.requirement)
+SAFE_TEXT = _SAFE_TEXT
 
 
 def version(value: object, what: str = "version") -> str:
@@ -152,28 +156,6 @@ def cc_to_sm(cc: str) -> str:
     return f"sm_{int(major)}{int(minor)}"
 
 
-def requirement(value: object) -> str:
-    """A requirement string (``accelerate==1.2.1``) in canonical form, no control characters; a URL only to a wheel
-    with its sha256 (imagekit.locking.direct_wheels)."""
-    if not isinstance(value, str) or not value or not _SAFE_TEXT.fullmatch(value):
-        raise _bad("requirement", value, "a single-line requirement such as 'accelerate==1.2.1'")
-    try:
-        req = Requirement(value)
-    except InvalidRequirement as exc:
-        raise _bad("requirement", value, f"a PEP 508 requirement ({exc})") from None
-    if req.url:
-        from imagekit.locking import direct_wheels
-
-        try:
-            wheel = direct_wheels.parse(req.name, req.url)
-        except direct_wheels.NotAWheel as exc:
-            raise UsageError(f"invalid requirement: {exc}", exc.hint) from None
-        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-        marker = f" ; {req.marker}" if req.marker else ""
-        return f"{wheel.name}{extras} @ {wheel.url}#sha256={wheel.sha256}{marker}"
-    return str(req)
-
-
 @lru_cache(maxsize=4096)
 def requirement_name(value: str) -> str:
     return canonicalize_name(Requirement(value).name)
@@ -194,7 +176,7 @@ def package_name(value: object) -> str:
 
 
 def _domain_ok(name: str) -> bool:
-    """Docker's normalisation: a first component that names no registry (oci.registry_host) is a path, so lowercase."""
+    """Docker's normalisation: a first component that names no registry (registry_host) is a path: lower case."""
     host, path = registry_host.split(name)
     if host is not None or "/" not in path:
         return True

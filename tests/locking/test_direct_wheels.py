@@ -27,8 +27,8 @@ def _ref(filename: str = FA_FILE, sha: str = SHA, host: str = "https://github.co
 
 # ---- the requirement a user writes in the matrix file ---------------------------------------------------------
 def test_a_wheel_url_with_its_hash_is_a_requirement():
-    assert validate.requirement(_ref()) == _ref()
-    assert validate.requirement_name(validate.requirement(_ref())) == "flash-attn"
+    assert direct_wheels.requirement(_ref()) == _ref()
+    assert validate.requirement_name(direct_wheels.requirement(_ref())) == "flash-attn"
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_a_wheel_url_with_its_hash_is_a_requirement():
 )
 def test_what_a_build_cannot_install_reproducibly_is_refused_with_the_fix(value, says):
     with pytest.raises(UsageError) as exc:
-        validate.requirement(value)
+        direct_wheels.requirement(value)
     assert says in exc.value.message and exc.value.hint
     assert "user:token" not in exc.value.render()  # a credential in the URL is never echoed
     assert "\x1b" not in exc.value.render() and "\nerror: fake" not in exc.value.render()

@@ -44,11 +44,11 @@ def test_the_job_carries_the_image_options_as_one_value(config, tmp_path):
         asked.append(cfg)
         return resolution.LockSettings(index_url="https://mirror.example/simple")
 
-    options = replace(config.options, zstd=True)
+    options = replace(config.options, variants=("zstd",))
     request = build_job.BuildRequest(lock_dir=tmp_path / "locks", gpus="off", no_cache=True)
     job = build_job.prepare(request, config, options, settings, None)
     opts = job.opts
-    assert opts.options is options and opts.options.zstd and opts.bases == config.bases
+    assert opts.options is options and opts.options.variants == ("zstd",) and opts.bases == config.bases
     assert (opts.repository, opts.lock_dir) == (config.repository, tmp_path / "locks")
     assert (opts.gpus, opts.nocache) == ("off", True)
     assert asked == [config] and opts.settings.index_url == "https://mirror.example/simple"

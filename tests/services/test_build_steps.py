@@ -161,7 +161,9 @@ def test_a_rebuild_gives_the_same_image_and_publishes_it_once(setup):
 
 def test_with_zstd_the_same_image_is_also_published_with_zstd_layers_beside_gzip(setup):
     engine, registry, opts = setup
-    res, _ = _build(engine, registry, dataclasses.replace(opts, options=dataclasses.replace(opts.options, zstd=True)))
+    res, _ = _build(
+        engine, registry, dataclasses.replace(opts, options=dataclasses.replace(opts.options, variants=("zstd",)))
+    )
     assert res.status == "published", res.error and res.error.render()
     remote = Remote.parse(REPO)
     tag = res.tag.rsplit(":", 1)[1]

@@ -108,6 +108,6 @@ def test_a_zstd_tag_holding_another_image_is_refused_before_anything_is_pushed(w
     remote = Remote.parse(REPO)
     registry.manifests[(remote.name, "cell-1-zstd")] = {"config": {"digest": "sha256:" + "0" * 64}, "layers": []}
     with pytest.raises(CheckFailed, match="cell-1-zstd already exists with other contents"):
-        _publish(engine, registry, image, zstd=True)
+        _publish(engine, registry, image, variants=("zstd",))
     assert engine.calls.count(("push", image)) == 1  # the gzip image only
     assert ("registry.copy_tag", "cell") not in engine.calls  # the alias never moved

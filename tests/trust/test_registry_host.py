@@ -6,9 +6,8 @@ import pytest
 
 from imagekit.effects.registry import Remote
 from imagekit.errors import UsageError
-from imagekit.oci import registry_host
 from imagekit.services import release
-from imagekit.trust import validate
+from imagekit.trust import registry_host, validate
 
 NAMES = [
     # (name, its registry host or None for Docker Hub, the path on it)
