@@ -52,8 +52,9 @@ def _version(value: bool) -> None:
 
 # Which module defines each top-level command: `imagekit lock ...` imports the lock command's module alone, not the
 # other commands' dependencies (docker, jinja2, paramiko, ...). Help, completion and errors build the whole app.
-# Each GPU cloud's template command comes from its row of the provider registry (runpod-template: runpod_template_cmd).
-PROVIDER_COMMANDS = {p.template_command: p.template_command.replace("-", "_") + "_cmd" for p in providers.PROVIDERS}
+# Each GPU cloud's template command (`<name>-template`) is built by template_cmd from its row of the provider registry.
+TEMPLATES = "template_cmd"
+PROVIDER_COMMANDS = {p.template_command: TEMPLATES for p in providers.PROVIDERS}
 COMMANDS = {
     "init": "init_cmd", "matrix": "matrix_cmd", "explain": "explain_cmd", "lock": "lock_cmd", "render": "render_cmd",
     "build": "build_cmd", "fetch": "fetch_cmd", **PROVIDER_COMMANDS, "selftest": "selftest_cmd",
@@ -61,8 +62,8 @@ COMMANDS = {
 }  # fmt: skip
 GROUPS = {"base": "base_cmd", "compat": "compat_cmd", "pod": "pod_cmd", "release": "release_cmd", "ci": "ci_cmd"}
 _ORDER = (
-    "init_cmd", "matrix_cmd", "explain_cmd", "lock_cmd", "render_cmd", "build_cmd", "fetch_cmd",
-    *PROVIDER_COMMANDS.values(), "selftest_cmd", "doctor_cmd", "audit_cmd", "sign_cmd",
+    "init_cmd", "matrix_cmd", "explain_cmd", "lock_cmd", "render_cmd", "build_cmd", "fetch_cmd", TEMPLATES,
+    "selftest_cmd", "doctor_cmd", "audit_cmd", "sign_cmd",
 )  # fmt: skip
 
 
@@ -93,6 +94,9 @@ def build_app(command: str | None = None) -> typer.Typer:
     ) -> None:
         """imagekit."""
 
+    if command in {p.template_command for p in providers.PROVIDERS}:  # the registry as it is now
+        module(TEMPLATES).register(app, only=command)
+        return app
     if command in COMMANDS:
         module(COMMANDS[command]).register(app)
         return app

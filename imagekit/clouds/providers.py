@@ -1,72 +1,45 @@
 """The provider registry: each GPU cloud imagekit rents and publishes templates for, its in-pod facts joined with what
 only the host uses.
 
-A row joins what the cloud's pods know (`facts.PROVIDERS`, the table the image's doctor and guard read) with the
-account's key variable, the template and pod endpoints, the template builder, the CLI command and what `imagekit pod`
-does there. The API clients (`effects/*_api.py`), the commands (`cli/`) and pod creation take their provider facts
-from here.
+The rows are found, never listed: for each row of `facts.PROVIDERS` (the table the image's doctor and guard read), the
+module `clouds/<name>.py`, when there is one, declares the cloud's host row as ``PROVIDER`` (`provider_spec.Provider`:
+the account's key variable, the template endpoint, the template builder, the template command's spec, what `imagekit
+pod` does there). The API clients (`effects/<name>_api.py`), the commands (`cli/template_cmd.py`, `cli/pod_cmd.py`)
+and pod creation take their provider facts from here.
 
-Another provider: its row of `facts.PROVIDERS`, its row of `PROVIDERS` below, its template module (`clouds/<name>.py`),
-its API client (`effects/<name>_api.py`) and its command (`cli/<name>_template_cmd.py`, registered by the CLI from
-`template_command`). A cloud only the doctor and the guard need is its facts row alone.
+Another provider: its row of `facts.PROVIDERS`, its module `clouds/<name>.py` (host row, template builder, command
+spec) and its API client `effects/<name>_api.py` (``create_template``); `imagekit <name>-template` follows. A cloud
+only the doctor and the guard need is its facts row alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib
+import importlib.util
+from collections.abc import Iterable
 
-from imagekit.clouds import runpod, vast
+from imagekit.clouds.provider_spec import Provider
 from imagekit.in_image import facts
 
-
-@dataclass(frozen=True)
-class Provider:
-    """A GPU cloud as the host knows it."""
-
-    pod: facts.ProviderFacts  # what its pods know: in-pod variables, the API base, the stop and terminate calls
-    account_key: str  # the variable the account's API key is read from
-    template_api: str  # where `--create` sends a template: a URL, or a path under the pods' API base
-    template_command: str  # the command that prints (and creates) its template, defined in cli/<name, - as _>_cmd.py
-    template: Callable[..., dict]  # the template builder: a release-index entry -> the body its API takes
-    pod_create: bool = False  # `imagekit pod create|stop|terminate` rent and end its pods, through its pods' API
-    pod_clouds: tuple[str, ...] = ()  # what `pod create --cloud` takes (the first is the default)
-    ssh_gateway: str = ""  # the host of its proxied SSH gateway: a terminal only (no exec channel, no SFTP)
-
-    @property
-    def name(self) -> str:
-        return self.pod.name
-
-    @property
-    def api(self) -> str:
-        """The REST base its pods are rented and ended through (the guard's, in the image, too)."""
-        return self.pod.api
-
-    @property
-    def template_url(self) -> str:
-        """The default endpoint of `--create` (``--api-url``)."""
-        return self.template_api if "://" in self.template_api else self.pod.api + self.template_api
+__all__ = ["PROVIDERS", "Provider", "discover", "named", "pod_provider", "ssh_gateways"]
 
 
-PROVIDERS = (
-    Provider(
-        facts.provider_named("runpod"),
-        account_key="RUNPOD_API_KEY",
-        template_api="https://api.runpod.io/graphql",
-        template_command="runpod-template",
-        template=runpod.template,
-        pod_create=True,
-        pod_clouds=("secure", "community"),
-        ssh_gateway="ssh.runpod.io",
-    ),
-    Provider(
-        facts.provider_named("vast"),
-        account_key="VAST_API_KEY",
-        template_api="/template/",
-        template_command="vast-template",
-        template=vast.template,
-    ),
-)
+def discover(rows: Iterable[facts.ProviderFacts]) -> tuple[Provider, ...]:
+    """The host rows of ``rows``, in their order: the ``PROVIDER`` of each one's module `imagekit.clouds.<name>` (a
+    row without a module is the doctor's and the guard's only)."""
+    found = []
+    for row in rows:
+        module = f"{__package__}.{row.name}"
+        if not row.name.isidentifier() or importlib.util.find_spec(module) is None:
+            continue
+        host = getattr(importlib.import_module(module), "PROVIDER", None)
+        if not isinstance(host, Provider) or host.pod is not row:
+            raise TypeError(f"{module} declares no PROVIDER (a provider_spec.Provider of facts' row {row.name!r})")
+        found.append(host)
+    return tuple(found)
+
+
+PROVIDERS = discover(facts.PROVIDERS)
 
 
 def named(name: str) -> Provider:

@@ -1,13 +1,17 @@
-"""RunPod template for a published image: the input of RunPod's `saveTemplate` GraphQL mutation. Pure."""
+"""RunPod: its row of the provider registry and its template for a published image (the input of RunPod's
+`saveTemplate` GraphQL mutation), with the options of `imagekit runpod-template`. Pure."""
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 from typing import TYPE_CHECKING
 
+from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
+from imagekit.clouds.pull import unreachable_registry as unreachable_registry  # `pod create` checks by this name
 from imagekit.errors import UsageError
+from imagekit.in_image import facts
+from imagekit.trust.untrusted import printable
 
 if TYPE_CHECKING:
     from imagekit.compat.catalog import CompatData
@@ -42,65 +46,6 @@ def allowed_cuda_versions(cuda: str) -> list[str]:
             "create the pod in RunPod's console, filtering by CUDA version there",
         )
     return allowed
-
-
-_PRIVATE_SUFFIXES = (".local", ".localhost", ".internal", ".lan", ".home.arpa")
-
-
-def registry_host(image: str) -> str:
-    """The registry a pod would pull ``image`` from (Docker's rule: a first component with '.' or ':' or
-    'localhost' names a registry; otherwise Docker Hub)."""
-    first = image.split("/", 1)[0] if "/" in image else ""
-    if first and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
-
-
-def _inet_aton(name: str) -> ipaddress.IPv4Address | None:
-    """An IPv4 address in any form inet_aton(3) accepts: 1-4 parts, each decimal, 0x-hex or 0-octal; the last part
-    fills the bytes the others left (127.1 is 127.0.0.1). None for anything else."""
-    parts = name.split(".")
-    if not 1 <= len(parts) <= 4:
-        return None
-    values = []
-    for part in parts:
-        m = re.fullmatch(r"0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*)", part)
-        if not m:
-            return None
-        values.append(int(m[1], 16) if m[1] else int(m[2], 8) if m[2] else int(m[3]))
-    *head, last = values
-    if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
-        return None
-    number = last
-    for i, v in enumerate(head):
-        number += v << (8 * (3 - i))
-    return ipaddress.IPv4Address(number)
-
-
-def unreachable_registry(image: str) -> str | None:
-    """Why no pod could pull ``image`` (a loopback, private, link-local or single-label registry), or None."""
-    host = registry_host(image)
-    if host.startswith("["):
-        name = host[1:].split("]")[0]
-    else:
-        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = name.lower().rstrip(".")
-    ip = None
-    try:
-        ip = ipaddress.ip_address(name)
-    except ValueError:
-        ip = _inet_aton(name)  # short and integer IPv4 forms (127.1, 2130706433), as the resolver reads them
-    if ip is not None:
-        if ip.is_loopback:
-            return f"{host} is a loopback address"
-        if not ip.is_global:
-            return f"{host} is not a public address (private, link-local or shared range)"
-        return None
-    if name == "localhost" or name.endswith(_PRIVATE_SUFFIXES):
-        return f"{host} is a local name"
-    if "." not in name:
-        return f"{host} is a single-label name (a local registry such as kind's or compose's)"
-    return None
 
 
 MAX_VOLUME_GB = 10_000
@@ -262,5 +207,53 @@ def registry_auth_id(value: str) -> str:
     return value
 
 
+def check_registry_auth(value: str) -> None:
+    """--registry-auth: RunPod's id of registry credentials, or a usage error."""
+    try:
+        registry_auth_id(value)
+    except ValueError as exc:
+        raise UsageError(
+            f"invalid --registry-auth {printable(value)[:80]!r}: {exc}",
+            "pass the id RunPod shows under Settings > Container Registry Auth",
+        ) from None
+
+
 def mutation(template_input: dict) -> dict:
     return {"query": SAVE_TEMPLATE, "variables": {"input": template_input}}
+
+
+PROVIDER = Provider(
+    facts.provider_named("runpod"),
+    account_key="RUNPOD_API_KEY",
+    template_api="https://api.runpod.io/graphql",
+    template=template,
+    command=TemplateCommand(
+        display="RunPod",
+        summary="Print the RunPod template (saveTemplate input) for a published image; --create saves it on RunPod.",
+        api_url_help="RunPod GraphQL endpoint.",
+        examples=("cu121-torch2.1.2-py3.11-tf4.48.2", "CELL --create"),
+        options=(
+            TemplateOption("digest", bool, False, "Pin imageName with @sha256 as well.", keyword="with_digest"),
+            TemplateOption(
+                "volume_gb", int, 50, "Volume size (GB) mounted at /workspace.", "GB", minimum=1, maximum=MAX_VOLUME_GB
+            ),
+            TemplateOption(
+                "registry_auth",
+                str,
+                None,
+                "RunPod's id of the registry credentials pods pull a private image with (containerRegistryAuthId).",
+                "ID",
+                check=check_registry_auth,
+                after_api_url=True,
+            ),
+        ),
+        request=mutation,
+        answer_key="saveTemplate",
+        pull_credentials="registry_auth",
+        pull_credentials_hint="save the registry's credentials in RunPod (Settings > Container Registry Auth) and "
+        "pass their id: --registry-auth ID",
+    ),
+    pod_create=True,
+    pod_clouds=("secure", "community"),
+    ssh_gateway="ssh.runpod.io",
+)

@@ -1,4 +1,5 @@
-"""Vast.ai template for a published image: the body of Vast's `POST /api/v0/template/`. Pure.
+"""Vast.ai: its row of the provider registry and its template for a published image (the body of Vast's `POST
+/api/v0/template/`), with the options of `imagekit vast-template`. Pure.
 
 Vast's launch modes decide what runs at start. SSH and Jupyter (``runtype`` ``ssh``/``jupyter``) replace the image's
 entrypoint with Vast's own, so the start check and the image's sshd run from the template's ``onstart``
@@ -11,7 +12,11 @@ import math
 import re
 from typing import TYPE_CHECKING
 
-from imagekit.clouds.runpod import registry_host, tested_line
+from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
+from imagekit.clouds.pull import registry_host
+from imagekit.clouds.runpod import tested_line
+from imagekit.errors import UsageError
+from imagekit.in_image import facts
 
 if TYPE_CHECKING:
     from imagekit.compat.catalog import CompatData
@@ -121,3 +126,51 @@ def readme(entry: dict, launch: str, runtime: Contract | None = None, data: Comp
             "instance keeps its disk (storage is still billed); destroying it deletes the disk.",
         ]
     )
+
+
+def check_launch(value: str) -> None:
+    """--launch: one of Vast's launch modes, or a usage error."""
+    if value not in LAUNCH_MODES:
+        raise UsageError(f"invalid --launch {value[:40]!r}", f"pass one of {', '.join(LAUNCH_MODES)}")
+
+
+def no_filter_warning(entry: dict, body: dict) -> list[str]:
+    """A template without an offer filter: instances may land on hosts whose driver cannot run the image."""
+    if body["extra_filters"]:
+        return []
+    return [
+        f"warning: the release entry of {entry['tag']} names no CUDA version: the template has no offer filter, so "
+        "instances may land on hosts whose driver cannot run the image\n"
+        "hint: publish it again with this imagekit (its manifest records the cell's CUDA)"
+    ]
+
+
+PROVIDER = Provider(
+    facts.provider_named("vast"),
+    account_key="VAST_API_KEY",
+    template_api="/template/",
+    template=template,
+    command=TemplateCommand(
+        display="Vast",
+        summary="Print the Vast.ai template for a published image; --create makes it on Vast (its hash_id is printed).",
+        api_url_help="Vast's template endpoint.",
+        examples=("cu121-torch2.1.2-py3.11-tf4.48.2", "CELL --launch entrypoint", "CELL --login --create"),
+        options=(
+            TemplateOption(
+                "launch",
+                str,
+                "ssh",
+                "Vast's launch mode: ssh and jupyter replace the image's entrypoint (the start check runs from "
+                "onstart); entrypoint keeps it.",
+                "|".join(LAUNCH_MODES),
+                check=check_launch,
+                check_first=True,
+            ),
+            TemplateOption("login", bool, False, "The image is private: Vast asks for the registry's credentials."),
+        ),
+        warnings=no_filter_warning,
+        unit="instance",
+        made_id="hash_id",
+        created_note=" (launch mode {launch})",
+    ),
+)

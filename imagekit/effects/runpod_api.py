@@ -73,9 +73,10 @@ def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     return doc
 
 
-def save_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
-    """``saveTemplate``; the saved template's fields, exactly when RunPod says it saved one (``data.saveTemplate``
-    with a template id). Anything else (an empty answer after a redirect turned the POST into a GET) is exit 3."""
+def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
+    """``saveTemplate``, as `imagekit runpod-template --create` calls it; the saved template's fields, exactly when
+    RunPod says it saved one (``data.saveTemplate`` with a template id). Anything else (an empty answer after a
+    redirect turned the POST into a GET) is exit 3."""
     doc = post(body, api_key, url)
     data = doc.get("data")
     saved = data.get("saveTemplate") if isinstance(data, dict) else None

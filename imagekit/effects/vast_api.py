@@ -34,7 +34,8 @@ def authorization(api_key: str) -> dict[str, str]:
 
 
 def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
-    """Create the template; ``{"id": ..., "hash_id": ...}`` exactly when Vast says it made one."""
+    """Create the template (`imagekit vast-template --create`); ``{"id": ..., "hash_id": ...}`` exactly when Vast says
+    it made one."""
     headers = {"Content-Type": "application/json", "Accept": "application/json", **authorization(api_key)}
     http.require_http(url, "--api-url", UsageError, f"pass Vast's template endpoint, {DEFAULT_API}")
     try:

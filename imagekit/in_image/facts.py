@@ -198,8 +198,9 @@ def json_depth(text):
 
 # ---- GPU clouds: what a pod knows of the provider it runs on --------------------------------------------------------
 # One table, read by the doctor (which cloud, where data survives) and the guard (how a pod ends itself); the host adds
-# what only it uses (its account key, template endpoints, commands) in imagekit/clouds/providers.py. Sources:
-# docs/pods.md and the design notes (RunPod REST v1; Vast's in-instance CONTAINER_ID and CONTAINER_API_KEY).
+# what only it uses (its account key, template endpoint and command) in imagekit/clouds/<name>.py, which
+# imagekit/clouds/providers.py finds by the row's name. Sources: docs/pods.md and the design notes (RunPod REST v1;
+# Vast's in-instance CONTAINER_ID and CONTAINER_API_KEY).
 class PodCall:
     """A call a pod makes to its provider's API: ``path`` lies under the API base, ``{id}`` is the pod's id; ``body``
     is sent as JSON (None: no body)."""

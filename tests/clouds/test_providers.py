@@ -1,6 +1,6 @@
-"""The provider registry (imagekit/clouds/providers.py): each GPU cloud's host row joins its in-pod row of
-facts.PROVIDERS, and the API clients, the commands and pod creation take their provider facts from it: each is
-written once, and a provider's command is registered from its row."""
+"""The provider registry (imagekit/clouds/providers.py): each GPU cloud's host row (declared by clouds/<name>.py, found
+from facts.PROVIDERS) joins its in-pod row, and the API clients, the commands and pod creation take their provider
+facts from it: each is written once, and a provider's command is built from its row."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def _option(command: str | tuple[str, ...], name: str):
 
 @pytest.mark.parametrize("p", providers.PROVIDERS, ids=lambda p: p.name)
 def test_each_providers_template_command_is_registered_from_its_row(p):
-    assert cli.COMMANDS[p.template_command] == p.template_command.replace("-", "_") + "_cmd"
+    assert cli.COMMANDS[p.template_command] == "template_cmd" and p.template_command == f"{p.name}-template"
     assert p.template_command in ROOT_COMMAND.commands
     lazy = typer.main.get_command(build_app(p.template_command))  # `imagekit runpod-template` imports one module
     assert list(lazy.commands) == [p.template_command]
@@ -119,18 +119,20 @@ def _literals(path: Path) -> list[str]:
 
 
 def test_no_host_module_writes_a_provider_fact_of_the_registry():
-    """The API bases, endpoints, account keys, in-pod variables and gateways are written in facts.py and
-    providers.py only (help prose such as "RunPod's API" is not a fact of the table)."""
-    written_once = {"facts.py", "providers.py"}
-    known = set()
+    """The API bases, endpoints, account keys, in-pod variables and gateways are written in facts.py and the
+    provider's own module, clouds/<name>.py, only (help prose such as "RunPod's API" is not a fact of the table)."""
+    known: dict[str, set[str]] = {}
     for p in providers.PROVIDERS:
-        known |= {urlsplit(p.api).netloc, urlsplit(p.template_url).netloc, p.account_key, p.ssh_gateway}
-        known |= {p.pod.pod_id, p.pod.pod_key, p.pod.api_override}
-    known.discard("")
+        known[p.name] = {urlsplit(p.api).netloc, urlsplit(p.template_url).netloc, p.account_key, p.ssh_gateway}
+        known[p.name] |= {p.pod.pod_id, p.pod.pod_key, p.pod.api_override}
+        known[p.name].discard("")
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name not in written_once and "in_image" not in path.parts:
-            hits = [s for s in _literals(path) if any(k in s for k in known)]
-            if hits:
-                found[str(path.relative_to(ROOT))] = hits
+        if path.name == "facts.py" or "in_image" in path.parts:
+            continue
+        mine = path.stem if path.parent.name == "clouds" else None
+        facts_here = set().union(*(k for name, k in known.items() if name != mine))
+        hits = [s for s in _literals(path) if any(k in s for k in facts_here)]
+        if hits:
+            found[str(path.relative_to(ROOT))] = hits
     assert not found, found

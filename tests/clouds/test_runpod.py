@@ -234,7 +234,7 @@ def test_ipv4_forms_read_as_inet_aton_reads_them():
     import random
     import socket
 
-    from imagekit.clouds.runpod import _inet_aton
+    from imagekit.clouds.pull import _inet_aton
 
     rng = random.Random(0)
     cases = ["127.1", "2130706433", "0x7f.1", "0177.0.0.1", "1.2.3.4.5", "256.1", "0x", "08", "1.2.65536", "", "1..2"]
