@@ -18,7 +18,7 @@ from imagekit.clouds import runpod
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.model import ARM64, Cell
 from imagekit.oci import image_index, media_types
-from imagekit.services import inputs, publish, selftest_runner
+from imagekit.services import inputs, release_index, selftest_runner
 from imagekit.services.build import BuildOptions, build_cell
 from tests.conftest import ROOT, _log
 
@@ -68,7 +68,7 @@ def test_the_torch_2_15_cell_on_arm64_and_amd64_under_one_tag(engine, registry, 
     # a record per platform; the arm64 one's template says it was only emulated
     records = sorted(p.name for p in (tmp_path / "records").iterdir())
     assert records == sorted(f"{r.tag.rsplit(':', 1)[1]}.json" for r in (amd, arm))
-    entry = publish.read_index(opts.release_index)["images"][arm.tag]
+    entry = release_index.read_index(opts.release_index)["images"][arm.tag]
     assert entry["manifest"]["cell"]["platform"] == ARM64 and entry["manifest"]["runtime"]["platform"] == ARM64
     readme = runpod.readme(entry, False)
     assert "Tested: emulated only" in readme and "passed on a GPU" not in readme

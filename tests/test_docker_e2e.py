@@ -25,7 +25,7 @@ from imagekit.image.buildplan import BuildPlan
 from imagekit.locking import resolution
 from imagekit.model import Cell
 from imagekit.oci import image_index
-from imagekit.services import blob_push, fetch, inputs, publish, selftest_runner, wheel_folders
+from imagekit.services import blob_push, fetch, inputs, publish, release_index, selftest_runner, wheel_folders
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import ensure_base
 from imagekit.services.build import BuildOptions, build_cell
@@ -379,7 +379,7 @@ def test_registry_stopped_mid_push_then_retry(engine, registry, tmp_path):
                 engine, RegistryClient(), image_id=image_id, repository=repo, immutable_tag="one",
                 alias_tag="latest", report=passed,
             )  # fmt: skip
-            publish.record(index, published, lock_hash="x", manifest={}, report={}, size=0)
+            release_index.record(index, published, lock_hash="x", manifest={}, report={}, size=0)
         assert killed.is_set()  # it failed because the registry died mid-upload, not before
         assert "push" in exc.value.message or "unreachable" in exc.value.message
         assert exc.value.hint  # says what to do
@@ -393,7 +393,7 @@ def test_registry_stopped_mid_push_then_retry(engine, registry, tmp_path):
             engine, RegistryClient(), image_id=image_id, repository=repo, immutable_tag="one", alias_tag="latest",
             report=passed,
         )  # fmt: skip
-        publish.record(index, published, lock_hash="h", manifest={}, report={}, size=1)
+        release_index.record(index, published, lock_hash="h", manifest={}, report={}, size=1)
         other = publish.publish(
             engine, RegistryClient(), image_id=image_id, repository=steady, immutable_tag="one", alias_tag="latest",
             report=passed,

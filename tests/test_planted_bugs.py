@@ -30,7 +30,8 @@ from imagekit.locking import lockfile, resolution
 from imagekit.locking.lockfile import Lock, LockEntry
 from imagekit.matrix import matrix_file as matrix
 from imagekit.model import Cell, Query
-from imagekit.services import publish, release
+from imagekit.oci import release_record
+from imagekit.services import release, release_index
 from tests.conftest import FIXTURES, ROOT
 from tests.fakes import RecordingRegistry
 from tests.test_verify_truth import CU118, PYPI, ROOT_VIA, TORCH_118, uv_output
@@ -160,11 +161,11 @@ def _record(folder: Path, registry: RecordingRegistry, published_at: str) -> dic
     tag = f"{cell}-0123456789ab"
     inspect = {"Id": "sha256:" + "c" * 64, "RootFS": {"Layers": ["sha256:" + "d" * 64]}, "Config": {}}
     digest = registry.receive(Remote.parse(repo), tag, inspect)
-    published = publish.Published(f"{repo}:{tag}", f"{repo}:{cell}", digest, False, inspect["Id"])
-    entry = publish.release_entry(
+    published = release_record.Published(f"{repo}:{tag}", f"{repo}:{cell}", digest, False, inspect["Id"])
+    entry = release_index.release_entry(
         published, lock_hash="l" * 64, manifest={"cell": {"id": cell}}, report={}, size=1, published_at=published_at
     )
-    publish.write_record(folder, entry)
+    release_index.write_record(folder, entry)
     return entry
 
 

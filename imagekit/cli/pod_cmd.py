@@ -392,7 +392,7 @@ def build() -> typer.Typer:
         from imagekit.clouds import pod_create, runpod
         from imagekit.effects import runpod_api
         from imagekit.services import inputs
-        from imagekit.services.publish import newest_release
+        from imagekit.services.release_index import newest_release
 
         data = inputs.compat_data()
         entry = newest_release(release_index, ref, pod_create.platform_of_gpu(data, gpu))  # a Grace GPU: arm64

@@ -54,7 +54,7 @@ def build() -> typer.Typer:
         """Verify release records against the registry and add them to the release index (atomically)."""
         from imagekit.effects.registry import RegistryClient
         from imagekit.services import release
-        from imagekit.services.publish import read_index
+        from imagekit.services.release_index import read_index
 
         output_file_option(index, "--index")
         from imagekit.errors import UsageError

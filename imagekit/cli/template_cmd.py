@@ -94,7 +94,7 @@ def _run(provider: Provider, values: dict[str, Any]) -> None:
     """Print the template, or create it (--create): the same steps and checks for every provider."""
     from imagekit.compat import contract
     from imagekit.services import inputs
-    from imagekit.services.publish import newest_release
+    from imagekit.services.release_index import newest_release
 
     spec, platform = provider.command, values["platform"]
     options = {o.name: values[o.name] for o in spec.options}

@@ -61,7 +61,7 @@ def template(
     runtime: Contract | None = None,
     data: CompatData | None = None,
 ) -> dict:
-    """From a release-index entry (as `services.publish.read_index` checked it: every field read here has its type,
+    """From a release-index entry (as `release_index.read_index` checked it: every field read here has its type,
     grammar and range, the optional ones may be absent): pinned to the immutable tag (optionally @digest), disk
     sized from the image, listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it);
     the readme says which hosts to rent (the console has no filter a template can set) from the image's ``runtime``

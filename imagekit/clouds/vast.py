@@ -46,7 +46,7 @@ def template(
     runtime: Contract | None = None,
     data: CompatData | None = None,
 ) -> dict:
-    """From a release-index entry (checked by `services.publish.read_index`): the image by its immutable tag, the
+    """From a release-index entry (checked by `services.release_index.read_index`): the image by its immutable tag, the
     launch mode, the ports the image serves, the env, the onstart the launch mode needs, the disk sized from the
     image; ``login``: the image is private, so Vast asks for the registry's credentials (``docker_login_repo``). The
     offer filters come from the image's ``runtime`` contract (with ``data``: the GPUs its torch has kernels for);

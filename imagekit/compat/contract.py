@@ -119,7 +119,7 @@ def of_cell(cell: Cell, data: CompatData) -> Contract:
 
 
 def from_record(entry: dict, data: CompatData) -> Contract:
-    """The contract of a release record (an index entry `services.publish.read_index` checked): its own, or for a
+    """The contract of a release record (an index entry `services.release_index.read_index` checked): its own, or for a
     record that predates it, the one the cell's facts give; a usage error when neither is there."""
     manifest = entry["manifest"]
     runtime = manifest.get("runtime")

@@ -26,7 +26,16 @@ from imagekit.image.image_options import ImageOptions
 from imagekit.locking import resolution
 from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, Cell
-from imagekit.services import apt_resolve, fetch, publish, selftest_runner, signing, staged_build, wheel_folders
+from imagekit.services import (
+    apt_resolve,
+    fetch,
+    publish,
+    release_index,
+    selftest_runner,
+    signing,
+    staged_build,
+    wheel_folders,
+)
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import native, present, require_emulation
 from imagekit.services.build_plans import code_for
@@ -301,7 +310,7 @@ def _config(b: _Build) -> None:
 def _budget(b: _Build) -> None:
     """An image over its size budget (or grown past it since the last release) goes no further."""
     assert b.result.size is not None
-    previous = publish.last_size(b.opts.release_index, b.cell.id, b.cell.platform)
+    previous = release_index.last_size(b.opts.release_index, b.cell.id, b.cell.platform)
     too_big = budget.over(b.result.size, budget.parse(b.opts.options.size_budget), previous)
     if too_big:
         raise CheckFailed(
@@ -450,7 +459,7 @@ def _publish(b: _Build) -> None:
     except ImagekitError as exc:  # published already: the record goes without its layer sizes
         layer_sizes = None
         b.say(f"warning: layer sizes not read back from the registry: {exc.message}")
-    publish.record(
+    release_index.record(
         b.opts.release_index,
         published,
         lock_hash=b.lock.content_hash,

@@ -56,7 +56,7 @@ class BuildRequest:
 def check(request: BuildRequest) -> object | None:
     """Refuse now what would fail after the build: a broken release index, the audit gate's options, a signing key
     without --push or that does not open (a wrong password). Returns the opened key (None without --sign-key)."""
-    from imagekit.services.publish import read_index
+    from imagekit.services.release_index import read_index
 
     read_index(request.release_index)  # a broken index is refused now, not after the build
     if request.audit_fail_on not in AUDIT_LEVELS:

@@ -13,42 +13,12 @@ from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.model import AMD64
 from imagekit.oci import publish_formats
 from imagekit.oci.layer_blobs import LayerFormat
-from imagekit.oci.release_record import Published, entry_problems, index_problems, record_name
+from imagekit.oci.release_record import Published
 from imagekit.services import blob_push
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import Progress
-from imagekit.services.release_index import (
-    index_locked,
-    last_size,
-    newest_release,
-    read_index,
-    read_record,
-    record,
-    release_entry,
-    write_record,
-)
 from imagekit.services.selftest_runner import SelfTestReport
 from imagekit.services.tag_indexes import attach_sbom, image_in_index, point_alias
-
-# What build, the CLI's readers of the index and the tests call as publish's: each lives where its name says.
-__all__ = [
-    "Published",
-    "attach_sbom",
-    "entry_problems",
-    "index_locked",
-    "index_problems",
-    "last_size",
-    "layer_sizes",
-    "newest_release",
-    "point_alias",
-    "publish",
-    "read_index",
-    "read_record",
-    "record",
-    "record_name",
-    "release_entry",
-    "write_record",
-]
 
 
 def _same_contents(

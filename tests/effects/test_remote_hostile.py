@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from imagekit.clouds import runpod
 from imagekit.effects import registry as registry_api
 from imagekit.errors import EnvironmentFailure, UsageError
-from imagekit.services import publish
+from imagekit.oci import release_record
+from imagekit.services import release_index
 from tests import hostile_http
 from tests.hostile_http import Seen, serve
 from tests.registry import Registry, free_port
@@ -49,9 +50,11 @@ def creds(monkeypatch):
 
 
 def _entry(repo: str, cell: str, digest: str, config: str | None = None) -> dict:
-    published = publish.Published(f"{repo}:{cell}-{BUILD}", f"{repo}:{cell}", digest, False, config)
+    published = release_record.Published(f"{repo}:{cell}-{BUILD}", f"{repo}:{cell}", digest, False, config)
     manifest = {"cell": {"id": cell}}
-    return publish.release_entry(published, lock_hash="l" * 64, manifest=manifest, report={"passed": True}, size=1)
+    return release_index.release_entry(
+        published, lock_hash="l" * 64, manifest=manifest, report={"passed": True}, size=1
+    )
 
 
 def _index(path: Path, *entries: dict) -> str:
@@ -75,10 +78,10 @@ def test_merge_sends_no_credentials_to_a_registry_the_user_did_not_name(app, run
     d0, c0 = push_image(honest_registry, REPO, f"{CELL_A}-{BUILD}", "a", auth=(USER, PASSWORD))
     before = _index(in_tmp / "index.json", _entry(repo, CELL_A, d0, c0))
     d1, c1 = push_image(honest_registry, REPO, f"{CELL_B}-{BUILD}", "b", auth=(USER, PASSWORD))
-    publish.write_record(in_tmp / "records" / "runner-1", _entry(repo, CELL_B, d1, c1))
+    release_index.write_record(in_tmp / "records" / "runner-1", _entry(repo, CELL_B, d1, c1))
     with hostile_http.registry() as evil:
         image = evil.add_image(REPO, f"{CELL_C}-{BUILD}")
-        bad = publish.write_record(
+        bad = release_index.write_record(
             in_tmp / "records" / "runner-2", _entry(f"{evil.address}/{REPO}", CELL_C, image.digest, image.config_digest)
         )
         res = runner.invoke(app, ["release", "merge", "records", "--index", "index.json"])
@@ -97,10 +100,10 @@ def test_merge_takes_the_registries_the_user_names(app, runner, honest_registry,
     elsewhere is refused before any request, even one on the named host but in another repository."""
     repo = f"{honest_registry.address}/{REPO}"
     digest, config = push_image(honest_registry, REPO, f"{CELL_B}-{BUILD}", "named", auth=(USER, PASSWORD))
-    publish.write_record(in_tmp / "records", _entry(repo, CELL_B, digest, config))
+    release_index.write_record(in_tmp / "records", _entry(repo, CELL_B, digest, config))
     with hostile_http.registry() as evil:
         image = evil.add_image(REPO, f"{CELL_C}-{BUILD}")
-        publish.write_record(
+        release_index.write_record(
             in_tmp / "elsewhere", _entry(f"{evil.address}/{REPO}", CELL_C, image.digest, image.config_digest)
         )
         for flags in (["--registry", repo], ["--registry", honest_registry.address]):
@@ -131,7 +134,7 @@ def test_a_record_digest_never_becomes_another_url_path(app, runner, creds, in_t
         before = _index(in_tmp / "index.json", _entry(repo, CELL_A, image.digest, image.config_digest))
         record = _entry(repo, CELL_B, "../../admin/delete?all=1#")
         (in_tmp / "records").mkdir()
-        (in_tmp / "records" / publish.record_name(record["tag"])).write_text(json.dumps(record))
+        (in_tmp / "records" / release_record.record_name(record["tag"])).write_text(json.dumps(record))
         res = runner.invoke(app, ["release", "merge", "records", "--index", "index.json"])
         paths = [s.path for s in evil.seen]
     assert [p for p in paths if not p.startswith(f"/v2/{REPO}/")] == [], f"the registry was asked for {paths}"
@@ -247,7 +250,7 @@ def test_a_registry_password_that_cannot_be_sent_is_named_never_printed(
     monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", password)
     repo = f"{honest_registry.address}/{REPO}"
     digest, config = push_image(honest_registry, REPO, f"{CELL_A}-{BUILD}", "pw", auth=(USER, PASSWORD))
-    publish.write_record(in_tmp / "records", _entry(repo, CELL_A, digest, config))
+    release_index.write_record(in_tmp / "records", _entry(repo, CELL_A, digest, config))
     res = runner.invoke(app, ["release", "merge", "records", "--index", "i.json", "--registry", repo])
     assert "Reg1" not in res.output
     assert res.exit_code == 2, res.output
@@ -537,7 +540,7 @@ def _mutated(changes: list[tuple[tuple[str, ...], object, bool]]) -> dict:
 def _an_entry_the_index_check_accepts_makes_a_sane_template(changes):
     entry = _mutated(changes)
     key = entry["tag"] if isinstance(entry.get("tag"), str) else "t"
-    if publish.index_problems({"images": {key: entry}}):
+    if release_record.index_problems({"images": {key: entry}}):
         ACCEPTED.append(False)
         return
     ACCEPTED.append(True)
@@ -609,7 +612,7 @@ def test_docker_logins_credentials_serve_merge_and_a_wrong_one_stops_build_befor
         monkeypatch.delenv(name, raising=False)
     repo = f"{honest_registry.address}/{REPO}"
     digest, config = push_image(honest_registry, REPO, f"{CELL_C}-{BUILD}", "dl", auth=(USER, PASSWORD))
-    publish.write_record(in_tmp / "records" / "runner-1", _entry(repo, CELL_C, digest, config))
+    release_index.write_record(in_tmp / "records" / "runner-1", _entry(repo, CELL_C, digest, config))
     saved(PASSWORD)
     res = runner.invoke(app, ["release", "merge", "records", "--index", "i.json", "--registry", repo])
     assert res.exit_code == 0, res.output

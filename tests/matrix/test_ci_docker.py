@@ -94,7 +94,7 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
         report = SelfTestReport(image, True, {"passed": True, "checks": []})
         p = publish.publish(Engine(), RegistryClient(), image_id=image, repository=repo,
                             immutable_tag=f"{cell}-0123456789ab", alias_tag=cell, report=report)
-        publish.record(Path(index), p, lock_hash="l" * 64, manifest={"cell": {"id": cell}}, report=report.report,
+        release_index.record(Path(index), p, lock_hash="l" * 64, manifest={"cell": {"id": cell}}, report=report.report,
                        size=1, records_dir=Path(records))
         print(json.dumps([p.immutable, p.digest]))
         """
