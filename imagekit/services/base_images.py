@@ -232,12 +232,17 @@ def ensure_base(
         }
         write_atomic(state, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     log(f"importing {tarball.name} as {ref.reference}")
-    engine.import_tarball(tarball, repo, tag)
-    if arch != "amd64":
-        # `docker import` records the engine's own architecture (its --platform is experimental on Docker 20.10):
-        # the same layer under a config that names the tarball's, so builds and runs of it know what it is
-        imported = engine.image(ref.reference) or {}
+    # `docker import` dates its config now (and records the engine's own architecture: its --platform is
+    # experimental on Docker 20.10), so each import is a new image id. The layer is imported under a name of this
+    # process's own, and the tag names the same layer under a config made of the inputs alone: two runners that
+    # import at once tag the same id, and a build FROM the tag never sees it move.
+    scratch = f"import-{os.getpid()}-{tag}"[:128]
+    engine.import_tarball(tarball, repo, scratch)
+    try:
+        imported = engine.image(f"{repo}:{scratch}") or {}
         engine.load_config(base_config(imported, arch, epoch), [ref.reference])
+    finally:
+        engine.remove(f"{repo}:{scratch}")
     layers = engine.layers(ref.reference)
     if layers != [f"sha256:{meta['sha256']}"]:
         raise EnvironmentFailure(

@@ -92,36 +92,33 @@ def build_staged(
     epoch = imageconfig._rfc3339(source_date_epoch)
     diff_ids = list(base.get("RootFS", {}).get("Layers", []))
     current = base_id
-    loaded: list[str] = []
-    try:
-        for step in cell_steps:
-            began = time.monotonic()
-            on_line(f"Step {step.number}/{step.total} : RUN {step.command[:120]}")
-            key = steps.step_key(diff_ids, step)
-            entry = steps.history_entry(step)
-            hit = None if nocache else _cached(key)
-            image = None
-            if hit is not None:
-                config = steps.layered_config(base, [*history, entry], [*diff_ids, hit["diff_id"]], epoch)
-                try:
-                    image = engine.load_layer(config, None, len(diff_ids) + 1)
-                    on_line(" ---> Using cache")
-                    diff_id = hit["diff_id"]
-                except EnvironmentFailure:
-                    image = None  # the engine no longer holds that layer: run the step again
-            if image is None:
-                diff_id, image = _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts,
-                                      source_date_epoch, epoch, on_line)  # fmt: skip
-                _remember(key, diff_id)
-            loaded.append(image)
-            history.append(entry)
-            diff_ids.append(diff_id)
-            current = image
-            on_line(f"staged-layer: step {step.number} done in {time.monotonic() - began:.1f} s")
-        engine.tag(current, *tag.rsplit(":", 1))
-    finally:
-        for image in loaded[:-1]:
-            engine.remove(image)
+    # Each step's image stays in the engine, untagged: its id is its config's digest, so another build of the same
+    # steps on this engine (a second runner) loads and runs on the very same image, and removing it here would pull
+    # it from under that build. It holds no layer of its own (the final image holds them all).
+    for step in cell_steps:
+        began = time.monotonic()
+        on_line(f"Step {step.number}/{step.total} : RUN {step.command[:120]}")
+        key = steps.step_key(diff_ids, step)
+        entry = steps.history_entry(step)
+        hit = None if nocache else _cached(key)
+        image = None
+        if hit is not None:
+            config = steps.layered_config(base, [*history, entry], [*diff_ids, hit["diff_id"]], epoch)
+            try:
+                image = engine.load_layer(config, None, len(diff_ids) + 1)
+                on_line(" ---> Using cache")
+                diff_id = hit["diff_id"]
+            except EnvironmentFailure:
+                image = None  # the engine no longer holds that layer: run the step again
+        if image is None:
+            diff_id, image = _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts,
+                                  source_date_epoch, epoch, on_line)  # fmt: skip
+            _remember(key, diff_id)
+        history.append(entry)
+        diff_ids.append(diff_id)
+        current = image
+        on_line(f"staged-layer: step {step.number} done in {time.monotonic() - began:.1f} s")
+    engine.tag(current, *tag.rsplit(":", 1))
     return current, history
 
 
