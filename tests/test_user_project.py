@@ -80,6 +80,43 @@ def test_the_project_locks_builds_and_publishes_with_everything_it_named(user_pr
         RegistryClient().oci_manifest(remote, tag.rsplit(":", 1)[1])
 
 
+def _blobs(registry) -> dict[str, int]:
+    """Every blob the registry stores (its path and size): what a push adds."""
+    root = registry.root / "data" / "docker" / "registry" / "v2" / "blobs"
+    return {str(f.relative_to(root)): f.stat().st_size for f in root.rglob("data")}
+
+
+def test_a_rebuild_with_no_change_is_the_same_image_and_pushes_nothing(user_project, engine):
+    """After a publish (which wrote the release index and record into the project's folder) and `ci init` (its wheel
+    under .github/), the same build again: the same tag and digest, no blob added to the registry, and the self-test
+    reuses the published run's results for every check but the code layer's; --full-self-test runs them all."""
+    p = user_project
+    first = p["result"]
+    assert (p["project"] / "releases" / "index.json").is_file()  # imagekit's own output, inside `copy = "."`
+    p["imagekit"]("ci", "init", "--registry", "ghcr.io/acme/train")
+    workflow = p["project"] / ".github" / "workflows" / "images.yml"
+    assert workflow.is_file() and list((p["project"] / ".github" / "imagekit").glob("imagekit-*.whl"))
+    blobs = _blobs(p["registry"])
+    again = p["imagekit"]("build", "--push", "--json")
+    (second,) = json.loads(again.stdout)
+    log = again.stderr
+    assert second["status"] == "published", log
+    assert (second["tag"], second["digest"]) == (first["tag"], first["digest"]), log
+    assert f"{first['tag']} already published as " in log and " layers pushed" not in log, log
+    assert _blobs(p["registry"]) == blobs  # 0 bytes: not one blob more
+    reused = second["selftest_reused"]
+    assert reused["record"] == first["tag"] and {"torch-compile", "tiny-model", "dists-match-lock"} <= set(
+        reused["checks"]
+    ), reused
+    assert "image-hygiene" not in reused["checks"] and "labels-match-contents" not in reused["checks"]  # run again
+    assert reused["layers"] == engine.layers(first["tag"])[:-1]  # keyed by the layers below the code layer
+    full = p["imagekit"]("build", "--push", "--json", "--full-self-test")
+    (third,) = json.loads(full.stdout)
+    assert third["tag"] == first["tag"] and "selftest_reused" not in third, full.stderr
+    assert "self-test: every check (--full-self-test)" in full.stderr and _blobs(p["registry"]) == blobs
+    workflow.unlink()  # the project as it was: test_ci_init_... starts where `ci init` never ran
+
+
 def test_a_code_change_rebuilds_and_pushes_only_the_code_layer(user_project, engine):
     p = user_project
     first = p["result"]
@@ -99,6 +136,16 @@ def test_a_code_change_rebuilds_and_pushes_only_the_code_layer(user_project, eng
     assert pushed[2].endswith(" kB") or pushed[2].endswith(" B"), pushed[2]  # kilobytes read, not the image
     a, b = engine.layers(first["tag"]), engine.layers(second["tag"])
     assert a[:-1] == b[:-1] and a[-1] != b[-1]
+    # the self-test ran the code layer's checks; the rest are the first release's, keyed by the layers below
+    reused = second["selftest_reused"]
+    assert reused["record"] == first["tag"] and "torch-compile" in reused["checks"], reused
+    record = p["project"] / "releases" / "records" / f"{second['tag'].rsplit(':', 1)[1]}.json"
+    ran = json.loads(record.read_text())["selftest"]
+    checks = {c["id"]: c for c in ran["checks"]}
+    assert len(checks) == len(ran["checks"]) and checks["labels-match-contents"]["status"] == "pass"  # once, run now
+    assert "reused" not in checks["labels-match-contents"]
+    assert checks["tiny-model"]["reused"]["layers"] == ran["ran"]["layers"][:-1] == reused["layers"]
+    assert "reused" not in checks["image-hygiene"] and ran["ran"]["layers"][:-1] == engine.layers(first["tag"])[:-1]
     code, out = _run(engine, second["tag"], "python /opt/app/train.py")
     assert code == 0 and "epoch 2" in out, out
     engine.remove(second["tag"])
@@ -106,10 +153,13 @@ def test_a_code_change_rebuilds_and_pushes_only_the_code_layer(user_project, eng
 
 def test_ci_init_for_the_project_writes_a_workflow_that_installs_this_imagekit(user_project):
     p = user_project
-    p["imagekit"]("ci", "init")
+    refused = p["imagekit"]("ci", "init", ok=False)  # a loopback registry: no runner reaches it
+    assert refused.returncode == 2 and "hint:" in refused.stderr, refused.stderr
+    assert not (p["project"] / ".github" / "workflows" / "images.yml").exists()
+    p["imagekit"]("ci", "init", "--registry", "ghcr.io/acme/train")
     written = p["project"] / ".github" / "workflows" / "images.yml"
     workflow = written.read_text()
-    assert "--source pypi" not in workflow and p["repo"] in workflow  # the matrix file's registry
+    assert "--source pypi" not in workflow and "ghcr.io/acme/train" in workflow
     wheel = next((p["project"] / ".github" / "imagekit").glob("imagekit-*.whl"))
     assert wheel.name in workflow  # every job installs the committed wheel of this imagekit
     lint = actionlint(written)

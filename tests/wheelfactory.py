@@ -82,6 +82,97 @@ def fake_pypi_wheels(
     return [build_wheel(out, n, v, reqs, extra_files=torch_files if n == "torch" else None) for n, v, reqs in specs]
 
 
+# A PEP 517 build backend, small but real: it reads pyproject.toml's [project] table, writes beside the sources as
+# setuptools does (build/), talks on stdout, imports a dependency of its own (which the build environment must hold)
+# and writes a wheel whose entries are dated SOURCE_DATE_EPOCH. What `[image] install` builds with in the tests.
+BACKEND = "imagekit-test-backend"
+BACKEND_CODE = r"""
+import base64, hashlib, os, time, tomllib, zipfile
+
+import filelock  # noqa: F401 - the backend's own dependency: the build environment must hold it
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    with open("pyproject.toml", "rb") as fh:
+        project = tomllib.load(fh)["project"]
+    name, version = project["name"], project["version"]
+    dist = name.replace("-", "_")
+    print(f"imagekit-test-backend: building {name} {version}")
+    os.makedirs("build", exist_ok=True)
+    date = time.gmtime(max(int(os.environ.get("SOURCE_DATE_EPOCH", "315532800")), 315532800))[:6]
+    files = {}
+    for folder, dirs, names in os.walk(dist):
+        dirs.sort()
+        for n in sorted(names):
+            if n.endswith(".py"):
+                with open(os.path.join(folder, n), "rb") as fh:
+                    files[os.path.join(folder, n).replace(os.sep, "/")] = fh.read()
+    info = f"{dist}-{version}.dist-info"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Dist: {r}" for r in project.get("dependencies", [])]
+    if project.get("requires-python"):
+        meta.append(f"Requires-Python: {project['requires-python']}")
+    files[f"{info}/METADATA"] = ("\n".join(meta) + "\n\n").encode()
+    files[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: imagekit-test-backend\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    files[f"{info}/RECORD"] = ("\n".join(record + [f"{info}/RECORD,,"]) + "\n").encode()
+    filename = f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, filename), "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(files):
+            zf.writestr(zipfile.ZipInfo(path, date), files[path])
+    return filename
+"""
+
+
+def backend_wheel(out: Path, version: str = "1.0") -> Path:
+    """The test build backend as a wheel (it needs filelock, which every fake cell locks through torch)."""
+    return build_wheel(out, BACKEND, version, ["filelock"], payload=BACKEND_CODE)
+
+
+# Real wheels from PyPI, each by its URL and sha256, downloaded once into a cache on disk (IMAGEKIT_TEST_WHEELS, else
+# ~/.cache/imagekit-tests/wheels): what `python -m venv` seeds, at versions no seed of a base image has.
+PYPI_WHEELS = {
+    "pip-24.3.1-py3-none-any.whl": (
+        "https://files.pythonhosted.org/packages/ef/7d/500c9ad20238fcfcb4cb9243eede163594d7020ce87bd9610c9e02771876/",
+        "3790624780082365f47549d032f3770eeb2b1e8bd1f7b2e02dace1afa361b4ed",
+    ),
+    "setuptools-75.6.0-py3-none-any.whl": (
+        "https://files.pythonhosted.org/packages/55/21/47d163f615df1d30c094f6c8bbb353619274edccf0327b185cc2493c2c33/",
+        "ce74b49e8f7110f9bf04883b730f4765b774ef3ef28f722cce7c273d253aaf7d",
+    ),
+}
+
+
+def pypi_wheel(out: Path, filename: str) -> Path:
+    """A real wheel of PYPI_WHEELS in ``out``: from the cache, else downloaded into it; its sha256 checked always."""
+    import os
+    import shutil
+    import urllib.request
+
+    folder, sha256 = PYPI_WHEELS[filename]
+    cache = Path(os.environ.get("IMAGEKIT_TEST_WHEELS") or Path.home() / ".cache" / "imagekit-tests" / "wheels")
+    cached = cache / filename
+    if not cached.is_file() or hashlib.sha256(cached.read_bytes()).hexdigest() != sha256:
+        with urllib.request.urlopen(folder + filename, timeout=60) as res:
+            data = res.read()
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise AssertionError(f"{filename} from PyPI does not have the sha256 this file pins")
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / f".{filename}.part").write_bytes(data)
+        (cache / f".{filename}.part").replace(cached)
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(cached, out / filename))
+
+
 def write_simple_index(root: Path, wheels: list[Path]) -> None:
     """Lay out ``root/simple/<project>/index.html`` (PEP 503) with sha256 fragments, wheels under ``root/files``."""
     files_dir = root / "files"

@@ -80,6 +80,14 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--require-gpu", help="Fail the self-test when no GPU is there.")
         ] = False,
         keep_going: Annotated[bool, typer.Option("--keep-going", help="Continue past a failing cell.")] = False,
+        full_self_test: Annotated[
+            bool,
+            typer.Option(
+                "--full-self-test",
+                help="Run every self-test check. Default: when a published release of the cell passed on the same "
+                "layers below the code layer (same config, GPU or not), reuse its results and run the code layer's.",
+            ),
+        ] = False,
         sign_key: Annotated[
             Path | None,
             typer.Option(
@@ -141,6 +149,7 @@ def register(app: typer.Typer) -> None:
             no_cache=no_cache,
             gpus=gpus,
             require_gpu=require_gpu,
+            full_self_test=full_self_test,
             keep_going=keep_going,
             sign_key=sign_key,
             audit_osv=audit_osv,

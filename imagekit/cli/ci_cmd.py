@@ -24,7 +24,9 @@ git+https://..., or a name an index serves: a name is looked up on PIP_INDEX_URL
 index does not have it); a SPEC holding a credential (a password or token in a URL) is refused, since the workflow
 is committed: keep it in a repository secret and give it to pip through the job's env. The registry is
 --registry, else the matrix file's [image] repository, else ghcr.io/<owner>/<repo> (logged in with GITHUB_TOKEN);
-another registry takes the secrets REGISTRY_USERNAME and REGISTRY_PASSWORD. Without --gpu-runner the runners have no
+another registry takes the secrets REGISTRY_USERNAME and REGISTRY_PASSWORD; a loopback, private or single-label
+registry (127.0.0.1:5000, 10.0.0.7, registry.internal, kind-registry:5000), which GitHub's hosted runners cannot
+reach, is refused (exit 2, nothing written). Without --gpu-runner the runners have no
 GPU: the self-test's GPU checks are skipped, and the job summary says so. A self-hosted runner's labels go in
 .github/actionlint.yaml for actionlint."""
 
@@ -89,12 +91,20 @@ def build() -> typer.Typer:
         force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     ) -> None:
         """Write .github/workflows/images.yml: plan, build and self-test each cell on its own runner, release."""
+        import dataclasses
+
+        from imagekit.clouds.pull import unreachable_registry
         from imagekit.errors import UsageError
         from imagekit.matrix import ci_workflow as ci
         from imagekit.services import ci_setup
 
         output_file_option(out, "--out")
         opts = ci.validated(registry, gpu_runner, install, locks, wheel_dir, arm64_runner)
+        if opts.registry is None:  # the matrix file's (its local default: none, so ghcr.io/<owner>/<repo>)
+            opts = dataclasses.replace(opts, registry=ci_setup._matrix_registry())
+        why = unreachable_registry(opts.registry) if opts.registry else None
+        if opts.registry and why:
+            raise ci.unreachable_refusal(opts.registry, why, given=registry is not None)
         if install is None:
             folder_option(Path(opts.wheel_dir), "--wheel-dir")
         if (out.exists() or out.is_symlink()) and not force:

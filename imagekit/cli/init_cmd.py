@@ -6,6 +6,7 @@ import json
 import shlex
 import tomllib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +18,8 @@ from imagekit.effects.files import read_input, write_atomic
 from imagekit.errors import UsageError
 from imagekit.locking import debs, direct_wheels
 from imagekit.matrix import matrix_file as matrix
+from imagekit.matrix import project_axes, project_deps
+from imagekit.matrix.project_deps import DepsSource
 from imagekit.services import inputs
 from imagekit.trust import validate
 
@@ -58,10 +61,17 @@ def document(
     repository: str,
     table: str = "",
     apt: tuple[str, ...] = (),
+    requirements: DepsSource | None = None,
 ) -> str:
     """The commented matrix: the axes, packages and repository set, every other key shown commented out.
-    ``table``: "tool.imagekit." for pyproject.toml's section, "" for a file of its own."""
+    ``table``: "tool.imagekit." for pyproject.toml's section, "" for a file of its own. ``requirements``: the
+    project's own dependency declaration, which the file then refers to (one list)."""
     t = table
+    declared = (
+        f"requirements = {requirements.toml()}"
+        if requirements is not None
+        else '# requirements = "requirements.txt"   # or { file = "pyproject.toml", extras = ["train"] }, or setup.py'
+    )
     return f"""\
 # imagekit matrix (`imagekit matrix --help` and the README's "Your own matrix" describe every key).
 # Cells: every combination of the four axes (the product), minus the exclude entries, plus the include entries,
@@ -72,7 +82,10 @@ cuda = {_list(axes["cuda"])}    # the CUDA version of torch's wheel variant: 12.
 torch = {_list(axes["torch"])}
 transformers = {_list(axes["transformers"])}
 python = {_list(axes["python"])}
-# Installed in every cell and hash-locked with the rest (PEP 508 requirements; pins make upgrades deliberate).
+# The project's own dependency list, read again by every command (a change to it makes the locks stale): its
+# torch, transformers and Python requirements must allow the axes above; the rest is installed in every cell.
+{declared}
+# Installed in every cell too, and hash-locked with the rest (PEP 508 requirements; pins make upgrades deliberate).
 packages = {_list(packages)}
 
 # Drop combinations from the product: name any of the four axes; an entry drops the cells matching all it names.
@@ -123,7 +136,8 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "init",
         epilog="Examples: imagekit init --package peft --package bitsandbytes --repository ghcr.io/acme/train; "
-        "imagekit init --torch 2.5.1 --cuda 12.4 --python 3.11 --python 3.12; imagekit init --pyproject",
+        "imagekit init --torch 2.5.1 --cuda 12.4 --python 3.11 --python 3.12; imagekit init --pyproject; "
+        "imagekit init --from requirements.txt; imagekit init --from pyproject.toml --extra train",
     )
     @handles_errors
     def init(
@@ -174,28 +188,55 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         repository: Annotated[
-            str,
-            typer.Option(metavar="REG/REPO", help="Where `imagekit build --push` publishes, e.g. ghcr.io/acme/train."),
-        ] = matrix.DEFAULT_REPOSITORY,
+            str | None,
+            typer.Option(
+                metavar="REG/REPO",
+                help="Where `imagekit build --push` publishes, e.g. ghcr.io/acme/train (default: the local demo "
+                f"registry, {matrix.DEFAULT_REPOSITORY}).",
+            ),
+        ] = None,
+        from_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--from",
+                metavar="FILE",
+                help="The project's own dependency declaration, which the matrix then refers to: a requirements "
+                "file (its -r/-c includes too), pyproject.toml ([project] dependencies) or setup.py/setup.cfg (read by "
+                "its build backend in a container of the base, network off). Its torch, transformers and Python "
+                "requirements choose the axes; the rest is each cell's packages.",
+            ),
+        ] = None,
+        extra: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--extra",
+                metavar="NAME",
+                help="With --from pyproject.toml or setup.py: an optional-dependency group to install too "
+                "(repeatable).",
+            ),
+        ] = None,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     ) -> None:
         """Write a commented matrix for your project: imagekit.toml (or [tool.imagekit] in pyproject.toml).
 
         Axes not given default to a small matrix from the shipped default; every value is checked against the
-        compatibility data, and the file is written only when at least one cell is compatible.
+        compatibility data, and the file is written only when at least one cell is compatible. With --from, the
+        project's own dependency file is the list: the matrix refers to it, its torch, transformers and Python
+        requirements choose the axes (a flag that conflicts with it is an error naming both), and every command reads
+        it again.
         """
+        data = inputs.compat_data()
         axes = {
             axis: _axis(values, axis)
             for axis, values in zip(matrix.AXES, (cuda, torch, transformers, python), strict=True)
         }
         if cuda and not torch:  # the newest torch built for each CUDA asked for, not the default pair
-            axes["torch"] = torch_for(axes["cuda"], inputs.compat_data()) or axes["torch"]
-        extra = tuple(dict.fromkeys(_valid("--package", direct_wheels.requirement, p) for p in package or ()))
-        names = {validate.requirement_name(p) for p in extra}
-        packages = tuple(p for p in DEFAULT_PACKAGES if validate.requirement_name(p) not in names) + extra
-        repo = _valid("--repository", validate.repository, repository)
+            axes["torch"] = torch_for(axes["cuda"], data) or axes["torch"]
+        own = tuple(dict.fromkeys(_valid("--package", direct_wheels.requirement, p) for p in package or ()))
+        names = {validate.requirement_name(p) for p in own}
+        packages = tuple(p for p in DEFAULT_PACKAGES if validate.requirement_name(p) not in names) + own
+        repo = _valid("--repository", validate.repository, repository or matrix.DEFAULT_REPOSITORY)
         debs_ = tuple(dict.fromkeys(_valid("--apt", _deb_name, a) for a in apt or ()))
-        data = inputs.compat_data()
         unbased = [p for p in axes["python"] if p not in data.bases]
         if unbased:
             raise UsageError(
@@ -205,24 +246,85 @@ def register(app: typer.Typer) -> None:
 
         target = out if out is not None else Path("pyproject.toml" if pyproject else matrix.MATRIX_FILE)
         output_file_option(target, "--out")
+        declared = None
+        if from_file is not None:
+            given = dict(zip(matrix.AXES, (cuda, torch, transformers, python), strict=True))
+            declared, axes = from_declaration(from_file, tuple(extra or ()), target, axes, given, data)
+            packages = own  # the declaration is the list: the default packages are not added to it
+        elif extra:
+            raise UsageError(
+                "--extra chooses a group of the file --from names", "add --from pyproject.toml (or setup.py)"
+            )
         if pyproject:
             if target.name != "pyproject.toml":
                 raise UsageError(
                     f"--pyproject appends to a pyproject.toml, not {target}", "drop --out, or drop --pyproject"
                 )
-            text = _pyproject_with(target, document(axes, packages, repo, table="tool.imagekit.", apt=debs_))
+            section = document(axes, packages, repo, table="tool.imagekit.", apt=debs_, requirements=_source(declared))
+            text = _pyproject_with(target, section)
             origin = f"{target} [tool.imagekit]"
         else:
             if (target.exists() or target.is_symlink()) and not force:
                 raise UsageError(f"{target} exists", "pass --force to replace it, or --out FILE to write elsewhere")
-            text = document(axes, packages, repo, apt=debs_)
+            text = document(axes, packages, repo, apt=debs_, requirements=_source(declared))
             origin = str(target)
         doc = tomllib.loads(text)
         checked = f"{origin} (not written)"  # an unknown version or an all-excluded matrix leaves the file alone
-        cells, compatible = _check(doc["tool"]["imagekit"] if pyproject else doc, checked, data)
+        cells, compatible = _check(doc["tool"]["imagekit"] if pyproject else doc, checked, data, declared)
         mode = target.stat().st_mode & 0o777 if pyproject else 0o644
         write_atomic(target.resolve() if pyproject else target, text, mode)
-        _report(target, origin, cells, compatible)
+        _report(target, origin, cells, compatible, declared, axes["python"])
+        if repository is None:
+            err_console().print(
+                f"note: no --repository: `imagekit build --push` publishes to {matrix.DEFAULT_REPOSITORY}, the local "
+                "demo registry (`make registry` starts one); give --repository REG/REPO (e.g. ghcr.io/acme/train), "
+                f"or edit [image] repository in {origin}",
+                markup=False,
+            )
+
+
+def from_declaration(
+    path: Path,
+    extras: tuple[str, ...],
+    target: Path,
+    axes: dict[str, tuple[str, ...]],
+    given: dict[str, list[str] | None],
+    data: compat.CompatData,
+) -> tuple[project_deps.ProjectDeps, dict[str, tuple[str, ...]]]:
+    """The declaration ``--from`` names (inside the project: the folder of the file init writes), read as every
+    command will read it, and the axes it asks for (``axes``: the flags' values and the defaults)."""
+    import os
+
+    root = Path(os.path.abspath(target)).parent
+    where = Path(os.path.abspath(path))
+    if not where.is_relative_to(root):
+        raise UsageError(
+            f"--from {path} is outside the project ({root}, the folder of {target})",
+            "run `imagekit init` in the project's folder, or write the matrix file beside the project (--out)",
+        )
+    try:
+        source = project_deps.source_of({"file": where.relative_to(root).as_posix(), "extras": list(extras)})
+    except UsageError as exc:
+        raise UsageError(f"--from {path}: {exc.message}", exc.hint) from None
+    flags = {a: axes[a] for a in matrix.AXES if given[a]}
+    defaults = dict(DEFAULT_AXES, torch=axes["torch"]) if given["cuda"] else DEFAULT_AXES
+    python = (flags.get("python") or DEFAULT_AXES["python"])[0]
+
+    def setup(backend: str) -> project_deps.ProjectDeps:
+        from imagekit.image.buildplan import base_for
+        from imagekit.image.image_options import ImageOptions
+        from imagekit.services import project_metadata
+
+        base = base_for(python, data, {}, ImageOptions())
+        return project_metadata.read_setup(root, source, base, backend, data.bases)
+
+    declared = inputs.read_project(root, source, setup)
+    derived = project_axes.derive(declared, flags, defaults, data)
+    return replace(declared, notes=(*declared.notes, *derived.notes)), dict(derived.values)
+
+
+def _source(declared: project_deps.ProjectDeps | None) -> DepsSource | None:
+    return declared.source if declared is not None else None
 
 
 def torch_for(cudas: tuple[str, ...], data: compat.CompatData) -> tuple[str, ...]:
@@ -267,9 +369,14 @@ def _axis(values: list[str] | None, axis: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_valid(f"--{axis}", check, v) for v in values))
 
 
-def _check(doc: dict, origin: str, data: compat.CompatData) -> tuple[int, int]:
-    """(cells, compatible cells) of the document; unknown versions and an all-excluded matrix are usage errors."""
+def _check(
+    doc: dict, origin: str, data: compat.CompatData, declared: project_deps.ProjectDeps | None = None
+) -> tuple[int, int]:
+    """(cells, compatible cells) of the document, with the project's declaration added to each cell; a conflict
+    with it, unknown versions and an all-excluded matrix are usage errors."""
     config = matrix.parse(doc, origin, data)
+    if declared is not None:
+        config = project_axes.apply(config, declared)
     evaluated = matrix.evaluate(config, data)  # UnknownVersionError (exit 2) names each version it does not know
     compatible = [e for e in evaluated if e.verdict.compatible]
     if not compatible:
@@ -307,13 +414,33 @@ def _pyproject_with(path: Path, section: str) -> str:
     return joined
 
 
-def _report(target: Path, origin: str, cells: int, compatible: int) -> None:
+def _report(
+    target: Path,
+    origin: str,
+    cells: int,
+    compatible: int,
+    declared: project_deps.ProjectDeps | None = None,
+    pythons: tuple[str, ...] = (),
+) -> None:
+    from packaging.version import Version
+
     console = err_console()
     excluded = cells - compatible
     summary = f"{cells} cell(s), {compatible} compatible" + (
         f" ({excluded} excluded by the rules: `imagekit matrix --explain` says why)" if excluded else ""
     )
     console.print(f"wrote {origin}: {summary}", markup=False)
+    if declared is not None:
+        python = min(pythons, key=Version)
+        wanted = {i.name for i in project_axes.for_env(declared, python) if not i.constraint}
+        console.print(
+            f"requirements: {declared.source.file} ({len(wanted)} distribution(s) for Python {python}"
+            + (f", groups {', '.join(declared.extras)}" if declared.extras else "")
+            + f"), read again by every command; {len(declared.files)} file(s) read",
+            markup=False,
+        )
+        for note in declared.notes:
+            console.print(f"note: {note}", markup=False)
     found = _read_by_default()
     flag = ""
     if found is None or not _same(found, target):

@@ -35,6 +35,14 @@ torch = ["2.5.1", "2.8.0"]
 transformers = ["4.48.2"]
 python = ["3.11"]
 packages = ["accelerate==1.2.1", "peft"]        # in every cell, hash-locked (default: none)
+requirements = "requirements.txt"               # the project's own list, read again by every command:
+                                                # its -r/-c includes too; or { file = "pyproject.toml",
+                                                # extras = ["train"] } ([project] dependencies and groups),
+                                                # or "setup.py"/"setup.cfg" (its build backend's metadata,
+                                                # read in a container of the base, network off). Its torch,
+                                                # transformers and Python requirements must allow every
+                                                # cell (a conflict: exit 2); the rest joins packages, one
+                                                # requirement per name; a change to it makes locks stale
 exclude = [{cuda = "12.8", torch = "2.5.1"}]    # drops product cells matching every key given
 include = [{cuda = "12.9", torch = "2.8.0", transformers = "5.9.0", python = "3.12"}]  # one whole cell
 platforms = ["linux/amd64", "linux/arm64"]      # each cell on each (default: linux/amd64; arm64: Grace hosts);
@@ -48,6 +56,11 @@ min_driver = "580.65.06"         # the oldest host driver
 repository = "ghcr.io/acme/train"    # where build --push publishes (default: 127.0.0.1:5000/imagekit/train)
 jupyter = false                      # JupyterLab in the image (default: false)
 compiler = true                      # gcc/g++ and Python headers for torch.compile (default: true)
+copy = "."                           # the project's folder in /opt/app, the last layer (default: none)
+install = "."                        # ... built into a wheel (offline, in the cell's base) and installed without
+                                     # its dependencies: the lock must hold them and the build backend (default: none)
+env = { WANDB_PROJECT = "sft" }      # variables in the image's config (not PATH, LD_*, NVIDIA_*, IMAGEKIT_*, ...)
+smoke = ["python -c 'import alignment'"]   # commands the self-test runs in the image; one failing blocks publish
 \b
 [bases."3.11"]                       # FROM your registry's base for this Python, by digest
 reference = "registry.example.com/base/python@sha256:..."

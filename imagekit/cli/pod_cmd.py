@@ -340,7 +340,12 @@ def build() -> typer.Typer:
     @handles_errors
     def create(
         ref: Annotated[
-            str, typer.Argument(metavar="CELL_OR_TAG", help="A cell id, or a published tag from the release index.")
+            str,
+            typer.Argument(
+                metavar="CELL_OR_TAG",
+                help="A cell id or tag from the release index, or a published image as REGISTRY/REPO:TAG (or "
+                "@sha256:...), read from its labels in the registry when the index does not record it.",
+            ),
         ],
         gpu: Annotated[
             str,
@@ -391,11 +396,12 @@ def build() -> typer.Typer:
         lifetime guard's env from the flags. Prints the pod id and its price per hour."""
         from imagekit.clouds import pod_create, runpod
         from imagekit.effects import runpod_api
-        from imagekit.services import inputs
-        from imagekit.services.release_index import newest_release
+        from imagekit.services import inputs, remote_contract
 
         data = inputs.compat_data()
-        entry = newest_release(release_index, ref, pod_create.platform_of_gpu(data, gpu))  # a Grace GPU: arm64
+        entry = remote_contract.release(release_index, ref, pod_create.platform_of_gpu(data, gpu))  # Grace: arm64
+        if "source" in entry:
+            _warn(f"pod create: from {entry['source']}")
         if registry_auth is not None:
             try:
                 runpod.registry_auth_id(registry_auth)

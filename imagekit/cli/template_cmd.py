@@ -21,7 +21,12 @@ from imagekit.trust import validate
 from imagekit.trust.validate import http_url as validate_http_url
 
 RefArg = Annotated[
-    str, typer.Argument(metavar="CELL_OR_TAG", help="A cell id, or a published tag from the release index.")
+    str,
+    typer.Argument(
+        metavar="CELL_OR_TAG",
+        help="A cell id or tag from the release index, or a published image as REGISTRY/REPO:TAG (or @sha256:...), "
+        "read from its labels in the registry when the index does not record it.",
+    ),
 ]
 AllowPrivateRegistryOpt = Annotated[
     bool,
@@ -93,15 +98,16 @@ def _check(spec: TemplateCommand, options: dict[str, Any], *, first: bool) -> No
 def _run(provider: Provider, values: dict[str, Any]) -> None:
     """Print the template, or create it (--create): the same steps and checks for every provider."""
     from imagekit.compat import contract
-    from imagekit.services import inputs
-    from imagekit.services.release_index import newest_release
+    from imagekit.services import inputs, remote_contract
 
     spec, platform = provider.command, values["platform"]
     options = {o.name: values[o.name] for o in spec.options}
     validate_http_url(values["api_url"], "--api-url")
     _check(spec, options, first=True)
     wanted = validate.platform(platform) if platform is not None else None
-    entry = newest_release(values["release_index"], values["ref"], wanted)
+    entry = remote_contract.release(values["release_index"], values["ref"], wanted)
+    if "source" in entry:
+        err_console().print(f"{provider.template_command}: from {entry['source']}", markup=False)
     _check(spec, options, first=False)
     data = inputs.compat_data()
     keywords = {o.keyword or o.name: options[o.name] for o in spec.options if o.keyword is not None}
@@ -122,14 +128,14 @@ def _run(provider: Provider, values: dict[str, Any]) -> None:
         return
     if unreachable and not values["allow_private_registry"]:
         raise UsageError(f"no {unit} can pull {entry['tag']}: {unreachable}", hint)
-    _create(provider, entry["tag"], body, options, values["api_url"])
+    _create(provider, entry, body, options, values["api_url"])
 
 
-def _create(provider: Provider, tag: str, body: dict, options: dict[str, Any], api_url: str) -> None:
+def _create(provider: Provider, entry: dict, body: dict, options: dict[str, Any], api_url: str) -> None:
     """--create: the provider's API client (`imagekit.effects.<name>_api`) makes the template."""
-    spec = provider.command
+    spec, tag = provider.command, entry["tag"]
     if spec.pull_credentials is not None and options[spec.pull_credentials] is None:
-        _refuse_a_private_image(tag, spec)
+        _refuse_a_private_image(tag, entry["digest"] if entry.get("pinned") is True else None, spec)
     key = os.environ.get(provider.account_key)
     if not key:
         raise UsageError(
@@ -142,14 +148,15 @@ def _create(provider: Provider, tag: str, body: dict, options: dict[str, Any], a
     err_console().print(f"created {spec.display} template {made[spec.made_id]} for {tag}{note}", markup=False)
 
 
-def _refuse_a_private_image(tag: str, spec: TemplateCommand) -> None:
-    """A template without registry credentials for an image only credentials can pull gives pods that never start."""
+def _refuse_a_private_image(tag: str, digest: str | None, spec: TemplateCommand) -> None:
+    """A template without registry credentials for an image only credentials can pull gives pods that never start
+    (the image as the template names it: by ``digest`` when it is pinned to one)."""
     from imagekit.effects import registry
     from imagekit.errors import EnvironmentFailure
 
     repository, name = tag.rsplit(":", 1)
     try:
-        why = registry.anonymous_refusal(registry.Remote.parse(repository), name)
+        why = registry.anonymous_refusal(registry.Remote.parse(repository), digest or name)
     except EnvironmentFailure as exc:
         err_console().print(f"warning: could not check that {spec.unit}s can pull {tag}: {exc.message}", markup=False)
         return

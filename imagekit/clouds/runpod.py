@@ -65,10 +65,11 @@ def template(
     grammar and range, the optional ones may be absent): pinned to the immutable tag (optionally @digest), disk
     sized from the image, listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it);
     the readme says which hosts to rent (the console has no filter a template can set) from the image's ``runtime``
-    contract and, with ``data``, the GPUs its torch runs on and those it does not."""
+    contract and, with ``data``, the GPUs its torch runs on and those it does not. An entry made from the image's
+    labels (``pinned``) is always named by its digest too."""
     if isinstance(volume_gb, bool) or not isinstance(volume_gb, int) or not 1 <= volume_gb <= MAX_VOLUME_GB:
         raise ValueError(f"volume_gb must be 1 to {MAX_VOLUME_GB}")
-    image = entry["tag"] + (f"@{entry['digest']}" if with_digest else "")
+    image = entry["tag"] + (f"@{entry['digest']}" if with_digest or entry.get("pinned") is True else "")
     size_gb = entry.get("size_bytes", 0) / 1e9
     container_disk = max(20, math.ceil(size_gb * 1.5 + 10))
     cell = entry["manifest"]["cell"]
@@ -132,6 +133,23 @@ def tested_line(entry: dict) -> list[str]:
     return ["Tested: the self-test's CPU checks passed (the build host had no GPU); `imagekit-doctor` checks the GPU."]
 
 
+def source_line(entry: dict) -> list[str]:
+    """Where an entry made without a release record got its facts (`clouds.label_record`): said, with what it cannot
+    say."""
+    source = entry.get("source")
+    if not isinstance(source, str):
+        return []
+    return [f"Read from {source} (no release record: how its self-test ran is not known here)."]
+
+
+def jupyter_line(entry: dict, jupyter: bool) -> str:
+    if jupyter:
+        return "Jupyter: JupyterLab on 8888/http, serving /workspace, password JUPYTER_PASSWORD."
+    if "source" in entry and "jupyter" not in (entry["manifest"].get("image") or {}):
+        return "Jupyter: the image's labels do not say whether JupyterLab is in it; this template opens 22/tcp only."
+    return "Jupyter: not in this image (build it with `[image] jupyter = true`)."
+
+
 def readme(entry: dict, jupyter: bool, runtime: Contract | None = None, data: CompatData | None = None) -> str:
     m = entry["manifest"]
     cell = m["cell"]
@@ -150,13 +168,12 @@ def readme(entry: dict, jupyter: bool, runtime: Contract | None = None, data: Co
         f"every package pinned by hash (image {entry['tag']}, digest {entry['digest']}).",
         *needs,
         *tested_line(entry),
+        *source_line(entry),
         "",
         "SSH: add your public key to the account (PUBLIC_KEY); the image runs sshd on 22/tcp with key-only root "
         "login. Use the direct TCP port for `ssh root@IP -p PORT 'cmd'`, scp, sftp and rsync (the proxied gateway "
         "is a console only). Host key fingerprints are in the pod's logs.",
-        "Jupyter: JupyterLab on 8888/http, serving /workspace, password JUPYTER_PASSWORD."
-        if jupyter
-        else "Jupyter: not in this image (build it with `[image] jupyter = true`).",
+        jupyter_line(entry, jupyter),
         "Volume: /workspace is the pod's volume: it survives a stop (and is billed while stopped), not a terminate, "
         "which deletes it with the pod (only a network volume survives). HF_HOME=/workspace/.cache/huggingface keeps "
         "model downloads. Everything else is lost when the pod stops.",

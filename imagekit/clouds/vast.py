@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import registry_host
-from imagekit.clouds.runpod import tested_line
+from imagekit.clouds.runpod import source_line, tested_line
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
 
@@ -46,7 +46,8 @@ def template(
     runtime: Contract | None = None,
     data: CompatData | None = None,
 ) -> dict:
-    """From a release-index entry (checked by `services.release_index.read_index`): the image by its immutable tag, the
+    """From a release-index entry (checked by `services.release_index.read_index`, or made from the image's labels by
+    `clouds.label_record`, then ``pinned``: the tag field is ``TAG@DIGEST``): the image by its immutable tag, the
     launch mode, the ports the image serves, the env, the onstart the launch mode needs, the disk sized from the
     image; ``login``: the image is private, so Vast asks for the registry's credentials (``docker_login_repo``). The
     offer filters come from the image's ``runtime`` contract (with ``data``: the GPUs its torch has kernels for);
@@ -54,6 +55,8 @@ def template(
     if launch not in LAUNCH_MODES:
         raise ValueError(f"launch mode {launch!r}: one of {', '.join(LAUNCH_MODES)}")
     image, tag = entry["tag"].rsplit(":", 1)
+    if entry.get("pinned") is True:  # made from the image's labels: by its digest (Docker's NAME:TAG@DIGEST)
+        tag = f"{tag}@{entry['digest']}"
     cell = entry["manifest"]["cell"]
     features = entry["manifest"].get("image") or {}
     jupyter = features.get("jupyter") is True
@@ -121,6 +124,7 @@ def readme(entry: dict, launch: str, runtime: Contract | None = None, data: Comp
             f"Image {entry['tag']} (digest {entry['digest']}); every package pinned by hash.",
             *needs,
             *tested_line(entry),
+            *source_line(entry),
             f"Launch mode {launch}: {GUARANTEES[launch]}",
             "Volume: /workspace; HF_HOME=/workspace/.cache/huggingface keeps model downloads there. Stopping the "
             "instance keeps its disk (storage is still billed); destroying it deletes the disk.",

@@ -63,6 +63,16 @@ def _client():
         ) from None
 
 
+SANDBOX = {
+    "read_only": True,
+    "tmpfs": {"/tmp": "rw,nosuid,nodev,size=256m,mode=1777"},
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges"],
+    "pids_limit": 256,
+    "mem_limit": "4g",
+}
+
+
 class Engine:
     def __init__(self) -> None:
         self.client = _client()
@@ -344,9 +354,12 @@ class Engine:
         volumes: dict[str, dict] | None = None,
         on_stderr: LineFn | None = None,
         network: bool = False,
+        sandbox: bool = False,
     ) -> tuple[int, str, str]:
         """Run a container to completion; returns (exit code, stdout, stderr). The container is removed.
-        ``on_stderr`` receives the container's stderr lines while it runs."""
+        ``on_stderr`` receives the container's stderr lines while it runs. ``sandbox``: another party's program
+        (a project's setup.py): its root filesystem read-only but for a 256 MB /tmp, no capabilities, no new
+        privileges, at most 256 processes and 4 GB of memory."""
         import requests
         from docker.types import DeviceRequest
 
@@ -360,6 +373,7 @@ class Engine:
             user=user,
             network_mode="bridge" if network else "none",
             volumes=volumes or {},
+            **(SANDBOX if sandbox else {}),
         )
         try:
             container.start()

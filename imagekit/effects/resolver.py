@@ -124,6 +124,10 @@ _AUTH = re.compile(
 )
 
 
+# uv's words for a conflict that goes through an axis of the matrix: "Because transformers>=5.25.0 depends on
+# huggingface-hub>=2.4.0,<3.0 and imagekit-cell depends on transformers==5.25.0, ..."
+_AXIS_CONFLICT = re.compile(r"(?:Because |and )(?P<name>torch|transformers)(?:[<>=!~][^\s,]*)? depends on ")
+
 # uv's words for a requirement that only an sdist meets (with --only-binary :all:)
 _NO_WHEEL = re.compile(r"(?:Because |and )(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)[^\n]*? has no usable wheels")
 
@@ -163,6 +167,16 @@ def _fail(req: LockRequest, stderr: str) -> Exception:
             f"{req.cell.id}: {no_wheel['name']} has no wheel for Python {req.cell.python} on {req.platform} "
             f"(images install wheels only; a source build differs on every machine):\n{tail}",
             direct_wheels.FIX.replace("NAME", no_wheel["name"]),
+        )
+    axis = _AXIS_CONFLICT.search(text)
+    if axis:  # the axis is the matrix's choice (init takes the newest release a range allows): another may fit
+        name = axis["name"]
+        version = req.cell.torch if name == "torch" else req.cell.transformers
+        return CheckFailed(
+            f"{req.cell.id}: no resolution:\n{tail}",
+            f"the cell's {name} {version} (an axis of the matrix) requires what the other requirements exclude "
+            f"(uv's reason above): choose a {name} release that fits them in the matrix file's `{name}` axis "
+            f"(or `imagekit init --from FILE --{name} VERSION`)",
         )
     return CheckFailed(
         f"{req.cell.id}: no resolution:\n{tail}", "the cell's pins conflict; `imagekit explain` may say why"

@@ -13,12 +13,16 @@ from imagekit.errors import UsageError
 from imagekit.image import layering as layers
 from imagekit.image.code_layer import CodeLayer
 from imagekit.image.image_options import ImageOptions
+from imagekit.image.project_wheel import ProjectWheel
 from imagekit.locking import uv_pin as tools
 from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, DEBIAN_ARCH, Cell
 
 DEFAULT_SOURCE_DATE_EPOCH = 1735689600  # 2025-01-01T00:00:00Z; any fixed value makes builds repeatable
 DEFAULT_WHEELS_URL = "http://imagekit-wheels:8765/"  # each build points the name at its own server (wheelserver.py)
+# `[image] smoke`: each command's time limit in the self-test, and all of them together (the self-test's own run has
+# 900 s: its checks take a minute or two)
+SMOKE_TIMEOUT, SMOKE_BUDGET = 300, 600
 BOOTSTRAP_PACKAGES = ("ca-certificates", "passwd", "python3", "python3-venv")
 # What a pod needs (design.md, "Pod runtime contract"): an SSH server with scp/sftp/rsync, and tini as PID 1.
 POD_PACKAGES = ("openssh-server", "rsync", "tini")
@@ -58,6 +62,23 @@ def base_packages(compiler: bool = True) -> tuple[str, ...]:
     """The Debian packages a bootstrapped base is made of (sorted, so the bootstrap key is stable)."""
     extra = COMPILER_PACKAGES if compiler else ()
     return tuple(sorted({*BOOTSTRAP_PACKAGES, *POD_PACKAGES, *WORKING_PACKAGES, *extra}))
+
+
+# What `python -m venv` seeds: pip, and setuptools up to Python 3.11 (ensurepip's bundle). Dockerfile.base makes the
+# venv without pip (and so without either) when the lock pins pip, and removes setuptools when the lock pins it, so a
+# layer installs each locked distribution where no seed lies: the venv holds one install of each name. A seed the
+# lock does not pin stays: pip for users and the image's pip wrapper (in_image/pip_pins.py), setuptools because
+# torch's compiler imports it (torch.utils.cpp_extension) where the torch release does not require it.
+SEEDS_BEFORE_312 = ("pip", "setuptools")
+
+
+def venv_seeds(pins: Mapping[str, str], python: str = "3.11") -> list[str]:
+    """The seeds the image's venv holds that the lock ``pins`` does not (the manifest's ``python.seeds``: the
+    self-test and the doctor do not count them as extra), for a venv of Python ``python``."""
+    if "pip" in pins:
+        return []
+    seeds = SEEDS_BEFORE_312 if tuple(int(p) for p in python.split(".")[:2]) < (3, 12) else ("pip",)
+    return [seed for seed in seeds if seed not in pins]
 
 
 @dataclass(frozen=True)
@@ -144,6 +165,7 @@ class BuildPlan:
     layering: layers.Layering  # which locked distributions go into which layer (layering.split)
     options: ImageOptions = field(default_factory=ImageOptions)  # `[image]` and the command's flags over it
     code: CodeLayer | None = None  # `[image] copy`, as read: the last layer
+    project: ProjectWheel | None = None  # `[image] install`: the project's wheel, built, in the code layer
     source_revision: str = "unknown"
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
     wheels_url: str = DEFAULT_WHEELS_URL  # the legacy builder's wheel server
@@ -159,6 +181,7 @@ class BuildPlan:
         *,
         options: ImageOptions | None = None,
         code: CodeLayer | None = None,
+        project: ProjectWheel | None = None,
         source_revision: str = "unknown",
         source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
         wheels_url: str = DEFAULT_WHEELS_URL,
@@ -173,6 +196,7 @@ class BuildPlan:
             layering=layers.split(lock),
             options=options if options is not None else ImageOptions(),
             code=code,
+            project=project,
             source_revision=source_revision,
             source_date_epoch=source_date_epoch,
             wheels_url=wheels_url,
@@ -183,6 +207,9 @@ def manifest(plan: BuildPlan) -> dict:
     """The facts baked into /etc/imagekit/manifest.json and mirrored in OCI labels."""
     cell, contract = plan.cell, plan.contract
     pins = plan.lock.pins()
+    project, smoke = plan.project, plan.options.smoke
+    # what the venv holds: the lock, and the project's own wheel (`[image] install`) beside it
+    installed = {**pins, project.name: project.version} if project is not None else pins
     return {
         "schema": 1,
         "imagekit_version": __version__,
@@ -194,7 +221,7 @@ def manifest(plan: BuildPlan) -> dict:
         },
         "layers": plan.layering.to_json(),
         "installer": f"{tools.UV.name} {tools.UV.version}",  # the same release on every platform
-        "distributions": dict(sorted(pins.items())),
+        "distributions": dict(sorted(installed.items())),
         "torch": {
             "version": pins.get("torch", cell.torch),
             "cuda": cell.cuda,
@@ -204,7 +231,11 @@ def manifest(plan: BuildPlan) -> dict:
         },
         "driver": {"minimum": contract.driver_min, "full_feature": contract.driver_full},
         "runtime": contract.to_json(),
-        "python": {"version": cell.python, "executable": "/opt/venv/bin/python"},
+        "python": {
+            "version": cell.python,
+            "executable": "/opt/venv/bin/python",
+            "seeds": venv_seeds(pins, cell.python),
+        },
         "base": {"name": plan.base.name, "reference": plan.base.reference, "digest": plan.base.digest},
         "image": {
             "user": "root",
@@ -227,4 +258,8 @@ def manifest(plan: BuildPlan) -> dict:
             if plan.lock.apt
             else {}
         ),
+        # `[image] install`: the wheel built from the project's code and installed with --no-deps
+        **({"project": project.to_json()} if project is not None else {}),
+        # `[image] smoke`: the commands the self-test runs in the image, each within its time limit
+        **({"smoke": {"commands": list(smoke), "timeout": SMOKE_TIMEOUT, "budget": SMOKE_BUDGET}} if smoke else {}),
     }

@@ -34,6 +34,15 @@ class ImageOptions:
     command: tuple[str, ...] = field(default=(), metadata=KEY)
     # Debian packages over the base, pinned per cell in its lock (imagekit.locking.debs)
     apt: tuple[str, ...] = field(default=(), metadata=KEY)
+    # the project's own wheel, built from this folder of the copied code (the matrix file's folder or below it,
+    # inside `copy`'s) in a container of the cell's base and installed into the venv without its dependencies:
+    # the lock must hold them (imagekit.image.project_wheel)
+    install: str | None = field(default=None, metadata=KEY)
+    # environment variables in the image's config, sorted by name (imagekit.image.imageconfig.user_env_problem
+    # refuses the names the image relies on and values a Dockerfile could not carry)
+    env: tuple[tuple[str, str], ...] = field(default=(), metadata=KEY)
+    # shell commands the self-test runs in the image after its own checks: one failing blocks the publish
+    smoke: tuple[str, ...] = field(default=(), metadata=KEY)
     # ---- a command's flags, never keys of the file
     builder: str = "legacy"  # legacy (`imagekit build`: wheels over loopback HTTP) | buildkit (bind-mounted wheels)
     # `build --variant NAME` (`--zstd`): the publish formats (oci.publish_formats) the image is also published in,

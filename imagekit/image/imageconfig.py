@@ -9,8 +9,11 @@ history gains one entry naming what was set. Every RUN sees the same environment
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from imagekit.errors import UsageError
 
 ENV: tuple[tuple[str, str], ...] = (
     ("LANG", "C.UTF-8"),
@@ -29,6 +32,77 @@ ENV: tuple[tuple[str, str], ...] = (
     ("HF_HOME", "/workspace/.cache/huggingface"),
     ("IMAGEKIT_MANIFEST", "/etc/imagekit/manifest.json"),
 )
+# `[image] env`: what a project may add to ENV (user_env_problem). Refused, each for its reason: every name above
+# (the image's own settings: its venv, the lock's constraints, the GPU runtime's, the volume's model cache, its
+# manifest), and the names below, by prefix or whole.
+RESERVED_ENV_PREFIXES = {
+    "NVIDIA_": "the NVIDIA container runtime reads NVIDIA_* on the host to pick the GPUs and driver libraries "
+    "(NVIDIA_REQUIRE_* would replace its driver check)",
+    "IMAGEKIT_": "imagekit's own programs read IMAGEKIT_* (the guard, the doctor, the start logic): set them per pod "
+    "(the template's env), never in the image",
+    "LD_": "the dynamic loader would take libraries before the locked CUDA wheels (the self-test's cuda-libraries)",
+}
+RESERVED_ENV_NAMES = {
+    "PYTHONPATH": "it would put other code before the locked venv (the doctor's shadowing check warns of it)",
+    "PYTHONHOME": "it would point python away from the venv",
+    "PYTHONUSERBASE": "it would put a user site before the locked venv",
+}
+_OWN_WHY = {
+    "PATH": "python, pip and the scripts on PATH are the locked venv: the self-test's python-identity",
+    "VIRTUAL_ENV": "the locked venv",
+    "PIP_CONSTRAINT": "pip keeps to the lock's pins",
+    "UV_CONSTRAINT": "uv keeps to the lock's pins",
+    "HF_HOME": "model downloads go to the pod's volume; the RunPod and Vast templates set it too",
+    "LANG": "the one locale the base has",
+}
+# A published image's config is readable by everyone who can pull it.
+# Words of a name (split at _): HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY; not TOKENIZERS_PARALLELISM.
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY",
+                 "CREDENTIAL", "CREDENTIALS", "AUTH")  # fmt: skip
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
+# One printable ASCII line without the characters a Dockerfile's ENV would quote or expand (" \ $): the same value
+# on BuildKit (an ENV instruction), the legacy builder (the config imagekit writes) and a commit (--change).
+_ENV_VALUE = re.compile(r"[ !#%-\[\]-~]*", re.ASCII)
+MAX_ENV, MAX_ENV_VALUE = 64, 1024
+
+
+def user_env_problem(name: object, value: object) -> str | None:
+    """Why ``name = value`` cannot be one of `[image] env`'s variables, or None."""
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        return "expected a variable name of letters, digits and _ (not starting with a digit), at most 128"
+    upper = name.upper()
+    if upper in dict(ENV):
+        why = _OWN_WHY.get(upper, "imagekit's setting for every image")
+        return f"{name} is the image's own: imagekit sets it to {dict(ENV)[upper]!r} ({why})"
+    for prefix, why in RESERVED_ENV_PREFIXES.items():
+        if upper.startswith(prefix):
+            return f"{name} is refused: {why}"
+    if upper in RESERVED_ENV_NAMES:
+        return f"{name} is refused: {RESERVED_ENV_NAMES[upper]}"
+    if any(f"_{word}_" in f"_{upper}_" for word in _SECRET_WORDS):
+        return (f"{name} looks like a secret, and a published image's config is readable by everyone who can pull "
+                "it: pass it when the pod starts (the template's env, the cloud's secrets)")  # fmt: skip
+    if not isinstance(value, str):
+        return f"expected a string value, got {type(value).__name__}"
+    if len(value) > MAX_ENV_VALUE or not _ENV_VALUE.fullmatch(value):
+        return f'expected one line of printable ASCII without " \\ or $, at most {MAX_ENV_VALUE} characters'
+    return None
+
+
+def user_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`[image] env`, checked again where it enters the config (an ImageOptions may be made without the file)."""
+    if len(env) > MAX_ENV:
+        raise UsageError(f"[image] env: {len(env)} variables", f"at most {MAX_ENV}")
+    names = [name for name, _ in env]
+    if len(set(names)) != len(names):
+        raise UsageError("[image] env: a variable named twice", "name each once")
+    for name, value in env:
+        problem = user_env_problem(name, value)
+        if problem:
+            raise UsageError(f"[image] env: {problem}", "`imagekit matrix --help` shows what [image] env takes")
+    return tuple(env)
+
+
 WORKDIR = "/workspace"  # runs as root, as pod platforms' own images do: their volumes on /workspace are root-owned
 ENTRYPOINT = ("/opt/imagekit/bin/entrypoint",)
 CMD: tuple[str, ...] = ()
@@ -54,9 +128,10 @@ class RuntimeConfig:
         ]
 
 
-def runtime(labels: dict[str, str], cmd: tuple[str, ...] = CMD) -> RuntimeConfig:
-    """The config every image gets; ``cmd`` (`[image] command`) makes a container started without a command a job."""
-    return RuntimeConfig(ENV, WORKDIR, ENTRYPOINT, tuple(cmd), tuple(sorted(labels.items())))
+def runtime(labels: dict[str, str], cmd: tuple[str, ...] = CMD, env: tuple[tuple[str, str], ...] = ()) -> RuntimeConfig:
+    """The config every image gets; ``cmd`` (`[image] command`) makes a container started without a command a job;
+    ``env`` (`[image] env`) comes after imagekit's own variables, none of which it may set again."""
+    return RuntimeConfig((*ENV, *user_env(env)), WORKDIR, ENTRYPOINT, tuple(cmd), tuple(sorted(labels.items())))
 
 
 def _rfc3339(seconds: int) -> str:

@@ -22,7 +22,7 @@ import jinja2
 
 from imagekit import __version__
 from imagekit.errors import UsageError
-from imagekit.image import imageconfig, naming, pins
+from imagekit.image import imageconfig, naming, pins, project_wheel
 from imagekit.image import layering as layers
 from imagekit.image.buildplan import BuildPlan, manifest
 from imagekit.image.image_options import BUILDERS
@@ -176,6 +176,9 @@ def render_plan(plan: BuildPlan) -> dict[str, tuple[bytes, int]]:
         files[f"{ROOTFS}/app/opt/venv/bin/{name}"] = wrapper
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
     code = plan.code
+    project = _project(plan, builder)
+    if project is not None:  # the code layer's requirements: the wheel alone, by its sha256 (beside the wheels)
+        files[project_wheel.REQUIREMENTS_FILE] = (project.requirements().encode(), 0o644)
     if code is not None and builder == "buildkit":
         for rel, content, mode in code.files:
             files[f"{CODE_FILES}{code.to}/{rel}"] = (content, 0o755 if mode & 0o100 else 0o644)
@@ -196,13 +199,40 @@ def render_plan(plan: BuildPlan) -> dict[str, tuple[bytes, int]]:
         cuda_prefix=layers.CUDA_PREFIX,
         cuda_layers=len(layering.cuda),
         uv=tools.uv_for(MACHINES[plan.cell.platform]),
-        runtime=imageconfig.runtime(labels, plan.options.command),
+        runtime=imageconfig.runtime(labels, plan.options.command, plan.options.env),
         app_files=f"{APP_TARBALL}#sha256={app_files}",
         code=code,
         code_files=f"{CODE_TARBALL}#sha256={code.sha256(int(plan.source_date_epoch))}" if code else "",
         code_size=_size(code.size) if code else "",
+        project=project,
+        project_requirements=(
+            f"{project_wheel.REQUIREMENTS_FILE}#sha256={hashlib.sha256(project.requirements().encode()).hexdigest()}"
+            if project
+            else ""
+        ),
     )
     return {"Dockerfile": (dockerfile.encode(), 0o644), **files}
+
+
+def _project(plan: BuildPlan, builder: str) -> project_wheel.ProjectWheel | None:
+    """`[image] install`'s wheel, where the render can install it: built (`imagekit build` builds it in a container
+    of the base before it renders), with the code it rides with, on the legacy builder."""
+    if plan.options.install is None:
+        return None
+    if plan.project is None or plan.code is None:
+        raise UsageError(
+            "[image] install: the project's wheel is built by `imagekit build` (in a container of the cell's base), "
+            "which renders the context with it",
+            "build with `imagekit build`; `imagekit render` and `bake` render cells without [image] install",
+        )
+    if builder == "buildkit":
+        raise UsageError(
+            "[image] install: the BuildKit render has no project wheel to mount (it comes from `imagekit build`)",
+            "build with `imagekit build` (the legacy builder), or leave [image] install out of this matrix",
+        )
+    if not re.fullmatch(r"[A-Za-z0-9._/-]{1,300}", plan.project.source, re.ASCII):  # a comment's text
+        raise UsageError(f"[image] install: refusing to render {plan.project.source!r}", "name a plain folder path")
+    return plan.project
 
 
 def _size(n: int) -> str:

@@ -3,14 +3,17 @@ distribution name is canonicalised, which compiled GPU code runs on which GPU, a
 from its lock.
 
 Standard library only, Python >= 3.8: this file runs inside every image, beside the doctor (/opt/imagekit/doctor/),
-and the host's pure core imports it (compat.rules, locking.*). It imports nothing, not even a sibling.
+and the host's pure core imports it (compat.rules, locking.*). It imports no sibling.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 
-# What `python -m venv` puts in an environment by itself: never "not in the lock".
+# What `python -m venv` (or virtualenv) puts in an environment by itself: not "not in the lock" where nothing says
+# which of them an environment holds (a lockfile given to the doctor, an image's manifest from before `seeds`).
 VENV_SEEDS = frozenset({"pip", "setuptools", "wheel"})
 
 # Torch and its companions: built together, from the PyTorch index, one version line.
@@ -107,19 +110,109 @@ def arch_contract_problems(flags, sass, ptx):
     return problems
 
 
-# ---- lock drift -------------------------------------------------------------------------------------------------
-def lock_drift(want, have):
-    """The lock ``want`` ({name: version}) against what is installed ``have`` ({name: version}): names canonicalised,
-    versions compared as text (a local label is part of the version: 2.5.1+cu118 is not 2.5.1+cu121). Returns
-    {"missing": [names], "extra": [names], "different": [names]}, each sorted; the venv's seeds are never extra.
-    The self-test (`dists-match-lock`, before publishing) and the doctor (`lock-drift`, on a live pod) both judge
-    by this; each says what a finding means where it runs."""
+# ---- what an environment holds, and its drift from the lock ---------------------------------------------------
+METADATA_LIMIT = 1 << 16  # the header of a METADATA file (Name and Version come first): kilobytes
+
+
+def installed_distributions(paths):
+    """Every distribution installed on ``paths`` (an interpreter's sys.path, in order; '' is the working folder),
+    found as importlib.metadata finds them: each ``*.dist-info`` or ``*.egg-info`` folder (or ``.egg-info`` file)
+    directly in an entry, and an ``.egg`` entry's ``EGG-INFO``; the name and version from its METADATA (PKG-INFO),
+    else from the folder's name. Returns {canonical name: [(version, metadata path), ...]}, each name's installs in
+    the order Python finds them (the first is the one it imports; entries of one folder in name order).
+
+    The one reading: the self-test's `dists-match-lock` (before publishing) and the doctor's `lock-drift` (the start
+    check) both judge an environment by it, so they cannot read two different versions of one name. A FIFO or a
+    device where METADATA should be is read as no metadata, never waited on."""
+    out = {}
+    for entry in paths:
+        folder = entry or os.getcwd()
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:  # not a folder (a zip, a missing entry), or not ours to read
+            continue
+        found = []
+        for name in names:
+            low = name.lower()
+            if low.endswith((".dist-info", ".egg-info")):
+                found.append((os.path.join(folder, name), low.rpartition(".")[0]))
+            elif low == "egg-info" and os.path.basename(folder.rstrip("/")).lower().endswith(".egg"):
+                found.append((os.path.join(folder, name), os.path.basename(folder.rstrip("/")).rpartition(".")[0]))
+        for where, stem in found:
+            name, version = _name_and_version(where)
+            guess, _, guessed_version = stem.partition("-")
+            name, version = name or guess, version or guessed_version.partition("-")[0]
+            if name and version:
+                out.setdefault(canon(name), []).append((version, where))
+    return out
+
+
+def _name_and_version(where):
+    """(Name, Version) of the metadata at ``where`` (a .dist-info folder's METADATA, an .egg-info's PKG-INFO, or an
+    .egg-info file itself); None for what it does not say."""
+    for path in (os.path.join(where, "METADATA"), os.path.join(where, "PKG-INFO"), where):
+        text = _read_head(path)
+        if text is not None:
+            break
+    else:
+        return None, None
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first empty line
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in fields:
+            fields[key] = value.strip()
+    return fields.get("Name") or None, fields.get("Version") or None
+
+
+def _read_head(path):
+    """The first METADATA_LIMIT bytes of the regular file ``path`` as text; None if it is no regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, METADATA_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def declared_seeds(manifest):
+    """The seeds of ``python -m venv`` an environment holds beyond its lock, as its manifest declares them
+    (``python.seeds``: pip, when the lock does not pin it); VENV_SEEDS where nothing declares them."""
+    python = (manifest or {}).get("python")
+    seeds = python.get("seeds") if isinstance(python, dict) else None
+    if not isinstance(seeds, list):
+        return VENV_SEEDS
+    return frozenset(canon(s) for s in seeds if isinstance(s, str))
+
+
+def lock_drift(want, have, seeds=VENV_SEEDS):
+    """The lock ``want`` ({name: version}) against what is installed ``have`` (:func:`installed_distributions`'s
+    {name: [(version, where), ...]}, or {name: version}): names canonicalised, versions compared as text (a local
+    label is part of the version: 2.5.1+cu118 is not 2.5.1+cu121), a name installed more than once by the version
+    Python imports. Returns {"missing": [names], "extra": [names], "different": [names], "duplicates": [texts]},
+    each sorted; ``seeds`` (the venv's own, :func:`declared_seeds`) are never extra. A duplicate ("setuptools:
+    66.1.1 at /opt/venv/.../setuptools-66.1.1.dist-info and 84.2.1 at ...") is a finding of its own: which one a
+    program sees depends on who asks. The self-test (`dists-match-lock`, before publishing) and the doctor
+    (`lock-drift`, on a live pod) both judge by this; each says what a finding means where it runs."""
+    installs = {canon(k): (v if isinstance(v, list) else [(v, "")]) for k, v in have.items()}
     want = {canon(k): v for k, v in want.items()}
-    have = {canon(k): v for k, v in have.items()}
+    have = {k: v[0][0] for k, v in installs.items()}
+    seeds = frozenset(canon(s) for s in seeds)
     return {
         "missing": sorted(set(want) - set(have)),
-        "extra": sorted(set(have) - set(want) - VENV_SEEDS),
+        "extra": sorted(set(have) - set(want) - seeds),
         "different": sorted(n for n in set(want) & set(have) if want[n] != have[n]),
+        "duplicates": [
+            n + ": " + " and ".join(f"{version} at {where}" for version, where in installs[n])
+            for n in sorted(installs) if len(installs[n]) > 1
+        ],
     }
 
 

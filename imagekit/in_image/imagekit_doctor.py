@@ -267,8 +267,10 @@ def version_satisfies(have, op, want):
 
 
 def check_requirements(env, expectation):
-    """Each requirement of a requirements file (ranges allowed) against what is installed."""
+    """Each requirement of a requirements file (ranges allowed) against what is installed; a required name installed
+    twice breaks it whatever the versions (which one a program imports depends on who asks)."""
     have = {facts.canon(k): v["version"] for k, v in env["dists"].items()}
+    twice = {facts.canon(n): found for n, found in env["installs"].items() if len(found) > 1}
     broken, skipped, ok = [], [], 0
     for name, spec, clauses, marker in expectation["requirements"]:
         if marker or clauses is None:
@@ -276,6 +278,8 @@ def check_requirements(env, expectation):
             continue
         if name not in have:
             broken.append(f"{name}{spec}: not installed")
+        elif name in twice:
+            broken.append(f"{name}{spec}: installed twice, " + " and ".join(f"{v} at {w}" for v, w in twice[name]))
         elif not all(version_satisfies(have[name], op, want) for op, want in clauses):
             broken.append(f"{name}{spec}: {have[name]} is installed")
         else:
@@ -294,24 +298,17 @@ def check_requirements(env, expectation):
 # ---------------------------------------------------------------------------------------------------------
 ENV_DUMP = r"""
 import json, sys, site, os
-try:
-    from importlib import metadata
-except ImportError:
-    import importlib_metadata as metadata
-dists = {}
-for d in metadata.distributions():
-    name = d.metadata["Name"]
-    if name:
-        loc = str(getattr(d, "_path", ""))
-        dists.setdefault(name, {"version": d.version, "location": loc})
 user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else ""
 print(json.dumps({"prefix": sys.prefix, "executable": sys.executable, "version": sys.version.split()[0],
-                  "dists": dists, "user_site": user_site, "enable_user_site": bool(site.ENABLE_USER_SITE),
-                  "path": sys.path}))
+                  "user_site": user_site, "enable_user_site": bool(site.ENABLE_USER_SITE), "path": sys.path}))
 """
 
 
 def describe_interpreter(python):
+    """What ``python`` (None: this interpreter) says of itself (ENV_DUMP: its prefix, version, sys.path, user site),
+    with what is installed on its sys.path read by the one reading the self-test uses too
+    (facts.installed_distributions): ``installs`` ({name: [(version, where), ...]}) and ``dists`` (each name's first,
+    the one it imports: {name: {version, location}})."""
     # in-process is fastest, but an isolated doctor (python -I, as images run it) does not see the user site or
     # PYTHONPATH that the environment's own runs would: then ask a plain child of the same interpreter
     if sys.flags.isolated and python is None:
@@ -327,11 +324,15 @@ def describe_interpreter(python):
             exec(ENV_DUMP, ns)  # our own constant
         finally:
             sys.stdout = old
-        return interpreter_shape(load_json(buf.getvalue(), "this interpreter's description"), "this interpreter")
-    res = subprocess.run([python, "-c", ENV_DUMP], capture_output=True, text=True, timeout=60)
-    if res.returncode != 0:
-        raise RuntimeError(f"{python} could not describe itself: {res.stderr.strip()[-500:]}")
-    return interpreter_shape(load_json(res.stdout, "its description of itself"), "it")
+        env = interpreter_shape(load_json(buf.getvalue(), "this interpreter's description"), "this interpreter")
+    else:
+        res = subprocess.run([python, "-c", ENV_DUMP], capture_output=True, text=True, timeout=60)
+        if res.returncode != 0:
+            raise RuntimeError(f"{python} could not describe itself: {res.stderr.strip()[-500:]}")
+        env = interpreter_shape(load_json(res.stdout, "its description of itself"), "it")
+    env["installs"] = facts.installed_distributions(env["path"])  # the child ran in this working folder too
+    env["dists"] = {n: {"version": found[0][0], "location": found[0][1]} for n, found in env["installs"].items()}
+    return env
 
 
 def interpreter_shape(env, who):
@@ -349,13 +350,6 @@ def interpreter_shape(env, who):
         raise wrong("enable_user_site", "true or false")
     if not isinstance(env.get("path"), list) or not all(isinstance(p, str) for p in env["path"]):
         raise wrong("path", "a list of strings")
-    dists = env.get("dists")
-    if not isinstance(dists, dict):
-        raise wrong("dists", "an object of name: {version, location}")
-    for name, info in dists.items():
-        if not (isinstance(info, dict) and isinstance(info.get("version"), str)
-                and isinstance(info.get("location", ""), str)):
-            raise wrong(f"dists.{printable(name)[:80]}", "an object with a version and a location")
     return env
 
 
@@ -453,16 +447,19 @@ def check_shadowing(env, manifest):
 
 
 def check_drift(env, manifest, in_image=True):
-    """`lock-drift` on a live environment: a pin missing or at another version blocks; a distribution the lock does
-    not have only warns (the user may have added it on purpose; untested with this stack)."""
+    """`lock-drift` on a live environment: a pin missing or at another version blocks, and so does a name installed
+    twice (which one a program imports depends on who asks); a distribution the lock does not have only warns (the
+    user may have added it on purpose; untested with this stack)."""
     want = {facts.canon(k): v for k, v in manifest["distributions"].items()}
-    have = {facts.canon(k): v["version"] for k, v in env["dists"].items()}
-    drift = facts.lock_drift(want, have)
-    missing, extra, different = drift["missing"], drift["extra"], drift["different"]
-    lines = [f"{n} {have[n]} (pinned {want[n]})" for n in different]
+    installs = env["installs"]  # describe_interpreter: facts.installed_distributions, as the self-test reads
+    drift = facts.lock_drift(want, installs, facts.declared_seeds(manifest))  # a lockfile declares no seeds: any
+    have = {facts.canon(n): found[0][0] for n, found in installs.items()}
+    missing, extra, different, twice = drift["missing"], drift["extra"], drift["different"], drift["duplicates"]
+    lines = [f"installed twice: {d}" for d in twice]
+    lines += [f"{n} {have[n]} (pinned {want[n]})" for n in different]
     lines += [f"{n} missing (pinned {want[n]})" for n in missing]
     evidence = {"different": {n: {"installed": have[n], "pinned": want[n]} for n in different}, "missing": missing,
-                "extra": {n: have[n] for n in extra}}
+                "extra": {n: have[n] for n in extra}, "duplicates": twice}
     if len(lines) > 8:
         lines = [*lines[:8], f"and {len(lines) - 8} more"]
     if lines:
@@ -471,6 +468,8 @@ def check_drift(env, manifest, in_image=True):
         fix = ("rebuild or re-pull the image; never `pip install -U` over a pinned environment" if in_image else
                "install the environment from the lock (uv pip sync LOCK, or pip install --require-hashes -r LOCK); "
                "never `pip install -U` over a pinned environment")
+        if twice:
+            fix = "remove the install the lock does not name (the path above), then " + fix
         return result("lock-drift", "fail", head + "; ".join(lines), fix, evidence)
     if extra:
         return result("lock-drift", "warn", "not in the lock: " + ", ".join(f"{n} {have[n]}" for n in extra),

@@ -13,6 +13,11 @@ Installs are --no-index --require-hashes --no-deps. --compile byte-compiles what
 `<dist-info>/uv_cache.json` when it installs from a folder; that file (and its RECORD line) is removed, so the
 layer's bytes do not depend on when the wheels were downloaded.
 
+A layer installs no distribution the image below it already holds where the layer installs (the venv, or --target):
+uv lists what is there first, and such a layer stops before installing anything. Staged, it would lie beside the
+first install (two dist-infos of one name); on the builder, uv would remove the first, a whiteout dated with the
+build's time. The base's venv keeps no seed the lock pins (Dockerfile.base), so each name is installed once.
+
 --files unpacks a tarball of files at their image paths into / first, checked by its sha256 (the app layer's
 files on the legacy builder, where a COPY after the big layers would cost a container commit of its own).
 
@@ -37,6 +42,7 @@ site-packages, so the libraries' RPATHs ($ORIGIN/../../nvidia/cublas/lib) resolv
 import argparse
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -226,8 +232,6 @@ def record_folders(root):
             continue
         if os.path.isdir("/" + rel) and not os.path.islink("/" + rel):
             out[rel] = [st.st_mode & 0o7777, st.st_uid, st.st_gid]
-    import json
-
     with open(os.path.join(os.path.dirname(root), "dirs.json"), "w") as fh:
         json.dump(out, fh, sort_keys=True)
 
@@ -342,6 +346,7 @@ def install_wheels(args, stage, python, root):
         # holds each file once, unlinked
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "NO_COLOR": "1"}
         env.pop("VIRTUAL_ENV", None) if args.target else None
+        refuse_a_second_install(uv, python, args.target, requirements, env)
         began = time.monotonic()
         res = subprocess.run(cmd, env=env)
         if res.returncode != 0:
@@ -350,6 +355,34 @@ def install_wheels(args, stage, python, root):
         if stage:
             shutil.rmtree(os.path.join(os.path.dirname(stage), "uv-cache"), ignore_errors=True)
     return installed
+
+
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ \\;]+)")
+
+
+def refuse_a_second_install(uv, python, target, requirements, env):
+    """Stop before anything is installed when the image below this layer already holds a distribution the layer
+    installs, where it installs it (uv's own listing of the venv, or of --target): staged, the layer would hold a
+    second install beside the first (two dist-infos of one name, the self-test reading one and the start check the
+    other); on the builder, uv would remove the first, a whiteout the legacy builder dates with the build's time."""
+    where = ["--target", target] if target else []
+    res = subprocess.run([uv, "pip", "list", "--no-config", "--format", "json", "--python", python, *where],
+                         env=env, capture_output=True, text=True)
+    try:
+        held = {d["name"]: d["version"] for d in json.loads(res.stdout)} if res.returncode == 0 else None
+    except (ValueError, TypeError, KeyError):
+        held = None
+    if held is None:
+        fail(f"cannot list what the image holds in {target or python}: uv exited {res.returncode}: "
+             f"{res.stderr.strip()[-300:]}", "build again; if it persists, report it with this output")
+    with open(requirements) as fh:
+        pins = [m.groups() for m in map(PIN.match, fh) if m]
+    twice = [f"{name} {held[name]} (this layer: {version})" for name, version in pins if name in held]
+    if twice:
+        fail(f"the image below this layer already holds {', '.join(twice)} in {target or 'the venv'}: installing the "
+             "layer would leave a second install of each",
+             "render and build again with this imagekit (its base venv keeps no seed the lock pins); a base of your "
+             "own must not install what the lock pins there")
 
 
 def compile_added(python, root, before, stage):

@@ -4,18 +4,24 @@ Checks: installed distributions equal the lock exactly (local labels included, n
 the `[image] apt` packages at their locked versions, torch's CUDA version,
 the GPU architectures compiled into it (the runtime contract's), `python`/`python3` identity, numpy interop,
 a tiny transformers model's forward and
-backward pass, the image's hygiene (no credentials, .git, build leftovers or owners above 65534: hygiene.py), and
-(gpu_checks) the GPU when there is one. Prints a JSON report; exit 1 on any failure.
+backward pass, the image's hygiene (no credentials, .git, build leftovers or owners above 65534: hygiene.py),
+(gpu_checks) the GPU when there is one, with `[image] install` the project's wheel shadowing nothing
+(project-imports), and last the project's own commands (`[image] smoke`, one `smoke-N` check
+each, from the manifest). Prints a JSON report; exit 1 on any failure. `--code-layer`: the code layer's checks
+alone (code_layer_checks), when the host reuses the others' results (imagekit/oci/selftest_reuse.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 if __package__:  # imported from the host's package, imagekit.in_image
@@ -35,34 +41,35 @@ def image_paths(manifest=None):
 
 
 def installed(manifest=None):
-    from importlib import metadata
-
-    out = {}
-    for dist in metadata.distributions(path=image_paths(manifest)):
-        name = dist.metadata["Name"]
-        if name:
-            out[facts.canon(name)] = dist.version
-    return out
+    """What the image's environment holds: {canonical name: [(version, where), ...]}, read by the one reading the
+    doctor's start check uses too (facts.installed_distributions)."""
+    return facts.installed_distributions(image_paths(manifest))
 
 
 def check_distributions(manifest):
-    """`dists-match-lock` before publishing: the image is its lock exactly, so anything extra fails too."""
+    """`dists-match-lock` before publishing: the image is its lock exactly, so anything extra fails too, and so does
+    a name installed twice (the doctor would read the other one)."""
     want = {facts.canon(k): v for k, v in manifest["distributions"].items()}
-    have = installed(manifest)
-    drift = facts.lock_drift(want, have)
-    missing, extra = drift["missing"], drift["extra"]
+    installs = installed(manifest)
+    have = {n: found[0][0] for n, found in installs.items()}
+    drift = facts.lock_drift(want, installs, facts.declared_seeds(manifest))
+    missing, extra, twice = drift["missing"], drift["extra"], drift["duplicates"]
     different = [f"{n} {have[n]} (lock {want[n]})" for n in drift["different"]]
-    ev = {"missing": missing, "extra": extra, "different": different, "count": len(have)}
-    if missing or extra or different:
+    ev = {"missing": missing, "extra": extra, "different": different, "duplicates": twice, "count": len(have)}
+    if missing or extra or different or twice:
         parts = []
+        if twice:
+            parts.append("installed twice: " + "; ".join(twice))
         if different:
             parts.append("different: " + ", ".join(different))
         if missing:
             parts.append("missing: " + ", ".join(missing))
         if extra:
             parts.append("not in the lock: " + ", ".join(extra))
-        return check("dists-match-lock", "fail", "; ".join(parts), "rebuild from the lock; never pip install over it",
-                     ev)
+        fix = "rebuild from the lock; never pip install over it"
+        if twice:
+            fix = "a layer installed what the image below it already held: rebuild with this imagekit (" + fix + ")"
+        return check("dists-match-lock", "fail", "; ".join(parts), fix, ev)
     return check("dists-match-lock", "pass", f"{len(want)} distributions match the lock exactly", "", ev)
 
 
@@ -259,6 +266,55 @@ def check_torch_compile(manifest):
                  f"{ev['seconds']} s", "", ev)
 
 
+SMOKE_TAIL = 2000  # characters of a smoke command's output kept as evidence
+
+
+def check_smoke(number, command, timeout):
+    """`smoke-N`: one `[image] smoke` command, run by /bin/sh as a user's shell would run it in the image (its ENV,
+    its PATH, /workspace), within ``timeout`` seconds; its exit code and the tail of its output are the evidence."""
+    cid = f"smoke-{number}"
+    ev = {"command": command, "timeout": timeout}
+    if timeout <= 0:
+        return check(cid, "fail", f"`{command}` was not run: the smoke commands' time is spent",
+                     "make the commands before it quicker, or run fewer ([image] smoke)", ev)
+    start = time.time()
+    with tempfile.TemporaryFile() as out:  # the output on disk: only its tail is read back
+        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the command and whatever it started
+            proc.wait()
+            code = None
+        out.seek(0, 2)
+        out.seek(max(0, out.tell() - 4 * SMOKE_TAIL))
+        tail = out.read().decode("utf-8", "replace")[-SMOKE_TAIL:]
+    ev.update({"exit": code, "output_tail": tail, "seconds": round(time.time() - start, 2)})
+    last = (tail.strip().splitlines() or [""])[-1][:300]
+    if code is None:
+        return check(cid, "fail", f"`{command}` did not finish within {timeout} s",
+                     "see what it waits on (docker run IMAGE sh -c '...'); a smoke command should take seconds", ev)
+    if code != 0:
+        how = f"exited {code}" if code > 0 else f"was killed by signal {-code}"
+        return check(cid, "fail", f"`{command}` {how}" + (f": {last}" if last else ""),
+                     "the project's code fails in this image: fix it or the command ([image] smoke) and build again",
+                     ev)
+    return check(cid, "pass", f"`{command}` exited 0 in {ev['seconds']:.1f} s", "", ev)
+
+
+def run_smoke(manifest):
+    """The manifest's smoke commands in order, each announced as it ends; together within the manifest's budget."""
+    smoke = manifest.get("smoke") or {}
+    commands, timeout = smoke.get("commands") or [], int(smoke.get("timeout") or 300)
+    deadline = time.time() + int(smoke.get("budget") or 600)
+    results = []
+    for number, command in enumerate(commands, 1):
+        left = min(timeout, math.ceil(deadline - time.time()))
+        results.append(guarded(f"smoke-{number}", check_smoke, number, command, left))
+    return results
+
+
 def announce(result, seconds=None):
     """One line per check on stderr as it ends (the JSON report on stdout comes at the end): the host streams it."""
     took = ""
@@ -288,6 +344,8 @@ def main(argv=None):
         print(json.dumps(guarded("torch-compile", check_torch_compile, manifest)))
         return 0
     left = hygiene.leftovers()  # before anything here writes to /tmp or /root
+    if "--code-layer" in argv:  # the host reuses the results of the layers below the code layer (their digests)
+        return finish(manifest, code_layer_checks(manifest, left), "code-layer")
     # torch.compile waits on a C compiler most of its time (Inductor's C++ or Triton): a process of its own from the
     # start, so the other checks run meanwhile
     compiling = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--only-torch-compile"],
@@ -303,6 +361,8 @@ def main(argv=None):
         guarded("tiny-model", check_tiny_model),
     ]
     checks.append(guarded("image-hygiene", hygiene.check_hygiene, left, check))
+    if manifest.get("project"):  # `[image] install`: the project's wheel shadows nothing, and imports
+        checks.append(guarded("project-imports", check_project_imports, manifest))
     if manifest.get("apt"):  # an image with `[image] apt` packages: each at its locked version
         checks.append(guarded("apt-packages", check_apt, manifest))
     out, _ = compiling.communicate()
@@ -318,9 +378,71 @@ def main(argv=None):
     except Exception as exc:
         gpu = [check("gpu-cuda-available", "fail", f"{type(exc).__name__}: {exc}"[:1500])]
     checks += [announce(c) for c in gpu]  # run as one block: no time of their own
+    checks += run_smoke(manifest)  # the project's own commands, last: the image's checks said what it is first
+    return finish(manifest, checks, "full")
+
+
+def _top_levels(dist):
+    """The importable names a distribution's RECORD puts at the top of site-packages, and the .pth files it adds."""
+    names, pth = set(), []
+    for f in dist.files or []:
+        first = f.parts[0] if f.parts else ""
+        if first in ("..", "__pycache__") or first.endswith((".dist-info", ".data")):
+            continue
+        if len(f.parts) == 1 and first.endswith(".pth"):
+            pth.append(first)
+        elif len(f.parts) > 1 or first.endswith((".py", ".so")):
+            names.add(first.split(".")[0])
+    return names, pth
+
+
+def check_project_imports(manifest):
+    """`project-imports`: the project's own wheel (`[image] install`, in the code layer) shadows nothing below it (no
+    top-level name of another distribution, no .pth file run at every start), and its modules import."""
+    import importlib
+    from importlib import metadata
+
+    name = facts.canon(manifest["project"]["name"])
+    mine, pth, taken = set(), [], {}
+    for dist in metadata.distributions(path=image_paths(manifest)):
+        names, added = _top_levels(dist)
+        if facts.canon(dist.metadata["Name"] or "") == name:
+            mine, pth = names, added
+        else:
+            for top in names:
+                taken.setdefault(top, facts.canon(dist.metadata["Name"] or "?"))
+    clash = sorted(f"{top} (also {taken[top]}'s)" for top in mine if top in taken)
+    ev = {"modules": sorted(mine), "pth": pth, "clashes": clash}
+    if clash or pth:
+        return check("project-imports", "fail", "the project's wheel " + "; ".join(
+            (["shadows " + ", ".join(clash)] if clash else []) + (["adds " + ", ".join(pth)] if pth else [])),
+            "rename the project's package, or drop the .pth file from its wheel", ev)
+    for top in sorted(mine):
+        importlib.import_module(top)  # an error fails the check with its text (guarded)
+    return check("project-imports", "pass", f"{len(mine)} modules of the project's wheel import: "
+                 + ", ".join(sorted(mine)), "", ev)
+
+
+def code_layer_checks(manifest, left):
+    """`--code-layer`: what the code layer (`[image] copy`, last) can change, when every layer below it is one a
+    passing self-test ran on: the image's hygiene (a credential or .git in the copied folder), with `[image]
+    install` the venv against the lock and `pip check` (the project's wheel is in that layer), and the smoke
+    commands (the project's code). torch, CUDA, the compiler, numpy and the GPU live below it; with `[image] install`
+    the project's wheel sits beside them in the venv: `project-imports` checks that it shadows none of them."""
+    checks = []
+    if manifest.get("project"):
+        checks += [guarded("dists-match-lock", check_distributions, manifest), guarded("pip-check", check_pip),
+                   guarded("project-imports", check_project_imports, manifest)]
+    checks.append(guarded("image-hygiene", hygiene.check_hygiene, left, check))
+    return checks + run_smoke(manifest)
+
+
+def finish(manifest, checks, scope):
+    """The report on stdout; exit 1 on any failure. ``scope``: ``full``, or ``code-layer`` (the checks of the code
+    layer alone: the host adds the results it reuses)."""
     failed = [c["id"] for c in checks if c["status"] == "fail"]
     report = {"cell": manifest["cell"]["id"], "lock_hash": manifest["lock"]["hash"], "python": sys.version.split()[0],
-              "checks": checks, "failed": failed, "passed": not failed}
+              "checks": checks, "failed": failed, "passed": not failed, "scope": scope}
     print(json.dumps(report, indent=2, sort_keys=True))
     return 1 if failed else 0
 

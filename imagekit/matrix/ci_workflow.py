@@ -154,6 +154,21 @@ def validated(
     return CiOptions(registry, tuple(gpu_runner or ()), install, locks, wheel_dir, tuple(arm64_runner or ()))
 
 
+def unreachable_refusal(registry: str, why: str, given: bool) -> UsageError:
+    """The error for a workflow that would push to ``registry``, which no hosted runner reaches (``why``: a loopback,
+    private or single-label registry, as `clouds.pull.unreachable_registry` says). No flag overrides it: the plan and
+    release jobs run on GitHub's hosted runners whatever --gpu-runner says, and the release job asks the registry for
+    every record (`release merge`), so even a self-hosted build runner that reaches its own registry leaves a release
+    job that cannot; such a setup edits the written workflow's runs-on and registry by hand."""
+    where = "--registry" if given else "the matrix file's [image] repository"
+    return UsageError(
+        f"{where} {printable(registry, 120)}: {why}: the workflow's jobs run on GitHub's hosted runners (plan and "
+        "release always), which cannot reach it, so every build would push nowhere; nothing was written",
+        "pass --registry for a registry the runners reach, e.g. --registry ghcr.io/OWNER/REPO (GITHUB_TOKEN pushes "
+        "there; leaving --registry out with no [image] repository picks it)",
+    )
+
+
 def command_line(opts: CiOptions) -> str:
     words = ["imagekit", "ci", "init"]
     if opts.install is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import posixpath
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -11,11 +12,12 @@ from importlib import resources
 from imagekit.compat import rules
 from imagekit.compat.catalog import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
-from imagekit.image import budget, code_layer
+from imagekit.image import budget, code_layer, imageconfig, project_wheel
 from imagekit.image.buildplan import BaseRef
 from imagekit.image.code_layer import CopySpec
 from imagekit.image.image_options import ImageOptions
 from imagekit.locking import debs, direct_wheels
+from imagekit.matrix.project_deps import DepsSource, source_of
 from imagekit.model import AMD64, Cell, Query, Targets, Verdict
 from imagekit.trust import untrusted, validate
 
@@ -40,6 +42,9 @@ class MatrixConfig:
     options: ImageOptions = field(default_factory=ImageOptions)
     index_url: str | None = None  # `[lock] index_url`: the main package index (a private one, or a mirror)
     extra_index_urls: tuple[str, ...] = ()  # `[lock] extra_index_urls`
+    # `[matrix] requirements`: the project's own dependency declaration, which services.inputs reads and
+    # matrix.project_axes.apply adds to every cell (the cells here hold the matrix's own packages only)
+    requirements: DepsSource | None = None
 
 
 @dataclass(frozen=True)
@@ -128,11 +133,12 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         options=options,
         index_url=index_url,
         extra_index_urls=extra_index_urls,
+        requirements=table.requirements,
     )
 
 
 SECTIONS = ("bases", "image", "lock", "matrix", "targets")
-MATRIX_KEYS = (*AXES, "packages", "platforms", "include", "exclude")
+MATRIX_KEYS = (*AXES, "packages", "requirements", "platforms", "include", "exclude")
 
 
 def _sections(p: _Problems, doc: dict) -> None:
@@ -151,6 +157,7 @@ class _MatrixTable:
     packages: tuple[str, ...]
     excludes: list[dict | None]
     includes: list[dict | None]
+    requirements: DepsSource | None = None
 
 
 def _matrix(p: _Problems, m: object) -> _MatrixTable:
@@ -173,7 +180,8 @@ def _matrix(p: _Problems, m: object) -> _MatrixTable:
         _cell_dict(p, f"matrix.include[{i}]", e, partial=False, packages=packages)
         for i, e in enumerate(m.get("include", []) or [])
     ]
-    return _MatrixTable(axes, platforms or (AMD64,), packages, excludes, includes)
+    requirements = p.check("matrix.requirements", source_of, m["requirements"]) if "requirements" in m else None
+    return _MatrixTable(axes, platforms or (AMD64,), packages, excludes, includes, requirements)
 
 
 def _targets(p: _Problems, t: object, data: CompatData) -> Targets:
@@ -207,7 +215,7 @@ def _image(p: _Problems, image: object, origin: str) -> tuple[str, ImageOptions]
         folder = posixpath.dirname(origin) if not origin.startswith("<") else ""
         source = posixpath.normpath(posixpath.join(folder or ".", given))
         options = replace(options, copy=replace(options.copy, source=source, project=folder or "."))
-    return repository, options
+    return repository, _install_in(p, options, origin)
 
 
 def _cells(table: _MatrixTable, origin: str) -> dict[str, Cell]:
@@ -287,6 +295,7 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
                 p.add("image.apt", f"not a Debian package name: {shown}; {debs.REQUEST_HINT}")
             else:
                 flags["apt"] = tuple(sorted(set(names)))
+    _project_options(p, image, flags)
     if "size_budget" in image:
         try:
             flags["size_budget"] = budget.parse(image["size_budget"]).text
@@ -299,6 +308,65 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
             else:
                 p.add(f"image.{k}", f"expected true or false, got {image[k]!r}")
     return ImageOptions(**flags)
+
+
+_INSTALL = re.compile(r"[A-Za-z0-9._/-]{1,300}", re.ASCII)
+_SMOKE_HINT = (
+    "expected a list of shell commands (one line each, at most 1024 characters), such as "
+    '["python -c \'import alignment\'", "python /opt/app/scripts/run_sft.py --help"]'
+)
+MAX_SMOKE = 16
+
+
+def _project_options(p: _Problems, image: dict, flags: dict) -> None:
+    """`install` (a folder of the copied project, built into a wheel), `env` (variables in the image's config) and
+    `smoke` (commands the self-test runs in the image)."""
+    if "install" in image:
+        value = image["install"]
+        if not isinstance(value, str) or not _INSTALL.fullmatch(value):
+            p.add("image.install", 'expected a folder of the project, such as "." (letters, digits and . _ - /)')
+        elif "copy" not in image:
+            p.add("image.install", 'the wheel is built from the code [image] copy puts in the image: add copy = "."')
+        else:
+            flags["install"] = value
+    if "env" in image:
+        table = image["env"]
+        if not isinstance(table, dict) or len(table) > imageconfig.MAX_ENV:
+            p.add("image.env", f'expected a table of at most {imageconfig.MAX_ENV} variables, such as '
+                  '{ WANDB_PROJECT = "sft", TOKENIZERS_PARALLELISM = "false" }')  # fmt: skip
+        else:
+            bad = [(k, imageconfig.user_env_problem(k, v)) for k, v in table.items()]
+            for name, problem in bad:
+                if problem:
+                    p.add(f"image.env.{untrusted.printable(str(name), 60)}", problem)
+            if not any(problem for _, problem in bad):
+                flags["env"] = tuple(sorted(table.items()))
+    if "smoke" in image:
+        cmds = image["smoke"]
+        if (
+            not isinstance(cmds, list)
+            or not cmds
+            or len(cmds) > MAX_SMOKE
+            or not all(isinstance(c, str) and c.strip() and len(c) <= 1024 and c.isprintable() for c in cmds)
+        ):
+            p.add("image.smoke", _SMOKE_HINT)
+        else:
+            flags["smoke"] = tuple(cmds)
+
+
+def _install_in(p: _Problems, options: ImageOptions, origin: str) -> ImageOptions:
+    """`install`, resolved as `copy`'s `from` is (relative to the matrix file's folder), inside the copied folder."""
+    if options.install is None or options.copy is None:
+        return options
+    folder = posixpath.dirname(origin) if not origin.startswith("<") else ""
+    install = posixpath.normpath(posixpath.join(folder or ".", options.install))
+    try:
+        project_wheel.sub_folder(options.copy.source, install)
+    except UsageError as exc:
+        p.add("image.install", f"{options.install!r} is not inside the copied folder ({options.copy.source}): "
+              f"{exc.hint}")  # fmt: skip
+        return options
+    return replace(options, install=install)
 
 
 def _indexes(p: _Problems, table: object) -> tuple[str | None, tuple[str, ...]]:

@@ -18,7 +18,9 @@ Fields (``?``: may be absent). :func:`entry_problems` checks each one's type, gr
 - ``manifest``: the image's manifest.json: ``cell`` (``id``; ``torch``, ``variant``, ``transformers``, ``python``,
   ``platform``), ``driver.minimum``, ``torch.archs``, ``image.ports`` and ``image.jupyter``, ``runtime`` (the
   runtime contract, compat.contract's check)
-- ``selftest``: the self-test's report
+- ``selftest``: the self-test's report; its ``ran`` says where it ran (``gpu``, ``emulated``) and on what (``layers``:
+  the image's diff ids, ``code_layer``, ``config``: oci.selftest_reuse's key), a result taken from an earlier release
+  carries ``reused`` (that record's tag and digest, the layers), and ``reused`` at the top lists those checks
 """
 
 from __future__ import annotations

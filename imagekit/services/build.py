@@ -1,5 +1,6 @@
 """Build use case, per cell: one function per stage (:data:`STAGES`): base -> lock (if stale) -> fetch wheels ->
-render -> docker build -> runtime config -> size budget -> self-test -> publish."""
+the project's wheel (`[image] install`) -> render -> docker build -> runtime config -> size budget -> self-test ->
+publish."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ from imagekit.image import steps as steps_core
 from imagekit.image.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, base_for, manifest
 from imagekit.image.code_layer import CodeLayer
 from imagekit.image.image_options import ImageOptions
+from imagekit.image.project_wheel import REQUIREMENTS_FILE, ProjectWheel
 from imagekit.locking import resolution
 from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, Cell
 from imagekit.services import (
     apt_resolve,
     fetch,
+    project_build,
     publish,
     release_index,
     selftest_runner,
@@ -58,6 +61,7 @@ class BuildOptions:
     nocache: bool = False
     gpus: str = "auto"  # auto | on | off
     require_gpu: bool = False
+    full_selftest: bool = False  # every check, reusing no earlier release's results (oci.selftest_reuse)
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
@@ -70,6 +74,10 @@ class BuildOptions:
     audit_fail_on: str = "high"
     audit_allowlist: Path | None = None
     audit_fail_on_unrated: bool = False  # an advisory with no rating (a DSA for a local root) fails the gate too
+
+    @property
+    def outputs(self) -> tuple[Path, ...]:  # what a build writes: never in the code layer (build_plans.code_for)
+        return (self.state_dir, self.lock_dir, self.release_index, self.release_records)
 
     @property
     def auth(self) -> dict | None:
@@ -115,6 +123,7 @@ class CellResult:
             "seconds": round(self.seconds, 1),
             "steps": {step: round(seconds, 1) for step, seconds in self.steps.items()},
             "selftest_failed": (self.report or {}).get("failed"),
+            **({"selftest_reused": self.report["reused"]} if self.report and self.report.get("reused") else {}),
             **({"sbom": self.sbom} if self.sbom else {}),
             **({"audit": self.audit} if self.audit else {}),
             "error": self.error.render() if self.error else None,
@@ -174,7 +183,9 @@ class _Build:
     report: selftest_runner.SelfTestReport | None = None
     runtime: imageconfig.RuntimeConfig | None = None  # the config _config set: the self-test checks the image has it
     sbom: dict | None = None  # the tested image's SPDX document (_sbom), published with it
-    code: CodeLayer | None = None  # `[image] copy`, as read when the context is rendered
+    code: CodeLayer | None = None  # `[image] copy`, as read when the context is rendered (or the wheel built)
+    project: ProjectWheel | None = None  # `[image] install`: the project's wheel (_project), and where it lies
+    project_path: Path | None = None
 
 
 def _lock(b: _Build) -> None:
@@ -217,10 +228,26 @@ def _fetch(b: _Build) -> None:
     )
 
 
+def _project(b: _Build) -> None:
+    """`[image] install`: the project's wheel, built from the copied code in a container of the base (kept by what it
+    is built from), its dependencies checked against the lock."""
+    options = b.opts.options
+    if options.install is None or options.copy is None:
+        return
+    assert b.lock is not None and b.base is not None
+    b.code = code_for(options, b.opts.outputs)
+    assert b.code is not None
+    with activity(b.progress, b.cell.slug, "project wheel"):
+        b.project, b.project_path = project_build.wheel_for(
+            b.engine, b.base, b.code, options.copy.source, options.install, b.cell, b.lock, b.wheels,
+            b.opts.source_date_epoch, b.say,
+        )  # fmt: skip
+
+
 def _render(b: _Build) -> None:
     """The Dockerfile and its context, written whole, with clamped dates."""
     assert b.lock is not None and b.base is not None
-    b.code = code_for(b.opts.options, (b.opts.state_dir,))
+    b.code = b.code or code_for(b.opts.options, b.opts.outputs)
     b.plan = BuildPlan.make(
         b.cell,
         b.lock,
@@ -229,6 +256,7 @@ def _render(b: _Build) -> None:
         b.data,
         options=b.opts.options,
         code=b.code,
+        project=b.project,
         source_revision=source_revision(),
         source_date_epoch=b.opts.source_date_epoch,
     )
@@ -248,6 +276,9 @@ def _build(b: _Build) -> None:
     write_atomic(house / render.APP_TARBALL, render.app_tarball(b.files, b.opts.source_date_epoch))
     if b.code is not None:
         write_atomic(house / render.CODE_TARBALL, b.code.tar(b.opts.source_date_epoch))
+    if b.project is not None and b.project_path is not None:  # the code layer installs it, by its sha256
+        shutil.copyfile(b.project_path, house / b.project.filename)
+        write_atomic(house / REQUIREMENTS_FILE, b.files[REQUIREMENTS_FILE][0])
     steps = _StepTimer(b.progress, b.cell.slug)
     foreign = not native(b.cell.platform, os.uname().machine)
     if foreign:
@@ -291,7 +322,8 @@ def _config(b: _Build) -> None:
     assert b.plan is not None and b.base is not None
     immutable = b.immutable
     with activity(b.progress, b.cell.slug, "image config"):
-        runtime = b.runtime = imageconfig.runtime(naming.labels(manifest(b.plan)), b.plan.options.command)
+        labels, options = naming.labels(manifest(b.plan)), b.plan.options
+        runtime = b.runtime = imageconfig.runtime(labels, options.command, options.env)
         b.result.image_id = set_runtime_config(
             b.engine,
             b.built,
@@ -321,19 +353,12 @@ def _budget(b: _Build) -> None:
 
 def _selftest(b: _Build) -> None:
     """The image's self-test in the image (with GPUs where the engine has them); its report kept either way."""
-    caps = b.engine.capabilities()
-    gpus = b.opts.gpus == "on" or (b.opts.gpus == "auto" and caps.gpu_runtime)
-    emulated = not native(b.cell.platform, os.uname().machine)
-    b.report = selftest_runner.run(
-        b.engine,
-        b.immutable,
-        gpus=gpus and not emulated,  # qemu-user runs the CPU checks; no GPU driver answers an emulated process
-        require_gpu=b.opts.require_gpu,
-        progress=b.progress,
-        cell=b.cell.slug,
-        emulated=emulated,
-        runtime=b.runtime,
-    )
+    b.report = selftest_runner.for_build(
+        b.engine, b.immutable, b.cell, release_index.read_index(b.opts.release_index).get("images", {}),
+        gpus=b.opts.gpus, emulated=not native(b.cell.platform, os.uname().machine),
+        code_to=b.code.to if b.code else None, full=b.opts.full_selftest,
+        say=b.say, require_gpu=b.opts.require_gpu, progress=b.progress, cell=b.cell.slug, runtime=b.runtime,
+    )  # fmt: skip
     b.result.report = b.report.report
     reports = b.opts.state_dir / "reports" / f"{b.cell.slug}.json"
     write_atomic(reports, json.dumps(b.report.report, indent=2) + "\n")
@@ -479,6 +504,7 @@ STAGES: tuple[tuple[str, Callable[[_Build], None]], ...] = (
     ("base", _base),  # first: a cell's `[image] apt` packages are locked over it
     ("lock", _lock),
     ("fetch", _fetch),
+    ("project", _project),  # `[image] install`: the project's wheel, from the fetched wheels of its build backend
     ("render", _render),
     ("build", _build),
     ("build", _config),

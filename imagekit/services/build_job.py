@@ -41,6 +41,7 @@ class BuildRequest:
     no_cache: bool = False
     gpus: str = "auto"
     require_gpu: bool = False
+    full_self_test: bool = False
     keep_going: bool = False
     sign_key: Path | None = None
     audit_osv: Path | None = None
@@ -111,6 +112,7 @@ def prepare(
         nocache=request.no_cache,
         gpus=request.gpus,
         require_gpu=request.require_gpu,
+        full_selftest=request.full_self_test,
         settings=settings(config),
         bases=config.bases,
         options=options,

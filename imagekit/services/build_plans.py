@@ -15,23 +15,37 @@ from imagekit.matrix.matrix_file import MatrixConfig
 from imagekit.model import Cell
 from imagekit.services.lock_cells import lock_path, verified_lock
 
+# What imagekit writes into a project at their default places, relative to where it runs (the project's folder):
+# the state (wheels, contexts, reports), the locks, the release index and records, the workflow `ci init` writes and
+# the wheel it names (both change with imagekit's version).
+# Never in the code layer, so a publish (a new record) or a re-lock never changes the next build's image. The locks
+# too: the image carries its own lock (the manifest's pins, the layers' requirements), and another cell's re-lock
+# would otherwise change every cell's code layer.
+IMAGEKIT_OUTPUTS = (
+    Path(".imagekit"), Path("lockfiles"), Path("releases/index.json"), Path("releases/records"),
+    Path(".github/imagekit"), Path(".github/workflows/images.yml"),
+)  # fmt: skip
+
 
 def code_for(options: ImageOptions, outputs: tuple[Path, ...] = ()) -> CodeLayer | None:
-    """`[image] copy`, read now (once per build: every cell gets the same files). ``outputs``: folders imagekit
-    writes into (the render's --out, the build's --state-dir), left out where they lie inside the copied folder, so
-    a second run never copies the first one's output in."""
+    """`[image] copy`, read now (once per build: every cell gets the same files). ``outputs``: files and folders
+    imagekit writes into (the render's --out, the build's --state-dir, --lock-dir, --release-index and
+    --release-records), with :data:`IMAGEKIT_OUTPUTS`, left out where they lie inside the copied folder (after the
+    excludes and the folder's `.dockerignore`: no `!` line brings them back), so a second run never copies the first
+    one's output in."""
     spec = options.copy
     if spec is None:
         return None
     root = Path(spec.source).resolve()
     extra = []
-    for folder in outputs:
+    for folder in (*outputs, *IMAGEKIT_OUTPUTS):
         try:
             extra.append(Path(folder).resolve().relative_to(root).as_posix())
         except ValueError:
             continue  # outside the copied folder
+    extra = [e for e in dict.fromkeys(extra) if e != "."]
     if extra:
-        spec = replace(spec, exclude=(*spec.exclude, *(f"/{e}" for e in extra if e != ".")))
+        spec = replace(spec, exclude=(*spec.exclude, *(f"/{e}" for e in extra)))
     return read_code(spec)
 
 

@@ -4,7 +4,10 @@ refreshed PyPI metadata when it is there). Parsing is the pure core's (`matrix.p
 
 from __future__ import annotations
 
+import os
+import posixpath
 import sys
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -13,29 +16,106 @@ from imagekit.compat.catalog import METADATA_FILE, SHIPPED, USER, CompatData
 from imagekit.effects.files import read_input
 from imagekit.errors import UsageError
 from imagekit.matrix import matrix_file as matrix
+from imagekit.matrix import project_deps
 from imagekit.matrix.matrix_file import ConfigError, MatrixConfig
+
+MAX_PROJECT_FILE = 1 << 20  # a requirements file, pyproject.toml or setup.cfg: far below this
 
 
 def load_matrix(path: Path | None, data: CompatData) -> MatrixConfig:
     """Read --matrix FILE, else ./imagekit.toml, else ./pyproject.toml's [tool.imagekit] when present, else the
-    shipped default."""
+    shipped default; with the project's own dependency declaration (`[matrix] requirements`) read again and added
+    to every cell."""
     if path is None:
         local = Path(matrix.MATRIX_FILE)
         if local.exists() or local.is_symlink():  # a folder or a dangling link there is an error, not "absent"
-            return matrix.parse(_read_toml(local), str(local), data)
+            return with_project(matrix.parse(_read_toml(local), str(local), data), Path("."), data)
         pyproject = Path("pyproject.toml")
         if pyproject.is_file():
             tool = matrix.tool_table(_read_toml(pyproject), str(pyproject))
             if tool is not None:
-                return matrix.parse(tool, f"{pyproject} [tool.imagekit]", data)
+                return with_project(matrix.parse(tool, f"{pyproject} [tool.imagekit]", data), Path("."), data)
         return matrix.parse(matrix.default_document(), "<default matrix>", data)
     doc = _read_toml(path)
     if path.name == "pyproject.toml":
         tool = matrix.tool_table(doc, str(path))
         if tool is None:
             raise ConfigError([f"{path}: no [tool.imagekit] table"], "add [tool.imagekit.matrix] to pyproject.toml")
-        return matrix.parse(tool, f"{path} [tool.imagekit]", data)
-    return matrix.parse(doc, str(path), data)
+        return with_project(matrix.parse(tool, f"{path} [tool.imagekit]", data), path.parent, data)
+    return with_project(matrix.parse(doc, str(path), data), path.parent, data)
+
+
+def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixConfig:
+    """``config`` with its `[matrix] requirements` declaration (a path relative to ``root``, the matrix file's
+    folder) read and added to each cell, its axes checked against it (`matrix.project_axes.apply`)."""
+    if config.requirements is None:
+        return config
+    from packaging.version import Version
+
+    from imagekit.image.buildplan import base_for
+    from imagekit.matrix import project_axes
+
+    python = min((c.python for c in config.cells), key=Version)
+
+    def setup(backend: str) -> project_deps.ProjectDeps:
+        from imagekit.services import project_metadata
+
+        base = base_for(python, data, config.bases, config.options)
+        return project_metadata.read_setup(root, config.requirements, base, backend, data.bases)
+
+    try:
+        deps = read_project(root, config.requirements, setup)
+    except UsageError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError([f"{config.origin}: matrix.requirements: {exc.message}"], exc.hint) from None
+    return project_axes.apply(config, deps)
+
+
+def read_project(
+    root: Path, source: project_deps.DepsSource, setup: Callable[[str], project_deps.ProjectDeps]
+) -> project_deps.ProjectDeps:
+    """The declaration ``source`` names under ``root``: a requirements file and its includes, pyproject.toml's
+    [project] table, or (``setup(backend)``: in a container, never here) what a setup.py's build backend answers."""
+    if source.kind == project_deps.REQUIREMENTS:
+        return project_deps.read_requirements(source.file, lambda rel: project_text(root, rel) or "")
+    if source.kind == project_deps.PYPROJECT:
+        text = project_text(root, source.file) or ""
+        try:
+            return project_deps.from_pyproject(text, source)
+        except project_deps.NeedsBackend as exc:
+            return setup(exc.backend)
+    project_text(root, source.file)  # there, inside the project, and a regular file
+    beside = posixpath.join(source.folder, "pyproject.toml")
+    text = project_text(root, beside, missing_ok=True)
+    return setup(project_deps.backend_of(text, beside) if text is not None else project_deps.LEGACY_BACKEND)
+
+
+def project_text(root: Path, rel: str, *, missing_ok: bool = False) -> str | None:
+    """A file of the project, as another party wrote it: inside ``root`` with its links resolved, a regular file,
+    at most MAX_PROJECT_FILE bytes, UTF-8. ``missing_ok``: None when it is not there."""
+    from imagekit.effects import foreign_files
+
+    path = root / rel
+    hint = f"name a file of the project (the matrix file's folder, {root})"
+    if not os.path.lexists(path):
+        if missing_ok:
+            return None
+        raise UsageError(f"{rel}: no such file in the project", hint)
+    real = foreign_files.inside(root, path)
+    if real is None:
+        raise UsageError(
+            f"{rel} leads out of the project through a link (it is {path.resolve()})",
+            "copy the file into the project itself (replace the link by the file)",
+        )
+    try:
+        data = foreign_files.read_bytes(real, MAX_PROJECT_FILE)
+    except foreign_files.Refused as exc:
+        raise UsageError(f"{rel}: it {exc.why}", hint) from None
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{rel} is not UTF-8 text ({exc.reason} at byte {exc.start})", "save it as UTF-8") from None
 
 
 def _read_toml(path: Path) -> dict:

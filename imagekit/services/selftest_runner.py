@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +14,9 @@ from pathlib import Path
 from imagekit.errors import CheckFailed
 from imagekit.image import config_truth, emulation, render
 from imagekit.image.imageconfig import RuntimeConfig
+from imagekit.model import Cell
+from imagekit.oci import selftest_reuse
+from imagekit.oci.selftest_reuse import Reuse, RunKey
 from imagekit.services.ports import ContainerEngine
 from imagekit.services.progress import NullProgress, Progress, activity
 
@@ -68,12 +71,16 @@ def run(
     cell: str = "",
     emulated: bool = False,
     runtime: RuntimeConfig | None = None,
+    key: RunKey | None = None,
+    reuse: Reuse | None = None,
 ) -> SelfTestReport:
     """The image's self-test, its report as the image wrote it plus how it ran: ``emulated`` (another CPU
     architecture's image under qemu-user-static: the CPU checks only, never "passed on GPU"). With ``runtime`` (the
     config imagekit set), one check more, from outside: the image's config and labels tell the truth
-    (imagekit.image.config_truth)."""
+    (imagekit.image.config_truth). ``key`` (oci.selftest_reuse): the run's layers and config, recorded in ``ran``;
+    with ``reuse``, the image runs its code layer's checks alone and the others are those results."""
     argv = [f"/{render.IMAGEKIT_DIR}/{render.IN_IMAGE['selftest.py']}"] + (["--require-gpu"] if require_gpu else [])
+    argv += ["--code-layer"] if reuse is not None else []
     if emulated and require_gpu:
         raise CheckFailed(
             f"{image} is for another CPU architecture: its self-test runs emulated, with no GPU",
@@ -102,6 +109,8 @@ def run(
         ) from None
     if not isinstance(report, dict):
         raise CheckFailed(f"the self-test in {image} wrote no report object (exit {code})", "see the image's output")
+    if reuse is not None and isinstance(report.get("checks"), list):
+        report = selftest_reuse.merge(report, reuse)
     if runtime is not None and isinstance(report.get("checks"), list):
         truth = config_truth.check(engine.image(image).get("Config") or {}, runtime, report)
         progress.line(cell, f"self-test {truth['status']:<4} {truth['id']}")
@@ -109,7 +118,8 @@ def run(
         if truth["status"] == "fail":
             report = {**report, "failed": [*report.get("failed", []), truth["id"]], "passed": False}
     seconds = round(time.monotonic() - start, 1)
-    report = {**report, "ran": {"emulated": emulated, "gpu": gpus and not emulated, "seconds": seconds}}
+    ran = {"emulated": emulated, "gpu": gpus and not emulated, "seconds": seconds, **(key.to_json() if key else {})}
+    report = {**report, "ran": ran}
     result = SelfTestReport(image, code == 0 and bool(report.get("passed")), report)
     checks = report.get("checks") if isinstance(report.get("checks"), list) else []
     skipped = sum(1 for c in checks if isinstance(c, dict) and c.get("status") == "skip")
@@ -119,6 +129,43 @@ def run(
         f"self-test {verdict}: {len(checks)} checks"
         + (f" ({skipped} skipped)" if skipped else "")
         + f" in {seconds:.1f} s"
+        + (f", {len(report.get('reused', {}).get('checks', []))} of them reused from {reuse.record}" if reuse else "")
         + (" (emulated: CPU checks only)" if emulated else ""),
     )
     return result
+
+
+def for_build(
+    engine: ContainerEngine,
+    image: str,
+    built: Cell,
+    images: dict,
+    *,
+    gpus: str,
+    emulated: bool,
+    code_to: str | None,
+    full: bool,
+    say: Callable[[str], None],
+    **how: object,
+) -> SelfTestReport:
+    """A build's self-test: with ``full``, every check; otherwise the results an earlier release of the cell (in a
+    checked release index's ``images``) offers for this image are reused (oci.selftest_reuse) and only the code
+    layer's checks run. ``built``: the image's cell; ``code_to``: where its code layer lies (None: it has none);
+    ``how``: the rest of :func:`run`'s options."""
+    # with GPUs where the engine has them (``gpus``: auto, on, off); qemu-user runs the CPU checks: no GPU answers
+    on_gpu = (gpus == "on" or (gpus == "auto" and engine.capabilities().gpu_runtime)) and not emulated
+    inspect = engine.image(image) or {}
+    key = selftest_reuse.key_of(inspect, code_layer=code_to is not None, gpu=on_gpu, emulated=emulated)
+    shadow = selftest_reuse.on_path(inspect.get("Config") or {}, code_to) if code_to else None
+    if full or shadow:
+        reuse, why = None, "--full-self-test" if full else f"ENV {shadow} names the code layer's folder {code_to}"
+    else:
+        reuse, why = selftest_reuse.find(key, images, built.id, built.platform)
+    if reuse is None:
+        say(f"self-test: every check ({why})")
+    else:
+        say(
+            f"self-test: the code layer's checks; the others' results are {reuse.record}'s ({reuse.digest}), whose "
+            f"{len(reuse.layers)} layers below the code layer are this image's (--full-self-test runs them all)"
+        )
+    return run(engine, image, gpus=on_gpu, emulated=emulated, key=key, reuse=reuse, **how)  # type: ignore[arg-type]

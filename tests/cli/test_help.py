@@ -92,7 +92,7 @@ def test_matrix_help_shows_the_file_format() -> None:
     for key in ("[matrix]", "[targets]", "[image]", "[bases.", "include", "exclude", "packages", "imagekit init"):
         assert key in text, key
     for section, keys in {
-        "matrix": (*matrix.AXES, "packages", "include", "exclude"),
+        "matrix": (*matrix.AXES, "packages", "requirements", "include", "exclude"),
         "targets": ("gpus", "min_driver"),
         "image": ("repository", "jupyter", "compiler"),
         "bases": ("reference", "glibc", "python"),

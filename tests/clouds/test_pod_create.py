@@ -16,12 +16,12 @@ CELL = "cu118-torch2.5.1-py3.11-tf4.48.2"
 TAG = f"ghcr.io/acme/train:{CELL}-0123456789ab"
 
 
-def _index(tmp_path, cell_extra=None):
+def _index(tmp_path, cell_extra=None, tag=TAG):
     cell = {"id": CELL, "cuda": "11.8", "torch": "2.5.1", "variant": "cu118", "transformers": "4.48.2",
             "python": "3.11", **(cell_extra or {})}  # fmt: skip
     entry = {
-        "tag": TAG,
-        "alias": TAG.rsplit("-", 1)[0],
+        "tag": tag,
+        "alias": tag.rsplit("-", 1)[0],
         "digest": "sha256:" + "a" * 64,
         "size_bytes": 6_000_000_000,
         "lock_hash": "b" * 64,
@@ -30,7 +30,7 @@ def _index(tmp_path, cell_extra=None):
         "manifest": {"cell": cell, "image": {"ports": ["22/tcp", "8888/http"], "jupyter": True}},
     }
     path = tmp_path / "index.json"
-    path.write_text(json.dumps({"schema": 1, "images": {TAG: entry}}))
+    path.write_text(json.dumps({"schema": 1, "images": {tag: entry}}))
     return path
 
 
@@ -78,6 +78,25 @@ def test_the_dry_run_prints_the_body_and_sends_nothing(app, runner, tmp_path):
     assert res.exit_code == 0, res.output
     body = json.loads(res.stdout)
     assert body["gpuTypeIds"] == ["NVIDIA H100 80GB HBM3"] and "IMAGEKIT_MAX_RUNTIME" not in body["env"]
+
+
+@pytest.mark.loopback
+@pytest.mark.parametrize(
+    "registry",
+    ["127.0.0.1:5000", "localhost:5000", "10.0.0.7:5000", "registry.internal", "kind-registry:5000", "[::1]:5000"],
+)
+def test_an_image_no_pod_can_pull_is_refused_before_anything_is_sent(app, runner, tmp_path, monkeypatch, registry):
+    """Not a dry run: the key is there and RunPod's API answers, yet a pod for an image on a loopback or private
+    registry would sit in "pulling" forever, billing: refused (exit 2) with nothing sent to the API."""
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    created = hostile_http.json_answer({"id": "xedezhzb9la3ye", "costPerHr": 0.44}, 201)
+    with hostile_http.runpod(created) as api:
+        res = _create(app, runner, _index(tmp_path, tag=f"{registry}/acme/train:{CELL}-0123456789ab"),
+                      "--gpu", "NVIDIA GeForce RTX 3090", api=api)  # fmt: skip
+        assert api.seen == []  # no request of any kind reached RunPod's API
+    assert res.exit_code == 2, res.output
+    assert f"error: no pod can pull {registry}/acme/train:" in res.output and "hint:" in res.output
+    assert "xedezhzb9la3ye" not in res.output and "Traceback" not in res.output
 
 
 @pytest.mark.parametrize(

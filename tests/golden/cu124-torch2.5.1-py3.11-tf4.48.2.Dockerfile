@@ -6,6 +6,11 @@
 FROM imagekit/base:debian-bookworm-b3d205b2bb36 AS base
 # The two scripts the layers below run (every COPY brings a folder laid out as in the image: see render.py).
 COPY rootfs/base/ /
+# `python -m venv` seeds pip (and setuptools before Python 3.12). No layer replaces a seed (the seed's files would stay
+# in the layer below, hidden by whiteouts the legacy builder dates with the build's time): the venv keeps no seed the
+# lock pins, so each locked distribution is installed once, by its layer. A seed the lock does not pin stays (pip for
+# users and the image's pip wrapper; setuptools, which torch's compiler imports on older torch) and the manifest
+# declares it (python.seeds) as not from the lock.
 # The CUDA runtime layers go to /opt/cuda-libs (no Python-specific file): the venv sees it through a .pth (imports,
 # package metadata), and the torch layer links each folder there into site-packages (nvidia/, cusparselt/, ...), so
 # torch's RPATH ($ORIGIN/../../nvidia/cublas/lib, $ORIGIN/../../cusparselt/lib) resolves as from site-packages.

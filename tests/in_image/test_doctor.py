@@ -792,8 +792,8 @@ def test_a_hostile_manifest_is_a_check_that_could_not_run(tmp_path, text):
 INTERPRETER_SAYS = {
     "a list": "[]",
     "no dists": '{"prefix": "/x", "executable": "/x/bin/python", "version": "3.11.7"}',
-    "dists of strings": '{"prefix": "/x", "executable": "/x/bin/python", "version": "3.11.7", "dists": {"a": "1"}, '
-    '"user_site": "", "enable_user_site": false, "path": []}',
+    "a path of numbers": '{"prefix": "/x", "executable": "/x/bin/python", "version": "3.11.7", '
+    '"user_site": "", "enable_user_site": false, "path": [1, 2]}',
     "a number prefix": '{"prefix": 5, "executable": "/x/bin/python", "version": "3.11.7", "dists": {}, '
     '"user_site": "", "enable_user_site": false, "path": []}',
     "nested": "[" * 100_000 + "]" * 100_000,

@@ -45,7 +45,7 @@ def test_facts_imports_only_the_standard_library():
     tree = ast.parse((IN_IMAGE / "facts.py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"__future__", "re"}, imported
+    assert imported <= {"__future__", "os", "re", "stat"}, imported
 
 
 def test_torch_family_and_canonical_names():
@@ -176,14 +176,21 @@ def test_the_gpu_checks_name_the_highest_cubin_not_the_first():
 def test_lock_drift():
     want = {"Torch": "2.5.1+cu124", "alpha_beta": "1.0", "gamma": "2.0"}
     have = {"torch": "2.5.1+cu121", "Alpha.Beta": "1.0", "pip": "24.0", "setuptools": "75", "extra-one": "3"}
-    assert facts.lock_drift(want, have) == {"missing": ["gamma"], "extra": ["extra-one"], "different": ["torch"]}
-    assert facts.lock_drift(want, want) == {"missing": [], "extra": [], "different": []}
+    found = {"missing": ["gamma"], "extra": ["extra-one"], "different": ["torch"], "duplicates": []}
+    assert facts.lock_drift(want, have) == found
+    assert facts.lock_drift(want, want) == {"missing": [], "extra": [], "different": [], "duplicates": []}
+    # the seeds an image's manifest declares are the only ones not extra there
+    assert facts.lock_drift(want, have, facts.declared_seeds({"python": {"seeds": ["pip"]}}))["extra"] == [
+        "extra-one",
+        "setuptools",
+    ]
 
 
 def test_the_self_test_and_the_doctor_find_the_same_drift():
-    """Both checks over this interpreter's real environment, with a lock that differs from it in each way: the same
-    names missing, different and extra in both (the self-test fails an extra; the doctor warns)."""
-    have = selftest.installed()
+    """Both checks over this interpreter's real environment, each through its own reading of it, with a lock that
+    differs from it in each way: the same names missing, different and extra in both (the self-test fails an extra;
+    the doctor warns)."""
+    have = {n: found[0][0] for n, found in selftest.installed().items()}
     assert len(have) > 10, sys.prefix
     names = sorted(set(have) - facts.VENV_SEEDS)
     want = {n: v for n, v in have.items() if n != names[0]}  # names[0] is extra
@@ -191,8 +198,7 @@ def test_the_self_test_and_the_doctor_find_the_same_drift():
     want["not-installed-anywhere"] = "1.0"  # missing
     manifest = {"distributions": want}
     tested = selftest.check_distributions(manifest)
-    env = {"dists": {n: {"version": v} for n, v in selftest.installed(manifest).items()}}
-    live = doctor.check_drift(env, manifest)
+    live = doctor.check_drift(doctor.describe_interpreter(None), manifest)
     assert tested["id"] == "dists-match-lock" and live["id"] == "lock-drift"
     assert tested["status"] == live["status"] == "fail"
     assert tested["evidence"]["missing"] == live["evidence"]["missing"] == ["not-installed-anywhere"]

@@ -186,6 +186,44 @@ def test_the_registry_is_the_matrix_files_unless_given(app, runner, in_tmp):
     assert 'echo "registry=ghcr.io/acme/other"' in text and "no secret to add" in res.output
 
 
+@pytest.mark.parametrize(
+    ("registry", "why"),
+    [
+        ("127.0.0.1:5000/acme/train", "is a loopback address"),
+        ("localhost:5000/acme/train", "is a local name"),
+        ("[::1]:5000/acme/train", "is a loopback address"),
+        ("10.0.0.7:5000/acme/train", "is not a public address"),
+        ("192.168.1.20/acme/train", "is not a public address"),
+        ("registry.internal/acme/train", "is a local name"),
+        ("kind-registry:5000/acme/train", "is a single-label name"),
+    ],
+)
+def test_a_registry_no_hosted_runner_reaches_is_refused_and_nothing_is_written(app, runner, in_tmp, registry, why):
+    """A workflow pushing to 127.0.0.1:5000 on a hosted runner pushes into that runner's own loopback, and its release
+    job (always on a hosted runner) cannot verify a record: refused whether --registry or the matrix file names it."""
+    res = _init(app, runner, "--registry", registry)
+    assert res.exit_code == 2, res.output
+    assert f"error: --registry {registry}: " in res.output and why in res.output and "nothing was written" in res.output
+    assert "hint: pass --registry for a registry the runners reach" in res.output
+    assert not (in_tmp / ".github").exists()  # neither the workflow nor the wheel
+    assert runner.invoke(app, ["init"]).exit_code == 0
+    toml = in_tmp / "imagekit.toml"
+    toml.write_text(toml.read_text().replace('"127.0.0.1:5000/imagekit/train"', f'"{registry}"'))
+    res = _init(app, runner)
+    assert res.exit_code == 2 and "the matrix file's [image] repository" in res.output and why in res.output
+    assert not (in_tmp / ".github").exists()
+    res = _init(app, runner, "--registry", "ghcr.io/acme/train")  # the way out the hint names
+    assert res.exit_code == 0 and "pushes to ghcr.io/acme/train" in res.output, res.output
+
+
+def test_the_matrix_files_local_default_is_not_a_registry_for_ci(app, runner, in_tmp):
+    """`imagekit init` writes the local demo registry (127.0.0.1:5000/imagekit/train): the workflow then pushes to
+    ghcr.io/<owner>/<repo>, as before, never refused for a registry the user did not choose for CI."""
+    assert runner.invoke(app, ["init"]).exit_code == 0
+    res = _init(app, runner)
+    assert res.exit_code == 0 and "pushes to ghcr.io/<owner>/<repo>" in res.output, res.output
+
+
 @pytest.mark.loopback
 def test_a_name_the_index_does_not_serve_is_refused(app, runner, in_tmp, monkeypatch):
     """`--install imagekit` wrote a workflow whose every job failed: the name is looked up on the index first."""

@@ -78,6 +78,7 @@ def test_the_stages_run_in_the_documented_order():
         "base",
         "lock",
         "fetch",
+        "project",  # `[image] install`'s wheel: built from the fetched wheels of its backend, before the render
         "render",
         "build",
         "build",

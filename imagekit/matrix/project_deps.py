@@ -1,0 +1,447 @@
+"""A project's own dependency declaration (`[matrix] requirements`), read as written: requirements files with their
+`-r`/`-c` includes, pyproject.toml's `[project]` table, or what a setup.py/setup.cfg's build backend answers. Pure:
+the files come in through a reader, the backend's answer as text (services/project_metadata.py runs it)."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.parser import HeaderParser
+
+from packaging.markers import InvalidMarker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from imagekit.errors import UsageError
+from imagekit.locking import direct_wheels
+from imagekit.trust import untrusted
+
+REQUIREMENTS, PYPROJECT, SETUP = "requirements", "pyproject", "setup"
+SETUP_FILES = ("setup.py", "setup.cfg")
+LEGACY_BACKEND = "setuptools.build_meta:__legacy__"  # what pip and uv run for a project that names no backend
+MAX_FILES = 100  # requirements files one declaration may include
+MAX_LINES = 5000
+_EXTRA = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
+_COMMENT = re.compile(r"(^|\s+)#.*$")
+_OPTION = re.compile(r"\s--?[A-Za-z]")  # where a requirement line's own options (--hash=...) start
+_INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url")
+_REFUSED_OPTIONS = {
+    "-e": "an editable install is the project's own code, not a dependency: copy the code with `[image] copy`",
+    "--editable": "an editable install is the project's own code, not a dependency: copy the code with `[image] copy`",
+    "-f": "images install wheels from an index or by URL with its sha256 (`name @ URL#sha256=...`), not a folder",
+    "--find-links": "images install wheels from an index or by URL with its sha256 (`name @ URL#sha256=...`)",
+    "--no-index": "imagekit resolves against the indexes the matrix file names ([lock] index_url)",
+    "--trusted-host": "imagekit talks to indexes over HTTPS only",
+    "--no-binary": "images install wheels only (a source build is refused at lock time)",
+}
+_IGNORED_OPTIONS = ("--pre", "--prefer-binary", "--only-binary", "--require-hashes", "--use-feature")
+HINT = "`imagekit matrix --help` shows what [matrix] requirements reads; docs/your-project.md explains each case"
+
+
+@dataclass(frozen=True)
+class DepsSource:
+    """`[matrix] requirements`: the file (relative to the matrix file's folder, inside it), the optional-dependency
+    groups chosen (pyproject.toml, setup.py, setup.cfg) and how it is read."""
+
+    file: str
+    extras: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        name = posixpath.basename(self.file)
+        return PYPROJECT if name == "pyproject.toml" else SETUP if name in SETUP_FILES else REQUIREMENTS
+
+    @property
+    def folder(self) -> str:
+        return posixpath.dirname(self.file) or "."
+
+    def toml(self) -> str:
+        """The value as the matrix file writes it."""
+        import json
+
+        if not self.extras:
+            return json.dumps(self.file)
+        return f"{{ file = {json.dumps(self.file)}, extras = [{', '.join(json.dumps(e) for e in self.extras)}] }}"
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One requirement as the declaration states it (markers kept, an optional group's as ``extra == "g"``), where
+    it stands (``requirements.txt:3``), and whether it only constrains (a ``-c`` file)."""
+
+    requirement: str
+    where: str
+    constraint: bool = False
+
+    @property
+    def parsed(self) -> Requirement:
+        return Requirement(self.requirement)
+
+    @property
+    def name(self) -> str:
+        return canonicalize_name(self.parsed.name)
+
+    def shown(self) -> str:
+        return f"{self.where}: {self.requirement}"
+
+
+@dataclass(frozen=True)
+class ProjectDeps:
+    """What a declaration says: its requirements, the Python it allows, the groups chosen (with those the chosen ones
+    name of the project itself), the files read."""
+
+    source: DepsSource
+    declared: tuple[Declared, ...]
+    requires_python: tuple[str, str] | None = None  # (specifier, where)
+    extras: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+
+def source_of(value: object) -> DepsSource:
+    """`requirements = "requirements.txt"` or `{ file = "pyproject.toml", extras = ["train"] }`, checked."""
+    extras: object = []
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"file", "extras"})
+        if unknown:
+            raise UsageError(f"unknown keys {', '.join(unknown)} (allowed: file, extras)", HINT)
+        extras = value.get("extras", [])
+        value = value.get("file")
+    return DepsSource(project_path(value), _extras(extras, value))
+
+
+def project_path(value: object) -> str:
+    """A file path relative to the project's folder that stays inside it, normalised (``./a/../b.txt`` -> ``b.txt``)."""
+    if not isinstance(value, str) or not value or len(value) > 1024 or not value.isprintable() or "\\" in value:
+        raise UsageError(
+            f"expected a file path relative to the matrix file's folder, got {untrusted.printable(repr(value))}",
+            HINT,
+        )
+    norm = posixpath.normpath(value)
+    if posixpath.isabs(value) or norm == ".." or norm.startswith("../") or norm == ".":
+        raise UsageError(
+            f"{untrusted.printable(value, 200)} is outside the project (the matrix file's folder)",
+            "name a file inside the project; move the matrix file up to reach more",
+        )
+    return norm
+
+
+def _extras(value: object, file: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(e, str) and _EXTRA.fullmatch(e) for e in value):
+        raise UsageError('extras: expected a list of optional-dependency group names, such as ["train"]', HINT)
+    extras = tuple(dict.fromkeys(canonicalize_name(e) for e in value))
+    if extras and isinstance(file, str) and posixpath.basename(file) not in ("pyproject.toml", *SETUP_FILES):
+        raise UsageError(
+            f"extras: {untrusted.printable(file, 200)} is a requirements file, which has no optional groups",
+            "extras choose [project.optional-dependencies] groups of pyproject.toml, or setup.py's extras_require",
+        )
+    return extras
+
+
+# ---- requirements files ------------------------------------------------------------------------------------------
+def read_requirements(start: str, read: Callable[[str], str]) -> ProjectDeps:
+    """``start`` and every file its ``-r``/``-c`` lines include (each relative to the file naming it, inside the
+    project; ``read(path)`` gives a file's text or raises). A file including itself, a loop, a path leading out of
+    the project: a UsageError naming the line."""
+    declared: list[Declared] = []
+    notes: list[str] = []
+    files: list[str] = []
+    done: set[tuple[str, bool]] = set()
+
+    def visit(path: str, chain: tuple[str, ...], constraint: bool, via: str = "") -> None:
+        if (path, constraint) in done:
+            return
+        done.add((path, constraint))
+        files.append(path)
+        if len(files) > MAX_FILES:
+            raise UsageError(f"{start} includes more than {MAX_FILES} requirements files", HINT)
+        try:
+            text = read(path)
+        except UsageError as exc:  # an included file: said with the line that includes it
+            raise UsageError(f"{via}: {exc.message}" if via else exc.message, exc.hint) from None
+        for line_no, kind, value in parse_lines(text, path):
+            where = f"{path}:{line_no}"
+            if kind == "req":
+                declared.append(Declared(value, where, constraint))
+            elif kind == "note":
+                notes.append(f"{where}: {value}")
+            else:
+                target = _include(path, value, where, kind)
+                if target in chain or target == path:
+                    loop = " -> ".join((*chain, path, target))
+                    what = "includes itself" if target == path else f"makes a loop ({loop})"
+                    raise UsageError(
+                        f"{where}: {kind} {untrusted.printable(value, 200)} {what}", "drop the include that loops"
+                    )
+                visit(target, (*chain, path), constraint or kind == "-c", f"{where}: {kind} {value}")
+
+    visit(start, (), False)
+    return ProjectDeps(DepsSource(start), tuple(declared), files=tuple(files), notes=tuple(notes))
+
+
+def _include(path: str, value: str, where: str, kind: str) -> str:
+    if "://" in value:
+        raise UsageError(
+            f"{where}: {kind} {untrusted.printable(value, 200)} names a URL",
+            "include files of the project only: copy the file into it",
+        )
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), value))
+    if posixpath.isabs(value) or joined == ".." or joined.startswith("../"):
+        raise UsageError(
+            f"{where}: {kind} {untrusted.printable(value, 200)} is outside the project (the matrix file's folder)",
+            "include files inside the project only: copy the file into it, or move the matrix file up",
+        )
+    return joined
+
+
+def parse_lines(text: str, path: str) -> list[tuple[int, str, str]]:
+    """A requirements file's lines as pip reads them (continuations joined, comments dropped): ``(line, "req",
+    requirement)``, ``(line, "-r" | "-c", path)`` or ``(line, "note", what was ignored)``. An option imagekit cannot
+    honour is a UsageError naming the line and the way instead."""
+    out: list[tuple[int, str, str]] = []
+    lines = text.splitlines()
+    if len(lines) > MAX_LINES:
+        raise UsageError(f"{path}: more than {MAX_LINES} lines", "is this a requirements file?")
+    pending, first = "", 0
+    for number, raw in enumerate(lines, 1):
+        if not pending:
+            first = number
+        if raw.endswith("\\") and not _COMMENT.search(raw[:-1]):
+            pending += raw[:-1] + " "
+            continue
+        line = _COMMENT.sub("", pending + raw).strip()
+        pending = ""
+        if line:
+            out.extend((first, kind, value) for kind, value in _line(line, f"{path}:{first}"))
+    return out
+
+
+def _line(line: str, where: str) -> list[tuple[str, str]]:
+    if "${" in line:
+        raise UsageError(f"{where}: environment variables (${{...}}) are not expanded", "write the value itself")
+    if not line.startswith("-"):
+        found = _OPTION.search(line)
+        requirement, options = (line[: found.start()], line[found.start() :].split()) if found else (line, [])
+        bad = [o for o in options if o.startswith("-") and not o.startswith("--hash")]
+        if bad:
+            raise UsageError(
+                f"{where}: the per-requirement option {untrusted.printable(bad[0], 80)} is not honoured", "drop it"
+            )
+        return [("req", _requirement(requirement.strip(), where))]
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}", "fix the quoting") from None
+    option, _, value = words[0].partition("=")
+    if option.startswith("-") and not option.startswith("--") and len(option) > 2:
+        option, value = option[:2], option[2:]
+    if not value and len(words) > 1:
+        value = words[1]
+    if option in ("-r", "--requirement", "-c", "--constraint"):
+        if not value:
+            raise UsageError(f"{where}: {option} names no file", "write -r FILE")
+        return [("-r" if option in ("-r", "--requirement") else "-c", value)]
+    if option in _INDEX_OPTIONS:
+        if "download.pytorch.org" in value:
+            return [("note", f"{option} {value} ignored: imagekit takes the torch family from the PyTorch index "
+                     "of each cell's CUDA variant itself")]  # fmt: skip
+        raise UsageError(
+            f"{where}: {option} names a package index in the requirements file",
+            "name it in the matrix file instead: [lock] index_url or extra_index_urls (credentials come from "
+            "IMAGEKIT_INDEX_USER/IMAGEKIT_INDEX_PASSWORD or ~/.netrc)",
+        )
+    if option in _REFUSED_OPTIONS:
+        raise UsageError(f"{where}: {option} is not honoured", _REFUSED_OPTIONS[option])
+    if option in _IGNORED_OPTIONS:
+        return [("note", f"{option} ignored (imagekit locks wheels, each by its hash)")]
+    raise UsageError(f"{where}: unknown option {untrusted.printable(option, 80)}", "drop it, or write it as pip does")
+
+
+def _requirement(text: str, where: str) -> str:
+    """A PEP 508 requirement in canonical form, markers kept; a wheel by URL only with its sha256."""
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        path_like = text.startswith((".", "/")) or text.endswith((".tar.gz", ".zip", ".whl"))
+        hint = (
+            "a local path or archive is built from source: name the package on an index instead, or a wheel by URL "
+            "with its sha256 (`name @ https://...whl#sha256=...`)"
+            if path_like
+            else "write it as a PEP 508 requirement, such as accelerate>=1.0"
+        )
+        said = str(exc).splitlines()[0] if str(exc) else "unreadable"
+        raise UsageError(f"{where}: {untrusted.printable(text, 200)} is not a requirement ({said})", hint) from None
+    marker = req.marker
+    req.marker = None
+    try:
+        base = direct_wheels.requirement(str(req))
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc.message}", exc.hint) from None
+    return f"{base} ; {marker}" if marker is not None else base
+
+
+# ---- pyproject.toml ----------------------------------------------------------------------------------------------
+class NeedsBackend(Exception):
+    """pyproject.toml's dependencies are dynamic: only its build backend knows them."""
+
+    def __init__(self, backend: str) -> None:
+        super().__init__(backend)
+        self.backend = backend
+
+
+def backend_of(text: str, path: str) -> str:
+    """The build backend pyproject.toml names (setuptools' when it names none, as pip and uv assume)."""
+    system = _toml(text, path).get("build-system")
+    backend = system.get("build-backend") if isinstance(system, dict) else None
+    return backend if isinstance(backend, str) else LEGACY_BACKEND
+
+
+def from_pyproject(text: str, source: DepsSource) -> ProjectDeps:
+    """`[project] dependencies`, the chosen `[project.optional-dependencies]` groups (and those they name of the
+    project itself, ``name[test]``) and `requires-python`. Dynamic dependencies: NeedsBackend."""
+    path = source.file
+    doc = _toml(text, path)
+    project = doc.get("project")
+    if not isinstance(project, dict):
+        raise UsageError(
+            f"{path} has no [project] table",
+            "name the file that declares the dependencies: a requirements file, or setup.py / setup.cfg",
+        )
+    dynamic = project.get("dynamic", [])
+    if isinstance(dynamic, list) and (
+        "dependencies" in dynamic or (source.extras and "optional-dependencies" in dynamic)
+    ):
+        raise NeedsBackend(backend_of(text, path))
+    name = canonicalize_name(str(project.get("name", "")))
+    groups = project.get("optional-dependencies", {})
+    if not isinstance(groups, dict):
+        raise UsageError(f"{path}: [project.optional-dependencies] is not a table", HINT)
+    declared = _entries(project.get("dependencies", []), f"{path} [project] dependencies", "")
+    for group, entries in groups.items():
+        declared += _entries(entries, f"{path} [project.optional-dependencies] {group}", canonicalize_name(group))
+    rp = project.get("requires-python")
+    requires_python = (_specifier(rp, f"{path} [project] requires-python"), f"{path} [project] requires-python")
+    return _chosen(source, declared, requires_python if rp is not None else None, name, sorted(groups), (path,))
+
+
+def _toml(text: str, path: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}", "fix its syntax") from None
+
+
+def _entries(value: object, where: str, group: str) -> list[Declared]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{where}: expected a list of requirement strings", HINT)
+    out = []
+    for text in value:
+        req = _requirement(text, where)
+        out.append(Declared(_with_extra(req, group) if group else req, where))
+    return out
+
+
+def _with_extra(requirement: str, group: str) -> str:
+    base, _, marker = requirement.partition(" ; ")
+    return f'{base} ; ({marker}) and extra == "{group}"' if marker else f'{base} ; extra == "{group}"'
+
+
+def _specifier(value: object, where: str) -> str:
+    try:
+        return str(SpecifierSet(value)) if isinstance(value, str) else ""
+    except InvalidSpecifier:
+        pass
+    raise UsageError(f"{where}: {untrusted.printable(repr(value), 80)} is not a version specifier", HINT)
+
+
+def _chosen(
+    source: DepsSource,
+    declared: list[Declared],
+    requires_python: tuple[str, str] | None,
+    name: str,
+    groups: list[str],
+    files: tuple[str, ...],
+) -> ProjectDeps:
+    """The chosen groups checked against those declared, grown by what they name of the project itself
+    (``dev = ["pkg[test]"]``); such self-references are dropped."""
+    known = sorted({canonicalize_name(g) for g in groups})
+    unknown = [e for e in source.extras if e not in known]
+    if unknown:
+        raise UsageError(
+            f"{source.file} has no optional-dependency group {', '.join(unknown)}",
+            f"its groups: {', '.join(known) or 'none'}",
+        )
+    extras = set(source.extras)
+    own = [d for d in declared if name and d.name == name]
+    grown = True
+    while grown:
+        grown = False
+        for d in own:
+            if applies(d.parsed, _ANY_PYTHON, extras) and not {canonicalize_name(e) for e in d.parsed.extras} <= extras:
+                extras |= {canonicalize_name(e) for e in d.parsed.extras}
+                grown = True
+    kept = tuple(d for d in declared if not (name and d.name == name))
+    return ProjectDeps(source, kept, requires_python, tuple(sorted(extras)), files)
+
+
+_ANY_PYTHON = {"python_version": "3.11", "python_full_version": "3.11.0", "sys_platform": "linux",
+               "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+               "implementation_name": "cpython", "platform_python_implementation": "CPython"}  # fmt: skip
+
+
+def applies(req: Requirement, env: dict[str, str], extras: set[str] | tuple[str, ...]) -> bool:
+    """Whether ``req`` is asked for in the image's marker environment ``env`` with the groups ``extras`` chosen."""
+    if req.marker is None:
+        return True
+    try:
+        return any(req.marker.evaluate({**env, "extra": e}) for e in ("", *extras))
+    except (InvalidMarker, ValueError):
+        return True
+
+
+# ---- what a setup.py/setup.cfg's build backend answers -----------------------------------------------------------
+def from_metadata(text: str, source: DepsSource, files: tuple[str, ...]) -> ProjectDeps:
+    """Core metadata (a METADATA file): ``Requires-Dist`` (its ``extra == "g"`` markers: the groups),
+    ``Requires-Python``, ``Provides-Extra``."""
+    where = f"{source.file} (its build backend's metadata)"
+    message = HeaderParser().parsestr(text)
+    name = canonicalize_name(message.get("Name", "") or "")
+    declared = [Declared(_requirement(r, where), where) for r in message.get_all("Requires-Dist") or []]
+    groups = [canonicalize_name(g) for g in message.get_all("Provides-Extra") or []]
+    rp = message.get("Requires-Python")
+    requires_python = (_specifier(rp, f"{where}: Requires-Python"), f"{where}: Requires-Python") if rp else None
+    return _chosen(source, declared, requires_python, name, groups, files)
+
+
+def from_egg_info(pkg_info: str, requires: str, source: DepsSource, files: tuple[str, ...]) -> ProjectDeps:
+    """setuptools' egg-info (PKG-INFO and requires.txt, what its metadata hook writes before it converts them): each
+    ``[group:marker]`` section of requires.txt becomes the markers of its requirements."""
+    where = f"{source.file} (its build backend's metadata)"
+    message = HeaderParser().parsestr(pkg_info)
+    declared: list[Declared] = []
+    groups: list[str] = []
+    section = ""
+    for raw in requires.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            group = canonicalize_name(section.partition(":")[0]) if section.partition(":")[0] else ""
+            if group and group not in groups:
+                groups.append(group)
+            continue
+        group, _, marker = section.partition(":")
+        text = _requirement(line, where)
+        if marker:
+            text = f"{text.partition(' ; ')[0]} ; {marker}"
+        declared.append(Declared(_with_extra(text, canonicalize_name(group)) if group else text, where))
+    rp = message.get("Requires-Python")
+    requires_python = (_specifier(rp, f"{where}: Requires-Python"), f"{where}: Requires-Python") if rp else None
+    name = canonicalize_name(message.get("Name", "") or "")
+    return _chosen(source, declared, requires_python, name, groups, files)

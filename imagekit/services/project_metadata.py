@@ -1,0 +1,262 @@
+"""A setup.py's or setup.cfg's dependencies, as its build backend (setuptools) answers them: the metadata hook run in
+a container of the cell's base, never on the host, with the network off, the project mounted read-only, /tmp the only
+place to write, and the answer in a bounded file. The answer is kept, keyed by the folder's files and the base."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from imagekit.compat.catalog import BaseSpec
+from imagekit.effects import foreign_files
+from imagekit.effects.cache import cache_root
+from imagekit.effects.files import write_atomic
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.image.buildplan import BaseRef
+from imagekit.matrix import project_deps
+from imagekit.matrix.matrix_file import MATRIX_FILE
+from imagekit.matrix.project_deps import DepsSource, ProjectDeps
+from imagekit.services.ports import ContainerEngine
+from imagekit.trust import untrusted
+
+SETUPTOOLS = ("setuptools.build_meta", "setuptools.build_meta:__legacy__")
+TIMEOUT = 300  # the container's; the hook itself gets HOOK_TIMEOUT of it
+HOOK_TIMEOUT = 180
+ANSWER_LIMIT = 8 << 20
+KEY_FILE_LIMIT = 1 << 20  # a file of the folder larger than this is keyed by its size, not its bytes
+KEY_ENTRIES = 2000
+CACHE = "project-metadata"
+LOG_LINES = 40  # of the hook's log, shown when it fails: the end, where the traceback says why
+_NETWORK = (
+    "Network is unreachable",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "No address associated with hostname",
+    "urlopen error",
+    "Failed to establish a new connection",
+)
+_WRITES = ("Read-only file system", "Permission denied")
+
+# Runs in the base image under its Python (>= 3.8, standard library only): setuptools from the base, else from the
+# wheel Debian's python3-venv keeps for ensurepip; the hook in a process of its own whose output goes to a log in
+# /tmp; the answer as JSON in the bounded file the host reads. setuptools writes the egg-info its hook converts
+# into the output folder, never into the project; without the `wheel` package (Debian's bases) the conversion
+# fails, and the egg-info it wrote first is the answer.
+DRIVER = r"""
+import glob, json, os, subprocess, sys, zipfile
+folder, answer, backend, timeout = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+LIMIT = 4 << 20
+
+def done(doc, code):
+    with open(answer, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    sys.exit(code)
+
+def read(path):
+    with open(path, "rb") as fh:
+        data = fh.read(LIMIT + 1)
+    if len(data) > LIMIT:
+        done({"kind": "failed", "code": "too-large", "log": path + " is over " + str(LIMIT) + " bytes"}, 1)
+    return data.decode("utf-8", "replace")
+
+env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+try:
+    import setuptools  # noqa: F401
+except ImportError:
+    wheels = sorted(glob.glob("/usr/share/python-wheels/setuptools-*.whl"))
+    if not wheels:
+        done({"kind": "no-backend"}, 2)
+    zipfile.ZipFile(wheels[-1]).extractall("/tmp/imagekit-backend")
+    env["PYTHONPATH"] = "/tmp/imagekit-backend"
+meta = "/tmp/imagekit-metadata"
+os.mkdir(meta)
+module, _, attr = backend.partition(":")
+hook = ("import importlib, sys; b = importlib.import_module(%r)%s; b.prepare_metadata_for_build_wheel(sys.argv[1])"
+        % (module, "." + attr if attr else ""))
+with open("/tmp/imagekit-hook.log", "wb") as log:
+    try:
+        code = subprocess.run([sys.executable, "-c", hook, meta], cwd=folder, stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        code = "timeout"
+with open("/tmp/imagekit-hook.log", "rb") as fh:
+    fh.seek(0, 2)
+    fh.seek(max(0, fh.tell() - 6000))
+    tail = fh.read().decode("utf-8", "replace")
+dist = sorted(glob.glob(meta + "/*.dist-info/METADATA"))
+egg = sorted(glob.glob(meta + "/*.egg-info/PKG-INFO"))
+if code == 0 and dist:
+    done({"kind": "metadata", "metadata": read(dist[0])}, 0)
+if egg and "invalid command 'bdist_wheel'" in tail:
+    requires = os.path.join(os.path.dirname(egg[0]), "requires.txt")
+    done({"kind": "egg-info", "pkg_info": read(egg[0]),
+          "requires": read(requires) if os.path.exists(requires) else ""}, 0)
+done({"kind": "failed", "code": code, "log": tail}, 1)
+"""
+
+
+def read_setup(
+    root: Path,
+    source: DepsSource,
+    base: BaseRef,
+    backend: str,
+    data_bases: Mapping[str, BaseSpec],
+    *,
+    engine: ContainerEngine | None = None,
+    log: Callable[[str], None] = lambda line: sys.stderr.write(line + "\n"),
+) -> ProjectDeps:
+    """What ``source``'s build backend declares, from the kept answer when the folder's files, the base and this
+    driver are those it was made for, else from the hook run in ``base`` (made present first: pulled, reused or
+    bootstrapped)."""
+    if backend not in SETUPTOOLS:
+        raise UsageError(
+            f"{source.file}: its build backend {untrusted.printable(backend, 80)} is not in the base image, and "
+            "imagekit reads a project's metadata with the network off",
+            "declare the dependencies statically: [project] dependencies in pyproject.toml, or a requirements file "
+            "(`imagekit init --from requirements.txt`)",
+        )
+    folder = _folder(root, source)
+    cached = cache_root() / CACHE / f"{_key(folder, base, backend)}.json"
+    if cached.is_file():
+        try:
+            return _deps(foreign_files.read_bytes(cached, ANSWER_LIMIT), source)
+        except (foreign_files.Refused, UsageError, untrusted.UntrustedData):
+            cached.unlink(missing_ok=True)  # a damaged entry is made again
+    if engine is None:
+        from imagekit.effects.docker import Engine
+
+        engine = Engine()
+    from imagekit.services.base_images import present
+
+    log(f"reading {source.file}'s metadata in {base.name} (no network, the project read-only)")
+    ready = present(base, engine, data_bases, log=log)
+    raw = _run(engine, ready, folder, source, backend)
+    try:
+        deps = _deps(raw, source)  # refused before it is kept
+    except untrusted.UntrustedData as exc:
+        raise CheckFailed(f"{source.file}: its metadata answer was refused: {exc}", project_deps.HINT) from None
+    write_atomic(cached, raw)
+    return deps
+
+
+def _folder(root: Path, source: DepsSource) -> Path:
+    folder = foreign_files.inside(root, root / source.folder)
+    if folder is None or not folder.is_dir():
+        raise UsageError(f"{source.file}: its folder is not a folder inside the project ({root})", project_deps.HINT)
+    return folder
+
+
+def _run(engine: ContainerEngine, base: BaseRef, folder: Path, source: DepsSource, backend: str) -> bytes:
+    out = Path(tempfile.mkdtemp(prefix="imagekit-metadata-"))
+    try:
+        code, stdout, stderr = engine.run(
+            base.reference,
+            ["-I", "-c", DRIVER, "/project", "/out/answer.json", backend, str(HOOK_TIMEOUT)],
+            entrypoint=[base.python_bin],
+            env={"HOME": "/tmp"},
+            user=f"{os.getuid()}:{os.getgid()}",
+            timeout=TIMEOUT,
+            volumes={str(folder): {"bind": "/project", "mode": "ro"}, str(out): {"bind": "/out", "mode": "rw"}},
+            network=False,
+            sandbox=True,
+        )
+        try:
+            raw = foreign_files.read_bytes(out / "answer.json", ANSWER_LIMIT)
+        except foreign_files.Refused as exc:
+            said = untrusted.printable((stderr or stdout).strip()[-1500:], 1500, lines=True)
+            raise EnvironmentFailure(
+                f"reading {source.file}'s metadata in {base.reference} gave no answer (exit {code}; its answer "
+                f"{exc.why})" + (f":\n{said}" if said else ""),
+                "check that the base image runs (docker run IMAGE python3 -V); bootstrap it again if it repeats",
+            ) from None
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    _refuse_failure(raw, source, base)
+    return raw
+
+
+def _refuse_failure(raw: bytes, source: DepsSource, base: BaseRef) -> None:
+    try:
+        doc = untrusted.load_json(raw, "the metadata answer", max_bytes=ANSWER_LIMIT)
+    except untrusted.UntrustedData as exc:
+        raise CheckFailed(f"{source.file}: its metadata answer was refused: {exc}", project_deps.HINT) from None
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind == "no-backend":
+        raise EnvironmentFailure(
+            f"{base.reference} has no setuptools (neither installed nor as Debian's python3-setuptools-whl wheel)",
+            "use imagekit's own base for this Python, or declare the dependencies statically",
+        )
+    if kind != "failed":
+        return
+    lines = str(doc.get("log", "")).strip().splitlines()[-LOG_LINES:]
+    said = untrusted.printable("\n".join(lines), 6000, lines=True)
+    code = untrusted.printable(str(doc.get("code")), 20)
+    if any(sign in said for sign in _NETWORK):
+        why = "it tried to reach the network, which imagekit turns off while it reads a project's metadata"
+        hint = (
+            "declare the dependencies without downloading anything: install_requires in setup.py or setup.cfg, "
+            "[project] dependencies, or a requirements file (`imagekit init --from requirements.txt`)"
+        )
+    elif any(sign in said for sign in _WRITES):
+        why = "it wrote outside /tmp: the project is mounted read-only and the rest of the filesystem too"
+        hint = "make setup.py write nothing but its metadata (scratch files under /tmp), or use a requirements file"
+    else:
+        why = "the metadata hook failed"
+        hint = (
+            "run `python setup.py egg_info` in the project to see why; imagekit runs setuptools' hook in the cell's "
+            "base with no network, the project read-only and /tmp the only place to write"
+        )
+    raise CheckFailed(f"{source.file}: {why} (exit {code}); its log:\n{said}", hint)
+
+
+def _deps(raw: bytes, source: DepsSource) -> ProjectDeps:
+    doc = untrusted.load_json(raw, "the metadata answer", max_bytes=ANSWER_LIMIT)
+    if not isinstance(doc, dict):
+        raise untrusted.UntrustedData("the metadata answer is not an object")
+    files = (source.file,)
+    if doc.get("kind") == "metadata" and isinstance(doc.get("metadata"), str):
+        return project_deps.from_metadata(doc["metadata"], source, files)
+    if doc.get("kind") == "egg-info" and isinstance(doc.get("pkg_info"), str) and isinstance(doc.get("requires"), str):
+        return project_deps.from_egg_info(doc["pkg_info"], doc["requires"], source, files)
+    raise untrusted.UntrustedData(f"the metadata answer's kind {untrusted.printable(doc.get('kind'), 40)} is unknown")
+
+
+# Beside setup.py, what imagekit itself writes: the matrix file, `imagekit lock`'s folder and the build's state folder
+# (made by the first lock and the first build, which would otherwise read setup.py again).
+NOT_KEYED = frozenset({MATRIX_FILE, "lockfiles", ".imagekit"})
+
+
+def _key(folder: Path, base: BaseRef, backend: str) -> str:
+    """What an answer depends on: the driver, the base, the backend, and the folder's own files (those a setup.py
+    reads: setup.cfg, pyproject.toml, a README, a requirements file beside it; a deeper one is not keyed)."""
+    h = hashlib.sha256()
+    for part in (DRIVER, base.reference, base.digest or "", backend):
+        h.update(part.encode() + b"\0")
+    with os.scandir(folder) as entries:  # imagekit's own files are not the project's: they do not count
+        listed = sorted((e for e in entries if e.name not in NOT_KEYED), key=lambda e: e.name)[:KEY_ENTRIES]
+    for entry in listed:
+        h.update(entry.name.encode("utf-8", "surrogateescape") + b"\0")
+        try:
+            info = entry.stat(follow_symlinks=False)
+            link = os.readlink(entry.path) if stat.S_ISLNK(info.st_mode) else None
+        except OSError as exc:
+            h.update(f"unreadable:{exc.errno}".encode())
+            continue
+        if link is not None:
+            h.update(b"link:" + link.encode("utf-8", "surrogateescape"))
+        elif stat.S_ISREG(info.st_mode) and info.st_size <= KEY_FILE_LIMIT:
+            try:
+                h.update(hashlib.sha256(foreign_files.read_bytes(entry.path, KEY_FILE_LIMIT)).digest())
+            except foreign_files.Refused:
+                h.update(b"unreadable")
+        elif stat.S_ISDIR(info.st_mode):
+            h.update(b"folder")  # by its name: what is in it is deeper (and .git's time moves with every commit)
+        else:
+            h.update(f"{stat.S_IFMT(info.st_mode)}:{info.st_size}:{info.st_mtime_ns}".encode())
+    return h.hexdigest()

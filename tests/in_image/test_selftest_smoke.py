@@ -1,0 +1,88 @@
+"""The self-test's `smoke-N` checks (in_image/selftest.py: `[image] smoke`, read from the image's manifest), run as
+the image runs it: the whole self-test as a program on this host, with the stand-in torch and nvidia-smi of
+test_selftest_gpu.py and a manifest of our own. Each command runs in a shell with the image's environment; its exit
+code and the tail of its output are the evidence; one that fails, hangs or is never reached fails the self-test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from imagekit.in_image import selftest
+from tests.in_image.test_selftest_gpu import DOCTOR_DIR, _fake_world
+
+pytestmark = pytest.mark.programs  # starts Python programs as processes
+
+
+def _selftest(tmp: Path, smoke: dict | None, **env: str) -> tuple[int, dict, float]:
+    bindir, site = _fake_world(tmp, 0)
+    manifest = tmp / "manifest.json"
+    doc = {"cell": {"id": "cu124-torch2.5.1-tf4.48.2-py3.11"}, "lock": {"hash": "0" * 64}, "distributions": {},
+           "torch": {"cuda": "12.4"}, "image": {"compiler": False}}  # fmt: skip
+    if smoke is not None:
+        doc["smoke"] = smoke
+    manifest.write_text(json.dumps(doc))
+    environ = {
+        "PATH": f"{bindir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "PYTHONPATH": str(site),
+        "HOME": str(tmp),
+        "IMAGEKIT_MANIFEST": str(manifest),
+        **env,
+    }
+    began = time.monotonic()
+    res = subprocess.run([sys.executable, str(DOCTOR_DIR / "selftest.py")], capture_output=True, text=True,
+                         env=environ, cwd=tmp, timeout=300)  # fmt: skip
+    return res.returncode, json.loads(res.stdout), time.monotonic() - began
+
+
+def _smoke(report: dict) -> dict[str, dict]:
+    return {c["id"]: c for c in report["checks"] if c["id"].startswith("smoke-")}
+
+
+def test_each_command_is_a_check_with_its_exit_code_and_output_and_a_failing_one_fails_the_self_test(tmp_path):
+    commands = [
+        "python -c 'import sys; print(sys.prefix)'; echo \"project=$WANDB_PROJECT\"",
+        "for i in $(seq 1 2000); do echo line $i; done; echo 'Traceback: No module named trl' >&2; exit 3",
+        "true",
+    ]
+    code, report, _ = _selftest(tmp_path, {"commands": commands, "timeout": 60}, WANDB_PROJECT="sft")
+    smoke = _smoke(report)
+    assert list(smoke) == ["smoke-1", "smoke-2", "smoke-3"]  # in order, last in the report
+    assert [c["id"] for c in report["checks"]][-3:] == list(smoke)
+    first, second, third = smoke.values()
+    assert first["status"] == "pass" and first["evidence"]["exit"] == 0
+    assert "project=sft" in first["evidence"]["output_tail"]  # the image's environment
+    assert second["status"] == "fail" and second["evidence"]["exit"] == 3
+    assert second["message"] == f"`{commands[1]}` exited 3: Traceback: No module named trl"
+    tail = second["evidence"]["output_tail"]
+    assert len(tail) <= 2000 and "line 2000" in tail and "line 1\n" not in tail  # the tail, bounded
+    assert "fails in this image" in second["fix"]
+    assert third["status"] == "pass"  # a failure does not stop the commands after it
+    assert code == 1 and not report["passed"] and "smoke-2" in report["failed"] and "smoke-1" not in report["failed"]
+
+
+def test_a_command_that_hangs_is_stopped_at_its_time_limit_with_what_it_started(tmp_path):
+    marker = tmp_path / "child-survived"
+    hang = f"(sleep 5; touch {marker}) & echo started; sleep 60"
+    code, report, seconds = _selftest(tmp_path, {"commands": [hang, "true"], "timeout": 2, "budget": 60})
+    hung, after = _smoke(report).values()
+    assert hung["status"] == "fail" and hung["message"] == f"`{hang}` did not finish within 2 s"
+    assert hung["evidence"]["exit"] is None and "started" in hung["evidence"]["output_tail"]
+    assert after["status"] == "pass" and code == 1 and seconds < 30
+    time.sleep(4)
+    assert not marker.exists()  # its process group was killed, the background child too
+
+
+def test_the_commands_share_one_budget_and_one_never_reached_fails():
+    """In this process (the functions the program runs): the budget is the manifest's, and no smoke key, no check."""
+    first, second = selftest.run_smoke({"smoke": {"commands": ["sleep 3", "true"], "timeout": 60, "budget": 2}})
+    assert first["status"] == "fail" and "did not finish within 2 s" in first["message"]
+    assert second["status"] == "fail" and "was not run: the smoke commands' time is spent" in second["message"]
+    assert second["evidence"]["timeout"] <= 0
+    assert selftest.run_smoke({}) == [] and selftest.run_smoke({"smoke": {"commands": []}}) == []
