@@ -117,6 +117,9 @@ repository = {_toml(repository)}    # where `imagekit build --push` publishes: R
 {f"apt = {_list(apt)}" if apt else '# apt = ["git-lfs", "ffmpeg"]'}    # Debian packages over the base (.debs locked)
 # copy = "."                         # this folder, as the image's last layer in /opt/app (a code change pushes it
 #                                    # alone): or {{ from = "src", to = "/opt/app", exclude = ["data/", "**/*.ckpt"] }}
+# install = "."                      # the copied project's own wheel, built and installed into the venv (no deps)
+# env = {{ WANDB_PROJECT = "sft" }}    # environment variables in the image (no secrets: give them when the pod starts)
+# smoke = ["python -c 'import mypkg'", "python /opt/app/train.py --help"]   # run by the self-test: one fails, no push
 # command = ["python", "/opt/app/train.py"]   # the default command: a container started without one runs it
 
 # Private package indexes (URLs only: the credentials come from IMAGEKIT_INDEX_USER/_PASSWORD or ~/.netrc):

@@ -95,6 +95,9 @@ def test_every_commented_key_is_one_the_parser_accepts(data):
         "apt": ["git-lfs", "ffmpeg"],
         "size_budget": "+10%",
         "copy": ".",
+        "install": ".",
+        "env": {"WANDB_PROJECT": "sft"},
+        "smoke": ["python -c 'import mypkg'", "python /opt/app/train.py --help"],
         "command": ["python", "/opt/app/train.py"],
     }
     assert set(doc["lock"]) == {"index_url", "extra_index_urls"}
@@ -107,6 +110,8 @@ def test_every_commented_key_is_one_the_parser_accepts(data):
     assert config.options.jupyter and not config.options.compiler and "3.11" in config.bases
     assert config.options.apt == ("ffmpeg", "git-lfs") and all(c.apt == ("ffmpeg", "git-lfs") for c in config.cells)
     assert config.options.copy is not None and config.extra_index_urls == ("https://pkgs.example.com/simple",)
+    assert config.options.install == "." and config.options.env == (("WANDB_PROJECT", "sft"),)
+    assert config.options.smoke == ("python -c 'import mypkg'", "python /opt/app/train.py --help")
 
 
 def test_an_existing_file_is_kept_unless_forced(app, runner, in_tmp):
