@@ -218,6 +218,15 @@ def register(app: typer.Typer) -> None:
                 "(repeatable).",
             ),
         ] = None,
+        without: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--without",
+                metavar="NAME",
+                help="With --from: a requirement of the file the images leave out, such as one with no wheel "
+                "(repeatable; written as the matrix's requirements.without).",
+            ),
+        ] = None,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     ) -> None:
         """Write a commented matrix for your project: imagekit.toml (or [tool.imagekit] in pyproject.toml).
@@ -252,11 +261,13 @@ def register(app: typer.Typer) -> None:
         declared = None
         if from_file is not None:
             given = dict(zip(matrix.AXES, (cuda, torch, transformers, python), strict=True))
-            declared, axes = from_declaration(from_file, tuple(extra or ()), target, axes, given, data)
+            chosen = (tuple(extra or ()), tuple(without or ()))
+            declared, axes = from_declaration(from_file, chosen, target, axes, given, data)
             packages = own  # the declaration is the list: the default packages are not added to it
-        elif extra:
+        elif extra or without:
             raise UsageError(
-                "--extra chooses a group of the file --from names", "add --from pyproject.toml (or setup.py)"
+                f"{'--extra' if extra else '--without'} chooses from the file --from names",
+                "add --from FILE (pyproject.toml or setup.py for --extra)",
             )
         if pyproject:
             if target.name != "pyproject.toml":
@@ -288,14 +299,15 @@ def register(app: typer.Typer) -> None:
 
 def from_declaration(
     path: Path,
-    extras: tuple[str, ...],
+    chosen: tuple[tuple[str, ...], tuple[str, ...]],
     target: Path,
     axes: dict[str, tuple[str, ...]],
     given: dict[str, list[str] | None],
     data: compat.CompatData,
 ) -> tuple[project_deps.ProjectDeps, dict[str, tuple[str, ...]]]:
-    """The declaration ``--from`` names (inside the project: the folder of the file init writes), read as every
-    command will read it, and the axes it asks for (``axes``: the flags' values and the defaults)."""
+    """The declaration ``--from`` names (inside the project: the folder of the file init writes), with the groups
+    and the names left out ``chosen`` (--extra, --without), read as every command will read it, and the axes it asks
+    for (``axes``: the flags' values and the defaults)."""
     import os
 
     root = Path(os.path.abspath(target)).parent
@@ -306,7 +318,10 @@ def from_declaration(
             "run `imagekit init` in the project's folder, or write the matrix file beside the project (--out)",
         )
     try:
-        source = project_deps.source_of({"file": where.relative_to(root).as_posix(), "extras": list(extras)})
+        extras, without = chosen  # --extra groups, and --without names
+        source = project_deps.source_of(
+            {"file": where.relative_to(root).as_posix(), "extras": list(extras), "without": list(without)}
+        )
     except UsageError as exc:
         raise UsageError(f"--from {path}: {exc.message}", exc.hint) from None
     flags = {a: axes[a] for a in matrix.AXES if given[a]}

@@ -9,7 +9,7 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email.parser import HeaderParser
 
 from packaging.markers import InvalidMarker
@@ -50,6 +50,7 @@ class DepsSource:
 
     file: str
     extras: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()  # names the declaration states that the images leave out (canonical)
 
     @property
     def kind(self) -> str:
@@ -64,9 +65,12 @@ class DepsSource:
         """The value as the matrix file writes it."""
         import json
 
-        if not self.extras:
+        if not self.extras and not self.without:
             return json.dumps(self.file)
-        return f"{{ file = {json.dumps(self.file)}, extras = [{', '.join(json.dumps(e) for e in self.extras)}] }}"
+        keys = [f"file = {json.dumps(self.file)}"]
+        keys += [f"{k} = [{', '.join(json.dumps(e) for e in v)}]" for k, v in (("extras", self.extras),
+                 ("without", self.without)) if v]  # fmt: skip
+        return "{ " + ", ".join(keys) + " }"
 
 
 @dataclass(frozen=True)
@@ -104,15 +108,48 @@ class ProjectDeps:
 
 
 def source_of(value: object) -> DepsSource:
-    """`requirements = "requirements.txt"` or `{ file = "pyproject.toml", extras = ["train"] }`, checked."""
+    """`requirements = "requirements.txt"` or `{ file = "pyproject.toml", extras = ["train"], without = ["deepspeed"]
+    }`, checked."""
     extras: object = []
+    without: object = []
     if isinstance(value, dict):
-        unknown = sorted(set(value) - {"file", "extras"})
+        unknown = sorted(set(value) - {"file", "extras", "without"})
         if unknown:
-            raise UsageError(f"unknown keys {', '.join(unknown)} (allowed: file, extras)", HINT)
-        extras = value.get("extras", [])
+            raise UsageError(f"unknown keys {', '.join(unknown)} (allowed: file, extras, without)", HINT)
+        extras, without = value.get("extras", []), value.get("without", [])
         value = value.get("file")
-    return DepsSource(project_path(value), _extras(extras, value))
+    return DepsSource(project_path(value), _extras(extras, value), _without(without))
+
+
+def _without(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(e, str) and _EXTRA.fullmatch(e) for e in value):
+        raise UsageError('without: expected a list of distribution names the file states, such as ["deepspeed"]', HINT)
+    names = tuple(dict.fromkeys(canonicalize_name(e) for e in value))
+    axes = [n for n in names if n in ("torch", "transformers")]
+    if axes:
+        raise UsageError(
+            f"without: {axes[0]} is an axis of the matrix, not a package to leave out",
+            f"choose {axes[0]}'s versions with [matrix] {axes[0]}; the file's requirement is checked against them",
+        )
+    return names
+
+
+def leave_out(deps: ProjectDeps) -> ProjectDeps:
+    """``deps`` less the requirements its source's ``without`` names (each must be one the declaration states: a
+    misspelt name would otherwise leave nothing out, silently)."""
+    if not deps.source.without:
+        return deps
+    stated = {d.name for d in deps.declared}
+    missing = [n for n in deps.source.without if n not in stated]
+    if missing:
+        raise UsageError(
+            f"without: {', '.join(missing)} is not among what {deps.source.file} states"
+            + (f" ({', '.join(sorted(stated))})" if len(stated) <= 40 else ""),
+            "name a distribution the file requires (its extras' included), as the file spells it",
+        )
+    kept = tuple(d for d in deps.declared if d.name not in deps.source.without)
+    note = f"left out as [matrix] requirements.without asks: {', '.join(deps.source.without)}"
+    return replace(deps, declared=kept, notes=(*deps.notes, note))
 
 
 def project_path(value: object) -> str:

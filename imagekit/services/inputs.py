@@ -4,6 +4,7 @@ refreshed PyPI metadata when it is there). Parsing is the pure core's (`matrix.p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import sys
@@ -76,7 +77,14 @@ def read_project(
     root: Path, source: project_deps.DepsSource, setup: Callable[[str], project_deps.ProjectDeps]
 ) -> project_deps.ProjectDeps:
     """The declaration ``source`` names under ``root``: a requirements file and its includes, pyproject.toml's
-    [project] table, or (``setup(backend)``: in a container, never here) what a setup.py's build backend answers."""
+    [project] table, or (``setup(backend)``: in a container, never here) what a setup.py's build backend answers;
+    less what its ``without`` leaves out."""
+    return project_deps.leave_out(dataclasses.replace(_read_declaration(root, source, setup), source=source))
+
+
+def _read_declaration(
+    root: Path, source: project_deps.DepsSource, setup: Callable[[str], project_deps.ProjectDeps]
+) -> project_deps.ProjectDeps:
     if source.kind == project_deps.REQUIREMENTS:
         return project_deps.read_requirements(source.file, lambda rel: project_text(root, rel) or "")
     if source.kind == project_deps.PYPROJECT:

@@ -131,7 +131,7 @@ BAD = {
         ["--from", "requirements.txt", "--extra", "dev"],
         "is a requirements file, which has no optional groups",
     ),
-    "--extra alone": ({}, ["--extra", "dev"], "error: --extra chooses a group of the file --from names"),
+    "--extra alone": ({}, ["--extra", "dev"], "error: --extra chooses from the file --from names"),
     "--from outside": (
         {"other/requirements.txt": "numpy\n", "proj/.keep": ""},
         ["--from", "other/requirements.txt", "--out", "proj/imagekit.toml"],
@@ -189,3 +189,29 @@ def test_an_edit_that_conflicts_later_is_named_by_every_command(app, runner, dat
     os.remove(in_tmp / "requirements.txt")
     gone = runner.invoke(app, ["matrix"])
     assert gone.exit_code == 2 and "matrix.requirements: requirements.txt: no such file in the project" in gone.stderr
+
+
+def test_a_requirement_with_no_wheel_is_left_out_by_name_and_the_file_stays_as_it_is(app, runner, data, in_tmp):
+    """deepspeed has no wheel: `--without deepspeed` writes `without`, every command leaves it out (saying so), and the
+    project's file is not edited; a name the file does not state, or an axis, is refused with nothing written."""
+    Path("requirements.txt").write_text("numpy\ndeepspeed>=0.16\nwandb\n")
+    for args, needle in (
+        (["--without", "deep-speed"], "error: without: deep-speed is not among what requirements.txt states"),
+        (["--without", "torch"], "error: --from requirements.txt: without: torch is an axis of the matrix"),
+    ):
+        res = _init(app, runner, "--from", "requirements.txt", "--repository", "ghcr.io/acme/x", *args)
+        assert res.exit_code == 2 and needle in res.stderr and not Path("imagekit.toml").exists(), res.output
+    res = _init(app, runner, "--from", "requirements.txt", "--without", "DeepSpeed", "--repository", "ghcr.io/acme/x")
+    assert res.exit_code == 0, res.output
+    doc = tomllib.loads(Path("imagekit.toml").read_text())
+    assert doc["matrix"]["requirements"] == {"file": "requirements.txt", "without": ["deepspeed"]}
+    config = inputs.load_matrix(None, data)
+    assert config.requirements == DepsSource("requirements.txt", (), ("deepspeed",))
+    assert {c.packages for c in config.cells} == {("numpy", "wandb")}
+    assert Path("requirements.txt").read_text() == "numpy\ndeepspeed>=0.16\nwandb\n"
+    # the file no longer states it: every command says so, rather than leaving nothing out silently
+    Path("requirements.txt").write_text("numpy\nwandb\n")
+    res = runner.invoke(app, ["matrix"])
+    assert res.exit_code == 2 and "without: deepspeed is not among what requirements.txt states" in res.stderr
+    res = _init(app, runner, "--without", "deepspeed", "--repository", "ghcr.io/acme/y", "--out", "other.toml")
+    assert res.exit_code == 2 and "--without chooses from the file --from names" in res.stderr

@@ -278,3 +278,16 @@ def test_the_matrix_file_refers_to_the_declaration(data):
     with pytest.raises(ConfigError, match=r"matrix\.requirements: \.\./x\.txt is outside the project"):
         _config('[matrix]\ninclude = []\nrequirements = "../x.txt"\n', data)
     assert Path(DepsSource("a/setup.py").folder) == Path("a") and DepsSource("setup.cfg").kind == "setup"
+
+
+def test_without_round_trips_and_refuses_what_is_no_name():
+    source = project_deps.source_of({"file": "setup.py", "extras": ["torch"], "without": ["DeepSpeed", "deepspeed"]})
+    assert source == DepsSource("setup.py", ("torch",), ("deepspeed",))
+    assert tomllib.loads(f"r = {source.toml()}")["r"] == {
+        "file": "setup.py",
+        "extras": ["torch"],
+        "without": ["deepspeed"],
+    }
+    for bad, needle in (("deepspeed", "expected a list"), (["a b"], "expected a list"), (["transformers"], "an axis")):
+        with pytest.raises(UsageError, match=needle):
+            project_deps.source_of({"file": "setup.py", "without": bad})
