@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tomllib
 from collections.abc import Callable
@@ -263,6 +264,7 @@ def register(app: typer.Typer) -> None:
             given = dict(zip(matrix.AXES, (cuda, torch, transformers, python), strict=True))
             chosen = (tuple(extra or ()), tuple(without or ()))
             declared, axes = from_declaration(from_file, chosen, target, axes, given, data)
+            _not_over_the_declaration(target, declared, pyproject)
             packages = own  # the declaration is the list: the default packages are not added to it
         elif extra or without:
             raise UsageError(
@@ -308,8 +310,6 @@ def from_declaration(
     """The declaration ``--from`` names (inside the project: the folder of the file init writes), with the groups
     and the names left out ``chosen`` (--extra, --without), read as every command will read it, and the axes it asks
     for (``axes``: the flags' values and the defaults)."""
-    import os
-
     root = Path(os.path.abspath(target)).parent
     where = Path(os.path.abspath(path))
     if not where.is_relative_to(root):
@@ -339,6 +339,21 @@ def from_declaration(
     declared = inputs.read_project(root, source, setup)
     derived = project_axes.derive(declared, flags, defaults, data)
     return replace(declared, notes=(*declared.notes, *derived.notes)), dict(derived.values)
+
+
+def _not_over_the_declaration(target: Path, declared: project_deps.ProjectDeps, pyproject: bool) -> None:
+    """Refuses a matrix file written over the file ``--from`` reads (or one it includes): that would replace the
+    project's own list (``--pyproject`` adds a table to pyproject.toml instead, keeping the rest)."""
+    out = os.path.abspath(target)
+    root = os.path.dirname(out)
+    if pyproject or not any(os.path.abspath(os.path.join(root, f)) == out for f in declared.files):
+        return
+    raise UsageError(
+        f"--out {target} is a file of the project's own dependency list ({declared.source.file} reads it): "
+        "the matrix would replace it",
+        "write the matrix beside it (imagekit.toml, the default), or into pyproject.toml's [tool.imagekit] with "
+        "--pyproject",
+    )
 
 
 def _source(declared: project_deps.ProjectDeps | None) -> DepsSource | None:

@@ -218,7 +218,28 @@ def read_requirements(start: str, read: Callable[[str], str]) -> ProjectDeps:
                 visit(target, (*chain, path), constraint or kind == "-c", f"{where}: {kind} {value}")
 
     visit(start, (), False)
+    _check_constraints(declared)
     return ProjectDeps(DepsSource(start), tuple(declared), files=tuple(files), notes=tuple(notes))
+
+
+def _check_constraints(declared: list[Declared]) -> None:
+    """pip applies a ``-c`` line to whatever gets installed; imagekit's lock applies it to what the declaration
+    requires. A constraint on anything else (a dependency of a dependency), or naming extras (pip refuses those), is
+    refused rather than dropped without a word."""
+    required = {d.name for d in declared if not d.constraint} | {"torch", "transformers"}  # the axes: in every image
+    for d in declared:
+        if d.constraint and d.parsed.extras:
+            raise UsageError(
+                f"{d.shown()}: a constraint cannot name extras",
+                "state the extras on the requirement; constrain the name",
+            )
+        if d.constraint and d.name not in required:
+            raise UsageError(
+                f"{d.shown()}: constrains {d.name}, which the project does not require directly (imagekit applies a "
+                "constraint to what the file requires)",
+                f"to hold back a dependency of a dependency, name it in [matrix] packages (`{d.requirement}`): it is "
+                "then locked within that range; or drop the line",
+            )
 
 
 def _include(path: str, value: str, where: str, kind: str) -> str:
@@ -241,7 +262,7 @@ def parse_lines(text: str, path: str) -> list[tuple[int, str, str]]:
     requirement)``, ``(line, "-r" | "-c", path)`` or ``(line, "note", what was ignored)``. An option imagekit cannot
     honour is a UsageError naming the line and the way instead."""
     out: list[tuple[int, str, str]] = []
-    lines = text.splitlines()
+    lines = text.removeprefix("\ufeff").splitlines()  # a byte order mark, as some editors on Windows write
     if len(lines) > MAX_LINES:
         raise UsageError(f"{path}: more than {MAX_LINES} lines", "is this a requirements file?")
     pending, first = "", 0

@@ -215,3 +215,12 @@ def test_a_requirement_with_no_wheel_is_left_out_by_name_and_the_file_stays_as_i
     assert res.exit_code == 2 and "without: deepspeed is not among what requirements.txt states" in res.stderr
     res = _init(app, runner, "--without", "deepspeed", "--repository", "ghcr.io/acme/y", "--out", "other.toml")
     assert res.exit_code == 2 and "--without chooses from the file --from names" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["requirements.txt", "base.txt"])
+def test_the_matrix_is_never_written_over_the_projects_own_list(app, runner, in_tmp, name):
+    Path("requirements.txt").write_text("numpy\n-r base.txt\n")
+    Path("base.txt").write_text("wandb\n")
+    res = _init(app, runner, "--from", "requirements.txt", "--out", name, "--force", "--repository", "ghcr.io/a/b")
+    assert res.exit_code == 2 and f"error: --out {name} is a file of the project's own dependency list" in res.stderr
+    assert Path("requirements.txt").read_text() == "numpy\n-r base.txt\n" and Path("base.txt").read_text() == "wandb\n"

@@ -57,7 +57,7 @@ def test_includes_constraints_continuations_and_comments(data):
         ),
         "requirements/base.txt": "-r ../shared.txt\ntransformers>=4.45\n",
         "shared.txt": "accelerate>=1.0\nnumpy>=1.20\n",
-        "constraints.txt": "numpy<2\nscipy==1.13.1\naccelerate==1.2.1\ntorch==2.5.1\n",
+        "constraints.txt": "numpy<2\naccelerate==1.2.1\ntorch==2.5.1\n",
     }
     deps = _reqs(files)
     assert deps.files == ("requirements.txt", "requirements/base.txt", "shared.txt", "constraints.txt")
@@ -66,7 +66,7 @@ def test_includes_constraints_continuations_and_comments(data):
     assert any("download.pytorch.org" in n and "ignored" in n for n in deps.notes)
     packages, problems = project_axes.cell_packages(CELL, deps)
     assert problems == []
-    # constraints narrow what is required and add nothing (scipy); the hash option is imagekit's job
+    # constraints narrow what is required and add nothing; the hash option is imagekit's job
     assert packages == ("accelerate==1.2.1,>=1.0", "numpy<2,>=1.20", "peft>=0.14")
     assert project_axes.derive(deps, {}, DEFAULTS, data).values["torch"] == ("2.5.1",)  # a constraint on an axis
 
@@ -291,3 +291,23 @@ def test_without_round_trips_and_refuses_what_is_no_name():
     for bad, needle in (("deepspeed", "expected a list"), (["a b"], "expected a list"), (["transformers"], "an axis")):
         with pytest.raises(UsageError, match=needle):
             project_deps.source_of({"file": "setup.py", "without": bad})
+
+
+@pytest.mark.parametrize(
+    ("constraints", "needle"),
+    [
+        ("urllib3<2\n", "c.txt:1: urllib3<2: constrains urllib3, which the project does not require directly"),
+        ("numpy[extra]<2\n", "c.txt:1: numpy[extra]<2: a constraint cannot name extras"),
+    ],
+)
+def test_a_constraint_imagekit_cannot_apply_is_refused_not_dropped(constraints, needle):
+    """pip applies a constraint to a dependency of a dependency too; imagekit's lock would not: refused, saying how."""
+    with pytest.raises(UsageError) as exc:
+        _reqs({"requirements.txt": "requests\nnumpy\n-c c.txt\n", "c.txt": constraints})
+    assert needle in exc.value.message, exc.value.message
+    assert "[matrix] packages" in exc.value.hint or "extras" in exc.value.hint
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_requirement():
+    deps = _reqs({"requirements.txt": "\ufeffnumpy\nwandb\n"})
+    assert [d.requirement for d in deps.declared] == ["numpy", "wandb"]
