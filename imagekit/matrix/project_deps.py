@@ -436,6 +436,8 @@ def _chosen(
         )
     extras = set(source.extras)
     own = [d for d in declared if name and d.name == name]
+    for d in own:
+        _same_everywhere(d, known)
     grown = True
     while grown:
         grown = False
@@ -447,6 +449,33 @@ def _chosen(
     return ProjectDeps(source, kept, requires_python, tuple(sorted(extras)), files)
 
 
+def _same_everywhere(d: Declared, groups: list[str]) -> None:
+    """A reference of the project to its own groups is followed once for every cell; one whose marker asks for a
+    Python or a platform would be judged for one of them only: refused."""
+    marker = d.parsed.marker
+    if marker is None:
+        return
+    for extra in ("", *groups):
+        if len({_safe(marker, {**_ANY_PYTHON, **env, "extra": extra}) for env in _ENVIRONMENTS}) > 1:
+            raise UsageError(
+                f"{d.shown()}: a reference to the project's own groups whose marker depends on the Python or the "
+                "platform (imagekit follows it once, for every cell)",
+                "state the group's requirements with that marker each, or drop the marker from the reference",
+            )
+
+
+def _safe(marker, env: dict[str, str]) -> bool | None:
+    try:
+        return bool(marker.evaluate(env))
+    except (InvalidMarker, ValueError):
+        return None
+
+
+_ENVIRONMENTS = tuple(
+    {"python_version": v, "python_full_version": f"{v}.0", "platform_machine": m}
+    for v in ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
+    for m in ("x86_64", "aarch64")
+)
 _ANY_PYTHON = {"python_version": "3.11", "python_full_version": "3.11.0", "sys_platform": "linux",
                "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
                "implementation_name": "cpython", "platform_python_implementation": "CPython"}  # fmt: skip

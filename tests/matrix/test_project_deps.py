@@ -311,3 +311,14 @@ def test_a_constraint_imagekit_cannot_apply_is_refused_not_dropped(constraints, 
 def test_a_byte_order_mark_is_not_part_of_the_first_requirement():
     deps = _reqs({"requirements.txt": "\ufeffnumpy\nwandb\n"})
     assert [d.requirement for d in deps.declared] == ["numpy", "wandb"]
+
+
+def test_a_reference_to_the_projects_own_group_under_a_python_marker_is_refused():
+    text = (
+        '[project]\nname = "p"\nversion = "1"\ndependencies = ["numpy", "p[log] ; python_version >= \'3.12\'"]\n'
+        '[project.optional-dependencies]\nlog = ["wandb"]\ndev = ["p[log] ; sys_platform == \'linux\'"]\n'
+    )
+    with pytest.raises(UsageError, match="whose marker depends on the Python or the platform"):
+        project_deps.from_pyproject(text, DepsSource("pyproject.toml"))
+    plain = text.replace(" ; python_version >= '3.12'", "")  # a marker every image answers alike is followed
+    assert project_deps.from_pyproject(plain, DepsSource("pyproject.toml", ("dev",))).extras == ("dev", "log")
