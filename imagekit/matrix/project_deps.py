@@ -38,8 +38,9 @@ _REFUSED_OPTIONS = {
     "--no-index": "imagekit resolves against the indexes the matrix file names ([lock] index_url)",
     "--trusted-host": "imagekit talks to indexes over HTTPS only",
     "--no-binary": "images install wheels only (a source build is refused at lock time)",
+    "--pre": "imagekit's lock takes a pre-release only where a requirement names one: pin it (`name==2.0rc1`)",
 }
-_IGNORED_OPTIONS = ("--pre", "--prefer-binary", "--only-binary", "--require-hashes", "--use-feature")
+_IGNORED_OPTIONS = ("--prefer-binary", "--only-binary", "--require-hashes", "--use-feature")
 HINT = "`imagekit matrix --help` shows what [matrix] requirements reads; docs/your-project.md explains each case"
 
 

@@ -96,6 +96,7 @@ def test_includes_constraints_continuations_and_comments(data):
         ({"requirements.txt": "x @ git+https://github.com/a/b\n"}, "requirements.txt:1:"),
         ({"requirements.txt": "numpy --global-option=x\n"}, "--global-option=x is not honoured"),
         ({"requirements.txt": "numpy==${VERSION}\n"}, "environment variables"),
+        ({"requirements.txt": "--pre\nnumpy\n"}, "requirements.txt:1: --pre is not honoured"),
     ],
 )
 def test_bad_requirements_files_are_refused_naming_the_line(files, needle):
