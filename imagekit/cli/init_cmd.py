@@ -409,7 +409,7 @@ def _check(
     with it, unknown versions and an all-excluded matrix are usage errors."""
     config = matrix.parse(doc, origin, data)
     if declared is not None:
-        config = project_axes.apply(config, declared)
+        config = project_axes.apply(config, declared, data)
     evaluated = matrix.evaluate(config, data)  # UnknownVersionError (exit 2) names each version it does not know
     compatible = [e for e in evaluated if e.verdict.compatible]
     if not compatible:

@@ -110,13 +110,14 @@ def python_fits(spec: str, python: str) -> bool:
 
 
 # ---- every cell of a matrix whose file names a declaration -------------------------------------------------------
-def apply(config: MatrixConfig, deps: ProjectDeps) -> MatrixConfig:
+def apply(config: MatrixConfig, deps: ProjectDeps, data: CompatData | None = None) -> MatrixConfig:
     """Each cell with the declaration's packages added to its own (one requirement per name), after checking that
-    the declaration allows the cell's torch, transformers and Python. Every conflict at once: a ConfigError."""
+    the declaration allows the cell's torch, transformers and Python (and, with ``data``, the torch a torchvision or
+    torchaudio pin requires). Every conflict at once: a ConfigError."""
     problems: list[str] = []
     cells = []
     for cell in config.cells:
-        packages, conflicts = cell_packages(cell, deps)
+        packages, conflicts = cell_packages(cell, deps, data)
         problems += [p for p in conflicts if p not in problems]
         cells.append(replace(cell, packages=packages))
     if problems:
@@ -124,7 +125,7 @@ def apply(config: MatrixConfig, deps: ProjectDeps) -> MatrixConfig:
     return replace(config, cells=tuple(cells))
 
 
-def cell_packages(cell: Cell, deps: ProjectDeps) -> tuple[tuple[str, ...], list[str]]:
+def cell_packages(cell: Cell, deps: ProjectDeps, data: CompatData | None = None) -> tuple[tuple[str, ...], list[str]]:
     """(the cell's packages with the declaration's, the conflicts found)."""
     items = for_env(deps, cell.python, cell.platform)
     own = [Item(Requirement(p), "matrix.packages") for p in cell.packages]
@@ -135,7 +136,7 @@ def cell_packages(cell: Cell, deps: ProjectDeps) -> tuple[tuple[str, ...], list[
     clash = disagreement([*own, *items])
     if clash:
         problems.append(f"{clash[0].shown()} conflicts with {clash[1].shown()}")
-    for item in items:
+    for item in [*items, *(_family_items(items, data) if data is not None else [])]:
         problem = _axis_problem(cell, item)
         if problem:
             problems.append(problem)

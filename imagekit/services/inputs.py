@@ -70,7 +70,7 @@ def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixCo
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError([f"{config.origin}: matrix.requirements: {exc.message}"], exc.hint) from None
-    return project_axes.apply(config, deps)
+    return project_axes.apply(config, deps, data)
 
 
 def read_project(

@@ -323,3 +323,14 @@ def test_a_reference_to_the_projects_own_group_under_a_python_marker_is_refused(
         project_deps.from_pyproject(text, DepsSource("pyproject.toml"))
     plain = text.replace(" ; python_version >= '3.12'", "")  # a marker every image answers alike is followed
     assert project_deps.from_pyproject(plain, DepsSource("pyproject.toml", ("dev",))).extras == ("dev", "log")
+
+
+def test_a_torchvision_pin_against_the_torch_axis_is_named_like_a_torch_pin(data):
+    deps = _reqs({"requirements.txt": "torchvision==0.23.0\nnumpy\n"})
+    _, problems = project_axes.cell_packages(CELL, deps, data)  # CELL's torch is 2.5.1; torchvision 0.23 wants 2.8.0
+    assert (
+        len(problems) == 1
+        and "conflicts with requirements.txt:1: torchvision==0.23.0 (it requires torch==2.8.0)" in (problems[0])
+    )
+    fitting = Cell("12.8", "2.8.0", "4.48.2", "3.11")
+    assert project_axes.cell_packages(fitting, deps, data)[1] == []
