@@ -46,6 +46,10 @@ RESERVED_ENV_NAMES = {
     "PYTHONPATH": "it would put other code before the locked venv (the doctor's shadowing check warns of it)",
     "PYTHONHOME": "it would point python away from the venv",
     "PYTHONUSERBASE": "it would put a user site before the locked venv",
+    "PIP_TARGET": "pip would install beside the locked venv, where the doctor does not look",
+    "PIP_PREFIX": "pip would install beside the locked venv, where the doctor does not look",
+    "PIP_ROOT": "pip would install beside the locked venv, where the doctor does not look",
+    "PIP_USER": "pip would install into a user site, before the locked venv",
 }
 _OWN_WHY = {
     "PATH": "python, pip and the scripts on PATH are the locked venv: the self-test's python-identity",
@@ -56,9 +60,9 @@ _OWN_WHY = {
     "LANG": "the one locale the base has",
 }
 # A published image's config is readable by everyone who can pull it.
-# Words of a name (split at _): HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY; not TOKENIZERS_PARALLELISM.
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY",
-                 "CREDENTIAL", "CREDENTIALS", "AUTH")  # fmt: skip
+# Words of a name (split at _): HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, GITHUB_PAT; not TOKENIZERS_PARALLELISM.
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "APIKEY", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY",
+                 "KEY", "PAT", "CREDENTIAL", "CREDENTIALS", "AUTH")  # fmt: skip
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
 # One printable ASCII line without the characters a Dockerfile's ENV would quote or expand (" \ $): the same value
 # on BuildKit (an ENV instruction), the legacy builder (the config imagekit writes) and a commit (--change).
