@@ -116,6 +116,8 @@ def register(app: typer.Typer) -> None:
                     console.print("  " + r.error.render().replace("\n", "\n  "), markup=False)
             if not bad:
                 console.print(f"{len(results)} lock(s) up to date")
+            elif any(r.status in ("stale", "missing") for r in bad):  # the matrix, or a file it reads, changed
+                console.print("hint: `imagekit lock` locks them again (their inputs changed since, or none exists)")
             raise typer.Exit(EXIT_NO if bad else EXIT_OK)
         failed = [r for r in results if r.status == "failed"]
         # An unreachable index fails every cell that needs it with one shared error: said once, as the command's.

@@ -44,6 +44,7 @@ def test_a_lock_made_for_the_files_requirements_is_current_and_an_edit_makes_it_
     )
     stale = runner.invoke(app, ["lock", "--check"])
     assert stale.exit_code == 1 and "stale" in stale.output and str(lock_path(Path("lockfiles"), cell)) in stale.output
+    assert "hint: `imagekit lock` locks them again" in stale.output
     for argv in (["render", "--out", "out"], ["fetch"]):
         refused = runner.invoke(app, argv)
         assert refused.exit_code == 1 and "peft is not pinned" in refused.output, (argv, refused.output)
