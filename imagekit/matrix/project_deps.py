@@ -140,13 +140,17 @@ def leave_out(deps: ProjectDeps) -> ProjectDeps:
     misspelt name would otherwise leave nothing out, silently)."""
     if not deps.source.without:
         return deps
-    stated = {d.name for d in deps.declared}
+    stated = {  # what some image would install: not a constraint, nor a group left unchosen
+        d.name
+        for d in deps.declared
+        if not d.constraint and any(applies(d.parsed, {**_ANY_PYTHON, **env}, deps.extras) for env in _ENVIRONMENTS)
+    }
     missing = [n for n in deps.source.without if n not in stated]
     if missing:
         raise UsageError(
             f"without: {', '.join(missing)} is not among what {deps.source.file} states"
             + (f" ({', '.join(sorted(stated))})" if len(stated) <= 40 else ""),
-            "name a distribution the file requires (its extras' included), as the file spells it",
+            "name a distribution the file requires (with the groups chosen), as the file spells it",
         )
     kept = tuple(d for d in deps.declared if d.name not in deps.source.without)
     note = f"left out as [matrix] requirements.without asks: {', '.join(deps.source.without)}"

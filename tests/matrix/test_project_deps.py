@@ -334,3 +334,17 @@ def test_a_torchvision_pin_against_the_torch_axis_is_named_like_a_torch_pin(data
     )
     fitting = Cell("12.8", "2.8.0", "4.48.2", "3.11")
     assert project_axes.cell_packages(fitting, deps, data)[1] == []
+
+
+def test_without_names_only_what_some_image_would_install():
+    text = (
+        '[project]\nname = "p"\nversion = "1"\ndependencies = ["numpy", "deepspeed>=0.16"]\n'
+        '[project.optional-dependencies]\nlog = ["wandb"]\n'
+    )
+    deps = project_deps.from_pyproject(text, DepsSource("pyproject.toml", (), ("deepspeed",)))
+    assert [d.name for d in project_deps.leave_out(deps).declared] == ["numpy", "wandb"]  # wandb: its group's
+    unchosen = project_deps.from_pyproject(text, DepsSource("pyproject.toml", (), ("wandb",)))
+    with pytest.raises(UsageError, match="without: wandb is not among what pyproject.toml states"):
+        project_deps.leave_out(unchosen)  # only in a group not chosen: leaving it out would do nothing
+    chosen = project_deps.from_pyproject(text, DepsSource("pyproject.toml", ("log",), ("wandb",)))
+    assert "wandb" not in [d.name for d in project_deps.leave_out(chosen).declared]
