@@ -387,6 +387,14 @@ def from_pyproject(text: str, source: DepsSource) -> ProjectDeps:
     declared = _entries(project.get("dependencies", []), f"{path} [project] dependencies", "")
     for group, entries in groups.items():
         declared += _entries(entries, f"{path} [project.optional-dependencies] {group}", canonicalize_name(group))
+    pep735 = doc.get("dependency-groups")
+    only_there = [e for e in source.extras if isinstance(pep735, dict) and e in map(canonicalize_name, pep735)]
+    if only_there and not any(canonicalize_name(g) == only_there[0] for g in groups):
+        raise UsageError(
+            f"{path}: {only_there[0]} is a [dependency-groups] group (PEP 735, for development tools), "
+            "which an image's dependencies do not come from",
+            "move what the image needs into [project.optional-dependencies] (an extra), or into [matrix] packages",
+        )
     rp = project.get("requires-python")
     requires_python = (_specifier(rp, f"{path} [project] requires-python"), f"{path} [project] requires-python")
     return _chosen(source, declared, requires_python if rp is not None else None, name, sorted(groups), (path,))

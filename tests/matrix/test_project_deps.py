@@ -348,3 +348,9 @@ def test_without_names_only_what_some_image_would_install():
         project_deps.leave_out(unchosen)  # only in a group not chosen: leaving it out would do nothing
     chosen = project_deps.from_pyproject(text, DepsSource("pyproject.toml", ("log",), ("wandb",)))
     assert "wandb" not in [d.name for d in project_deps.leave_out(chosen).declared]
+
+
+def test_a_pep_735_group_is_named_as_such():
+    text = '[project]\nname = "p"\nversion = "1"\ndependencies = ["numpy"]\n[dependency-groups]\ndev = ["pytest"]\n'
+    with pytest.raises(UsageError, match=r"dev is a \[dependency-groups\] group \(PEP 735"):
+        project_deps.from_pyproject(text, DepsSource("pyproject.toml", ("dev",)))
