@@ -344,7 +344,7 @@ def test_without_names_only_what_some_image_would_install():
     deps = project_deps.from_pyproject(text, DepsSource("pyproject.toml", (), ("deepspeed",)))
     assert [d.name for d in project_deps.leave_out(deps).declared] == ["numpy", "wandb"]  # wandb: its group's
     unchosen = project_deps.from_pyproject(text, DepsSource("pyproject.toml", (), ("wandb",)))
-    with pytest.raises(UsageError, match="without: wandb is not among what pyproject.toml states"):
+    with pytest.raises(UsageError, match=r"without: wandb is not among what pyproject\.toml states"):
         project_deps.leave_out(unchosen)  # only in a group not chosen: leaving it out would do nothing
     chosen = project_deps.from_pyproject(text, DepsSource("pyproject.toml", ("log",), ("wandb",)))
     assert "wandb" not in [d.name for d in project_deps.leave_out(chosen).declared]
