@@ -311,11 +311,12 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
 
 
 _INSTALL = re.compile(r"[A-Za-z0-9._/-]{1,300}", re.ASCII)
+MAX_SMOKE = 16
 _SMOKE_HINT = (
-    "expected a list of shell commands (one line each, at most 1024 characters), such as "
+    f"expected a list of 1 to {MAX_SMOKE} shell commands (one line each of printable characters, no tab, at most "
+    "1024), such as "
     '["python -c \'import alignment\'", "python /opt/app/scripts/run_sft.py --help"]'
 )
-MAX_SMOKE = 16
 
 
 def _project_options(p: _Problems, image: dict, flags: dict) -> None:

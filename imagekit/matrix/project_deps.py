@@ -165,7 +165,14 @@ def project_path(value: object) -> str:
             HINT,
         )
     norm = posixpath.normpath(value)
-    if posixpath.isabs(value) or norm == ".." or norm.startswith("../") or norm == ".":
+    if norm == ".":
+        raise UsageError(f"{untrusted.printable(value, 200)} is the project's folder, not a file of it", HINT)
+    if posixpath.isabs(value):
+        raise UsageError(
+            f"{untrusted.printable(value, 200)} is an absolute path",
+            "name the file relative to the matrix file's folder (requirements.txt, sub/pyproject.toml)",
+        )
+    if norm == ".." or norm.startswith("../"):
         raise UsageError(
             f"{untrusted.printable(value, 200)} is outside the project (the matrix file's folder)",
             "name a file inside the project; move the matrix file up to reach more",

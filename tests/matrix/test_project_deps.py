@@ -354,3 +354,14 @@ def test_a_pep_735_group_is_named_as_such():
     text = '[project]\nname = "p"\nversion = "1"\ndependencies = ["numpy"]\n[dependency-groups]\ndev = ["pytest"]\n'
     with pytest.raises(UsageError, match=r"dev is a \[dependency-groups\] group \(PEP 735"):
         project_deps.from_pyproject(text, DepsSource("pyproject.toml", ("dev",)))
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [(".", "is the project's folder, not a file of it"), ("/p/pyproject.toml", "is an absolute path"),
+     ("../x.txt", "is outside the project")],
+)  # fmt: skip
+def test_a_path_that_is_no_file_of_the_project_says_which_way_it_is_wrong(value, needle):
+    with pytest.raises(UsageError) as exc:
+        project_deps.project_path(value)
+    assert needle in exc.value.message

@@ -51,7 +51,7 @@ def test_every_problem_with_the_three_keys_is_reported_with_its_key(data):
                     "image.smoke"]  # fmt: skip
     assert 'add copy = "."' in problems[0] and "the image's own" in problems[1]
     assert "dynamic loader" in problems[2] and "looks like a secret" in problems[3]
-    assert "expected a list of shell commands" in problems[5]
+    assert "expected a list of 1 to 16 shell commands" in problems[5]
 
 
 @pytest.mark.parametrize(
@@ -64,11 +64,11 @@ def test_every_problem_with_the_three_keys_is_reported_with_its_key(data):
         ({"env": ["A=1"]}, "expected a table"),
         ({"env": {f"V{i}": "x" for i in range(65)}}, "at most 64"),
         ({"env": {"A": 1}}, "expected a string value"),
-        ({"smoke": []}, "expected a list of shell commands"),
-        ({"smoke": ["ok", "two\nlines"]}, "expected a list of shell commands"),
-        ({"smoke": ["   "]}, "expected a list of shell commands"),
-        ({"smoke": ["x" * 1025]}, "expected a list of shell commands"),
-        ({"smoke": ["true"] * 17}, "expected a list of shell commands"),
+        ({"smoke": []}, "expected a list of 1 to 16 shell commands"),
+        ({"smoke": ["ok", "two\nlines"]}, "expected a list of 1 to 16 shell commands"),
+        ({"smoke": ["   "]}, "expected a list of 1 to 16 shell commands"),
+        ({"smoke": ["x" * 1025]}, "expected a list of 1 to 16 shell commands"),
+        ({"smoke": ["true"] * 17}, "expected a list of 1 to 16 shell commands"),
     ],
 )
 def test_a_bad_value_is_refused_saying_what_is_expected(data, image, needle):
