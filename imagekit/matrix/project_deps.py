@@ -148,7 +148,7 @@ def leave_out(deps: ProjectDeps) -> ProjectDeps:
     missing = [n for n in deps.source.without if n not in stated]
     if missing:
         raise UsageError(
-            f"without: {', '.join(missing)} is not among what {deps.source.file} states"
+            f"without: {untrusted.printable(', '.join(missing), 200)} is not among what {deps.source.file} states"
             + (f" ({', '.join(sorted(stated))})" if len(stated) <= 40 else ""),
             "name a distribution the file requires (with the groups chosen), as the file spells it",
         )

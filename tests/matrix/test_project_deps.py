@@ -5,6 +5,7 @@ and what the rest makes of each cell's packages."""
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -365,3 +366,10 @@ def test_a_path_that_is_no_file_of_the_project_says_which_way_it_is_wrong(value,
     with pytest.raises(UsageError) as exc:
         project_deps.project_path(value)
     assert needle in exc.value.message
+
+
+def test_a_huge_name_to_leave_out_is_not_echoed_whole():
+    deps = _reqs({"requirements.txt": "numpy\n"})
+    with pytest.raises(UsageError) as exc:
+        project_deps.leave_out(replace(deps, source=DepsSource("requirements.txt", (), ("x" * 5000,))))
+    assert "is not among what" in exc.value.message and len(exc.value.message) < 400
