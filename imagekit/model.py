@@ -31,6 +31,7 @@ class Cell:
     packages: tuple[str, ...] = ()  # canonical requirement strings, sorted
     apt: tuple[str, ...] = ()  # Debian packages over the base (`[image] apt`), sorted; pinned in the cell's lock
     platform: str = AMD64  # the image's platform: its id is the same on every platform (one tag, one image index)
+    from_source: tuple[str, ...] = ()  # packages built once from their source archives (`[matrix] from_source`)
 
     @property
     def variant(self) -> str:
@@ -56,6 +57,8 @@ class Cell:
             doc["apt"] = list(self.apt)
         else:  # a cell without apt packages is described (and its lock's input hash computed) as before they existed
             del doc["apt"]
+        if not self.from_source:  # likewise for packages built from source
+            del doc["from_source"]
         if self.platform == AMD64:  # likewise, a linux/amd64 cell is described as before platforms existed
             del doc["platform"]
         return doc

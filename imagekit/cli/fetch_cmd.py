@@ -21,7 +21,7 @@ from imagekit.cli.common import (
     print_plan,
     selected_compatible,
 )
-from imagekit.cli.options import JsonOpt, LockDirOpt, QuietOpt, Selection, with_groups
+from imagekit.cli.options import JsonOpt, LockDirOpt, QuietOpt, Selection, project_folder, with_groups
 from imagekit.errors import UsageError
 from imagekit.locking import resolution
 
@@ -93,12 +93,14 @@ def register(app: typer.Typer) -> None:
                 base = base_for(e.cell.python, data, config.bases, config.options, platform=e.cell.platform)
                 glibc = base.glibc  # the base `build` uses: same wheels
                 got = fetch_service.fetch_for_build(
-                    lock, e.cell.python, glibc, progress=progress, cell=e.cell.slug, auth=auth
-                )
+                    lock, e.cell.python, glibc, progress=progress, cell=e.cell.slug, auth=auth,
+                    project=Path(project_folder(config)),
+                )  # fmt: skip
                 size = sum(w.path.stat().st_size for w in got)
                 new = [w for w in got if w.downloaded]
                 if e.cell.slug in contexts:
-                    wheel_folders.link_wheels(got, contexts[e.cell.slug], wheel_folders.requirements(lock))
+                    files = wheel_folders.requirements(lock, config.options.cuda_toolkit)
+                    wheel_folders.link_wheels(got, contexts[e.cell.slug], files)
                 new_bytes = sum(w.path.stat().st_size for w in new)
                 summary = (
                     f"{len(got)} wheels, {size / 1e9:.2f} GB in {wheel_cache()} "

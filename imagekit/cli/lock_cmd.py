@@ -67,21 +67,7 @@ def register(app: typer.Typer) -> None:
                 if r.error and not isinstance(r.error, IndexUnreachable):  # those: once, at the end
                     console.print("  " + r.error.render().replace("\n", "\n  "), markup=False)
 
-            apt = None
-            if any(c.apt for c in plain):  # resolved by apt in each cell's base: the engine is needed
-                from imagekit.effects.docker import Engine
-                from imagekit.image.buildplan import base_for
-                from imagekit.services.apt_resolve import resolver_for
-                from imagekit.services.base_images import present
-
-                engine = Engine()
-                apt = resolver_for(
-                    engine,
-                    lambda python: present(
-                        base_for(python, data, config.bases, config.options), engine, data.bases,
-                        log=lambda line: console.print(line, markup=False),
-                    ),
-                )  # fmt: skip
+            apt, build = _in_bases(plain, data, config, console)
             results = lock_service.lock_cells(
                 plain,
                 directory,
@@ -93,6 +79,7 @@ def register(app: typer.Typer) -> None:
                 jobs=jobs,
                 on_result=show,
                 apt=apt,
+                build=build,
             )
         if as_json:
             out_json(
@@ -126,3 +113,27 @@ def register(app: typer.Typer) -> None:
         if failed:
             codes = {r.error.exit_code for r in failed if r.error}
             raise typer.Exit(EXIT_ENV if EXIT_ENV in codes else max(codes))
+
+
+def _in_bases(plain: list, data, config, console) -> tuple:
+    """What the lock step runs in each cell's base, with Docker: apt's resolution of `[image] apt` and the builds of
+    `from_source` packages; (None, None) when no cell needs either."""
+    if not any(c.apt or c.from_source for c in plain):
+        return None, None
+    from imagekit.effects.docker import Engine
+    from imagekit.image.buildplan import base_for
+    from imagekit.services.apt_resolve import resolver_for
+    from imagekit.services.base_images import present
+    from imagekit.services.wheel_builds import builder_for
+
+    engine = Engine()
+
+    def say(line: str) -> None:
+        console.print(line, markup=False)
+
+    def base_of(python: str):
+        return present(base_for(python, data, config.bases, config.options), engine, data.bases, log=say)
+
+    apt = resolver_for(engine, base_of) if any(c.apt for c in plain) else None
+    build = builder_for(engine, base_of, log=say) if any(c.from_source for c in plain) else None
+    return apt, build

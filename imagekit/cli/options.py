@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -166,9 +167,17 @@ class ResolverOptions:
             torch_index_base=self.torch_index_url,
             exclude_newer=self.exclude_newer,
             resolver=self.resolver,
+            project=project_folder(config),
         )
         resolver.for_settings(settings)  # an unknown --resolver is a usage error here, before anything runs
         return settings
+
+
+def project_folder(config: Any) -> str:
+    """The folder of the matrix file (or pyproject.toml) ``config`` was read from: where the project's own wheels
+    (`NAME @ file:wheels/...whl`) lie; the current folder for the built-in matrix."""
+    origin = getattr(config, "origin", None) or "<default>"
+    return "." if origin.startswith("<") else os.path.dirname(origin.removesuffix(" [tool.imagekit]")) or "."
 
 
 # ---- the image's options: the matrix file's `[image]`, with a command's flags over them ---------------------------

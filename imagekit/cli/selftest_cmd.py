@@ -26,7 +26,7 @@ def _runtime(engine, image: str):  # type: ignore[no-untyped-def]
     except (KeyError, TypeError):
         return None
     cmd = (engine.image(image) or {}).get("Config", {}).get("Cmd") or ()
-    return imageconfig.runtime(labels, tuple(cmd))
+    return imageconfig.runtime(labels, tuple(cmd), cuda_home=imageconfig.cuda_home(manifest))
 
 
 def register(app: typer.Typer) -> None:

@@ -41,6 +41,8 @@ class TorchMinor:
     pypi_default_source: str
     glibc: str
     glibc_source: str
+    cxx11_abi: bool | None = None  # PyPI's Linux x86_64 build: torch._C._GLIBCXX_USE_CXX11_ABI; None: no source says
+    cxx11_abi_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,15 @@ class CompatData:
         if platform != "linux/arm64":
             return variant == self.torch_minor(torch).pypi_default
         return variant == self.pypi_aarch64_variant(torch)
+
+    def torch_cxx11_abi(self, torch: str, variant: str, platform: str = "linux/amd64") -> tuple[bool, str] | None:
+        """Whether torch ``torch`` built for ``variant`` on ``platform`` uses the C++11 ABI, and the fact that says
+        so: a curated fact of PyPI's Linux x86_64 build of its minor. None where no source says (the PyTorch index's
+        builds, aarch64, a minor the curated facts lack): a torch extension's ABI tag is then not checked."""
+        if platform != "linux/amd64" or not self.torch_from_pypi(torch, variant, platform):
+            return None
+        tm = self.torch_minor(torch)
+        return None if tm.cxx11_abi is None else (tm.cxx11_abi, self.source(tm.cxx11_abi_source))
 
     def pypi_aarch64_variant(self, torch: str) -> str | None:
         """The CUDA variant of PyPI's Linux aarch64 wheel of ``torch`` (None: a CPU-only build), as a refresh read it
@@ -325,6 +336,8 @@ def parse(
             pypi_default_source=t["pypi_default_source"],
             glibc=t["glibc"],
             glibc_source=t["glibc_source"],
+            cxx11_abi=t.get("cxx11_abi"),
+            cxx11_abi_source=t.get("cxx11_abi_source", ""),
         )
         for t in curated["torch"]
     }

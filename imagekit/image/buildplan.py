@@ -10,6 +10,7 @@ from imagekit import __version__
 from imagekit.compat import contract as contracts
 from imagekit.compat.catalog import BaseSpec, CompatData
 from imagekit.errors import UsageError
+from imagekit.image import cuda_toolkit
 from imagekit.image import layering as layers
 from imagekit.image.code_layer import CodeLayer
 from imagekit.image.image_options import ImageOptions
@@ -187,20 +188,36 @@ class BuildPlan:
         wheels_url: str = DEFAULT_WHEELS_URL,
     ) -> BuildPlan:
         """The plan of ``cell`` over ``lock`` and ``base``, its facts decided from ``data`` now."""
+        opts = options if options is not None else ImageOptions()
+        if opts.cuda_toolkit:
+            _toolkit_problem(cell, lock)
         return cls(
             cell=cell,
             lock=lock,
             base=base,
             repository=repository,
             contract=contracts.of_cell(cell, data),
-            layering=layers.split(lock),
-            options=options if options is not None else ImageOptions(),
+            layering=layers.split(lock, opts.cuda_toolkit),
+            options=opts,
             code=code,
             project=project,
             source_revision=source_revision,
             source_date_epoch=source_date_epoch,
             wheels_url=wheels_url,
         )
+
+
+NVCC = "nvidia-cuda-nvcc"
+
+
+def _toolkit_problem(cell: Cell, lock: Lock) -> None:
+    """`[image] cuda_toolkit`: refused for a cell without a CUDA compiler on PyPI, or whose lock has none."""
+    problem = cuda_toolkit.problem(cell)
+    if problem:
+        raise UsageError(f"[image] cuda_toolkit: {problem}", "leave cuda_toolkit out for this cell")
+    if NVCC not in lock.pins():
+        raise UsageError(f"[image] cuda_toolkit: {cell.id}'s lock has no {NVCC}",
+                         "re-lock the cell (`imagekit lock`): the matrix's cuda_toolkit adds it")  # fmt: skip
 
 
 def manifest(plan: BuildPlan) -> dict:
@@ -260,6 +277,12 @@ def manifest(plan: BuildPlan) -> dict:
         ),
         # `[image] install`: the wheel built from the project's code and installed with --no-deps
         **({"project": project.to_json()} if project is not None else {}),
+        # `[image] cuda_toolkit`: CUDA_HOME (nvcc, the headers) and nvcc's version (the self-test's cuda-extension)
+        **(
+            {"cuda_toolkit": {"home": cuda_toolkit.home(layers.CUDA_PREFIX, cell.cuda), "nvcc": pins.get(NVCC, "")}}
+            if plan.options.cuda_toolkit
+            else {}
+        ),
         # `[image] smoke`: the commands the self-test runs in the image, each within its time limit
         **({"smoke": {"commands": list(smoke), "timeout": SMOKE_TIMEOUT, "budget": SMOKE_BUDGET}} if smoke else {}),
     }

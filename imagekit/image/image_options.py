@@ -26,6 +26,9 @@ class ImageOptions:
     jupyter: bool = field(default=False, metadata=KEY)
     # gcc/g++ and the Python headers, so torch.compile works (about 200 MB)
     compiler: bool = field(default=True, metadata=KEY)
+    # nvcc, the CUDA headers and ninja from NVIDIA's pinned wheels (CUDA 13 cells), CUDA_HOME set: extensions that
+    # compile at run time (DeepSpeed's ops, torch.utils.cpp_extension.load) work (imagekit.image.cuda_toolkit)
+    cuda_toolkit: bool = field(default=False, metadata=KEY)
     # imagekit.image.budget: "6.5 GB", or growth over the cell's last release
     size_budget: str = field(default="+10%", metadata=KEY)
     # the user's code, as the image's last layer (imagekit.image.code_layer)

@@ -132,10 +132,29 @@ class RuntimeConfig:
         ]
 
 
-def runtime(labels: dict[str, str], cmd: tuple[str, ...] = CMD, env: tuple[tuple[str, str], ...] = ()) -> RuntimeConfig:
+def runtime(
+    labels: dict[str, str],
+    cmd: tuple[str, ...] = CMD,
+    env: tuple[tuple[str, str], ...] = (),
+    cuda_home: str | None = None,
+) -> RuntimeConfig:
     """The config every image gets; ``cmd`` (`[image] command`) makes a container started without a command a job;
-    ``env`` (`[image] env`) comes after imagekit's own variables, none of which it may set again."""
-    return RuntimeConfig((*ENV, *user_env(env)), WORKDIR, ENTRYPOINT, tuple(cmd), tuple(sorted(labels.items())))
+    ``env`` (`[image] env`) comes after imagekit's own variables, none of which it may set again; ``cuda_home``
+    (`[image] cuda_toolkit`: the manifest's ``cuda_toolkit.home``): CUDA_HOME, and its bin/ on PATH after the venv's."""
+    own = ENV
+    if cuda_home is not None:
+        if any(name.upper() == "CUDA_HOME" for name, _ in env):
+            raise UsageError("[image] env: CUDA_HOME is the image's own with [image] cuda_toolkit = true",
+                             "leave CUDA_HOME out of [image] env")  # fmt: skip
+        path = dict(ENV)["PATH"].replace("/opt/venv/bin:", f"/opt/venv/bin:{cuda_home}/bin:", 1)
+        own = (*((k, path if k == "PATH" else v) for k, v in ENV), ("CUDA_HOME", cuda_home))
+    return RuntimeConfig((*own, *user_env(env)), WORKDIR, ENTRYPOINT, tuple(cmd), tuple(sorted(labels.items())))
+
+
+def cuda_home(manifest: dict) -> str | None:
+    """The image's CUDA_HOME, as its manifest names it (`[image] cuda_toolkit`), or None."""
+    toolkit = manifest.get("cuda_toolkit")
+    return toolkit.get("home") if isinstance(toolkit, dict) and isinstance(toolkit.get("home"), str) else None
 
 
 def _rfc3339(seconds: int) -> str:

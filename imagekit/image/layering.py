@@ -15,6 +15,9 @@ Layers are ordered by how often they change, so a rebuild or a pull redoes as li
      one of these keeps every layer below it, which matters for Docker's graph-driver store: it reuses a pulled
      layer only when the whole chain below it is the same (registries and containerd reuse any equal blob).
 2. torch and the rest of its closure (triton, sympy, ...), in the venv, bytecode compiled;
+   - last, with `[image] cuda_toolkit`, the CUDA compiler (nvcc, cicc, the crt and CCCL headers:
+     imagekit.image.cuda_toolkit), in the same prefix: it completes the toolkit tree the runtime wheels began
+     (``nvidia/cu13``) and changes with the CUDA release only; a cell without it keeps every layer below.
 3. the Debian packages of `[image] apt`, when there are any (they change less often than the app's pins, and
    nothing in the venv depends on them);
 4. everything else (the app layer: transformers, accelerate, ...).
@@ -26,6 +29,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from imagekit.image import cuda_toolkit as cuda_toolkit_
 from imagekit.locking import debs
 from imagekit.locking.lockfile import Lock, LockEntry
 
@@ -138,11 +142,16 @@ def _group(name: str) -> str:
     return re.sub(r"-cu\d+$", "", stem)
 
 
-def split(lock: Lock) -> Layering:
-    """The lock's torch section split into CUDA runtime layers and the torch layer; its app section is the app layer."""
+def split(lock: Lock, cuda_toolkit: bool = False) -> Layering:
+    """The lock's torch section split into CUDA runtime layers and the torch layer; its app section is the app layer.
+    ``cuda_toolkit`` (`[image] cuda_toolkit`): the compiler's wheels, from either section, are a CUDA layer of their
+    own, the last."""
     groups: dict[str, list[LockEntry]] = {}
     rest = []
+    compiler = [e for e in lock.entries if e.name in cuda_toolkit_.DISTRIBUTIONS] if cuda_toolkit else []
     for entry in lock.torch:
+        if compiler and entry.name in cuda_toolkit_.DISTRIBUTIONS:
+            continue
         if is_cuda_runtime(entry.name):
             groups.setdefault(_group(entry.name), []).append(entry)
         else:
@@ -157,10 +166,14 @@ def split(lock: Lock) -> Layering:
         )
         for g in order
     )
+    if compiler:
+        entries = tuple(sorted(compiler, key=lambda e: e.name))
+        cuda += (Layer(cuda_toolkit_.LAYER, entries, CUDA_PREFIX, cuda_toolkit_.TITLE),)
+    app = tuple(e for e in lock.app if not (compiler and e.name in cuda_toolkit_.DISTRIBUTIONS))
     return Layering(
         cuda,
         Layer("torch", tuple(rest), VENV, "torch and its closure"),
-        Layer("app", lock.app, VENV, "everything else"),
+        Layer("app", app, VENV, "everything else"),
         AptLayer(lock.apt) if lock.apt else None,
     )
 

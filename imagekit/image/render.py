@@ -22,7 +22,7 @@ import jinja2
 
 from imagekit import __version__
 from imagekit.errors import UsageError
-from imagekit.image import imageconfig, naming, pins, project_wheel
+from imagekit.image import cuda_toolkit, imageconfig, naming, pins, project_wheel
 from imagekit.image import layering as layers
 from imagekit.image.buildplan import BuildPlan, manifest
 from imagekit.image.image_options import BUILDERS
@@ -174,6 +174,9 @@ def render_plan(plan: BuildPlan) -> dict[str, tuple[bytes, int]]:
     wrapper = (sources().program(PIP_WRAPPER).read_bytes(), EXECUTABLE)
     for name in ("pip", "pip3", f"pip{plan.cell.python}"):
         files[f"{ROOTFS}/app/opt/venv/bin/{name}"] = wrapper
+    if plan.options.cuda_toolkit:  # `-lcudart` links the runtime wheel's libcudart.so.N (imagekit.image.cuda_toolkit)
+        path, script = cuda_toolkit.cudart_script(layers.CUDA_PREFIX, plan.cell.cuda)
+        files[f"{ROOTFS}/app{path}"] = (script, 0o644)
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()
     code = plan.code
     project = _project(plan, builder)
@@ -199,7 +202,7 @@ def render_plan(plan: BuildPlan) -> dict[str, tuple[bytes, int]]:
         cuda_prefix=layers.CUDA_PREFIX,
         cuda_layers=len(layering.cuda),
         uv=tools.uv_for(MACHINES[plan.cell.platform]),
-        runtime=imageconfig.runtime(labels, plan.options.command, plan.options.env),
+        runtime=imageconfig.runtime(labels, plan.options.command, plan.options.env, imageconfig.cuda_home(facts)),
         app_files=f"{APP_TARBALL}#sha256={app_files}",
         code=code,
         code_files=f"{CODE_TARBALL}#sha256={code.sha256(int(plan.source_date_epoch))}" if code else "",

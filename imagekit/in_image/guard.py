@@ -209,6 +209,23 @@ class Guard:
         self.gpu_quiet_since = None
         self.warned = False
 
+    def _idle(self, now, sample):
+        """The idle trigger, or None. The heartbeat is a time, not a state: the window counts from its last touch or
+        from the first sample in which every other sign was absent, whichever is later (not the heartbeat's window
+        and then a whole idle window after it: that stopped a pod up to twice the window after the last touch)."""
+        s = self.s
+        idle, evidence = idle_reasons(sample, s["gpu_util"], 0)  # every sign but the heartbeat's age
+        if not idle:
+            self.idle_since = None
+            return None
+        self.idle_since = self.idle_since if self.idle_since is not None else now
+        age = sample.get("heartbeat_age")
+        since = self.idle_since if age is None else max(self.idle_since, now - age)
+        if now - since < s["idle_stop"]:
+            return None
+        return ("idle", s["action"],
+                f"idle for {say(now - since)} (IMAGEKIT_IDLE_STOP={say(s['idle_stop'])}): " + "; ".join(evidence))
+
     def step(self, now, sample, blocked, job_running=False):
         """(trigger, action, message) when a trigger fires now, else None; warnings go to ``self.warnings``."""
         s = self.s
@@ -224,16 +241,9 @@ class Guard:
                             f"{say(s['blocker_grace'])}): {blocked}")
             else:
                 self.blocked_since = None
-        idle, evidence = idle_reasons(sample, s["gpu_util"], s["idle_stop"] or s["interval"] * 2)
-        if s["idle_stop"]:
-            if idle:
-                self.idle_since = self.idle_since if self.idle_since is not None else now
-                if now - self.idle_since >= s["idle_stop"]:
-                    return ("idle", s["action"],
-                            f"idle for {say(now - self.idle_since)} (IMAGEKIT_IDLE_STOP={say(s['idle_stop'])}): "
-                            + "; ".join(evidence))
-            else:
-                self.idle_since = None
+        fired = self._idle(now, sample) if s["idle_stop"] else None
+        if fired:
+            return fired
         utils = sample.get("gpu_util")
         if job_running and utils and max(utils) <= s["gpu_util"]:
             self.gpu_quiet_since = self.gpu_quiet_since if self.gpu_quiet_since is not None else now

@@ -266,6 +266,63 @@ def check_torch_compile(manifest):
                  f"{ev['seconds']} s", "", ev)
 
 
+# `[image] cuda_toolkit`: a one-line CUDA kernel, compiled by the image's nvcc and linked against its torch
+EXT_CUDA = """
+__global__ void add_one_kernel(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1; }
+void add_one(torch::Tensor x) { add_one_kernel<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), x.numel()); }
+"""
+
+
+def _nvcc_version(home):
+    res = subprocess.run([os.path.join(home, "bin", "nvcc"), "--version"], capture_output=True, text=True)
+    found = re.search(r"release (\d+\.\d+), V([\d.]+)", res.stdout)
+    return found.group(2) if found else (res.stdout + res.stderr).strip()[-300:]
+
+
+def check_cuda_extension(manifest):
+    """`cuda-extension` (`[image] cuda_toolkit`): torch.utils.cpp_extension.load_inline compiles a one-line CUDA
+    kernel with the image's nvcc (CUDA_HOME) and g++, links it against torch and imports it; with a GPU it runs it.
+    Without a GPU it compiles for the first architecture the image promises (TORCH_CUDA_ARCH_LIST)."""
+    toolkit = manifest.get("cuda_toolkit")
+    if not toolkit:
+        return check("cuda-extension", "skip", "no CUDA compiler in this image ([image] cuda_toolkit = false)")
+    home = os.environ.get("CUDA_HOME") or toolkit.get("home") or ""
+    ev = {"CUDA_HOME": home, "nvcc": _nvcc_version(home) if os.path.isfile(os.path.join(home, "bin", "nvcc")) else None}
+    if ev["nvcc"] is None:
+        return check("cuda-extension", "fail", f"no nvcc at {home}/bin/nvcc", "rebuild from the lock", ev)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sass = (manifest.get("runtime") or {}).get("sass") or []
+    digits = re.sub(r"\D", "", str(sass[0])) if sass else ""
+    if device == "cpu" and not os.environ.get("TORCH_CUDA_ARCH_LIST") and len(digits) >= 2:  # no GPU to ask
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{digits[:-1]}.{digits[-1]}"  # sm_80 -> 8.0, sm_120 -> 12.0
+    ev.update({"device": device, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST")})
+    from torch.utils import cpp_extension
+
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="imagekit-cuda-ext-") as build:
+        try:
+            ext = cpp_extension.load_inline("imagekit_selftest_ext", "void add_one(torch::Tensor x);", EXT_CUDA,
+                                            functions=["add_one"], build_directory=build, with_cuda=True)
+        except Exception as exc:  # the compiler's or the linker's own words are the finding
+            ev["seconds"] = round(time.time() - start, 1)
+            return check("cuda-extension", "fail", f"load_inline with nvcc {ev['nvcc']} failed: "
+                         f"{type(exc).__name__}: {exc}"[-1500:],
+                         "the image's CUDA compiler cannot build torch extensions: rebuild from the lock", ev)
+        ev["seconds"] = round(time.time() - start, 1)
+        if device == "cpu":
+            return check("cuda-extension", "pass", f"nvcc {ev['nvcc']} compiled and linked a CUDA extension against "
+                         f"torch {torch.__version__} in {ev['seconds']} s, and it imports (no GPU: not run)", "", ev)
+        x = torch.zeros(1000, device="cuda")
+        ext.add_one(x)
+        torch.cuda.synchronize()
+        if not bool((x == 1).all()):
+            return check("cuda-extension", "fail", "the compiled kernel ran but did not add one", "", ev)
+    return check("cuda-extension", "pass", f"nvcc {ev['nvcc']} built a CUDA extension in {ev['seconds']} s; its "
+                 f"kernel ran on {torch.cuda.get_device_name(0)}", "", ev)
+
+
 SMOKE_TAIL = 2000  # characters of a smoke command's output kept as evidence
 
 
@@ -343,6 +400,9 @@ def main(argv=None):
     if "--only-torch-compile" in argv:
         print(json.dumps(guarded("torch-compile", check_torch_compile, manifest)))
         return 0
+    if "--only-cuda-extension" in argv:
+        print(json.dumps(guarded("cuda-extension", check_cuda_extension, manifest)))
+        return 0
     left = hygiene.leftovers()  # before anything here writes to /tmp or /root
     if "--code-layer" in argv:  # the host reuses the results of the layers below the code layer (their digests)
         return finish(manifest, code_layer_checks(manifest, left), "code-layer")
@@ -350,6 +410,9 @@ def main(argv=None):
     # start, so the other checks run meanwhile
     compiling = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--only-torch-compile"],
                                  stdout=subprocess.PIPE, text=True)
+    # `[image] cuda_toolkit`: nvcc and g++ build an extension meanwhile too (a minute of compiling on a CPU)
+    extension = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--only-cuda-extension"],
+                                 stdout=subprocess.PIPE, text=True) if manifest.get("cuda_toolkit") else None
     checks = [
         guarded("dists-match-lock", check_distributions, manifest),
         guarded("pip-check", check_pip),
@@ -365,14 +428,9 @@ def main(argv=None):
         checks.append(guarded("project-imports", check_project_imports, manifest))
     if manifest.get("apt"):  # an image with `[image] apt` packages: each at its locked version
         checks.append(guarded("apt-packages", check_apt, manifest))
-    out, _ = compiling.communicate()
-    try:
-        compiled = json.loads(out)
-    except ValueError:
-        compiled = announce(check("torch-compile", "fail",
-                                  f"the check's process ended with exit {compiling.returncode} "
-                                  f"and no result: {out[-500:]!r}"))
-    checks.append(compiled)
+    checks.append(collect("torch-compile", compiling))
+    checks.append(collect("cuda-extension", extension) if extension else
+                  guarded("cuda-extension", check_cuda_extension, manifest))
     try:
         gpu = run_gpu_checks(require_gpu="--require-gpu" in argv)
     except Exception as exc:
@@ -380,6 +438,16 @@ def main(argv=None):
     checks += [announce(c) for c in gpu]  # run as one block: no time of their own
     checks += run_smoke(manifest)  # the project's own commands, last: the image's checks said what it is first
     return finish(manifest, checks, "full")
+
+
+def collect(cid, proc):
+    """The result a check's own process (``--only-...``) printed, or a failure naming how it ended."""
+    out, _ = proc.communicate()
+    try:
+        return json.loads(out)
+    except ValueError:
+        return announce(check(cid, "fail", f"the check's process ended with exit {proc.returncode} and no result: "
+                              f"{out[-500:]!r}"))
 
 
 def _top_levels(dist):

@@ -2,9 +2,12 @@
 
 Prebuilt wheels such as flash-attn's are release assets (``flash-attn @ https://github.com/.../flash_attn-2.7.4.post1
 +cu12torch2.5cxx11abiFALSE-cp311-cp311-linux_x86_64.whl#sha256=...``): no index serves them, so they are named by
-URL and hash-locked like any other pin. What a build cannot install reproducibly is refused before anything runs:
-a source archive (it would be built, differently on every machine), a VCS or file reference, a URL without the
-wheel's sha256 (what was downloaded once could change), and a wheel whose tags say it cannot run in the cell.
+URL and hash-locked like any other pin. A matrix file may leave the ``#sha256=`` out: `imagekit lock` downloads the
+wheel once and records it (services.direct_sources). A wheel committed with the project is named by a relative
+``file:`` URL (``deepspeed @ file:wheels/deepspeed-0.19.8-py3-none-any.whl``) and locked by its sha256 the same way.
+What a build cannot install reproducibly is refused before anything runs: a source archive (it would be built,
+differently on every machine), a VCS reference, a file outside the project, and a wheel whose tags say it cannot run
+in the cell.
 """
 
 from __future__ import annotations
@@ -20,12 +23,22 @@ from imagekit.errors import UsageError
 from imagekit.trust import untrusted, validate
 
 _SHA = re.compile(r"sha256=([0-9a-f]{64})", re.ASCII)
-# What the wheel's local version says it was built against: flash-attn's `+cu12torch2.5cxx11abiFALSE`.
-_LOCAL_TORCH = re.compile(r"torch(\d+)\.?(\d+)", re.ASCII)
-_LOCAL_CUDA = re.compile(r"cu(\d+)", re.ASCII)
+# What the wheel's local version says it was built against, in the spellings real wheels use: flash-attn's
+# `+cu12torch2.5cxx11abiFALSE`, PyG's `+pt25cu124` (data.pyg.org: `pt` then torch's major digit and minor digits, as
+# their build scripts write them: pt113 = 1.13, pt20 = 2.0, pt210 = 2.10), `+pt2.5cu124` and `+torch2.5cu118`. A `pt`
+# right after a letter is part of another word (`opt25`, `script21`), not a torch tag.
+_LOCAL_TORCH = re.compile(r"(?:(?<![a-z])pt|torch)([1-9])\.?([0-9]{1,2})(?![0-9])", re.ASCII | re.IGNORECASE)
+_LOCAL_CUDA = re.compile(r"cu(\d+)", re.ASCII | re.IGNORECASE)
+_LOCAL_ABI = re.compile(r"cxx11abi(true|false)", re.ASCII | re.IGNORECASE)  # the C++ ABI a torch extension links
 FIX = (
     "name a prebuilt wheel by URL with its hash (`NAME @ https://.../NAME-VERSION-TAGS.whl#sha256=<hex>`), or "
     "publish a wheel to your own index (`index_url` / `extra_index_urls` in the matrix file)"
+)
+
+
+LOCAL_FIX = (
+    "commit the wheel inside the project and name it relative to the matrix file's folder: "
+    "`NAME @ file:wheels/NAME-VERSION-TAGS.whl`"
 )
 
 
@@ -50,15 +63,20 @@ class DirectWheel:
         return f"{self.name} @ {self.url}#sha256={self.sha256}"
 
 
-def parse(name: str, url: str) -> DirectWheel:
-    """The direct reference ``name @ url``, checked: an http(s) URL to a wheel file whose name is ``name``, with
-    ``#sha256=<64 hex>``."""
+def parse(name: str, url: str, *, hashed: bool = True) -> DirectWheel:
+    """The direct reference ``name @ url``, checked: an http(s) URL to a wheel file whose name is ``name``, or a
+    ``file:`` URL relative to the project (``file:wheels/NAME-VERSION-TAGS.whl``: no host, no absolute path, no
+    ``..``), with ``#sha256=<64 hex>``. ``hashed=False`` (what a matrix file may say): the hash may be missing, and
+    the wheel's ``sha256`` is then "" (`imagekit lock` learns and records it: services.direct_sources)."""
     shown = untrusted.printable(url, 120)
     if url.startswith(("git+", "hg+", "svn+", "bzr+")):
         raise NotAWheel(f"{name} @ {shown}: a VCS reference is built from source, differently on every machine")
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise NotAWheel(f"{name} @ {shown}: only http(s) URLs of wheel files can be locked")
+    if parts.scheme == "file":
+        _check_local(name, shown, parts.netloc, parts.path)
+    elif parts.scheme not in ("http", "https") or not parts.netloc:
+        raise NotAWheel(f"{name} @ {shown}: only http(s) URLs of wheel files, or file: URLs of wheels in the project, "
+                        "can be locked")  # fmt: skip
     if parts.username is not None or parts.password is not None:
         raise NotAWheel(
             f"{name} @ {untrusted.printable(parts.hostname or '', 60)}/...: the URL carries a credential, which a "
@@ -84,20 +102,40 @@ def parse(name: str, url: str) -> DirectWheel:
     if canonicalize_name(dist) != canonicalize_name(name):
         raise NotAWheel(f"{name} @ {shown}: the file is a wheel of {dist}, not of {name}")
     sha = _SHA.fullmatch(parts.fragment or "")
+    if sha is None and not hashed and not parts.fragment:
+        sha = ("", "")  # no hash yet: `imagekit lock` records it
     if sha is None:
         raise NotAWheel(
             f"{name} @ {shown}: no #sha256=<hex> on the URL: what it serves could change",
             f"add the wheel's hash: `sha256sum {filename}` and append #sha256=<hex> to the URL",
         )
     version = filename[:-4].split("-")[1]
-    plain = parts._replace(fragment="").geturl()
+    plain = url.split("#", 1)[0] if parts.scheme == "file" else parts._replace(fragment="").geturl()
     return DirectWheel(canonicalize_name(name), plain, filename, version, sha[1])
 
 
-def cell_problems(wheel: DirectWheel, supported: list, torch: str, cuda: str) -> list[str]:
+def _check_local(name: str, shown: str, host: str, path: str) -> None:
+    """A ``file:`` URL names a wheel of the project: a relative path below the matrix file's folder."""
+    if host or path.startswith("/") or not path:
+        raise NotAWheel(f"{name} @ {shown}: a file: URL must be relative to the project (no host, no absolute path)",
+                        LOCAL_FIX)  # fmt: skip
+    if any(part in ("..", "") for part in unquote(path).split("/")) or "\\" in path:
+        raise NotAWheel(f"{name} @ {shown}: a file: URL may not leave the project (`..`, an empty or odd segment)",
+                        LOCAL_FIX)  # fmt: skip
+
+
+def is_local(url: str) -> bool:
+    """A wheel of the project (``file:wheels/...whl``), not one on a server."""
+    return url.startswith("file:")
+
+
+def cell_problems(
+    wheel: DirectWheel, supported: list, torch: str, cuda: str, cxx11_abi: tuple[bool, str] | None = None
+) -> list[str]:
     """Why the wheel cannot run in a cell (``supported``: the image's wheel tags, best first; the cell's torch and
-    CUDA versions), from what its file name says: Python, ABI and platform tags, and the torch and CUDA a local
-    version such as ``+cu12torch2.5`` names."""
+    CUDA versions; ``cxx11_abi``: whether the cell's torch build uses the C++11 ABI and the fact that says so, None
+    when no source says), from what its file name says: Python, ABI and platform tags, and the torch, CUDA and C++
+    ABI a local version such as ``+cu12torch2.5cxx11abiFALSE`` or ``+pt25cu124`` names."""
     _, _, _, tags = parse_wheel_filename(wheel.filename)
     problems = []
     if not set(tags) & set(supported):
@@ -105,7 +143,7 @@ def cell_problems(wheel: DirectWheel, supported: list, torch: str, cuda: str) ->
                         f"platform (best: {supported[0]})")  # fmt: skip
     local = wheel.version.partition("+")[2]
     built_torch = _LOCAL_TORCH.search(local)
-    if built_torch and (built_torch[1], built_torch[2]) != tuple(torch.split(".")[:2]):
+    if built_torch and (int(built_torch[1]), int(built_torch[2])) != tuple(int(p) for p in torch.split(".")[:2]):
         problems.append(f"it was built for torch {built_torch[1]}.{built_torch[2]}, the cell has torch {torch}")
     built_cuda = _LOCAL_CUDA.search(local)
     if built_cuda:
@@ -114,24 +152,45 @@ def cell_problems(wheel: DirectWheel, supported: list, torch: str, cuda: str) ->
         minor_digits = "".join(cuda.split(".")[:2])
         if digits not in (major, minor_digits):
             problems.append(f"it was built for CUDA {digits}, the cell has CUDA {cuda}")
+    built_abi = _LOCAL_ABI.search(local)
+    if built_abi and cxx11_abi is not None and (built_abi[1].lower() == "true") != cxx11_abi[0]:
+        cell_abi = "the C++11 ABI" if cxx11_abi[0] else "the pre-C++11 ABI"
+        problems.append(f"it was built with {built_abi[0]}, the cell's torch {torch} uses {cell_abi} ({cxx11_abi[1]})")
     return problems
 
 
 def requirement(value: object) -> str:
     """A requirement string (``accelerate==1.2.1``) in canonical form, no control characters; a URL only to a wheel
-    with its sha256 (a wheel on no index: this module)."""
+    (a wheel on no index: this module), its sha256 given or left for `imagekit lock` to record."""
     if not isinstance(value, str) or not value or not validate.SAFE_TEXT.fullmatch(value):
         raise validate.bad("requirement", value, "a single-line requirement such as 'accelerate==1.2.1'")
     try:
         req = Requirement(value)
     except InvalidRequirement as exc:
         raise validate.bad("requirement", value, f"a PEP 508 requirement ({exc})") from None
+    if req.url and req.url.startswith("git+"):  # built from the commit's tree (locking/vcs_refs.py)
+        return _git_requirement(req)
     if req.url:
         try:
-            wheel = parse(req.name, req.url)
+            wheel = parse(req.name, req.url, hashed=False)
         except NotAWheel as exc:
             raise UsageError(f"invalid requirement: {exc}", exc.hint) from None
         extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
         marker = f" ; {req.marker}" if req.marker else ""
-        return f"{wheel.name}{extras} @ {wheel.url}#sha256={wheel.sha256}{marker}"
+        fragment = f"#sha256={wheel.sha256}" if wheel.sha256 else ""
+        return f"{wheel.name}{extras} @ {wheel.url}{fragment}{marker}"
     return str(req)
+
+
+def _git_requirement(req: Requirement) -> str:
+    """``name @ git+https://host/org/repo@ref`` checked (vcs_refs.parse) and written canonically; a branch or tag is
+    refused by `imagekit lock`, with the commit it names today."""
+    from imagekit.locking import vcs_refs
+
+    try:
+        ref = vcs_refs.parse(req.name, req.url or "")
+    except vcs_refs.NotARef as exc:
+        raise UsageError(f"invalid requirement: {exc}", exc.hint) from None
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    marker = f" ; {req.marker}" if req.marker else ""
+    return f"{canonicalize_name(req.name)}{extras} @ {ref.url}{marker}"

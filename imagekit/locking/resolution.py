@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -35,6 +35,9 @@ class LockSettings:
     torch_index_base: str = PYTORCH_INDEX  # + "/cu118"
     exclude_newer: str | None = None
     resolver: str = "uv"
+    # The project's folder (the matrix file's): where `NAME @ file:wheels/...whl` wheels lie. Not a resolver input:
+    # the lock names them relative to it, so it is in no hash and no header.
+    project: str = field(default=".", compare=False)
 
     def __post_init__(self) -> None:  # validated before anything runs: a newline here would inject pins
         validate.index_url(self.index_url, "--index-url")
@@ -67,6 +70,9 @@ class LockRequest:
     # Torch-closure packages found by a first pass (nvidia-*, triton...): uv applies an index source only to
     # direct dependencies, so these are named directly to pin them to the PyTorch index too.
     routed_extra: tuple[str, ...] = ()
+    # Folders of wheels built from source archives (services/wheel_builds.py), read by the resolver beside the
+    # indexes; a host path, so never part of the input hash.
+    find_links: tuple[str, ...] = ()
 
     def with_routed(self, names: set[str]) -> LockRequest:
         return replace(self, routed_extra=tuple(sorted(set(self.routed_extra) | names)))
@@ -108,6 +114,8 @@ class LockRequest:
         ]
         for url in self.settings.extra_index_urls:
             args += ["--extra-index-url", url]
+        for folder in self.find_links:
+            args += ["--find-links", folder]
         if self.settings.exclude_newer:
             args += ["--exclude-newer", self.settings.exclude_newer]
         return args
@@ -270,6 +278,8 @@ def unmet_requirements(req: LockRequest, pins: dict[str, LockEntry]) -> list[str
         pin = pins.get(canonicalize_name(r.name))
         if pin is None:
             unmet.append(f"{r.name} is not pinned")
+        elif r.url and is_vcs(text):  # built from the commit: the lock's record of it says from where
+            continue
         elif r.url and (pin.url or "").split("#", 1)[0] != r.url.split("#", 1)[0]:
             unmet.append(f"{r.name} is not pinned to the wheel URL the cell names")
         elif not r.specifier.contains(pin.version, prereleases=True):
@@ -282,7 +292,7 @@ def verify(req: LockRequest, entries: list[LockEntry], sources: dict[str, str] |
     that misses one of the cell's requirements. ``sources`` (uv's ``# from`` annotations) exist only right after
     resolving; a lock read back has none."""
     _verify_torch(req, entries, sources)
-    check_direct_wheels(req, [e.spec for e in entries if e.url])
+    check_direct_wheels(req, [e.spec for e in entries if e.url], data)
     unmet = unmet_requirements(req, {e.name: e for e in entries})
     if unmet:
         raise CheckFailed(
@@ -299,24 +309,39 @@ def is_direct(requirement: str) -> bool:
         return False
 
 
-def check_direct_wheels(req: LockRequest, references: list[str]) -> None:
+def is_vcs(requirement: str) -> bool:
+    """A VCS requirement (``name @ git+https://...@commit``): the wheel-build stage builds it."""
+    from imagekit.locking.vcs_refs import is_vcs as vcs_url
+
+    try:
+        url = Requirement(requirement).url
+    except InvalidRequirement:
+        return False
+    return url is not None and vcs_url(url)
+
+
+def check_direct_wheels(req: LockRequest, references: list[str], data: CompatData | None = None) -> None:
     """Each wheel named by URL (``name @ url``, as the matrix file or a lock has it) runs in the cell: its tags fit
-    the image's Python and platform, and the torch and CUDA its local version names (``+cu12torch2.5``) are the
-    cell's."""
+    the image's Python and platform, and the torch and CUDA its local version names (``+cu12torch2.5``, ``+pt25cu124``)
+    are the cell's; with ``data``, its C++ ABI tag (``cxx11abiFALSE``) is the cell's torch build's, where a curated
+    fact says which that is."""
     from imagekit.locking import direct_wheels
     from imagekit.locking import wheel_choice as wheels
 
     glibc = req.platform.rsplit("_", 2)
     supported = wheels.supported_tags(req.cell.python, f"{glibc[-2]}.{glibc[-1]}")
-    for ref in references:
+    cell = req.cell
+    abi = data.torch_cxx11_abi(cell.torch, cell.variant, cell.platform) if data is not None else None
+    for ref in (r for r in references if not is_vcs(r)):  # a git requirement is built: no wheel to check
         r = Requirement(ref)
-        wheel = direct_wheels.parse(r.name, r.url or "")
-        problems = direct_wheels.cell_problems(wheel, supported, req.cell.torch, req.cell.cuda)
+        wheel = direct_wheels.parse(r.name, r.url or "", hashed=False)
+        problems = direct_wheels.cell_problems(wheel, supported, cell.torch, cell.cuda, abi)
         if problems:
+            built = f" with cxx11abi{str(abi[0]).upper()}" if abi is not None else ""
             raise CheckFailed(
-                f"{req.cell.id}: {wheel.filename} cannot run in this cell: {'; '.join(problems)}",
-                f"name the {wheel.name} wheel built for Python {req.cell.python}, torch {req.cell.torch} and CUDA "
-                f"{req.cell.cuda} (its release page lists one per combination), or drop the cell",
+                f"{cell.id}: {wheel.filename} cannot run in this cell: {'; '.join(problems)}",
+                f"name the {wheel.name} wheel built for Python {cell.python}, torch {cell.torch} and CUDA "
+                f"{cell.cuda}{built} (its release page lists one per combination), or drop the cell",
             )
 
 
@@ -388,6 +413,8 @@ def verify_lock(lock: Lock, text: str, cell: Cell, data: CompatData, origin: str
         except CheckFailed as exc:
             problems.append(f"{origin}: {exc.message}")
     if not problems and current:
+        problems += [f"{origin}: {p}" for p in _build_record_problems(lock, cell)]
+    if not problems and current:
         try:
             reason = stale_reason(lock, cell, data)
         except CheckFailed as exc:
@@ -399,6 +426,26 @@ def verify_lock(lock: Lock, text: str, cell: Cell, data: CompatData, origin: str
             "\n".join(problems),
             f"never build from it: delete {origin} and run `imagekit lock --cell {cell.id}` to resolve it again",
         )
+
+
+def _build_record_problems(lock: Lock, cell: Cell) -> list[str]:
+    """Each package the cell builds from source (`from_source`, git requirements) pinned to the wheel the lock's
+    record of its build names, and each git requirement's record naming its commit."""
+    from imagekit.locking.source_builds import built_names, git_sources, recorded
+
+    try:
+        records = recorded(lock.meta)
+    except CheckFailed as exc:
+        return [exc.message]
+    pins = {e.name: e for e in lock.entries}
+    problems = []
+    for name in built_names(cell):
+        record, pin = records.get(name), pins.get(name)
+        if record is None or pin is None or pin.hashes != (f"sha256:{record.wheel_sha256}",):
+            problems.append(f"{name} is built from source, and the lock does not pin the wheel its record names")
+        elif name in git_sources(cell.packages) and record.sdist != git_sources(cell.packages)[name]:
+            problems.append(f"{name}'s record names {record.sdist}, not the commit the cell names")
+    return problems
 
 
 def header(

@@ -12,11 +12,11 @@ from importlib import resources
 from imagekit.compat import rules
 from imagekit.compat.catalog import CompatData
 from imagekit.errors import ConfigError, UnknownVersionError, UsageError
-from imagekit.image import budget, code_layer, imageconfig, project_wheel
+from imagekit.image import budget, code_layer, cuda_toolkit, imageconfig, project_wheel
 from imagekit.image.buildplan import BaseRef
 from imagekit.image.code_layer import CopySpec
 from imagekit.image.image_options import ImageOptions
-from imagekit.locking import debs, direct_wheels
+from imagekit.locking import debs, direct_wheels, source_builds
 from imagekit.matrix.project_deps import DepsSource, source_of
 from imagekit.model import AMD64, Cell, Query, Targets, Verdict
 from imagekit.trust import untrusted, validate
@@ -122,6 +122,10 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         cells = {k: _with_jupyter(c) for k, c in cells.items()}
     if options.apt:  # resolved per cell, over that cell's base, and pinned in its lock
         cells = {k: replace(c, apt=options.apt) for k, c in cells.items()}
+    if options.cuda_toolkit:  # nvcc, its headers and ninja: locked and hashed like any other package
+        cells = cuda_toolkit.with_toolkit(cells, origin)
+    if table.from_source:  # built once per cell, from the source archive its requirements allow (the lock records it)
+        cells = {k: replace(c, from_source=table.from_source) for k, c in cells.items()}
     if not cells:
         raise ConfigError([f"{origin}: matrix: no cells"], "give the four axes or [[matrix.include]] entries")
     return MatrixConfig(
@@ -138,7 +142,7 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
 
 
 SECTIONS = ("bases", "image", "lock", "matrix", "targets")
-MATRIX_KEYS = (*AXES, "packages", "requirements", "platforms", "include", "exclude")
+MATRIX_KEYS = (*AXES, "packages", "requirements", "from_source", "platforms", "include", "exclude")
 
 
 def _sections(p: _Problems, doc: dict) -> None:
@@ -158,6 +162,7 @@ class _MatrixTable:
     excludes: list[dict | None]
     includes: list[dict | None]
     requirements: DepsSource | None = None
+    from_source: tuple[str, ...] = ()
 
 
 def _matrix(p: _Problems, m: object) -> _MatrixTable:
@@ -181,7 +186,8 @@ def _matrix(p: _Problems, m: object) -> _MatrixTable:
         for i, e in enumerate(m.get("include", []) or [])
     ]
     requirements = p.check("matrix.requirements", source_of, m["requirements"]) if "requirements" in m else None
-    return _MatrixTable(axes, platforms or (AMD64,), packages, excludes, includes, requirements)
+    from_source = p.check("matrix.from_source", source_builds.names, m.get("from_source", [])) or ()
+    return _MatrixTable(axes, platforms or (AMD64,), packages, excludes, includes, requirements, from_source)
 
 
 def _targets(p: _Problems, t: object, data: CompatData) -> Targets:
@@ -307,6 +313,9 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
                 flags[k] = image[k]
             else:
                 p.add(f"image.{k}", f"expected true or false, got {image[k]!r}")
+    if flags.get("cuda_toolkit") and flags.get("compiler") is False:  # nvcc compiles the host code with g++
+        p.add("image.cuda_toolkit", "needs the host compiler: nvcc and torch's extension builder run g++ "
+              "(leave compiler = true, the default)")  # fmt: skip
     return ImageOptions(**flags)
 
 

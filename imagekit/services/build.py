@@ -37,6 +37,7 @@ from imagekit.services import (
     selftest_runner,
     signing,
     staged_build,
+    wheel_builds,
     wheel_folders,
 )
 from imagekit.services import lock_cells as lock_service
@@ -193,17 +194,16 @@ def _lock(b: _Build) -> None:
     assert b.base is not None
     base = b.base
     apt = (lambda cell: apt_resolve.resolve(b.engine, base, cell.apt)) if b.cell.apt else None
+    build = wheel_builds.builder_in(b.engine, base, b.say) if b.cell.from_source else None
     with activity(b.progress, b.cell.slug, "lock"):
-        locked = lock_service.lock_one(b.cell, b.opts.lock_dir, b.opts.settings, b.data, apt=apt)
+        locked = lock_service.lock_one(b.cell, b.opts.lock_dir, b.opts.settings, b.data, apt=apt, build=build)
     if locked.error:
         raise locked.error
     b.lock = locked.lock
     assert b.lock is not None
     b.result.lock = "re-resolved" if locked.status == "locked" else locked.status
-    if locked.status == "locked":
-        b.say(f"re-resolved {locked.path} (it was missing or stale): {b.lock.short_hash}; review and commit it")
-    else:
-        b.say(f"lock {locked.status} ({b.lock.short_hash})")
+    said = f"re-resolved {locked.path} (it was missing or stale): {b.lock.short_hash}; review and commit it"
+    b.say(said if locked.status == "locked" else f"lock {locked.status} ({b.lock.short_hash})")
 
 
 def _base(b: _Build) -> None:
@@ -216,16 +216,15 @@ def _base(b: _Build) -> None:
 
 def _fetch(b: _Build) -> None:
     """Every locked wheel, sha256 checked, from the content-addressed cache or its index."""
-    assert b.lock is not None and b.base is not None
+    assert b.lock is not None and b.base is not None  # wheels built from source: made again here where missing
+    wheel_builds.ensure_built(b.lock, b.cell, b.opts.settings, b.data, b.base, b.engine, b.say)
     with activity(b.progress, b.cell.slug, "fetching wheels"):
         auth = index_auth.for_indexes([b.opts.settings.index_url, *b.opts.settings.extra_index_urls])
-        b.wheels = fetch.fetch_for_build(
-            b.lock, b.cell.python, b.base.glibc, progress=b.progress, cell=b.cell.slug, auth=auth
-        )
+        b.wheels = fetch.fetch_for_build(b.lock, b.cell.python, b.base.glibc, progress=b.progress, cell=b.cell.slug,
+                                         auth=auth)  # fmt: skip
     got = [w for w in b.wheels if w.downloaded]
-    b.say(
-        f"{len(b.wheels)} wheels ready ({len(got)} downloaded, {human_bytes(sum(w.path.stat().st_size for w in got))})"
-    )
+    size = human_bytes(sum(w.path.stat().st_size for w in got))
+    b.say(f"{len(b.wheels)} wheels ready ({len(got)} downloaded, {size})")
 
 
 def _project(b: _Build) -> None:
@@ -272,7 +271,7 @@ def _build(b: _Build) -> None:
     assert b.lock is not None
     b.immutable = naming.immutable_tag(b.opts.repository, b.cell, render.context_digest(b.files))
     house = wheel_folders.wheelhouse(b.wheels, b.opts.state_dir / "wheelhouse" / b.cell.slug)
-    wheel_folders.write_requirements(b.lock, house)  # each layer's RUN reads its requirements from the server too
+    wheel_folders.write_requirements(b.lock, house, b.opts.options.cuda_toolkit)  # each RUN reads its file there
     write_atomic(house / render.APP_TARBALL, render.app_tarball(b.files, b.opts.source_date_epoch))
     if b.code is not None:
         write_atomic(house / render.CODE_TARBALL, b.code.tar(b.opts.source_date_epoch))
@@ -322,8 +321,9 @@ def _config(b: _Build) -> None:
     assert b.plan is not None and b.base is not None
     immutable = b.immutable
     with activity(b.progress, b.cell.slug, "image config"):
-        labels, options = naming.labels(manifest(b.plan)), b.plan.options
-        runtime = b.runtime = imageconfig.runtime(labels, options.command, options.env)
+        facts, options = manifest(b.plan), b.plan.options
+        labels, home = naming.labels(facts), imageconfig.cuda_home(facts)
+        runtime = b.runtime = imageconfig.runtime(labels, options.command, options.env, home)
         b.result.image_id = set_runtime_config(
             b.engine,
             b.built,

@@ -12,10 +12,13 @@ from typing import Any
 
 from imagekit.effects import index_auth
 from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.locking import direct_wheels
 from imagekit.locking import uv_pin as tools
 from imagekit.locking import wheel_choice as wheels
 from imagekit.locking.lockfile import Lock, LockEntry
 from imagekit.locking.resolution import is_torch_family
+from imagekit.locking.source_builds import recorded
+from imagekit.services import direct_sources
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 from imagekit.services.wheel_cache import (
     allow_downloads,
@@ -48,9 +51,12 @@ def fetch_lock(
     progress: Progress | None = None,
     cell: str = "",
     auth: index_auth.IndexAuth | None = None,
+    project: Path | None = None,
 ) -> list[FetchedWheel]:
     """Every wheel the lock names for this Python/platform, from the cache when its hash still verifies; ``auth``:
-    the configured private indexes' credentials (index_auth.for_indexes of the settings, never of the lock)."""
+    the configured private indexes' credentials (index_auth.for_indexes of the settings, never of the lock);
+    ``project``: the matrix file's folder, where the project's own wheels (``file:wheels/...whl``) are copied from
+    when the cache lacks them."""
     index, torch_index, routed = index_sources(lock)
     extras = extra_indexes(lock)
     supported = wheels.supported_tags(python, glibc, lock_machine(lock))
@@ -60,6 +66,8 @@ def fetch_lock(
     allow_downloads()  # a new fetch (in a process whose earlier one was stopped: tests, a long-lived caller)
     cancel = threading.Event()
 
+    built = recorded(lock.meta)
+
     def one(entry: LockEntry) -> FetchedWheel:
         path = cached_wheel(entry, supported)
         if path is not None:
@@ -68,6 +76,16 @@ def fetch_lock(
             raise CheckFailed(
                 f"cached wheel {path} does not match its hash sha256:{path.parent.name}",
                 f"the wheel cache was tampered with; delete {path.parent} and fetch again",
+            )
+        if entry.url and direct_wheels.is_local(entry.url) and project is not None:
+            wheel = direct_wheels.parse(entry.name, entry.url)
+            return FetchedWheel(entry.name, direct_sources.import_local(project, wheel, wheel.sha256), False)
+        if entry.name in built:  # no index has it: the wheel-build stage made it, and `build` makes it again
+            raise CheckFailed(
+                f"{entry.pin} was built from its source archive when the cell was locked, and this machine's wheel "
+                "cache does not hold the wheel",
+                "run `imagekit build` for the cell (it builds the wheel again from the lock's record, in the cell's "
+                "base) or `imagekit lock` where Docker runs",
             )
         source = torch_index if routed and is_torch_family(entry.name) else index
         cand = remote_wheel(entry, source, python, glibc, supported, extras=extras, auth=auth)

@@ -15,6 +15,7 @@ from imagekit.compat.catalog import CompatData
 from imagekit.effects import index_auth
 from imagekit.effects.cache import cache_root, unusable
 from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
+from imagekit.image import cuda_toolkit
 from imagekit.image.buildplan import BaseRef, base_for
 from imagekit.locking import resolution
 from imagekit.matrix.matrix_file import MatrixConfig
@@ -48,12 +49,18 @@ class CellForecast:
     wheels: wheel_forecast.WheelForecast | None  # None until the cell is locked
     image_bytes: int | None  # estimated image size
     host_blocker: tuple[str, str] | None = None  # (why, hint): this host cannot run the image's platform's programs
+    compiler_bytes: int | None = None  # `[image] cuda_toolkit`: the CUDA compiler layer, installed
 
     def to_json(self) -> dict:
         doc = asdict(self)
         doc["lock"] = {"status": doc.pop("lock_status"), "path": doc.pop("lock_path"), "note": doc.pop("lock_note")}
         if self.wheels is not None:
             doc["wheels"].pop("downloads")
+            doc["wheels"].pop("installed")
+        if self.compiler_bytes is None:
+            doc.pop("compiler_bytes")
+        else:
+            doc["cuda_compiler_layer_bytes"] = doc.pop("compiler_bytes")
         doc["image_estimate_bytes"] = doc.pop("image_bytes")
         doc.pop("host_blocker")
         return doc
@@ -209,7 +216,10 @@ def forecast(
 
             problem = emulation_problem(cell.platform, os.uname().machine)
             blocker = (problem, emulation_hint(cell.platform)) if problem else None
-        return CellForecast(cell.key, status.status, str(status.path), note, base, wheels, image, blocker)
+        compiler = None
+        if config.options.cuda_toolkit and wheels is not None and wheels.error is None and wheels.blocker is None:
+            compiler = sum(n for name, n in wheels.installed if name in cuda_toolkit.DISTRIBUTIONS)
+        return CellForecast(cell.key, status.status, str(status.path), note, base, wheels, image, blocker, compiler)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         rows = tuple(pool.map(one, cells))
@@ -272,6 +282,8 @@ def render_text(fc: Forecast, *, build: bool = True) -> list[str]:
             )
         if build and r.image_bytes:
             parts.append(f"image ~{human_bytes(r.image_bytes)}")
+        if r.compiler_bytes is not None:
+            parts.append(f"CUDA compiler layer ~{human_bytes(r.compiler_bytes)}")
         if r.host_blocker:
             parts.append(f"BLOCKED ({r.host_blocker[0]})")
         lines.append(f"{r.cell}: " + "; ".join(parts))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,7 +17,9 @@ from imagekit.errors import CheckFailed, ImagekitError, UsageError
 from imagekit.locking import lockfile, resolution
 from imagekit.locking.debs import DebPin
 from imagekit.locking.lockfile import Lock
+from imagekit.locking.source_builds import Built, built_names
 from imagekit.model import AMD64, Cell
+from imagekit.services import direct_sources, wheel_builds
 
 T = TypeVar("T")
 
@@ -123,6 +126,71 @@ def _resolve_routed(
     )
 
 
+# (cell, its request, the cell resolved without its from_source packages) -> each of them built (or found built)
+SourceBuilder = Callable[[Cell, resolution.LockRequest, Lock], list[tuple[Built, Path]]]
+
+
+def _lock_with_builds(
+    cell: Cell,
+    req: resolution.LockRequest,
+    tool: resolver.Resolver,
+    prefs: str | None,
+    upgrade: tuple[str, ...],
+    upgrade_all: bool,
+    stop: Callable[[], bool],
+    build: SourceBuilder,
+    matrix: str | None,
+    data: CompatData,
+    version: Future[str],
+) -> Lock:
+    """Two resolutions around the wheel-build stage: the cell without its from_source packages (the torch layer the
+    builds install), then with the built wheels beside the indexes, the torch layer held where it was."""
+    names = set(built_names(cell))
+    first = replace(req, requirements=tuple(r for r in req.requirements if _name(r) not in names))
+    first, output = _resolve_routed(tool, first, prefs, upgrade, upgrade_all, abort=stop)
+    prelock = resolution.build_lock(first, output, matrix, data, version.result())
+    built = build(cell, req, prelock)
+    folder = wheel_builds.find_links([path for _, path in built])
+    try:
+        # a git requirement is met by the wheel built from its commit: asked for by name and version
+        kept = tuple(r for r in req.requirements if not resolution.is_vcs(r))
+        listed = {_name(r) for r in kept}
+        pins = tuple(f"{b.name}=={b.version}" for b, _ in built if b.name not in listed)
+        second = replace(req, requirements=(*kept, *pins), find_links=(str(folder),))
+        held = prelock.layer_text("torch") + prelock.layer_text("app")
+        second, output = _resolve_routed(tool, second, held, (), False, abort=stop)
+        lock = resolution.build_lock(second, output, matrix, data, version.result())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    moved = sorted({e.pin for e in prelock.torch} ^ {e.pin for e in lock.torch})
+    if moved:
+        raise CheckFailed(
+            f"{cell.id}: the packages built from source moved the torch layer they were built against "
+            f"({', '.join(moved[:6])})",
+            "pin the moved packages in the matrix's packages so both resolutions agree",
+        )
+    got = {e.name: e for e in lock.entries}
+    for b, _ in built:
+        entry = got.get(b.name)
+        if entry is None or entry.version != b.version or f"sha256:{b.wheel_sha256}" not in entry.hashes:
+            raise CheckFailed(
+                f"{cell.id}: the resolution did not take the wheel built for {b.name} {b.version}",
+                "a requirement excludes that version: widen it, or pin the version to build",
+            )
+    meta = dict(lock.meta)
+    for b, _ in built:
+        key, value = b.meta()
+        meta[key] = value
+    return replace(lock, meta=meta)
+
+
+def _name(requirement: str) -> str:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(Requirement(requirement).name)
+
+
 def status_of(directory: Path, cell: Cell, settings: resolution.LockSettings, data: CompatData) -> LockResult:
     path = lock_path(directory, cell)
     try:
@@ -148,20 +216,28 @@ def lock_one(
     upgrade_all: bool = False,
     using: resolver.Resolver | None = None,
     apt: Callable[[Cell], tuple[DebPin, ...]] | None = None,
+    build: SourceBuilder | None = None,
 ) -> LockResult:
     """Lock ``cell`` unless its lock is made for its present inputs (or an upgrade is asked for); the resolver is
     the one ``settings`` names unless ``using`` (a test's fake) is given. ``apt`` resolves the cell's `[image] apt`
-    packages over its base (services/apt_resolve.py); a cell with some cannot be locked without it."""
+    packages over its base (services/apt_resolve.py); a cell with some cannot be locked without it. ``build`` builds
+    its `from_source` packages in its base (services/wheel_builds.py); likewise needed when it has some."""
     path = lock_path(directory, cell)
     req = resolution.request(cell, settings, data)
     try:
         existing = verified_lock(path, cell, data)  # a tampered lock is reported, never silently replaced
     except CheckFailed as exc:
         return LockResult(cell, "failed", path, error=exc)
+    try:  # wheels named without a hash, and the project's own: their sha256 (services.direct_sources)
+        sourced = direct_sources.prepare(req, Path(settings.project), existing)
+    except ImagekitError as exc:
+        return LockResult(cell, "failed", path, existing, exc)
     if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
-        return LockResult(cell, "up-to-date", path, existing)
+        if not sourced.changed:  # a project wheel whose bytes changed is locked again
+            return LockResult(cell, "up-to-date", path, existing)
     try:  # a wheel named by URL that cannot run in the cell: said in imagekit's words, before uv says it in its own
-        resolution.check_direct_wheels(req, [p for p in cell.packages if resolution.is_direct(p)])
+        direct = [p for p in cell.packages if resolution.is_direct(p) and not resolution.is_vcs(p)]
+        resolution.check_direct_wheels(req, direct, data)
     except CheckFailed as exc:
         return LockResult(cell, "failed", path, existing, exc)
     if cell.apt and apt is None:
@@ -170,17 +246,25 @@ def lock_one(
             UsageError(f"{cell.id}: [image] apt packages are resolved in the cell's base, with Docker",
                        "run `imagekit lock` where Docker runs (it bootstraps or pulls the base)"),
         )  # fmt: skip
-    tool = using or resolver.for_settings(settings)
+    if built_names(cell) and build is None:
+        return LockResult(
+            cell, "failed", path, existing,
+            UsageError(f"{cell.id}: from_source and git requirements are built in the cell's base, with Docker",
+                       "run `imagekit lock` where Docker runs (it bootstraps or pulls the base)"),
+        )  # fmt: skip
+    tool = direct_sources.resolving(using or resolver.for_settings(settings), sourced)
     # The resolver starts at once; the index probe (once per URL and process) and its version run beside it. An
     # index that does not answer stops the resolver (uv would retry for half a minute) with the probe's one error.
     probe = _beside(resolver.unreachable_index, req)
     version = _beside(tool.version)
     try:
         prefs = None if upgrade_all else _preferences(directory, cell, existing)
-        req, output = _resolve_routed(
-            tool, req, prefs, upgrade, upgrade_all, abort=lambda: probe.done() and bool(probe.result())
-        )
-        lock = resolution.build_lock(req, output, matrix, data, version.result())
+        stop = lambda: probe.done() and bool(probe.result())  # noqa: E731
+        if built_names(cell) and build is not None:
+            lock = _lock_with_builds(cell, req, tool, prefs, upgrade, upgrade_all, stop, build, matrix, data, version)
+        else:
+            req, output = _resolve_routed(tool, req, prefs, upgrade, upgrade_all, abort=stop)
+            lock = resolution.build_lock(req, output, matrix, data, version.result())
         if cell.apt and apt is not None:
             lock = replace(lock, apt=apt(cell))
     except (ImagekitError, process.Aborted) as exc:
@@ -206,11 +290,13 @@ def lock_cells(
     jobs: int = 4,
     on_result: Callable[[LockResult], None] | None = None,
     apt: Callable[[Cell], tuple[DebPin, ...]] | None = None,
+    build: SourceBuilder | None = None,
 ) -> list[LockResult]:
     def work(cell: Cell) -> LockResult:
         result = lock_one(
-            cell, directory, settings, data, matrix=matrix, upgrade=upgrade, upgrade_all=upgrade_all, apt=apt
-        )
+            cell, directory, settings, data, matrix=matrix, upgrade=upgrade, upgrade_all=upgrade_all, apt=apt,
+            build=build,
+        )  # fmt: skip
         if on_result:
             on_result(result)
         return result

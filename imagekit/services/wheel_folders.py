@@ -41,16 +41,17 @@ def link_wheels(fetched: list[FetchedWheel], directory: Path, files: Mapping[str
     return directory
 
 
-def requirements(lock: Lock) -> dict[str, str]:
-    """Each layer's requirements file (name -> text): the RUN that installs a layer reads it beside the wheels."""
+def requirements(lock: Lock, cuda_toolkit: bool = False) -> dict[str, str]:
+    """Each layer's requirements file (name -> text): the RUN that installs a layer reads it beside the wheels
+    (``cuda_toolkit``: `[image] cuda_toolkit`, the compiler's wheels a layer of their own)."""
     from imagekit.image import layering as layers
 
-    return layers.split(lock).requirement_files
+    return layers.split(lock, cuda_toolkit).requirement_files
 
 
-def write_requirements(lock: Lock, directory: Path) -> None:
+def write_requirements(lock: Lock, directory: Path, cuda_toolkit: bool = False) -> None:
     """Each layer's requirements beside the wheels: the RUN that installs a layer reads them from there."""
-    for name, text in requirements(lock).items():
+    for name, text in requirements(lock, cuda_toolkit).items():
         write_atomic(directory / name, text)
 
 

@@ -39,6 +39,7 @@ class WheelForecast:
     error: str | None = None  # the index could not be read
     blocker: str | None = None  # a pin the image cannot install (no wheel fits it): the build would fail
     blocker_hint: str | None = None
+    installed: tuple[tuple[str, int], ...] = ()  # (distribution, its installed bytes): a layer's size in the plan
 
 
 # Installed (uncompressed) bytes per wheel byte, measured on this project's torch closures (bench/dry_run.py).
@@ -82,6 +83,7 @@ def forecast_lock(
         return WheelForecast(len(lock.entries), 0, 0, 0, 0, 0, 0, 0, error=exc.message)
     if len(picks) > known:
         _save_picks(lock, python, glibc, picks)
+    installed = tuple((e.name, r[2]) for e, r in zip(lock.entries, rows, strict=True))
     tool = tools.uv_for(lock_machine(lock))
     uv = wheel_cache() / tool.sha256 / tool.filename  # the installer: fetched too, never in the image
     rows.append((uv.is_file(), tool.size, 0, tool.sha256))
@@ -97,6 +99,7 @@ def forecast_lock(
         installed_bytes=sum(r[2] for r in rows),
         largest_bytes=max((r[1] or 0 for r in rows), default=0),
         downloads=tuple((r[3], r[1] or 0) for r in remote),
+        installed=installed,
     )
 
 

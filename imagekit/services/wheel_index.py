@@ -163,6 +163,12 @@ def remote_wheel(
     the lock names by URL is downloaded from there (its sha256 is the lock's)."""
     if entry.url:
         wheel = direct_wheels.parse(entry.name, entry.url)
+        if direct_wheels.is_local(wheel.url):
+            raise CheckFailed(
+                f"{entry.spec}: the project's wheel is not in the wheel cache",
+                "run `imagekit lock` or `imagekit fetch` in the project (with its --matrix): they copy the project's "
+                "wheels into the cache",
+            )
         if not wheels.pick([wheels.Candidate(wheel.filename, wheel.url, wheel.sha256)], entry.hashes, supported):
             raise CheckFailed(
                 f"{entry.spec}: the wheel does not fit Python {python} / manylinux glibc {glibc}",

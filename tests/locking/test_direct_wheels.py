@@ -34,11 +34,12 @@ def test_a_wheel_url_with_its_hash_is_a_requirement():
 @pytest.mark.parametrize(
     ("value", "says"),
     [
-        ("flash-attn @ git+https://github.com/Dao-AILab/flash-attention", "VCS reference"),
+        ("flash-attn @ git+https://github.com/Dao-AILab/flash-attention", "no commit after"),
+        ("flash-attn @ hg+https://hg.example/flash-attention@1", "VCS reference"),
         ("flash-attn @ https://h/flash_attn-2.7.4.tar.gz", "not a wheel"),
-        (f"flash-attn @ https://h/{FA_FILE}", "no #sha256"),
         (f"flash-attn @ https://h/{FA_FILE}#md5=abc", "no #sha256"),
-        (f"flash-attn @ file:///tmp/{FA_FILE}#sha256={SHA}", "only http(s)"),
+        (f"flash-attn @ file:///tmp/{FA_FILE}#sha256={SHA}", "relative to the project"),
+        (f"flash-attn @ ftp://h/{FA_FILE}#sha256={SHA}", "only http(s)"),
         (f"flash-attn @ https://user:token@h/{FA_FILE}#sha256={SHA}", "carries a credential"),
         (f"xformers @ https://h/{FA_FILE}#sha256={SHA}", "a wheel of flash-attn, not of xformers"),
         (f"flash-attn @ https://h/flash_attn-1-x.whl#sha256={SHA}", "not a wheel file name"),
