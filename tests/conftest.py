@@ -47,6 +47,16 @@ def no_user_compat_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
     assert not any(empty.iterdir()), "a test wrote into the session's empty user data folder"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_user_pod_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`pod create` records each pod it makes under the user's state folder (`effects.pod_records`): for the whole
+    session, subprocesses included, that is a folder of the session's, never this machine's user's."""
+    state = tmp_path_factory.mktemp("user-state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IMAGEKIT_STATE", str(state))
+        yield state
+
+
 @pytest.fixture(scope="session")
 def data() -> compat.CompatData:
     return inputs.compat_data()

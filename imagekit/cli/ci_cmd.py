@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from imagekit.cli.common import err_console, folder_option, handles_errors, output_file_option
+from imagekit.clouds import providers
 
 EPILOG = """Examples: imagekit ci init; imagekit ci init --registry ghcr.io/acme/train --gpu-runner gpu
 
@@ -29,6 +30,9 @@ registry (127.0.0.1:5000, 10.0.0.7, registry.internal, kind-registry:5000), whic
 reach, is refused (exit 2, nothing written). Without --gpu-runner the runners have no
 GPU: the self-test's GPU checks are skipped, and the job summary says so. A self-hosted runner's labels go in
 .github/actionlint.yaml for actionlint."""
+
+
+_POD_KEY = providers.pod_provider().account_key  # the secret the reaper's workflow reads
 
 
 def build() -> typer.Typer:
@@ -88,6 +92,18 @@ def build() -> typer.Typer:
                 "--install).",
             ),
         ] = ".github/imagekit",
+        reap: Annotated[
+            bool,
+            typer.Option(
+                "--reap",
+                help="Also write reap.yml beside it: `imagekit pod reap` every half hour, stopping the account's "
+                f"imagekit pods past their deadline (secret {_POD_KEY}).",
+            ),
+        ] = False,
+        reap_older_than: Annotated[
+            str | None,
+            typer.Option("--reap-older-than", metavar="DURATION", help="The reaper's --older-than (12h)."),
+        ] = None,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     ) -> None:
         """Write .github/workflows/images.yml: plan, build and self-test each cell on its own runner, release."""
@@ -100,6 +116,7 @@ def build() -> typer.Typer:
 
         output_file_option(out, "--out")
         opts = ci.validated(registry, gpu_runner, install, locks, wheel_dir, arm64_runner)
+        opts = dataclasses.replace(opts, reap=reap, reap_older_than=ci.reap_option(reap, reap_older_than))
         if opts.registry is None:  # the matrix file's (its local default: none, so ghcr.io/<owner>/<repo>)
             opts = dataclasses.replace(opts, registry=ci_setup._matrix_registry())
         why = unreachable_registry(opts.registry) if opts.registry else None
@@ -109,6 +126,9 @@ def build() -> typer.Typer:
             folder_option(Path(opts.wheel_dir), "--wheel-dir")
         if (out.exists() or out.is_symlink()) and not force:
             raise UsageError(f"{out} exists", "pass --force to replace it, or --out PATH to write elsewhere")
+        reaper = out.parent / Path(ci.REAP_OUT).name
+        if reap and (reaper.exists() or reaper.is_symlink()) and not force:
+            raise UsageError(f"{reaper} exists", "pass --force to replace it")
         written = ci_setup.write(opts, out)
         console = err_console()
         for line in written.lines:

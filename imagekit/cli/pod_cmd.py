@@ -80,7 +80,8 @@ def _warn(text: str) -> None:
 def build() -> typer.Typer:
     app = typer.Typer(
         help="Reach a live pod over SSH, also through RunPod's PTY-only gateway: run commands, run the doctor, "
-        "copy files with sha256 checked on both ends; stop or terminate it through RunPod's API.",
+        "copy files with sha256 checked on both ends; create, stop or terminate it through RunPod's API, and reap "
+        "the account's overdue imagekit pods.",
         no_args_is_help=True,
     )
 
@@ -166,9 +167,15 @@ def build() -> typer.Typer:
         accept_new_host_key: AcceptNewOpt = False,
         as_json: JsonOpt = False,
         ignore_blockers: IgnoreOpt = False,
+        skip_launch_check: Annotated[
+            bool,
+            typer.Option("--skip-launch-check", help="Start it without the image's launch check (imagekit-doctor)."),
+        ] = False,
     ) -> None:
         """Start a command on the pod in a session of its own: it goes on when the connection drops. Its output goes
-        to a log on the pod's volume (`pod logs`), its exit code is kept (`pod wait`)."""
+        to a log on the pod's volume (`pod logs`), its exit code is kept (`pod wait`). First the image's doctor checks
+        the launch there (as `imagekit-doctor -- COMMAND` would: an Accelerate config's num_processes against the
+        GPUs, drift): a blocker refuses (exit 1, nothing started) unless --skip-launch-check or --ignore-blockers."""
         from imagekit.clouds import podwire
         from imagekit.services import pod_runs
 
@@ -176,7 +183,10 @@ def build() -> typer.Typer:
         if not text.strip():
             raise UsageError("no command given", "put it after --: imagekit pod run TARGET -- python train.py")
         opts = _options(key, 60.0, insecure_host_key, accept_new_host_key)
-        started = pod_runs.start(podwire.parse_target(target), text, opts, _warn, ignore_blockers=ignore_blockers)
+        started = pod_runs.start(
+            podwire.parse_target(target), text, opts, _warn, ignore_blockers=ignore_blockers,
+            check_launch=not skip_launch_check,
+        )  # fmt: skip
         if as_json:
             out_json({"target": target, "run": started.run_id, "transport": started.transport})
         else:
@@ -332,105 +342,9 @@ def build() -> typer.Typer:
             )
             err_console().print(f"pod {pod_id} {done}", markup=False)
 
-    @app.command(
-        "create",
-        epilog=f"Example: {PODS.account_key}=... imagekit pod create cu118-torch2.5.1-py3.11-tf4.48.2 "
-        "--gpu 'NVIDIA GeForce RTX 3090' --max-runtime 6h --idle-stop 30m --on-exit stop",
-    )
-    @handles_errors
-    def create(
-        ref: Annotated[
-            str,
-            typer.Argument(
-                metavar="CELL_OR_TAG",
-                help="A cell id or tag from the release index, or a published image as REGISTRY/REPO:TAG (or "
-                "@sha256:...), read from its labels in the registry when the index does not record it.",
-            ),
-        ],
-        gpu: Annotated[
-            str,
-            typer.Option(
-                "--gpu",
-                metavar="ID",
-                help="RunPod's GPU type id, e.g. 'NVIDIA GeForce RTX 3090' (checked against "
-                "the architectures the cell's torch build has kernels for).",
-            ),
-        ],
-        count: Annotated[int, typer.Option("--count", min=1, max=8, metavar="N", help="GPUs in the pod.")] = 1,
-        cloud: Annotated[str, typer.Option("--cloud", metavar="|".join(PODS.pod_clouds))] = PODS.pod_clouds[0],
-        volume_gb: Annotated[
-            int, typer.Option("--volume", min=1, max=10_000, metavar="GB", help="Pod volume on /workspace.")
-        ] = 50,
-        max_runtime: Annotated[
-            str | None, typer.Option("--max-runtime", metavar="DURATION", help="Guard: stop the pod after it (6h).")
-        ] = None,
-        idle_stop: Annotated[
-            str | None, typer.Option("--idle-stop", metavar="DURATION", help="Guard: stop it when idle that long.")
-        ] = None,
-        on_exit: Annotated[
-            str | None,
-            typer.Option("--on-exit", metavar="stop|terminate", help="Guard: when a job-mode command or a run ends."),
-        ] = None,
-        gpu_idle_stop: Annotated[
-            str | None,
-            typer.Option(
-                "--gpu-idle-stop", metavar="DURATION", help="Guard: stop it when a job's GPUs idle that long (30m)."
-            ),
-        ] = None,
-        registry_auth: Annotated[
-            str | None,
-            typer.Option("--registry-auth", metavar="ID", help="RunPod's id of the credentials for a private image."),
-        ] = None,
-        arch: Annotated[
-            str | None, typer.Option("--arch", metavar="sm_XY", help="The GPU's architecture, when imagekit lacks it.")
-        ] = None,
-        release_index: Annotated[
-            Path, typer.Option("--release-index", metavar="FILE", help="Where published images are recorded.")
-        ] = Path("releases/index.json"),
-        api_url: ApiOpt = PODS.api,
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the request body; send nothing.")] = False,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Rent a RunPod pod for a published image, only on hosts that can run it: allowedCudaVersions from the
-        image's CUDA, the GPU refused (exit 2, naming those that work) when torch has no kernels for it; the
-        lifetime guard's env from the flags. Prints the pod id and its price per hour."""
-        from imagekit.clouds import pod_create, runpod
-        from imagekit.effects import runpod_api
-        from imagekit.services import inputs, remote_contract
+    from imagekit.cli import pod_fleet_cmd
 
-        data = inputs.compat_data()
-        entry = remote_contract.release(release_index, ref, pod_create.platform_of_gpu(data, gpu))  # Grace: arm64
-        if "source" in entry:
-            _warn(f"pod create: from {entry['source']}")
-        if registry_auth is not None:
-            try:
-                runpod.registry_auth_id(registry_auth)
-            except ValueError as exc:
-                raise UsageError(f"invalid --registry-auth: {exc}", "the id RunPod shows for the credentials") from None
-        env = pod_create.guard_env(max_runtime, idle_stop, on_exit, gpu_idle_stop)
-        body = pod_create.body(
-            entry, data, gpu, count=count, cloud=cloud, volume_gb=volume_gb,
-            registry_auth=registry_auth, arch=arch, env=env,
-        )  # fmt: skip
-        if dry_run:
-            out_json(body)
-            return
-        unreachable = runpod.unreachable_registry(entry["tag"])
-        if unreachable:
-            raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", "publish to a registry pods reach")
-        key = _account_key("pod create")
-        answer = runpod_api.create_pod(body, key, api_url)
-        price = pod_create.cost(answer)
-        if as_json:
-            out_json({"pod": answer["id"], "cost_per_hour": price, "request": body})
-        else:
-            _write(answer["id"] + "\n")
-            guard = ", ".join(f"{k}={v}" for k, v in env.items()) or "no lifetime guard (see --max-runtime)"
-            err_console().print(
-                f"created pod {answer['id']} ({price}) for {entry['tag']} on {gpu}; host CUDA "
-                f"{body['allowedCudaVersions'][0]}+; {guard}",
-                markup=False,
-            )
+    pod_fleet_cmd.register_create(app, _write, _warn)
 
     @app.command("stop", epilog="Example: imagekit pod stop abc123xyz456")
     @handles_errors
@@ -451,6 +365,7 @@ def build() -> typer.Typer:
         terminal, confirmed). `pod stop` keeps the volume."""
         _api("terminate", pod_id, api_url, as_json, yes)
 
+    pod_fleet_cmd.register_reap(app, _warn)
     return app
 
 

@@ -11,9 +11,10 @@ from typing import Annotated, Any
 
 import typer
 
+from imagekit.cli import guard_options
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import ReleaseIndexOpt, ReleasePlatformOpt
-from imagekit.clouds import providers
+from imagekit.clouds import guard_defaults, providers
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import unreachable_registry
 from imagekit.errors import UsageError
@@ -61,6 +62,7 @@ def _parameters(provider: Provider) -> list[inspect.Parameter]:
         ("release_index", ReleaseIndexOpt, Path("releases/index.json")),
         ("platform", ReleasePlatformOpt, None),
         *((o.name, _annotation(o), o.default) for o in spec.options if not o.after_api_url),
+        *guard_options.PARAMETERS,
         ("create", Annotated[bool, create], False),
         ("api_url", Annotated[str, typer.Option(metavar="URL", help=spec.api_url_help)], provider.template_url),
         *((o.name, _annotation(o), o.default) for o in spec.options if o.after_api_url),
@@ -104,6 +106,7 @@ def _run(provider: Provider, values: dict[str, Any]) -> None:
     options = {o.name: values[o.name] for o in spec.options}
     validate_http_url(values["api_url"], "--api-url")
     _check(spec, options, first=True)
+    guard = guard_defaults.env(guard_options.choice(values))  # every template is guarded unless --no-guard
     wanted = validate.platform(platform) if platform is not None else None
     entry = remote_contract.release(values["release_index"], values["ref"], wanted)
     if "source" in entry:
@@ -111,7 +114,9 @@ def _run(provider: Provider, values: dict[str, Any]) -> None:
     _check(spec, options, first=False)
     data = inputs.compat_data()
     keywords = {o.keyword or o.name: options[o.name] for o in spec.options if o.keyword is not None}
-    body = spec.request(provider.template(entry, **keywords, runtime=contract.of_record(entry, data), data=data))
+    built = provider.template(entry, **keywords, runtime=contract.of_record(entry, data), data=data, guard=guard)
+    body = spec.request(built)
+    _say_armed(provider, guard)
     for warning in spec.warnings(entry, body):
         err_console().print(warning, markup=False)
     unreachable, unit = unreachable_registry(entry["tag"]), spec.unit
@@ -129,6 +134,18 @@ def _run(provider: Provider, values: dict[str, Any]) -> None:
     if unreachable and not values["allow_private_registry"]:
         raise UsageError(f"no {unit} can pull {entry['tag']}: {unreachable}", hint)
     _create(provider, entry, body, options, values["api_url"])
+
+
+def _say_armed(provider: Provider, guard: dict[str, str]) -> None:
+    """What the template's lifetime guard does, and how to turn it off (stderr: stdout is the template)."""
+    said = guard_defaults.armed(guard)
+    command = f"imagekit {provider.template_command}"
+    line = (
+        f"lifetime guard armed: {'; '.join(said)}; off: {command} --no-guard (or a trigger's flag with off)"
+        if said
+        else f"lifetime guard: off ({command} --no-guard): nothing stops these {provider.command.unit}s but you"
+    )
+    err_console().print(line, markup=False)
 
 
 def _create(provider: Provider, entry: dict, body: dict, options: dict[str, Any], api_url: str) -> None:

@@ -4,7 +4,7 @@ Two filters from the image's runtime contract (its release record): the host's C
 ``allowedCudaVersions``: those at or above the image's CUDA, so its driver runs the wheels with the full feature set,
 PTX JIT included), and the GPU type (refused, with the GPUs that would work, when the image's torch build has no
 kernel for its architecture). The
-lifetime guard's env comes from flags, checked by the guard's own parser.
+lifetime guard's env is `guard_defaults`' (armed unless --no-guard), checked by the guard's own parser.
 """
 
 from __future__ import annotations
@@ -77,29 +77,6 @@ def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = 
     return how
 
 
-def guard_env(
-    max_runtime: str | None, idle_stop: str | None, on_exit: str | None, gpu_idle_stop: str | None = None
-) -> dict[str, str]:
-    """The lifetime guard's settings for the pod's env, checked as the guard reads them."""
-    env = {}
-    for flag, name, value in (
-        ("--max-runtime", "IMAGEKIT_MAX_RUNTIME", max_runtime),
-        ("--idle-stop", "IMAGEKIT_IDLE_STOP", idle_stop),
-        ("--gpu-idle-stop", "IMAGEKIT_GPU_IDLE_STOP", gpu_idle_stop),
-    ):
-        if value is not None:
-            try:
-                facts.parse_duration(value, flag)
-            except facts.SettingError as exc:
-                raise UsageError(str(exc), f"for example {flag} 6h") from None
-            env[name] = value.strip()
-    if on_exit is not None:
-        if on_exit not in facts.GUARD_ACTIONS:
-            raise UsageError(f"--on-exit {on_exit[:40]!r}: stop or terminate", "stop keeps the volume; terminate not")
-        env["IMAGEKIT_ON_EXIT"] = on_exit
-    return env
-
-
 def body(
     entry: dict,
     data: CompatData,
@@ -110,17 +87,19 @@ def body(
     volume_gb: int = 50,
     registry_auth: str | None = None,
     arch: str | None = None,
+    guard: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
 ) -> dict:
     """RunPod's `POST /pods` body for a release-index entry: the template's image, disk, ports and env, plus the host
-    filters and the guard's env."""
+    filters, the guard's env (``guard``, `guard_defaults.env`; None: its defaults) and ``env`` (the marks `pod reap`
+    finds the pod by, `guard_defaults.marks`)."""
     runtime = contract.from_record(entry, data)
     check_gpu(data, runtime, gpu, arch)
     if cloud not in CLOUDS:
         raise UsageError(f"--cloud {cloud[:40]!r}: {' or '.join(CLOUDS)}", "RunPod's cloudType")
     if isinstance(count, bool) or not 1 <= count <= 8:
         raise UsageError(f"--count {count}: 1 to 8 GPUs", "one pod's GPUs")
-    template = runpod.template(entry, volume_gb=volume_gb, registry_auth=registry_auth)
+    template = runpod.template(entry, volume_gb=volume_gb, registry_auth=registry_auth, guard=guard)
     pod_env = {e["key"]: e["value"] for e in template["env"]} | (env or {})
     out = {
         "name": template["name"],

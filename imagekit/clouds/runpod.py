@@ -7,6 +7,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
+from imagekit.clouds import guard_defaults
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import unreachable_registry as unreachable_registry  # `pod create` checks by this name
 from imagekit.errors import UsageError
@@ -60,13 +61,15 @@ def template(
     registry_auth: str | None = None,
     runtime: Contract | None = None,
     data: CompatData | None = None,
+    guard: dict[str, str] | None = None,
 ) -> dict:
     """From a release-index entry (as `release_index.read_index` checked it: every field read here has its type,
     grammar and range, the optional ones may be absent): pinned to the immutable tag (optionally @digest), disk
     sized from the image, listing only the ports the image serves (22 for its sshd; 8888 when JupyterLab is in it);
     the readme says which hosts to rent (the console has no filter a template can set) from the image's ``runtime``
     contract and, with ``data``, the GPUs its torch runs on and those it does not. An entry made from the image's
-    labels (``pinned``) is always named by its digest too."""
+    labels (``pinned``) is always named by its digest too. ``guard``: the lifetime guard's env (None: the defaults,
+    `guard_defaults`), in the env and said in the readme."""
     if isinstance(volume_gb, bool) or not isinstance(volume_gb, int) or not 1 <= volume_gb <= MAX_VOLUME_GB:
         raise ValueError(f"volume_gb must be 1 to {MAX_VOLUME_GB}")
     image = entry["tag"] + (f"@{entry['digest']}" if with_digest or entry.get("pinned") is True else "")
@@ -80,6 +83,9 @@ def template(
         {"key": "HF_HOME", "value": "/workspace/.cache/huggingface"},
         {"key": "IMAGEKIT_REQUIRE_GPU", "value": "1" if require_gpu else "0"},
     ]
+    guard = guard_defaults.env(guard_defaults.GuardChoice()) if guard is None else guard
+    env += [{"key": k, "value": v} for k, v in guard.items()]
+    env.append({"key": guard_defaults.CREATED, "value": "template"})  # `pod reap` knows the pod as imagekit's
     auth = {} if registry_auth is None else {"containerRegistryAuthId": registry_auth_id(registry_auth)}
     return {
         **auth,
@@ -92,7 +98,7 @@ def template(
         "env": env,
         "isServerless": False,
         "dockerArgs": "",
-        "readme": readme(entry, jupyter, runtime, data),
+        "readme": readme(entry, jupyter, runtime, data, guard),
     }
 
 
@@ -150,7 +156,13 @@ def jupyter_line(entry: dict, jupyter: bool) -> str:
     return "Jupyter: not in this image (build it with `[image] jupyter = true`)."
 
 
-def readme(entry: dict, jupyter: bool, runtime: Contract | None = None, data: CompatData | None = None) -> str:
+def readme(
+    entry: dict,
+    jupyter: bool,
+    runtime: Contract | None = None,
+    data: CompatData | None = None,
+    guard: dict[str, str] | None = None,
+) -> str:
     m = entry["manifest"]
     cell = m["cell"]
     known = lambda value: value if isinstance(value, str) and value else "?"  # noqa: E731
@@ -177,9 +189,12 @@ def readme(entry: dict, jupyter: bool, runtime: Contract | None = None, data: Co
         "Volume: /workspace is the pod's volume: it survives a stop (and is billed while stopped), not a terminate, "
         "which deletes it with the pod (only a network volume survives). HF_HOME=/workspace/.cache/huggingface keeps "
         "model downloads. Everything else is lost when the pod stops.",
-        "Lifetime guard (env, off unless set): IMAGEKIT_MAX_RUNTIME=6h, IMAGEKIT_IDLE_STOP=30m, "
-        "IMAGEKIT_ON_BLOCKER=stop|terminate (after IMAGEKIT_BLOCKER_GRACE, 15m), IMAGEKIT_ON_EXIT=stop|terminate "
-        "(job mode; after IMAGEKIT_OUTPUTS are checksummed); it ends the pod with RunPod's in-pod key.",
+        guard_defaults.readme_line(
+            guard_defaults.env(guard_defaults.GuardChoice()) if guard is None else guard,
+            "imagekit runpod-template",
+            " It ends the pod with RunPod's in-pod key; from outside, `imagekit pod reap --older-than 1d` stops the "
+            "pods it missed (IMAGEKIT_CREATED marks them).",
+        ),
         "Start check: the pod checks the environment and torch's CUDA before anything runs; on a blocker it stays "
         "up and the logs and login banner say what to fix. Launch with `imagekit-doctor && accelerate launch "
         "train.py` so training never starts on a broken pod or silently on the CPU.",

@@ -12,6 +12,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
+from imagekit.clouds import guard_defaults
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import registry_host
 from imagekit.clouds.runpod import source_line, tested_line
@@ -45,13 +46,15 @@ def template(
     login: bool = False,
     runtime: Contract | None = None,
     data: CompatData | None = None,
+    guard: dict[str, str] | None = None,
 ) -> dict:
     """From a release-index entry (checked by `services.release_index.read_index`, or made from the image's labels by
     `clouds.label_record`, then ``pinned``: the tag field is ``TAG@DIGEST``): the image by its immutable tag, the
     launch mode, the ports the image serves, the env, the onstart the launch mode needs, the disk sized from the
     image; ``login``: the image is private, so Vast asks for the registry's credentials (``docker_login_repo``). The
     offer filters come from the image's ``runtime`` contract (with ``data``: the GPUs its torch has kernels for);
-    without one, from the cell's CUDA only."""
+    without one, from the cell's CUDA only. ``guard``: the lifetime guard's env (None: the defaults,
+    `guard_defaults`), in the env and said in the readme."""
     if launch not in LAUNCH_MODES:
         raise ValueError(f"launch mode {launch!r}: one of {', '.join(LAUNCH_MODES)}")
     image, tag = entry["tag"].rsplit(":", 1)
@@ -62,6 +65,8 @@ def template(
     jupyter = features.get("jupyter") is True
     ports = ["-p 22:22"] + (["-p 8888:8888"] if jupyter and launch == "entrypoint" else [])
     env = [f"-e IMAGEKIT_REQUIRE_GPU={'1' if require_gpu else '0'}", "-e HF_HOME=/workspace/.cache/huggingface"]
+    guard = guard_defaults.env(guard_defaults.GuardChoice()) if guard is None else guard
+    env += [f"-e {k}={v}" for k, v in guard.items()]  # values of [A-Za-z0-9-]: checked by guard_defaults
     size_gb = entry.get("size_bytes", 0) / 1e9
     cuda = cell.get("cuda") if isinstance(cell.get("cuda"), str) and _CUDA.fullmatch(cell["cuda"]) else None
     return {
@@ -81,7 +86,7 @@ def template(
         "recommended_disk_space": max(20, math.ceil(size_gb * 1.5 + 10)),
         "extra_filters": _filters(runtime, data, cuda),
         "desc": f"imagekit {cell['id']}: pinned, self-tested{_emulated(entry)} ({entry['digest'][:19]})",
-        "readme": readme(entry, launch, runtime, data),
+        "readme": readme(entry, launch, runtime, data, guard),
         "private": True,
     }
 
@@ -102,7 +107,13 @@ def _filters(runtime: Contract | None, data: CompatData | None, cuda: str | None
     return {"cuda_max_good": {"gte": float(cuda)}} if cuda else {}
 
 
-def readme(entry: dict, launch: str, runtime: Contract | None = None, data: CompatData | None = None) -> str:
+def readme(
+    entry: dict,
+    launch: str,
+    runtime: Contract | None = None,
+    data: CompatData | None = None,
+    guard: dict[str, str] | None = None,
+) -> str:
     m = entry["manifest"]
     cell = m["cell"]
     driver = (m.get("driver") or {}).get("minimum") or "?"
@@ -128,6 +139,11 @@ def readme(entry: dict, launch: str, runtime: Contract | None = None, data: Comp
             f"Launch mode {launch}: {GUARANTEES[launch]}",
             "Volume: /workspace; HF_HOME=/workspace/.cache/huggingface keeps model downloads there. Stopping the "
             "instance keeps its disk (storage is still billed); destroying it deletes the disk.",
+            guard_defaults.readme_line(
+                guard_defaults.env(guard_defaults.GuardChoice()) if guard is None else guard,
+                "imagekit vast-template",
+                " It ends the instance with Vast's in-instance key (CONTAINER_API_KEY).",
+            ),
         ]
     )
 

@@ -120,6 +120,20 @@ def get_pod(pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
     return doc
 
 
+def list_pods(api_key: str, base: str = DEFAULT_REST) -> list[dict]:
+    """RunPod's REST API: GET /pods, the account's pods (a JSON array; each entry an object, its fields checked where
+    they are read, `clouds.reap`). Anything else is exit 3."""
+    headers = authorization(api_key)
+    http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
+    status, raw = _send("GET", base.rstrip("/") + "/pods", headers)
+    if status != 200:
+        raise EnvironmentFailure(f"RunPod API answered HTTP {status} to list the pods", "retry later")
+    doc = http.parse_json(raw, "the RunPod API", f"check --api-url: it must be RunPod's REST base ({DEFAULT_REST})")
+    if not isinstance(doc, list):
+        raise EnvironmentFailure("RunPod's answer to GET /pods is not a list", "check --api-url: RunPod's REST base")
+    return [pod for pod in doc if isinstance(pod, dict)]
+
+
 def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
     """RunPod's REST API: ``stop`` (POST /pods/{id}/stop: billing for the GPU ends, the volume stays) or
     ``terminate`` (DELETE /pods/{id}: the pod, its container disk and its pod volume are gone)."""

@@ -250,6 +250,9 @@ def apt_drift(want, have):
 
 # ---- the lifetime guard's settings (guard.py reads them in the image; `imagekit pod create` writes them) ------------
 GUARD_ACTIONS = ("stop", "terminate")
+# IMAGEKIT_ON_EXIT: `terminate` ends the pod for good after a successful exit only (a failed one stops it: the volume,
+# the checkpoints and the run's log survive); `terminate-always` after any exit
+EXIT_ACTIONS = (*GUARD_ACTIONS, "terminate-always")
 _DURATION = re.compile(r"^([0-9]{1,7})(s|m|h|d)?$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 

@@ -4,17 +4,22 @@ Started by the entrypoint (pod and job mode) when the env asks for it; off other
 provider's in-pod credentials, the only way that ends the billing (`kill 1` does not: the platform restarts the
 container, or keeps the stopped one billed):
 
-- ``IMAGEKIT_MAX_RUNTIME=6h``: a deadline, armed before anything else runs;
+- ``IMAGEKIT_MAX_RUNTIME=6h``: a deadline, armed before anything else runs, counted from the first arm time (kept on
+  the volume, root's alone: a crash-looping container reaches it; see ``State``);
 - ``IMAGEKIT_IDLE_STOP=30m``: idle for the whole window: no GPU above ``IMAGEKIT_IDLE_GPU_UTIL`` % (default 5), no
-  GPU compute process, no SSH or Jupyter connection, and the heartbeat file (``IMAGEKIT_HEARTBEAT``, default
-  /run/imagekit/heartbeat: `touch` it from a training loop) not touched; the log line that explains a stop lists each;
+  GPU compute process, no logged-in SSH session (OpenSSH's own session process: ``ssh_sessions``), no Jupyter kernel
+  or terminal activity its server reports to its token (``jupyter_activity``), and the heartbeat file
+  (``IMAGEKIT_HEARTBEAT``, default /run/imagekit/heartbeat: `touch` it from a training loop) not touched; a TCP
+  connection counts for nothing (anyone can open one); the log line that explains a stop lists each;
 - ``IMAGEKIT_ON_BLOCKER=stop|terminate``: the start check found a blocker and it is still there after
   ``IMAGEKIT_BLOCKER_GRACE`` (default 15m, to look around first);
 - ``IMAGEKIT_ON_EXIT=stop|terminate``: a job-mode command ended (podstart.py runs it, then asks this module), after
   the declared outputs (``IMAGEKIT_OUTPUTS``, paths separated by ``:``) exist and their sha256s are written beside
   them (``<path>.sha256``, `sha256sum -c` format); a missing output keeps the pod up, saying so;
 - ``IMAGEKIT_GPU_IDLE_WARN=10m``: GPUs under the threshold that long while a job runs (job mode, or a run `imagekit
-  pod run` started): a warning with the evidence; ``IMAGEKIT_GPU_IDLE_STOP=30m``, only when asked: the pod ends.
+  pod run` started; each known by its boot id, pid and start time, never by a pid alone), or, with no job, on a pod
+  that expects a GPU, a process burning CPU (``IMAGEKIT_CPU_BURN`` % of a core, default 90) that long: a warning with
+  the evidence (that one also in the login banner); ``IMAGEKIT_GPU_IDLE_STOP=30m``, only when asked: the pod ends.
 
 The deadline and idle stop ``stop`` the pod unless ``IMAGEKIT_GUARD_ACTION=terminate``. Stop keeps the volume (and
 bills it); terminate deletes the pod and its volume disk (only a network volume survives).
@@ -63,6 +68,26 @@ MAX_INTERVAL = 3600  # seconds between looks: longer, and a deadline is late by 
 MAX_MARKER = 1 << 20  # bytes read of the start check's report
 PROC_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
 MAX_PROC_TABLE = 64 << 20
+SESSION_PORTS = (22, 8888)  # sshd's and JupyterLab's: connections to them are shown, never counted as work
+PROC = "/proc"  # processes: sessions, identities, CPU use (a test's own tree in its folder)
+PASSWD = "/etc/passwd"
+# The programs whose processes can be an authenticated SSH session: the image's sshd (OpenSSH before 9.8) and the
+# session binary of 9.8 and later, where each distribution puts it. A copy elsewhere, or a title alone, is not one.
+SSHD_EXES = ("/usr/sbin/sshd", "/usr/lib/openssh/sshd-session", "/usr/libexec/openssh/sshd-session",
+             "/usr/libexec/sshd-session", "/usr/sbin/sshd-session")
+# The title OpenSSH gives a session's process once its user is authenticated (session.c: "%s@%s", the user and
+# the tty or notty). Before that a connection's processes are "USER [priv]", "USER [net]", "unknown [preauth]": the
+# name a client sends is shown with a suffix, so a client naming itself "root@pts/0" is no session either.
+_SSH_TITLE = re.compile(r"(?:sshd|sshd-session): ([a-z_][a-z0-9_.-]{0,31}\$?)@(?:pts/[0-9]{1,7}|notty)")
+JUPYTER_URL = "http://127.0.0.1:8888"  # the image's JupyterLab (podstart.py), its token JUPYTER_PASSWORD
+JUPYTER_RUNTIME = ("/root/.local/share/jupyter/runtime",)  # other servers' jpserver-*.json (url and token)
+MAX_JUPYTER = 4 << 20  # bytes of one API answer
+# Busy on the CPU with every GPU idle, and not training: builds, installs, archives, transfers (comm, 15 characters)
+NOT_TRAINING = frozenset((
+    "cc1", "cc1plus", "cicc", "ptxas", "nvcc", "fatbinary", "nvlink", "ld", "ld.gold", "ld.lld", "as", "gcc", "g++",
+    "c++", "cc", "clang", "clang++", "rustc", "cargo", "ninja", "make", "cmake", "dpkg", "apt", "apt-get", "tar",
+    "gzip", "pigz", "xz", "zstd", "bzip2", "unzip", "git", "git-remote-http", "rsync", "scp", "sftp-server", "sshd",
+    "curl", "wget", "sha256sum", "md5sum"))
 SECRETS = []  # the provider's key, once read: taken out of every line logged whatever carries it
 
 
@@ -88,8 +113,11 @@ def settings(environ):
         "max_runtime": None, "idle_stop": None, "on_blocker": None, "blocker_grace": 900, "on_exit": None,
         "outputs": [], "action": "stop", "dry_run": environ.get("IMAGEKIT_GUARD_DRY_RUN") == "1", "gpu_util": 5,
         "gpu_idle_warn": 600, "heartbeat": environ.get("IMAGEKIT_HEARTBEAT") or HEARTBEAT, "interval": 30,
-        "gpu_idle_stop": None,
+        "gpu_idle_stop": None, "cpu_burn": 90, "require_gpu": environ.get("IMAGEKIT_REQUIRE_GPU") == "1",
+        "jupyter_token": environ.get("JUPYTER_PASSWORD") or "",
     }
+    if s["jupyter_token"] and s["jupyter_token"] not in SECRETS:
+        SECRETS.append(s["jupyter_token"])
     problems = []
     durations = (("IMAGEKIT_MAX_RUNTIME", "max_runtime"), ("IMAGEKIT_IDLE_STOP", "idle_stop"),
                  ("IMAGEKIT_BLOCKER_GRACE", "blocker_grace"), ("IMAGEKIT_GPU_IDLE_WARN", "gpu_idle_warn"),
@@ -107,17 +135,18 @@ def settings(environ):
     for name, key in (("IMAGEKIT_ON_BLOCKER", "on_blocker"), ("IMAGEKIT_ON_EXIT", "on_exit"),
                       ("IMAGEKIT_GUARD_ACTION", "action")):
         value = environ.get(name)
+        allowed = facts.EXIT_ACTIONS if key == "on_exit" else ACTIONS
         if value:
-            if value in ACTIONS:
+            if value in allowed:
                 s[key] = value
             else:
-                problems.append(f"{name}={_shown(value)} is not stop or terminate")
-    if environ.get("IMAGEKIT_IDLE_GPU_UTIL"):
-        value = environ["IMAGEKIT_IDLE_GPU_UTIL"]
-        if _PERCENT.fullmatch(value) and int(value) <= 100:
-            s["gpu_util"] = int(value)
-        else:
-            problems.append(f"IMAGEKIT_IDLE_GPU_UTIL={_shown(value)} is not a percentage (0-100, ASCII digits)")
+                problems.append(f"{name}={_shown(value)} is not {' or '.join(allowed)}")
+    for name, key, top in (("IMAGEKIT_IDLE_GPU_UTIL", "gpu_util", 100), ("IMAGEKIT_CPU_BURN", "cpu_burn", 999)):
+        value = environ.get(name)
+        if value and _PERCENT.fullmatch(value) and int(value) <= top:
+            s[key] = int(value)
+        elif value:
+            problems.append(f"{name}={_shown(value)} is not a percentage (0-{top}, ASCII digits)")
     s["outputs"] = [p for p in (environ.get("IMAGEKIT_OUTPUTS") or "").split(":") if p]
     return s, problems
 
@@ -186,9 +215,17 @@ def idle_reasons(sample, threshold, heartbeat_window):
                                             f"(threshold {threshold} %)")
     procs = sample.get("gpu_procs") or 0
     (busy if procs else evidence).append(f"{procs} GPU compute process(es)")
-    for what in ("ssh", "jupyter"):
-        n = sample.get(what) or 0
-        (busy if n else evidence).append(f"{n} {'SSH' if what == 'ssh' else 'Jupyter'} connection(s)")
+    n, held = sample.get("ssh") or 0, sample.get("connections") or 0
+    (busy if n else evidence).append(f"{n} SSH session(s) logged in" + (
+        f" ({held} TCP connection(s) to :22 or :8888: a connection is not a login)" if held else ""))
+    n = sample.get("jupyter") or 0
+    (busy if n else evidence).append(f"{n} Jupyter kernel(s) running a cell")
+    age = sample.get("jupyter_age")
+    if age is not None and age < heartbeat_window:
+        busy.append(f"Jupyter activity {int(age)} s ago")
+    else:
+        evidence.append("Jupyter: " + (sample.get("jupyter_problem") or "no kernel or terminal" if age is None
+                                       else f"last kernel or terminal activity {int(age)} s ago"))
     age = sample.get("heartbeat_age")
     if age is not None and age < heartbeat_window:
         busy.append(f"heartbeat {int(age)} s ago")
@@ -208,6 +245,8 @@ class Guard:
         self.blocked_since = None
         self.gpu_quiet_since = None
         self.warned = False
+        self.cpu_prev, self.burn_since, self.cpu_warned, self.banner = None, {}, False, None
+        self.warnings = []
 
     def _idle(self, now, sample):
         """The idle trigger, or None. The heartbeat is a time, not a state: the window counts from its last touch or
@@ -219,8 +258,8 @@ class Guard:
             self.idle_since = None
             return None
         self.idle_since = self.idle_since if self.idle_since is not None else now
-        age = sample.get("heartbeat_age")
-        since = self.idle_since if age is None else max(self.idle_since, now - age)
+        ages = [a for a in (sample.get("heartbeat_age"), sample.get("jupyter_age")) if a is not None]
+        since = max([self.idle_since] + [now - a for a in ages])
         if now - since < s["idle_stop"]:
             return None
         return ("idle", s["action"],
@@ -232,7 +271,7 @@ class Guard:
         self.warnings = []
         if s["max_runtime"] and now - self.started >= s["max_runtime"]:
             return "deadline", s["action"], f"IMAGEKIT_MAX_RUNTIME={say(s['max_runtime'])} reached"
-        if s["on_blocker"]:
+        if s["on_blocker"] and blocked is not None:  # None: the start check has not said yet (keep what was seen)
             if blocked:
                 self.blocked_since = self.blocked_since if self.blocked_since is not None else now
                 if now - self.blocked_since >= s["blocker_grace"]:
@@ -244,6 +283,7 @@ class Guard:
         fired = self._idle(now, sample) if s["idle_stop"] else None
         if fired:
             return fired
+        fired = self._cpu_fallback(now, sample, None if job_running else blocked or "")
         utils = sample.get("gpu_util")
         if job_running and utils and max(utils) <= s["gpu_util"]:
             self.gpu_quiet_since = self.gpu_quiet_since if self.gpu_quiet_since is not None else now
@@ -256,6 +296,44 @@ class Guard:
                 return "gpu-idle", s["action"], f"{quiet} (IMAGEKIT_GPU_IDLE_STOP={say(s['gpu_idle_stop'])})"
         else:
             self.gpu_quiet_since, self.warned = None, False
+        return fired
+
+    def _cpu_fallback(self, now, sample, blocked):
+        """Pod mode's CPU-fallback watchdog (``blocked`` None: a job runs, and the job's own watchdog looks): on a pod
+        that expects a GPU (IMAGEKIT_REQUIRE_GPU=1, GPUs that nvidia-smi lists, or a start check that found none),
+        every GPU at or under the threshold while one process used at least IMAGEKIT_CPU_BURN % of a core (default
+        90) between every two looks: after IMAGEKIT_GPU_IDLE_WARN, a warning with the evidence (``self.banner``, for
+        the login banner); after IMAGEKIT_GPU_IDLE_STOP, only when set, the pod ends. Builds and installs (compilers,
+        archivers, package managers) are not training, and are left out."""
+        s, cpu, utils = self.s, sample.get("cpu"), sample.get("gpu_util")
+        prev, self.cpu_prev = self.cpu_prev, (now, cpu)
+        expected = s["require_gpu"] or bool(utils) or "GPU" in (blocked or "")
+        burning = {}
+        if blocked is not None and expected and (not utils or max(utils) <= s["gpu_util"]) and cpu and prev \
+                and prev[1] and now > prev[0]:
+            for key, (ticks, comm) in cpu.items():
+                before = prev[1].get(key)
+                percent = 0 if before is None else (ticks - before[0]) * 100 / CLK_TCK / (now - prev[0])
+                if percent >= s["cpu_burn"] and comm not in NOT_TRAINING:
+                    burning[key] = (self.burn_since.get(key, prev[0]), percent, comm)
+        self.burn_since = {key: v[0] for key, v in burning.items()}
+        if not burning:
+            self.cpu_warned, self.banner = False, None
+            return None
+        key, (since, percent, comm) = min(burning.items(), key=lambda kv: kv[1][0])  # burning the longest
+        pid = key.split()[0]
+        gpus = f"GPU utilisation {'/'.join(str(u) for u in utils)} %" if utils else "no GPU answers nvidia-smi"
+        what = (f"process {pid} ({comm}) used {percent:.0f} % CPU for {say(now - since)} while every GPU was idle "
+                f"({gpus}, threshold {s['gpu_util']} %)")
+        if now - since >= s["gpu_idle_warn"] and not self.cpu_warned:
+            self.cpu_warned = True
+            self.warnings.append(f"{what}: training on the CPU at GPU rates?")
+            self.banner = (f"imagekit-guard, {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(now))}: {what}: "
+                           "training on the CPU at GPU rates? `imagekit-doctor` says why torch sees no GPU"
+                           + (f"; the pod stops after IMAGEKIT_GPU_IDLE_STOP={say(s['gpu_idle_stop'])}"
+                              if s["gpu_idle_stop"] else ""))
+        if s["gpu_idle_stop"] and now - since >= s["gpu_idle_stop"]:
+            return "cpu-fallback", s["action"], f"{what} (IMAGEKIT_GPU_IDLE_STOP={say(s['gpu_idle_stop'])})"
         return None
 
 
@@ -299,6 +377,244 @@ def _connections(ports):
     return count
 
 
+# ---- processes: which one it is, who is logged in, what burns CPU -------------------------------------------------
+_BOOT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_IDENTITY = re.compile(r"\s*(" + _BOOT.pattern + r") ([0-9]{1,10}) ([0-9]{1,20})\s*")
+_NUMBER = re.compile(r"[0-9]{1,20}")
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_text(path, limit=1 << 16):
+    """A /proc file's text ('' when it cannot be read: the process is gone, or it is not a file to read)."""
+    try:
+        return (nofollow.read_bytes(path, limit) or b"").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def boot_id(proc=None):
+    """This kernel's boot id, or None: a container restart keeps it (and starts pids again from 1), a reboot or
+    another host changes it (and start times with it)."""
+    text = _proc_text(f"{proc or PROC}/sys/kernel/random/boot_id", 64).strip()
+    return text if _BOOT.fullmatch(text) else None
+
+
+def _stat_fields(pid, proc=None):
+    """/proc/PID/stat's fields after the command name (which may hold spaces and ')': it ends at the last ')'), so
+    [0] is field 3 (the state) and [19] field 22 (the start time); None for no such process, or a zombie."""
+    text = _proc_text(f"{proc or PROC}/{int(pid)}/stat", 4096)
+    fields = text.rpartition(")")[2].split() if ")" in text else []
+    return fields if len(fields) >= 20 and fields[0] not in ("Z", "X") else None
+
+
+def start_time(pid, proc=None):
+    """When the process ``pid`` started, in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    fields = _stat_fields(pid, proc)
+    return int(fields[19]) if fields and _NUMBER.fullmatch(fields[19]) else None
+
+
+def identity(pid, proc=None):
+    """The line that names process ``pid`` for good: ``BOOT_ID PID START_TIME``; None when it is not there. A pid
+    alone names whatever has it now (after a container restart, some other process)."""
+    boot, start = boot_id(proc), start_time(pid, proc)
+    return None if boot is None or start is None else f"{boot} {int(pid)} {start}"
+
+
+def same_process(text, proc=None):
+    """Is the process an identity line names (:func:`identity`) still running: same boot, same pid, same start?"""
+    m = _IDENTITY.fullmatch(text or "")
+    if not m or int(m.group(2)) <= 1:  # 1 is tini, never a run or a job
+        return False
+    return identity(int(m.group(2)), proc) == f"{m.group(1)} {int(m.group(2))} {int(m.group(3))}"
+
+
+def started_by(pid, when, proc=None):
+    """Did process ``pid`` start by the time ``when`` (seconds since the epoch; a pid file's mtime)? A pid file with
+    no identity beside it (a run an older `pod run` started) names its process only then: a pid reused after a
+    restart belongs to a process that started later."""
+    start = start_time(pid, proc)
+    m = re.search(r"^btime ([0-9]{1,20})$", _proc_text(f"{proc or PROC}/stat", 1 << 20), re.M)
+    return start is not None and m is not None and int(m.group(1)) + start / CLK_TCK <= when + 5
+
+
+def _pids(proc):
+    try:
+        return [name for name in os.listdir(proc) if _NUMBER.fullmatch(name)]
+    except OSError:
+        return []
+
+
+def _title(pid, proc):
+    """A process's title as ps shows it: its command line up to the first NUL (setproctitle pads with NULs)."""
+    return _proc_text(f"{proc}/{pid}/cmdline", 4096).split("\0", 1)[0].rstrip(" ")
+
+
+def _exe(pid, proc):
+    try:
+        target = os.readlink(f"{proc}/{pid}/exe")
+    except OSError:
+        return ""
+    return target[: -len(" (deleted)")] if target.endswith(" (deleted)") else target  # upgraded since it started
+
+
+def _status(pid, proc, field):
+    """A number from /proc/PID/status (``Uid``: the real uid; ``PPid``), or None."""
+    m = re.search(rf"^{field}:\s+([0-9]{{1,10}})\s", _proc_text(f"{proc}/{pid}/status"), re.M)
+    return int(m.group(1)) if m else None
+
+
+def _of_sshd(pid, proc):
+    """Is ``pid`` a process of an sshd program? Its /proc/PID/exe says, where root may read it; sshd makes its
+    privilege-separated processes undumpable, and a container's root has no CAP_SYS_PTRACE, so a user's session
+    (and its monitor) cannot be read: then the nearest ancestor that can be read must be sshd (the listener, for a
+    session under its monitor). A process that sets its own title has its own parents: a shell, tini."""
+    for _ in range(8):
+        exe = _exe(pid, proc)
+        if exe:
+            return exe in SSHD_EXES
+        pid = _status(pid, proc, "PPid")
+        if not pid:  # 0: above the container's init
+            return False
+    return False
+
+
+def _users(passwd):
+    """{name: uid} of the passwd file."""
+    users = {}
+    for line in _proc_text(passwd, 4 << 20).splitlines():
+        parts = line.split(":")
+        if len(parts) >= 3 and _NUMBER.fullmatch(parts[2]) and parts[0]:
+            users.setdefault(parts[0], int(parts[2]))
+    return users
+
+
+def ssh_sessions(proc=None, passwd=None):
+    """Logged-in SSH sessions: processes of an sshd program (``SSHD_EXES``, by /proc/PID/exe, see ``_of_sshd``: a
+    title can be set by anyone) titled as OpenSSH titles a session once its user authenticated (``USER@pts/N`` or
+    ``USER@notty``, no suffix), running as that USER (a root login's session runs as root; a user's, under privilege
+    separation, as the user). A TCP connection that has not authenticated has processes titled ``[priv]``,
+    ``[net]``, ``[accepted]``, ``[session-auth]`` or ``[preauth]`` only: it is no session, however long it is held
+    open."""
+    proc = proc or PROC
+    users, count = _users(passwd or PASSWD), 0
+    for pid in _pids(proc):
+        m = _SSH_TITLE.fullmatch(_title(pid, proc))
+        if m and m.group(1) in users and _status(pid, proc, "Uid") == users[m.group(1)] and _of_sshd(pid, proc):
+            count += 1
+    return count
+
+
+def cpu_times(proc=None):
+    """{"PID START_TIME": [CPU ticks used, command name]} of every process but the guard's own (a process is its pid
+    and start time: a pid reused between two looks is another process); kernel threads (no command line) left out."""
+    proc, out, me = proc or PROC, {}, str(os.getpid())
+    for pid in _pids(proc):
+        fields = _stat_fields(pid, proc) if pid != me else None
+        if not fields or not all(_NUMBER.fullmatch(f) for f in (fields[11], fields[12], fields[19])):
+            continue
+        if not _title(pid, proc):
+            continue
+        comm = _proc_text(f"{proc}/{pid}/comm", 256).strip()[:64]
+        out[f"{int(pid)} {int(fields[19])}"] = [int(fields[11]) + int(fields[12]), comm]
+    return out
+
+
+# ---- Jupyter: its own API says when a kernel or a terminal last did something ----------------------------------
+_ISO = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
+                  r"(Z|[+-][0-9]{2}:[0-9]{2})?")
+
+
+def iso_time(text):
+    """Seconds since the epoch of an ISO 8601 UTC time as Jupyter writes it (``2026-12-04T21:00:00.123456Z``), or
+    None."""
+    import calendar
+
+    m = _ISO.fullmatch(text.strip()) if isinstance(text, str) else None
+    if not m:
+        return None
+    y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
+    if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and sec < 61):
+        return None
+    t = calendar.timegm((y, mo, d, h, mi, sec, 0, 0, 0)) + (float(m.group(7)) if m.group(7) else 0.0)
+    zone = m.group(8) or "Z"
+    if zone != "Z":
+        t -= (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return t
+
+
+def jupyter_servers(token, runtime=None):
+    """[(base URL on loopback, token)]: the image's JupyterLab (its token, JUPYTER_PASSWORD, from the env), and each
+    server root's runtime folder lists (``jpserver-*.json``, read without following a link, bounded)."""
+    servers = [(JUPYTER_URL, token)] if token else []
+    for folder in JUPYTER_RUNTIME if runtime is None else runtime:
+        try:
+            fd = nofollow.open_dir(folder, follow=False)
+        except OSError:
+            continue
+        try:
+            for name in sorted(os.listdir(fd))[:64]:
+                if re.fullmatch(r"jpserver-[0-9]{1,10}\.json", name):
+                    servers += _jupyter_info(name, fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    seen = set()
+    return [s for s in servers if not (s[0] in seen or seen.add(s[0]))]
+
+
+def _jupyter_info(name, dir_fd):
+    try:
+        info = json.loads(nofollow.read_bytes(name, 1 << 16, dir_fd=dir_fd) or b"null")
+    except (OSError, ValueError):
+        return []
+    if not isinstance(info, dict) or not isinstance(info.get("token"), str) or not _KEY.fullmatch(info["token"]):
+        return []
+    port, base = info.get("port"), info.get("base_url") or "/"
+    if not (isinstance(port, int) and 0 < port < 65536 and isinstance(base, str) and re.fullmatch(r"/[!-~]*", base)):
+        return []
+    return [(f"http://127.0.0.1:{port}{base.rstrip('/')}", info["token"])]
+
+
+def _jupyter_get(url, token):
+    """(parsed JSON, None) or (None, what went wrong): an authenticated GET on loopback, no redirect, bounded."""
+    req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.build_opener(_NoRedirect).open(req, timeout=5) as resp:
+            data = resp.read(MAX_JUPYTER + 1)
+    except urllib.error.HTTPError as exc:
+        return None, f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return None, f"no answer ({type(exc).__name__})"
+    if len(data) > MAX_JUPYTER:
+        return None, f"an answer over {MAX_JUPYTER} bytes"
+    try:
+        return json.loads(data), None
+    except ValueError:
+        return None, "an answer that is not JSON"
+
+
+def jupyter_activity(token, now, runtime=None):
+    """(kernels running a cell now, seconds since a kernel or terminal last reported activity or None, problem or
+    None), from each server's own API asked with its token (``no_track_activity``: the guard's own requests are
+    not activity). A connection to :8888 without the token sees nothing, and changes nothing here."""
+    busy, last, problems = 0, None, []
+    for base, tok in jupyter_servers(token, runtime):
+        for kind in ("kernels", "terminals"):
+            items, problem = _jupyter_get(f"{base}/api/{kind}?no_track_activity=1", tok)
+            if problem:
+                problems.append(f"Jupyter at {base}: /api/{kind}: {problem}")
+                continue
+            for item in items if isinstance(items, list) else []:
+                if not isinstance(item, dict):
+                    continue
+                busy += item.get("execution_state") == "busy"
+                t = iso_time(item.get("last_activity"))
+                if t is not None:
+                    last = t if last is None else max(last, t)
+    return busy, None if last is None else max(0.0, now - last), "; ".join(problems)[:300] or None
+
+
 def sample(s, now):
     out = {}
     text = _nvidia_smi(["--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"])
@@ -306,8 +622,12 @@ def sample(s, now):
         out["gpu_util"] = [int(v) for v in re.findall(r"^\s*([0-9]{1,3})\s*$", text, re.M)]
     apps = _nvidia_smi(["--query-compute-apps=pid", "--format=csv,noheader"])
     out["gpu_procs"] = len(re.findall(r"^\s*[0-9]+\s*$", apps or "", re.M))
-    conns = _connections((22, 8888))
-    out["ssh"], out["jupyter"] = conns[22], conns[8888]
+    out["connections"] = sum(_connections(SESSION_PORTS).values())  # evidence only: anyone can open one
+    out["ssh"] = ssh_sessions()
+    out["jupyter"], out["jupyter_age"], problem = jupyter_activity(s["jupyter_token"], now)
+    if problem:
+        out["jupyter_problem"] = problem
+    out["cpu"] = cpu_times()
     out["heartbeat_age"] = None
     try:  # touched, not read: a regular file's own mtime (a link's target or a FIFO is not the heartbeat)
         st = os.stat(s["heartbeat"], follow_symlinks=False)
@@ -503,15 +823,138 @@ def _sum_line(digest, name):
     return f"{digest}  {name}\n"
 
 
-JOB = "/run/imagekit/job"  # present while a job-mode command runs (podstart.py)
-RUNS = "/workspace/.imagekit/runs"  # where `imagekit pod run` keeps its runs ($IMAGEKIT_RUNS), each <id>/pid, exit
+# ---- state that outlives the container: arm time, deadline, the blocker's first sighting -------------------------
+STATE_DIR = "/workspace/.imagekit/guard"  # on the volume: a container restart (a crash loop) keeps it
+STATE_FALLBACK = "/var/lib/imagekit/guard"  # the container's own disk, where the volume's path is not root's alone
+STATE = "state.json"
+MAX_STATE = 1 << 16
+RESUME_GAP = 900  # s: state last saved longer ago than this (or by a guard that ended the pod) is a new start
+CHECKED = "/run/imagekit/checked"  # podstart.py: the start check has said (a blocker is in BLOCKED, or none is)
+WARNING = "/run/imagekit/guard-warning"  # what the login banner shows besides BLOCKED (profile.sh)
+
+
+def _root_only(path):
+    """'' when every folder from / down to ``path`` (links resolved) is the guard's user's (root's) or root's and
+    writable by no one else, or sticky: no other user can rename, replace or empty it; else what is wrong."""
+    me, real = os.geteuid(), os.path.realpath(path)
+    walked = "/"
+    for part in [""] + [p for p in real.split("/") if p]:
+        walked = os.path.join(walked, part)
+        st = os.stat(walked, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, me):
+            return f"{walked} is not a folder of root's"
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return f"{walked} is writable by other users"
+    return ""
+
+
+class State:
+    """The guard's state file (``state.json``, 0600, in a folder 0700 that only root can change), read without
+    following a link, as a regular file, bounded; written as a new file renamed into place. The volume's folder
+    first; where that is not root's alone (a non-root user could rename it away, resetting the deadline), the
+    container's disk; where neither can be used, none (said once: the deadline then counts from this start)."""
+
+    def __init__(self, folders=None):
+        self.fd, self.path = None, None
+        why = []
+        for folder in folders or (STATE_DIR, STATE_FALLBACK):
+            try:
+                if not os.path.isdir(os.path.dirname(os.path.dirname(folder))):
+                    raise FileNotFoundError(errno.ENOENT, "no such folder", os.path.dirname(folder))
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+                problem = _root_only(folder)
+                if problem:
+                    why.append(f"{folder}: {problem}")
+                    continue
+                self.fd = nofollow.open_dir(folder, follow=False)
+                os.fchmod(self.fd, 0o700)
+                self.path = folder
+                return
+            except OSError as exc:
+                why.append(f"{folder}: {exc.strerror or exc}")
+        log("no state kept across restarts (" + "; ".join(why) + "): a deadline counts from this start")
+
+    def load(self):
+        if self.fd is None:
+            return None
+        try:
+            data = nofollow.read_bytes(STATE, MAX_STATE, dir_fd=self.fd)
+            return None if data is None else json.loads(data.decode("utf-8"))
+        except (OSError, ValueError) as exc:
+            log(f"the state in {self.path}/{STATE} cannot be read ({exc}): a new start")
+            return None
+
+    def save(self, guard, now, ended=False):
+        if self.fd is None:
+            return
+        s = guard.s
+        state = {"armed": guard.started, "deadline": guard.started + s["max_runtime"] if s["max_runtime"] else None,
+                 "blocked_since": guard.blocked_since, "seen": now, "ended": ended}
+        try:
+            nofollow.write_replace(self.fd, STATE, json.dumps(state).encode(), 0o600)
+        except OSError as exc:
+            log(f"cannot save the state in {self.path}: {exc}")
+
+
+def _time(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
+
+
+def resume(prev, now, s):
+    """(arm time, blocker's first sighting, log line or None) from what a previous start of this container saved.
+    It is a restart (a crash loop too) when that guard looked at most RESUME_GAP ago and did not end the pod: the
+    deadline counts from its arm time, the blocker's grace from its first sighting. Older, or ended: a new start
+    (the pod was stopped, by the guard or by hand, and started again)."""
+    armed, seen = _time((prev or {}).get("armed")), _time((prev or {}).get("seen"))
+    if armed is None or seen is None or not armed <= seen <= now + 5:
+        return now, None, None
+    if prev.get("ended") is not False:
+        return now, None, "a new start: the last start's guard ended the pod"
+    if now - seen > max(RESUME_GAP, 3 * s["interval"]):
+        return now, None, f"a new start: the last start's guard was last seen {say(now - seen)} ago"
+    blocked = _time(prev.get("blocked_since"))
+    left = (f"; the deadline in {say(max(0, armed + s['max_runtime'] - now))}" if s["max_runtime"] else "")
+    return armed, blocked if blocked is not None and blocked <= now else None, (
+        f"restarted: armed {say(now - armed)} ago, that time already used (last seen {say(now - seen)} ago){left}")
+
+
+def current_blocker():
+    """The start check's blocker; None while it has not said yet (a restarted container: keep what was seen)."""
+    found = blocker()
+    return found if found or os.path.exists(CHECKED) else None
+
+
+_BANNER = [None]  # what show_banner last wrote
+
+
+def show_banner(text):
+    """The watchdog's warning in the login banner's folder (profile.sh shows it), or gone once it no longer holds."""
+    if text == _BANNER[0]:
+        return
+    _BANNER[0] = text
+    try:
+        if text:
+            fd = nofollow.open_dir(os.path.dirname(WARNING), follow=False)
+            try:
+                nofollow.write_replace(fd, os.path.basename(WARNING), (text + "\n").encode(), 0o644)
+            finally:
+                os.close(fd)
+        elif os.path.lexists(WARNING):
+            os.unlink(WARNING)
+    except OSError:
+        pass
+
+
+JOB = "/run/imagekit/job"  # while a job-mode command runs (podstart.py): the identity of its process
+RUNS = "/workspace/.imagekit/runs"  # where `imagekit pod run` keeps its runs ($IMAGEKIT_RUNS): <id>/pid, identity, exit
 
 
 _PID = re.compile(rb"\s*([0-9]{1,10})\s*")
 
 
 def a_run_is_alive(runs):
-    """Is a run `imagekit pod run` started still going: a folder with a pid, no exit file yet, the process there?
+    """Is a run `imagekit pod run` started still going: a folder with a pid, no exit file yet, and its process
+    there: the one its identity file names (boot id, pid, start time), not whatever has that pid after a restart.
     Read through descriptors: a run folder or pid file that is a link, a FIFO or garbage is no run."""
     try:
         runs_fd = nofollow.open_dir(runs)  # $IMAGEKIT_RUNS as the pod's env names it
@@ -528,7 +971,9 @@ def a_run_is_alive(runs):
 
 
 def _run_pid_lives(name, runs_fd):
-    """The run folder ``name``: no exit file, and its pid file names a process that is there."""
+    """The run folder ``name``: no exit file, and its pid file names a process that is there and is the run's: the
+    one ``identity`` names, or (a run an older `pod run` started, no identity) one that started before the pid
+    file was written."""
     try:
         run_fd = nofollow.open_dir(name, dir_fd=runs_fd, follow=False)
     except OSError:
@@ -540,22 +985,29 @@ def _run_pid_lives(name, runs_fd):
         except FileNotFoundError:
             pass
         m = _PID.fullmatch(nofollow.read_bytes("pid", 64, dir_fd=run_fd) or b"")
+        written = os.stat("pid", dir_fd=run_fd, follow_symlinks=False).st_mtime
+        named = nofollow.read_bytes("identity", 256, dir_fd=run_fd)
     except OSError:
         return False
     finally:
         os.close(run_fd)
     pid = int(m.group(1)) if m else 0
-    if pid <= 1:  # 0 and -1 would ask the whole process group or every process; 1 is tini, never a run
+    if pid <= 1:  # 0 and -1 are no process; 1 is tini, never a run
         return False
-    try:
-        os.kill(pid, 0)
-    except (OSError, OverflowError):
-        return False
-    return True
+    if named is not None:
+        text = named.decode("ascii", "replace")
+        return same_process(text) and text.split()[1:2] == [str(pid)]
+    return started_by(pid, written)
 
 
 def job_running(environ):
-    return os.path.exists(JOB) or a_run_is_alive(environ.get("IMAGEKIT_RUNS") or RUNS)
+    """A job-mode command (its identity in ``JOB``) or a run `imagekit pod run` started is still running."""
+    try:
+        job = nofollow.read_bytes(JOB, 256)
+    except OSError:
+        job = None
+    return bool(job and same_process(job.decode("ascii", "replace"))) or a_run_is_alive(
+        environ.get("IMAGEKIT_RUNS") or RUNS)
 
 
 def run(environ, now=time.time, sleep=time.sleep):
@@ -580,14 +1032,24 @@ def run(environ, now=time.time, sleep=time.sleep):
         + (f"{found[0]} pod {found[2]}" if found else f"{refused.split(' ')[0]} refused: it can only log" if refused
            else "no provider credentials: it can only log") + ")"
         + (" [dry run]" if s["dry_run"] else ""))
+    store = State()
+    started, blocked_since, said = resume(store.load(), started, s)
+    if said:
+        log(said)
     guard = Guard(s, started)
+    guard.blocked_since = blocked_since
     while True:
         t = now()
-        fired = guard.step(t, sample(s, t), blocker(), job_running=job_running(environ))
+        fired = guard.step(t, sample(s, t), current_blocker(), job_running=job_running(environ))
         for warning in guard.warnings:
             log(f"warning: {warning}")
+        show_banner(guard.banner)
+        store.save(guard, t)
         if fired:
-            return 0 if act(environ, s, *fired) else 1  # done, or nothing can be done (said why)
+            done = act(environ, s, *fired)
+            if done and not s["dry_run"]:
+                store.save(guard, t, ended=True)  # the pod was ended: its next start is a new one
+            return 0 if done else 1  # done, or nothing can be done (said why)
         sleep(s["interval"])
 
 
@@ -604,7 +1066,19 @@ def after_run(environ, code):
     if not ok:
         log(f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there")
         return 1
-    return 0 if act(environ, s, "exit", s["on_exit"], f"the run exited {code}") else 1
+    return 0 if act(environ, s, "exit", exit_action(s["on_exit"], code), f"the run exited {code}") else 1
+
+
+def exit_action(on_exit, code):
+    """What IMAGEKIT_ON_EXIT does after an exit with ``code``: `terminate` only after a success (a failed run's pod is
+    stopped instead, its volume and log kept for a look), `terminate-always` after any exit."""
+    if on_exit == "terminate-always":
+        return "terminate"
+    if on_exit == "terminate" and code != 0:
+        log(f"the exit code is {code}: stopping instead of terminating (IMAGEKIT_ON_EXIT=terminate ends a pod for good "
+            "after a success only; terminate-always after any exit)")
+        return "stop"
+    return on_exit
 
 
 def main(argv):

@@ -8,7 +8,7 @@ timeout), deep (adds Hugging Face access checks).
 
 Exit codes: 0 ok; 1 a blocker (or a warning under --strict); 2 bad usage; 3 a check could not run.
 Usage: `imagekit_doctor.py [--tier quick|start|standard|deep] [--expect FILE] [--python PATH] [--json] [--strict]
-[--require-gpu] [--path DIR ...] [--hf-repo ORG/NAME ...] [-- LAUNCH COMMAND ...]`.
+[--require-gpu] [--path DIR ...] [--hf-repo ORG/NAME ...] [--no-launch] [-- LAUNCH COMMAND ...]`.
 """
 
 from __future__ import annotations
@@ -1313,6 +1313,9 @@ def parser():
     p.add_argument("--accelerate-config", help="accelerate config file (default: where accelerate looks)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for the torch probe")
     p.add_argument("--entrypoint", action="store_true", help="quiet unless something is wrong (image entrypoint)")
+    p.add_argument("--no-launch", action="store_true",
+                   help="check the launch command after -- as before launching it, but do not run it (`imagekit pod "
+                   "run` checks a launch this way before it starts it)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="after --: a launch command (accelerate launch / torchrun) to check with its own options and "
                    "run when nothing blocks it")
@@ -1359,7 +1362,7 @@ def main(argv=None):
             text += "\n" + summary(checks)
         if text:
             print(text, file=sys.stderr if args.entrypoint or args.command else sys.stdout)
-    if args.command:
+    if args.command and not args.no_launch:
         if code != 0:
             print(f"imagekit doctor: not launching `{printable(nofollow.redact(' '.join(args.command)))}` (exit "
                   f"{code})", file=sys.stderr)

@@ -284,12 +284,13 @@ def run_then_end(argv, environ, guard, s):
     """IMAGEKIT_ON_EXIT: the command as a child (signals passed on), then its outputs checksummed, then the pod
     ended through the provider; a missing output, or no provider, leaves the pod as a plain job leaves it."""
     os.makedirs(STATE_DIR, exist_ok=True)
-    open(guard.JOB, "w").close()
     try:
         proc = subprocess.Popen(argv)
     except OSError as exc:
         log(f"cannot run {argv[0]}: {exc.strerror}")
         return 127
+    # the job's process by boot id, pid and start time: after a restart its pid names some other process
+    write_private(guard.JOB, (guard.identity(proc.pid) or "") + "\n", 0o644)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
     code = proc.wait()
@@ -302,7 +303,7 @@ def run_then_end(argv, environ, guard, s):
         log(f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there; it stays up so you "
             "can look (it keeps billing)")
         stay_up()
-    if guard.act(environ, s, "exit", s["on_exit"], f"the job exited {code}"):
+    if guard.act(environ, s, "exit", guard.exit_action(s["on_exit"], code), f"the job exited {code}"):
         log("the provider was asked to end the pod; waiting for it")
         stay_up()
     return code
@@ -315,6 +316,7 @@ def job(argv, environ):
     if code == 1 and s["on_blocker"]:
         text = banner(report)
         safely("writing the login banner", write_private, BLOCKED, text, 0o644)
+        safely("marking the start check done", mark_checked)
         print(text, file=sys.stderr, flush=True)
         log(f"BLOCKED: not starting `{shlex.join(argv)}`; the guard will {s['on_blocker']} this pod after "
             f"IMAGEKIT_BLOCKER_GRACE unless the blocker goes away")
@@ -329,6 +331,7 @@ def job(argv, environ):
         log("a start check could not run (above); starting anyway")
     if checks:
         log(summary(checks, seconds))
+    safely("marking the start check done", mark_checked)
     if s["on_exit"]:
         return run_then_end(argv, environ, guard, s)
     try:
@@ -397,16 +400,26 @@ def start(environ, jupyter, ssh_unless_served=False):
     elif code == 3:
         print(report, file=sys.stderr)
         log("a start check could not run (above)")
+    safely("marking the start check done", mark_checked)
     if checks:
         log(summary(checks, seconds))
     safely(HOOKS[1], run_hook, HOOKS[1])
     return code
 
 
+def mark_checked():
+    """The start check has said (its blocker, if any, is in BLOCKED): the guard may take a missing banner for no
+    blocker (before this, after a restart, it keeps the blocker's first sighting)."""
+    write_private(os.path.join(STATE_DIR, "checked"), "", 0o644)
+
+
 def _clear_state():
+    """The last start's markers (the container layer, /run included, survives a restart): gone before this start's
+    check writes its own."""
     os.makedirs(STATE_DIR, exist_ok=True)
-    if os.path.exists(BLOCKED):
-        os.unlink(BLOCKED)
+    for path in [BLOCKED] + [os.path.join(STATE_DIR, name) for name in ("checked", "job", "guard-warning")]:
+        if os.path.lexists(path):
+            os.unlink(path)
 
 
 def stay_up():

@@ -60,6 +60,8 @@ class CiOptions:
     locks: str = "fail"  # stale or missing locks, resolved on the runner: fail the plan with the diff, or commit them
     wheel_dir: str = WHEEL_DIR  # where the committed wheel lies, relative to the repository's root
     arm64_runner: tuple[str, ...] = ()  # runs-on labels of a linux/arm64 runner; empty: arm64 cells emulated
+    reap: bool = False  # also write .github/workflows/reap.yml: `imagekit pod reap` every half hour
+    reap_older_than: str | None = None  # its --older-than (a duration), or None: deadlines only
 
 
 def requirement_name(install: str) -> str | None:
@@ -183,7 +185,42 @@ def command_line(opts: CiOptions) -> str:
         words += ["--gpu-runner", label]
     for label in opts.arm64_runner:
         words += ["--arm64-runner", label]
+    if opts.reap:
+        words += ["--reap"] + (["--reap-older-than", opts.reap_older_than] if opts.reap_older_than else [])
     return shlex.join(words)
+
+
+REAP_OUT = ".github/workflows/reap.yml"
+
+
+def reap_workflow(opts: CiOptions, account_key: str, wheel: Wheel | None = None) -> str:
+    """.github/workflows/reap.yml: `imagekit pod reap` on a schedule, the pods' account key (``account_key``, the
+    variable's name) from a repository secret of that name."""
+    return (
+        _environment()
+        .get_template("reap.yml.j2")
+        .render(
+            command=command_line(opts),
+            install_run=install_run(opts, wheel),
+            older_than=opts.reap_older_than,
+            account_key=account_key,
+        )
+    )
+
+
+def reap_option(reap: bool, older_than: str | None) -> str | None:
+    """--reap-older-than, checked as `pod reap --older-than` reads it (it needs --reap)."""
+    from imagekit.in_image import facts
+
+    if older_than is None:
+        return None
+    if not reap:
+        raise UsageError("--reap-older-than needs --reap", "pass --reap too")
+    try:
+        facts.parse_duration(older_than, "--reap-older-than")
+    except facts.SettingError as exc:
+        raise UsageError(str(exc), "for example --reap-older-than 12h") from None
+    return older_than
 
 
 def _environment() -> jinja2.Environment:

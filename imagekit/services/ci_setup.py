@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagekit.clouds import providers
 from imagekit.effects import http
 from imagekit.effects.files import write_atomic
 from imagekit.errors import EnvironmentFailure, UsageError
@@ -74,7 +75,13 @@ def write(opts: ci.CiOptions, out: Path) -> Written:
         text = ci.workflow(opts, wheel)
     write_atomic(out, text)
     lines.append(f"wrote {out}: pushes to {opts.registry or 'ghcr.io/<owner>/<repo>'}")
+    if opts.reap:
+        reaper = out.parent / Path(ci.REAP_OUT).name
+        key = providers.pod_provider().account_key
+        write_atomic(reaper, ci.reap_workflow(opts, key, wheel))
+        lines.append(f"wrote {reaper}: `imagekit pod reap` every half hour (add the repository secret {key})")
     lines.append(ci.secrets_note(opts))
     added = f"{out} {opts.wheel_dir}" if wheel else str(out)
+    added += f" {out.parent / Path(ci.REAP_OUT).name}" if opts.reap else ""
     lines.append(f"next: git add {added} && git commit -m 'images workflow' && git push")
     return Written(tuple(lines))

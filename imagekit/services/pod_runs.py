@@ -16,11 +16,27 @@ from dataclasses import dataclass
 
 from imagekit.clouds.podwire import Target
 from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.services import launch_check
 from imagekit.services.pod import Dial, Log, PodOptions, connect, refuse_if_blocked
 from imagekit.trust import untrusted
 
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9]{1,10}", re.ASCII)
 RUNS = '"${IMAGEKIT_RUNS:-/workspace/.imagekit/runs}"'
+# A run's process is its boot id, pid and start time (field 22 of /proc/PID/stat, counted after the command name's
+# closing parenthesis), not its pid: after a container restart the pid names another process (the guard reads the
+# same file: in_image/guard.py). `alive` (needs r and p set) is true while the recorded process runs; a run with no
+# identity file (started by an older imagekit) falls back to its pid.
+_START = "\"$(sed 's/^.*[)] //' \"/proc/$p/stat\" 2>/dev/null | cut -d' ' -f20)\""
+_BOOT = '"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"'
+RECORD_IDENTITY = (
+    f"t={_START}; b={_BOOT} || b=; "
+    'if [ -n "$t" ] && [ -n "$b" ]; then printf \'%s %s %s\\n\' "$b" "$p" "$t" >"$r/identity"; fi; '
+)
+ALIVE = (
+    'alive() { [ -f "$r/identity" ] || { kill -0 "$p" 2>/dev/null; return; }; '
+    'read -r b q t <"$r/identity" || return 1; '
+    f'[ "$q" = "$p" ] && [ "$b" = {_BOOT} ] && [ "$t" = {_START} ]; }}; '
+)
 NO_LIMIT = 10.0**9  # seconds: `pod wait` waits as long as the run takes unless --timeout says otherwise
 
 
@@ -45,7 +61,7 @@ def start_script(command: str) -> str:
         'id="$(date -u +%Y%m%dT%H%M%SZ)-$$"; r="$d/$id"; mkdir "$r"; '
         f"printf '%s\\n' {shlex.quote(command)} >\"$r/command\"; "
         f'setsid sh -c {shlex.quote(wrapper)} imagekit-run "$r" "$u" </dev/null >/dev/null 2>&1 & '
-        'echo "$!" >"$r/pid"; ln -sfn "$id" "$d/latest"; echo "$id"'
+        'p=$!; echo "$p" >"$r/pid"; ' + RECORD_IDENTITY + 'ln -sfn "$id" "$d/latest"; echo "$id"'
     )
 
 
@@ -67,12 +83,22 @@ def checked_id(run_id: str | None) -> str | None:
 
 
 def start(
-    target: Target, command: str, opts: PodOptions, warn: Log, dial: Dial = connect, ignore_blockers: bool = False
+    target: Target,
+    command: str,
+    opts: PodOptions,
+    warn: Log,
+    dial: Dial = connect,
+    ignore_blockers: bool = False,
+    check_launch: bool = True,
 ) -> Started:
-    """Start ``command`` on the pod; its run id (refused on a blocked pod, as `pod exec` is)."""
+    """Start ``command`` on the pod; its run id. Refused on a blocked pod, as `pod exec` is, and, unless not
+    ``check_launch``, where the image's doctor finds a blocker in the launch (:mod:`launch_check`), over the same
+    connection and before anything is started."""
     with dial(target, opts, warn) as t:
         if not ignore_blockers:
             refuse_if_blocked(t, "starting the run")
+        if check_launch:
+            launch_check.enforce(t, command, warn, ignore_blockers)
         code, out = t.capture(start_script(command), 60.0)
     said = out.strip().splitlines()[-1].strip() if out.strip() else ""
     if code != 0 or not RUN_ID.fullmatch(said):
@@ -88,7 +114,11 @@ def logs(
     dial: Dial = connect,
 ) -> int:  # fmt: skip
     """The run's log (``follow``: until the run ends); 0, or 4 when there is no such run."""
-    show = 'tail -n +1 -f --pid="$(cat "$r/pid")" "$r/log"' if follow else 'cat "$r/log"'
+    show = (
+        'p="$(cat "$r/pid")"; ' + ALIVE + 'if alive; then tail -n +1 -f --pid="$p" "$r/log"; else cat "$r/log"; fi'
+        if follow
+        else 'cat "$r/log"'
+    )
     script = _run_dir(checked_id(run_id)) + show  # a bad id is refused before any connection
     with dial(target, opts, warn) as t:
         return t.run(script, NO_LIMIT if follow else opts.timeout, out, err)
@@ -98,7 +128,7 @@ def wait(target: Target, run_id: str | None, opts: PodOptions, warn: Log, dial: 
     """The run's exit code, once it ended; a run that ended without one (killed with the pod's processes) is
     :class:`EnvironmentFailure`."""
     script = _run_dir(checked_id(run_id)) + (
-        'p="$(cat "$r/pid")"; while [ ! -e "$r/exit" ]; do kill -0 "$p" 2>/dev/null || break; sleep 1; done; '
+        'p="$(cat "$r/pid")"; ' + ALIVE + 'while [ ! -e "$r/exit" ]; do alive || break; sleep 1; done; '
         'if [ -e "$r/exit" ]; then echo "IMAGEKIT-EXIT $(cat "$r/exit")"; else echo IMAGEKIT-LOST; fi'
     )
     with dial(target, opts, warn) as t:

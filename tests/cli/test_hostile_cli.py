@@ -162,6 +162,7 @@ BASELINE: dict[str, list[str]] = {
     "pod create": ["acell", "--gpu", "NVIDIA A100", "--release-index", "releases/index.json"],
     "pod stop": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
     "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
+    "pod reap": ["--dry-run", "--api-url", f"{DEAD}/v1"],
     "release merge": ["adir", "--index", "releases/index.json"],  # an empty records folder: nothing to verify
     "ci init": ["--out", "wf/images.yml"],
     "selftest": ["127.0.0.1:9/imagekit/train:" + CELL, "--gpus", "off"],  # no engine: exit 3

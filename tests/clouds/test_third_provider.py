@@ -16,7 +16,7 @@ import typer
 
 import imagekit.clouds
 import imagekit.effects
-from imagekit.cli import build_app
+from imagekit.cli import build_app, guard_options
 from imagekit.clouds import providers
 from imagekit.in_image import facts
 from tests import hostile_http
@@ -73,8 +73,10 @@ def test_its_command_is_built_from_its_spec(acme):
     root = typer.main.get_command(build_app())
     assert list(root.commands)[7:10] == ["runpod-template", "vast-template", "acme-template"]
     command = root.commands["acme-template"]
+    # the lifetime guard's options come with every provider's command: its template is guarded unless --no-guard
     assert [p.name for p in command.params] == [
-        "ref", "release_index", "platform", "region", "spot", "create", "api_url", "allow_private_registry",
+        "ref", "release_index", "platform", "region", "spot", *guard_options.NAMES, "create", "api_url",
+        "allow_private_registry",
     ]  # fmt: skip
     assert command.help == "Print the Acme template for a published image; --create makes it on Acme."
     assert command.epilog == (
@@ -94,7 +96,12 @@ def test_print_mode(acme, runner, index):
     assert res.exit_code == 0, res.output
     body = json.loads(res.stdout)
     assert body["image"] == TAG and body["region"] == "us" and body["interruptible"] is True
-    assert body["env"] == {"IMAGEKIT_REQUIRE_GPU": "1"} and body["min_cuda"] == "12.1"  # the image's contract
+    assert body["min_cuda"] == "12.1"  # the image's contract
+    assert body["env"] == {  # the lifetime guard, armed by default for a provider that only passes it on
+        "IMAGEKIT_REQUIRE_GPU": "1", "IMAGEKIT_IDLE_STOP": "45m", "IMAGEKIT_ON_BLOCKER": "stop",
+        "IMAGEKIT_BLOCKER_GRACE": "20m", "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_GUARD_ACTION": "stop",
+    }  # fmt: skip
+    assert "lifetime guard armed: stop after 45m idle" in res.stderr and "acme-template --no-guard" in res.stderr
 
 
 def test_its_checks_run_where_the_spec_puts_them(acme, runner, tmp_path, index, monkeypatch):

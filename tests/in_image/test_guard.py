@@ -82,8 +82,10 @@ IDLE = {"gpu_util": [0, 3], "gpu_procs": 0, "ssh": 0, "jupyter": 0, "heartbeat_a
         ({}, None),
         ({"gpu_util": [0, 40]}, "GPU utilisation 0/40 %"),
         ({"gpu_procs": 1}, "1 GPU compute process"),
-        ({"ssh": 1}, "1 SSH connection"),
-        ({"jupyter": 2}, "2 Jupyter connection"),
+        ({"ssh": 1}, "1 SSH session(s) logged in"),
+        ({"jupyter": 2}, "2 Jupyter kernel(s) running a cell"),
+        ({"jupyter_age": 30.0}, "Jupyter activity 30 s ago"),
+        ({"connections": 3}, None),  # held open, logged in or not: a connection is not a session
         ({"heartbeat_age": 12.0}, "heartbeat 12 s ago"),
     ],
 )
@@ -92,9 +94,10 @@ def test_idle_means_every_sign_of_work_is_absent(change, busy):
     assert idle == (busy is None)
     if busy:
         assert any(busy in line for line in lines)
-    else:  # the evidence a stop's log line gives: each sign, as read
+    elif not change:  # the evidence a stop's log line gives: each sign, as read
         assert lines == ["GPU utilisation 0/3 % (threshold 5 %)", "0 GPU compute process(es)",
-                         "0 SSH connection(s)", "0 Jupyter connection(s)", "heartbeat never touched"]  # fmt: skip
+                         "0 SSH session(s) logged in", "0 Jupyter kernel(s) running a cell",
+                         "Jupyter: no kernel or terminal", "heartbeat never touched"]  # fmt: skip
 
 
 def test_idle_stop_fires_after_a_whole_idle_window_and_any_work_restarts_it():

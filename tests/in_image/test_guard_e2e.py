@@ -147,8 +147,7 @@ def test_idle_stop_waits_while_anything_works_then_stops(real_build, engine, api
     try:
         time.sleep(6)
         (fake / "procs").write_text("")
-        with socket.create_connection(("127.0.0.1", pod.port("22/tcp"))) as _ssh:  # an SSH session, open
-            time.sleep(6)
+        _ssh(pod, tmp_path, "sleep 6")  # a logged-in SSH session (a TCP connection alone no longer counts)
         pod.exec("sh", "-c", "touch /run/imagekit/heartbeat")  # the training loop's heartbeat
         time.sleep(3)
         assert len(api.seen) == before, pod.logs()
@@ -158,7 +157,84 @@ def test_idle_stop_waits_while_anything_works_then_stops(real_build, engine, api
         logs = pod.logs()
         line = next(x for x in logs.splitlines() if "imagekit-guard: idle:" in x)
         assert "GPU utilisation 0 % (threshold 5 %)" in line and "0 GPU compute process(es)" in line
-        assert "0 SSH connection(s)" in line and "heartbeat" in line
+        assert "0 SSH session(s) logged in" in line and "heartbeat" in line
+    finally:
+        pod.remove()
+
+
+def _ssh(pod, tmp_path: Path, command: str) -> None:
+    """``command`` over a real SSH login as root, with the key _throwaway_key made (sshd may still be starting)."""
+    import subprocess
+
+    argv = ["ssh", "-i", str(tmp_path / "id_ed25519"), "-p", str(pod.port("22/tcp")), "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "root@127.0.0.1", command]  # fmt: skip
+    for _ in range(20):
+        if subprocess.run(argv, capture_output=True, timeout=60).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no SSH login to the pod:\n{pod.logs()[-3000:]}")
+
+
+def test_an_unauthenticated_connection_held_open_does_not_keep_the_pod_up(real_build, engine, api, tmp_path):
+    """A scanner's connection to :22 (its banner sent, no authentication) held open: idle stop fires anyway, and the
+    log line shows the connection as evidence, not as a session."""
+    result, _ = real_build
+    before = len(api.seen)
+    env = {"IMAGEKIT_IDLE_STOP": "4s", "PUBLIC_KEY": _throwaway_key(tmp_path)}
+    pod, _ = _start(engine, result.tag, api, tmp_path, env, fake=_fake_gpu(tmp_path))
+    try:
+        _logs_with(pod, "SSH: sshd listening on port 22")
+        with socket.create_connection(("127.0.0.1", pod.port("22/tcp"))) as scanner:
+            scanner.recv(256)
+            scanner.sendall(b"SSH-2.0-scanner\r\n")
+            arrived = _wait_request(api, before + 1, timeout=30)  # while it is held open
+        assert (api.seen[-1].method, api.seen[-1].path) == ("POST", f"/v1/pods/{POD_ID}/stop")
+        _record("idle, an unauthenticated connection held open", api, pod, "idle", arrived)
+        line = next(x for x in pod.logs().splitlines() if "imagekit-guard: idle:" in x)
+        assert "0 SSH session(s) logged in" in line and "a connection is not a login" in line
+    finally:
+        pod.remove()
+
+
+# The stale run after a restart: the pid it recorded is taken by another process of the restarted container.
+REUSE = 'while :; do sleep 300 & q=$!; [ "$q" -eq "$1" ] && exit 0; kill "$q"; [ "$q" -gt "$1" ] && exit 1; done'
+
+
+def test_a_restart_with_a_reused_pid_is_no_job_and_pod_wait_returns(real_build, engine, api, tmp_path):
+    """A `pod run` run (the real start script) is running when the container restarts; after it, its pid names
+    another process. The guard does not take that for the job (the GPU-idle watchdog, armed to stop, stays quiet:
+    it used to stop the pod for a job that was not there), and `pod wait`'s script says the run was lost (it used to
+    wait forever); the deadline still counts from the first start."""
+    from imagekit.services import pod_runs
+
+    result, _ = real_build
+    before = len(api.seen)
+    env = {"IMAGEKIT_GPU_IDLE_STOP": "4s", "IMAGEKIT_MAX_RUNTIME": "90s"}
+    fake = _fake_gpu(tmp_path, util="50\n")  # the run works its GPU until the restart
+    pod, vol = _start(engine, result.tag, api, tmp_path, env, fake=fake)
+    try:
+        pod.exec("sh", "-c", "for i in $(seq 300); do sh -c :; done")  # its pid above what a start takes
+        code, out = pod.exec("bash", "-c", pod_runs.start_script("sleep 600"))
+        run_id = out.strip().splitlines()[-1]
+        pid = int((vol / ".imagekit" / "runs" / run_id / "pid").read_text())
+        assert code == 0 and (vol / ".imagekit" / "runs" / run_id / "identity").is_file(), out
+        first = time.time()
+        pod.container.restart(timeout=5)
+        (fake / "util").write_text("0\n")
+        _logs_with(pod, "restarted: armed")
+        pod.container.exec_run(["sh", "-c", REUSE, "reuse", str(pid)], detach=True)
+        time.sleep(3)
+        code, out = pod.exec("sh", "-c", f"cat /proc/{pid}/cmdline | tr '\\0' ' '")
+        assert "sleep 300" in out, f"pid {pid} was not reused: {out!r}"
+        alive = (
+            pod_runs._run_dir(run_id) + 'p="$(cat "$r/pid")"; ' + pod_runs.ALIVE + "alive && echo ALIVE || echo LOST"
+        )
+        assert pod.exec("bash", "-c", alive)[1].strip().endswith("LOST")
+        time.sleep(8)  # GPUs at 0 %: a job would be stopped by now
+        assert len(api.seen) == before, pod.logs()
+        _wait_request(api, before + 1, timeout=120)
+        assert "IMAGEKIT_MAX_RUNTIME=1m30s reached" in pod.logs() and time.time() - first < 100
     finally:
         pod.remove()
 

@@ -99,7 +99,7 @@ def test_idle_stop_fires_one_window_after_the_last_heartbeat_not_two(pod, tmp_pa
     word = line.split("idle for ")[1].split(" ")[0]  # as guard.say writes it: 30m15s
     said = sum(int(n) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([dhms])", word))
     assert said == int(ended), line  # what it says is the time since the last sign of work
-    assert "heartbeat 18" in line and "0 SSH connection(s)" in line
+    assert "heartbeat 18" in line and "0 SSH session(s) logged in" in line
 
 
 def test_the_idle_window_counts_from_the_last_sign_of_work_whichever_it_was():
@@ -215,6 +215,25 @@ def test_pod_run_on_exit_never_ends_the_pod_while_a_declared_output_is_missing(p
     assert guard.after_run(env, 0) == 0 and pod.calls == [("runpod", "abc123xyz", "terminate")]
     assert (tmp_path / "model.pt.sha256").is_file() and (tmp_path / "out" / "final.pt.sha256").is_file()
     assert guard.after_run({**RUNPOD, "IMAGEKIT_OUTPUTS": str(missing)}, 0) == 0 and len(pod.calls) == 1  # not armed
+
+
+@pytest.mark.parametrize(
+    "on_exit, code, sent",
+    [("terminate", 0, "terminate"), ("terminate", 3, "stop"), ("terminate-always", 3, "terminate"),
+     ("terminate-always", 0, "terminate"), ("stop", 3, "stop")],
+)  # fmt: skip
+def test_a_failed_run_is_never_terminated_unless_terminate_always_asks(pod, tmp_path, on_exit, code, sent):
+    assert guard.after_run({**RUNPOD, "IMAGEKIT_ON_EXIT": on_exit}, code) == 0
+    assert pod.calls == [("runpod", "abc123xyz", sent)]
+    if sent != on_exit.split("-")[0]:
+        assert "stopping instead of terminating" in _log(tmp_path)
+
+
+def test_an_unknown_on_exit_value_is_refused_and_named():
+    s, problems = guard.settings({"IMAGEKIT_ON_EXIT": "terminate-now", "IMAGEKIT_ON_BLOCKER": "terminate-always"})
+    assert s["on_exit"] is None and s["on_blocker"] is None
+    assert any("stop or terminate or terminate-always" in p for p in problems), problems
+    assert any("IMAGEKIT_ON_BLOCKER='terminate-always' is not stop or terminate" in p for p in problems), problems
 
 
 class StayedUp(Exception):

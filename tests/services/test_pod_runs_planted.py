@@ -45,7 +45,8 @@ def test_a_run_id_the_pod_prints_that_is_not_one_is_refused(said):
     with pytest.raises(EnvironmentFailure, match="the run did not start on the pod") as err:
         pod_runs.start(TARGET, "python train.py", OPTS, _nothing, dial=t.dial)
     assert "\x1b" not in err.value.message and "\x07" not in err.value.message
-    assert [c[0] for c in t.calls] == ["connect", "capture", "capture"]  # the blocked probe, the start; nothing after
+    # the blocked probe, the launch check, the start; nothing after
+    assert [c[0] for c in t.calls] == ["connect", "capture", "capture", "capture"]
 
 
 def test_a_run_id_the_pod_prints_is_the_runs_id():

@@ -16,9 +16,11 @@ case ":${PATH:-}:" in
 esac
 case "$-" in
   *i*)
-    if [ -r /run/imagekit/blocked ] && [ -z "${IMAGEKIT_BANNER_SHOWN:-}" ]; then
-      cat /run/imagekit/blocked >&2
-      IMAGEKIT_BANNER_SHOWN=1
+    if [ -z "${IMAGEKIT_BANNER_SHOWN:-}" ]; then
+      # the start check's blocker; the lifetime guard's warning (a process on the CPU while every GPU idles)
+      for f in /run/imagekit/blocked /run/imagekit/guard-warning; do
+        if [ -r "$f" ]; then cat "$f" >&2; IMAGEKIT_BANNER_SHOWN=1; fi
+      done
     fi
     ;;
 esac

@@ -27,14 +27,16 @@ def template(
     require_gpu: bool = True,
     runtime: Any = None,
     data: Any = None,
+    guard: dict[str, str] | None = None,
 ) -> dict:
-    """From a release-index entry: the image by its immutable tag, where and how it runs, the disk sized from it."""
+    """From a release-index entry: the image by its immutable tag, where and how it runs, the disk sized from it,
+    the lifetime guard's env (``guard``, as `imagekit acme-template` passes it from the shared guard options)."""
     return {
         "name": f"imagekit {entry['manifest']['cell']['id']}",
         "image": entry["tag"],
         "region": region,
         "interruptible": spot,
-        "env": {"IMAGEKIT_REQUIRE_GPU": "1" if require_gpu else "0"},
+        "env": {"IMAGEKIT_REQUIRE_GPU": "1" if require_gpu else "0", **(guard or {})},
         "disk_gb": max(20, math.ceil(entry.get("size_bytes", 0) / 1e9 * 1.5 + 10)),
         "min_cuda": runtime.cuda if runtime is not None else None,
     }

@@ -1,0 +1,207 @@
+"""`imagekit pod create` and `imagekit pod reap`: rent a pod guarded by default and recorded before anything waits on
+it; find and end, from outside, the imagekit pods the guard inside them missed."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit.cli import guard_options as go
+from imagekit.cli.common import err_console, handles_errors, out_json
+from imagekit.cli.options import JsonOpt
+from imagekit.clouds import providers
+
+PODS = providers.pod_provider()
+ApiOpt = Annotated[str, typer.Option("--api-url", metavar="URL", help="RunPod REST API base.")]
+CREATE_EPILOG = (
+    f"Example: {PODS.account_key}=... imagekit pod create cu118-torch2.5.1-py3.11-tf4.48.2 --gpu 'NVIDIA GeForce RTX "
+    "3090' --deadline 6h. Armed unless --no-guard: stop after 45m idle, stop on a start-check blocker after 20m, stop "
+    "after a job or `pod run` exits (outputs checksummed); never terminate unless asked."
+)
+REAP_EPILOG = (
+    f"Example: {PODS.account_key}=... imagekit pod reap --dry-run --older-than 12h. imagekit's pods carry "
+    "IMAGEKIT_CREATED in their env (pod create, the templates); any other pod is listed and never touched."
+)
+
+
+def register_create(app: typer.Typer, write, warn) -> None:  # type: ignore[no-untyped-def]
+    @app.command("create", epilog=CREATE_EPILOG)
+    @handles_errors
+    def create(
+        ref: Annotated[
+            str,
+            typer.Argument(
+                metavar="CELL_OR_TAG",
+                help="A cell id or tag from the release index, or a published image as REGISTRY/REPO:TAG (or "
+                "@sha256:...), read from its labels in the registry when the index does not record it.",
+            ),
+        ],
+        gpu: Annotated[
+            str,
+            typer.Option(
+                "--gpu",
+                metavar="ID",
+                help="RunPod's GPU type id, e.g. 'NVIDIA GeForce RTX 3090' (checked against "
+                "the architectures the cell's torch build has kernels for).",
+            ),
+        ],
+        count: Annotated[int, typer.Option("--count", min=1, max=8, metavar="N", help="GPUs in the pod.")] = 1,
+        cloud: Annotated[str, typer.Option("--cloud", metavar="|".join(PODS.pod_clouds))] = PODS.pod_clouds[0],
+        volume_gb: Annotated[
+            int, typer.Option("--volume", min=1, max=10_000, metavar="GB", help="Pod volume on /workspace.")
+        ] = 50,
+        no_guard: go.NoGuardOpt = False,
+        deadline: go.DeadlineOpt = None,
+        idle_stop: go.IdleStopOpt = None,
+        on_blocker: go.OnBlockerOpt = None,
+        blocker_grace: go.BlockerGraceOpt = None,
+        on_exit: go.OnExitOpt = None,
+        guard_action: go.GuardActionOpt = None,
+        gpu_idle_stop: Annotated[
+            str | None,
+            typer.Option(
+                "--gpu-idle-stop", metavar="DURATION", help="Guard: stop it when a job's GPUs idle that long (30m)."
+            ),
+        ] = None,
+        registry_auth: Annotated[
+            str | None,
+            typer.Option("--registry-auth", metavar="ID", help="RunPod's id of the credentials for a private image."),
+        ] = None,
+        arch: Annotated[
+            str | None, typer.Option("--arch", metavar="sm_XY", help="The GPU's architecture, when imagekit lacks it.")
+        ] = None,
+        release_index: Annotated[
+            Path, typer.Option("--release-index", metavar="FILE", help="Where published images are recorded.")
+        ] = Path("releases/index.json"),
+        api_url: ApiOpt = PODS.api,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the request body; send nothing.")] = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Rent a RunPod pod for a published image, only on hosts that can run it: allowedCudaVersions from the
+        image's CUDA, the GPU refused (exit 2, naming those that work) when torch has no kernels for it. The lifetime
+        guard is armed (stop, never terminate, unless asked; off with --no-guard). The pod's id is recorded here before
+        anything waits on it (`pod reap` finds it whatever happens). Prints the pod id and its price per hour."""
+        values = dict(locals())
+        _create(values, go.choice(values, gpu_idle_stop), write, warn)
+
+
+def _create(v: dict, choice, write, warn) -> None:  # type: ignore[no-untyped-def]
+    from imagekit.clouds import guard_defaults, pod_create, runpod
+    from imagekit.errors import UsageError
+    from imagekit.services import inputs, pod_fleet, remote_contract
+
+    data = inputs.compat_data()
+    gpu = v["gpu"]
+    entry = remote_contract.release(v["release_index"], v["ref"], pod_create.platform_of_gpu(data, gpu))  # Grace
+    if "source" in entry:
+        warn(f"pod create: from {entry['source']}")
+    if v["registry_auth"] is not None:
+        try:
+            runpod.registry_auth_id(v["registry_auth"])
+        except ValueError as exc:
+            raise UsageError(f"invalid --registry-auth: {exc}", "the id RunPod shows for the credentials") from None
+    guard = guard_defaults.env(choice)
+    marks = guard_defaults.marks(dt.datetime.now(dt.UTC), choice.deadline)
+    body = pod_create.body(
+        entry, data, gpu, count=v["count"], cloud=v["cloud"], volume_gb=v["volume_gb"],
+        registry_auth=v["registry_auth"], arch=v["arch"], guard=guard, env=marks,
+    )  # fmt: skip
+    if v["dry_run"]:
+        out_json(body)
+        return
+    unreachable = runpod.unreachable_registry(entry["tag"])
+    if unreachable:
+        raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", "publish to a registry pods reach")
+    key = _account_key("pod create")
+    answer = pod_fleet.create(body, key, v["api_url"])  # recorded here before anything is printed
+    price = pod_create.cost(answer)
+    armed = guard_defaults.armed(guard)
+    if v["as_json"]:
+        out_json({"pod": answer["id"], "cost_per_hour": price, "guard": armed, "request": body})
+        return
+    write(answer["id"] + "\n")
+    deadline = f"; reap deadline {marks[guard_defaults.DEADLINE]}" if guard_defaults.DEADLINE in marks else ""
+    said = (
+        f"guard armed: {'; '.join(armed)} (off: --no-guard, or a trigger's flag with off){deadline}"
+        if armed
+        else "no lifetime guard (--no-guard): nothing stops this pod but you (imagekit pod stop ID)"
+    )
+    err_console().print(
+        f"created pod {answer['id']} ({price}) for {entry['tag']} on {gpu}; host CUDA "
+        f"{body['allowedCudaVersions'][0]}+; {said}",
+        markup=False,
+    )
+
+
+def _account_key(command: str) -> str:
+    import os
+
+    from imagekit.errors import UsageError
+
+    key = os.environ.get(PODS.account_key, "")
+    if not key.strip():
+        raise UsageError(f"{command} needs {PODS.account_key} in the environment", f"export {PODS.account_key}=...")
+    return key
+
+
+def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-def]
+    @app.command("reap", epilog=REAP_EPILOG)
+    @handles_errors
+    def reap_(
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="List what it would do; change nothing.")] = False,
+        older_than: Annotated[
+            str | None,
+            typer.Option(
+                "--older-than",
+                metavar="DURATION",
+                help="Also end imagekit pods created (else last started) longer ago than this (12h).",
+            ),
+        ] = None,
+        terminate: Annotated[
+            bool,
+            typer.Option(
+                "--terminate", help="Terminate overdue pods, stopped ones too (their volumes go): default stop."
+            ),
+        ] = False,
+        api_url: ApiOpt = PODS.api,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """List the account's pods imagekit created (marked IMAGEKIT_CREATED, or recorded here by `pod create`)
+        with their deadline and cost since their last start, and stop (--terminate: terminate) those past their
+        deadline (--deadline) or older than --older-than; every other pod is left alone. Also says which pods
+        recorded here RunPod no longer lists, and which are still running. Exit 3 when an action failed."""
+        from imagekit.clouds import reap
+        from imagekit.errors import EnvironmentFailure, UsageError
+        from imagekit.in_image import facts
+        from imagekit.services import pod_fleet
+
+        seconds = None
+        if older_than is not None:
+            try:
+                seconds = facts.parse_duration(older_than.strip(), "--older-than")
+            except facts.SettingError as exc:
+                raise UsageError(str(exc), "for example --older-than 12h (90s, 30m, 6h, 1d)") from None
+        now = dt.datetime.now(dt.UTC)
+        done = pod_fleet.reap_pods(_account_key("pod reap"), api_url, now, seconds, terminate, dry_run, warn)
+        if as_json:
+            out_json(
+                {
+                    "dry_run": dry_run,
+                    "pods": [reap.as_json(v, now) for v in done.verdicts],
+                    "notes": done.notes,
+                    "failed": done.failed,
+                }
+            )
+        else:
+            for verdict in done.verdicts:
+                typer.echo(reap.line(verdict, now, dry_run))
+            for note in done.notes:
+                warn(note)
+            acted = sum(1 for v in done.verdicts if v.action)
+            verb = "would end" if dry_run else "ended"
+            warn(f"{len(done.verdicts)} pod(s) listed; {verb} {acted - len(done.failed)}")
+        if done.failed:
+            raise EnvironmentFailure("; ".join(done.failed), "run imagekit pod reap again (it retries what failed)")

@@ -1,0 +1,167 @@
+"""`imagekit pod reap`, decided (pure): which of the account's pods are imagekit's, what each has cost, which are
+overdue, and what to do with each. RunPod's `GET /pods` answer is another party's: every field is checked where it is
+read here, and one of another type counts as absent.
+
+A pod is imagekit's when its env carries the mark `pod create` and the templates write (``IMAGEKIT_CREATED``), or when
+this machine recorded its id when it created it; any other pod is listed as not imagekit's and never touched. An
+imagekit pod is overdue past its ``IMAGEKIT_DEADLINE`` (from `pod create --deadline`), or older than ``--older-than``
+(from its creation, else its last start). Overdue and running: stopped (terminated with ``--terminate``); overdue
+and stopped: terminated with ``--terminate`` only (a stopped pod bills its volume, not its GPU).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from dataclasses import dataclass
+
+from imagekit.clouds import guard_defaults as gd
+from imagekit.trust import untrusted
+
+_POD_ID = re.compile(r"[A-Za-z0-9]{4,64}", re.ASCII)
+STATUSES = ("RUNNING", "EXITED", "TERMINATED")
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One pod of the account, as far as RunPod's answer could be read."""
+
+    id: str
+    name: str
+    status: str  # RUNNING | EXITED | TERMINATED | ? (anything else)
+    ours: str | None  # why it is imagekit's ("marked", "recorded here", "an unfinished create"); None: not
+    created: dt.datetime | None  # the mark's time, else the local record's
+    started: dt.datetime | None  # RunPod's lastStartedAt
+    deadline: dt.datetime | None  # IMAGEKIT_DEADLINE
+    price: float | None  # $/h (adjustedCostPerHr, else costPerHr)
+
+
+@dataclass(frozen=True)
+class Record:
+    """What this machine wrote when it created a pod (`effects.pod_records`); ``pod_id`` None: the create never
+    learnt the id (the client died, or the answer was lost), so the pod is found by its ``created`` mark."""
+
+    pod_id: str | None
+    created: str  # the IMAGEKIT_CREATED mark it sent
+    name: str
+    deadline: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    pod: Pod
+    action: str | None  # stop | terminate | None (left alone)
+    why: str
+
+
+def price(pod: dict) -> float | None:
+    for key in ("adjustedCostPerHr", "costPerHr"):
+        value = pod.get(key)
+        if isinstance(value, bool):
+            continue
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number) and 0 <= number < 10_000:
+            return number
+    return None
+
+
+def read(pod: dict, records: list[Record]) -> Pod | None:
+    """The pod RunPod describes, or None when it has no id imagekit could act on."""
+    pod_id = pod.get("id")
+    if not isinstance(pod_id, str) or not _POD_ID.fullmatch(pod_id):
+        return None
+    env = pod.get("env") if isinstance(pod.get("env"), dict) else {}
+    mark = env.get(gd.CREATED)
+    mark = mark if isinstance(mark, str) else None
+    name = pod.get("name")
+    name = untrusted.printable(name, 80) if isinstance(name, str) else "?"
+    status = pod.get("desiredStatus")
+    status = status if status in STATUSES else "?"
+    by_id = next((r for r in records if r.pod_id == pod_id), None)
+    by_mark = next((r for r in records if r.pod_id is None and mark is not None and r.created == mark), None)
+    created = gd.parse_stamp(mark) or (gd.parse_stamp(by_id.created) if by_id else None)
+    ours = "recorded here" if by_id else "an unfinished create" if by_mark else "marked" if mark is not None else None
+    deadline = gd.parse_stamp(env.get(gd.DEADLINE)) or (gd.parse_stamp(by_id.deadline) if by_id else None)
+    started = gd.parse_stamp(pod.get("lastStartedAt"))
+    return Pod(pod_id, name, status, ours, created, started, deadline, price(pod))
+
+
+def cost_so_far(pod: Pod, now: dt.datetime) -> float | None:
+    """The GPU's cost since the pod last started (price x hours), for a running pod whose price and start RunPod
+    says: RunPod's API gives no total, and a stopped pod's GPU bills nothing."""
+    if pod.status != "RUNNING" or pod.price is None or pod.started is None:
+        return None
+    return pod.price * max(0.0, (now - pod.started).total_seconds()) / 3600
+
+
+def decide(pod: Pod, now: dt.datetime, older_than: float | None, terminate: bool) -> Verdict:
+    """What `pod reap` does with ``pod`` (``older_than``: seconds, or None)."""
+    if pod.ours is None:
+        return Verdict(pod, None, "not imagekit's: left alone")
+    if pod.status == "TERMINATED":
+        return Verdict(pod, None, "terminated already")
+    overdue = None
+    if pod.deadline is not None and now >= pod.deadline:
+        overdue = f"past its deadline {gd.stamp(pod.deadline)}"
+    born = pod.created or pod.started
+    if overdue is None and older_than is not None and born is not None:
+        age = (now - born).total_seconds()
+        if age >= older_than:
+            overdue = f"{'created' if pod.created else 'started'} {say(age)} ago, older than {say(older_than)}"
+    if overdue is None:
+        left = f"deadline {gd.stamp(pod.deadline)}" if pod.deadline else "no deadline"
+        return Verdict(pod, None, f"not overdue ({left})")
+    if terminate:
+        return Verdict(pod, "terminate", overdue)
+    if pod.status == "EXITED":
+        return Verdict(pod, None, f"{overdue}; stopped already (--terminate deletes it)")
+    return Verdict(pod, "stop", overdue)
+
+
+def say(seconds: float) -> str:
+    """A duration as a person reads it: 5400 -> 1h30m."""
+    rest, out = int(seconds), ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out or f"{rest}s"
+
+
+def line(verdict: Verdict, now: dt.datetime, dry_run: bool) -> str:
+    """One pod as `pod reap` prints it."""
+    pod = verdict.pod
+    spent = cost_so_far(pod, now)
+    parts = [
+        pod.id,
+        pod.status,
+        repr(pod.name),
+        f"imagekit's ({pod.ours})" if pod.ours else "not imagekit's",
+        f"created {gd.stamp(pod.created)}" if pod.created else "",
+        f"deadline {gd.stamp(pod.deadline)}" if pod.deadline else "",
+        f"{pod.price:.2f} $/h" if pod.price is not None else "",
+        f"~{spent:.2f} $ since its last start" if spent is not None else "",
+    ]
+    doing = verdict.action and (f"would {verdict.action}" if dry_run else verdict.action)
+    return "  ".join(p for p in parts if p) + f": {f'{doing}: ' if doing else ''}{verdict.why}"
+
+
+def as_json(verdict: Verdict, now: dt.datetime) -> dict:
+    pod = verdict.pod
+    spent = cost_so_far(pod, now)
+    return {
+        "pod": pod.id,
+        "name": pod.name,
+        "status": pod.status,
+        "imagekit": pod.ours,
+        "created": gd.stamp(pod.created) if pod.created else None,
+        "deadline": gd.stamp(pod.deadline) if pod.deadline else None,
+        "cost_per_hour": pod.price,
+        "cost_since_start": round(spent, 4) if spent is not None else None,
+        "action": verdict.action,
+        "why": verdict.why,
+    }

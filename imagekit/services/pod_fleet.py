@@ -1,0 +1,114 @@
+"""The account's imagekit pods as a whole: a create that leaves no unknown pod, and the reaper outside the pods.
+
+`create`: the pending record is written before the request leaves and the id the moment RunPod answers it
+(`effects.pod_records`), so a client killed at any point leaves a pod `reap` can find. `reap`: the account's pods
+(RunPod's `GET /pods`) with this machine's records, each decided by `clouds.reap`; overdue imagekit pods stopped (or
+terminated), every other pod untouched; a dry run sends nothing and writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagekit.clouds import guard_defaults as gd
+from imagekit.clouds import reap
+from imagekit.effects import http, pod_records, runpod_api
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+
+Log = Callable[[str], None]
+PENDING_GRACE = 3600  # seconds a create's pending record is left alone: it may be in flight
+
+
+def create(body: dict, key: str, api_url: str) -> dict:
+    """POST the pod, recorded first: the pending record (its IMAGEKIT_CREATED mark) before the request, the id as
+    soon as it is read. A request RunPod refused (HTTP 400), or one that never left, leaves no record."""
+    env = body.get("env") or {}
+    pending = pod_records.pending(env[gd.CREATED], body.get("name", "?"), env.get(gd.DEADLINE), http.display(api_url))
+    try:
+        answer = runpod_api.create_pod(body, key, api_url)
+    except (UsageError, CheckFailed):
+        pod_records.drop(pending)
+        raise
+    except runpod_api.PodMayExist as exc:
+        raise runpod_api.PodMayExist(
+            exc.message,
+            f"imagekit pod reap --dry-run finds it by its mark ({gd.CREATED}={env[gd.CREATED]}); {exc.hint}",
+        ) from None
+    except EnvironmentFailure as exc:
+        if exc.message.startswith("cannot reach the RunPod API"):
+            pod_records.drop(pending)  # nothing was sent
+        raise
+    pod_records.created(pending, answer["id"])
+    return answer
+
+
+@dataclass
+class Reaped:
+    verdicts: list[reap.Verdict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # local records RunPod no longer lists, and the like
+    failed: list[str] = field(default_factory=list)  # actions RunPod did not carry out
+
+
+def reap_pods(
+    key: str,
+    api_url: str,
+    now: dt.datetime,
+    older_than: float | None,
+    terminate: bool,
+    dry_run: bool,
+    warn: Log,
+) -> Reaped:
+    """List, decide, act (unless ``dry_run``): see the module's doc."""
+    records = pod_records.load(warn)
+    listed = runpod_api.list_pods(key, api_url)
+    out = Reaped()
+    pods = [p for p in (reap.read(doc, [r for _, r in records]) for doc in listed) if p is not None]
+    for pod in pods:
+        verdict = reap.decide(pod, now, older_than, terminate)
+        out.verdicts.append(verdict)
+        if verdict.action is None or dry_run:
+            continue
+        try:
+            runpod_api.pod_action(verdict.action, pod.id, key, api_url)
+        except (EnvironmentFailure, CheckFailed) as exc:
+            out.failed.append(f"{pod.id}: {verdict.action} failed: {exc.message}")
+    seen = {p.id for p in pods}
+    for path, record in records:
+        out.notes += _record_note(path, record, seen, pods, now, dry_run)
+    return out
+
+
+def _record_note(
+    path: Path, record: reap.Record, seen: set[str], pods: list[reap.Pod], now: dt.datetime, dry_run: bool
+) -> list[str]:
+    """What a local record says against RunPod's list (and, in a real run, the record brought up to date)."""
+    if record.pod_id is None:
+        return _pending_note(path, record, pods, now, dry_run)
+    if record.pod_id not in seen:
+        if not dry_run:
+            pod_records.drop(path)
+        return [f"{record.pod_id}: recorded here ({record.name!r}, created {record.created}), not listed by RunPod: "
+                "terminated, or another account's" + ("" if dry_run else "; record dropped")]  # fmt: skip
+    pod = next(p for p in pods if p.id == record.pod_id)
+    return [f"{pod.id}: recorded here, still running"] if pod.status == "RUNNING" else []
+
+
+def _pending_note(path: Path, record: reap.Record, pods: list[reap.Pod], now: dt.datetime, dry_run: bool) -> list[str]:
+    """A create that never recorded its id: its pod found by the mark it sent (and its id recorded), or none."""
+    sent_mark = record.created
+    found = [p for p in pods if p.ours == "an unfinished create" and p.created and gd.stamp(p.created) == sent_mark]
+    if found:
+        if not dry_run:
+            pod_records.created(path, found[0].id)
+        return [f"{found[0].id}: the pod of a create that never recorded its id ({record.name!r}, "
+                f"{gd.CREATED}={record.created}){'' if dry_run else '; its id is recorded now'}"]  # fmt: skip
+    sent = gd.parse_stamp(record.created)
+    if sent is not None and (now - sent).total_seconds() < PENDING_GRACE:
+        return [f"a create at {record.created} ({record.name!r}) has no pod listed yet (in flight?)"]
+    if not dry_run:
+        pod_records.drop(path)
+    return [f"a create at {record.created} ({record.name!r}) left no pod RunPod lists (refused, or another "
+            "account's)" + ("" if dry_run else "; record dropped")]  # fmt: skip

@@ -1,0 +1,26 @@
+"""What the guard reads of the machine it runs on, kept to each test's own folders: the machine running the tests may
+have SSH sessions (another test's sshd), a Jupyter server, a volume at /workspace or the start check's markers in
+/run/imagekit; a test of those gives its own. The guard's state lives in a folder of the test's, beside (not in) its
+tmp_path: ``workspace/`` stands for the volume, ``disk/`` for the container's own disk."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagekit.in_image import guard
+
+
+@pytest.fixture(autouse=True)
+def guard_sees_only_the_test(monkeypatch, tmp_path_factory):
+    root = tmp_path_factory.mktemp("guard-state")
+    (root / "workspace").mkdir()
+    (root / "disk").mkdir()
+    (root / "run").mkdir()
+    monkeypatch.setattr(guard, "SSHD_EXES", ())
+    monkeypatch.setattr(guard, "JUPYTER_RUNTIME", ())
+    monkeypatch.setattr(guard, "STATE_DIR", str(root / "workspace" / ".imagekit" / "guard"))
+    monkeypatch.setattr(guard, "STATE_FALLBACK", str(root / "disk" / "imagekit" / "guard"))
+    monkeypatch.setattr(guard, "CHECKED", str(root / "run" / "checked"))
+    monkeypatch.setattr(guard, "WARNING", str(root / "run" / "guard-warning"))
+    monkeypatch.setattr(guard, "_BANNER", [None])
+    return root
