@@ -127,6 +127,11 @@ def build() -> typer.Typer:
         if (out.exists() or out.is_symlink()) and not force:
             raise UsageError(f"{out} exists", "pass --force to replace it, or --out PATH to write elsewhere")
         reaper = out.parent / Path(ci.REAP_OUT).name
+        if reap and str(out) == "-":
+            raise UsageError(
+                "--reap writes reap.yml, a workflow of its own, beside the build's: it has no place on stdout",
+                "give --out PATH (the default .github/workflows/imagekit.yml puts reap.yml beside it)",
+            )
         if reap and (reaper.exists() or reaper.is_symlink()) and not force:
             raise UsageError(f"{reaper} exists", "pass --force to replace it")
         written = ci_setup.write(opts, out)

@@ -162,7 +162,7 @@ BASELINE: dict[str, list[str]] = {
     "pod create": ["acell", "--gpu", "NVIDIA A100", "--release-index", "releases/index.json"],
     "pod stop": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
     "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
-    "pod reap": ["--dry-run", "--api-url", f"{DEAD}/v1"],
+    "pod reap": ["--api-url", f"{DEAD}/v1"],
     "release merge": ["adir", "--index", "releases/index.json"],  # an empty records folder: nothing to verify
     "ci init": ["--out", "wf/images.yml"],
     "selftest": ["127.0.0.1:9/imagekit/train:" + CELL, "--gpus", "off"],  # no engine: exit 3
@@ -514,6 +514,8 @@ def named_outputs(command: str, argv: list[str], work: Path) -> list[Path]:
             p = work / v
             found += [p, p.parent / f".{p.name}.tmp"]  # atomic writes go through a sibling
             found += [p.parent / n for n in (f"{p.name}.tmp",)]
+            if command == "ci init" and "--reap" in argv:  # the reaper's workflow, a file of its own beside it
+                found += [p.parent / n for n in ("reap.yml", ".reap.yml.tmp", "reap.yml.tmp")]
     return found
 
 

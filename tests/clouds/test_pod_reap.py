@@ -218,6 +218,7 @@ def test_a_create_killed_after_runpod_answered_leaves_the_pod_findable(app, runn
 @pytest.mark.loopback
 def test_a_finished_create_records_the_id_before_it_prints(app, runner, tmp_path, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))  # this test's records alone
     with runpod_api() as api:
         res = runner.invoke(app, ["pod", "create", CELL, "--release-index", str(_index(tmp_path)),
                                   "--gpu", "NVIDIA GeForce RTX 3090", "--api-url", api.url])  # fmt: skip

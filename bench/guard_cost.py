@@ -1,0 +1,91 @@
+"""What the lifetime guard costs in a running pod, every trigger armed, against the watchdog RunPod's docs suggest.
+
+The image is started as a RunPod pod (its id and a key in the env, the API pointed at an address nothing answers, a
+dry run: nothing is ever stopped), with the defaults `pod create` arms (idle 45m, blocker 20m, exit) plus a deadline,
+the GPU-idle watchdog and the CPU-fallback watchdog, at the guard's default interval (30 s). For MINUTES (10 by
+default) the guard's process is read from /proc inside the container: CPU time used (user + system) and its resident
+memory. The peer, started the same way in the same image: `sleep 7200; runpodctl pod stop` (RunPod's docs), a shell
+and a sleep. Printed: CPU seconds, the share of one core, the peak memory of each, and the ratios.
+
+Needs an imagekit image (`make demo`, or any `imagekit build`).
+Run: .venv/bin/python bench/guard_cost.py [IMAGE] [MINUTES]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from imagekit.effects.docker import Engine  # noqa: E402
+
+DEFAULT_IMAGE = "127.0.0.1:5000/imagekit/train:cu121-torch2.1.2-py3.11-tf4.48.2"
+ARMED = {
+    "RUNPOD_POD_ID": "benchpod", "RUNPOD_API_KEY": "rpa_BENCH", "IMAGEKIT_RUNPOD_API": "http://127.0.0.1:9/v1",
+    "IMAGEKIT_GUARD_DRY_RUN": "1", "IMAGEKIT_IDLE_STOP": "45m", "IMAGEKIT_ON_BLOCKER": "stop",
+    "IMAGEKIT_BLOCKER_GRACE": "20m", "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_MAX_RUNTIME": "6h",
+    "IMAGEKIT_GPU_IDLE_WARN": "10m", "IMAGEKIT_GPU_IDLE_STOP": "30m", "IMAGEKIT_GUARD_ACTION": "stop",
+}  # fmt: skip
+# The process's CPU ticks (utime + stime) and resident pages, and the clock's ticks per second and page size.
+READ = r"""
+import os, sys
+pid = sys.argv[1]
+with open(f"/proc/{pid}/stat") as fh:
+    fields = fh.read().rsplit(")", 1)[1].split()
+print(int(fields[11]) + int(fields[12]), int(fields[21]), os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE"))
+"""
+
+
+def _pid(container, pattern: str) -> str:
+    for _ in range(60):
+        code, out = container.exec_run(["pgrep", "-o", "-f", pattern])
+        if code == 0 and out.strip():
+            return out.decode().split()[0]
+        time.sleep(1)
+    raise SystemExit(f"no process matching {pattern!r} in the container")
+
+
+def _sample(container, pid: str) -> tuple[float, int]:
+    code, out = container.exec_run(["/opt/venv/bin/python", "-c", READ, pid])
+    if code != 0:
+        raise SystemExit(f"cannot read /proc/{pid}: {out.decode()[-300:]}")
+    ticks, pages, hz, page = (int(x) for x in out.split())
+    return ticks / hz, pages * page
+
+
+def measure(engine: Engine, image: str, env: dict, command: list[str] | None, pattern: str, minutes: float) -> dict:
+    container = engine.client.containers.run(image, command, environment=env, detach=True, remove=False)
+    try:
+        pid = _pid(container, pattern)
+        cpu0, _ = _sample(container, pid)
+        start, peak = time.monotonic(), 0
+        while time.monotonic() - start < minutes * 60:
+            time.sleep(10)
+            cpu, rss = _sample(container, pid)
+            peak = max(peak, rss)
+        return {"cpu": cpu - cpu0, "seconds": time.monotonic() - start, "peak": peak}
+    finally:
+        container.remove(force=True)
+
+
+def main() -> None:
+    image = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_IMAGE
+    minutes = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
+    engine = Engine()
+    guard = measure(engine, image, ARMED, None, "imagekit-guard|in_image/guard.py|guard.py", minutes)
+    peer_cmd = ["sh", "-c", "sleep 7200; runpodctl pod stop $RUNPOD_POD_ID"]
+    peer = measure(engine, image, {"RUNPOD_POD_ID": "benchpod"}, peer_cmd, "sleep 7200", minutes)
+    print(f"{image}, {minutes:g} minutes each, every trigger armed (dry run), interval 30 s:")
+    for name, m in (("imagekit guard", guard), ("peer: sleep; runpodctl pod stop", peer)):
+        share = 100 * m["cpu"] / m["seconds"]
+        print(f"  {name}: {m['cpu']:.2f} CPU s ({share:.3f} % of one core), peak memory {m['peak'] / 1e6:.1f} MB")
+    cpu_ratio = guard["cpu"] / peer["cpu"] if peer["cpu"] else float("inf")
+    print(f"  ratio guard/peer: CPU {cpu_ratio:.0f}x, memory {guard['peak'] / max(peer['peak'], 1):.1f}x "
+          "(the peer watches nothing but the clock)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
