@@ -4,8 +4,8 @@ The image is started as a RunPod pod (its id and a key in the env, the API point
 dry run: nothing is ever stopped), with the defaults `pod create` arms (idle 45m, blocker 20m, exit) plus a deadline,
 the GPU-idle watchdog and the CPU-fallback watchdog, at the guard's default interval (30 s). For MINUTES (10 by
 default) the guard's process is read from /proc inside the container: CPU time used (user + system) and its resident
-memory. The peer, started the same way in the same image: `sleep 7200; runpodctl pod stop` (RunPod's docs), a shell
-and a sleep. Printed: CPU seconds, the share of one core, the peak memory of each, and the ratios.
+memory. The peer, in the same image at the same time: `sleep 7200; runpodctl pod stop` (RunPod's docs), a shell and
+a sleep. Printed: CPU seconds, the share of one core, the peak memory of each, and the ratios.
 
 Needs an imagekit image (`make demo`, or any `imagekit build`).
 Run: .venv/bin/python bench/guard_cost.py [IMAGE] [MINUTES]
@@ -56,34 +56,42 @@ def _sample(container, pid: str) -> tuple[float, int]:
     return ticks / hz, pages * page
 
 
-def measure(engine: Engine, image: str, env: dict, command: list[str] | None, pattern: str, minutes: float) -> dict:
-    container = engine.client.containers.run(image, command, environment=env, detach=True, remove=False)
+def measure(engine: Engine, image: str, runs: dict[str, tuple[dict, list[str] | None, str]], minutes: float) -> dict:
+    """Each run (name -> env, command, the process to read) in a container of its own, all at once, read every 10 s
+    for ``minutes``: CPU seconds used and the peak resident memory of the process."""
+    started = {name: engine.client.containers.run(image, cmd, environment=env, detach=True) for name, (env, cmd, _) in
+               runs.items()}  # fmt: skip
     try:
-        pid = _pid(container, pattern)
-        cpu0, _ = _sample(container, pid)
-        start, peak = time.monotonic(), 0
+        pids = {name: _pid(started[name], pattern) for name, (_, _, pattern) in runs.items()}
+        first = {name: _sample(started[name], pids[name])[0] for name in runs}
+        start, peak, cpu = time.monotonic(), dict.fromkeys(runs, 0), dict(first)
         while time.monotonic() - start < minutes * 60:
             time.sleep(10)
-            cpu, rss = _sample(container, pid)
-            peak = max(peak, rss)
-        return {"cpu": cpu - cpu0, "seconds": time.monotonic() - start, "peak": peak}
+            for name in runs:
+                cpu[name], rss = _sample(started[name], pids[name])
+                peak[name] = max(peak[name], rss)
+        seconds = time.monotonic() - start
+        return {name: {"cpu": cpu[name] - first[name], "seconds": seconds, "peak": peak[name]} for name in runs}
     finally:
-        container.remove(force=True)
+        for container in started.values():
+            container.remove(force=True)
 
 
 def main() -> None:
     image = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_IMAGE
     minutes = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
-    engine = Engine()
-    guard = measure(engine, image, ARMED, None, "imagekit-guard|in_image/guard.py|guard.py", minutes)
     peer_cmd = ["sh", "-c", "sleep 7200; runpodctl pod stop $RUNPOD_POD_ID"]
-    peer = measure(engine, image, {"RUNPOD_POD_ID": "benchpod"}, peer_cmd, "sleep 7200", minutes)
-    print(f"{image}, {minutes:g} minutes each, every trigger armed (dry run), interval 30 s:")
-    for name, m in (("imagekit guard", guard), ("peer: sleep; runpodctl pod stop", peer)):
+    got = measure(Engine(), image, {
+        "imagekit guard": (ARMED, None, "guard.py"),
+        "peer: sleep; runpodctl pod stop": ({"RUNPOD_POD_ID": "benchpod"}, peer_cmd, "sleep 7200"),
+    }, minutes)  # fmt: skip
+    print(f"{image}, {minutes:g} minutes, side by side; every trigger armed (dry run), interval 30 s:")
+    for name, m in got.items():
         share = 100 * m["cpu"] / m["seconds"]
         print(f"  {name}: {m['cpu']:.2f} CPU s ({share:.3f} % of one core), peak memory {m['peak'] / 1e6:.1f} MB")
-    cpu_ratio = guard["cpu"] / peer["cpu"] if peer["cpu"] else float("inf")
-    print(f"  ratio guard/peer: CPU {cpu_ratio:.0f}x, memory {guard['peak'] / max(peer['peak'], 1):.1f}x "
+    guard, peer = got["imagekit guard"], got["peer: sleep; runpodctl pod stop"]
+    cpu_ratio = f"{guard['cpu'] / peer['cpu']:.0f}x" if peer["cpu"] else "n/a (the peer used no measurable CPU)"
+    print(f"  ratio guard/peer: CPU {cpu_ratio}, memory {guard['peak'] / max(peer['peak'], 1):.1f}x "
           "(the peer watches nothing but the clock)")  # fmt: skip
 
 
