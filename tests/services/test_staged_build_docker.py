@@ -106,6 +106,9 @@ def test_a_failing_step_says_which_and_why_and_leaves_nothing_staged(engine, tmp
     finally:
         engine.remove(naming.build_cache_tag(CELL))
         engine.remove(naming.build_cache_tag(CELL) + "-base")
+        for image in engine.client.images.list(name="imagekit-test/staged-fail"):  # the first build's tags
+            for tag in image.tags:
+                engine.remove(tag)
 
 
 # A hostile package: its .pth runs at every interpreter start in the image, so in the next step's install-layer too,
