@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
 
-# 45m: longer than the quiet stretches of real work that show no GPU, SSH or Jupyter activity (a model or dataset
-# download on a slow host, pip installing a stack, a long checkpoint upload: 10-30 minutes), short enough that a pod
+# 45m: longer than the stretches of real work that show no sign the guard reads (a download, a pip install or a
+# checkpoint upload left running with nohup or tmux instead of `pod run`: 10-30 minutes), short enough that a pod
 # forgotten after the work is billed well under an hour ($0.33 on a $0.44/h 3090) instead of a night.
 IDLE_STOP = "45m"
 # 20m: time to read the login banner, look around and fix or copy out, before a blocked pod (no GPU, a driver too

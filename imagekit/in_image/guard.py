@@ -8,9 +8,10 @@ container, or keeps the stopped one billed):
   the volume, root's alone: a crash-looping container reaches it; see ``State``);
 - ``IMAGEKIT_IDLE_STOP=30m``: idle for the whole window: no GPU above ``IMAGEKIT_IDLE_GPU_UTIL`` % (default 5), no
   GPU compute process, no logged-in SSH session (OpenSSH's own session process: ``ssh_sessions``), no Jupyter kernel
-  or terminal activity its server reports to its token (``jupyter_activity``), and the heartbeat file
-  (``IMAGEKIT_HEARTBEAT``, default /run/imagekit/heartbeat: `touch` it from a training loop) not touched; a TCP
-  connection counts for nothing (anyone can open one); the log line that explains a stop lists each;
+  or terminal activity its server reports to its token (``jupyter_activity``), no job (job mode's command or a
+  `pod run` run) making progress (CPU or reads and writes: ``Guard._job``; a stalled one does not count), and the
+  heartbeat file (``IMAGEKIT_HEARTBEAT``, default /run/imagekit/heartbeat: `touch` it from a training loop) not
+  touched; a TCP connection counts for nothing (anyone can open one); the log line that explains a stop lists each;
 - ``IMAGEKIT_ON_BLOCKER=stop|terminate``: the start check found a blocker and it is still there after
   ``IMAGEKIT_BLOCKER_GRACE`` (default 15m, to look around first);
 - ``IMAGEKIT_ON_EXIT=stop|terminate``: a job-mode command ended (podstart.py runs it, then asks this module), after
@@ -88,6 +89,8 @@ NOT_TRAINING = frozenset((
     "c++", "cc", "clang", "clang++", "rustc", "cargo", "ninja", "make", "cmake", "dpkg", "apt", "apt-get", "tar",
     "gzip", "pigz", "xz", "zstd", "bzip2", "unzip", "git", "git-remote-http", "rsync", "scp", "sftp-server", "sshd",
     "curl", "wget", "sha256sum", "md5sum"))
+JOB_CPU = 1  # % of one core between two looks: a job using at least this much makes progress
+JOB_IO = 4096  # bytes a second read or written by a job's processes (a slow download): progress too
 SECRETS = []  # the provider's key, once read: taken out of every line logged whatever carries it
 
 
@@ -104,6 +107,13 @@ def say(seconds):
             out += f"{rest // size}{unit}"
             rest %= size
     return out + (f"{rest}s" if rest or not out else "")
+
+
+def _rate(per_second):
+    for unit, size in (("MB", 1e6), ("kB", 1e3)):
+        if per_second >= size:
+            return f"{per_second / size:.1f} {unit}/s"
+    return f"{per_second:.0f} B/s"
 
 
 def settings(environ):
@@ -215,6 +225,9 @@ def idle_reasons(sample, threshold, heartbeat_window):
                                             f"(threshold {threshold} %)")
     procs = sample.get("gpu_procs") or 0
     (busy if procs else evidence).append(f"{procs} GPU compute process(es)")
+    job = sample.get("job")  # Guard._job: None (no job), or (made progress since the last look, what it did)
+    if job is not None:
+        (busy if job[0] else evidence).append(job[1])
     n, held = sample.get("ssh") or 0, sample.get("connections") or 0
     (busy if n else evidence).append(f"{n} SSH session(s) logged in" + (
         f" ({held} TCP connection(s) to :22 or :8888: a connection is not a login)" if held else ""))
@@ -246,7 +259,27 @@ class Guard:
         self.gpu_quiet_since = None
         self.warned = False
         self.cpu_prev, self.burn_since, self.cpu_warned, self.banner = None, {}, False, None
+        self.job_prev = None
         self.warnings = []
+
+    def _job(self, now, usage):
+        """None when no job runs; else (it made progress since the last look, what its processes did). Progress: the
+        job's processes (``tree_usage``) used at least JOB_CPU % of one core or moved JOB_IO bytes a second through
+        read and write calls: a download, a pip install, a checkpoint being written. A job that does neither (asleep,
+        blocked on a dead peer or lock) is stalled: it does not keep the pod up. A process that was not there at the
+        last look counts with all its time (it started since)."""
+        prev, self.job_prev = self.job_prev, (now, usage)
+        if usage is None:
+            return None
+        if prev is None or prev[1] is None or now <= prev[0]:
+            return True, "a job started since the last look"
+        seconds, before = now - prev[0], prev[1]
+        ticks = sum(max(0, v[0] - before.get(k, (0, 0))[0]) for k, v in usage.items())
+        moved = sum(max(0, v[1] - before.get(k, (0, 0))[1]) for k, v in usage.items())
+        cpu, rate = ticks * 100 / CLK_TCK / seconds, moved / seconds
+        progress = cpu >= JOB_CPU or rate >= JOB_IO
+        return progress, (f"a job's {len(usage)} process(es) used {cpu:.0f} % CPU and moved {_rate(rate)} since "
+                          "the last look" + ("" if progress else ": no progress (stalled?)"))
 
     def _idle(self, now, sample):
         """The idle trigger, or None. The heartbeat is a time, not a state: the window counts from its last touch or
@@ -269,6 +302,7 @@ class Guard:
         """(trigger, action, message) when a trigger fires now, else None; warnings go to ``self.warnings``."""
         s = self.s
         self.warnings = []
+        sample = {**sample, "job": self._job(now, sample.get("job_usage"))}
         if s["max_runtime"] and now - self.started >= s["max_runtime"]:
             return "deadline", s["action"], f"IMAGEKIT_MAX_RUNTIME={say(s['max_runtime'])} reached"
         if s["on_blocker"] and blocked is not None:  # None: the start check has not said yet (keep what was seen)
@@ -519,6 +553,30 @@ def cpu_times(proc=None):
     return out
 
 
+def tree_usage(roots, proc=None):
+    """{"PID START_TIME": [CPU ticks, bytes moved]} of the processes ``roots`` and every process under them: ticks of
+    its own and of the children it waited for (a finished compiler's or downloader's time stays counted), bytes its
+    read and write calls moved (/proc/PID/io ``rchar`` + ``wchar``; 0 where that cannot be read)."""
+    proc, children, fields_of = proc or PROC, {}, {}
+    for pid in _pids(proc):
+        fields = _stat_fields(pid, proc)
+        if fields and all(_NUMBER.fullmatch(f) for f in (fields[1], *fields[11:15], fields[19])):
+            fields_of[int(pid)] = fields
+            children.setdefault(int(fields[1]), []).append(int(pid))
+    out, todo, seen = {}, [int(r) for r in roots if int(r) in fields_of], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        f = fields_of[pid]
+        io = _proc_text(f"{proc}/{pid}/io", 4096)
+        moved = sum(int(v) for v in re.findall(r"^[rw]char:\s+([0-9]{1,20})\s*$", io, re.M))
+        out[f"{pid} {int(f[19])}"] = [sum(int(v) for v in f[11:15]), moved]
+        todo.extend(children.get(pid, []))
+    return out
+
+
 # ---- Jupyter: its own API says when a kernel or a terminal last did something ----------------------------------
 _ISO = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
                   r"(Z|[+-][0-9]{2}:[0-9]{2})?")
@@ -615,8 +673,9 @@ def jupyter_activity(token, now, runtime=None):
     return busy, None if last is None else max(0.0, now - last), "; ".join(problems)[:300] or None
 
 
-def sample(s, now):
-    out = {}
+def sample(s, now, jobs=()):
+    """One look at every sign of work; ``jobs``: the pids of the running jobs (``job_pids``)."""
+    out = {"job_usage": tree_usage(jobs) if jobs else None}
     text = _nvidia_smi(["--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"])
     if text is not None:
         out["gpu_util"] = [int(v) for v in re.findall(r"^\s*([0-9]{1,3})\s*$", text, re.M)]
@@ -953,61 +1012,72 @@ _PID = re.compile(rb"\s*([0-9]{1,10})\s*")
 
 
 def a_run_is_alive(runs):
-    """Is a run `imagekit pod run` started still going: a folder with a pid, no exit file yet, and its process
-    there: the one its identity file names (boot id, pid, start time), not whatever has that pid after a restart.
-    Read through descriptors: a run folder or pid file that is a link, a FIFO or garbage is no run."""
+    """Is a run `imagekit pod run` started still going (``live_runs``)?"""
+    return bool(live_runs(runs))
+
+
+def live_runs(runs):
+    """The pids of the runs `imagekit pod run` started that are still going: a folder with a pid, no exit file yet,
+    and its process there: the one its identity file names (boot id, pid, start time), not whatever has that pid
+    after a restart. Read through descriptors: a run folder or pid file that is a link, a FIFO or garbage is no run."""
     try:
         runs_fd = nofollow.open_dir(runs)  # $IMAGEKIT_RUNS as the pod's env names it
     except OSError:
-        return False
+        return []
     try:
         names = os.listdir(runs_fd)
     except OSError:
         names = []
     try:
-        return any(name != "latest" and _run_pid_lives(name, runs_fd) for name in names)
+        return [pid for pid in (_run_pid(name, runs_fd) for name in names if name != "latest") if pid]
     finally:
         os.close(runs_fd)
 
 
-def _run_pid_lives(name, runs_fd):
-    """The run folder ``name``: no exit file, and its pid file names a process that is there and is the run's: the
-    one ``identity`` names, or (a run an older `pod run` started, no identity) one that started before the pid
-    file was written."""
+def _run_pid(name, runs_fd):
+    """The run folder ``name``'s pid, or 0: no exit file, and its pid file names a process that is there and is the
+    run's: the one ``identity`` names, or (a run an older `pod run` started, no identity) one that started before the
+    pid file was written."""
     try:
         run_fd = nofollow.open_dir(name, dir_fd=runs_fd, follow=False)
     except OSError:
-        return False
+        return 0
     try:
         try:
             os.stat("exit", dir_fd=run_fd, follow_symlinks=False)
-            return False  # it ended
+            return 0  # it ended
         except FileNotFoundError:
             pass
         m = _PID.fullmatch(nofollow.read_bytes("pid", 64, dir_fd=run_fd) or b"")
         written = os.stat("pid", dir_fd=run_fd, follow_symlinks=False).st_mtime
         named = nofollow.read_bytes("identity", 256, dir_fd=run_fd)
     except OSError:
-        return False
+        return 0
     finally:
         os.close(run_fd)
     pid = int(m.group(1)) if m else 0
     if pid <= 1:  # 0 and -1 are no process; 1 is tini, never a run
-        return False
+        return 0
     if named is not None:
         text = named.decode("ascii", "replace")
-        return same_process(text) and text.split()[1:2] == [str(pid)]
-    return started_by(pid, written)
+        return pid if same_process(text) and text.split()[1:2] == [str(pid)] else 0
+    return pid if started_by(pid, written) else 0
+
+
+def job_pids(environ):
+    """The pids of a job-mode command (its identity in ``JOB``) and of the runs `imagekit pod run` started that are
+    still running."""
+    try:
+        job = (nofollow.read_bytes(JOB, 256) or b"").decode("ascii", "replace")
+    except OSError:
+        job = ""
+    pids = [int(job.split()[1])] if same_process(job) else []
+    return pids + live_runs(environ.get("IMAGEKIT_RUNS") or RUNS)
 
 
 def job_running(environ):
-    """A job-mode command (its identity in ``JOB``) or a run `imagekit pod run` started is still running."""
-    try:
-        job = nofollow.read_bytes(JOB, 256)
-    except OSError:
-        job = None
-    return bool(job and same_process(job.decode("ascii", "replace"))) or a_run_is_alive(
-        environ.get("IMAGEKIT_RUNS") or RUNS)
+    """A job-mode command or a run `imagekit pod run` started is still running."""
+    return bool(job_pids(environ))
 
 
 def run(environ, now=time.time, sleep=time.sleep):
@@ -1040,7 +1110,8 @@ def run(environ, now=time.time, sleep=time.sleep):
     guard.blocked_since = blocked_since
     while True:
         t = now()
-        fired = guard.step(t, sample(s, t), current_blocker(), job_running=job_running(environ))
+        jobs = job_pids(environ)
+        fired = guard.step(t, sample(s, t, jobs), current_blocker(), job_running=bool(jobs))
         for warning in guard.warnings:
             log(f"warning: {warning}")
         show_banner(guard.banner)

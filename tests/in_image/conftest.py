@@ -24,3 +24,14 @@ def guard_sees_only_the_test(monkeypatch, tmp_path_factory):
     monkeypatch.setattr(guard, "WARNING", str(root / "run" / "guard-warning"))
     monkeypatch.setattr(guard, "_BANNER", [None])
     return root
+
+
+@pytest.fixture(scope="module")
+def api(engine, tmp_path_factory):
+    """The provider's API for the real-image guard tests: a stand-in where the pods reach the host (guard_pod.py); at
+    the module's end, the scenarios run so far written as docs/pods.md's table."""
+    from tests import guard_pod
+
+    with guard_pod.stand_in(engine) as server:
+        yield server
+    guard_pod.write_table(tmp_path_factory.getbasetemp())

@@ -466,3 +466,95 @@ def test_job_mode_marks_its_job_by_the_jobs_identity(tmp_path, monkeypatch):
     marker, pid = seen.read_text().splitlines()
     assert code == 0 and marker.split()[0] == guard.boot_id() and marker.split()[1] == pid
     assert not os.path.exists(guard.JOB)
+
+
+# ---- a job counts while it makes progress: a download, a pip install, a checkpoint written; a stalled one does not
+
+
+def _job_usage(ticks=0, moved=0):
+    return {**IDLE, "job_usage": {"4242 777": [ticks, moved]}}
+
+
+@pytest.mark.parametrize(
+    ("per_look", "counts"),
+    [
+        ((0, 0), False),  # asleep, blocked on a dead peer: stalled
+        ((1, 0), False),  # 10 ms of CPU in 30 s: a watchdog thread waking, not work (under 1 % of a core)
+        ((0, 30 * 1024), False),  # 1 kB/s: a log line now and then
+        ((30, 0), True),  # 1 % of a core: unpacking, hashing
+        ((0, 30 * 8192), True),  # 8 kB/s: a download on a slow link
+    ],
+)
+def test_a_job_counts_as_work_while_it_makes_progress(per_look, counts):
+    s, _ = guard.settings({"IMAGEKIT_IDLE_STOP": "30m"})
+    g = guard.Guard(s, started=0)
+    ticks, moved = per_look
+    scale = guard.CLK_TCK / 100  # the ticks above are at 100 a second
+    looks = range(0, 7200, 30)
+    fired = [g.step(t, _job_usage(int(t // 30 * ticks * scale), t // 30 * moved), "") for t in looks]
+    stop = next((t for t, f in zip(looks, fired, strict=True) if f), None)
+    assert (stop is None) == counts, stop
+    if not counts:
+        assert stop == 1830 and "no progress (stalled?)" in next(f for f in fired if f)[2]
+
+
+def test_a_job_that_stalls_is_idle_a_window_after_its_last_progress():
+    s, _ = guard.settings({"IMAGEKIT_IDLE_STOP": "30m"})
+    g = guard.Guard(s, started=0)
+    work = lambda t: min(t, 3600) * guard.CLK_TCK  # noqa: E731 -- 100 % of a core for an hour, then nothing
+    stop = next(t for t in range(0, 10800, 30) if g.step(t, _job_usage(work(t)), ""))
+    assert 3600 + 1800 <= stop <= 3600 + 1800 + 60
+
+
+def test_no_job_and_a_new_job_are_told_apart():
+    s, _ = guard.settings({"IMAGEKIT_IDLE_STOP": "30m"})
+    g = guard.Guard(s, started=0)
+    assert g._job(0, None) is None
+    assert g._job(30, {"1 2": [0, 0]}) == (True, "a job started since the last look")
+    assert g._job(60, {"1 2": [0, 0]})[0] is False
+    assert g._job(90, {"1 2": [0, 0], "3 4": [50 * guard.CLK_TCK, 0]})[0] is True  # a new child: all its time counts
+
+
+@pytest.mark.programs
+def test_the_usage_of_a_job_is_its_whole_process_tree_read_from_proc(tmp_path):
+    """A real tree: a shell whose child burns CPU and whose other child writes a file; the shell's own line, its
+    children's, and a finished child's time kept in its parent's (cutime)."""
+    out = tmp_path / "data"
+    script = (
+        f"{sys.executable} -c 'import time; t=time.time()\nwhile time.time()-t<0.6: pass'; "
+        f'{sys.executable} -c \'import time\nf=open("{out}","wb")\nfor _ in range(50): f.write(bytes(65536)); '
+        "f.flush(); time.sleep(0.01)\ntime.sleep(5)' & sleep 5"
+    )
+    job = subprocess.Popen(["sh", "-c", script])
+    try:
+        time.sleep(2.0)
+        usage = guard.tree_usage([job.pid])
+    finally:
+        job.kill()
+        job.wait()
+    assert str(job.pid) in [k.split()[0] for k in usage]
+    assert len(usage) >= 3  # the shell, the writer, sleep
+    ticks = sum(v[0] for v in usage.values())
+    moved = sum(v[1] for v in usage.values())
+    assert ticks >= 0.4 * guard.CLK_TCK  # the finished burner's 0.6 s, kept in the shell's cutime
+    assert moved >= 50 * 65536  # the writer's wchar
+    assert guard.tree_usage([]) == {} and guard.tree_usage([2**22 + 17]) == {}
+
+
+@pytest.mark.programs
+def test_a_pod_run_and_a_job_mode_command_are_the_jobs_whose_trees_are_read(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    run = runs / "20261204T000000Z-1"
+    run.mkdir(parents=True)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        (run / "pid").write_text(f"{child.pid}\n")
+        (run / "identity").write_text(guard.identity(child.pid) + "\n")
+        monkeypatch.setattr(guard, "JOB", str(tmp_path / "job"))
+        (tmp_path / "job").write_text(guard.identity(os.getpid()) + "\n")
+        assert guard.job_pids({"IMAGEKIT_RUNS": str(runs)}) == [os.getpid(), child.pid]
+        (run / "exit").write_text("0\n")
+        assert guard.job_pids({"IMAGEKIT_RUNS": str(runs)}) == [os.getpid()]
+    finally:
+        child.kill()
+        child.wait()

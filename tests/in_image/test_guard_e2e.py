@@ -10,42 +10,28 @@ does. Timings and the request log are written to the session's temporary folder 
 from __future__ import annotations
 
 import json
-import socket
 import time
-from pathlib import Path
 
 import pytest
 
-from tests import containers, hostile_http
+from tests import containers, guard_pod, hostile_http
+from tests.guard_pod import (
+    KEY,
+    POD_ID,
+    fake_gpu,
+    fired_at,
+    gateway,
+    logs_with,
+    scanner,
+    ssh,
+    start,
+    throwaway_key,
+    wait_request,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-POD_ID, KEY = "podguard42", "rpa_GUARDKEY_0123456789abcdef"
-FAKE_SMI = """#!/bin/sh
-# the guard's queries only; any other (the doctor's) fails as on a host without a driver
-case "$*" in
-  *utilization.gpu*) cat /fake/util ;;
-  *query-compute-apps*) cat /fake/procs ;;
-  *) echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." ; exit 9 ;;
-esac
-"""
 RECORD: list[str] = []
-
-
-def _gateway(engine) -> str:
-    """Where containers on the default bridge reach the host: its gateway (Docker names it, or it is the subnet's
-    first address, as Docker assigns it when it does not)."""
-    import ipaddress
-
-    config = engine.client.networks.get("bridge").attrs["IPAM"]["Config"][0]
-    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
-
-
-@pytest.fixture(scope="module")
-def api(engine):
-    """The stand-in, listening where containers on the default bridge reach the host."""
-    with hostile_http.serve(fallback=lambda _seen: (200, {}, b"{}"), host=_gateway(engine)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,81 +40,25 @@ def request_log(tmp_path_factory):
     (tmp_path_factory.getbasetemp() / "guard-requests.txt").write_text("\n".join(RECORD) + "\n")
 
 
-def _fake_gpu(tmp_path: Path, util: str = "0\n", procs: str = "") -> Path:
-    fake = tmp_path / "fake"
-    fake.mkdir()
-    (fake / "nvidia-smi").write_text(FAKE_SMI)
-    (fake / "nvidia-smi").chmod(0o755)
-    (fake / "util").write_text(util)
-    (fake / "procs").write_text(procs)
-    return fake
-
-
-def _start(engine, image, api, tmp_path, env, command=None, ready=None, fake=None):
-    """The image as a RunPod pod (its id and key in the env, the API base pointed at the stand-in); ``fake``: a folder
-    whose nvidia-smi comes first on PATH."""
-    vol = tmp_path / "volume"
-    vol.mkdir()
-    full = {"RUNPOD_POD_ID": POD_ID, "RUNPOD_API_KEY": KEY, "IMAGEKIT_RUNPOD_API": f"{api.url}/v1", **env}
-    full["IMAGEKIT_GUARD_INTERVAL"] = "1s"
-    volumes = {str(vol): ("/workspace", "rw")}
-    if fake is not None:
-        full["PATH"] = "/fake:/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-        volumes[str(fake)] = ("/fake", "ro")
-    kw = {"ready": ready} if ready is not None else {}
-    return containers.start(engine, image, env=full, volumes=volumes, ports=("22/tcp",), command=command, **kw), vol
-
-
-def _wait_request(api, count: int, timeout: float = 60) -> float:
-    """Seconds until the stand-in has seen ``count`` requests."""
-    begin = time.time()
-    while len(api.seen) < count:
-        assert time.time() - begin < timeout, "no request from the guard"
-        time.sleep(0.05)
-    return time.time()
-
-
-def _logs_with(pod, text: str, timeout: float = 20) -> str:
-    """The container's log once it holds ``text`` (the log driver passes lines on a moment after they are written)."""
-    begin = time.time()
-    while True:
-        logs = pod.container.logs(timestamps=True).decode()
-        if text in logs:
-            return logs
-        assert time.time() - begin < timeout, f"never logged {text!r}:\n{logs[-3000:]}"
-        time.sleep(0.1)
-
-
-def _fired_at(pod, trigger: str) -> float:
-    """When the guard logged the trigger (the container's log timestamps)."""
-    from datetime import datetime
-
-    for line in _logs_with(pod, f"imagekit-guard: {trigger}:").splitlines():
-        stamp, _, text = line.partition(" ")
-        if f"imagekit-guard: {trigger}:" in text:
-            return datetime.fromisoformat(stamp[:26] + "+00:00").timestamp()
-    raise AssertionError(f"the guard never logged {trigger}")
-
-
 def _record(name: str, api, pod, trigger: str, arrived: float) -> None:
     seen = api.seen[-1]
     RECORD.append(
         f"{name}: {seen.method} {seen.path} (Authorization: Bearer <the pod's key>) "
-        f"{arrived - _fired_at(pod, trigger):.2f} s after the guard logged `{trigger}`"
+        f"{arrived - fired_at(pod, trigger):.2f} s after the guard logged `{trigger}`"
     )
 
 
 def test_the_deadline_stops_the_pod_with_its_own_key_never_logged(real_build, engine, api, tmp_path):
     result, _ = real_build
     before = len(api.seen)
-    pod, _ = _start(engine, result.tag, api, tmp_path, {"IMAGEKIT_MAX_RUNTIME": "5s"})
+    pod, _ = start(engine, result.tag, api, tmp_path, {"IMAGEKIT_MAX_RUNTIME": "5s"})
     try:
-        arrived = _wait_request(api, before + 1)
+        arrived = wait_request(api, before + 1)
         seen = api.seen[-1]
         assert (seen.method, seen.path) == ("POST", f"/v1/pods/{POD_ID}/stop")
         assert seen.headers["Authorization"] == f"Bearer {KEY}"
         _record("deadline", api, pod, "deadline", arrived)
-        logs = _logs_with(pod, "HTTP 200")
+        logs = logs_with(pod, "HTTP 200")
         assert "imagekit-guard: armed: deadline in 5s (action: stop; runpod pod podguard42)" in logs
         assert "IMAGEKIT_MAX_RUNTIME=5s reached" in logs and "HTTP 200" in logs
         assert KEY not in logs
@@ -141,17 +71,17 @@ def test_the_deadline_stops_the_pod_with_its_own_key_never_logged(real_build, en
 def test_idle_stop_waits_while_anything_works_then_stops(real_build, engine, api, tmp_path):
     result, _ = real_build
     before = len(api.seen)
-    env = {"IMAGEKIT_IDLE_STOP": "4s", "PUBLIC_KEY": _throwaway_key(tmp_path)}
-    fake = _fake_gpu(tmp_path, procs="4242\n")  # a GPU compute process, from the start
-    pod, _ = _start(engine, result.tag, api, tmp_path, env, fake=fake)
+    env = {"IMAGEKIT_IDLE_STOP": "4s", "PUBLIC_KEY": throwaway_key(tmp_path)}
+    fake = fake_gpu(tmp_path, procs="4242\n")  # a GPU compute process, from the start
+    pod, _ = start(engine, result.tag, api, tmp_path, env, fake=fake)
     try:
         time.sleep(6)
         (fake / "procs").write_text("")
-        _ssh(pod, tmp_path, "sleep 6")  # a logged-in SSH session (a TCP connection alone no longer counts)
+        ssh(pod, tmp_path, "sleep 6")  # a logged-in SSH session (a TCP connection alone no longer counts)
         pod.exec("sh", "-c", "touch /run/imagekit/heartbeat")  # the training loop's heartbeat
         time.sleep(3)
         assert len(api.seen) == before, pod.logs()
-        arrived = _wait_request(api, before + 1)
+        arrived = wait_request(api, before + 1)
         assert (api.seen[-1].method, api.seen[-1].path) == ("POST", f"/v1/pods/{POD_ID}/stop")
         _record("idle", api, pod, "idle", arrived)
         logs = pod.logs()
@@ -162,39 +92,31 @@ def test_idle_stop_waits_while_anything_works_then_stops(real_build, engine, api
         pod.remove()
 
 
-def _ssh(pod, tmp_path: Path, command: str) -> None:
-    """``command`` over a real SSH login as root, with the key _throwaway_key made (sshd may still be starting)."""
-    import subprocess
-
-    argv = ["ssh", "-i", str(tmp_path / "id_ed25519"), "-p", str(pod.port("22/tcp")), "-o", "BatchMode=yes",
-            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-            "root@127.0.0.1", command]  # fmt: skip
-    for _ in range(20):
-        if subprocess.run(argv, capture_output=True, timeout=60).returncode == 0:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no SSH login to the pod:\n{pod.logs()[-3000:]}")
-
-
 def test_an_unauthenticated_connection_held_open_does_not_keep_the_pod_up(real_build, engine, api, tmp_path):
     """A scanner's connection to :22 (its banner sent, no authentication) held open: idle stop fires anyway, and the
     log line shows the connection as evidence, not as a session."""
     result, _ = real_build
     before = len(api.seen)
-    env = {"IMAGEKIT_IDLE_STOP": "4s", "PUBLIC_KEY": _throwaway_key(tmp_path)}
-    pod, _ = _start(engine, result.tag, api, tmp_path, env, fake=_fake_gpu(tmp_path))
+    env = {"IMAGEKIT_IDLE_STOP": "4s", "PUBLIC_KEY": throwaway_key(tmp_path)}
+    pod, _ = start(engine, result.tag, api, tmp_path, env, fake=fake_gpu(tmp_path))
     try:
-        _logs_with(pod, "SSH: sshd listening on port 22")
-        with socket.create_connection(("127.0.0.1", pod.port("22/tcp"))) as scanner:
-            scanner.recv(256)
-            scanner.sendall(b"SSH-2.0-scanner\r\n")
-            arrived = _wait_request(api, before + 1, timeout=30)  # while it is held open
+        logs_with(pod, "SSH: sshd listening on port 22")
+        with scanner(pod):
+            arrived = wait_request(api, before + 1, timeout=30)  # while it is held open
         assert (api.seen[-1].method, api.seen[-1].path) == ("POST", f"/v1/pods/{POD_ID}/stop")
         _record("idle, an unauthenticated connection held open", api, pod, "idle", arrived)
         line = next(x for x in pod.logs().splitlines() if "imagekit-guard: idle:" in x)
         assert "0 SSH session(s) logged in" in line and "a connection is not a login" in line
     finally:
         pod.remove()
+    guard_pod.ROWS.append(
+        (
+            "an unauthenticated connection held open to :22 (a scanner: its banner, no login)",
+            "idle stop as if it were not there",
+            "stopped while it was held open; the log: `0 SSH "
+            "session(s) logged in (1 TCP connection(s) to :22 or :8888: a connection is not a login)`",
+        )
+    )
 
 
 def test_a_restart_with_a_reused_pid_is_no_job_and_pod_wait_returns(real_build, engine, api, tmp_path):
@@ -208,8 +130,8 @@ def test_a_restart_with_a_reused_pid_is_no_job_and_pod_wait_returns(real_build, 
     result, _ = real_build
     before = len(api.seen)
     env = {"IMAGEKIT_GPU_IDLE_STOP": "4s", "IMAGEKIT_MAX_RUNTIME": "45s"}
-    fake = _fake_gpu(tmp_path, util="50\n")  # the run works its GPU until the restart
-    pod, vol = _start(engine, result.tag, api, tmp_path, env, fake=fake)
+    fake = fake_gpu(tmp_path, util="50\n")  # the run works its GPU until the restart
+    pod, vol = start(engine, result.tag, api, tmp_path, env, fake=fake)
     try:
         code, out = pod.exec("bash", "-c", pod_runs.start_script("sleep 600"))
         run_id = out.strip().splitlines()[-1]
@@ -218,7 +140,7 @@ def test_a_restart_with_a_reused_pid_is_no_job_and_pod_wait_returns(real_build, 
         first = time.time()
         pod.container.restart(timeout=5)
         (fake / "util").write_text("0\n")
-        _logs_with(pod, "restarted: armed")
+        logs_with(pod, "restarted: armed")
         code, out = pod.exec("sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!")
         other = out.strip()
         assert code == 0 and other.isdigit(), out
@@ -229,18 +151,15 @@ def test_a_restart_with_a_reused_pid_is_no_job_and_pod_wait_returns(real_build, 
         assert pod.exec("bash", "-c", alive)[1].strip().endswith("LOST")
         time.sleep(8)  # GPUs at 0 %: a job would be stopped by now
         assert len(api.seen) == before, pod.logs()
-        _wait_request(api, before + 1, timeout=60)
-        assert "IMAGEKIT_MAX_RUNTIME=45s reached" in pod.logs() and time.time() - first < 55
+        arrived = wait_request(api, before + 1, timeout=60)
+        assert "IMAGEKIT_MAX_RUNTIME=45s reached" in pod.logs() and arrived - first < 55
     finally:
         pod.remove()
-
-
-def _throwaway_key(tmp_path: Path) -> str:
-    import subprocess
-
-    key = tmp_path / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    return key.with_suffix(".pub").read_text().strip()
+    guard_pod.ROWS.append(("a restart with a reused pid (a `pod run` job's pid names another live process after "
+                           "the restart; GPU-idle stop at 4 s)", "no job: no GPU-idle stop; `pod wait` returns; the "
+                           "deadline counts from the first start", "no request in 8 s with the GPUs at 0 %; `pod "
+                           f"wait`'s script says the run was lost; deadline stop {arrived - first:.0f} s after the "
+                           "first start (deadline 45 s)"))  # fmt: skip
 
 
 # Vast's SSH launch mode as the image sees it: Vast's init replaces the entrypoint, runs the template's onstart and
@@ -268,7 +187,7 @@ def test_a_blocked_vast_instance_is_stopped_after_the_grace(real_build, engine, 
         command=[VAST_INIT], ready=containers.ready_times("vast-sim: onstart exited", 1),
     )  # fmt: skip
     try:
-        arrived = _wait_request(api, before + 1)
+        arrived = wait_request(api, before + 1)
         seen = api.seen[-1]
         assert (seen.method, seen.path) == ("PUT", "/api/v0/instances/31337/")
         assert json.loads(seen.body) == {"state": "stopped"} and seen.headers["Authorization"] == f"Bearer {KEY}"
@@ -277,8 +196,16 @@ def test_a_blocked_vast_instance_is_stopped_after_the_grace(real_build, engine, 
         assert "BLOCKED" in logs and "imagekit-guard: blocker: blocked for" in logs and "vast pod 31337" in logs
         assert logs.index("vast-sim: onstart exited 1") < logs.index("imagekit-guard: blocker:")  # it outlived it
         assert KEY not in logs
+        blocked = arrived - guard_pod.logged_at(pod, "BLOCKED")
     finally:
         pod.remove()
+    guard_pod.ROWS.append(
+        (
+            "a blocked pod left alone (Vast's SSH launch mode, `IMAGEKIT_REQUIRE_GPU=1` on a GPU-less host, grace 3 s)",
+            "stopped after the grace, though onstart returned",
+            f"`PUT /instances/{{id}}/` state stopped {blocked:.1f} s after the start check said BLOCKED",
+        )
+    )
 
 
 def test_a_finished_job_terminates_the_pod_after_its_outputs_are_checksummed(real_build, engine, api, tmp_path):
@@ -286,11 +213,11 @@ def test_a_finished_job_terminates_the_pod_after_its_outputs_are_checksummed(rea
     before = len(api.seen)
     env = {"IMAGEKIT_ON_EXIT": "terminate", "IMAGEKIT_OUTPUTS": "/workspace/out"}
     job = ["sh", "-c", "mkdir -p /workspace/out && echo weights > /workspace/out/model.bin && echo trained"]
-    pod, vol = _start(
+    pod, vol = start(
         engine, result.tag, api, tmp_path, env, command=job, ready=containers.ready_times("imagekit-guard: exit:", 1)
     )
     try:
-        arrived = _wait_request(api, before + 1)
+        arrived = wait_request(api, before + 1)
         assert (api.seen[-1].method, api.seen[-1].path) == ("DELETE", f"/v1/pods/{POD_ID}")
         _record("job exit", api, pod, "exit", arrived)
         assert (vol / "out.sha256").read_text().endswith("  out/model.bin\n")
@@ -304,9 +231,9 @@ def test_a_finished_job_terminates_the_pod_after_its_outputs_are_checksummed(rea
 
 def test_a_job_without_its_outputs_keeps_the_pod_and_an_api_down_is_retried_in_the_log(real_build, engine, tmp_path):
     result, _ = real_build
-    with hostile_http.serve(fallback=lambda _seen: (503, {}, b"down"), host=_gateway(engine)) as down:
+    with hostile_http.serve(fallback=lambda _seen: (503, {}, b"down"), host=gateway(engine)) as down:
         env = {"IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_OUTPUTS": "/workspace/missing.pt", "IMAGEKIT_MAX_RUNTIME": "4s"}
-        pod, _ = _start(
+        pod, _ = start(
             engine, result.tag, down, tmp_path, env, command=["true"], ready=containers.ready_times("not ending", 1)
         )
         try:
