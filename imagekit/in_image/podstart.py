@@ -334,6 +334,8 @@ def job(argv, environ):
     safely("marking the start check done", mark_checked)
     if s["on_exit"]:
         return run_then_end(argv, environ, guard, s)
+    # the command takes this process over, its pid and start time kept: the marker names it to the guard as the job
+    safely("marking the job", write_private, guard.JOB, (guard.identity(os.getpid()) or "") + "\n", 0o644)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

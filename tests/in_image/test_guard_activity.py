@@ -558,3 +558,20 @@ def test_a_pod_run_and_a_job_mode_command_are_the_jobs_whose_trees_are_read(tmp_
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.programs
+def test_a_job_mode_command_without_on_exit_is_the_job_too(tmp_path):
+    """Without IMAGEKIT_ON_EXIT the command replaces the entrypoint's process (exec): the marker written just before
+    names it, since exec keeps the pid and the start time; the guard counts it as the job."""
+    seen = tmp_path / "seen"
+    child = (
+        "import sys; from imagekit.in_image import guard, podstart; sys.modules['guard'] = guard; "
+        f"podstart.STATE_DIR = {str(tmp_path)!r}; guard.JOB = {str(tmp_path / 'job')!r}; "
+        f"podstart.job(['sh', '-c', 'cat {tmp_path / 'job'} >{seen}; echo $$ >>{seen}'], "
+        "{'IMAGEKIT_SKIP_DOCTOR': '1'})"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    marker, pid = seen.read_text().splitlines()
+    assert marker.split()[:2] == [guard.boot_id(), pid]
