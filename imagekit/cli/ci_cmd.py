@@ -33,6 +33,21 @@ GPU: the self-test's GPU checks are skipped, and the job summary says so. A self
 
 
 _POD_KEY = providers.pod_provider().account_key  # the secret the reaper's workflow reads
+_REAPS = tuple(p.name for p in providers.PROVIDERS if p.reap_pod is not None)
+
+
+def _reap_providers(reap: bool, names: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """(provider, its account key variable) for each --reap-provider."""
+    from imagekit.errors import UsageError
+
+    if names and not reap:
+        raise UsageError("--reap-provider needs --reap", "pass --reap too")
+    chosen = list(dict.fromkeys(names or []))  # none: `pod create`'s provider, as `pod reap` takes it by default
+    for name in chosen:
+        if name not in _REAPS:
+            shown = f"--reap-provider {name[:40]!r}: {' or '.join(_REAPS)}"
+            raise UsageError(shown, "for example --reap-provider vast")
+    return tuple((name, providers.named(name).account_key) for name in chosen)
 
 
 def build() -> typer.Typer:
@@ -104,6 +119,15 @@ def build() -> typer.Typer:
             str | None,
             typer.Option("--reap-older-than", metavar="DURATION", help="The reaper's --older-than (12h)."),
         ] = None,
+        reap_provider: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--reap-provider",
+                metavar="|".join(_REAPS),
+                help=f"Whose pods the reaper ends, a step each (repeatable; default {providers.pod_provider().name}),"
+                " each reading the provider's account key from the repository secret of that name.",
+            ),
+        ] = None,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     ) -> None:
         """Write .github/workflows/images.yml: plan, build and self-test each cell on its own runner, release."""
@@ -116,7 +140,10 @@ def build() -> typer.Typer:
 
         output_file_option(out, "--out")
         opts = ci.validated(registry, gpu_runner, install, locks, wheel_dir, arm64_runner)
-        opts = dataclasses.replace(opts, reap=reap, reap_older_than=ci.reap_option(reap, reap_older_than))
+        opts = dataclasses.replace(
+            opts, reap=reap, reap_older_than=ci.reap_option(reap, reap_older_than),
+            reap_providers=_reap_providers(reap, reap_provider),
+        )  # fmt: skip
         if opts.registry is None:  # the matrix file's (its local default: none, so ghcr.io/<owner>/<repo>)
             opts = dataclasses.replace(opts, registry=ci_setup._matrix_registry())
         why = unreachable_registry(opts.registry) if opts.registry else None

@@ -136,15 +136,18 @@ def _create(v: dict, choice, write, warn) -> None:  # type: ignore[no-untyped-de
     )
 
 
-def _account_key(command: str) -> str:
+def _account_key(command: str, variable: str = PODS.account_key) -> str:
     import os
 
     from imagekit.errors import UsageError
 
-    key = os.environ.get(PODS.account_key, "")
+    key = os.environ.get(variable, "")
     if not key.strip():
-        raise UsageError(f"{command} needs {PODS.account_key} in the environment", f"export {PODS.account_key}=...")
+        raise UsageError(f"{command} needs {variable} in the environment", f"export {variable}=...")
     return key
+
+
+REAPS = tuple(p.name for p in providers.PROVIDERS if p.reap_pod is not None)
 
 
 def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-def]
@@ -166,13 +169,19 @@ def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-de
                 "--terminate", help="Terminate overdue pods, stopped ones too (their volumes go): default stop."
             ),
         ] = False,
-        api_url: ApiOpt = PODS.api,
+        provider: Annotated[
+            str, typer.Option("--provider", metavar="|".join(REAPS), help="Whose account: its API key variable.")
+        ] = PODS.name,
+        api_url: Annotated[
+            str | None, typer.Option("--api-url", metavar="URL", help="The provider's API base (default: its own).")
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """List the account's pods imagekit created (marked IMAGEKIT_CREATED, or recorded here by `pod create`)
         with their deadline and cost since their last start, and stop (--terminate: terminate) those past their
         deadline (--deadline) or older than --older-than; every other pod is left alone. Also says which pods
-        recorded here RunPod no longer lists, and which are still running. Exit 3 when an action failed."""
+        recorded here RunPod no longer lists, and which are still running. Vast.ai's instances with --provider vast
+        (VAST_API_KEY; those made from `imagekit vast-template`'s template). Exit 3 when an action failed."""
         from imagekit.clouds import reap
         from imagekit.errors import EnvironmentFailure, UsageError
         from imagekit.in_image import facts
@@ -185,7 +194,11 @@ def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-de
             except facts.SettingError as exc:
                 raise UsageError(str(exc), "for example --older-than 12h (90s, 30m, 6h, 1d)") from None
         now = dt.datetime.now(dt.UTC)
-        done = pod_fleet.reap_pods(_account_key("pod reap"), api_url, now, seconds, terminate, dry_run, warn)
+        if provider not in REAPS:
+            raise UsageError(f"--provider {provider[:40]!r}: {' or '.join(REAPS)}", "for example --provider vast")
+        cloud = providers.named(provider)
+        key = _account_key("pod reap", cloud.account_key)
+        done = pod_fleet.reap_pods(cloud, key, api_url or cloud.api, now, seconds, terminate, dry_run, warn)
         if as_json:
             out_json(
                 {

@@ -72,6 +72,8 @@ class Provider:
     pod_create: bool = False  # `imagekit pod create|stop|terminate` rent and end its pods, through its pods' API
     pod_clouds: tuple[str, ...] = ()  # what `pod create --cloud` takes (the first is the default)
     ssh_gateway: str = ""  # the host of its proxied SSH gateway: a terminal only (no exec channel, no SFTP)
+    # `imagekit pod reap --provider NAME`: one entry of its API client's list_pods() -> a `clouds.reap.Pod` (or None)
+    reap_pod: Callable[[dict, list], Any] | None = None
 
     @property
     def name(self) -> str:

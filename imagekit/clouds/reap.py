@@ -1,6 +1,6 @@
 """`imagekit pod reap`, decided (pure): which of the account's pods are imagekit's, what each has cost, which are
-overdue, and what to do with each. RunPod's `GET /pods` answer is another party's: every field is checked where it is
-read here, and one of another type counts as absent.
+overdue, and what to do with each. RunPod's `GET /pods` answer (``read``) and Vast's `GET /instances/` (``read_vast``)
+are another party's: every field is checked where it is read here, and one of another type counts as absent.
 
 A pod is imagekit's when its env carries the mark `pod create` and the templates write (``IMAGEKIT_CREATED``), or when
 this machine recorded its id when it created it; any other pod is listed as not imagekit's and never touched. An
@@ -55,8 +55,9 @@ class Verdict:
     why: str
 
 
-def price(pod: dict) -> float | None:
-    for key in ("adjustedCostPerHr", "costPerHr"):
+def price(pod: dict, keys: tuple[str, ...] = ("adjustedCostPerHr", "costPerHr")) -> float | None:
+    """$/h: the first of ``keys`` that is a number (or a number's text) in a sane range."""
+    for key in keys:
         value = pod.get(key)
         if isinstance(value, bool):
             continue
@@ -75,19 +76,50 @@ def read(pod: dict, records: list[Record]) -> Pod | None:
     if not isinstance(pod_id, str) or not _POD_ID.fullmatch(pod_id):
         return None
     env = pod.get("env") if isinstance(pod.get("env"), dict) else {}
-    mark = env.get(gd.CREATED)
-    mark = mark if isinstance(mark, str) else None
     name = pod.get("name")
     name = untrusted.printable(name, 80) if isinstance(name, str) else "?"
     status = pod.get("desiredStatus")
     status = status if status in STATUSES else "?"
+    ours, created, deadline = _whose(pod_id, env, records)
+    started = gd.parse_stamp(pod.get("lastStartedAt"))
+    return Pod(pod_id, name, status, ours, created, started, deadline, price(pod))
+
+
+def _whose(pod_id: str, env: dict, records: list[Record]) -> tuple[str | None, dt.datetime | None, dt.datetime | None]:
+    """(why the pod is imagekit's or None, its creation time, its deadline) from its env's marks and the records."""
+    mark = env.get(gd.CREATED)
+    mark = mark if isinstance(mark, str) else None
     by_id = next((r for r in records if r.pod_id == pod_id), None)
     by_mark = next((r for r in records if r.pod_id is None and mark is not None and r.created == mark), None)
     created = gd.parse_stamp(mark) or (gd.parse_stamp(by_id.created) if by_id else None)
     ours = "recorded here" if by_id else "an unfinished create" if by_mark else "marked" if mark is not None else None
     deadline = gd.parse_stamp(env.get(gd.DEADLINE)) or (gd.parse_stamp(by_id.deadline) if by_id else None)
-    started = gd.parse_stamp(pod.get("lastStartedAt"))
-    return Pod(pod_id, name, status, ours, created, started, deadline, price(pod))
+    return ours, created, deadline
+
+
+_VAST_ID = re.compile(r"[0-9]{1,12}", re.ASCII)
+_VAST_STATUS = {"running": "RUNNING", "frozen": "RUNNING", "stopped": "EXITED"}  # intended_status: GPU billed or not
+
+
+def read_vast(doc: dict, records: list[Record]) -> Pod | None:
+    """An instance of Vast's ``GET /instances/`` as a pod (Vast's answer is another party's, like RunPod's): its
+    numeric ``id``; the mark in ``extra_env`` (``[[NAME, VALUE], ...]``, which also holds port options); its
+    ``intended_status`` (running or frozen: the GPU bills; stopped: the disk only); ``start_date`` (seconds since the
+    epoch), ``dph_total`` ($/h), ``label``. `pod create` rents on RunPod only, so no record names a Vast instance."""
+    ident = doc.get("id")
+    if isinstance(ident, bool) or not isinstance(ident, int) or not _VAST_ID.fullmatch(str(ident)):
+        return None
+    pairs = doc.get("extra_env") if isinstance(doc.get("extra_env"), list) else []
+    env = {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)}
+    label = doc.get("label")
+    name = untrusted.printable(label, 80) if isinstance(label, str) and label else "?"
+    status = _VAST_STATUS.get(doc.get("intended_status"), "?") if isinstance(doc.get("intended_status"), str) else "?"
+    start = doc.get("start_date")
+    started = None
+    if isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start) and 0 < start < 1e11:
+        started = dt.datetime.fromtimestamp(start, dt.UTC)
+    ours, created, deadline = _whose(str(ident), env, records)
+    return Pod(str(ident), name, status, ours, created, started, deadline, price(doc, ("dph_total",)))
 
 
 def cost_so_far(pod: Pod, now: dt.datetime) -> float | None:

@@ -7,7 +7,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
-from imagekit.clouds import guard_defaults
+from imagekit.clouds import guard_defaults, reap
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import unreachable_registry as unreachable_registry  # `pod create` checks by this name
 from imagekit.errors import UsageError
@@ -288,4 +288,5 @@ PROVIDER = Provider(
     pod_create=True,
     pod_clouds=("secure", "community"),
     ssh_gateway="ssh.runpod.io",
+    reap_pod=reap.read,
 )

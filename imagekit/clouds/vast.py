@@ -12,7 +12,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
-from imagekit.clouds import guard_defaults
+from imagekit.clouds import guard_defaults, reap
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import registry_host
 from imagekit.clouds.runpod import source_line, tested_line
@@ -67,6 +67,7 @@ def template(
     env = [f"-e IMAGEKIT_REQUIRE_GPU={'1' if require_gpu else '0'}", "-e HF_HOME=/workspace/.cache/huggingface"]
     guard = guard_defaults.env(guard_defaults.GuardChoice()) if guard is None else guard
     env += [f"-e {k}={v}" for k, v in guard.items()]  # values of [A-Za-z0-9-]: checked by guard_defaults
+    env.append(f"-e {guard_defaults.CREATED}=template")  # `pod reap --provider vast` knows the instance as imagekit's
     size_gb = entry.get("size_bytes", 0) / 1e9
     cuda = cell.get("cuda") if isinstance(cell.get("cuda"), str) and _CUDA.fullmatch(cell["cuda"]) else None
     return {
@@ -142,7 +143,9 @@ def readme(
             guard_defaults.readme_line(
                 guard_defaults.env(guard_defaults.GuardChoice()) if guard is None else guard,
                 "imagekit vast-template",
-                " It ends the instance with Vast's in-instance key (CONTAINER_API_KEY).",
+                " It ends the instance with Vast's in-instance key (CONTAINER_API_KEY); from outside, `imagekit pod "
+                f"reap --provider vast --older-than 1d` stops the instances it missed ({guard_defaults.CREATED} marks "
+                "them).",
             ),
         ]
     )
@@ -193,4 +196,5 @@ PROVIDER = Provider(
         made_id="hash_id",
         created_note=" (launch mode {launch})",
     ),
+    reap_pod=reap.read_vast,
 )

@@ -60,3 +60,56 @@ def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     if not _HASH_ID.fullmatch(hash_id):
         raise EnvironmentFailure("the Vast API answered a template hash_id that is not one", "check --api-url")
     return {"id": ident, "hash_id": hash_id}
+
+
+_INSTANCE_ID = re.compile(r"[0-9]{1,12}", re.ASCII)
+MAX_ANSWER = 4 << 20  # bytes of an instance list read
+
+
+def _send(method: str, url: str, api_key: str, body: dict | None = None) -> tuple[int, bytes]:
+    headers = {"Accept": "application/json", **authorization(api_key)}
+    content = None
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        content = json.dumps(body).encode()
+    http.require_http(url, "--api-url", UsageError, f"pass Vast's API base, {VAST.api}")
+    try:
+        status, _, raw, final = http.request_final(method, url, headers=headers, content=content, max_bytes=MAX_ANSWER)
+    except EnvironmentFailure as exc:
+        raise EnvironmentFailure(f"cannot reach the Vast API: {exc.message}", "check the network") from None
+    http.provider_answer("Vast", url, final, status, KEY_VARIABLE)
+    return status, raw
+
+
+def list_pods(api_key: str, base: str = VAST.api) -> list[dict]:
+    """Vast's API: GET /instances/, the account's instances (``{"instances": [...]}``; each entry an object, its
+    fields checked where they are read, `clouds.vast.reap_pod`). Anything else is exit 3."""
+    status, raw = _send("GET", base.rstrip("/") + "/instances/", api_key)
+    if status != 200:
+        raise EnvironmentFailure(f"Vast API answered HTTP {status} to list the instances", "retry later")
+    doc = http.parse_json(raw, "the Vast API", f"check --api-url: it must be Vast's API base ({VAST.api})")
+    found = doc.get("instances") if isinstance(doc, dict) else None
+    if not isinstance(found, list):
+        raise EnvironmentFailure("Vast's answer to GET /instances/ has no list of instances", "check --api-url")
+    return [instance for instance in found if isinstance(instance, dict)]
+
+
+def pod_action(action: str, pod_id: str, api_key: str, base: str = VAST.api) -> dict:
+    """Vast's API, the calls the guard makes in the pod (``facts``' row): ``stop`` (PUT /instances/{id}/ with state
+    stopped: the GPU's billing ends, the disk stays, billed) or ``terminate`` (DELETE /instances/{id}/: the instance
+    and its disk are gone)."""
+    if not isinstance(pod_id, str) or not _INSTANCE_ID.fullmatch(pod_id):
+        raise UsageError(f"not a Vast instance id: {untrusted.printable(str(pod_id), 80)!r}", "ids are numbers")
+    call = VAST.pod.stop if action == "stop" else VAST.pod.terminate
+    url = base.rstrip("/") + call.path.replace("{id}", pod_id)
+    status, raw = _send(call.method, url, api_key, dict(call.body) if call.body is not None else None)
+    if status == 404:
+        raise CheckFailed(f"Vast has no instance {pod_id}", "check the id (imagekit never guesses one)")
+    if status not in (200, 201, 202, 204):
+        raise EnvironmentFailure(f"Vast API answered HTTP {status} to {action} {pod_id}", "retry later")
+    doc = http.parse_json(raw, "the Vast API", "check --api-url") if raw.strip() else {}
+    if isinstance(doc, dict) and doc.get("success") is False:
+        why = doc.get("msg") or doc.get("error")
+        shown = untrusted.printable(redact_text(why), 300) if isinstance(why, str) else "success: false"
+        raise CheckFailed(f"Vast did not {action} instance {pod_id}: {shown}", "retry, or end it in Vast's console")
+    return doc if isinstance(doc, dict) else {"answer": doc}

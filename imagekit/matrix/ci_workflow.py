@@ -62,6 +62,8 @@ class CiOptions:
     arm64_runner: tuple[str, ...] = ()  # runs-on labels of a linux/arm64 runner; empty: arm64 cells emulated
     reap: bool = False  # also write .github/workflows/reap.yml: `imagekit pod reap` every half hour
     reap_older_than: str | None = None  # its --older-than (a duration), or None: deadlines only
+    # (provider, its account key variable) a reaper's step each, as --reap-provider gave them; empty: `pod create`'s
+    reap_providers: tuple[tuple[str, str], ...] = ()
 
 
 def requirement_name(install: str) -> str | None:
@@ -187,15 +189,17 @@ def command_line(opts: CiOptions) -> str:
         words += ["--arm64-runner", label]
     if opts.reap:
         words += ["--reap"] + (["--reap-older-than", opts.reap_older_than] if opts.reap_older_than else [])
+        words += [w for name, _ in opts.reap_providers for w in ("--reap-provider", name)]
     return shlex.join(words)
 
 
 REAP_OUT = ".github/workflows/reap.yml"
 
 
-def reap_workflow(opts: CiOptions, account_key: str, wheel: Wheel | None = None) -> str:
-    """.github/workflows/reap.yml: `imagekit pod reap` on a schedule, the pods' account key (``account_key``, the
-    variable's name) from a repository secret of that name."""
+def reap_workflow(opts: CiOptions, reaped: tuple[tuple[str, str], ...], wheel: Wheel | None = None) -> str:
+    """.github/workflows/reap.yml: `imagekit pod reap` on a schedule, a step per provider of ``reaped`` ((name,
+    account key variable): the first is `pod reap`'s default), each with its account key from a repository secret
+    named as the variable."""
     return (
         _environment()
         .get_template("reap.yml.j2")
@@ -203,7 +207,7 @@ def reap_workflow(opts: CiOptions, account_key: str, wheel: Wheel | None = None)
             command=command_line(opts),
             install_run=install_run(opts, wheel),
             older_than=opts.reap_older_than,
-            account_key=account_key,
+            providers=[(name, key, i == 0 and not opts.reap_providers) for i, (name, key) in enumerate(reaped)],
         )
     )
 

@@ -77,9 +77,12 @@ def write(opts: ci.CiOptions, out: Path) -> Written:
     lines.append(f"wrote {out}: pushes to {opts.registry or 'ghcr.io/<owner>/<repo>'}")
     if opts.reap:
         reaper = out.parent / Path(ci.REAP_OUT).name
-        key = providers.pod_provider().account_key
-        write_atomic(reaper, ci.reap_workflow(opts, key, wheel))
-        lines.append(f"wrote {reaper}: `imagekit pod reap` every half hour (add the repository secret {key})")
+        pods = providers.pod_provider()
+        reaped = opts.reap_providers or ((pods.name, pods.account_key),)
+        keys = " and ".join(key for _, key in reaped)
+        write_atomic(reaper, ci.reap_workflow(opts, reaped, wheel))
+        secret = "secrets" if len(reaped) > 1 else "secret"
+        lines.append(f"wrote {reaper}: `imagekit pod reap` every half hour (add the repository {secret} {keys})")
     lines.append(ci.secrets_note(opts))
     added = f"{out} {opts.wheel_dir}" if wheel else str(out)
     added += f" {out.parent / Path(ci.REAP_OUT).name}" if opts.reap else ""

@@ -2,19 +2,21 @@
 
 `create`: the pending record is written before the request leaves and the id the moment RunPod answers it
 (`effects.pod_records`), so a client killed at any point leaves a pod `reap` can find. `reap`: the account's pods
-(RunPod's `GET /pods`) with this machine's records, each decided by `clouds.reap`; overdue imagekit pods stopped (or
-terminated), every other pod untouched; a dry run sends nothing and writes nothing.
+(RunPod's `GET /pods` with this machine's records, or Vast's `GET /instances/`), each decided by `clouds.reap`;
+overdue imagekit pods stopped (or terminated), every other pod untouched; a dry run sends nothing and writes nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit.clouds import guard_defaults as gd
 from imagekit.clouds import reap
+from imagekit.clouds.provider_spec import Provider
 from imagekit.effects import http, pod_records, runpod_api
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 
@@ -53,6 +55,7 @@ class Reaped:
 
 
 def reap_pods(
+    provider: Provider,
     key: str,
     api_url: str,
     now: dt.datetime,
@@ -61,18 +64,22 @@ def reap_pods(
     dry_run: bool,
     warn: Log,
 ) -> Reaped:
-    """List, decide, act (unless ``dry_run``): see the module's doc."""
-    records = pod_records.load(warn)
-    listed = runpod_api.list_pods(key, api_url)
+    """List, decide, act (unless ``dry_run``): see the module's doc. ``provider``: whose account (its API client,
+    `effects/<name>_api.py`, lists and ends its pods; the records are of the provider `pod create` rents on)."""
+    if provider.reap_pod is None:
+        raise UsageError(f"imagekit cannot list {provider.name}'s pods", "reap RunPod's or Vast's")
+    client = importlib.import_module(f"imagekit.effects.{provider.name}_api")
+    records = pod_records.load(warn) if provider.pod_create else []
+    listed = client.list_pods(key, api_url)
     out = Reaped()
-    pods = [p for p in (reap.read(doc, [r for _, r in records]) for doc in listed) if p is not None]
+    pods = [p for p in (provider.reap_pod(doc, [r for _, r in records]) for doc in listed) if p is not None]
     for pod in pods:
         verdict = reap.decide(pod, now, older_than, terminate)
         out.verdicts.append(verdict)
         if verdict.action is None or dry_run:
             continue
         try:
-            runpod_api.pod_action(verdict.action, pod.id, key, api_url)
+            client.pod_action(verdict.action, pod.id, key, api_url)
         except (EnvironmentFailure, CheckFailed) as exc:
             out.failed.append(f"{pod.id}: {verdict.action} failed: {exc.message}")
     seen = {p.id for p in pods}

@@ -31,3 +31,21 @@ def test_reap_is_not_written_unless_asked(app, runner, in_tmp):
     assert res.exit_code == 2 and "--reap-older-than needs --reap" in res.output
     res = _init(app, runner, "--force", "--reap", "--reap-older-than", "half a day")
     assert res.exit_code == 2 and "not a duration" in res.output
+
+
+def test_reap_steps_for_vast_and_runpod_each_with_its_own_secret(app, runner, in_tmp):
+    res = _init(app, runner, "--reap", "--reap-provider", "vast", "--reap-provider", "runpod")
+    assert res.exit_code == 0, res.output
+    reaper = in_tmp / ".github" / "workflows" / "reap.yml"
+    lint = actionlint(reaper)
+    assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
+    text = reaper.read_text()
+    assert re.search(r"^        run: imagekit pod reap --provider vast$", text, re.M)
+    assert re.search(r"^        run: imagekit pod reap --provider runpod$", text, re.M)
+    assert "VAST_API_KEY: ${{ secrets.VAST_API_KEY }}" in text and "RUNPOD_API_KEY: ${{ secrets.RUNPOD_API_KEY }}" in text
+    assert "--reap-provider vast --reap-provider runpod" in text  # how to write it again
+    assert "secrets VAST_API_KEY and RUNPOD_API_KEY" in res.output
+    res = _init(app, runner, "--force", "--reap", "--reap-provider", "lambda")
+    assert res.exit_code == 2 and "--reap-provider 'lambda': runpod or vast" in res.output
+    res = _init(app, runner, "--force", "--reap-provider", "vast")
+    assert res.exit_code == 2 and "--reap-provider needs --reap" in res.output
