@@ -42,7 +42,8 @@ def test_reap_steps_for_vast_and_runpod_each_with_its_own_secret(app, runner, in
     text = reaper.read_text()
     assert re.search(r"^        run: imagekit pod reap --provider vast$", text, re.M)
     assert re.search(r"^        run: imagekit pod reap --provider runpod$", text, re.M)
-    assert "VAST_API_KEY: ${{ secrets.VAST_API_KEY }}" in text and "RUNPOD_API_KEY: ${{ secrets.RUNPOD_API_KEY }}" in text
+    for key in ("VAST_API_KEY", "RUNPOD_API_KEY"):
+        assert f"{key}: ${{{{ secrets.{key} }}}}" in text
     assert "--reap-provider vast --reap-provider runpod" in text  # how to write it again
     assert "secrets VAST_API_KEY and RUNPOD_API_KEY" in res.output
     res = _init(app, runner, "--force", "--reap", "--reap-provider", "lambda")
