@@ -112,7 +112,7 @@ def build() -> typer.Typer:
             typer.Option(
                 "--reap",
                 help="Also write reap.yml beside it: `imagekit pod reap` every half hour, stopping the account's "
-                f"imagekit pods past their deadline (secret {_POD_KEY}).",
+                f"imagekit pods past their deadline (secret {_POD_KEY}; other providers: --reap-provider).",
             ),
         ] = False,
         reap_older_than: Annotated[

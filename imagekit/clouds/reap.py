@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from imagekit.clouds import guard_defaults as gd
+from imagekit.in_image import facts
 from imagekit.trust import untrusted
 
 _POD_ID = re.compile(r"[A-Za-z0-9]{4,64}", re.ASCII)
@@ -80,21 +81,41 @@ def read(pod: dict, records: list[Record]) -> Pod | None:
     name = untrusted.printable(name, 80) if isinstance(name, str) else "?"
     status = pod.get("desiredStatus")
     status = status if status in STATUSES else "?"
-    ours, created, deadline = _whose(pod_id, env, records)
     started = gd.parse_stamp(pod.get("lastStartedAt"))
+    ours, created, deadline = _whose(pod_id, env, records, started)
     return Pod(pod_id, name, status, ours, created, started, deadline, price(pod))
 
 
-def _whose(pod_id: str, env: dict, records: list[Record]) -> tuple[str | None, dt.datetime | None, dt.datetime | None]:
-    """(why the pod is imagekit's or None, its creation time, its deadline) from its env's marks and the records."""
+def _whose(
+    pod_id: str, env: dict, records: list[Record], started: dt.datetime | None
+) -> tuple[str | None, dt.datetime | None, dt.datetime | None]:
+    """(why the pod is imagekit's or None, its creation time, its deadline) from its env's marks and the records. The
+    deadline: the mark `pod create --deadline` sets, else the record's, else (a template's pod, whose guard was given
+    IMAGEKIT_MAX_RUNTIME) its last start plus that runtime: a pod still running then is one its guard missed."""
     mark = env.get(gd.CREATED)
-    mark = mark if isinstance(mark, str) else None
+    mark = mark if isinstance(mark, str) and mark else None
     by_id = next((r for r in records if r.pod_id == pod_id), None)
     by_mark = next((r for r in records if r.pod_id is None and mark is not None and r.created == mark), None)
     created = gd.parse_stamp(mark) or (gd.parse_stamp(by_id.created) if by_id else None)
     ours = "recorded here" if by_id else "an unfinished create" if by_mark else "marked" if mark is not None else None
     deadline = gd.parse_stamp(env.get(gd.DEADLINE)) or (gd.parse_stamp(by_id.deadline) if by_id else None)
+    runtime = env.get("IMAGEKIT_MAX_RUNTIME")
+    if deadline is None and started is not None and isinstance(runtime, str):
+        try:
+            seconds = facts.parse_duration(runtime.strip()[:40], "IMAGEKIT_MAX_RUNTIME")
+            deadline = started + dt.timedelta(seconds=seconds)
+        except (facts.SettingError, OverflowError):
+            pass
     return ours, created, deadline
+
+
+def distinct(pods: list[Pod]) -> tuple[list[Pod], list[str]]:
+    """The pods with an id listed once, and the ids listed more than once (the provider's list is another party's:
+    which entry is true cannot be known, so none of them is acted on)."""
+    seen: dict[str, int] = {}
+    for pod in pods:
+        seen[pod.id] = seen.get(pod.id, 0) + 1
+    return [p for p in pods if seen[p.id] == 1], sorted(i for i, n in seen.items() if n > 1)
 
 
 _VAST_ID = re.compile(r"[0-9]{1,12}", re.ASCII)
@@ -118,7 +139,7 @@ def read_vast(doc: dict, records: list[Record]) -> Pod | None:
     started = None
     if isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start) and 0 < start < 1e11:
         started = dt.datetime.fromtimestamp(start, dt.UTC)
-    ours, created, deadline = _whose(str(ident), env, records)
+    ours, created, deadline = _whose(str(ident), env, records, started)
     return Pod(str(ident), name, status, ours, created, started, deadline, price(doc, ("dph_total",)))
 
 

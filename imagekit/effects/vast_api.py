@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from imagekit.clouds import providers
 from imagekit.effects import http
-from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
 from imagekit.trust import untrusted
 from imagekit.trust.redact import redact_text
 
@@ -63,7 +65,28 @@ def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
 
 
 _INSTANCE_ID = re.compile(r"[0-9]{1,12}", re.ASCII)
-MAX_ANSWER = 4 << 20  # bytes of an instance list read
+MAX_ANSWER = 32 << 20  # bytes of an instance list read (an instance is about 3 kB: ten thousand of them)
+
+
+@contextmanager
+def _keyless(api_key: str) -> Iterator[None]:
+    """Whatever Vast echoes back (a body quoted in an error, its own message) is shown without the key."""
+    try:
+        yield
+    except ImagekitError as exc:
+        if api_key and (api_key in exc.message or api_key in (exc.hint or "")):
+            exc.message = exc.message.replace(api_key, f"<{KEY_VARIABLE}>")
+            exc.hint = exc.hint and exc.hint.replace(api_key, f"<{KEY_VARIABLE}>")
+            exc.args = (exc.message,)
+        raise
+
+
+def _base(base: str) -> str:
+    """The API base as given, checked: http(s), no query or fragment (a path is appended to it)."""
+    http.require_http(base, "--api-url", UsageError, f"pass Vast's API base, {VAST.api}")
+    if "?" in base or "#" in base:
+        raise UsageError(f"--api-url {untrusted.printable(base, 80)!r} has a query or a fragment", f"pass {VAST.api}")
+    return base.rstrip("/")
 
 
 def _send(method: str, url: str, api_key: str, body: dict | None = None) -> tuple[int, bytes]:
@@ -72,22 +95,25 @@ def _send(method: str, url: str, api_key: str, body: dict | None = None) -> tupl
     if body is not None:
         headers["Content-Type"] = "application/json"
         content = json.dumps(body).encode()
-    http.require_http(url, "--api-url", UsageError, f"pass Vast's API base, {VAST.api}")
-    try:
-        status, _, raw, final = http.request_final(method, url, headers=headers, content=content, max_bytes=MAX_ANSWER)
+    try:  # a stop or a delete is sent once, where it was aimed: a redirect is an answer, not a new target
+        status, _, raw, final = http.request_final(
+            method, url, headers=headers, content=content, max_bytes=MAX_ANSWER, redirects=method == "GET"
+        )
     except EnvironmentFailure as exc:
-        raise EnvironmentFailure(f"cannot reach the Vast API: {exc.message}", "check the network") from None
+        raise EnvironmentFailure(f"cannot read the Vast API's answer: {exc.message}", exc.hint) from None
     http.provider_answer("Vast", url, final, status, KEY_VARIABLE)
-    return status, raw
+    return status, raw.replace(api_key.encode(), f"<{KEY_VARIABLE}>".encode())  # an echo of it is never shown
 
 
 def list_pods(api_key: str, base: str = VAST.api) -> list[dict]:
     """Vast's API: GET /instances/, the account's instances (``{"instances": [...]}``; each entry an object, its
     fields checked where they are read, `clouds.vast.reap_pod`). Anything else is exit 3."""
-    status, raw = _send("GET", base.rstrip("/") + "/instances/", api_key)
-    if status != 200:
-        raise EnvironmentFailure(f"Vast API answered HTTP {status} to list the instances", "retry later")
-    doc = http.parse_json(raw, "the Vast API", f"check --api-url: it must be Vast's API base ({VAST.api})")
+    with _keyless(api_key):
+        status, raw = _send("GET", _base(base) + "/instances/", api_key)
+        if status != 200:
+            hint = f"check --api-url: Vast's API base is {VAST.api}" if status == 404 else "retry later"
+            raise EnvironmentFailure(f"Vast API answered HTTP {status} to list the instances", hint)
+        doc = http.parse_json(raw, "the Vast API", f"check --api-url: it must be Vast's API base ({VAST.api})")
     found = doc.get("instances") if isinstance(doc, dict) else None
     if not isinstance(found, list):
         raise EnvironmentFailure("Vast's answer to GET /instances/ has no list of instances", "check --api-url")
@@ -101,15 +127,18 @@ def pod_action(action: str, pod_id: str, api_key: str, base: str = VAST.api) -> 
     if not isinstance(pod_id, str) or not _INSTANCE_ID.fullmatch(pod_id):
         raise UsageError(f"not a Vast instance id: {untrusted.printable(str(pod_id), 80)!r}", "ids are numbers")
     call = VAST.pod.stop if action == "stop" else VAST.pod.terminate
-    url = base.rstrip("/") + call.path.replace("{id}", pod_id)
-    status, raw = _send(call.method, url, api_key, dict(call.body) if call.body is not None else None)
-    if status == 404:
-        raise CheckFailed(f"Vast has no instance {pod_id}", "check the id (imagekit never guesses one)")
-    if status not in (200, 201, 202, 204):
-        raise EnvironmentFailure(f"Vast API answered HTTP {status} to {action} {pod_id}", "retry later")
-    doc = http.parse_json(raw, "the Vast API", "check --api-url") if raw.strip() else {}
-    if isinstance(doc, dict) and doc.get("success") is False:
-        why = doc.get("msg") or doc.get("error")
-        shown = untrusted.printable(redact_text(why), 300) if isinstance(why, str) else "success: false"
-        raise CheckFailed(f"Vast did not {action} instance {pod_id}: {shown}", "retry, or end it in Vast's console")
-    return doc if isinstance(doc, dict) else {"answer": doc}
+    url = _base(base) + call.path.replace("{id}", pod_id)
+    with _keyless(api_key):
+        status, raw = _send(call.method, url, api_key, dict(call.body) if call.body is not None else None)
+        if status == 404:
+            raise CheckFailed(f"Vast has no instance {pod_id}", "check the id (imagekit never guesses one)")
+        if status in (401, 403):
+            raise UsageError(f"Vast refused to {action} instance {pod_id} (HTTP {status})", f"check {KEY_VARIABLE}")
+        if status not in (200, 201, 202, 204):
+            raise EnvironmentFailure(f"Vast API answered HTTP {status} to {action} {pod_id}", "retry later")
+        doc = http.parse_json(raw, "the Vast API", "check --api-url") if raw.strip() else {}
+        if not isinstance(doc, dict) or doc.get("success", True) is not True:
+            why = doc.get("msg") or doc.get("error") if isinstance(doc, dict) else None
+            shown = untrusted.printable(redact_text(why), 300) if isinstance(why, str) else "no success: true"
+            raise CheckFailed(f"Vast did not {action} instance {pod_id}: {shown}", "retry, or end it in Vast's console")
+    return doc

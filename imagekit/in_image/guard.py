@@ -9,7 +9,7 @@ container, or keeps the stopped one billed):
 - ``IMAGEKIT_IDLE_STOP=30m``: idle for the whole window: no GPU above ``IMAGEKIT_IDLE_GPU_UTIL`` % (default 5), no
   GPU compute process, no logged-in SSH session (OpenSSH's own session process: ``ssh_sessions``), no Jupyter kernel
   or terminal activity its server reports to its token (``jupyter_activity``), no job (job mode's command or a
-  `pod run` run) making progress (CPU or reads and writes: ``Guard._job``; a stalled one does not count), and the
+  `pod run` run) making progress (CPU or writes: ``Guard._job``; a stalled one does not count), and the
   heartbeat file (``IMAGEKIT_HEARTBEAT``, default /run/imagekit/heartbeat: `touch` it from a training loop) not
   touched; a TCP connection counts for nothing (anyone can open one); the log line that explains a stop lists each;
 - ``IMAGEKIT_ON_BLOCKER=stop|terminate``: the start check found a blocker and it is still there after
@@ -89,8 +89,10 @@ NOT_TRAINING = frozenset((
     "c++", "cc", "clang", "clang++", "rustc", "cargo", "ninja", "make", "cmake", "dpkg", "apt", "apt-get", "tar",
     "gzip", "pigz", "xz", "zstd", "bzip2", "unzip", "git", "git-remote-http", "rsync", "scp", "sftp-server", "sshd",
     "curl", "wget", "sha256sum", "md5sum"))
-JOB_CPU = 1  # % of one core between two looks: a job using at least this much makes progress
-JOB_IO = 4096  # bytes a second read or written by a job's processes (a slow download): progress too
+JOB_CPU = 5  # % of one core between two looks: a job using at least this much makes progress (a stalled one that
+# polls, starting a program every few seconds, stays under it)
+JOB_IO = 4096  # bytes a second written by a job's processes (a slow download, a checkpoint): progress too (reads are
+# not counted: every program a polling loop starts reads its libraries)
 SECRETS = []  # the provider's key, once read: taken out of every line logged whatever carries it
 
 
@@ -264,10 +266,10 @@ class Guard:
 
     def _job(self, now, usage):
         """None when no job runs; else (it made progress since the last look, what its processes did). Progress: the
-        job's processes (``tree_usage``) used at least JOB_CPU % of one core or moved JOB_IO bytes a second through
-        read and write calls: a download, a pip install, a checkpoint being written. A job that does neither (asleep,
-        blocked on a dead peer or lock) is stalled: it does not keep the pod up. A process that was not there at the
-        last look counts with all its time (it started since)."""
+        job's processes (``tree_usage``) used at least JOB_CPU % of one core or wrote JOB_IO bytes a second: a
+        download, a pip install, a checkpoint being written. A job that does neither (asleep, blocked on a dead peer or
+        a lock, polling it) is stalled: it does not keep the pod up. A process that was not there at the last look
+        counts with all its time (it started since)."""
         prev, self.job_prev = self.job_prev, (now, usage)
         if usage is None:
             return None
@@ -278,7 +280,7 @@ class Guard:
         moved = sum(max(0, v[1] - before.get(k, (0, 0))[1]) for k, v in usage.items())
         cpu, rate = ticks * 100 / CLK_TCK / seconds, moved / seconds
         progress = cpu >= JOB_CPU or rate >= JOB_IO
-        return progress, (f"a job's {len(usage)} process(es) used {cpu:.0f} % CPU and moved {_rate(rate)} since "
+        return progress, (f"a job's {len(usage)} process(es) used {cpu:.0f} % CPU and wrote {_rate(rate)} since "
                           "the last look" + ("" if progress else ": no progress (stalled?)"))
 
     def _idle(self, now, sample):
@@ -554,9 +556,10 @@ def cpu_times(proc=None):
 
 
 def tree_usage(roots, proc=None):
-    """{"PID START_TIME": [CPU ticks, bytes moved]} of the processes ``roots`` and every process under them: ticks of
-    its own and of the children it waited for (a finished compiler's or downloader's time stays counted), bytes its
-    read and write calls moved (/proc/PID/io ``rchar`` + ``wchar``; 0 where that cannot be read)."""
+    """{"PID START_TIME": [CPU ticks, bytes written]} of the processes ``roots`` and every process under them: ticks
+    of its own and of the children it waited for (a finished compiler's or downloader's time stays counted), bytes its
+    write calls wrote (/proc/PID/io ``wchar``, children waited for included; 0 where it cannot be read: another
+    user's process, to a root without CAP_SYS_PTRACE, counts by its CPU alone)."""
     proc, children, fields_of = proc or PROC, {}, {}
     for pid in _pids(proc):
         fields = _stat_fields(pid, proc)
@@ -571,7 +574,7 @@ def tree_usage(roots, proc=None):
         seen.add(pid)
         f = fields_of[pid]
         io = _proc_text(f"{proc}/{pid}/io", 4096)
-        moved = sum(int(v) for v in re.findall(r"^[rw]char:\s+([0-9]{1,20})\s*$", io, re.M))
+        moved = sum(int(v) for v in re.findall(r"^wchar:\s+([0-9]{1,20})\s*$", io, re.M))
         out[f"{pid} {int(f[19])}"] = [sum(int(v) for v in f[11:15]), moved]
         todo.extend(children.get(pid, []))
     return out

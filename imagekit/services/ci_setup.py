@@ -83,6 +83,9 @@ def write(opts: ci.CiOptions, out: Path) -> Written:
         write_atomic(reaper, ci.reap_workflow(opts, reaped, wheel))
         secret = "secrets" if len(reaped) > 1 else "secret"
         lines.append(f"wrote {reaper}: `imagekit pod reap` every half hour (add the repository {secret} {keys})")
+        if not opts.reap_older_than:
+            lines.append("the reaper ends only pods past a deadline (`pod create --deadline`, a template's "
+                         "--deadline); --reap-older-than 12h ends the others too")  # fmt: skip
     lines.append(ci.secrets_note(opts))
     added = f"{out} {opts.wheel_dir}" if wheel else str(out)
     added += f" {out.parent / Path(ci.REAP_OUT).name}" if opts.reap else ""

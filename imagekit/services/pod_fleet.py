@@ -72,7 +72,9 @@ def reap_pods(
     records = pod_records.load(warn) if provider.pod_create else []
     listed = client.list_pods(key, api_url)
     out = Reaped()
-    pods = [p for p in (provider.reap_pod(doc, [r for _, r in records]) for doc in listed) if p is not None]
+    pods, twice = reap.distinct([p for p in (provider.reap_pod(d, [r for _, r in records]) for d in listed) if p])
+    out.notes += [f"{i}: listed more than once by {provider.name}, its entries not the same pod: left alone"
+                  for i in twice]  # fmt: skip
     for pod in pods:
         verdict = reap.decide(pod, now, older_than, terminate)
         out.verdicts.append(verdict)

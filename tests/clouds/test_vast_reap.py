@@ -192,3 +192,76 @@ def test_what_vast_says_of_an_instance_is_checked_field_by_field():
     assert reap.decide(pod, pod.deadline, None, False).why == "not imagekit's: left alone"
     marked = reap.read_vast({"id": 8, "extra_env": [[gd.CREATED, "template"]], "intended_status": "frozen"}, [])
     assert marked is not None and marked.ours == "marked" and marked.status == "RUNNING"  # frozen still bills the GPU
+
+
+@pytest.mark.loopback
+def test_the_key_vast_echoes_back_is_never_shown(app, runner, monkeypatch):
+    key = "a" * 64  # a key shaped as Vast's: hex, which no generic redaction can tell from a hash
+    monkeypatch.setenv("VAST_API_KEY", key)
+
+    def echo(seen):
+        return 200, {}, f"<html>bad key {seen.headers['Authorization']}</html>".encode()
+
+    from tests import hostile_http
+
+    with hostile_http.serve(fallback=echo) as server:
+        res = runner.invoke(app, ["pod", "reap", "--provider", "vast", "--api-url", f"{server.url}/api/v0"])
+    assert res.exit_code == 3 and key not in res.output and "<VAST_API_KEY>" in res.output, res.output
+
+
+@pytest.mark.loopback
+def test_an_id_listed_twice_is_left_alone(app, runner, monkeypatch):
+    monkeypatch.setenv("VAST_API_KEY", KEY)
+    with vast_api() as api:
+        api.add(7, [[gd.CREATED, "template"]])
+        api.listing = [api.instances[7], {**api.instances[7], "extra_env": None}]  # marked once, unmarked once
+        res = _reap(app, runner, api, "--older-than", "1s")
+    assert res.exit_code == 0 and _changes(api) == [], res.output
+    assert "7: listed more than once by vast" in res.output
+
+
+@pytest.mark.loopback
+def test_a_stop_is_sent_where_it_was_aimed_never_where_a_redirect_points(app, runner, monkeypatch):
+    from tests import hostile_http
+
+    monkeypatch.setenv("VAST_API_KEY", KEY)
+    listing = {"instances": [{"id": 601, "extra_env": [[gd.CREATED, "template"]], "intended_status": "running",
+                              "start_date": JAN_2026}]}  # fmt: skip
+    routes = {"/api/v0/instances/": hostile_http.json_answer(listing),
+              "/api/v0/instances/601/": hostile_http.redirect("/api/v0/instances/12345/", 307)}  # fmt: skip
+    with hostile_http.serve(routes, fallback=lambda _s: (200, {}, b'{"success": true}')) as server:
+        res = runner.invoke(app, ["pod", "reap", "--provider", "vast", "--api-url", f"{server.url}/api/v0",
+                                  "--older-than", "1s"])  # fmt: skip
+    assert res.exit_code == 3 and "HTTP 307" in res.output, res.output
+    assert [(s.method, s.path) for s in server.seen] == [
+        ("GET", "/api/v0/instances/"),
+        ("PUT", "/api/v0/instances/601/"),
+    ]
+
+
+def test_a_template_instance_past_its_guards_runtime_is_overdue_and_an_empty_mark_is_no_mark():
+    env = [[gd.CREATED, "template"], ["IMAGEKIT_MAX_RUNTIME", "6h"]]
+    pod = reap.read_vast({"id": 9, "extra_env": env, "intended_status": "running", "start_date": JAN_2026}, [])
+    assert pod is not None and pod.deadline is not None and gd.stamp(pod.deadline) == "2026-01-01T06:00:00Z"
+    verdict = reap.decide(pod, pod.deadline, None, False)
+    assert verdict.action == "stop" and "past its deadline 2026-01-01T06:00:00Z" in verdict.why
+    garbage = reap.read_vast({"id": 9, "extra_env": [[gd.CREATED, "template"], ["IMAGEKIT_MAX_RUNTIME", "9" * 30]],
+                              "start_date": JAN_2026}, [])  # fmt: skip
+    assert garbage is not None and garbage.deadline is None
+    unmarked = reap.read_vast({"id": 10, "extra_env": [[gd.CREATED, ""]]}, [])
+    assert unmarked is not None and unmarked.ours is None
+
+
+@pytest.mark.loopback
+@pytest.mark.parametrize("answer", [{"success": "false"}, ["ok"], {"success": False}])
+def test_a_stop_vast_did_not_say_it_took_is_a_failure(app, runner, monkeypatch, answer):
+    from tests import hostile_http
+
+    monkeypatch.setenv("VAST_API_KEY", KEY)
+    listing = {"instances": [{"id": 5, "extra_env": [[gd.CREATED, "template"]], "start_date": JAN_2026}]}
+    routes = {"/api/v0/instances/": hostile_http.json_answer(listing), "/api/v0/instances/5/": hostile_http.json_answer(
+        answer)}  # fmt: skip
+    with hostile_http.serve(routes) as server:
+        res = runner.invoke(app, ["pod", "reap", "--provider", "vast", "--api-url", f"{server.url}/api/v0",
+                                  "--older-than", "1s"])  # fmt: skip
+    assert res.exit_code == 3 and "Vast did not stop instance 5" in res.output, res.output

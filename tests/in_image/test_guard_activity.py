@@ -479,10 +479,10 @@ def _job_usage(ticks=0, moved=0):
     ("per_look", "counts"),
     [
         ((0, 0), False),  # asleep, blocked on a dead peer: stalled
-        ((1, 0), False),  # 10 ms of CPU in 30 s: a watchdog thread waking, not work (under 1 % of a core)
-        ((0, 30 * 1024), False),  # 1 kB/s: a log line now and then
-        ((30, 0), True),  # 1 % of a core: unpacking, hashing
-        ((0, 30 * 8192), True),  # 8 kB/s: a download on a slow link
+        ((30, 0), False),  # 300 ms of CPU in 30 s (1 %): a loop polling a dead peer, starting a program each time
+        ((0, 30 * 1024), False),  # 1 kB/s written: a log line now and then
+        ((150, 0), True),  # 5 % of a core: unpacking, hashing
+        ((0, 30 * 8192), True),  # 8 kB/s written: a download on a slow link
     ],
 )
 def test_a_job_counts_as_work_while_it_makes_progress(per_look, counts):
@@ -537,7 +537,7 @@ def test_the_usage_of_a_job_is_its_whole_process_tree_read_from_proc(tmp_path):
     ticks = sum(v[0] for v in usage.values())
     moved = sum(v[1] for v in usage.values())
     assert ticks >= 0.4 * guard.CLK_TCK  # the finished burner's 0.6 s, kept in the shell's cutime
-    assert moved >= 50 * 65536  # the writer's wchar
+    assert 50 * 65536 <= moved < 60 * 65536  # the writer's wchar; no reads (every new program reads its libraries)
     assert guard.tree_usage([]) == {} and guard.tree_usage([2**22 + 17]) == {}
 
 
@@ -575,3 +575,28 @@ def test_a_job_mode_command_without_on_exit_is_the_job_too(tmp_path):
     assert done.returncode == 0, done.stderr
     marker, pid = seen.read_text().splitlines()
     assert marker.split()[:2] == [guard.boot_id(), pid]
+
+
+@pytest.mark.programs
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "while true; do sleep 1; done",  # a shell waiting for ever
+        "until false; do sleep 0.5; done",
+        f"while ! {sys.executable} -c 'import sys; sys.exit(1)'; do sleep 3; done",  # polling a dead peer with python
+    ],
+)
+def test_a_job_polling_for_ever_is_stalled_not_progress(loop):
+    """Every program a polling loop starts reads its libraries (rchar) and uses a little CPU: not progress."""
+    s, _ = guard.settings({"IMAGEKIT_IDLE_STOP": "30m"})
+    g = guard.Guard(s, started=0)
+    job = subprocess.Popen(["sh", "-c", loop])
+    try:
+        time.sleep(0.5)
+        g._job(0, guard.tree_usage([job.pid]))
+        time.sleep(6)
+        progress, text = g._job(6, guard.tree_usage([job.pid]))
+    finally:
+        job.kill()
+        job.wait()
+    assert progress is False and "no progress (stalled?)" in text, text
