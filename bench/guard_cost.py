@@ -2,7 +2,8 @@
 
 The image is started as a RunPod pod (its id and a key in the env, the API pointed at an address nothing answers, a
 dry run: nothing is ever stopped), with the defaults `pod create` arms (idle 45m, blocker 20m, exit) plus a deadline,
-the GPU-idle watchdog and the CPU-fallback watchdog, at the guard's default interval (30 s). For MINUTES (10 by
+the GPU-idle watchdog and the CPU-fallback watchdog, at the guard's default interval (30 s), in job mode with a job
+running (`sleep 7200`: each look reads the job's process tree and its write count as well). For MINUTES (10 by
 default) the guard's process is read from /proc inside the container: CPU time used (user + system) and its resident
 memory. The peer, in the same image at the same time: `sleep 7200; runpodctl pod stop` (RunPod's docs), a shell and
 a sleep. Printed: CPU seconds, the share of one core, the peak memory of each, and the ratios.
@@ -82,10 +83,10 @@ def main() -> None:
     minutes = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
     peer_cmd = ["sh", "-c", "sleep 7200; runpodctl pod stop $RUNPOD_POD_ID"]
     got = measure(Engine(), image, {
-        "imagekit guard": (ARMED, None, "guard.py"),
+        "imagekit guard": (ARMED, ["sleep", "7200"], "guard.py"),
         "peer: sleep; runpodctl pod stop": ({"RUNPOD_POD_ID": "benchpod"}, peer_cmd, "sleep 7200"),
     }, minutes)  # fmt: skip
-    print(f"{image}, {minutes:g} minutes, side by side; every trigger armed (dry run), interval 30 s:")
+    print(f"{image}, {minutes:g} minutes, side by side; every trigger armed (dry run), a job running, interval 30 s:")
     for name, m in got.items():
         share = 100 * m["cpu"] / m["seconds"]
         print(f"  {name}: {m['cpu']:.2f} CPU s ({share:.3f} % of one core), peak memory {m['peak'] / 1e6:.1f} MB")
