@@ -33,7 +33,7 @@ GPU: the self-test's GPU checks are skipped, and the job summary says so. A self
 
 
 _POD_KEY = providers.pod_provider().account_key  # the secret the reaper's workflow reads
-_REAPS = tuple(p.name for p in providers.PROVIDERS if p.reap_pod is not None)
+_REAPS = providers.reapers()
 
 
 def _reap_providers(reap: bool, names: list[str] | None) -> tuple[tuple[str, str], ...]:

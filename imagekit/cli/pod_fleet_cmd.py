@@ -147,7 +147,7 @@ def _account_key(command: str, variable: str = PODS.account_key) -> str:
     return key
 
 
-REAPS = tuple(p.name for p in providers.PROVIDERS if p.reap_pod is not None)
+REAPS = providers.reapers()
 
 
 def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from imagekit.clouds.provider_spec import Provider
 from imagekit.in_image import facts
 
-__all__ = ["PROVIDERS", "Provider", "discover", "named", "pod_provider", "ssh_gateways"]
+__all__ = ["PROVIDERS", "Provider", "discover", "named", "pod_provider", "reapers", "ssh_gateways"]
 
 
 def discover(rows: Iterable[facts.ProviderFacts]) -> tuple[Provider, ...]:
@@ -54,6 +54,11 @@ def pod_provider() -> Provider:
     """The provider `imagekit pod create|stop|terminate` talks to: the one row with ``pod_create``."""
     (found,) = (p for p in PROVIDERS if p.pod_create)
     return found
+
+
+def reapers() -> tuple[str, ...]:
+    """The providers `imagekit pod reap --provider` lists and ends pods of (those with ``reap_pod``)."""
+    return tuple(p.name for p in PROVIDERS if p.reap_pod is not None)
 
 
 def ssh_gateways() -> frozenset[str]:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from imagekit.clouds import providers
 from imagekit.effects import http
-from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, UsageError
+from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.trust import untrusted
 from imagekit.trust.redact import redact_text
 
@@ -68,19 +66,6 @@ _INSTANCE_ID = re.compile(r"[0-9]{1,12}", re.ASCII)
 MAX_ANSWER = 32 << 20  # bytes of an instance list read (an instance is about 3 kB: ten thousand of them)
 
 
-@contextmanager
-def _keyless(api_key: str) -> Iterator[None]:
-    """Whatever Vast echoes back (a body quoted in an error, its own message) is shown without the key."""
-    try:
-        yield
-    except ImagekitError as exc:
-        if api_key and (api_key in exc.message or api_key in (exc.hint or "")):
-            exc.message = exc.message.replace(api_key, f"<{KEY_VARIABLE}>")
-            exc.hint = exc.hint and exc.hint.replace(api_key, f"<{KEY_VARIABLE}>")
-            exc.args = (exc.message,)
-        raise
-
-
 def _base(base: str) -> str:
     """The API base as given, checked: http(s), no query or fragment (a path is appended to it)."""
     http.require_http(base, "--api-url", UsageError, f"pass Vast's API base, {VAST.api}")
@@ -100,20 +85,20 @@ def _send(method: str, url: str, api_key: str, body: dict | None = None) -> tupl
             method, url, headers=headers, content=content, max_bytes=MAX_ANSWER, redirects=method == "GET"
         )
     except EnvironmentFailure as exc:
-        raise EnvironmentFailure(f"cannot read the Vast API's answer: {exc.message}", exc.hint) from None
+        raise EnvironmentFailure(f"the Vast API: {exc.message}", exc.hint) from None
     http.provider_answer("Vast", url, final, status, KEY_VARIABLE)
-    return status, raw.replace(api_key.encode(), f"<{KEY_VARIABLE}>".encode())  # an echo of it is never shown
+    # whatever Vast echoes back (a body quoted in an error, its own message) is shown without the key
+    return status, raw.replace(api_key.encode(), f"<{KEY_VARIABLE}>".encode())
 
 
 def list_pods(api_key: str, base: str = VAST.api) -> list[dict]:
     """Vast's API: GET /instances/, the account's instances (``{"instances": [...]}``; each entry an object, its
-    fields checked where they are read, `clouds.vast.reap_pod`). Anything else is exit 3."""
-    with _keyless(api_key):
-        status, raw = _send("GET", _base(base) + "/instances/", api_key)
-        if status != 200:
-            hint = f"check --api-url: Vast's API base is {VAST.api}" if status == 404 else "retry later"
-            raise EnvironmentFailure(f"Vast API answered HTTP {status} to list the instances", hint)
-        doc = http.parse_json(raw, "the Vast API", f"check --api-url: it must be Vast's API base ({VAST.api})")
+    fields checked where they are read, `clouds.reap.read_vast`). Anything else is exit 3."""
+    status, raw = _send("GET", _base(base) + "/instances/", api_key)
+    if status != 200:
+        hint = f"check --api-url: Vast's API base is {VAST.api}" if status == 404 else "retry later"
+        raise EnvironmentFailure(f"Vast API answered HTTP {status} to list the instances", hint)
+    doc = http.parse_json(raw, "the Vast API", f"check --api-url: it must be Vast's API base ({VAST.api})")
     found = doc.get("instances") if isinstance(doc, dict) else None
     if not isinstance(found, list):
         raise EnvironmentFailure("Vast's answer to GET /instances/ has no list of instances", "check --api-url")
@@ -128,17 +113,16 @@ def pod_action(action: str, pod_id: str, api_key: str, base: str = VAST.api) -> 
         raise UsageError(f"not a Vast instance id: {untrusted.printable(str(pod_id), 80)!r}", "ids are numbers")
     call = VAST.pod.stop if action == "stop" else VAST.pod.terminate
     url = _base(base) + call.path.replace("{id}", pod_id)
-    with _keyless(api_key):
-        status, raw = _send(call.method, url, api_key, dict(call.body) if call.body is not None else None)
-        if status == 404:
-            raise CheckFailed(f"Vast has no instance {pod_id}", "check the id (imagekit never guesses one)")
-        if status in (401, 403):
-            raise UsageError(f"Vast refused to {action} instance {pod_id} (HTTP {status})", f"check {KEY_VARIABLE}")
-        if status not in (200, 201, 202, 204):
-            raise EnvironmentFailure(f"Vast API answered HTTP {status} to {action} {pod_id}", "retry later")
-        doc = http.parse_json(raw, "the Vast API", "check --api-url") if raw.strip() else {}
-        if not isinstance(doc, dict) or doc.get("success", True) is not True:
-            why = doc.get("msg") or doc.get("error") if isinstance(doc, dict) else None
-            shown = untrusted.printable(redact_text(why), 300) if isinstance(why, str) else "no success: true"
-            raise CheckFailed(f"Vast did not {action} instance {pod_id}: {shown}", "retry, or end it in Vast's console")
+    status, raw = _send(call.method, url, api_key, dict(call.body) if call.body is not None else None)
+    if status == 404:
+        raise CheckFailed(f"Vast has no instance {pod_id}", "check the id (imagekit never guesses one)")
+    if status in (401, 403):
+        raise UsageError(f"Vast refused to {action} instance {pod_id} (HTTP {status})", f"check {KEY_VARIABLE}")
+    if status not in (200, 201, 202, 204):
+        raise EnvironmentFailure(f"Vast API answered HTTP {status} to {action} {pod_id}", "retry later")
+    doc = http.parse_json(raw, "the Vast API", "check --api-url") if raw.strip() else {}
+    if not isinstance(doc, dict) or doc.get("success", True) is not True:
+        why = doc.get("msg") or doc.get("error") if isinstance(doc, dict) else None
+        shown = untrusted.printable(redact_text(why), 300) if isinstance(why, str) else "no success: true"
+        raise CheckFailed(f"Vast did not {action} instance {pod_id}: {shown}", "retry, or end it in Vast's console")
     return doc

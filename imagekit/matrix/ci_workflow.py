@@ -198,8 +198,8 @@ REAP_OUT = ".github/workflows/reap.yml"
 
 def reap_workflow(opts: CiOptions, reaped: tuple[tuple[str, str], ...], wheel: Wheel | None = None) -> str:
     """.github/workflows/reap.yml: `imagekit pod reap` on a schedule, a step per provider of ``reaped`` ((name,
-    account key variable): the first is `pod reap`'s default), each with its account key from a repository secret
-    named as the variable."""
+    account key variable); named with --provider when --reap-provider named them), each with its account key from a
+    repository secret named as the variable."""
     return (
         _environment()
         .get_template("reap.yml.j2")
@@ -207,7 +207,8 @@ def reap_workflow(opts: CiOptions, reaped: tuple[tuple[str, str], ...], wheel: W
             command=command_line(opts),
             install_run=install_run(opts, wheel),
             older_than=opts.reap_older_than,
-            providers=[(name, key, i == 0 and not opts.reap_providers) for i, (name, key) in enumerate(reaped)],
+            providers=reaped,
+            named=bool(opts.reap_providers),
         )
     )
 

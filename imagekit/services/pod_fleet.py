@@ -67,7 +67,7 @@ def reap_pods(
     """List, decide, act (unless ``dry_run``): see the module's doc. ``provider``: whose account (its API client,
     `effects/<name>_api.py`, lists and ends its pods; the records are of the provider `pod create` rents on)."""
     if provider.reap_pod is None:
-        raise UsageError(f"imagekit cannot list {provider.name}'s pods", "reap RunPod's or Vast's")
+        raise UsageError(f"imagekit cannot list {provider.name}'s pods", "reap a provider `pod reap --help` names")
     client = importlib.import_module(f"imagekit.effects.{provider.name}_api")
     records = pod_records.load(warn) if provider.pod_create else []
     listed = client.list_pods(key, api_url)
