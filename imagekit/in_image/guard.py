@@ -7,23 +7,31 @@ container, or keeps the stopped one billed):
 - ``IMAGEKIT_MAX_RUNTIME=6h``: a deadline, armed before anything else runs, counted from the first arm time (kept on
   the volume, root's alone: a crash-looping container reaches it; see ``State``);
 - ``IMAGEKIT_IDLE_STOP=30m``: idle for the whole window: no GPU above ``IMAGEKIT_IDLE_GPU_UTIL`` % (default 5), no
-  GPU compute process, no logged-in SSH session (OpenSSH's own session process: ``ssh_sessions``), no Jupyter kernel
-  or terminal activity its server reports to its token (``jupyter_activity``), no job (job mode's command or a
-  `pod run` run) making progress (CPU or writes: ``Guard._job``; a stalled one does not count), and the
-  heartbeat file (``IMAGEKIT_HEARTBEAT``, default /run/imagekit/heartbeat: `touch` it from a training loop) not
+  GPU compute process, no process on the pod making progress (``JOB_CPU`` % of a core, or ``JOB_IO`` bytes a second
+  written: ``Guard._progress``; a stalled or polling one does not count), no input at the terminal of a logged-in SSH
+  session within the window (the TTY's access time, as `w` reads it: a session left open at a prompt does not count;
+  ``ssh_sessions``), no Jupyter kernel or terminal activity its server reports to its token (``jupyter_activity``), and
+  the heartbeat file (``IMAGEKIT_HEARTBEAT``, default /run/imagekit/heartbeat: `touch` it from a training loop) not
   touched; a TCP connection counts for nothing (anyone can open one); the log line that explains a stop lists each;
+- ``IMAGEKIT_HUNG_STOP=60m``: idle in every sign but one, a process holding GPU memory, that long (every GPU at or
+  under the threshold, nothing making progress, no input): a hung job; a warning (and the login banner) after
+  ``IMAGEKIT_GPU_IDLE_WARN``, then the pod ends;
 - ``IMAGEKIT_ON_BLOCKER=stop|terminate``: the start check found a blocker and it is still there after
   ``IMAGEKIT_BLOCKER_GRACE`` (default 15m, to look around first);
-- ``IMAGEKIT_ON_EXIT=stop|terminate``: a job-mode command ended (podstart.py runs it, then asks this module), after
-  the declared outputs (``IMAGEKIT_OUTPUTS``, paths separated by ``:``) exist and their sha256s are written beside
-  them (``<path>.sha256``, `sha256sum -c` format); a missing output keeps the pod up, saying so;
+- ``IMAGEKIT_ON_EXIT=stop|terminate``: the pod is done: a job-mode command or a `pod run` run ended since this start,
+  none is running any more, and the pod stayed quiet for ``IMAGEKIT_EXIT_GRACE`` (default 10m) since the last exit:
+  every idle sign absent and no imagekit client connected (`pod wait`, `pod logs`, `pod cp`: ``client_leases``), so
+  `pod run && pod wait && pod cp && pod terminate` finishes before the stop; then the declared outputs
+  (``IMAGEKIT_OUTPUTS``, paths separated by ``:``) must exist, their sha256s written beside them (``<path>.sha256``,
+  `sha256sum -c` format); a missing output keeps the pod up, saying so;
 - ``IMAGEKIT_GPU_IDLE_WARN=10m``: GPUs under the threshold that long while a job runs (job mode, or a run `imagekit
   pod run` started; each known by its boot id, pid and start time, never by a pid alone), or, with no job, on a pod
   that expects a GPU, a process burning CPU (``IMAGEKIT_CPU_BURN`` % of a core, default 90) that long: a warning with
-  the evidence (that one also in the login banner); ``IMAGEKIT_GPU_IDLE_STOP=30m``, only when asked: the pod ends.
+  the evidence, also in the login banner, and printed by `pod run`, `pod logs -f` and `pod wait`;
+  ``IMAGEKIT_GPU_IDLE_STOP=30m``, only when asked: the pod ends.
 
-The deadline and idle stop ``stop`` the pod unless ``IMAGEKIT_GUARD_ACTION=terminate``. Stop keeps the volume (and
-bills it); terminate deletes the pod and its volume disk (only a network volume survives).
+The deadline, idle and hung stops ``stop`` the pod unless ``IMAGEKIT_GUARD_ACTION=terminate``. Stop keeps the volume
+(and bills it); terminate deletes the pod and its volume disk (only a network volume survives).
 ``IMAGEKIT_GUARD_DRY_RUN=1`` logs what it would do and does nothing. The provider is the one the doctor names: its
 row of ``facts.PROVIDERS`` gives the pod id and key variables, the API base and its override, the calls. The key goes
 in a header only: never in a log line, an argument or a file. A failed call is logged and retried until it succeeds;
@@ -93,6 +101,11 @@ JOB_CPU = 5  # % of one core between two looks: a job using at least this much m
 # polls, starting a program every few seconds, stays under it)
 JOB_IO = 4096  # bytes a second written by a job's processes (a slow download, a checkpoint): progress too (reads are
 # not counted: every program a polling loop starts reads its libraries)
+# 10m after the last run or job ended, with nothing running, nobody typing and no imagekit client connected: long
+# enough for a script's next step (`pod wait` returns within a second, `pod cp` starts at once and counts while it
+# copies) and for a person who watched `pod logs -f` end to start copying; short enough that a finished pod bills at
+# most ten minutes more ($0.07 on a $0.44/h 3090).
+EXIT_GRACE = 600
 SECRETS = []  # the provider's key, once read: taken out of every line logged whatever carries it
 
 
@@ -118,11 +131,24 @@ def _rate(per_second):
     return f"{per_second:.0f} B/s"
 
 
+def _moved(before, usage, seconds):
+    """(% of one core, bytes written a second) of the processes ``usage`` ({key: [ticks, bytes written, ...]}) since
+    ``before`` (the same, at the last look), over ``seconds``; a process not there then counts with all it used."""
+    ticks = sum(max(0, v[0] - before.get(k, (0, 0))[0]) for k, v in usage.items())
+    moved = sum(max(0, v[1] - before.get(k, (0, 0))[1]) for k, v in usage.items())
+    return ticks * 100 / CLK_TCK / seconds, moved / seconds
+
+
+def _stamp(now):
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(now))
+
+
 def settings(environ):
     """(settings, problems) from the env: a bad value is a problem (logged loudly), never a crash, and its trigger
     stays off; the others are armed."""
     s = {
         "max_runtime": None, "idle_stop": None, "on_blocker": None, "blocker_grace": 900, "on_exit": None,
+        "exit_grace": EXIT_GRACE, "hung_stop": None,
         "outputs": [], "action": "stop", "dry_run": environ.get("IMAGEKIT_GUARD_DRY_RUN") == "1", "gpu_util": 5,
         "gpu_idle_warn": 600, "heartbeat": environ.get("IMAGEKIT_HEARTBEAT") or HEARTBEAT, "interval": 30,
         "gpu_idle_stop": None, "cpu_burn": 90, "require_gpu": environ.get("IMAGEKIT_REQUIRE_GPU") == "1",
@@ -133,7 +159,8 @@ def settings(environ):
     problems = []
     durations = (("IMAGEKIT_MAX_RUNTIME", "max_runtime"), ("IMAGEKIT_IDLE_STOP", "idle_stop"),
                  ("IMAGEKIT_BLOCKER_GRACE", "blocker_grace"), ("IMAGEKIT_GPU_IDLE_WARN", "gpu_idle_warn"),
-                 ("IMAGEKIT_GPU_IDLE_STOP", "gpu_idle_stop"), ("IMAGEKIT_GUARD_INTERVAL", "interval"))
+                 ("IMAGEKIT_GPU_IDLE_STOP", "gpu_idle_stop"), ("IMAGEKIT_GUARD_INTERVAL", "interval"),
+                 ("IMAGEKIT_EXIT_GRACE", "exit_grace"), ("IMAGEKIT_HUNG_STOP", "hung_stop"))
     for name, key in durations:
         if environ.get(name):
             try:
@@ -164,8 +191,10 @@ def settings(environ):
 
 
 def armed(s):
-    """Does anything in ``s`` ask for the guard's process (on-exit is podstart's own, after the job)?"""
-    return bool(s["max_runtime"] or s["idle_stop"] or s["on_blocker"] or s["gpu_idle_stop"])
+    """Does anything in ``s`` ask for the guard's process? (On-exit does too: the guard, not the run that ended,
+    decides when the pod is done.)"""
+    return bool(s["max_runtime"] or s["idle_stop"] or s["on_blocker"] or s["gpu_idle_stop"] or s["hung_stop"]
+                or s["on_exit"])
 
 
 def provider(environ):
@@ -214,40 +243,77 @@ def request(found, action):
     return call.method, base + call.path.replace("{id}", pod), None if call.body is None else dict(call.body)
 
 
-def idle_reasons(sample, threshold, heartbeat_window):
-    """(idle, evidence lines) of one ``sample``: idle only when every sign of work is absent (a sign that cannot be
-    read counts as absent, and says so)."""
+# Signs of work, by kind: a trigger that waits for the pod to be quiet waits for all of them (the hung stop for all but
+# "gpu-procs", the exit stop for "client" too). Input, Jupyter activity and the heartbeat are times: a window counts
+# from the latest of them.
+TIME_SIGNS = ("input", "jupyter-age", "heartbeat")
+
+
+def signs(sample, threshold, window=0, clients=False):
+    """(busy, evidence) of one ``sample``: ``busy``, [(kind, line)] for each sign of work present; ``evidence``, a
+    line for each absent one (a sign that cannot be read counts as absent, and says so). A time sign (the last input
+    at an SSH terminal, Jupyter's last activity, the heartbeat) is busy when younger than ``window`` (0: never here:
+    the triggers count their windows from it). ``clients``: imagekit clients connected (`pod wait`, `pod logs`, `pod
+    cp`) count too: the exit stop waits for them, the idle stop does not (one waiting on a stalled run is no work)."""
     busy, evidence = [], []
+
+    def sign(kind, present, line):
+        (busy.append((kind, line)) if present else evidence.append(line))
+
     utils = sample.get("gpu_util")
     if utils is None:
         evidence.append("GPU utilisation: no nvidia-smi answer")
     else:
-        high = [u for u in utils if u > threshold]
-        (busy if high else evidence).append(f"GPU utilisation {'/'.join(str(u) for u in utils) or 'none'} % "
-                                            f"(threshold {threshold} %)")
+        sign("gpu", any(u > threshold for u in utils),
+             f"GPU utilisation {'/'.join(str(u) for u in utils) or 'none'} % (threshold {threshold} %)")
     procs = sample.get("gpu_procs") or 0
-    (busy if procs else evidence).append(f"{procs} GPU compute process(es)")
+    sign("gpu-procs", procs, f"{procs} GPU compute process(es)")
     job = sample.get("job")  # Guard._job: None (no job), or (made progress since the last look, what it did)
     if job is not None:
-        (busy if job[0] else evidence).append(job[1])
-    n, held = sample.get("ssh") or 0, sample.get("connections") or 0
-    (busy if n else evidence).append(f"{n} SSH session(s) logged in" + (
-        f" ({held} TCP connection(s) to :22 or :8888: a connection is not a login)" if held else ""))
+        sign("progress", job[0], job[1])
+    progress = sample.get("progress")  # Guard._progress: None (not measured yet), or the processes that made some
+    if progress is not None:
+        sign("progress", progress, "; ".join(progress[:3]) if progress else
+             f"no process made progress (under {JOB_CPU} % of a core and {_rate(JOB_IO)} written)")
+    n, held, ages = sample.get("ssh") or 0, sample.get("connections") or 0, sample.get("ssh_input") or []
+    recent = [a for a in ages if a < window]
+    said = f"{n} SSH session(s) logged in" + (f", the last input at a terminal {say(min(ages))} ago" if ages else "")
+    sign("input", recent, said if not recent else f"input at an SSH terminal {int(min(recent))} s ago")
+    if held and not recent:
+        evidence[-1] += f" ({held} TCP connection(s) to :22 or :8888: a connection is not a login)"
     n = sample.get("jupyter") or 0
-    (busy if n else evidence).append(f"{n} Jupyter kernel(s) running a cell")
+    sign("jupyter", n, f"{n} Jupyter kernel(s) running a cell")
     age = sample.get("jupyter_age")
-    if age is not None and age < heartbeat_window:
-        busy.append(f"Jupyter activity {int(age)} s ago")
-    else:
-        evidence.append("Jupyter: " + (sample.get("jupyter_problem") or "no kernel or terminal" if age is None
-                                       else f"last kernel or terminal activity {int(age)} s ago"))
+    sign("jupyter-age", age is not None and age < window,
+         f"Jupyter activity {int(age or 0)} s ago" if age is not None and age < window else
+         "Jupyter: " + (sample.get("jupyter_problem") or "no kernel or terminal" if age is None
+                        else f"last kernel or terminal activity {int(age)} s ago"))
     age = sample.get("heartbeat_age")
-    if age is not None and age < heartbeat_window:
-        busy.append(f"heartbeat {int(age)} s ago")
-    else:
-        evidence.append("heartbeat " + (sample.get("heartbeat_problem") or "never touched" if age is None
-                                        else f"{int(age)} s ago"))
-    return (not busy), (busy or evidence)
+    sign("heartbeat", age is not None and age < window,
+         f"heartbeat {int(age or 0)} s ago" if age is not None and age < window else
+         "heartbeat " + (sample.get("heartbeat_problem") or "never touched" if age is None else f"{int(age)} s ago"))
+    if clients:
+        n = sample.get("clients") or 0
+        sign("client", n, f"{n} imagekit client(s) connected (pod wait, pod logs, pod cp)")
+    return busy, evidence
+
+
+def idle_reasons(sample, threshold, heartbeat_window):
+    """(idle, evidence lines) of one ``sample``: idle only when every sign of work is absent (:func:`signs`)."""
+    busy, evidence = signs(sample, threshold, heartbeat_window)
+    return (not busy), ([line for _, line in busy] or evidence)
+
+
+def time_ages(sample):
+    """The ages of the time signs of ``sample`` (seconds since the last input at an SSH terminal, since Jupyter's
+    last activity, since the heartbeat's last touch)."""
+    ages = list(sample.get("ssh_input") or [])
+    return ages + [a for a in (sample.get("jupyter_age"), sample.get("heartbeat_age")) if a is not None]
+
+
+def worst_exit(exits):
+    """The exit code that decides ``IMAGEKIT_ON_EXIT`` for several runs: the first failure's, else 0."""
+    return next((code for _, code in exits if code != 0), 0)
 
 
 class Guard:
@@ -256,13 +322,25 @@ class Guard:
     def __init__(self, s, started):
         self.s = s
         self.started = started
-        self.idle_since = None
+        self.quiet = {}  # trigger -> the first look in a row at which the pod was quiet for it
+        self.latest = None  # the latest time sign seen (input, Jupyter activity, a heartbeat, an exit): it outlives
+        # the session or file that showed it (a user who typed, then logged out, was there until then)
         self.blocked_since = None
         self.gpu_quiet_since = None
         self.warned = False
         self.cpu_prev, self.burn_since, self.cpu_warned, self.banner = None, {}, False, None
-        self.job_prev = None
-        self.warnings = []
+        self.job_prev, self.usage_prev = None, None
+        self.hung_warned, self.job_banner, self.hung_banner = False, None, None
+        self.exit_said, self.exit_refused = None, None  # the exits last announced, the exits an outputs check refused
+        self.warnings, self.notes = [], []
+
+    @property
+    def idle_since(self):
+        return self.quiet.get("idle")
+
+    def banner_text(self):
+        """What the login banner, `pod run`, `pod logs -f` and `pod wait` show of the guard's warnings (None: none)."""
+        return "\n".join(b for b in (self.banner, self.job_banner, self.hung_banner) if b) or None
 
     def _job(self, now, usage):
         """None when no job runs; else (it made progress since the last look, what its processes did). Progress: the
@@ -275,36 +353,44 @@ class Guard:
             return None
         if prev is None or prev[1] is None or now <= prev[0]:
             return True, "a job started since the last look"
-        seconds, before = now - prev[0], prev[1]
-        ticks = sum(max(0, v[0] - before.get(k, (0, 0))[0]) for k, v in usage.items())
-        moved = sum(max(0, v[1] - before.get(k, (0, 0))[1]) for k, v in usage.items())
-        cpu, rate = ticks * 100 / CLK_TCK / seconds, moved / seconds
+        cpu, rate = _moved(prev[1], usage, now - prev[0])
         progress = cpu >= JOB_CPU or rate >= JOB_IO
         return progress, (f"a job's {len(usage)} process(es) used {cpu:.0f} % CPU and wrote {_rate(rate)} since "
                           "the last look" + ("" if progress else ": no progress (stalled?)"))
 
-    def _idle(self, now, sample):
-        """The idle trigger, or None. The heartbeat is a time, not a state: the window counts from its last touch or
-        from the first sample in which every other sign was absent, whichever is later (not the heartbeat's window
-        and then a whole idle window after it: that stopped a pod up to twice the window after the last touch)."""
-        s = self.s
-        idle, evidence = idle_reasons(sample, s["gpu_util"], 0)  # every sign but the heartbeat's age
-        if not idle:
-            self.idle_since = None
+    def _progress(self, now, usage):
+        """The processes of the pod that made progress since the last look (each alone: JOB_CPU % of a core, its
+        waited-for children included, or JOB_IO bytes a second written), as lines, busiest first; None at the first
+        look (nothing to compare with) or when the processes could not be read."""
+        prev, self.usage_prev = self.usage_prev, (now, usage)
+        if usage is None or prev is None or prev[1] is None or now <= prev[0]:
             return None
-        self.idle_since = self.idle_since if self.idle_since is not None else now
-        ages = [a for a in (sample.get("heartbeat_age"), sample.get("jupyter_age")) if a is not None]
-        since = max([self.idle_since] + [now - a for a in ages])
-        if now - since < s["idle_stop"]:
+        seconds, found = now - prev[0], []
+        for key, value in usage.items():
+            cpu, rate = _moved(prev[1], {key: value}, seconds)
+            if cpu >= JOB_CPU or rate >= JOB_IO:
+                found.append((cpu, rate, key.split()[0], value[2] if len(value) > 2 else "?"))
+        found.sort(key=lambda f: (-f[0], -f[1]))
+        return [f"process {pid} ({comm}) used {cpu:.0f} % CPU and wrote {_rate(rate)} since the last look"
+                for cpu, rate, pid, comm in found]
+
+    def _window(self, name, now, quiet, ages=()):
+        """Seconds the pod has been quiet for the trigger ``name`` (None: not quiet now): from the first quiet look in
+        a row, or the latest time sign (``ages``, and those seen before), whichever is later (not the heartbeat's
+        window and then a whole window after it: that stopped a pod up to twice the window after the last touch)."""
+        if not quiet:
+            self.quiet.pop(name, None)
             return None
-        return ("idle", s["action"],
-                f"idle for {say(now - since)} (IMAGEKIT_IDLE_STOP={say(s['idle_stop'])}): " + "; ".join(evidence))
+        first = self.quiet.setdefault(name, now)
+        return now - max([first] + [now - a for a in ages] + ([self.latest] if self.latest is not None else []))
 
     def step(self, now, sample, blocked, job_running=False):
-        """(trigger, action, message) when a trigger fires now, else None; warnings go to ``self.warnings``."""
+        """(trigger, action, message) when a trigger fires now, else None; warnings go to ``self.warnings``, what is
+        worth a log line but no warning to ``self.notes``."""
         s = self.s
-        self.warnings = []
-        sample = {**sample, "job": self._job(now, sample.get("job_usage"))}
+        self.warnings, self.notes = [], []
+        sample = {**sample, "job": self._job(now, sample.get("job_usage")),
+                  "progress": self._progress(now, sample.get("usage"))}
         if s["max_runtime"] and now - self.started >= s["max_runtime"]:
             return "deadline", s["action"], f"IMAGEKIT_MAX_RUNTIME={say(s['max_runtime'])} reached"
         if s["on_blocker"] and blocked is not None:  # None: the start check has not said yet (keep what was seen)
@@ -316,23 +402,99 @@ class Guard:
                             f"{say(s['blocker_grace'])}): {blocked}")
             else:
                 self.blocked_since = None
-        fired = self._idle(now, sample) if s["idle_stop"] else None
+        busy, evidence = signs(sample, s["gpu_util"])
+        ages = time_ages(sample)
+        self.latest = max([now - a for a in ages] + ([self.latest] if self.latest is not None else []), default=None)
+        if self.latest is not None:
+            self.latest = min(self.latest, now)
+        fired = self._idle(now, busy, evidence, ages) or self._hung(now, sample, busy, evidence, ages)
+        fired = fired or self._exit(now, sample, job_running, ages)
         if fired:
             return fired
         fired = self._cpu_fallback(now, sample, None if job_running else blocked or "")
-        utils = sample.get("gpu_util")
-        if job_running and utils and max(utils) <= s["gpu_util"]:
-            self.gpu_quiet_since = self.gpu_quiet_since if self.gpu_quiet_since is not None else now
-            quiet = (f"a job runs, but the GPUs were at or under {s['gpu_util']} % for "
-                     f"{say(now - self.gpu_quiet_since)} (GPU utilisation {'/'.join(str(u) for u in utils)} %)")
-            if now - self.gpu_quiet_since >= s["gpu_idle_warn"] and not self.warned:
-                self.warned = True
-                self.warnings.append(f"{quiet}: a CPU fallback or a hang?")
-            if s["gpu_idle_stop"] and now - self.gpu_quiet_since >= s["gpu_idle_stop"]:
-                return "gpu-idle", s["action"], f"{quiet} (IMAGEKIT_GPU_IDLE_STOP={say(s['gpu_idle_stop'])})"
-        else:
-            self.gpu_quiet_since, self.warned = None, False
-        return fired
+        return self._gpu_idle(now, sample, job_running) or fired
+
+    def _idle(self, now, busy, evidence, ages):
+        """The idle trigger, or None."""
+        s = self.s
+        quiet = self._window("idle", now, not busy, ages) if s["idle_stop"] else None
+        if quiet is None or quiet < s["idle_stop"]:
+            return None
+        return ("idle", s["action"],
+                f"idle for {say(quiet)} (IMAGEKIT_IDLE_STOP={say(s['idle_stop'])}): " + "; ".join(evidence))
+
+    def _hung(self, now, sample, busy, evidence, ages):
+        """The hung trigger, or None: a process holds GPU memory while the pod is idle in every other sign (every
+        GPU at or under the threshold, nothing making progress, nobody typing): after IMAGEKIT_GPU_IDLE_WARN a
+        warning (and the banner), after IMAGEKIT_HUNG_STOP the pod ends."""
+        s = self.s
+        holding = bool(busy) and all(kind == "gpu-procs" for kind, _ in busy)
+        quiet = self._window("hung", now, holding, ages) if s["hung_stop"] else None
+        if quiet is None:
+            self.hung_warned, self.hung_banner = False, None
+            return None
+        what = (f"{sample.get('gpu_procs')} process(es) held GPU memory for {say(quiet)} while every GPU idled and "
+                f"nothing made progress ({'; '.join(evidence)})")
+        if quiet >= s["gpu_idle_warn"] and not self.hung_warned:
+            self.hung_warned = True
+            self.warnings.append(f"{what}: hung?")
+            self.hung_banner = (f"imagekit-guard, {_stamp(now)}: a process holds GPU memory while every GPU idles and "
+                                f"nothing makes progress: a hung job? the pod stops after IMAGEKIT_HUNG_STOP="
+                                f"{say(s['hung_stop'])} of this (`nvidia-smi` names it)")
+        if quiet < s["hung_stop"]:
+            return None
+        return "hung", s["action"], f"{what} (IMAGEKIT_HUNG_STOP={say(s['hung_stop'])})"
+
+    def _exit(self, now, sample, job_running, ages):
+        """The exit trigger, or None: every run and job that ended since this start has ended (none runs now), and
+        the pod stayed quiet for IMAGEKIT_EXIT_GRACE since the last exit: every sign of work absent and no imagekit
+        client connected (`pod wait`, `pod logs`, `pod cp`)."""
+        s = self.s
+        exits = [e for e in sample.get("exits") or () if isinstance(e, (list, tuple)) and len(e) == 2]
+        if not s["on_exit"] or not exits or job_running or exits == self.exit_refused:
+            self._window("exit", now, False)
+            return None
+        last = max(t for t, _ in exits)
+        if self.exit_said != exits:
+            self.exit_said = exits
+            self.notes.append(f"{len(exits)} run(s) or job(s) ended since this start, none runs now (last exit code "
+                              f"{exits[-1][1]}): IMAGEKIT_ON_EXIT={s['on_exit']} once the pod stays quiet for "
+                              f"{say(s['exit_grace'])} (nothing running or making progress, no input, no imagekit "
+                              "client connected)")
+        busy, evidence = signs(sample, s["gpu_util"], clients=True)
+        quiet = self._window("exit", now, not busy, [*ages, max(0.0, now - last)])
+        if quiet is None or quiet < s["exit_grace"]:
+            return None
+        code = worst_exit(exits)
+        return ("exit", exit_action(s["on_exit"], code),
+                f"every run and job ended (exit code {code}{' of the first that failed' if code else ''}) and the pod "
+                f"was quiet for {say(quiet)} (IMAGEKIT_EXIT_GRACE={say(s['exit_grace'])}): " + "; ".join(evidence))
+
+    def refuse_exit(self, exits):
+        """The exit stop's outputs were not all there: it waits for another exit (a new run may write them)."""
+        self.exit_refused = list(exits)
+
+    def _gpu_idle(self, now, sample, job_running):
+        """A job running while every GPU idles: a warning once (and the banner), a stop only when asked."""
+        s, utils = self.s, sample.get("gpu_util")
+        if not (job_running and utils and max(utils) <= s["gpu_util"]):
+            self.gpu_quiet_since, self.warned, self.job_banner = None, False, None
+            return None
+        self.gpu_quiet_since = self.gpu_quiet_since if self.gpu_quiet_since is not None else now
+        job = sample.get("job")
+        doing = f"; {job[1]}" if job and job[0] and "%" in job[1] else ""
+        quiet = (f"a job runs, but the GPUs were at or under {s['gpu_util']} % for "
+                 f"{say(now - self.gpu_quiet_since)} (GPU utilisation {'/'.join(str(u) for u in utils)} %){doing}")
+        if now - self.gpu_quiet_since >= s["gpu_idle_warn"] and not self.warned:
+            self.warned = True
+            self.warnings.append(f"{quiet}: a CPU fallback or a hang?")
+            self.job_banner = (f"imagekit-guard, {_stamp(now)}: {quiet}: training on the CPU at GPU rates (a device "
+                               "set to cpu, a CPU fallback) or a hang? `imagekit-doctor` says what torch sees"
+                               + (f"; the pod stops after IMAGEKIT_GPU_IDLE_STOP={say(s['gpu_idle_stop'])}"
+                                  if s["gpu_idle_stop"] else ""))
+        if s["gpu_idle_stop"] and now - self.gpu_quiet_since >= s["gpu_idle_stop"]:
+            return "gpu-idle", s["action"], f"{quiet} (IMAGEKIT_GPU_IDLE_STOP={say(s['gpu_idle_stop'])})"
+        return None
 
     def _cpu_fallback(self, now, sample, blocked):
         """Pod mode's CPU-fallback watchdog (``blocked`` None: a job runs, and the job's own watchdog looks): on a pod
@@ -364,7 +526,7 @@ class Guard:
         if now - since >= s["gpu_idle_warn"] and not self.cpu_warned:
             self.cpu_warned = True
             self.warnings.append(f"{what}: training on the CPU at GPU rates?")
-            self.banner = (f"imagekit-guard, {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(now))}: {what}: "
+            self.banner = (f"imagekit-guard, {_stamp(now)}: {what}: "
                            "training on the CPU at GPU rates? `imagekit-doctor` says why torch sees no GPU"
                            + (f"; the pod stops after IMAGEKIT_GPU_IDLE_STOP={say(s['gpu_idle_stop'])}"
                               if s["gpu_idle_stop"] else ""))
@@ -524,34 +686,68 @@ def _users(passwd):
     return users
 
 
-def ssh_sessions(proc=None, passwd=None):
-    """Logged-in SSH sessions: processes of an sshd program (``SSHD_EXES``, by /proc/PID/exe, see ``_of_sshd``: a
-    title can be set by anyone) titled as OpenSSH titles a session once its user authenticated (``USER@pts/N`` or
-    ``USER@notty``, no suffix), running as that USER (a root login's session runs as root; a user's, under privilege
-    separation, as the user). A TCP connection that has not authenticated has processes titled ``[priv]``,
-    ``[net]``, ``[accepted]``, ``[session-auth]`` or ``[preauth]`` only: it is no session, however long it is held
-    open."""
+def ssh_session_list(proc=None, passwd=None):
+    """[(pid, tty or None)] of the logged-in SSH sessions: processes of an sshd program (``SSHD_EXES``, by
+    /proc/PID/exe, see ``_of_sshd``: a title can be set by anyone) titled as OpenSSH titles a session once its user
+    authenticated (``USER@pts/N`` or ``USER@notty``, no suffix), running as that USER (a root login's session runs as
+    root; a user's, under privilege separation, as the user); the tty (``pts/N``) of an interactive one. A TCP
+    connection that has not authenticated has processes titled ``[priv]``, ``[net]``, ``[accepted]``,
+    ``[session-auth]`` or ``[preauth]`` only: it is no session, however long it is held open."""
     proc = proc or PROC
-    users, count = _users(passwd or PASSWD), 0
+    users, found = _users(passwd or PASSWD), []
     for pid in _pids(proc):
-        m = _SSH_TITLE.fullmatch(_title(pid, proc))
+        title = _title(pid, proc)
+        m = _SSH_TITLE.fullmatch(title)
         if m and m.group(1) in users and _status(pid, proc, "Uid") == users[m.group(1)] and _of_sshd(pid, proc):
-            count += 1
-    return count
+            tty = title.rpartition("@")[2]
+            found.append((int(pid), tty if tty.startswith("pts/") else None))
+    return found
+
+
+def ssh_sessions(proc=None, passwd=None):
+    """How many SSH sessions are logged in (``ssh_session_list``)."""
+    return len(ssh_session_list(proc, passwd))
+
+
+DEV = "/dev"  # where a session's terminal lies (a test's own folder)
+
+
+def input_age(tty, now, dev=None):
+    """Seconds since the last input at the terminal ``tty`` (``pts/N``): its device's access time, which the kernel
+    sets when a program reads what was typed (at most every 8 seconds), as `w` reads a session's idle time; None
+    when it is not a terminal device (a link, a file: not followed, not counted)."""
+    if not re.fullmatch(r"pts/[0-9]{1,7}", tty or ""):
+        return None
+    try:
+        st = os.stat(f"{dev or DEV}/{tty}", follow_symlinks=False)
+    except OSError:
+        return None
+    return max(0.0, now - st.st_atime) if stat.S_ISCHR(st.st_mode) else None
 
 
 def cpu_times(proc=None):
     """{"PID START_TIME": [CPU ticks used, command name]} of every process but the guard's own (a process is its pid
     and start time: a pid reused between two looks is another process); kernel threads (no command line) left out."""
-    proc, out, me = proc or PROC, {}, str(os.getpid())
+    return {k: [v[3], v[2]] for k, v in process_usage(proc).items()}
+
+
+def process_usage(proc=None):
+    """{"PID START_TIME": [CPU ticks with the children it waited for, bytes written, command name, own CPU ticks]} of
+    every process but the guard's own (its looks, nvidia-smi among them, end before this one and count in its own
+    children's time); kernel threads (no command line) left out. Bytes written: /proc/PID/io ``wchar`` (0 where it
+    cannot be read: another user's process, or sshd's, to a root without CAP_SYS_PTRACE, counts by its CPU alone)."""
+    proc, out, me = proc or PROC, {}, os.getpid()
     for pid in _pids(proc):
-        fields = _stat_fields(pid, proc) if pid != me else None
-        if not fields or not all(_NUMBER.fullmatch(f) for f in (fields[11], fields[12], fields[19])):
+        fields = _stat_fields(pid, proc) if int(pid) != me else None
+        if not fields or not all(_NUMBER.fullmatch(f) for f in (fields[1], *fields[11:15], fields[19])):
             continue
         if not _title(pid, proc):
             continue
         comm = _proc_text(f"{proc}/{pid}/comm", 256).strip()[:64]
-        out[f"{int(pid)} {int(fields[19])}"] = [int(fields[11]) + int(fields[12]), comm]
+        io = _proc_text(f"{proc}/{pid}/io", 4096)
+        moved = sum(int(v) for v in re.findall(r"^wchar:\s+([0-9]{1,20})\s*$", io, re.M))
+        own = int(fields[11]) + int(fields[12])
+        out[f"{int(pid)} {int(fields[19])}"] = [own + int(fields[13]) + int(fields[14]), moved, comm, own]
     return out
 
 
@@ -685,11 +881,15 @@ def sample(s, now, jobs=()):
     apps = _nvidia_smi(["--query-compute-apps=pid", "--format=csv,noheader"])
     out["gpu_procs"] = len(re.findall(r"^\s*[0-9]+\s*$", apps or "", re.M))
     out["connections"] = sum(_connections(SESSION_PORTS).values())  # evidence only: anyone can open one
-    out["ssh"] = ssh_sessions()
+    sessions = ssh_session_list()
+    out["ssh"] = len(sessions)  # evidence: a session counts by the input at its terminal, and what runs in it
+    out["ssh_input"] = [a for a in (input_age(tty, now) for _, tty in sessions if tty) if a is not None]
     out["jupyter"], out["jupyter_age"], problem = jupyter_activity(s["jupyter_token"], now)
     if problem:
         out["jupyter_problem"] = problem
-    out["cpu"] = cpu_times()
+    out["usage"] = process_usage()
+    out["cpu"] = {k: [v[3], v[2]] for k, v in out["usage"].items()}
+    out["clients"] = client_leases()
     out["heartbeat_age"] = None
     try:  # touched, not read: a regular file's own mtime (a link's target or a FIFO is not the heartbeat)
         st = os.stat(s["heartbeat"], follow_symlinks=False)
@@ -1022,7 +1222,10 @@ def a_run_is_alive(runs):
 def live_runs(runs):
     """The pids of the runs `imagekit pod run` started that are still going: a folder with a pid, no exit file yet,
     and its process there: the one its identity file names (boot id, pid, start time), not whatever has that pid
-    after a restart. Read through descriptors: a run folder or pid file that is a link, a FIFO or garbage is no run."""
+    after a restart. Read through descriptors: a run folder or pid file that is a link, a FIFO or garbage is no run;
+    a runs folder another user of the pod could change is not read (``trusted_folder``)."""
+    if not trusted_folder(runs):
+        return []
     try:
         runs_fd = nofollow.open_dir(runs)  # $IMAGEKIT_RUNS as the pod's env names it
     except OSError:
@@ -1067,6 +1270,105 @@ def _run_pid(name, runs_fd):
     return pid if started_by(pid, written) else 0
 
 
+CLIENTS = "/run/imagekit/clients"  # `pod wait`, `pod logs`, `pod cp`: the identity of their connection's process
+JOB_EXIT = "/run/imagekit/job-exit"  # podstart.py: the exit code of a job-mode command IMAGEKIT_ON_EXIT waits on
+MAX_RUNS = 512  # the newest run folders read for exits at each look (their ids sort by start time)
+
+
+def trusted_folder(path):
+    """Is ``path`` a folder only root can change (``_root_only``: itself and every folder above it)? What another user
+    of the pod could write there (a run's pid or exit code, a client's lease) would otherwise keep the pod up or end
+    it on their word."""
+    try:
+        return os.path.isdir(path) and not _root_only(path)
+    except OSError:
+        return False
+
+
+def client_leases(folder=None):
+    """How many imagekit clients are connected now: `pod wait`, `pod logs` and `pod cp` write, on connecting, a lease
+    naming their connection's process (boot id, pid, start time) in a folder root's alone; it holds while that
+    process runs (the SSH connection's own: it ends when the connection does). A lease whose process is gone is
+    removed; names other than a pid are not leases (a lease being written is a hidden temporary name)."""
+    folder = folder or CLIENTS
+    if not trusted_folder(folder):
+        return 0
+    try:
+        fd = nofollow.open_dir(folder, follow=False)
+    except OSError:
+        return 0
+    count = 0
+    try:
+        for name in sorted(os.listdir(fd))[:256]:
+            if not re.fullmatch(r"[0-9]{1,10}", name):
+                continue
+            try:
+                text = (nofollow.read_bytes(name, 256, dir_fd=fd) or b"").decode("ascii", "replace")
+            except OSError:
+                continue
+            if same_process(text):
+                count += 1
+            else:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return count
+
+
+def _exit_code(data):
+    m = re.fullmatch(rb"\s*([0-9]{1,3})(?:\s+[0-9.]{1,20})?\s*", data or b"")
+    return int(m.group(1)) if m and int(m.group(1)) <= 255 else None
+
+
+def exits_since(environ, since):
+    """[(time, exit code)] of what ended at or after ``since`` (this guard's start: what ended before was another
+    start's), oldest first: each run `imagekit pod run` started (its ``exit`` file, written when it ended) and the
+    job-mode command (``JOB_EXIT``). Read through descriptors, regular files only, bounded; a runs folder another
+    user could write is not read (``trusted_folder``)."""
+    found = []
+    try:
+        st = os.stat(JOB_EXIT, follow_symlinks=False)
+        code = _exit_code(nofollow.read_bytes(JOB_EXIT, 64)) if stat.S_ISREG(st.st_mode) else None
+        if code is not None and st.st_mtime >= since:
+            found.append((st.st_mtime, code))
+    except OSError:
+        pass
+    runs = environ.get("IMAGEKIT_RUNS") or RUNS
+    if not trusted_folder(runs):
+        return sorted(found)
+    try:
+        runs_fd = nofollow.open_dir(runs)
+    except OSError:
+        return sorted(found)
+    try:
+        names = sorted(n for n in os.listdir(runs_fd) if n != "latest")[-MAX_RUNS:]
+        for name in names:
+            try:
+                run_fd = nofollow.open_dir(name, dir_fd=runs_fd, follow=False)
+            except OSError:
+                continue
+            try:
+                st = os.stat("exit", dir_fd=run_fd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime >= since:
+                    code = _exit_code(nofollow.read_bytes("exit", 64, dir_fd=run_fd))
+                    if code is not None:
+                        found.append((st.st_mtime, code))
+            except OSError:
+                pass
+            finally:
+                os.close(run_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(runs_fd)
+    return sorted(found)
+
+
 def job_pids(environ):
     """The pids of a job-mode command (its identity in ``JOB``) and of the runs `imagekit pod run` started that are
     still running."""
@@ -1083,6 +1385,18 @@ def job_running(environ):
     return bool(job_pids(environ))
 
 
+def describe(s):
+    """What ``s`` arms, as the guard's first line says it."""
+    parts = [f"deadline in {say(s['max_runtime'])}" if s["max_runtime"] else "",
+             f"idle stop after {say(s['idle_stop'])}" if s["idle_stop"] else "",
+             f"hung stop after {say(s['hung_stop'])}" if s["hung_stop"] else "",
+             f"{s['on_blocker']} on a blocker after {say(s['blocker_grace'])}" if s["on_blocker"] else "",
+             f"{s['on_exit']} once every run has ended and the pod was quiet for {say(s['exit_grace'])}"
+             if s["on_exit"] else "",
+             f"stop when a job's GPUs idle for {say(s['gpu_idle_stop'])}" if s["gpu_idle_stop"] else ""]
+    return ", ".join(p for p in parts if p)
+
+
 def run(environ, now=time.time, sleep=time.sleep):
     """The guard's loop (its own process, started by podstart.py)."""
     s, problems = settings(environ)
@@ -1097,14 +1411,11 @@ def run(environ, now=time.time, sleep=time.sleep):
     except GuardError as exc:
         found, refused = None, str(exc)
         log(f"{exc}: the guard cannot end this pod")
-    parts = [f"deadline in {say(s['max_runtime'])}" if s["max_runtime"] else "",
-             f"idle stop after {say(s['idle_stop'])}" if s["idle_stop"] else "",
-             f"{s['on_blocker']} on a blocker after {say(s['blocker_grace'])}" if s["on_blocker"] else "",
-             f"stop when a job's GPUs idle for {say(s['gpu_idle_stop'])}" if s["gpu_idle_stop"] else ""]
-    log("armed: " + ", ".join(p for p in parts if p) + f" (action: {s['action']}; "
+    log("armed: " + describe(s) + f" (action: {s['action']}; "
         + (f"{found[0]} pod {found[2]}" if found else f"{refused.split(' ')[0]} refused: it can only log" if refused
            else "no provider credentials: it can only log") + ")"
         + (" [dry run]" if s["dry_run"] else ""))
+    this_start = started  # runs and jobs that ended before it were another start's
     store = State()
     started, blocked_since, said = resume(store.load(), started, s)
     if said:
@@ -1114,11 +1425,18 @@ def run(environ, now=time.time, sleep=time.sleep):
     while True:
         t = now()
         jobs = job_pids(environ)
-        fired = guard.step(t, sample(s, t, jobs), current_blocker(), job_running=bool(jobs))
+        looked = sample(s, t, jobs)
+        looked["exits"] = exits_since(environ, this_start) if s["on_exit"] else []
+        fired = guard.step(t, looked, current_blocker(), job_running=bool(jobs))
+        for note in guard.notes:
+            log(note)
         for warning in guard.warnings:
             log(f"warning: {warning}")
-        show_banner(guard.banner)
+        show_banner(guard.banner_text())
         store.save(guard, t)
+        if fired and fired[0] == "exit" and not _outputs_ready(s):
+            guard.refuse_exit(looked["exits"])
+            fired = None
         if fired:
             done = act(environ, s, *fired)
             if done and not s["dry_run"]:
@@ -1127,8 +1445,21 @@ def run(environ, now=time.time, sleep=time.sleep):
         sleep(s["interval"])
 
 
+def _outputs_ready(s):
+    """The declared outputs checksummed (each line logged); False, said, when one is not there to end the pod on."""
+    ok, lines = checksum_outputs(s["outputs"])
+    for line in lines:
+        log(f"outputs: {line}")
+    if not ok:
+        log(f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there; it stays up so you "
+            "can look (the idle stop still holds, and the next run that ends tries again)")
+    return ok
+
+
 def after_run(environ, code):
-    """IMAGEKIT_ON_EXIT for a run `imagekit pod run` started: its outputs checksummed, then the pod ended."""
+    """A run `imagekit pod run` started ended with ``code``: its outputs checksummed now (their .sha256 files are
+    there for `pod cp` at once), and what IMAGEKIT_ON_EXIT will do said. The guard, not this, ends the pod: once
+    every run has ended and the pod stayed quiet for IMAGEKIT_EXIT_GRACE (a `pod wait && pod cp` goes first)."""
     s, problems = settings(environ)
     for p in problems:
         log(f"ignored: {p}")
@@ -1138,19 +1469,23 @@ def after_run(environ, code):
     for line in lines:
         log(f"outputs: {line}")
     if not ok:
-        log(f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there")
+        log(f"the outputs are not all there: IMAGEKIT_ON_EXIT={s['on_exit']} will not end the pod on this run")
         return 1
-    return 0 if act(environ, s, "exit", exit_action(s["on_exit"], code), f"the run exited {code}") else 1
+    log(f"the run exited {code}: the guard will {exit_action(s['on_exit'], code, quiet=True)} this pod once every run "
+        f"has ended and it stayed quiet for {say(s['exit_grace'])} (no input, nothing making progress, no `pod cp`, "
+        "`pod wait` or `pod logs` connected)")
+    return 0
 
 
-def exit_action(on_exit, code):
+def exit_action(on_exit, code, quiet=False):
     """What IMAGEKIT_ON_EXIT does after an exit with ``code``: `terminate` only after a success (a failed run's pod is
     stopped instead, its volume and log kept for a look), `terminate-always` after any exit."""
     if on_exit == "terminate-always":
         return "terminate"
     if on_exit == "terminate" and code != 0:
-        log(f"the exit code is {code}: stopping instead of terminating (IMAGEKIT_ON_EXIT=terminate ends a pod for good "
-            "after a success only; terminate-always after any exit)")
+        if not quiet:
+            log(f"the exit code is {code}: stopping instead of terminating (IMAGEKIT_ON_EXIT=terminate ends a pod for "
+                "good after a success only; terminate-always after any exit)")
         return "stop"
     return on_exit
 

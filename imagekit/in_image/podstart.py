@@ -281,8 +281,10 @@ def start_guard(environ):
 
 
 def run_then_end(argv, environ, guard, s):
-    """IMAGEKIT_ON_EXIT: the command as a child (signals passed on), then its outputs checksummed, then the pod
-    ended through the provider; a missing output, or no provider, leaves the pod as a plain job leaves it."""
+    """IMAGEKIT_ON_EXIT: the command as a child (signals passed on), its exit code recorded for the guard
+    (``guard.JOB_EXIT``), its outputs checksummed, then the pod stays up: the guard ends it once nothing runs and the
+    pod stayed quiet for IMAGEKIT_EXIT_GRACE (time to copy the outputs out: `pod cp` counts while it copies). A
+    missing output, or no provider, leaves the pod as a plain job leaves it: up, said why."""
     os.makedirs(STATE_DIR, exist_ok=True)
     try:
         proc = subprocess.Popen(argv)
@@ -294,6 +296,7 @@ def run_then_end(argv, environ, guard, s):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
     code = proc.wait()
+    safely("recording the job's exit code", write_private, guard.JOB_EXIT, f"{code & 255} {time.time():.3f}\n", 0o644)
     os.unlink(guard.JOB)
     log(f"`{shlex.join(argv)}` exited {code}")
     ok, lines = guard.checksum_outputs(s["outputs"])
@@ -302,10 +305,10 @@ def run_then_end(argv, environ, guard, s):
     if not ok:
         log(f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there; it stays up so you "
             "can look (it keeps billing)")
-        stay_up()
-    if guard.act(environ, s, "exit", guard.exit_action(s["on_exit"], code), f"the job exited {code}"):
-        log("the provider was asked to end the pod; waiting for it")
-        stay_up()
+    else:
+        log(f"the guard will {guard.exit_action(s['on_exit'], code, quiet=True)} this pod once it has stayed quiet for "
+            f"{guard.say(s['exit_grace'])} (nothing running or making progress, no input, no `pod cp` connected)")
+    stay_up()
     return code
 
 
@@ -419,7 +422,8 @@ def _clear_state():
     """The last start's markers (the container layer, /run included, survives a restart): gone before this start's
     check writes its own."""
     os.makedirs(STATE_DIR, exist_ok=True)
-    for path in [BLOCKED] + [os.path.join(STATE_DIR, name) for name in ("checked", "job", "guard-warning")]:
+    names = ("checked", "job", "job-exit", "guard-warning", "no-cuda")
+    for path in [BLOCKED] + [os.path.join(STATE_DIR, name) for name in names]:
         if os.path.lexists(path):
             os.unlink(path)
 

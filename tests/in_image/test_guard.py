@@ -82,7 +82,10 @@ IDLE = {"gpu_util": [0, 3], "gpu_procs": 0, "ssh": 0, "jupyter": 0, "heartbeat_a
         ({}, None),
         ({"gpu_util": [0, 40]}, "GPU utilisation 0/40 %"),
         ({"gpu_procs": 1}, "1 GPU compute process"),
-        ({"ssh": 1}, "1 SSH session(s) logged in"),
+        ({"ssh": 1}, None),  # logged in, at a prompt: a session counts by its input, and what runs in it
+        ({"ssh": 1, "ssh_input": [30.0]}, "input at an SSH terminal 30 s ago"),
+        ({"progress": ["process 7 (python) used 80 % CPU and wrote 0 B/s since the last look"]}, "process 7 (python)"),
+        ({"progress": []}, None),
         ({"jupyter": 2}, "2 Jupyter kernel(s) running a cell"),
         ({"jupyter_age": 30.0}, "Jupyter activity 30 s ago"),
         ({"connections": 3}, None),  # held open, logged in or not: a connection is not a session
@@ -104,9 +107,9 @@ def test_idle_stop_fires_after_a_whole_idle_window_and_any_work_restarts_it():
     s, _ = guard.settings({"IMAGEKIT_IDLE_STOP": "30m", "IMAGEKIT_GUARD_ACTION": "terminate"})
     g = guard.Guard(s, started=0)
     assert g.step(0, IDLE, "") is None and g.step(1700, IDLE, "") is None
-    assert g.step(1750, {**IDLE, "ssh": 1}, "") is None  # someone logged in: the window starts again
-    assert g.step(1760, IDLE, "") is None and g.step(1760 + 1799, IDLE, "") is None
-    trigger, action, message = g.step(1760 + 1800, IDLE, "")
+    assert g.step(1750, {**IDLE, "ssh": 1, "ssh_input": [0.0]}, "") is None  # someone typed: the window starts again
+    assert g.step(1760, IDLE, "") is None and g.step(1750 + 1799, IDLE, "") is None  # logged out: the input counts
+    trigger, action, message = g.step(1750 + 1800, IDLE, "")
     assert (trigger, action) == ("idle", "terminate") and "idle for 30m" in message and "0 SSH" in message
 
 

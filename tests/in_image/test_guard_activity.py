@@ -416,9 +416,9 @@ def test_a_real_busy_process_is_seen_with_its_cpu_share(tmp_path):
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)
-        before = guard.cpu_times()
+        before = guard.cpu_times("/proc")
         time.sleep(1.0)
-        after = guard.cpu_times()
+        after = guard.cpu_times("/proc")
     finally:
         busy.kill()
         busy.wait()
@@ -430,10 +430,10 @@ def test_a_real_busy_process_is_seen_with_its_cpu_share(tmp_path):
 def test_the_warning_reaches_the_login_banner_and_leaves_it_when_the_process_stops(quiet_pod, tmp_path, monkeypatch):
     ticks = {"n": 0}
 
-    def cpu_times():
-        return {"4242 777": [ticks["n"], "python"]}
+    def process_usage():
+        return {"4242 777": [ticks["n"], 0, "python", ticks["n"]]}
 
-    monkeypatch.setattr(guard, "cpu_times", cpu_times)
+    monkeypatch.setattr(guard, "process_usage", process_usage)
 
     def burn(now):
         ticks["n"] = int(now * 2 * guard.CLK_TCK) if now < 1800 else ticks["n"]  # 200 % until 30m, then done
@@ -455,6 +455,7 @@ def test_job_mode_marks_its_job_by_the_jobs_identity(tmp_path, monkeypatch):
     monkeypatch.setattr(podstart, "STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(guard, "JOB", str(tmp_path / "state" / "job"))
     monkeypatch.setattr(guard, "LOG", str(tmp_path / "guard.log"))
+    monkeypatch.setattr(podstart, "stay_up", lambda: None)  # in the image it never returns: the guard ends the pod
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     seen = tmp_path / "seen"
     script = f"sleep 0.5; cat {guard.JOB} >{seen}; echo $$ >>{seen}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 
 import pytest
 
@@ -106,8 +107,8 @@ def test_the_idle_window_counts_from_the_last_sign_of_work_whichever_it_was():
     s, _ = guard.settings({"IMAGEKIT_IDLE_STOP": "30m"})
     g = guard.Guard(s, started=0)
     beat = {**IDLE, "heartbeat_age": 0.0}
-    assert g.step(0, {**beat, "ssh": 1}, "") is None  # logged in, and the loop touches the heartbeat
-    assert g.step(600, {**IDLE, "heartbeat_age": 500.0}, "") is None  # logged out at 600; last touch at 100
+    assert g.step(0, {**beat, "gpu_util": [80, 0]}, "") is None  # training, and the loop touches the heartbeat
+    assert g.step(600, {**IDLE, "heartbeat_age": 500.0}, "") is None  # GPUs quiet at 600; last touch at 100
     assert g.step(2399, {**IDLE, "heartbeat_age": 2299.0}, "") is None  # 30m after the touch, not after the logout
     trigger, _, message = g.step(2400, {**IDLE, "heartbeat_age": 2300.0}, "")
     assert trigger == "idle" and "idle for 30m " in message
@@ -201,32 +202,94 @@ def test_a_job_whose_gpus_work_but_one_is_not_gpu_idle(pod, tmp_path):
     assert pod.calls == [] and "warning" not in _log(tmp_path)
 
 
-# ---- a job that ends with a declared output missing leaves the pod up --------------------------------------------
-# Planted: guard.after_run goes on to act when checksum_outputs is not ok (its `return 1` gone).
-def test_pod_run_on_exit_never_ends_the_pod_while_a_declared_output_is_missing(pod, tmp_path):
+# ---- on exit: the pod ends once every run has ended and it stayed quiet, never with a declared output missing ------
+def _ended(tmp_path, name, code, when, pid=999999):
+    """A run folder as `pod run` leaves it: its pid, and the exit file written at ``when`` with ``code``."""
+    run = tmp_path / "runs" / name
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "pid").write_text(f"{pid}\n")
+    (run / "exit").write_text(f"{code}\n")
+    os.utime(run / "exit", (when, when))
+    return run
+
+
+# Planted: guard.run acts on the exit trigger without _outputs_ready (the check gone).
+def test_the_exit_stop_never_ends_the_pod_while_a_declared_output_is_missing(pod, tmp_path):
     (tmp_path / "model.pt").write_bytes(b"weights")
     missing = tmp_path / "out" / "final.pt"
-    env = {**RUNPOD, "IMAGEKIT_ON_EXIT": "terminate", "IMAGEKIT_OUTPUTS": f"{tmp_path / 'model.pt'}:{missing}"}
-    assert guard.after_run(env, 0) == 1
-    assert pod.calls == [] and f"declared output {missing} does not exist" in _log(tmp_path)
-    assert "not ending the pod (IMAGEKIT_ON_EXIT=terminate)" in _log(tmp_path)
+    env = _env(tmp_path, IMAGEKIT_ON_EXIT="terminate", IMAGEKIT_OUTPUTS=f"{tmp_path / 'model.pt'}:{missing}")
+    t0 = time.time()
+
+    def tick(now):
+        if now >= t0 + 60 and not (tmp_path / "runs").exists():
+            _ended(tmp_path, "20261207T000000Z-1", 0, t0 + 60)
+
+    with pytest.raises(Stopped):
+        _drive(env, start=t0, until=t0 + 3 * 3600, tick=tick)
+    log = _log(tmp_path)
+    assert pod.calls == [] and f"declared output {missing} does not exist" in log
+    assert "not ending the pod (IMAGEKIT_ON_EXIT=terminate): the outputs are not all there" in log
     missing.parent.mkdir()
     missing.write_bytes(b"final")
-    assert guard.after_run(env, 0) == 0 and pod.calls == [("runpod", "abc123xyz", "terminate")]
+
+    def second(now):  # a second run writes it and ends: the exit stop tries again
+        if now >= t0 + 60 and not (tmp_path / "runs" / "20261207T000500Z-2").exists():
+            _ended(tmp_path, "20261207T000500Z-2", 0, t0 + 60)
+
+    code, ended = _drive(env, start=t0, until=t0 + 3 * 3600, tick=second)
+    assert code == 0 and pod.calls == [("runpod", "abc123xyz", "terminate")] and ended == pytest.approx(t0 + 660)
     assert (tmp_path / "model.pt.sha256").is_file() and (tmp_path / "out" / "final.pt.sha256").is_file()
-    assert guard.after_run({**RUNPOD, "IMAGEKIT_OUTPUTS": str(missing)}, 0) == 0 and len(pod.calls) == 1  # not armed
 
 
+# Planted: guard.worst_exit returns the last exit's code (`exits[-1][1]`): a failure before a success terminated.
 @pytest.mark.parametrize(
-    "on_exit, code, sent",
-    [("terminate", 0, "terminate"), ("terminate", 3, "stop"), ("terminate-always", 3, "terminate"),
-     ("terminate-always", 0, "terminate"), ("stop", 3, "stop")],
+    "on_exit, codes, sent",
+    [("terminate", [0], "terminate"), ("terminate", [3], "stop"), ("terminate-always", [3], "terminate"),
+     ("terminate-always", [0], "terminate"), ("stop", [3], "stop"), ("terminate", [3, 0], "stop")],
 )  # fmt: skip
-def test_a_failed_run_is_never_terminated_unless_terminate_always_asks(pod, tmp_path, on_exit, code, sent):
-    assert guard.after_run({**RUNPOD, "IMAGEKIT_ON_EXIT": on_exit}, code) == 0
-    assert pod.calls == [("runpod", "abc123xyz", sent)]
+def test_a_failed_run_is_never_terminated_unless_terminate_always_asks(pod, tmp_path, on_exit, codes, sent):
+    t0 = time.time()
+    for i, code in enumerate(codes):
+        _ended(tmp_path, f"20261207T00000{i}Z-{i}", code, t0 + 30 + i)
+    code, ended = _drive(_env(tmp_path, IMAGEKIT_ON_EXIT=on_exit), start=t0, until=t0 + 3600)
+    assert code == 0 and pod.calls == [("runpod", "abc123xyz", sent)] and ended == pytest.approx(t0 + 660)
     if sent != on_exit.split("-")[0]:
         assert "stopping instead of terminating" in _log(tmp_path)
+
+
+# Planted: guard.exits_since keeps every exit file (the `st_mtime >= since` test gone): a run of the last start
+# ended the pod again as soon as `pod start` brought it back to fetch the outputs.
+def test_a_run_that_ended_before_this_start_is_no_exit(pod, tmp_path):
+    t0 = time.time()
+    _ended(tmp_path, "20261206T000000Z-1", 0, t0 - 3600)  # the last start's run, ended an hour ago
+    env = _env(tmp_path, IMAGEKIT_ON_EXIT="stop")
+    with pytest.raises(Stopped):
+        _drive(env, start=t0, until=t0 + 6 * 3600)
+    assert pod.calls == [] and guard.exits_since(env, t0) == [] and len(guard.exits_since(env, t0 - 7200)) == 1
+
+
+# Planted: Guard._exit waits for the quiet window but not for the runs still going (`or job_running` gone).
+def test_the_exit_stop_waits_for_every_run_then_a_quiet_grace(pod, tmp_path):
+    """Two runs: the short one ends at 60 s while the long one trains until 2h: no stop until both ended and the
+    pod stayed quiet for the grace (10m) after the second."""
+    t0 = time.time()
+    long_run = tmp_path / "runs" / "20261207T000000Z-1"
+    long_run.mkdir(parents=True)
+    (long_run / "pid").write_text(f"{os.getpid()}\n")  # this process: alive until the tick writes its exit
+    (long_run / "identity").write_text(guard.identity(os.getpid()) + "\n")
+
+    def tick(now):
+        if now >= t0 + 60 and not (tmp_path / "runs" / "20261207T000001Z-2").exists():
+            _ended(tmp_path, "20261207T000001Z-2", 0, t0 + 60)
+        if now >= t0 + 7200 and not (long_run / "exit").exists():
+            (long_run / "exit").write_text("0\n")
+            os.utime(long_run / "exit", (t0 + 7200, t0 + 7200))
+
+    code, ended = _drive(_env(tmp_path, IMAGEKIT_ON_EXIT="stop"), start=t0, until=t0 + 6 * 3600, tick=tick)
+    assert code == 0 and pod.calls == [("runpod", "abc123xyz", "stop")]
+    assert ended == pytest.approx(t0 + 7200 + 600, abs=30), ended - t0
+    log = _log(tmp_path)
+    assert "exit: every run and job ended (exit code 0) and the pod was quiet for 10m" in log
 
 
 def test_an_unknown_on_exit_value_is_refused_and_named():
@@ -256,20 +319,27 @@ def job_mode(monkeypatch, tmp_path):
         signal.signal(sig, handler)
 
 
-# Planted: podstart.run_then_end goes on to guard.act when checksum_outputs is not ok (its first stay_up() gone).
-def test_job_mode_on_exit_never_ends_the_pod_while_a_declared_output_is_missing(pod, tmp_path, job_mode, capsys):
+# Planted: podstart.run_then_end calls guard.act after the job (as it did: the stop raced the `pod cp` of its outputs).
+def test_job_mode_on_exit_leaves_the_end_to_the_guard(pod, tmp_path, job_mode, capsys, monkeypatch):
+    monkeypatch.setattr(guard, "JOB", str(tmp_path / "state" / "job"))
+    monkeypatch.setattr(guard, "JOB_EXIT", str(tmp_path / "state" / "job-exit"))
     missing = tmp_path / "model.pt"
-    env = {**RUNPOD, "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_OUTPUTS": str(missing)}
+    env = {**_env(tmp_path), "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_OUTPUTS": str(missing)}
     s, _ = guard.settings(env)
+    t0 = time.time()
     with pytest.raises(StayedUp):
         podstart.run_then_end(["sh", "-c", "exit 3"], env, guard, s)
     assert pod.calls == [] and not os.path.exists(guard.JOB)
     err = capsys.readouterr().err
     assert "exited 3" in err and f"declared output {missing} does not exist" in err and "not ending the pod" in err
+    assert guard.exits_since(env, t0 - 1) and guard.exits_since(env, t0 - 1)[0][1] == 3
     missing.write_bytes(b"weights")
-    with pytest.raises(StayedUp):  # asked to end; it waits for the provider to end it
+    with pytest.raises(StayedUp):
         podstart.run_then_end(["sh", "-c", "exit 0"], env, guard, s)
-    assert pod.calls == [("runpod", "abc123xyz", "stop")] and (tmp_path / "model.pt.sha256").is_file()
+    said = capsys.readouterr().err
+    assert pod.calls == [] and "the guard will stop this pod once it has stayed quiet for 10m" in said
+    code, _ = _drive(env, start=t0 - 1, until=t0 + 3600)  # the guard: quiet for the grace, then the stop
+    assert code == 0 and pod.calls == [("runpod", "abc123xyz", "stop")] and (tmp_path / "model.pt.sha256").is_file()
 
 
 # ---- a run `pod run` started is a job ------------------------------------------------------------------------------
