@@ -77,6 +77,24 @@ def connect(target: Target, opts: PodOptions, warn: Log) -> Iterator[Transport]:
         yield open_transport(conn, opts.force_pty)
 
 
+# An imagekit client connected (`pod wait`, `pod logs`, `pod cp`): a lease naming the connection's own process (the
+# SSH session's, or the terminal's shell: $PPID of what it runs), in the folder the guard reads; the exit stop waits
+# while it is there (a `pod wait && pod cp` goes first). Written under a hidden name, then renamed: never half there.
+LEASE = (
+    'L="${IMAGEKIT_CLIENTS:-/run/imagekit/clients}"; if [ -d "$L" ] && [ -w "$L" ] && [ ! -L "$L" ]; then '
+    "q=$PPID; t=$(sed 's/^.*[)] //' \"/proc/$q/stat\" 2>/dev/null | cut -d' ' -f20); "
+    'b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); if [ -n "$t" ] && [ -n "$b" ]; then '
+    "printf '%s %s %s\\n' \"$b\" \"$q\" \"$t\" >\"$L/.$q.$$\" && mv -f \"$L/.$q.$$\" \"$L/$q\"; fi; fi; "
+)
+
+
+def hold_lease(t: Transport) -> None:
+    """Say, on an imagekit image, that this connection is an imagekit client (``LEASE``): until it closes, the
+    lifetime guard's exit stop waits (a `pod cp` of the outputs after the run ended goes first). A subshell: the
+    lease's names never reach the user's command. Nothing happens where the pod has no lease folder."""
+    t.capture(f"( {LEASE})", 30.0)
+
+
 # ---- exec ------------------------------------------------------------------------------------------------
 # The image's start check writes its blocker here (in_image/podstart.py); the variable lets a test's sshd move it
 _BLOCKED_PROBE = (
@@ -117,6 +135,7 @@ def run_command(
     """Run ``command`` on the pod; (its exit code, the transport used: exec | pty). A pod whose start check found a
     blocker refuses (exit 1) unless ``ignore_blockers``: training there would fail or run on the CPU."""
     with dial(target, opts, warn) as t:
+        hold_lease(t)
         if not ignore_blockers:
             refuse_if_blocked(t, "running the command")
         return t.run(command, opts.timeout, out, err), t.mode
@@ -269,6 +288,7 @@ def _retrying(
     while True:
         try:
             with dial(target, opts, log) as t:
+                hold_lease(t)
                 result = fn(t, drops > 0)
                 result.resumed = drops
                 return result

@@ -77,6 +77,11 @@ class LocalShell:
             pytest.fail(f"the pod's wait script had not answered after {LIMIT_S} s: it waits forever")
         return res.returncode, res.stdout
 
+    def run(self, command: str, timeout: float, out, err) -> int:
+        code, text = self.capture(command, timeout)
+        out(text)
+        return code
+
 
 def _dead_pid() -> int:
     """The pid of a process that ran and was reaped (the run's process, gone with the pod's restart)."""
