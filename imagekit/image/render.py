@@ -61,6 +61,10 @@ IN_IMAGE = {
 # pip as the venv runs it, naming the way to a new cell when the image's pins refuse a version (image.pins): the app
 # layer puts it over the venv's pip, pip3 and pip3.X scripts
 PIP_WRAPPER = "pip_pins.py"
+# `import torch` refused in every Python process of the image on a pod whose start check found torch without the GPU
+# it expects: the module and the .pth line that installs it, in the venv's site-packages (in_image/cuda_guard.py)
+CUDA_GUARD = "cuda_guard.py"
+CUDA_GUARD_MODULE = "_imagekit_cuda_guard"
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class Sources:
 
     def program(self, name: str) -> Path:
         """A program of the in-image package by its file name (``imagekit_doctor.py``)."""
-        if name not in IN_IMAGE and name != PIP_WRAPPER:
+        if name not in IN_IMAGE and name not in (PIP_WRAPPER, CUDA_GUARD):
             raise KeyError(name)
         return self.in_image / name
 
@@ -174,6 +178,11 @@ def render_plan(plan: BuildPlan) -> dict[str, tuple[bytes, int]]:
     wrapper = (sources().program(PIP_WRAPPER).read_bytes(), EXECUTABLE)
     for name in ("pip", "pip3", f"pip{plan.cell.python}"):
         files[f"{ROOTFS}/app/opt/venv/bin/{name}"] = wrapper
+    site = f"{ROOTFS}/app/opt/venv/lib/python{plan.cell.python}/site-packages"
+    files[f"{site}/{CUDA_GUARD_MODULE}.py"] = (sources().program(CUDA_GUARD).read_bytes(), 0o644)
+    files[f"{site}/{CUDA_GUARD_MODULE}.pth"] = (
+        f"import {CUDA_GUARD_MODULE}; {CUDA_GUARD_MODULE}.install()\n".encode(), 0o644
+    )
     if plan.options.cuda_toolkit:  # `-lcudart` links the runtime wheel's libcudart.so.N (imagekit.image.cuda_toolkit)
         path, script = cuda_toolkit.cudart_script(layers.CUDA_PREFIX, plan.cell.cuda)
         files[f"{ROOTFS}/app{path}"] = (script, 0o644)

@@ -700,9 +700,10 @@ def classify_cuda_failure(text, torch_cuda, cuda_visible_devices=None):
 
 
 def start_torch_probe(python):
-    """Start the probe in a child now (importing torch is most of its time) and read it later."""
+    """Start the probe in a child now (importing torch is most of its time) and read it later. It may import torch
+    where the image refuses it (cuda_guard.py, IMAGEKIT_ALLOW_CPU): it is what says why."""
     return subprocess.Popen([python, "-c", TORCH_PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env={**os.environ, "IMAGEKIT_ALLOW_CPU": "1"})
 
 
 def probe_problem(probe):
@@ -803,24 +804,111 @@ def parse_flat_config(text):
     return out
 
 
-def launch_options(command):
-    """What a launch command decides for itself: accelerate's --config_file/--num_processes/--num_machines/--cpu,
-    torchrun's --nproc_per_node. {} for other commands."""
-    argv = list(command or [])
-    words = [os.path.basename(a) for a in argv[:4]]
+SHELLS = ("bash", "sh", "dash", "zsh")
+LAUNCHERS = ("accelerate", "torchrun")
+MAX_SCRIPT = 1 << 20  # bytes of a launch script read
+
+
+def _launcher(argv):
+    words = [os.path.basename(a or "") for a in argv[:4]]
     if "accelerate" in words and "launch" in argv[:4]:
-        tool = "accelerate"
+        return "accelerate"
+    if any(w in ("torchrun", "torch.distributed.run") for w in argv[:4]):
+        return "torchrun"
+    return None
+
+
+def _script_of(argv):
+    """The script ``argv`` runs with a shell (``bash train.sh``, ``sh -x run.sh``, ``./train.sh``), or None."""
+    if not argv:
+        return None
+    if os.path.basename(argv[0]) in SHELLS:
+        rest = argv[1:]
+        while rest and rest[0].startswith("-") and rest[0] not in ("-c", "--"):
+            rest = rest[1:]
+        if rest and rest[0] == "--":
+            rest = rest[1:]
+        return rest[0] if rest and rest[0] != "-c" else None
+    return argv[0] if argv[0].endswith(".sh") else None
+
+
+def _expand(word, values):
+    """``$NAME`` and ``${NAME}`` from the script's own assignments, then the env; None when one is not known."""
+    missing = []
+
+    def one(m):
+        name = m.group(1) or m.group(2)
+        if name in values:
+            return values[name]
+        if name in os.environ:
+            return os.environ[name]
+        missing.append(name)
+        return ""
+
+    out = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", one, word)
+    return None if missing else out
+
+
+def script_launch(argv, cwd=None):
+    """(launch argv, the script's path) when ``argv`` runs a shell script whose lines start ``accelerate launch`` or
+    ``torchrun``: its first such line, continuation lines joined, leading ``VAR=value``, ``exec``, ``nohup`` and
+    ``time`` left out, ``$VAR`` filled in from the script's own assignments (then the env); a relative
+    ``--config_file`` taken against the folder of a ``cd DIR`` line before it. (None, None) when it runs none (or
+    the script cannot be read as a regular file)."""
+    path = _script_of(argv)
+    if path is None:
+        return None, None
+    cwd = cwd or os.getcwd()
+    full = path if os.path.isabs(path) else os.path.join(cwd, path)
+    try:
+        text = read_regular(full, MAX_SCRIPT)
+    except (OSError, ValueError):
+        return None, None
+    values, here = {}, cwd
+    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0], re.S):
+            name, _, value = words.pop(0).partition("=")
+            if not words:  # an assignment on its own line: the script's variable
+                expanded = _expand(value, values)
+                if expanded is not None:
+                    values[name] = expanded
+        while words and words[0] in ("exec", "nohup", "time", "command"):
+            words = words[1:]
+        if len(words) == 2 and words[0] == "cd":
+            target = _expand(words[1], values)
+            here = os.path.normpath(os.path.join(here, target)) if target else here
+            continue
+        if words and _launcher(words):
+            return [_expand(w, values) for w in words], (full, here)  # None: a word naming an unknown variable
+    return None, None
+
+
+def launch_options(command, cwd=None):
+    """What a launch command decides for itself: accelerate's --config_file/--num_processes/--num_machines/--cpu,
+    torchrun's --nproc_per_node; a shell script (``bash train.sh``) is read for the launch it runs
+    (:func:`script_launch`). {} for other commands."""
+    argv = list(command or [])
+    script = None
+    if _launcher(argv) is None:
+        argv, script = script_launch(argv, cwd)
+        if argv is None:
+            return {}
+    tool = _launcher(argv)
+    if tool == "accelerate":
         names = {"--config_file": "config_file", "--num_processes": "num_processes",
                  "--num_machines": "num_machines", "--cpu": "use_cpu"}
-    elif any(w in ("torchrun", "torch.distributed.run") for w in argv[:4]):
-        tool = "torchrun"
-        names = {"--nproc_per_node": "num_processes", "--nnodes": "num_machines"}
     else:
-        return {}
+        names = {"--nproc_per_node": "num_processes", "--nnodes": "num_machines"}
     opts = {"tool": tool}
+    if script:
+        opts["script"] = script[0]
     i = 0
     while i < len(argv):
-        word = argv[i]
+        word = argv[i] if argv[i] is not None else ""
         if word.endswith(".py") or word == "-m" or (i > 1 and word in ("--", "--no_python")):
             break  # the script and its own options start here
         key, _, inline = word.partition("=")
@@ -831,13 +919,24 @@ def launch_options(command):
             else:
                 value = inline if inline else (argv[i + 1] if i + 1 < len(argv) else "")
                 i += 0 if inline else 1
-                opts[names[key]] = int(value) if re.fullmatch(r"\d+", value) else value
+                if value is None:  # a variable the script's lines and the env do not say
+                    opts.setdefault("unresolved", []).append(key)
+                else:
+                    opts[names[key]] = int(value) if re.fullmatch(r"\d+", value) else value
         i += 1
+    if script and isinstance(opts.get("config_file"), str) and opts["config_file"] \
+            and not os.path.isabs(opts["config_file"]):
+        opts["config_file"] = os.path.join(script[1], opts["config_file"])
     return opts
 
 
 def check_accelerate(path, gpu_count, launch=None):
     launch = launch or {}
+    if launch.get("unresolved"):
+        where = f" in {launch['script']}" if launch.get("script") else ""
+        return result("accelerate-config", "warn", f"the launch{where} gives {', '.join(launch['unresolved'])} from a "
+                      "variable neither the script nor the env sets here: not checked",
+                      "run the check with the variable set, or give the value itself", {"launch": launch})
     if launch.get("config_file"):
         path = launch["config_file"]
     if not path and not launch.get("num_processes"):
@@ -853,6 +952,8 @@ def check_accelerate(path, gpu_count, launch=None):
                           "rewrite it with `accelerate config`")
     cfg.update({k: v for k, v in launch.items() if k in ("num_processes", "num_machines", "use_cpu")})
     path = path or "the launch command"
+    if launch.get("script"):
+        path = f"{path} (the launch in {launch['script']})"
     ev = {"path": path, "num_processes": cfg.get("num_processes"), "use_cpu": cfg.get("use_cpu"),
           "distributed_type": cfg.get("distributed_type"), "gpus": gpu_count, "num_machines": cfg.get("num_machines"),
           "launch": launch}

@@ -313,7 +313,9 @@ def run_then_end(argv, environ, guard, s):
 
 
 def job(argv, environ):
+    safely("clearing the last start's state", _clear_state)
     code, report, seconds, checks = start_check(environ)
+    safely("marking torch without its GPU", mark_no_cuda, checks)
     guard = load_guard()
     s, _ = guard.settings(environ)
     if code == 1 and s["on_blocker"]:
@@ -397,6 +399,7 @@ def start(environ, jupyter, ssh_unless_served=False):
     if jupyter:
         safely("Jupyter", start_jupyter, environ)
     code, report, seconds, checks = safely("the start check", start_check, environ, default=(3, "", 0.0, []))
+    safely("marking torch without its GPU", mark_no_cuda, checks)
     if code == 1:
         text = banner(report)
         safely("writing the login banner", write_private, BLOCKED, text, 0o644)
@@ -410,6 +413,23 @@ def start(environ, jupyter, ssh_unless_served=False):
         log(summary(checks, seconds))
     safely(HOOKS[1], run_hook, HOOKS[1])
     return code
+
+
+NO_CUDA = os.path.join(STATE_DIR, "no-cuda")  # cuda_guard.py: every `import torch` in the image refused, saying why
+
+
+def mark_no_cuda(checks):
+    """Where the start check found GPUs expected (visible, or required) while torch sees none, the cause for
+    cuda_guard.py: every Python process of the image then fails at `import torch`, naming it, instead of training
+    on the CPU (IMAGEKIT_ALLOW_CPU=1 lets one through)."""
+    found = [c for c in checks if c.get("id") in ("cpu-fallback", "torch-probe") and c.get("status") == "fail"]
+    if not found:
+        return False
+    c = found[0]
+    text = f"{c['id']}: {c.get('message', '')}" + (f" (fix: {c['fix']})" if c.get("fix") else "")
+    write_private(NO_CUDA, nofollow.redact(text)[:2000] + "\n", 0o644)
+    log(f"every `import torch` in this image now fails, naming this (IMAGEKIT_ALLOW_CPU=1 lets one through): {text}")
+    return True
 
 
 def mark_checked():
@@ -426,6 +446,11 @@ def _clear_state():
     for path in [BLOCKED] + [os.path.join(STATE_DIR, name) for name in names]:
         if os.path.lexists(path):
             os.unlink(path)
+    # where `pod wait`, `pod logs` and `pod cp` say they are connected (the guard's exit stop waits for them): root's
+    # alone, so no other user of the pod can hold it up
+    clients = os.path.join(STATE_DIR, "clients")
+    os.makedirs(clients, mode=0o700, exist_ok=True)
+    os.chmod(clients, 0o700)
 
 
 def stay_up():

@@ -25,6 +25,7 @@ SKIP_HINT = "pass --skip-launch-check to start it anyway"
 _SEPARATOR = re.compile(r"[();<>|&\n]+")  # what ends a simple command in the shell
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 _LAUNCHERS = ("accelerate", "torchrun")
+_SHELLS = ("bash", "sh", "dash", "zsh")
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,12 @@ class Verdict:
     checked: bool = True  # False: the launch could not be checked (warnings say why)
 
 
-def launch_words(command: str) -> list[str]:
+def launch_words(command: str, depth: int = 0) -> list[str]:
     """The launch in ``command`` as the doctor reads one (``accelerate launch ...``, ``torchrun ...``): the first
-    simple command that runs a launcher, its leading ``VAR=value`` words left out. [] when there is none (the doctor
-    then checks the default Accelerate config, as ``imagekit-doctor -- python train.py`` does)."""
+    simple command that runs a launcher, its leading ``VAR=value`` words left out; else the first that runs a shell
+    script (``bash train.sh``, ``./train.sh``: the doctor reads the script for the launch it runs), or the launch in a
+    ``bash -c "..."`` string. [] when there is none (the doctor then checks the default Accelerate config, as
+    ``imagekit-doctor -- python train.py`` does)."""
     lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     try:
@@ -45,6 +48,7 @@ def launch_words(command: str) -> list[str]:
     except ValueError:  # unbalanced quotes: the pod's shell refuses it too
         return []
     segment: list[str] = []
+    script: list[str] = []
     for token in [*tokens, ";"]:
         if not _SEPARATOR.fullmatch(token):
             segment.append(token)
@@ -53,8 +57,32 @@ def launch_words(command: str) -> list[str]:
             segment.pop(0)
         if any(w.rsplit("/", 1)[-1] in _LAUNCHERS or w == "torch.distributed.run" for w in segment[:4]):
             return segment
+        inner = _shell_string(segment)
+        if inner is not None and depth < 2:
+            found = launch_words(inner, depth + 1)
+            if found:
+                return found
+        elif not script and _runs_script(segment):
+            script = segment
         segment = []
-    return []
+    return script
+
+
+def _shell_string(words: list[str]) -> str | None:
+    """The string of ``bash -c STRING`` (or sh, dash, zsh), else None."""
+    if words and words[0].rsplit("/", 1)[-1] in _SHELLS and "-c" in words[1:3]:
+        at = words.index("-c")
+        return words[at + 1] if at + 1 < len(words) else None
+    return None
+
+
+def _runs_script(words: list[str]) -> bool:
+    """Does the simple command ``words`` run a shell script (``bash train.sh``, ``sh -x run.sh``, ``./train.sh``)?"""
+    if not words:
+        return False
+    if words[0].rsplit("/", 1)[-1] in _SHELLS:
+        return any(not w.startswith("-") for w in words[1:])
+    return words[0].endswith(".sh")
 
 
 def script(words: list[str]) -> str:
