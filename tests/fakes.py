@@ -286,6 +286,10 @@ class FakeTransport:
 
     def run(self, command: str, timeout: float, out, err) -> int:
         self.calls.append(("run", command))
+        for start, (code, said) in self.answers.items():  # a scripted answer streams as it would be captured
+            if command.startswith(start):
+                out(said)
+                return code
         out(f"ran {command}\n")
         return self.run_exit
 

@@ -161,9 +161,14 @@ def test_the_context_ships_the_in_image_package_byte_for_byte_at_the_image_paths
     files = _files(data)
     package = ROOT / "imagekit" / "in_image"
     app = render.APP_FILES
-    assert set(render.IN_IMAGE) | {render.PIP_WRAPPER} == {p.name for p in package.glob("*.py")}  # none left out
+    shipped_apart = {render.PIP_WRAPPER, render.CUDA_GUARD}
+    assert set(render.IN_IMAGE) | shipped_apart == {p.name for p in package.glob("*.py")}  # none left out
     for name in ("pip", "pip3", "pip3.11"):  # over the venv's own scripts, where PATH finds pip first
         assert files[f"rootfs/app/opt/venv/bin/{name}"] == ((package / render.PIP_WRAPPER).read_bytes(), 0o755)
+    site = "rootfs/app/opt/venv/lib/python3.11/site-packages"  # every interpreter of the venv runs the .pth line
+    assert files[f"{site}/_imagekit_cuda_guard.py"] == ((package / render.CUDA_GUARD).read_bytes(), 0o644)
+    assert files[f"{site}/_imagekit_cuda_guard.pth"] == (b"import _imagekit_cuda_guard; _imagekit_cuda_guard.install()\n",
+                                                         0o644)
     for name, rel in render.IN_IMAGE.items():
         assert files[f"{app}/{rel}"][0] == (package / name).read_bytes(), name
     shipped = {rel for rel in files if rel.startswith(f"{app}/doctor/")}

@@ -14,7 +14,9 @@ NoGuardOpt = Annotated[
     typer.Option(
         "--no-guard",
         help="Arm nothing by default (the guard options given are still armed). Without it: stop after "
-        f"{gd.IDLE_STOP} idle, stop on a start-check blocker after {gd.BLOCKER_GRACE}, stop after a job or run exits.",
+        f"{gd.IDLE_STOP} idle, after {gd.HUNG_STOP} of a process holding GPU memory while nothing moves, on a "
+        f"start-check blocker after {gd.BLOCKER_GRACE}, and once every job and run has ended and the pod stayed quiet "
+        f"for {gd.EXIT_GRACE}.",
     ),
 ]
 DeadlineOpt = Annotated[
@@ -52,8 +54,26 @@ OnExitOpt = Annotated[
     typer.Option(
         "--on-exit",
         metavar="stop|terminate|terminate-always|off",
-        help="Guard: when a job-mode command or a `pod run` ends, its outputs checksummed (default stop). terminate: "
-        "after a successful exit only (a failed one stops, keeping the volume); terminate-always: after any exit.",
+        help="Guard: once every job-mode command and `pod run` has ended and the pod stayed quiet for --exit-grace (no "
+        "input, nothing making progress, no `pod cp`/`pod wait` connected), its outputs checksummed (default stop). "
+        "terminate: after successful exits only (a failure stops, keeping the volume); terminate-always: after any.",
+    ),
+]
+ExitGraceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--exit-grace",
+        metavar="DURATION",
+        help=f"How long the pod stays quiet after the last run ended before --on-exit acts (default {gd.EXIT_GRACE}).",
+    ),
+]
+HungStopOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--hung-stop",
+        metavar="DURATION|off",
+        help="Guard: stop it when a process holds GPU memory while every GPU idles and nothing else moves this long "
+        f"(default {gd.HUNG_STOP}).",
     ),
 ]
 GuardActionOpt = Annotated[
@@ -71,6 +91,8 @@ PARAMETERS: tuple[tuple[str, Any, Any], ...] = (
     ("on_blocker", OnBlockerOpt, None),
     ("blocker_grace", BlockerGraceOpt, None),
     ("on_exit", OnExitOpt, None),
+    ("exit_grace", ExitGraceOpt, None),
+    ("hung_stop", HungStopOpt, None),
     ("guard_action", GuardActionOpt, None),
 )
 NAMES = tuple(name for name, _, _ in PARAMETERS)
@@ -87,4 +109,6 @@ def choice(values: dict[str, Any], gpu_idle_stop: str | None = None) -> gd.Guard
         on_exit=values["on_exit"],
         gpu_idle_stop=gpu_idle_stop,
         action=values["guard_action"],
+        hung_stop=values.get("hung_stop"),
+        exit_grace=values.get("exit_grace"),
     )

@@ -18,8 +18,9 @@ PODS = providers.pod_provider()
 ApiOpt = Annotated[str, typer.Option("--api-url", metavar="URL", help="RunPod REST API base.")]
 CREATE_EPILOG = (
     f"Example: {PODS.account_key}=... imagekit pod create cu118-torch2.5.1-py3.11-tf4.48.2 --gpu 'NVIDIA GeForce RTX "
-    "3090' --deadline 6h. Armed unless --no-guard: stop after 45m idle, stop on a start-check blocker after 20m, stop "
-    "after a job or `pod run` exits (outputs checksummed); never terminate unless asked."
+    "3090' --deadline 6h. Armed unless --no-guard: stop after 45m idle, after 60m of a process holding GPU memory "
+    "while nothing moves, on a start-check blocker after 20m, and 10m after every job and `pod run` has ended (outputs "
+    "checksummed); never terminate unless asked. It prints the worst case: how long the pod can bill after its work."
 )
 REAP_EPILOG = (
     f"Example: {PODS.account_key}=... imagekit pod reap --dry-run --older-than 12h. imagekit's pods carry "
@@ -59,6 +60,8 @@ def register_create(app: typer.Typer, write, warn) -> None:  # type: ignore[no-u
         on_blocker: go.OnBlockerOpt = None,
         blocker_grace: go.BlockerGraceOpt = None,
         on_exit: go.OnExitOpt = None,
+        exit_grace: go.ExitGraceOpt = None,
+        hung_stop: go.HungStopOpt = None,
         guard_action: go.GuardActionOpt = None,
         gpu_idle_stop: Annotated[
             str | None,
@@ -120,12 +123,21 @@ def _create(v: dict, choice, write, warn) -> None:  # type: ignore[no-untyped-de
     price = pod_create.cost(answer)
     armed = guard_defaults.armed(guard)
     if v["as_json"]:
-        out_json({"pod": answer["id"], "cost_per_hour": price, "guard": armed, "request": body})
+        out_json(
+            {
+                "pod": answer["id"],
+                "cost_per_hour": price,
+                "guard": armed,
+                "worst_case": guard_defaults.worst_case(guard),
+                "request": body,
+            }
+        )
         return
     write(answer["id"] + "\n")
     deadline = f"; reap deadline {marks[guard_defaults.DEADLINE]}" if guard_defaults.DEADLINE in marks else ""
     said = (
-        f"guard armed: {'; '.join(armed)} (off: --no-guard, or a trigger's flag with off){deadline}"
+        f"guard armed: {'; '.join(armed)} (off: --no-guard, or a trigger's flag with off){deadline}. "
+        + guard_defaults.worst_case(guard)
         if armed
         else "no lifetime guard (--no-guard): nothing stops this pod but you (imagekit pod stop ID)"
     )

@@ -1,10 +1,12 @@
 """The lifetime guard every imagekit pod gets unless asked not to (pure): the env `pod create` and each provider's
 template write, what they say is armed, and the marks `imagekit pod reap` finds imagekit's pods by.
 
-Defaults always *stop* (the volume survives): idle for ``IDLE_STOP``, a start-check blocker still there after
-``BLOCKER_GRACE``, a job (or a `pod run`) that ended with its declared outputs checksummed. Terminate only when the
-user says so; after a failed exit only with ``terminate-always``. A deadline is offered (``--deadline``), never
-defaulted. The names and values are the guard's own (`in_image/guard.py` reads them; durations through
+Defaults always *stop* (the volume survives): idle for ``IDLE_STOP``, a process holding GPU memory with nothing else
+moving for ``HUNG_STOP``, a start-check blocker still there after ``BLOCKER_GRACE``, the pod done (every job and `pod
+run` ended and nothing happened for the exit grace, ``EXIT_GRACE``) with its declared outputs checksummed. Terminate
+only when the user says so; after a failed exit only with ``terminate-always``. A deadline is offered
+(``--deadline``), never defaulted: instead ``worst_case`` says how long, at most, the armed triggers let a pod bill
+after its last work. The names and values are the guard's own (`in_image/guard.py` reads them; durations through
 `facts.parse_duration`, the same parser).
 """
 
@@ -23,6 +25,13 @@ IDLE_STOP = "45m"
 # 20m: time to read the login banner, look around and fix or copy out, before a blocked pod (no GPU, a driver too
 # old: it cannot train) stops billing.
 BLOCKER_GRACE = "20m"
+# 60m: a process holding GPU memory while every GPU is at 0 % and nothing on the pod moves (no CPU, no writes, no input)
+# is hung (a deadlocked NCCL collective, a dead data-loader peer): longer than any pause real work makes with the
+# GPUs idle and nothing else happening, short enough to bill at most an hour of a hang instead of a night.
+HUNG_STOP = "60m"
+# The guard's own (in_image/guard.py EXIT_GRACE, why there): the pod stays up that long after the last run ended.
+EXIT_GRACE = "10m"
+LOOK = 30  # seconds between the guard's looks (IMAGEKIT_GUARD_INTERVAL's default): a trigger fires up to one late
 ACTIONS = ("stop", "terminate")
 ON_EXIT = ("stop", "terminate", "terminate-always")  # terminate: after a successful exit only
 OFF = "off"
@@ -31,7 +40,7 @@ CREATED = "IMAGEKIT_CREATED"  # UTC time `pod create` sent the request: the mark
 DEADLINE = "IMAGEKIT_DEADLINE"  # UTC time past which `pod reap` ends the pod (from --deadline)
 GUARD_NAMES = (
     "IMAGEKIT_MAX_RUNTIME", "IMAGEKIT_IDLE_STOP", "IMAGEKIT_ON_BLOCKER", "IMAGEKIT_BLOCKER_GRACE", "IMAGEKIT_ON_EXIT",
-    "IMAGEKIT_GPU_IDLE_STOP", "IMAGEKIT_GUARD_ACTION",
+    "IMAGEKIT_GPU_IDLE_STOP", "IMAGEKIT_GUARD_ACTION", "IMAGEKIT_HUNG_STOP", "IMAGEKIT_EXIT_GRACE",
 )  # fmt: skip
 
 
@@ -47,6 +56,8 @@ class GuardChoice:
     on_exit: str | None = None  # stop | terminate | terminate-always | off
     gpu_idle_stop: str | None = None  # a duration
     action: str | None = None  # what the deadline and the idle stop do: stop | terminate
+    hung_stop: str | None = None  # a duration, or "off"
+    exit_grace: str | None = None  # a duration
 
 
 def _duration(flag: str, value: str) -> str:
@@ -87,13 +98,19 @@ def env(choice: GuardChoice) -> dict[str, str]:
             "stop keeps the volume; terminate deletes it after a successful exit only (a failed one stops); "
             "terminate-always deletes it after any exit; off: stays up",
         )
+        if choice.exit_grace is not None:
+            out["IMAGEKIT_EXIT_GRACE"] = _duration("--exit-grace", choice.exit_grace)
+    hung = choice.hung_stop if choice.hung_stop is not None else (HUNG_STOP if default else OFF)
+    if hung != OFF:
+        out["IMAGEKIT_HUNG_STOP"] = _duration("--hung-stop", hung)
     if choice.gpu_idle_stop is not None:
         out["IMAGEKIT_GPU_IDLE_STOP"] = _duration("--gpu-idle-stop", choice.gpu_idle_stop)
     if choice.action is not None:
         out["IMAGEKIT_GUARD_ACTION"] = _one_of(
             "--guard-action", choice.action, ACTIONS, "what the deadline and the idle stop do; stop keeps the volume"
         )
-    elif any(k in out for k in ("IMAGEKIT_MAX_RUNTIME", "IMAGEKIT_IDLE_STOP", "IMAGEKIT_GPU_IDLE_STOP")):
+    elif any(k in out for k in ("IMAGEKIT_MAX_RUNTIME", "IMAGEKIT_IDLE_STOP", "IMAGEKIT_GPU_IDLE_STOP",
+                                "IMAGEKIT_HUNG_STOP")):
         out["IMAGEKIT_GUARD_ACTION"] = "stop"  # said, not left to the image's default
     return out
 
@@ -106,21 +123,60 @@ def armed(guard: dict[str, str]) -> list[str]:
         said.append(f"{action} {guard['IMAGEKIT_MAX_RUNTIME']} after the start (IMAGEKIT_MAX_RUNTIME)")
     if "IMAGEKIT_IDLE_STOP" in guard:
         said.append(f"{action} after {guard['IMAGEKIT_IDLE_STOP']} idle (IMAGEKIT_IDLE_STOP)")
+    if "IMAGEKIT_HUNG_STOP" in guard:
+        said.append(f"{action} after {guard['IMAGEKIT_HUNG_STOP']} of a process holding GPU memory while nothing moves "
+                    "(IMAGEKIT_HUNG_STOP)")
     if "IMAGEKIT_ON_BLOCKER" in guard:
         said.append(
             f"{guard['IMAGEKIT_ON_BLOCKER']} when a start-check blocker is still there after "
             f"{guard.get('IMAGEKIT_BLOCKER_GRACE', '15m')} (IMAGEKIT_ON_BLOCKER)"
         )
     exit_ = guard.get("IMAGEKIT_ON_EXIT")
+    done = (f"once every job and `pod run` has ended and nothing happened for "
+            f"{guard.get('IMAGEKIT_EXIT_GRACE', EXIT_GRACE)} (no input, no `pod cp`)")
     if exit_ == "terminate-always":
-        said.append("terminate after the job or a `pod run` exits, even when it failed (IMAGEKIT_ON_EXIT)")
+        said.append(f"terminate {done}, even after a failure (IMAGEKIT_ON_EXIT)")
     elif exit_ == "terminate":
-        said.append("terminate after the job or a `pod run` exits 0, stop after a failure (IMAGEKIT_ON_EXIT)")
+        said.append(f"terminate {done} if they exited 0, else stop (IMAGEKIT_ON_EXIT)")
     elif exit_:
-        said.append(f"{exit_} after the job or a `pod run` exits, its outputs checksummed (IMAGEKIT_ON_EXIT)")
+        said.append(f"{exit_} {done}, the outputs checksummed (IMAGEKIT_ON_EXIT)")
     if "IMAGEKIT_GPU_IDLE_STOP" in guard:
         said.append(f"{action} when a job's GPUs idle {guard['IMAGEKIT_GPU_IDLE_STOP']} (IMAGEKIT_GPU_IDLE_STOP)")
     return said
+
+
+def worst_case(guard: dict[str, str]) -> str:
+    """How long, at most, the armed triggers of ``guard`` let the pod bill after its last work (a sign the guard
+    reads: GPU utilisation, a process using CPU or writing, input at a terminal, Jupyter activity, the heartbeat), as
+    `pod create` and the readmes say it; and what bounds it from the start (the deadline)."""
+
+    def seconds(name: str) -> int:
+        return facts.parse_duration(guard[name], name)
+
+    deadline = f"; at most {guard['IMAGEKIT_MAX_RUNTIME']} after its start (--deadline)" if (
+        "IMAGEKIT_MAX_RUNTIME" in guard) else ""
+    if "IMAGEKIT_IDLE_STOP" not in guard:
+        return ("Worst case: nothing stops this pod after its work ends (no idle stop)" + deadline
+                + ("" if deadline else "; give --deadline 6h or leave the idle stop armed") + ".")
+    parts = [f"idle {guard['IMAGEKIT_IDLE_STOP']}"]
+    worst = seconds("IMAGEKIT_IDLE_STOP")
+    if "IMAGEKIT_HUNG_STOP" in guard:
+        parts.append(f"a process holding GPU memory with nothing else moving {guard['IMAGEKIT_HUNG_STOP']}")
+        worst = max(worst, seconds("IMAGEKIT_HUNG_STOP"))
+    else:
+        parts.append("a process holding GPU memory keeps it up (--hung-stop off)")
+    return (f"Worst case: this pod bills at most {_say(worst + LOOK)} after its last work ("
+            + "; ".join(parts) + f"; a look every {LOOK}s); a process that never stops using CPU or writing counts as "
+            "work" + (deadline or ": only a deadline bounds that (--deadline)") + ".")
+
+
+def _say(seconds: int) -> str:
+    out, rest = "", int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out + (f"{rest}s" if rest or not out else "")
 
 
 def readme_line(guard: dict[str, str], command: str, ends: str = "") -> str:
@@ -133,8 +189,9 @@ def readme_line(guard: dict[str, str], command: str, ends: str = "") -> str:
             "env: IMAGEKIT_IDLE_STOP=45m, IMAGEKIT_ON_BLOCKER=stop, IMAGEKIT_ON_EXIT=stop, IMAGEKIT_MAX_RUNTIME=6h."
         )
     return (
-        f"Lifetime guard (armed): {'; '.join(said)}. Stop keeps the volume (billed while stopped); terminate deletes "
-        "it. Turn a trigger off by deleting its variable from the env (or `off` to the flag), all of it with "
+        f"Lifetime guard (armed): {'; '.join(said)}. {worst_case(guard)} Stop keeps the volume (billed while "
+        "stopped); terminate deletes it; `imagekit pod start` starts a stopped pod again to fetch its outputs. Turn a "
+        "trigger off by deleting its variable from the env (or `off` to the flag), all of it with "
         f"`{command} --no-guard`; `touch /run/imagekit/heartbeat` from a loop counts as work.{ends}"
     )
 

@@ -32,7 +32,8 @@ def test_a_command_runs_once_on_the_transport_the_connection_chose(mode):
     t = FakeTransport(mode=mode, run_exit=42)
     out: list[str] = []
     assert pod.run_command(TARGET, "nvidia-smi", OPTS, out.append, _nothing, _nothing, dial=t.dial) == (42, mode)
-    assert t.calls == [("connect", str(TARGET)), ("capture", pod._BLOCKED_PROBE), ("run", "nvidia-smi")]
+    lease = ("capture", f"( {pod.LEASE})")  # an imagekit client while connected: the guard's exit stop waits for it
+    assert t.calls == [("connect", str(TARGET)), lease, ("capture", pod._BLOCKED_PROBE), ("run", "nvidia-smi")]
     assert out == ["ran nvidia-smi\n"]
 
 

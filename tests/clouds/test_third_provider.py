@@ -99,7 +99,8 @@ def test_print_mode(acme, runner, index):
     assert body["min_cuda"] == "12.1"  # the image's contract
     assert body["env"] == {  # the lifetime guard, armed by default for a provider that only passes it on
         "IMAGEKIT_REQUIRE_GPU": "1", "IMAGEKIT_IDLE_STOP": "45m", "IMAGEKIT_ON_BLOCKER": "stop",
-        "IMAGEKIT_BLOCKER_GRACE": "20m", "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_GUARD_ACTION": "stop",
+        "IMAGEKIT_BLOCKER_GRACE": "20m", "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_HUNG_STOP": "60m",
+        "IMAGEKIT_GUARD_ACTION": "stop",
     }  # fmt: skip
     assert "lifetime guard armed: stop after 45m idle" in res.stderr and "acme-template --no-guard" in res.stderr
 

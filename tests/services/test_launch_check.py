@@ -25,7 +25,9 @@ from tests.fakes import FakeTransport
                                                                      "--nproc_per_node", "2", "t.py"]),
         ("python train.py", []),  # the doctor then checks the default config, as `imagekit-doctor -- python ...`
         ("echo 'unbalanced", []),
-        ("bash train.sh", []),
+        ("bash train.sh", ["bash", "train.sh"]),  # the doctor reads the script for the launch it runs
+        ("X=1 sh -x ./run.sh --epochs 3", ["sh", "-x", "./run.sh", "--epochs", "3"]),
+        ("cd /w && bash -c 'accelerate launch t.py'", ["accelerate", "launch", "t.py"]),
     ],
 )  # fmt: skip
 def test_the_launch_is_found_in_a_shell_line(command, words):
