@@ -167,8 +167,8 @@ def test_the_context_ships_the_in_image_package_byte_for_byte_at_the_image_paths
         assert files[f"rootfs/app/opt/venv/bin/{name}"] == ((package / render.PIP_WRAPPER).read_bytes(), 0o755)
     site = "rootfs/app/opt/venv/lib/python3.11/site-packages"  # every interpreter of the venv runs the .pth line
     assert files[f"{site}/_imagekit_cuda_guard.py"] == ((package / render.CUDA_GUARD).read_bytes(), 0o644)
-    assert files[f"{site}/_imagekit_cuda_guard.pth"] == (b"import _imagekit_cuda_guard; _imagekit_cuda_guard.install()\n",
-                                                         0o644)
+    pth = b"import _imagekit_cuda_guard; _imagekit_cuda_guard.install()\n"
+    assert files[f"{site}/_imagekit_cuda_guard.pth"] == (pth, 0o644)
     for name, rel in render.IN_IMAGE.items():
         assert files[f"{app}/{rel}"][0] == (package / name).read_bytes(), name
     shipped = {rel for rel in files if rel.startswith(f"{app}/doctor/")}
