@@ -109,8 +109,9 @@ def env(choice: GuardChoice) -> dict[str, str]:
         out["IMAGEKIT_GUARD_ACTION"] = _one_of(
             "--guard-action", choice.action, ACTIONS, "what the deadline and the idle stop do; stop keeps the volume"
         )
-    elif any(k in out for k in ("IMAGEKIT_MAX_RUNTIME", "IMAGEKIT_IDLE_STOP", "IMAGEKIT_GPU_IDLE_STOP",
-                                "IMAGEKIT_HUNG_STOP")):
+    elif any(
+        k in out for k in ("IMAGEKIT_MAX_RUNTIME", "IMAGEKIT_IDLE_STOP", "IMAGEKIT_GPU_IDLE_STOP", "IMAGEKIT_HUNG_STOP")
+    ):
         out["IMAGEKIT_GUARD_ACTION"] = "stop"  # said, not left to the image's default
     return out
 
@@ -124,16 +125,20 @@ def armed(guard: dict[str, str]) -> list[str]:
     if "IMAGEKIT_IDLE_STOP" in guard:
         said.append(f"{action} after {guard['IMAGEKIT_IDLE_STOP']} idle (IMAGEKIT_IDLE_STOP)")
     if "IMAGEKIT_HUNG_STOP" in guard:
-        said.append(f"{action} after {guard['IMAGEKIT_HUNG_STOP']} of a process holding GPU memory while nothing moves "
-                    "(IMAGEKIT_HUNG_STOP)")
+        said.append(
+            f"{action} after {guard['IMAGEKIT_HUNG_STOP']} of a process holding GPU memory while nothing moves "
+            "(IMAGEKIT_HUNG_STOP)"
+        )
     if "IMAGEKIT_ON_BLOCKER" in guard:
         said.append(
             f"{guard['IMAGEKIT_ON_BLOCKER']} when a start-check blocker is still there after "
             f"{guard.get('IMAGEKIT_BLOCKER_GRACE', '15m')} (IMAGEKIT_ON_BLOCKER)"
         )
     exit_ = guard.get("IMAGEKIT_ON_EXIT")
-    done = (f"once every job and `pod run` has ended and nothing happened for "
-            f"{guard.get('IMAGEKIT_EXIT_GRACE', EXIT_GRACE)} (no input, no `pod cp`)")
+    done = (
+        f"once every job and `pod run` has ended and nothing happened for "
+        f"{guard.get('IMAGEKIT_EXIT_GRACE', EXIT_GRACE)} (no input, no `pod cp`)"
+    )
     if exit_ == "terminate-always":
         said.append(f"terminate {done}, even after a failure (IMAGEKIT_ON_EXIT)")
     elif exit_ == "terminate":
@@ -153,11 +158,18 @@ def worst_case(guard: dict[str, str]) -> str:
     def seconds(name: str) -> int:
         return facts.parse_duration(guard[name], name)
 
-    deadline = f"; at most {guard['IMAGEKIT_MAX_RUNTIME']} after its start (--deadline)" if (
-        "IMAGEKIT_MAX_RUNTIME" in guard) else ""
+    deadline = (
+        f"; at most {guard['IMAGEKIT_MAX_RUNTIME']} after its start (--deadline)"
+        if ("IMAGEKIT_MAX_RUNTIME" in guard)
+        else ""
+    )
     if "IMAGEKIT_IDLE_STOP" not in guard:
-        return ("Worst case: nothing stops this pod after its work ends (no idle stop)" + deadline
-                + ("" if deadline else "; give --deadline 6h or leave the idle stop armed") + ".")
+        return (
+            "Worst case: nothing stops this pod after its work ends (no idle stop)"
+            + deadline
+            + ("" if deadline else "; give --deadline 6h or leave the idle stop armed")
+            + "."
+        )
     parts = [f"idle {guard['IMAGEKIT_IDLE_STOP']}"]
     worst = seconds("IMAGEKIT_IDLE_STOP")
     if "IMAGEKIT_HUNG_STOP" in guard:
@@ -165,9 +177,12 @@ def worst_case(guard: dict[str, str]) -> str:
         worst = max(worst, seconds("IMAGEKIT_HUNG_STOP"))
     else:
         parts.append("a process holding GPU memory keeps it up (--hung-stop off)")
-    return (f"Worst case: this pod bills at most {_say(worst + LOOK)} after its last work ("
-            + "; ".join(parts) + f"; a look every {LOOK}s); a process that never stops using CPU or writing counts as "
-            "work" + (deadline or ": only a deadline bounds that (--deadline)") + ".")
+    return (
+        f"Worst case: this pod bills at most {_say(worst + LOOK)} after its last work ("
+        + "; ".join(parts)
+        + f"; a look every {LOOK}s); a process that never stops using CPU or writing counts as "
+        "work" + (deadline or ": only a deadline bounds that (--deadline)") + "."
+    )
 
 
 def _say(seconds: int) -> str:

@@ -181,7 +181,8 @@ def render_plan(plan: BuildPlan) -> dict[str, tuple[bytes, int]]:
     site = f"{ROOTFS}/app/opt/venv/lib/python{plan.cell.python}/site-packages"
     files[f"{site}/{CUDA_GUARD_MODULE}.py"] = (sources().program(CUDA_GUARD).read_bytes(), 0o644)
     files[f"{site}/{CUDA_GUARD_MODULE}.pth"] = (
-        f"import {CUDA_GUARD_MODULE}; {CUDA_GUARD_MODULE}.install()\n".encode(), 0o644
+        f"import {CUDA_GUARD_MODULE}; {CUDA_GUARD_MODULE}.install()\n".encode(),
+        0o644,
     )
     if plan.options.cuda_toolkit:  # `-lcudart` links the runtime wheel's libcudart.so.N (imagekit.image.cuda_toolkit)
         path, script = cuda_toolkit.cudart_script(layers.CUDA_PREFIX, plan.cell.cuda)

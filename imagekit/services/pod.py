@@ -84,7 +84,7 @@ LEASE = (
     'L="${IMAGEKIT_CLIENTS:-/run/imagekit/clients}"; if [ -d "$L" ] && [ -w "$L" ] && [ ! -L "$L" ]; then '
     "q=$PPID; t=$(sed 's/^.*[)] //' \"/proc/$q/stat\" 2>/dev/null | cut -d' ' -f20); "
     'b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); if [ -n "$t" ] && [ -n "$b" ]; then '
-    "printf '%s %s %s\\n' \"$b\" \"$q\" \"$t\" >\"$L/.$q.$$\" && mv -f \"$L/.$q.$$\" \"$L/$q\"; fi; fi; "
+    'printf \'%s %s %s\\n\' "$b" "$q" "$t" >"$L/.$q.$$" && mv -f "$L/.$q.$$" "$L/$q"; fi; fi; '
 )
 
 

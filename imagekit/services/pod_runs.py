@@ -77,7 +77,9 @@ def start_script(command: str) -> str:
     )
     return (
         f'set -e; u="$(umask)"; umask 077; d={RUNS}; mkdir -p "$d"; chmod 700 "$d" 2>/dev/null || :; '
-        + PRIVATE + WARNINGS + f'private "$d" || exit {UNSAFE}; '
+        + PRIVATE
+        + WARNINGS
+        + f'private "$d" || exit {UNSAFE}; '
         'id="$(date -u +%Y%m%dT%H%M%SZ)-$$"; r="$d/$id"; mkdir "$r"; '
         f"printf '%s\\n' {shlex.quote(command)} >\"$r/command\"; "
         f'setsid sh -c {shlex.quote(wrapper)} imagekit-run "$r" "$u" </dev/null >/dev/null 2>&1 & '
@@ -89,7 +91,7 @@ def _run_dir(run_id: str | None) -> str:
     """The shell that sets ``r`` to the run's folder (the newest without an id) or says there is none (exit 4)."""
     chosen = shlex.quote(run_id) if run_id else f'"$(readlink {RUNS[:-1]}/latest" 2>/dev/null)"'
     return (
-        f'd={RUNS}; ' + PRIVATE + f'if [ -d "$d" ]; then private "$d" || exit {UNSAFE}; fi; id={chosen}; r="$d/$id"; '
+        f"d={RUNS}; " + PRIVATE + f'if [ -d "$d" ]; then private "$d" || exit {UNSAFE}; fi; id={chosen}; r="$d/$id"; '
         'if [ -z "$id" ] || [ ! -f "$r/pid" ]; then echo "imagekit: no such run on this pod" >&2; exit 4; fi; '
     )
 
@@ -217,9 +219,14 @@ def wait(target: Target, run_id: str | None, opts: PodOptions, warn: Log, dial: 
     """The run's exit code, once it ended; a run that ended without one (killed with the pod's processes) is
     :class:`EnvironmentFailure`. The lifetime guard's warnings are said as they come; a connection waiting is an
     imagekit client (``LEASE``): the exit stop waits for it, and for the `pod cp` after it."""
-    script = _run_dir(checked_id(run_id)) + LEASE + WARNINGS + (
-        'p="$(cat "$r/pid")"; ' + ALIVE + 'while [ ! -e "$r/exit" ]; do warned; alive || break; sleep 1; done; '
-        'warned; if [ -e "$r/exit" ]; then echo "IMAGEKIT-EXIT $(cat "$r/exit")"; else echo IMAGEKIT-LOST; fi'
+    script = (
+        _run_dir(checked_id(run_id))
+        + LEASE
+        + WARNINGS
+        + (
+            'p="$(cat "$r/pid")"; ' + ALIVE + 'while [ ! -e "$r/exit" ]; do warned; alive || break; sleep 1; done; '
+            'warned; if [ -e "$r/exit" ]; then echo "IMAGEKIT-EXIT $(cat "$r/exit")"; else echo IMAGEKIT-LOST; fi'
+        )
     )
     lines = PodLines(warn)
     with dial(target, opts, warn) as t:

@@ -42,10 +42,14 @@ def test_the_defaults_stop_and_never_terminate():
         (gd.GuardChoice(no_guard=True), {}),
         (gd.GuardChoice(no_guard=True, deadline="6h"), {"IMAGEKIT_MAX_RUNTIME": "6h", "IMAGEKIT_GUARD_ACTION": "stop"}),
         (gd.GuardChoice(idle_stop="off", on_blocker="off", on_exit="off", hung_stop="off"), {}),
-        (gd.GuardChoice(idle_stop="off", on_blocker="off", on_exit="off"),
-         {"IMAGEKIT_HUNG_STOP": "60m", "IMAGEKIT_GUARD_ACTION": "stop"}),
-        (gd.GuardChoice(on_exit="stop", exit_grace="3m", hung_stop="2h"),
-         {**DEFAULTS, "IMAGEKIT_EXIT_GRACE": "3m", "IMAGEKIT_HUNG_STOP": "2h"}),
+        (
+            gd.GuardChoice(idle_stop="off", on_blocker="off", on_exit="off"),
+            {"IMAGEKIT_HUNG_STOP": "60m", "IMAGEKIT_GUARD_ACTION": "stop"},
+        ),
+        (
+            gd.GuardChoice(on_exit="stop", exit_grace="3m", hung_stop="2h"),
+            {**DEFAULTS, "IMAGEKIT_EXIT_GRACE": "3m", "IMAGEKIT_HUNG_STOP": "2h"},
+        ),
         (
             gd.GuardChoice(deadline="6h", idle_stop="30m", on_blocker="terminate", blocker_grace="5m"),
             {
@@ -83,21 +87,28 @@ def test_a_value_the_guard_would_ignore_is_refused(choice, says):
 
 def test_terminate_is_said_to_mean_after_a_success_only():
     said = gd.armed(gd.env(gd.GuardChoice(on_exit="terminate")))
-    assert ("terminate once every job and `pod run` has ended and nothing happened for 10m (no input, no `pod cp`) if "
-            "they exited 0, else stop (IMAGEKIT_ON_EXIT)") in said
+    assert (
+        "terminate once every job and `pod run` has ended and nothing happened for 10m (no input, no `pod cp`) if "
+        "they exited 0, else stop (IMAGEKIT_ON_EXIT)"
+    ) in said
 
 
 @pytest.mark.parametrize(
     ("choice", "says"),
     [
-        (gd.GuardChoice(), "at most 1h30s after its last work (idle 45m; a process holding GPU memory with nothing "
-                           "else moving 60m; a look every 30s)"),
+        (
+            gd.GuardChoice(),
+            "at most 1h30s after its last work (idle 45m; a process holding GPU memory with nothing "
+            "else moving 60m; a look every 30s)",
+        ),
         (gd.GuardChoice(hung_stop="off"), "at most 45m30s after its last work"),
         (gd.GuardChoice(idle_stop="2h"), "at most 2h30s after its last work"),
         (gd.GuardChoice(deadline="6h"), "at most 6h after its start (--deadline)"),
         (gd.GuardChoice(no_guard=True), "nothing stops this pod after its work ends"),
-        (gd.GuardChoice(idle_stop="off", deadline="3h"), "nothing stops this pod after its work ends (no idle stop); "
-                                                         "at most 3h after its start"),
+        (
+            gd.GuardChoice(idle_stop="off", deadline="3h"),
+            "nothing stops this pod after its work ends (no idle stop); at most 3h after its start",
+        ),
     ],
 )
 def test_the_worst_case_is_said_as_the_armed_triggers_allow_it(choice, says):
