@@ -17,6 +17,7 @@ from imagekit.errors import CheckFailed, UsageError
 
 JSON_OUTPUT_LIMIT = 16 << 20  # characters of a command's output `pod exec --json` keeps
 PODS = providers.pod_provider()  # whose pods `pod create`, `pod stop` and `pod terminate` rent and end
+STARTS = tuple(p.name for p in providers.PROVIDERS if p.pod.start is not None)  # whose pods `pod start` starts
 
 TargetArg = Annotated[
     str,
@@ -345,6 +346,46 @@ def build() -> typer.Typer:
     from imagekit.cli import pod_fleet_cmd
 
     pod_fleet_cmd.register_create(app, _write, _warn)
+
+    @app.command(
+        "start",
+        epilog="Example: imagekit pod start abc123xyz456 && imagekit pod cp root@HOST:PORT:/workspace/out ./out (the "
+        "address the console shows after the start); --provider vast for a Vast.ai instance.",
+    )
+    @handles_errors
+    def start(
+        pod_id: Annotated[str, typer.Argument(metavar="POD_ID", help="The provider's pod (instance) id.")],
+        provider: Annotated[
+            str, typer.Option("--provider", metavar="|".join(STARTS), help="Whose pod: its API key variable.")
+        ] = PODS.name,
+        api_url: Annotated[
+            str | None, typer.Option("--api-url", metavar="URL", help="The provider's API base (default: its own).")
+        ] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Start a stopped pod again (its lifetime guard stopped it, or you did): its volume is as it was, so its
+        outputs can be fetched (`pod cp`); it bills its GPU again until it is stopped, and its guard is armed again
+        (a run that ended before the start is not an exit: it stops after the idle window)."""
+        import importlib
+
+        if provider not in STARTS:
+            raise UsageError(f"--provider {provider[:40]!r}: {' or '.join(STARTS)}", "for example --provider vast")
+        cloud = providers.named(provider)
+        key = os.environ.get(cloud.account_key, "")
+        if not key.strip():
+            raise UsageError(
+                f"pod start needs {cloud.account_key} in the environment", f"export {cloud.account_key}=..."
+            )
+        client = importlib.import_module(f"imagekit.effects.{provider}_api")
+        doc = client.pod_action("start", pod_id, key, api_url or cloud.api)
+        if as_json:
+            out_json({"pod": pod_id, "provider": provider, "action": "start", "answer": doc})
+        else:
+            err_console().print(
+                f"pod {pod_id} is starting; its SSH address is in {provider}'s console (it may have changed); then "
+                "imagekit pod cp TARGET:/workspace/out ./out",
+                markup=False,
+            )
 
     @app.command("stop", epilog="Example: imagekit pod stop abc123xyz456")
     @handles_errors

@@ -23,7 +23,7 @@ CREATE_EPILOG = (
     "checksummed); never terminate unless asked. It prints the worst case: how long the pod can bill after its work."
 )
 REAP_EPILOG = (
-    f"Example: {PODS.account_key}=... imagekit pod reap --dry-run --older-than 12h. imagekit's pods carry "
+    f"Example: {PODS.account_key}=... imagekit pod reap --dry-run --older-than 1d. imagekit's pods carry "
     "IMAGEKIT_CREATED in their env (pod create, the templates); any other pod is listed and never touched."
 )
 
@@ -52,7 +52,8 @@ def register_create(app: typer.Typer, write, warn) -> None:  # type: ignore[no-u
         count: Annotated[int, typer.Option("--count", min=1, max=8, metavar="N", help="GPUs in the pod.")] = 1,
         cloud: Annotated[str, typer.Option("--cloud", metavar="|".join(PODS.pod_clouds))] = PODS.pod_clouds[0],
         volume_gb: Annotated[
-            int, typer.Option("--volume", min=1, max=10_000, metavar="GB", help="Pod volume on /workspace.")
+            int,
+            typer.Option("--volume", min=10, max=10_000, metavar="GB", help="Pod volume on /workspace (10 GB and up)."),
         ] = 50,
         no_guard: go.NoGuardOpt = False,
         deadline: go.DeadlineOpt = None,
@@ -143,7 +144,7 @@ def _create(v: dict, choice, write, warn) -> None:  # type: ignore[no-untyped-de
     )
     err_console().print(
         f"created pod {answer['id']} ({price}) for {entry['tag']} on {gpu}; host CUDA "
-        f"{body['allowedCudaVersions'][0]}+; {said}",
+        f"{body['gpu']['allowedCudaVersions'][0]}+; {said}",
         markup=False,
     )
 
@@ -184,6 +185,15 @@ def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-de
         provider: Annotated[
             str, typer.Option("--provider", metavar="|".join(REAPS), help="Whose account: its API key variable.")
         ] = PODS.name,
+        watch: Annotated[
+            str,
+            typer.Option(
+                "--watch",
+                metavar="DURATION",
+                help="How long a pod that only its age would end is watched (a look every 15 s) before it is: each "
+                "look must report no work (0s: one look).",
+            ),
+        ] = "1m",
         api_url: Annotated[
             str | None, typer.Option("--api-url", metavar="URL", help="The provider's API base (default: its own).")
         ] = None,
@@ -191,14 +201,20 @@ def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-de
     ) -> None:
         """List the account's pods imagekit created (marked IMAGEKIT_CREATED, or recorded here by `pod create`)
         with their deadline and cost since their last start, and stop (--terminate: terminate) those past their
-        deadline (--deadline) or older than --older-than; every other pod is left alone. Also says which pods
-        recorded here RunPod no longer lists, and which are still running. Vast.ai's instances with --provider vast
-        (VAST_API_KEY; those made from `imagekit vast-template`'s template). Exit 3 when an action failed."""
+        deadline (--deadline), or older than --older-than while the provider reports no work on them (GPU or CPU
+        utilisation, watched for --watch: age alone never ends a pod that trains); every other pod is left alone.
+        Also says which pods recorded here RunPod no longer lists, and which are still running. Vast.ai's instances
+        with --provider vast (VAST_API_KEY; those made from `imagekit vast-template`'s template). Exit 3 when an
+        action failed."""
         from imagekit.clouds import reap
         from imagekit.errors import EnvironmentFailure, UsageError
         from imagekit.in_image import facts
         from imagekit.services import pod_fleet
 
+        try:
+            watched = 0 if watch.strip() in ("0", "0s") else facts.parse_duration(watch.strip(), "--watch")
+        except facts.SettingError as exc:
+            raise UsageError(str(exc), "for example --watch 1m (0s: a single look)") from None
         seconds = None
         if older_than is not None:
             try:
@@ -210,7 +226,9 @@ def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-de
             raise UsageError(f"--provider {provider[:40]!r}: {' or '.join(REAPS)}", "for example --provider vast")
         cloud = providers.named(provider)
         key = _account_key("pod reap", cloud.account_key)
-        done = pod_fleet.reap_pods(cloud, key, api_url or cloud.api, now, seconds, terminate, dry_run, warn)
+        done = pod_fleet.reap_pods(
+            cloud, key, api_url or cloud.api, now, seconds, terminate, dry_run, warn, watch=watched
+        )
         if as_json:
             out_json(
                 {

@@ -77,6 +77,9 @@ def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = 
     return how
 
 
+MIN_VOLUME_GB = 10  # RunPod REST v2: a persistent mount's size is at least 10 GB
+
+
 def body(
     entry: dict,
     data: CompatData,
@@ -90,39 +93,38 @@ def body(
     guard: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
 ) -> dict:
-    """RunPod's `POST /pods` body for a release-index entry: the template's image, disk, ports and env, plus the host
-    filters, the guard's env (``guard``, `guard_defaults.env`; None: its defaults) and ``env`` (the marks `pod reap`
-    finds the pod by, `guard_defaults.marks`)."""
+    """RunPod's `POST /v2/pods` body for a release-index entry: the template's image, disk, ports and env, plus the
+    host filters (the GPU type, its count, the host CUDA versions), the pod volume on /workspace, the guard's env
+    (``guard``, `guard_defaults.env`; None: its defaults) and ``env`` (the marks `pod reap` finds the pod by,
+    `guard_defaults.marks`)."""
     runtime = contract.from_record(entry, data)
     check_gpu(data, runtime, gpu, arch)
     if cloud not in CLOUDS:
         raise UsageError(f"--cloud {cloud[:40]!r}: {' or '.join(CLOUDS)}", "RunPod's cloudType")
     if isinstance(count, bool) or not 1 <= count <= 8:
         raise UsageError(f"--count {count}: 1 to 8 GPUs", "one pod's GPUs")
+    if isinstance(volume_gb, bool) or not MIN_VOLUME_GB <= volume_gb <= 10_000:
+        raise UsageError(f"--volume {volume_gb}: {MIN_VOLUME_GB} to 10000 GB", "RunPod's pod volumes start at 10 GB")
     template = runpod.template(entry, volume_gb=volume_gb, registry_auth=registry_auth, guard=guard)
     pod_env = {e["key"]: e["value"] for e in template["env"]} | (env or {})
     out = {
         "name": template["name"],
-        "imageName": template["imageName"],
-        "computeType": "GPU",
-        "gpuTypeIds": [gpu],
-        "gpuCount": count,
-        "allowedCudaVersions": runpod.allowed_cuda_versions(runtime.cuda),
-        "cloudType": cloud.upper(),
-        "containerDiskInGb": template["containerDiskInGb"],
-        "volumeInGb": volume_gb,
-        "volumeMountPath": "/workspace",
+        "image": template["imageName"],
+        "gpu": {"id": gpu, "count": count, "allowedCudaVersions": runpod.allowed_cuda_versions(runtime.cuda)},
+        "cloud": cloud.upper(),
+        "disk": template["containerDiskInGb"],
+        "mounts": {"persistent": {"size": volume_gb, "path": "/workspace"}},
         "ports": template["ports"].split(","),
         "env": pod_env,
     }
     if registry_auth is not None:
-        out["containerRegistryAuthId"] = template["containerRegistryAuthId"]
+        out["registry"] = template["containerRegistryAuthId"]
     return out
 
 
 def cost(answer: dict) -> str:
-    """The pod's price per hour from RunPod's answer, shown as plain text ('0.74 $/h'), or '?'."""
-    for key in ("adjustedCostPerHr", "costPerHr"):
+    """The pod's price per hour from RunPod's answer (v2's ``cost``), shown as plain text ('0.74 $/h'), or '?'."""
+    for key in ("cost", "adjustedCostPerHr", "costPerHr"):
         value = answer.get(key)
         try:
             number = float(value)  # type: ignore[arg-type]

@@ -1,12 +1,16 @@
 """`imagekit pod reap`, decided (pure): which of the account's pods are imagekit's, what each has cost, which are
-overdue, and what to do with each. RunPod's `GET /pods` answer (``read``) and Vast's `GET /instances/` (``read_vast``)
-are another party's: every field is checked where it is read here, and one of another type counts as absent.
+overdue, and what to do with each. RunPod's `GET /v2/pods` answer (``read``) and Vast's `GET /instances/`
+(``read_vast``) are another party's: every field is checked where it is read here, and one of another type counts as
+absent.
 
 A pod is imagekit's when its env carries the mark `pod create` and the templates write (``IMAGEKIT_CREATED``), or when
 this machine recorded its id when it created it; any other pod is listed as not imagekit's and never touched. An
-imagekit pod is overdue past its ``IMAGEKIT_DEADLINE`` (from `pod create --deadline`), or older than ``--older-than``
-(from its creation, else its last start). Overdue and running: stopped (terminated with ``--terminate``); overdue
-and stopped: terminated with ``--terminate`` only (a stopped pod bills its volume, not its GPU).
+imagekit pod is overdue past its ``IMAGEKIT_DEADLINE`` (from `pod create --deadline`); older than ``--older-than``
+(from its creation, else its last start) it is overdue only when the provider reports no work on it at every look
+the reaper took (RunPod's ``runtime.gpus[].util`` and ``runtime.cpu.util``, Vast's ``gpu_util``: ``WORK`` % or more
+is work): age alone never ends a pod that trains, and a pod whose work is not reported is left to its deadline.
+Overdue and running: stopped (terminated with ``--terminate``); overdue and stopped: terminated with ``--terminate``
+only (a stopped pod bills its volume, not its GPU).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from imagekit.clouds import guard_defaults as gd
 from imagekit.in_image import facts
 from imagekit.trust import untrusted
 
-_POD_ID = re.compile(r"[A-Za-z0-9]{4,64}", re.ASCII)
+_POD_ID = re.compile(r"[A-Za-z0-9_]{4,64}", re.ASCII)
 STATUSES = ("RUNNING", "EXITED", "TERMINATED")
+_STARTING = ("PROVISIONING", "STARTING")  # RunPod v2: on its way to RUNNING, billed as one
+WORK = 5.0  # % of a GPU (or of the container's CPU) at which a look sees work, the guard's own threshold
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,8 @@ class Pod:
     created: dt.datetime | None  # the mark's time, else the local record's
     started: dt.datetime | None  # RunPod's lastStartedAt
     deadline: dt.datetime | None  # IMAGEKIT_DEADLINE
-    price: float | None  # $/h (adjustedCostPerHr, else costPerHr)
+    price: float | None  # $/h (RunPod's cost, Vast's dph_total)
+    work: tuple[float, ...] | None = None  # utilisation % the provider reports now (GPUs, then CPU); None: none
 
 
 @dataclass(frozen=True)
@@ -72,18 +79,39 @@ def price(pod: dict, keys: tuple[str, ...] = ("adjustedCostPerHr", "costPerHr"))
 
 
 def read(pod: dict, records: list[Record]) -> Pod | None:
-    """The pod RunPod describes, or None when it has no id imagekit could act on."""
+    """The pod RunPod's REST v2 describes (``id``, ``name``, ``status``, ``env``, ``startedAt``, ``cost``,
+    ``runtime``), or None when it has no id imagekit could act on."""
     pod_id = pod.get("id")
     if not isinstance(pod_id, str) or not _POD_ID.fullmatch(pod_id):
         return None
     env = pod.get("env") if isinstance(pod.get("env"), dict) else {}
     name = pod.get("name")
     name = untrusted.printable(name, 80) if isinstance(name, str) else "?"
-    status = pod.get("desiredStatus")
-    status = status if status in STATUSES else "?"
-    started = gd.parse_stamp(pod.get("lastStartedAt"))
+    status = pod.get("status")
+    status = "RUNNING" if status in _STARTING else status if status in STATUSES else "?"
+    started = gd.parse_stamp(pod.get("startedAt"))
     ours, created, deadline = _whose(pod_id, env, records, started)
-    return Pod(pod_id, name, status, ours, created, started, deadline, price(pod))
+    return Pod(pod_id, name, status, ours, created, started, deadline, price(pod, ("cost",)), runpod_work(pod))
+
+
+def _percent(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value) if 0 <= value <= 100 else None
+
+
+def runpod_work(pod: dict) -> tuple[float, ...] | None:
+    """The utilisation RunPod reports of a running pod (``runtime.gpus[].util``, then ``runtime.cpu.util``, each
+    0-100), or None when it reports none (``runtime`` null, or no number where one should be)."""
+    runtime = pod.get("runtime")
+    if not isinstance(runtime, dict):
+        return None
+    gpus = runtime.get("gpus") if isinstance(runtime.get("gpus"), list) else []
+    found = [_percent(g.get("util")) for g in gpus if isinstance(g, dict)]
+    cpu = runtime.get("cpu")
+    found.append(_percent(cpu.get("util")) if isinstance(cpu, dict) else None)
+    known = tuple(f for f in found if f is not None)
+    return known or None
 
 
 def _whose(
@@ -140,7 +168,9 @@ def read_vast(doc: dict, records: list[Record]) -> Pod | None:
     if isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start) and 0 < start < 1e11:
         started = dt.datetime.fromtimestamp(start, dt.UTC)
     ours, created, deadline = _whose(str(ident), env, records, started)
-    return Pod(str(ident), name, status, ours, created, started, deadline, price(doc, ("dph_total",)))
+    util = _percent(doc.get("gpu_util"))  # 0-100, as Vast's own CLI shows it
+    work = None if util is None else (util,)
+    return Pod(str(ident), name, status, ours, created, started, deadline, price(doc, ("dph_total",)), work)
 
 
 def cost_so_far(pod: Pod, now: dt.datetime) -> float | None:
@@ -151,8 +181,34 @@ def cost_so_far(pod: Pod, now: dt.datetime) -> float | None:
     return pod.price * max(0.0, (now - pod.started).total_seconds()) / 3600
 
 
-def decide(pod: Pod, now: dt.datetime, older_than: float | None, terminate: bool) -> Verdict:
-    """What `pod reap` does with ``pod`` (``older_than``: seconds, or None)."""
+def working(looks: list[tuple[float, ...] | None]) -> str | None:
+    """Why the looks at a pod show it at work (any look with a GPU or the CPU at ``WORK`` % or more; a look that
+    reports nothing: its work cannot be seen), or None when every look reported none."""
+    if not looks or any(look is None for look in looks):
+        return "the provider reports no utilisation for it (its work cannot be seen)"
+    busy = [max(look) for look in looks if look and max(look) >= WORK]
+    if busy:
+        return f"at work: {max(busy):.0f} % utilisation reported ({len(busy)} of {len(looks)} look(s))"
+    return None
+
+
+def by_age(pod: Pod, now: dt.datetime, older_than: float | None) -> bool:
+    """Would ``pod`` be ended by its age alone (imagekit's, running, no deadline passed, older than ``older_than``)?
+    Those are the pods the reaper watches a while before ending any: a look can fall in a pause of real work."""
+    if pod.ours is None or pod.status != "RUNNING" or older_than is None:
+        return False
+    if pod.deadline is not None and now >= pod.deadline:
+        return False
+    born = pod.created or pod.started
+    return born is not None and (now - born).total_seconds() >= older_than
+
+
+def decide(
+    pod: Pod, now: dt.datetime, older_than: float | None, terminate: bool,
+    looks: list[tuple[float, ...] | None] | None = None,
+) -> Verdict:  # fmt: skip
+    """What `pod reap` does with ``pod`` (``older_than``: seconds, or None; ``looks``: the utilisation it reported at
+    each look the reaper took, the last one ``pod.work`` when not given)."""
     if pod.ours is None:
         return Verdict(pod, None, "not imagekit's: left alone")
     if pod.status == "TERMINATED":
@@ -164,7 +220,11 @@ def decide(pod: Pod, now: dt.datetime, older_than: float | None, terminate: bool
     if overdue is None and older_than is not None and born is not None:
         age = (now - born).total_seconds()
         if age >= older_than:
-            overdue = f"{'created' if pod.created else 'started'} {say(age)} ago, older than {say(older_than)}"
+            aged = f"{'created' if pod.created else 'started'} {say(age)} ago, older than {say(older_than)}"
+            busy = working(looks if looks is not None else [pod.work]) if pod.status == "RUNNING" else None
+            if busy:
+                return Verdict(pod, None, f"{aged}, but {busy}: age alone never ends a pod that works")
+            overdue = aged + (" with no work reported" if pod.status == "RUNNING" else "")
     if overdue is None:
         left = f"deadline {gd.stamp(pod.deadline)}" if pod.deadline else "no deadline"
         return Verdict(pod, None, f"not overdue ({left})")

@@ -192,8 +192,9 @@ def readme(
         guard_defaults.readme_line(
             guard_defaults.env(guard_defaults.GuardChoice()) if guard is None else guard,
             "imagekit runpod-template",
-            " It ends the pod with RunPod's in-pod key; from outside, `imagekit pod reap --older-than 1d` stops the "
-            "pods it missed (IMAGEKIT_CREATED marks them).",
+            " It ends the pod with RunPod's in-pod key; from outside, `imagekit pod reap` stops the pods it missed "
+            "(IMAGEKIT_CREATED marks them) once past their --deadline, and with --older-than 1d those a day old that "
+            "RunPod reports no GPU or CPU work on (age alone never ends a pod that trains).",
         ),
         "Start check: the pod checks the environment and torch's CUDA before anything runs; on a blocker it stays "
         "up and the logs and login banner say what to fix. Launch with `imagekit-doctor && accelerate launch "
@@ -204,14 +205,18 @@ def readme(
 
 def volumes(pod: dict) -> tuple[float, bool, str]:
     """(the pod volume's size in GB, whether a network volume is attached, where the volume is mounted) from RunPod's
-    `GET /pods/{id}` answer (hostile until read here: a field of another type counts as absent)."""
-    size = pod.get("volumeInGb")
+    `GET /v2/pods/{id}` answer: ``mounts.persistent`` ({size, path}: the pod volume, deleted with the pod) or
+    ``mounts.network`` ([{volumeId, path}]: it outlives the pod). Hostile until read here: a field of another type
+    counts as absent."""
+    mounts = pod.get("mounts") if isinstance(pod.get("mounts"), dict) else {}
+    persistent = mounts.get("persistent") if isinstance(mounts.get("persistent"), dict) else {}
+    size = persistent.get("size")
     gb = float(size) if isinstance(size, int | float) and not isinstance(size, bool) and 0 < size < 1e6 else 0.0
-    network = pod.get("networkVolume")
-    attached = (isinstance(network, dict) and bool(network.get("id"))) or bool(
-        isinstance(pod.get("networkVolumeId"), str) and pod["networkVolumeId"].strip()
+    network = mounts.get("network")
+    attached = isinstance(network, list) and any(
+        isinstance(n, dict) and isinstance(n.get("volumeId"), str) and n["volumeId"].strip() for n in network
     )
-    mount = pod.get("volumeMountPath")
+    mount = persistent.get("path")
     path = mount if isinstance(mount, str) and re.fullmatch(r"/[A-Za-z0-9._/-]{0,200}", mount) else "/workspace"
     return gb, attached, path
 

@@ -144,8 +144,8 @@ def readme(
                 guard_defaults.env(guard_defaults.GuardChoice()) if guard is None else guard,
                 "imagekit vast-template",
                 " It ends the instance with Vast's in-instance key (CONTAINER_API_KEY); from outside, `imagekit pod "
-                f"reap --provider vast --older-than 1d` stops the instances it missed ({guard_defaults.CREATED} marks "
-                "them).",
+                f"reap --provider vast` stops the instances it missed ({guard_defaults.CREATED} marks them) once past "
+                "their deadline, and with --older-than 1d those a day old that Vast reports no GPU work on.",
             ),
         ]
     )

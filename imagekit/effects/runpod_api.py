@@ -1,6 +1,9 @@
-"""RunPod's APIs (base URLs overridable): GraphQL (``saveTemplate``) and REST (stop, terminate a pod). The API key goes
-in a header, checked first (never in logs or errors, never to another origin: imagekit.effects.http); what RunPod
-answers is checked here (shape, size, characters: imagekit.trust.untrusted) before any of it is used or shown."""
+"""RunPod's APIs (base URLs overridable): GraphQL (``saveTemplate``: the template's readme has no REST v2 field) and
+REST v2 (create, list, look up, start, stop, terminate a pod: v1 was retired on 2026-11-15; docs/pods.md, "Provider
+APIs"). The API key goes in a header, checked first (never in logs or errors, never to another origin:
+imagekit.effects.http); a request that changes something is sent once, where it was aimed (a redirect is an answer,
+not a new target); what RunPod answers is checked here (shape, size, characters: imagekit.trust.untrusted) before any
+of it is used or shown."""
 
 from __future__ import annotations
 
@@ -40,9 +43,16 @@ def authorization(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"}
 
 
-def _send(method: str, url: str, headers: dict[str, str], content: bytes | None = None) -> tuple[int, bytes]:
+def _send(
+    method: str, url: str, headers: dict[str, str], content: bytes | None = None, follow: bool | None = None
+) -> tuple[int, bytes]:
+    """(status, answer) of one request; a redirect is followed (on the same origin: http's rule) only by a GET and
+    by ``follow`` (GraphQL's template save): a pod action is sent once, where it was aimed (Vast's client too)."""
     try:
-        status, _, raw, final = http.request_final(method, url, headers=headers, content=content, max_bytes=MAX_ANSWER)
+        status, _, raw, final = http.request_final(
+            method, url, headers=headers, content=content, max_bytes=MAX_ANSWER,
+            redirects=method == "GET" if follow is None else follow,
+        )  # fmt: skip
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
     http.provider_answer("RunPod", url, final, status, KEY_VARIABLE)
@@ -54,7 +64,7 @@ def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     plain text; an answer of another shape is exit 3)."""
     headers = {"Content-Type": "application/json", **authorization(api_key)}
     http.require_http(url, "--api-url", UsageError, f"pass the RunPod GraphQL endpoint, {DEFAULT_API}")
-    status, raw = _send("POST", url, headers, json.dumps(body).encode())
+    status, raw = _send("POST", url, headers, json.dumps(body).encode(), follow=True)
     if status != 200:
         raise EnvironmentFailure(f"RunPod API answered HTTP {status}", "retry later")
     doc = http.parse_json(raw, "the RunPod API", "check --api-url: it must be RunPod's GraphQL endpoint")
@@ -91,8 +101,9 @@ def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     }
 
 
-DEFAULT_REST = RUNPOD.api
-_POD_ID = re.compile(r"[A-Za-z0-9]{4,64}", re.ASCII)
+DEFAULT_REST = RUNPOD.api  # REST v2
+_POD_ID = re.compile(r"[A-Za-z0-9_]{4,64}", re.ASCII)
+ACTIONS = ("start", "stop", "terminate")
 
 
 def _pod_id(pod_id: str) -> None:
@@ -103,13 +114,32 @@ def _pod_id(pod_id: str) -> None:
         )
 
 
-def get_pod(pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
-    """RunPod's REST API: GET /pods/{id} with its network volume (an object; the fields read from it are checked
-    where they are read, `runpod.volumes`)."""
-    _pod_id(pod_id)
-    headers = authorization(api_key)
+def problem(raw: bytes) -> str:
+    """What RunPod's error answer says (REST v2's ``application/problem+json``: title, detail, errors), as plain text
+    without credentials; the answer itself, cut short, when it is not that."""
+    try:
+        doc = json.loads(raw[:65536])
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        said = [doc[k] for k in ("title", "detail") if isinstance(doc.get(k), str)]
+        errors = doc.get("errors")
+        said += [e for e in errors if isinstance(e, str)][:3] if isinstance(errors, list) else []
+        if said:
+            return untrusted.printable(redact_text(": ".join(said)), 300)
+    return untrusted.printable(redact_text(raw.decode("utf-8", "replace")), 300) or "no detail"
+
+
+def _rest(base: str) -> str:
     http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
-    status, raw = _send("GET", base.rstrip("/") + f"/pods/{pod_id}?includeNetworkVolume=true", headers)
+    return base.rstrip("/")
+
+
+def get_pod(pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
+    """RunPod's REST API: GET /pods/{id} (an object; the fields read from it are checked where they are read,
+    `runpod.volumes`, `clouds.reap`)."""
+    _pod_id(pod_id)
+    status, raw = _send("GET", _rest(base) + f"/pods/{pod_id}", authorization(api_key))
     if status == 404:
         raise CheckFailed(f"RunPod has no pod {pod_id}", "check the id (imagekit never guesses one)")
     if status != 200:
@@ -121,31 +151,38 @@ def get_pod(pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
 
 
 def list_pods(api_key: str, base: str = DEFAULT_REST) -> list[dict]:
-    """RunPod's REST API: GET /pods, the account's pods (a JSON array; each entry an object, its fields checked where
-    they are read, `clouds.reap`). Anything else is exit 3."""
-    headers = authorization(api_key)
-    http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
-    status, raw = _send("GET", base.rstrip("/") + "/pods", headers)
+    """RunPod's REST API: GET /pods, the account's pods (``{"pods": [...]}``; each entry an object, its fields checked
+    where they are read, `clouds.reap`). Anything else is exit 3."""
+    status, raw = _send("GET", _rest(base) + "/pods", authorization(api_key))
     if status != 200:
         raise EnvironmentFailure(f"RunPod API answered HTTP {status} to list the pods", "retry later")
     doc = http.parse_json(raw, "the RunPod API", f"check --api-url: it must be RunPod's REST base ({DEFAULT_REST})")
-    if not isinstance(doc, list):
-        raise EnvironmentFailure("RunPod's answer to GET /pods is not a list", "check --api-url: RunPod's REST base")
-    return [pod for pod in doc if isinstance(pod, dict)]
+    found = doc.get("pods") if isinstance(doc, dict) else None
+    if not isinstance(found, list):
+        raise EnvironmentFailure("RunPod's answer to GET /pods has no list of pods", "check --api-url: RunPod's REST")
+    return [pod for pod in found if isinstance(pod, dict)]
 
 
 def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST) -> dict:
-    """RunPod's REST API: ``stop`` (POST /pods/{id}/stop: billing for the GPU ends, the volume stays) or
-    ``terminate`` (DELETE /pods/{id}: the pod, its container disk and its pod volume are gone)."""
+    """RunPod's REST API: POST /pods/{id}/action with ``start`` (a stopped pod runs again, its volume as it was),
+    ``stop`` (billing for the GPU ends, the volume stays) or ``terminate`` (the pod, its container disk and its pod
+    volume are gone). The pod as RunPod answers it ({} after a terminate); an action its status does not allow (a
+    start of a running pod) is exit 1, with what RunPod said."""
+    if action not in ACTIONS:
+        raise UsageError(f"not a pod action: {untrusted.printable(action, 40)!r}", " or ".join(ACTIONS))
     _pod_id(pod_id)
-    headers = authorization(api_key)
-    http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
-    method, path = ("POST", f"/pods/{pod_id}/stop") if action == "stop" else ("DELETE", f"/pods/{pod_id}")
-    status, raw = _send(method, base.rstrip("/") + path, headers)
+    headers = {"Content-Type": "application/json", **authorization(api_key)}
+    url = _rest(base) + f"/pods/{pod_id}/action"
+    status, raw = _send("POST", url, headers, json.dumps({"action": action}).encode())
     if status == 404:
         raise CheckFailed(f"RunPod has no pod {pod_id}", "check the id (imagekit never guesses one)")
+    if status == 409:
+        raise CheckFailed(
+            f"RunPod will not {action} pod {pod_id} in the state it is in: {problem(raw)}",
+            "imagekit pod reap --dry-run lists your pods with their state",
+        )
     if status not in (200, 201, 202, 204):
-        raise EnvironmentFailure(f"RunPod API answered HTTP {status} to {action} {pod_id}", "retry later")
+        raise EnvironmentFailure(f"RunPod API answered HTTP {status} to {action} {pod_id}: {problem(raw)}", "retry")
     if not raw.strip():
         return {}
     doc = http.parse_json(raw, "the RunPod API", f"check --api-url: it must be RunPod's REST base ({DEFAULT_REST})")
@@ -153,18 +190,23 @@ def pod_action(action: str, pod_id: str, api_key: str, base: str = DEFAULT_REST)
 
 
 def create_pod(body: dict, api_key: str, base: str = DEFAULT_REST) -> dict:
-    """RunPod's REST API: POST /pods. The new pod's id (checked) and the fields shown of it, as plain text.
+    """RunPod's REST API: POST /pods (v2's body: `clouds.pod_create.body`). The new pod's id (checked) and the fields
+    shown of it, as plain text.
 
     Once RunPod has the request, a pod may exist and bill whatever comes back: an accepted request (2xx) whose answer
     cannot be read (not JSON, no usable id, cut short), or a request sent but never answered, is exit 3 saying so
     and how to find and stop the pod (:class:`PodMayExist`)."""
     headers = {"Content-Type": "application/json", **authorization(api_key)}
-    http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
-    url = base.rstrip("/") + "/pods"
+    url = _rest(base) + "/pods"
     status, raw, unread = _send_create(url, headers, json.dumps(body).encode(), body)
-    if status == 400:
-        said = untrusted.printable(redact_text(raw.decode("utf-8", "replace")), 300)
-        raise CheckFailed(f"RunPod refused the pod (HTTP 400): {said}", "check --gpu, --cloud and the image")
+    if status in (400, 402, 422):  # a rule, no capacity; the balance; a body RunPod's contract refuses
+        why = {402: "the account's balance is too low", 422: "the request does not fit RunPod's API"}.get(status, "")
+        raise CheckFailed(
+            f"RunPod refused the pod (HTTP {status}{': ' + why if why else ''}): {problem(raw)}",
+            "add credit in RunPod's console" if status == 402 else "check --gpu, --cloud, --volume and the image",
+        )
+    if status == 429:
+        raise EnvironmentFailure("RunPod asked to slow down (HTTP 429): nothing was created", "retry in a minute")
     if status not in (200, 201):
         raise EnvironmentFailure(f"RunPod API answered HTTP {status} to create a pod", "retry later")
     if unread is not None:
@@ -197,7 +239,7 @@ class PodMayExist(EnvironmentFailure):
 def _may_exist(what: str, base: str, body: dict) -> PodMayExist:
     """The error of a create whose outcome is unknown, with how to find the pod and end it."""
     name = untrusted.printable(body.get("name", "?"), 120)
-    image = untrusted.printable(body.get("imageName", "?"), 200)
+    image = untrusted.printable(body.get("image", "?"), 200)
     listing = f"{http.display(base).rstrip('/')}/pods"
     return PodMayExist(
         f"{what}: a pod may exist and bill from now on; imagekit does not know its id",
@@ -213,7 +255,7 @@ def _send_create(url: str, headers: dict[str, str], content: bytes, body: dict) 
     import httpx
 
     try:
-        with http.stream("POST", url, headers=headers, content=content) as resp:
+        with http.stream("POST", url, headers=headers, content=content, redirects=False) as resp:
             status, final = resp.status_code, str(resp.url)
             raw, unread = bytearray(), None
             try:

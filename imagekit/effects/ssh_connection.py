@@ -108,6 +108,13 @@ class _HostKeys(paramiko.MissingHostKeyPolicy):
         )
 
 
+# A pod its lifetime guard (or its user) stopped answers no SSH: what `pod cp` and `pod exec` say when none answers
+STOPPED_HINT = (
+    "a stopped pod (by its lifetime guard, or by you) answers nothing until `imagekit pod start POD_ID` starts it "
+    "again, its volume as it was (then `pod cp` its outputs; its SSH address may change: the console shows it)"
+)
+
+
 class Connection:
     """One SSH connection to a target, with what the server offers found out once."""
 
@@ -168,13 +175,16 @@ class Connection:
             if "protocol banner" in text or "No existing session" in text or "Error reading SSH" in text:
                 raise EnvironmentFailure(
                     f"{where} did not answer as an SSH server (no SSH banner within {seconds(timeout)})",
-                    "check the address and port: the pod's SSH port, not its HTTP one",
+                    f"check the address and port: the pod's SSH port, not its HTTP one; {STOPPED_HINT}",
                 ) from None
             if isinstance(exc, (socket.timeout, TimeoutError)):
                 raise EnvironmentFailure(
-                    f"cannot connect to {where}: no answer within {seconds(timeout)}", "check the address and port"
+                    f"cannot connect to {where}: no answer within {seconds(timeout)}",
+                    f"check the address and port; {STOPPED_HINT}",
                 ) from None
-            raise EnvironmentFailure(f"cannot connect to {where}: {text}", "check the address and port") from None
+            raise EnvironmentFailure(
+                f"cannot connect to {where}: {text}", f"check the address and port; {STOPPED_HINT}"
+            ) from None
         transport = self.client.get_transport()
         if transport is not None:
             transport.set_keepalive(30)  # a training run prints nothing for minutes; proxies drop idle sessions

@@ -106,12 +106,15 @@ def list_pods(api_key: str, base: str = VAST.api) -> list[dict]:
 
 
 def pod_action(action: str, pod_id: str, api_key: str, base: str = VAST.api) -> dict:
-    """Vast's API, the calls the guard makes in the pod (``facts``' row): ``stop`` (PUT /instances/{id}/ with state
-    stopped: the GPU's billing ends, the disk stays, billed) or ``terminate`` (DELETE /instances/{id}/: the instance
-    and its disk are gone)."""
+    """Vast's API, the calls of ``facts``' row (the guard makes the first two in the pod): ``stop`` (PUT
+    /instances/{id}/ with state stopped: the GPU's billing ends, the disk stays, billed), ``terminate`` (DELETE
+    /instances/{id}/: the instance and its disk are gone) or ``start`` (state running: a stopped instance runs again,
+    when its machine has room)."""
     if not isinstance(pod_id, str) or not _INSTANCE_ID.fullmatch(pod_id):
         raise UsageError(f"not a Vast instance id: {untrusted.printable(str(pod_id), 80)!r}", "ids are numbers")
-    call = VAST.pod.stop if action == "stop" else VAST.pod.terminate
+    if action not in ("start", "stop", "terminate"):
+        raise UsageError(f"not an instance action: {untrusted.printable(action, 40)!r}", "start, stop or terminate")
+    call = getattr(VAST.pod, action)
     url = _base(base) + call.path.replace("{id}", pod_id)
     status, raw = _send(call.method, url, api_key, dict(call.body) if call.body is not None else None)
     if status == 404:

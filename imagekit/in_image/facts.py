@@ -295,8 +295,9 @@ def json_depth(text):
 # ---- GPU clouds: what a pod knows of the provider it runs on --------------------------------------------------------
 # One table, read by the doctor (which cloud, where data survives) and the guard (how a pod ends itself); the host adds
 # what only it uses (its account key, template endpoint and command) in imagekit/clouds/<name>.py, which
-# imagekit/clouds/providers.py finds by the row's name. Sources: docs/pods.md and the design notes (RunPod REST v1;
-# Vast's in-instance CONTAINER_ID and CONTAINER_API_KEY).
+# imagekit/clouds/providers.py finds by the row's name. Sources: docs/pods.md, "Provider APIs" (RunPod's REST API v2,
+# `POST /v2/pods/{id}/action`: v1 was retired on 2026-11-15; Vast's `PUT /api/v0/instances/{id}/` with a state, its
+# in-instance CONTAINER_ID and CONTAINER_API_KEY).
 class PodCall:
     """A call a pod makes to its provider's API: ``path`` lies under the API base, ``{id}`` is the pod's id; ``body``
     is sent as JSON (None: no body)."""
@@ -312,15 +313,17 @@ class ProviderFacts:
     (the first row wins); ``volume_hint``, the doctor's fix for data on a path that does not survive. Where the guard
     can end a pod: ``pod_id`` and ``pod_key``, the variables with the pod's id and its pod-scoped key; ``api``, the
     REST base of the ``stop`` call (the GPU's billing ends, the volume stays) and the ``terminate`` call (the pod and
-    its volume disk are deleted); ``api_override``, the variable that replaces ``api`` (a proxy, a test)."""
+    its volume disk are deleted), the ``start`` call (a stopped pod runs again: `imagekit pod start`, from the host);
+    ``api_override``, the variable that replaces ``api`` (a proxy, a test)."""
 
-    __slots__ = ("api", "api_override", "detect", "name", "pod_id", "pod_key", "stop", "terminate", "volume_hint")
+    __slots__ = ("api", "api_override", "detect", "name", "pod_id", "pod_key", "start", "stop", "terminate",
+                 "volume_hint")
 
     def __init__(self, name, detect, volume_hint, pod_id="", pod_key="", api="", api_override="", stop=None,
-                 terminate=None):
+                 terminate=None, start=None):
         self.name, self.detect, self.volume_hint = name, tuple(detect), volume_hint
         self.pod_id, self.pod_key, self.api, self.api_override = pod_id, pod_key, api, api_override
-        self.stop, self.terminate = stop, terminate
+        self.stop, self.terminate, self.start = stop, terminate, start
 
     def __repr__(self):
         return "ProviderFacts(" + repr(self.name) + ")"
@@ -332,8 +335,10 @@ PROVIDERS = (
         volume_hint="on RunPod, the pod volume at /workspace survives a stop (billed while stopped), not a terminate, "
                     "which deletes it with the pod: only a network volume outlives the pod",
         pod_id="RUNPOD_POD_ID", pod_key="RUNPOD_API_KEY",
-        api="https://rest.runpod.io/v1", api_override="IMAGEKIT_RUNPOD_API",
-        stop=PodCall("POST", "/pods/{id}/stop"), terminate=PodCall("DELETE", "/pods/{id}"),
+        api="https://api.runpod.io/v2", api_override="IMAGEKIT_RUNPOD_API",
+        stop=PodCall("POST", "/pods/{id}/action", {"action": "stop"}),
+        terminate=PodCall("POST", "/pods/{id}/action", {"action": "terminate"}),
+        start=PodCall("POST", "/pods/{id}/action", {"action": "start"}),
     ),
     ProviderFacts(
         "vast", detect=("CONTAINER_ID", "VAST_CONTAINERLABEL"),
@@ -342,6 +347,7 @@ PROVIDERS = (
         pod_id="CONTAINER_ID", pod_key="CONTAINER_API_KEY",
         api="https://console.vast.ai/api/v0", api_override="IMAGEKIT_VAST_API",
         stop=PodCall("PUT", "/instances/{id}/", {"state": "stopped"}), terminate=PodCall("DELETE", "/instances/{id}/"),
+        start=PodCall("PUT", "/instances/{id}/", {"state": "running"}),
     ),
     ProviderFacts(
         "lambda", detect=("LAMBDA_INSTANCE_ID",), volume_hint="on Lambda, keep data on an attached filesystem",

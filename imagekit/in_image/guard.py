@@ -972,8 +972,9 @@ def act(environ, s, trigger, action, message, attempts=None):
             "stop it")
         return False
     if s["dry_run"]:
-        method, url, _ = request(found, action)
-        log(f"dry run (IMAGEKIT_GUARD_DRY_RUN=1): would send {method} {url}")
+        method, url, body = request(found, action)
+        log(f"dry run (IMAGEKIT_GUARD_DRY_RUN=1): would send {method} {url}"
+            + (f" {json.dumps(body, sort_keys=True)}" if body is not None else ""))
         return True
     return call(found, action, attempts)
 

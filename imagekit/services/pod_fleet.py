@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 
 Log = Callable[[str], None]
 PENDING_GRACE = 3600  # seconds a create's pending record is left alone: it may be in flight
+LOOK_EVERY = 15.0  # seconds between the reaper's looks at a pod it would end by age alone
 
 
 def create(body: dict, key: str, api_url: str) -> dict:
@@ -63,9 +65,14 @@ def reap_pods(
     terminate: bool,
     dry_run: bool,
     warn: Log,
+    watch: float = 0.0,
+    every: float = LOOK_EVERY,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Reaped:
     """List, decide, act (unless ``dry_run``): see the module's doc. ``provider``: whose account (its API client,
-    `effects/<name>_api.py`, lists and ends its pods; the records are of the provider `pod create` rents on)."""
+    `effects/<name>_api.py`, lists and ends its pods; the records are of the provider `pod create` rents on).
+    ``watch``: seconds the pods that only their age would end are looked at again (every ``every``) before any is:
+    each must report no work at every look."""
     if provider.reap_pod is None:
         raise UsageError(f"imagekit cannot list {provider.name}'s pods", "reap a provider `pod reap --help` names")
     client = importlib.import_module(f"imagekit.effects.{provider.name}_api")
@@ -75,8 +82,9 @@ def reap_pods(
     pods, twice = reap.distinct([p for p in (provider.reap_pod(d, [r for _, r in records]) for d in listed) if p])
     out.notes += [f"{i}: listed more than once by {provider.name}, its entries not the same pod: left alone"
                   for i in twice]  # fmt: skip
+    looks = _watch(client, provider, key, api_url, pods, records, now, older_than, watch, every, sleep)
     for pod in pods:
-        verdict = reap.decide(pod, now, older_than, terminate)
+        verdict = reap.decide(pod, now, older_than, terminate, looks.get(pod.id))
         out.verdicts.append(verdict)
         if verdict.action is None or dry_run:
             continue
@@ -88,6 +96,25 @@ def reap_pods(
     for path, record in records:
         out.notes += _record_note(path, record, seen, pods, now, dry_run)
     return out
+
+
+def _watch(
+    client, provider: Provider, key: str, api_url: str, pods: list[reap.Pod], records: list, now: dt.datetime,
+    older_than: float | None, watch: float, every: float, sleep: Callable[[float], None],
+) -> dict[str, list[tuple[float, ...] | None]]:  # fmt: skip
+    """{pod id: the utilisation it reported at each look} of the pods only their age would end, looked at again every
+    ``every`` seconds for ``watch`` seconds (a data-loading pause must not look like a pod at rest)."""
+    looks = {p.id: [p.work] for p in pods if reap.by_age(p, now, older_than) and reap.working([p.work]) is None}
+    waited = 0.0
+    while looks and waited < watch:
+        pause = min(every, watch - waited)
+        sleep(pause)
+        waited += pause
+        for doc in client.list_pods(key, api_url):
+            pod = provider.reap_pod(doc, [r for _, r in records])
+            if pod is not None and pod.id in looks:
+                looks[pod.id].append(pod.work)
+    return looks
 
 
 def _record_note(

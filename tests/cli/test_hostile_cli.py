@@ -160,9 +160,10 @@ BASELINE: dict[str, list[str]] = {
     "pod wait": ["root@127.0.0.1:9", "--key", "afile", "--timeout", "5"],
     "pod cp": ["afile", "root@127.0.0.1:9:/workspace/afile", "--key", "afile"],
     "pod create": ["acell", "--gpu", "NVIDIA A100", "--release-index", "releases/index.json"],
-    "pod stop": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
-    "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v1"],
-    "pod reap": ["--api-url", f"{DEAD}/v1"],
+    "pod start": ["abc123xyz456", "--api-url", f"{DEAD}/v2"],
+    "pod stop": ["abc123xyz456", "--api-url", f"{DEAD}/v2"],
+    "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v2"],
+    "pod reap": ["--api-url", f"{DEAD}/v2", "--watch", "0s"],
     "release merge": ["adir", "--index", "releases/index.json"],  # an empty records folder: nothing to verify
     "ci init": ["--out", "wf/images.yml"],
     "selftest": ["127.0.0.1:9/imagekit/train:" + CELL, "--gpus", "off"],  # no engine: exit 3

@@ -190,14 +190,20 @@ def test_pod_create_no_guard_arms_only_what_is_given(app, runner, tmp_path):
 
 
 # ---- what `pod reap` decides ---------------------------------------------------------------------------------------
+IDLE_RUNTIME = {"uptime": 7200, "gpus": [{"util": 0, "memoryUtil": 0}], "cpu": {"util": 1}, "memory": {"util": 9}}
+BUSY_RUNTIME = {"uptime": 7200, "gpus": [{"util": 97, "memoryUtil": 80}], "cpu": {"util": 12}}
+
+
 def _pod(**fields):
+    """A pod as RunPod's REST v2 lists it (`GET /v2/pods`), reporting no work unless ``runtime`` says otherwise."""
     doc = {
         "id": "pod0000a",
         "name": "imagekit x",
-        "desiredStatus": "RUNNING",
-        "costPerHr": "0.44",
-        "lastStartedAt": "2026-12-01T08:00:00.123Z",
+        "status": "RUNNING",
+        "cost": 0.44,
+        "startedAt": "2026-12-01T08:00:00.123Z",
         "env": {gd.CREATED: "2026-12-01T07:00:00Z"},
+        "runtime": IDLE_RUNTIME,
         **fields,
     }
     return reap.read(doc, [])
@@ -213,8 +219,14 @@ def _pod(**fields):
         (_pod(), 3 * 3600 + 1, False, None),
         (_pod(env={gd.CREATED: "template"}), 2 * 3600 - 60, False, "stop"),  # a template's pod: from its last start
         (_pod(), 3600, True, "terminate"),
-        (_pod(desiredStatus="EXITED"), 3600, False, None),  # stopped already: its GPU bills nothing
-        (_pod(desiredStatus="EXITED"), 3600, True, "terminate"),
+        (_pod(status="EXITED", runtime=None), 3600, False, None),  # stopped already: its GPU bills nothing
+        (_pod(status="EXITED", runtime=None), 3600, True, "terminate"),
+        (_pod(runtime=BUSY_RUNTIME), 3600, False, None),  # old, but training: age alone never ends it
+        (_pod(runtime={"gpus": [{"util": 0}], "cpu": {"util": 60}}), 3600, False, None),  # CPU work is work too
+        (_pod(runtime=None), 3600, True, None),  # its work is not reported: left to its deadline
+        (_pod(runtime={"gpus": [{"util": "99"}], "cpu": None}), 3600, False, None),  # not a number: not reported
+        (_pod(runtime=BUSY_RUNTIME, env={gd.CREATED: "x", gd.DEADLINE: "2026-12-01T09:00:00Z"}), None, False, "stop"),
+        (_pod(status="STARTING"), 3600, False, "stop"),  # on its way to RUNNING: billed as one
         (_pod(env={}), 60, True, None),  # not imagekit's: never touched
         (_pod(env={"IMAGEKIT_CREATED": 7}), 60, True, None),  # a mark of another type is no mark
     ],
@@ -227,5 +239,5 @@ def test_reap_says_what_a_pod_has_cost_since_its_start():
     pod = _pod()
     assert reap.cost_so_far(pod, NOW) == pytest.approx(0.88, rel=1e-3)  # 0.44 $/h, started 2h ago
     assert "0.44 $/h  ~0.88 $ since its last start" in reap.line(reap.decide(pod, NOW, None, False), NOW, True)
-    assert reap.cost_so_far(_pod(desiredStatus="EXITED"), NOW) is None
+    assert reap.cost_so_far(_pod(status="EXITED"), NOW) is None
     assert reap.read({"id": "../x"}, []) is None  # no id imagekit could act on: not listed

@@ -35,15 +35,15 @@ def _index(tmp_path, cell_extra=None, tag=TAG):
 
 
 def _create(app, runner, index, *args, api=None):
-    extra = ["--api-url", f"{api.url}/v1"] if api else []
+    extra = ["--api-url", f"{api.url}/v2"] if api else []
     return runner.invoke(app, ["pod", "create", CELL, "--release-index", str(index), *extra, *args])
 
 
 @pytest.mark.loopback
 def test_the_request_carries_the_host_filters_the_guard_and_the_auth(app, runner, tmp_path, monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
-    answer = hostile_http.json_answer({"id": "xedezhzb9la3ye", "costPerHr": "0.44", "adjustedCostPerHr": 0.43}, 201)
-    with hostile_http.serve({"/v1/pods": answer}) as api:
+    answer = hostile_http.json_answer({"id": "xedezhzb9la3ye", "status": "PROVISIONING", "cost": 0.43}, 201)
+    with hostile_http.serve({"/v2/pods": answer}) as api:
         res = _create(
             app, runner, _index(tmp_path), "--gpu", "NVIDIA GeForce RTX 3090", "--count", "2", "--cloud", "community",
             "--max-runtime", "6h", "--idle-stop", "30m", "--on-exit", "stop", "--registry-auth", "clzdaifot0001",
@@ -53,12 +53,15 @@ def test_the_request_carries_the_host_filters_the_guard_and_the_auth(app, runner
     assert res.exit_code == 0, res.output
     assert res.stdout.strip() == "xedezhzb9la3ye" and "0.43 $/h" in res.stderr and "host CUDA 11.8+" in res.stderr
     (seen,) = api.seen
-    assert (seen.method, seen.path, seen.headers["Authorization"]) == ("POST", "/v1/pods", f"Bearer {KEY}")
-    body = json.loads(seen.body)
-    assert body["allowedCudaVersions"][0] == "11.8" and "13.0" in body["allowedCudaVersions"]
-    assert body["gpuTypeIds"] == ["NVIDIA GeForce RTX 3090"] and body["gpuCount"] == 2
-    assert body["cloudType"] == "COMMUNITY" and body["containerRegistryAuthId"] == "clzdaifot0001"
-    assert body["imageName"] == TAG and body["ports"] == ["22/tcp", "8888/http"]
+    assert (seen.method, seen.path, seen.headers["Authorization"]) == ("POST", "/v2/pods", f"Bearer {KEY}")
+    body = json.loads(seen.body)  # RunPod's REST v2 CreatePodRequest
+    gpu = body["gpu"]
+    assert gpu["allowedCudaVersions"][0] == "11.8" and "13.0" in gpu["allowedCudaVersions"]
+    assert (gpu["id"], gpu["count"]) == ("NVIDIA GeForce RTX 3090", 2)
+    assert body["cloud"] == "COMMUNITY" and body["registry"] == "clzdaifot0001"
+    assert body["image"] == TAG and body["ports"] == ["22/tcp", "8888/http"]
+    assert body["mounts"] == {"persistent": {"size": 50, "path": "/workspace"}} and isinstance(body["disk"], int)
+    assert set(body) <= {"name", "image", "gpu", "cloud", "disk", "mounts", "ports", "env", "registry"}
     assert body["env"]["IMAGEKIT_MAX_RUNTIME"] == "6h" and body["env"]["IMAGEKIT_IDLE_STOP"] == "30m"
     assert body["env"]["IMAGEKIT_ON_EXIT"] == "stop" and body["env"]["IMAGEKIT_REQUIRE_GPU"] == "1"
     assert body["env"]["IMAGEKIT_GPU_IDLE_STOP"] == "45m"
@@ -77,7 +80,7 @@ def test_the_dry_run_prints_the_body_and_sends_nothing(app, runner, tmp_path):
     res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA H100 80GB HBM3", "--dry-run")
     assert res.exit_code == 0, res.output
     body = json.loads(res.stdout)
-    assert body["gpuTypeIds"] == ["NVIDIA H100 80GB HBM3"] and "IMAGEKIT_MAX_RUNTIME" not in body["env"]
+    assert body["gpu"]["id"] == "NVIDIA H100 80GB HBM3" and "IMAGEKIT_MAX_RUNTIME" not in body["env"]
 
 
 @pytest.mark.loopback
@@ -89,7 +92,7 @@ def test_an_image_no_pod_can_pull_is_refused_before_anything_is_sent(app, runner
     """Not a dry run: the key is there and RunPod's API answers, yet a pod for an image on a loopback or private
     registry would sit in "pulling" forever, billing: refused (exit 2) with nothing sent to the API."""
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
-    created = hostile_http.json_answer({"id": "xedezhzb9la3ye", "costPerHr": 0.44}, 201)
+    created = hostile_http.json_answer({"id": "xedezhzb9la3ye", "cost": 0.44}, 201)
     with hostile_http.runpod(created) as api:
         res = _create(app, runner, _index(tmp_path, tag=f"{registry}/acme/train:{CELL}-0123456789ab"),
                       "--gpu", "NVIDIA GeForce RTX 3090", api=api)  # fmt: skip
@@ -142,7 +145,7 @@ def test_the_records_own_contract_decides_the_hosts(app, runner, tmp_path):
     assert res.exit_code == 2 and "(sm_86; it has sm_90)" in res.output, res.output
     assert "(H100, H200)" in res.output  # GH200 has sm_90 too, on an arm64 host
     res = _create(app, runner, index, "--gpu", "NVIDIA H100 80GB HBM3", "--dry-run")
-    assert res.exit_code == 0 and json.loads(res.stdout)["allowedCudaVersions"][0] == "11.8", res.output
+    assert res.exit_code == 0 and json.loads(res.stdout)["gpu"]["allowedCudaVersions"][0] == "11.8", res.output
 
 
 @pytest.mark.parametrize(
@@ -175,10 +178,10 @@ def test_runpods_answer_is_checked_before_it_is_shown(app, runner, tmp_path, mon
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
     for answer, says, code in (
         (hostile_http.json_answer({"id": "../../x\x1b[2J"}, 201), "no pod id", 3),
-        (hostile_http.json_answer({"id": "abcd1234", "costPerHr": "NaN"}, 201), "(?)", 0),
+        (hostile_http.json_answer({"id": "abcd1234", "cost": "NaN"}, 201), "(?)", 0),
         ((400, {}, b"no instances of NVIDIA A100 \x1b[31mavailable"), "RunPod refused the pod", 1),
     ):
-        with hostile_http.serve({"/v1/pods": answer}) as api:
+        with hostile_http.serve({"/v2/pods": answer}) as api:
             res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA A100", api=api)
         assert res.exit_code == code and says in res.output and "\x1b" not in res.output, res.output
 
@@ -217,14 +220,14 @@ def test_a_grace_gpu_is_refused_for_an_amd64_image(app, runner, tmp_path):
 UNREADABLE_201 = {
     "HTML": (201, {"Content-Type": "text/html"}, b"<html><body>Created</body></html>"),
     "empty": (201, {}, b""),
-    "JSON without id": hostile_http.json_answer({"status": "CREATED", "costPerHr": 0.44}, 201),
+    "JSON without id": hostile_http.json_answer({"status": "PROVISIONING", "cost": 0.44}, 201),
     "JSON list": hostile_http.json_answer([{"id": "abcd1234"}], 201),
     "id with escapes": hostile_http.json_answer({"id": "abcd1234\x1b[2J\x1b]0;owned\x07\nerror: spoofed"}, 201),
     "id too long": hostile_http.json_answer({"id": "a" * 65}, 201),
     "id a number": hostile_http.json_answer({"id": 1234567}, 201),
     "truncated": (201, {"Content-Type": "application/json", "Content-Length": "400"}, b'{"id": "abcd12'),
     "deeply nested": hostile_http.raw_json('{"id": "abcd1234", "x": ' + hostile_http.nested(100_000) + "}", 201),
-    "huge number": hostile_http.raw_json('{"id": "abcd1234", "costPerHr": ' + hostile_http.HUGE_NUMBER + "}", 201),
+    "huge number": hostile_http.raw_json('{"id": "abcd1234", "cost": ' + hostile_http.HUGE_NUMBER + "}", 201),
     "200 not JSON": (200, {}, b"\x1b[31mok\x1b[0m"),
 }
 
@@ -236,12 +239,12 @@ def test_an_unreadable_answer_to_a_create_says_a_pod_may_exist_and_bill(app, run
     read: exit 3 saying so, with how to find and stop it; nothing of the answer reaches the terminal raw."""
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
     status = UNREADABLE_201[case][0]
-    with hostile_http.serve({"/v1/pods": UNREADABLE_201[case]}) as api:
+    with hostile_http.serve({"/v2/pods": UNREADABLE_201[case]}) as api:
         res = _create(app, runner, _index(tmp_path), "--gpu", "NVIDIA A100", api=api)
     assert res.exit_code == 3, res.output
     assert f"RunPod accepted the request (HTTP {status})" in res.output, res.output
     assert "a pod may exist and bill" in res.output
-    assert "imagekit pod terminate" in res.output and "console" in res.output and f"{api.url}/v1/pods" in res.output
+    assert "imagekit pod terminate" in res.output and "console" in res.output and f"{api.url}/v2/pods" in res.output
     assert CELL in res.output  # the pod's name, to find it among others
     assert "\x1b" not in res.output and "\x07" not in res.output and "Traceback" not in res.output
     assert not any(line.startswith("error: spoofed") for line in res.output.splitlines()), res.output
@@ -259,15 +262,15 @@ PASSWORD = "pw_s3cret_0123"
         (500, {}, b"boom"),
         (404, {}, b"no"),
         (401, {}, b"who"),
-        (400, {}, f"bad request to http://u:{PASSWORD}@127.0.0.1/v1/pods".encode()),
+        (400, {}, f"bad request to http://u:{PASSWORD}@127.0.0.1/v2/pods".encode()),
         (201, {}, b"not json"),
         hostile_http.json_answer({"nope": 1}, 201),
-        hostile_http.redirect("http://127.0.0.1:9/v1/pods", 307),
+        hostile_http.redirect("http://127.0.0.1:9/v2/pods", 307),
     ],
 )
 def test_an_api_url_with_credentials_is_redacted_in_every_message(app, runner, tmp_path, monkeypatch, answer):
     monkeypatch.setenv("RUNPOD_API_KEY", KEY)
-    with hostile_http.serve({"/v1/pods": answer}) as api:
+    with hostile_http.serve({"/v2/pods": answer}) as api:
         res = runner.invoke(
             app,
             ["pod", "create", CELL, "--release-index", str(_index(tmp_path)), "--gpu", "NVIDIA A100",

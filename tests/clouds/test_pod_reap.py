@@ -4,6 +4,7 @@ nothing; and a `pod create` killed after RunPod answered leaves its pod findable
 
 from __future__ import annotations
 
+import datetime as dt
 import http.server
 import json
 import os
@@ -23,25 +24,31 @@ from tests import loopback
 from tests.clouds.test_pod_create import CELL, _index
 
 KEY = "rp_reap_key_0123"
+IDLE = {"uptime": 3600, "gpus": [{"util": 0, "memoryUtil": 0}], "cpu": {"util": 0}}  # what RunPod reports of a pod
 PAST, FUTURE = "2026-01-01T00:00:00Z", "2099-01-01T00:00:00Z"
 
 
 @dataclass
 class RunPod:
-    """RunPod's REST API as far as `pod create` and `pod reap` use it: GET /pods, POST /pods, POST
-    /pods/{id}/stop, DELETE /pods/{id}; ``stall_create``: the create's answer is sent whole but the connection is
-    never closed (a client reading to the end waits for ever)."""
+    """RunPod's REST API v2 as far as `pod create`, `pod start` and `pod reap` use it: GET /pods, POST /pods, POST
+    /pods/{id}/action (start, stop, terminate), each seen as (method, path[ action]); ``stall_create``: the create's
+    answer is sent whole but the connection is never closed (a client reading to the end waits for ever)."""
 
     pods: dict[str, dict] = field(default_factory=dict)
+    looks: dict[str, list[dict | None]] = field(default_factory=dict)  # a pod's runtime at each GET /pods, in turn
     seen: list[tuple[str, str]] = field(default_factory=list)
     stall_create: bool = False
     answered: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     url: str = ""
 
-    def add(self, pod_id: str, env: dict | None = None, status: str = "RUNNING", name: str = "imagekit cell") -> None:
-        self.pods[pod_id] = {"id": pod_id, "name": name, "desiredStatus": status, "env": env or {},
-                             "costPerHr": "0.44", "lastStartedAt": "2026-01-01T00:00:00.000Z"}  # fmt: skip
+    def add(
+        self, pod_id: str, env: dict | None = None, status: str = "RUNNING", name: str = "imagekit cell",
+        runtime: dict | None = IDLE,
+    ) -> None:  # fmt: skip
+        self.pods[pod_id] = {"id": pod_id, "name": name, "status": status, "env": env or {}, "cost": 0.44,
+                             "startedAt": "2026-01-01T00:00:00.000Z", "createdAt": "2026-01-01T00:00:00Z",
+                             "runtime": runtime if status == "RUNNING" else None}  # fmt: skip
 
 
 @contextmanager
@@ -64,34 +71,46 @@ def runpod_api() -> Iterator[RunPod]:
 
         def _answer(self) -> None:
             assert self.headers.get("Authorization") == f"Bearer {KEY}"
-            path = self.path.split("?")[0].removeprefix("/v1")
-            state.seen.append((self.command, path))
+            path = self.path.split("?")[0].removeprefix("/v2")
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            action = json.loads(body).get("action", "?") if path.endswith("/action") else ""
+            state.seen.append((self.command, f"{path} {action}" if action else path))
             if (self.command, path) == ("GET", "/pods"):
-                return self._send(200, list(state.pods.values()))
+                for pod_id, runtimes in state.looks.items():
+                    if runtimes and pod_id in state.pods:
+                        state.pods[pod_id]["runtime"] = runtimes.pop(0)
+                return self._send(200, {"pods": list(state.pods.values())})
             if (self.command, path) == ("POST", "/pods"):
                 asked = json.loads(body)
                 pod_id = f"made{len(state.pods):04d}x"
                 state.add(pod_id, asked["env"], name=asked["name"])
-                self._send(201, {"id": pod_id, "costPerHr": "0.44"}, length=not state.stall_create)
+                self._send(201, state.pods[pod_id], length=not state.stall_create)
                 state.answered.set()
                 if state.stall_create:
                     state.release.wait(30)  # the answer is all there; the connection never ends
                 return None
             pod_id = path.split("/")[2]
             if pod_id not in state.pods:
-                return self._send(404, {"error": "no such pod"})
-            if self.command == "POST" and path.endswith("/stop"):
-                state.pods[pod_id]["desiredStatus"] = "EXITED"
-            elif self.command == "DELETE":
+                return self._send(404, {"title": "Not Found", "status": 404, "detail": "resource not found"})
+            pod = state.pods[pod_id]
+            allowed = {"RUNNING": ("stop", "terminate"), "EXITED": ("start", "terminate")}.get(pod["status"], ())
+            if self.command == "POST" and action and action not in allowed:
+                return self._send(409, {"title": "Conflict", "status": 409, "detail": f"cannot {action} a "
+                                        f"{pod['status']} pod"})  # fmt: skip
+            if action == "terminate":
                 del state.pods[pod_id]
-            return self._send(200, {"id": pod_id})
+                self.send_response(204)
+                self.end_headers()
+                return None
+            if action in ("stop", "start"):
+                pod["status"] = "EXITED" if action == "stop" else "RUNNING"
+            return self._send(200, pod)
 
         do_GET = do_POST = do_DELETE = _answer
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/v2"
     loopback.start(server)
     try:
         yield state
@@ -111,7 +130,9 @@ def _fleet(api: RunPod) -> None:
 
 
 def _reap(app, runner, api: RunPod, *args: str):
-    return runner.invoke(app, ["pod", "reap", "--api-url", api.url, *args])
+    """`pod reap` with one look at each pod (``--watch 0s``; the watch has its own test)."""
+    watch = [] if "--watch" in args else ["--watch", "0s"]
+    return runner.invoke(app, ["pod", "reap", "--api-url", api.url, *watch, *args])
 
 
 def _changes(api: RunPod) -> list[tuple[str, str]]:
@@ -145,13 +166,13 @@ def test_only_imagekits_overdue_pods_are_stopped(app, runner, monkeypatch):
         _fleet(api)
         res = _reap(app, runner, api)
         assert res.exit_code == 0, res.output
-        assert _changes(api) == [("POST", "/pods/ikoverdue01/stop")]  # the stopped one is left: its GPU is free
-        assert api.pods["otherdead01"]["desiredStatus"] == api.pods["otherpod001"]["desiredStatus"] == "RUNNING"
+        assert _changes(api) == [("POST", "/pods/ikoverdue01/action stop")]  # the stopped one is left: its GPU is free
+        assert api.pods["otherdead01"]["status"] == api.pods["otherpod001"]["status"] == "RUNNING"
         api.seen.clear()
         res = _reap(app, runner, api, "--older-than", "1h", "--terminate", "--json")
         assert res.exit_code == 0, res.output
         ended = ("iknodeadln1", "ikontime001", "ikoverdue01", "ikstopped01")  # imagekit's, all older than 1h
-        assert sorted(_changes(api)) == [("DELETE", f"/pods/{p}") for p in ended]
+        assert sorted(_changes(api)) == [("POST", f"/pods/{p}/action terminate") for p in ended]
         assert sorted(api.pods) == ["otherdead01", "otherpod001"]  # others' pods, whatever their age: untouched
     doc = json.loads(res.stdout)
     assert {p["pod"]: p["action"] for p in doc["pods"]}["otherpod001"] is None and doc["failed"] == []
@@ -175,7 +196,7 @@ def test_pods_recorded_here_are_reported_against_the_list(app, runner, monkeypat
         assert "unmarked001: recorded here, still running" in res.stderr
         assert (pod_records.folder() / "pod-gonepod0001.json").exists()  # a dry run writes nothing here either
         res = _reap(app, runner, api)
-        assert _changes(api) == [("POST", "/pods/unmarked001/stop")] and "record dropped" in res.stderr
+        assert _changes(api) == [("POST", "/pods/unmarked001/action stop")] and "record dropped" in res.stderr
         assert not (pod_records.folder() / "pod-gonepod0001.json").exists()
 
 
@@ -211,7 +232,7 @@ def test_a_create_killed_after_runpod_answered_leaves_the_pod_findable(app, runn
         time.sleep(1.1)  # the mark has whole seconds
         res = _reap(app, runner, api, "--older-than", "1s")
         assert res.exit_code == 0, res.output
-        assert _changes(api) == [("POST", "/pods"), ("POST", f"/pods/{made}/stop")]  # the other pod: untouched
+        assert _changes(api) == [("POST", "/pods"), ("POST", f"/pods/{made}/action stop")]  # the other pod: untouched
     assert (state / "pods" / f"pod-{made}.json").exists()  # the real run recorded the id it found
 
 
@@ -230,3 +251,49 @@ def test_a_finished_create_records_the_id_before_it_prints(app, runner, tmp_path
     assert record["pod"] == pod_id and gd.parse_stamp(record["created"]) is not None
     assert "guard armed: stop after 45m idle" in res.stderr and "off: --no-guard" in res.stderr
     assert not list(pod_records.folder().glob("pending-*"))
+
+
+# ---- age alone never ends a pod that works ---------------------------------------------------------------------------
+BUSY = {"uptime": 108000, "gpus": [{"util": 97, "memoryUtil": 81}], "cpu": {"util": 14}}
+
+
+@pytest.mark.loopback
+def test_reap_by_age_stops_an_idle_30_hour_pod_and_leaves_a_busy_one(app, runner, monkeypatch):
+    """`--older-than 1d` (what the template readmes suggested, and `ci init --reap` runs every half hour): a pod 30
+    hours old training at 97 % is left alone, one reporting nothing for the whole watch is stopped, one whose GPUs
+    dip to 0 at the first look and work at the next is left alone, one whose work RunPod does not report is left
+    to its deadline."""
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    thirty = gd.stamp(dt.datetime.now(dt.UTC) - dt.timedelta(hours=30))
+    with runpod_api() as api:
+        api.add("ikbusy30h01", {gd.CREATED: thirty}, runtime=BUSY)
+        api.add("ikidle30h01", {gd.CREATED: thirty})
+        api.add("ikdipping01", {gd.CREATED: thirty})
+        api.looks["ikdipping01"] = [IDLE, BUSY]  # a data-loading pause at the first look
+        api.add("iknoreport1", {gd.CREATED: thirty}, runtime=None)
+        res = _reap(app, runner, api, "--older-than", "1d", "--watch", "1s")
+        assert res.exit_code == 0, res.output
+        assert _changes(api) == [("POST", "/pods/ikidle30h01/action stop")]
+        gets = [s for s in api.seen if s == ("GET", "/pods")]
+        assert len(gets) == 2  # the list, and one more look at the pods only their age would end
+        said = {line.split()[0]: line for line in res.stdout.splitlines()}
+        assert "at work: 97 % utilisation reported" in said["ikbusy30h01"] and "age alone never ends" in said[
+            "ikbusy30h01"]  # fmt: skip
+        assert "with no work reported" in said["ikidle30h01"]
+        assert "at work: 97 % utilisation reported (1 of 2 look(s))" in said["ikdipping01"]
+        assert "reports no utilisation for it" in said["iknoreport1"]
+        assert api.pods["ikbusy30h01"]["status"] == "RUNNING" and api.pods["ikidle30h01"]["status"] == "EXITED"
+
+
+@pytest.mark.loopback
+def test_pod_start_starts_a_stopped_pod_and_refuses_a_running_one(app, runner, monkeypatch):
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    with runpod_api() as api:
+        api.add("ikstopped01", {gd.CREATED: PAST}, status="EXITED")
+        res = runner.invoke(app, ["pod", "start", "ikstopped01", "--api-url", api.url])
+        assert res.exit_code == 0, res.output
+        assert _changes(api) == [("POST", "/pods/ikstopped01/action start")] and "is starting" in res.stderr
+        assert api.pods["ikstopped01"]["status"] == "RUNNING"
+        res = runner.invoke(app, ["pod", "start", "ikstopped01", "--api-url", api.url])
+        assert res.exit_code == 1 and "will not start pod ikstopped01" in res.stderr
+        assert "cannot start a RUNNING pod" in res.stderr

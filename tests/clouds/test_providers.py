@@ -39,7 +39,7 @@ def test_the_endpoints_and_keys_as_documented():
     runpod, vast = providers.named("runpod"), providers.named("vast")
     assert (runpod.account_key, runpod.api, runpod.template_url) == (
         "RUNPOD_API_KEY",
-        "https://rest.runpod.io/v1",
+        "https://api.runpod.io/v2",
         "https://api.runpod.io/graphql",
     )
     assert (vast.account_key, vast.template_url) == ("VAST_API_KEY", "https://console.vast.ai/api/v0/template/")

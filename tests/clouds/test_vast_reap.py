@@ -34,6 +34,7 @@ class Vast:
 
     def add(self, ident: int, env: list | None, status: str = "running", label: str | None = "train") -> None:
         self.instances[ident] = {"id": ident, "label": label, "intended_status": status, "actual_status": status,
+                                 "gpu_util": 0.0,
                                  "extra_env": env, "start_date": JAN_2026, "dph_total": 0.31}  # fmt: skip
 
 
@@ -104,7 +105,7 @@ def _fleet(api: Vast, tmp_path) -> None:
 
 
 def _reap(app, runner, api: Vast, *args: str):
-    return runner.invoke(app, ["pod", "reap", "--provider", "vast", "--api-url", api.url, *args])
+    return runner.invoke(app, ["pod", "reap", "--provider", "vast", "--api-url", api.url, "--watch", "0s", *args])
 
 
 def _changes(api: Vast) -> list[tuple[str, str]]:
@@ -226,12 +227,12 @@ def test_a_stop_is_sent_where_it_was_aimed_never_where_a_redirect_points(app, ru
 
     monkeypatch.setenv("VAST_API_KEY", KEY)
     listing = {"instances": [{"id": 601, "extra_env": [[gd.CREATED, "template"]], "intended_status": "running",
-                              "start_date": JAN_2026}]}  # fmt: skip
+                              "gpu_util": 0, "start_date": JAN_2026}]}  # fmt: skip
     routes = {"/api/v0/instances/": hostile_http.json_answer(listing),
               "/api/v0/instances/601/": hostile_http.redirect("/api/v0/instances/12345/", 307)}  # fmt: skip
     with hostile_http.serve(routes, fallback=lambda _s: (200, {}, b'{"success": true}')) as server:
         res = runner.invoke(app, ["pod", "reap", "--provider", "vast", "--api-url", f"{server.url}/api/v0",
-                                  "--older-than", "1s"])  # fmt: skip
+                                  "--older-than", "1s", "--watch", "0s"])  # fmt: skip
     assert res.exit_code == 3 and "HTTP 307" in res.output, res.output
     assert [(s.method, s.path) for s in server.seen] == [
         ("GET", "/api/v0/instances/"),
@@ -258,10 +259,11 @@ def test_a_stop_vast_did_not_say_it_took_is_a_failure(app, runner, monkeypatch, 
     from tests import hostile_http
 
     monkeypatch.setenv("VAST_API_KEY", KEY)
-    listing = {"instances": [{"id": 5, "extra_env": [[gd.CREATED, "template"]], "start_date": JAN_2026}]}
+    listing = {"instances": [{"id": 5, "extra_env": [[gd.CREATED, "template"]], "start_date": JAN_2026,
+                              "gpu_util": 0, "intended_status": "running"}]}  # fmt: skip
     routes = {"/api/v0/instances/": hostile_http.json_answer(listing), "/api/v0/instances/5/": hostile_http.json_answer(
         answer)}  # fmt: skip
     with hostile_http.serve(routes) as server:
         res = runner.invoke(app, ["pod", "reap", "--provider", "vast", "--api-url", f"{server.url}/api/v0",
-                                  "--older-than", "1s"])  # fmt: skip
+                                  "--older-than", "1s", "--watch", "0s"])  # fmt: skip
     assert res.exit_code == 3 and "Vast did not stop instance 5" in res.output, res.output

@@ -422,8 +422,11 @@ class _RunPod(http.server.BaseHTTPRequestHandler):
     pod: ClassVar[dict] = {}
 
     def _answer(self) -> None:
-        type(self).seen.append((self.command, self.path, self.headers.get("Authorization", "")))
-        answer = type(self).pod if self.command == "GET" else {"desiredStatus": "EXITED"}
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        action = json.loads(body).get("action", "") if body else ""
+        path = f"{self.path} {action}" if action else self.path
+        type(self).seen.append((self.command, path, self.headers.get("Authorization", "")))
+        answer = type(self).pod if self.command == "GET" else {"status": "EXITED"}
         body = json.dumps({"id": self.path.split("/")[3].split("?")[0], **answer}).encode()
         self.send_response(type(self).status)
         self.send_header("Content-Type", "application/json")
@@ -439,10 +442,11 @@ class _RunPod(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def runpod_api():
-    _RunPod.seen, _RunPod.status, _RunPod.pod = [], 200, {"volumeInGb": 0, "networkVolume": {"id": "nv1"}}
+    _RunPod.seen, _RunPod.status = [], 200
+    _RunPod.pod = {"mounts": {"network": [{"volumeId": "nv1", "path": "/workspace"}]}}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RunPod)
     loopback.start(server)
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield f"http://127.0.0.1:{server.server_address[1]}/v2"
     loopback.stop(server)
 
 
@@ -452,10 +456,10 @@ def test_stop_and_terminate_call_runpods_rest_api(app, runner, runpod_api, monke
     assert res.exit_code == 0 and "stopped" in res.output and "rpa_secret" not in res.output
     res = runner.invoke(app, ["pod", "terminate", "abc123xyz456", "--api-url", runpod_api, "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["action"] == "terminate"
-    assert _RunPod.seen == [
-        ("POST", "/v1/pods/abc123xyz456/stop", "Bearer rpa_secret"),
-        ("GET", "/v1/pods/abc123xyz456?includeNetworkVolume=true", "Bearer rpa_secret"),
-        ("DELETE", "/v1/pods/abc123xyz456", "Bearer rpa_secret"),
+    assert _RunPod.seen == [  # RunPod's REST v2
+        ("POST", "/v2/pods/abc123xyz456/action stop", "Bearer rpa_secret"),
+        ("GET", "/v2/pods/abc123xyz456", "Bearer rpa_secret"),
+        ("POST", "/v2/pods/abc123xyz456/action terminate", "Bearer rpa_secret"),
     ]
     assert json.loads(res.stdout)["warning"] is None  # a network volume: nothing dies with the pod
 
@@ -463,15 +467,16 @@ def test_stop_and_terminate_call_runpods_rest_api(app, runner, runpod_api, monke
 @pytest.mark.parametrize(
     ("pod", "warned"),
     [
-        ({"volumeInGb": 50, "volumeMountPath": "/workspace"}, "its 50 GB pod volume on /workspace"),
+        ({"mounts": {"persistent": {"size": 50, "path": "/workspace"}}}, "its 50 GB pod volume on /workspace"),
         (
-            {"volumeInGb": 20, "networkVolume": None, "volumeMountPath": "/data\x1b[2J"},
+            {"mounts": {"persistent": {"size": 20, "path": "/data\x1b[2J"}, "network": None}},
             "its 20 GB pod volume on /workspace",
         ),
-        ({"volumeInGb": 50, "networkVolume": {"id": "agv6w2qcg7"}}, None),
-        ({"volumeInGb": 50, "networkVolumeId": "agv6w2qcg7"}, None),
-        ({"volumeInGb": 0}, None),  # nothing on a volume: only the container disk goes
-        ({"volumeInGb": "lots"}, None),
+        ({"mounts": {"network": [{"volumeId": "agv6w2qcg7", "path": "/workspace"}]}}, None),
+        ({"mounts": {"persistent": {"size": 50, "path": "/workspace"}, "network": [{"volumeId": "agv6w2qcg7"}]}}, None),
+        ({"mounts": {}}, None),  # nothing on a volume: only the container disk goes
+        ({"mounts": {"persistent": {"size": "lots"}}}, None),
+        ({"mounts": "everything"}, None),
     ],
 )
 def test_terminate_names_the_files_that_die_with_the_pod_first(app, runner, runpod_api, monkeypatch, pod, warned):
@@ -480,7 +485,10 @@ def test_terminate_names_the_files_that_die_with_the_pod_first(app, runner, runp
     _RunPod.pod = pod
     res = runner.invoke(app, ["pod", "terminate", "abc123xyz456", "--api-url", runpod_api])
     assert res.exit_code == 0, res.output
-    assert [m for m, _p, _a in _RunPod.seen] == ["GET", "DELETE"]  # said before, not after, the pod is gone
+    assert [(m, p.rsplit(" ")[-1]) for m, p, _a in _RunPod.seen] == [
+        ("GET", "/v2/pods/abc123xyz456"),
+        ("POST", "terminate"),
+    ]  # said before, not after, the pod is gone
     if warned:
         assert f"warning: pod abc123xyz456 has no network volume: terminate deletes {warned}" in res.stderr
         assert "imagekit pod stop abc123xyz456" in res.stderr and "\x1b" not in res.stderr

@@ -279,10 +279,10 @@ def test_a_grace_gpu_rents_the_arm64_image_and_an_x86_gpu_the_amd64_one(app, run
     pod = ["pod", "create", CELL.id, "--release-index", str(index), "--dry-run", "--gpu"]
     grace = runner.invoke(app, [*pod, "NVIDIA GH200 480GB"])
     assert grace.exit_code == 0, grace.output
-    assert json.loads(grace.stdout)["imageName"].endswith(f"{CELL.id}-arm64-aaaaaaaaaaaa")
+    assert json.loads(grace.stdout)["image"].endswith(f"{CELL.id}-arm64-aaaaaaaaaaaa")
     x86 = runner.invoke(app, [*pod, "NVIDIA H100 80GB HBM3"])
     assert x86.exit_code == 0, x86.output
-    assert json.loads(x86.stdout)["imageName"].endswith(f"{CELL.id}-aaaaaaaaaaaa")
+    assert json.loads(x86.stdout)["image"].endswith(f"{CELL.id}-aaaaaaaaaaaa")
     # the arm64 image, named by its own tag, never goes to an x86_64 host
     arm_tag = f"127.0.0.1:5000/t:{CELL.id}-arm64-aaaaaaaaaaaa"
     wrong = runner.invoke(app, ["pod", "create", arm_tag, "--release-index", str(index), "--dry-run", "--gpu",

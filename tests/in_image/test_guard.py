@@ -59,13 +59,15 @@ def test_the_guard_is_off_unless_asked_and_a_bad_value_disarms_only_its_trigger(
 
 
 def test_each_provider_and_action_is_its_documented_request():
-    rp = guard.provider({**RUNPOD, "IMAGEKIT_RUNPOD_API": "http://x/v1/"})
-    assert guard.request(rp, "stop") == ("POST", "http://x/v1/pods/abc123xyz/stop", None)
-    assert guard.request(rp, "terminate") == ("DELETE", "http://x/v1/pods/abc123xyz", None)
+    rp = guard.provider({**RUNPOD, "IMAGEKIT_RUNPOD_API": "http://x/v2/"})  # RunPod's REST v2 (v1 retired 2026-11-15)
+    assert guard.request(rp, "stop") == ("POST", "http://x/v2/pods/abc123xyz/action", {"action": "stop"})
+    assert guard.request(rp, "terminate") == ("POST", "http://x/v2/pods/abc123xyz/action", {"action": "terminate"})
+    assert guard.request(rp, "start") == ("POST", "http://x/v2/pods/abc123xyz/action", {"action": "start"})
     vast = guard.provider({"CONTAINER_ID": "4242", "CONTAINER_API_KEY": "k"})
     assert vast[:3] == ("vast", VAST_API, "4242")
     assert guard.request(vast, "stop") == ("PUT", f"{VAST_API}/instances/4242/", {"state": "stopped"})
     assert guard.request(vast, "terminate") == ("DELETE", f"{VAST_API}/instances/4242/", None)
+    assert guard.request(vast, "start") == ("PUT", f"{VAST_API}/instances/4242/", {"state": "running"})
     assert guard.provider({"RUNPOD_POD_ID": "abc"}) is None  # no key: nothing can end the pod
     with pytest.raises(guard.GuardError, match="not a pod id"):
         guard.provider({**RUNPOD, "RUNPOD_POD_ID": "../../users"})
@@ -177,7 +179,7 @@ def test_a_run_imagekit_pod_run_started_counts_as_a_job_while_its_process_lives(
 
 
 def _provider_env(api, **extra):
-    return {**RUNPOD, "IMAGEKIT_RUNPOD_API": f"{api.url}/v1", **extra}
+    return {**RUNPOD, "IMAGEKIT_RUNPOD_API": f"{api.url}/v2", **extra}
 
 
 @pytest.mark.loopback
@@ -187,11 +189,12 @@ def test_the_call_carries_the_key_in_a_header_only_and_retries_until_the_api_ans
     def route(_seen):
         return next(answers, (200, {}, b"{}"))
 
-    with hostile_http.serve({"/v1/pods/abc123xyz/stop": route}) as api:
+    with hostile_http.serve({"/v2/pods/abc123xyz/action": route}) as api:
         env = _provider_env(api)
         s, _ = guard.settings(env)
         assert guard.act(env, s, "deadline", "stop", "IMAGEKIT_MAX_RUNTIME=6h reached", attempts=None) is True
-    assert [(x.method, x.path) for x in api.seen] == [("POST", "/v1/pods/abc123xyz/stop")] * 3
+    assert [(x.method, x.path) for x in api.seen] == [("POST", "/v2/pods/abc123xyz/action")] * 3
+    assert {json.loads(x.body)["action"] for x in api.seen} == {"stop"}
     assert api.auth_seen() == [f"Bearer {KEY}"] * 3
     err = capsys.readouterr().err + (tmp_path / "guard.log").read_text()
     assert "HTTP 503 (try 1)" in err and "HTTP 500 (try 2)" in err and "HTTP 200" in err
@@ -201,7 +204,8 @@ def test_the_call_carries_the_key_in_a_header_only_and_retries_until_the_api_ans
 @pytest.mark.loopback
 def test_the_guard_never_follows_a_redirect_with_the_key(capsys):
     with hostile_http.serve() as elsewhere:
-        with hostile_http.serve({"/v1/pods/abc123xyz": hostile_http.redirect(f"{elsewhere.url}/steal")}) as api:
+        redirect = hostile_http.redirect(f"{elsewhere.url}/steal")
+        with hostile_http.serve({"/v2/pods/abc123xyz/action": redirect}) as api:
             env = _provider_env(api)
             s, _ = guard.settings(env)
             assert guard.act(env, s, "exit", "terminate", "the job exited 0", attempts=2) is False
@@ -217,7 +221,8 @@ def test_without_credentials_or_in_a_dry_run_nothing_is_sent_and_the_log_says_so
         env = _provider_env(api, IMAGEKIT_GUARD_DRY_RUN="1")
         s, _ = guard.settings(env)
         assert guard.act(env, s, "idle", "terminate", "idle for 30m") is True
-    assert api.seen == [] and f"would send DELETE {api.url}/v1/pods/abc123xyz" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert api.seen == [] and f'would send POST {api.url}/v2/pods/abc123xyz/action {{"action": "terminate"}}' in said
 
 
 @pytest.mark.loopback
@@ -228,7 +233,7 @@ def test_the_loop_arms_samples_and_ends_the_pod_at_the_deadline(capsys, monkeypa
     def sleep(seconds):
         clock[0] += seconds
 
-    with hostile_http.serve({"/v1/pods/abc123xyz/stop": (200, {}, b"{}")}) as api:
+    with hostile_http.serve({"/v2/pods/abc123xyz/action": (200, {}, b"{}")}) as api:
         env = _provider_env(api, IMAGEKIT_MAX_RUNTIME="2m", IMAGEKIT_GUARD_INTERVAL="30s")
         assert guard.run(env, now=lambda: clock[0], sleep=sleep) == 0
     assert clock[0] == 1120.0 and [x.method for x in api.seen] == ["POST"]

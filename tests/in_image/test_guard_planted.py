@@ -124,7 +124,8 @@ def test_the_idle_window_counts_from_the_last_sign_of_work_whichever_it_was():
 # ---- a blocker ends the pod as IMAGEKIT_ON_BLOCKER says ----------------------------------------------------------
 # Planted: Guard.step returns ("blocker", s["action"], ...) instead of s["on_blocker"].
 @pytest.mark.parametrize(
-    ("on_blocker", "action", "sent"), [("terminate", "stop", "DELETE"), ("stop", "terminate", "POST")]
+    ("on_blocker", "action", "sent"),
+    [("terminate", "stop", '{"action": "terminate"}'), ("stop", "terminate", '{"action": "stop"}')],
 )
 def test_a_blocker_ends_the_pod_as_on_blocker_says_not_as_the_guard_action(pod, tmp_path, on_blocker, action, sent):
     s, _ = guard.settings({"IMAGEKIT_ON_BLOCKER": on_blocker, "IMAGEKIT_GUARD_ACTION": action})
@@ -138,7 +139,7 @@ def test_a_blocker_ends_the_pod_as_on_blocker_says_not_as_the_guard_action(pod, 
     assert f"action: {on_blocker}" in _log(tmp_path) and "torch sees no GPU" in _log(tmp_path)
     pod.calls.clear()
     code, _ = _drive({**env, "IMAGEKIT_GUARD_DRY_RUN": "1"}, start=0, until=3600)
-    assert pod.calls == [] and f"would send {sent} " in _log(tmp_path)
+    assert pod.calls == [] and "would send POST " in _log(tmp_path) and f"/action {sent}" in _log(tmp_path)
 
 
 # ---- sessions are connections to the pod's own :22 and :8888 -----------------------------------------------------

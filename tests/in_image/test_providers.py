@@ -43,7 +43,7 @@ def test_a_provider_the_guard_ends_pods_on_has_everything_a_call_needs(row):
     assert (
         row.pod_key and row.api_override.startswith("IMAGEKIT_") and re.fullmatch(r"https://[a-z0-9.-]+/\S*", row.api)
     )
-    for call in (row.stop, row.terminate):
+    for call in (row.stop, row.terminate, row.start):
         assert call.method in ("POST", "PUT", "DELETE") and call.path.startswith("/") and "{id}" in call.path
     assert guard.api_base(row.api, row.api_override) == row.api
 
@@ -55,7 +55,7 @@ def test_the_documented_variables():
     assert (runpod.pod_id, runpod.pod_key, runpod.api) == (
         "RUNPOD_POD_ID",
         "RUNPOD_API_KEY",
-        "https://rest.runpod.io/v1",
+        "https://api.runpod.io/v2",
     )
     assert (vast.pod_id, vast.pod_key, vast.api) == (
         "CONTAINER_ID",

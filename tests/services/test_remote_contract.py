@@ -187,7 +187,7 @@ def test_pod_create_reads_the_contract_from_the_labels(app, runner, tmp_path, pu
     res = _run(app, runner, tmp_path, "pod", "create", ref(published), "--gpu", H100, "--dry-run")
     assert res.exit_code == 0, res.output
     body = json.loads(res.stdout)
-    assert body["imageName"] == f"{ref(published)}@{published['amd64']}" and body["allowedCudaVersions"][0] == "12.4"
+    assert body["image"] == f"{ref(published)}@{published['amd64']}" and body["gpu"]["allowedCudaVersions"][0] == "12.4"
     assert "pod create: from the image's labels at" in res.stderr
     # not a dry run: the image is on a loopback registry no pod reaches, so nothing goes to RunPod
     with hostile_http.runpod(hostile_http.json_answer({"id": "xedezhzb9la3ye"}, 201)) as api:
