@@ -28,6 +28,9 @@ MATRIX = {
 }
 
 
+CHECKS = records.report(GPU_CELL)["checks"]
+
+
 def _evaluated(data, doc: dict = MATRIX) -> list[matrix.EvaluatedCell]:
     return matrix.evaluate(matrix.parse(doc, "imagekit.toml", data), data)
 
@@ -59,9 +62,8 @@ def _report(**changes: object) -> dict:
         (records.report(GPU_CELL), PASSED),
         (records.report(GPU_CELL, gpu=None), GPU_SKIPPED),  # a CPU-only runner: GPU checks skipped, never passed
         (records.report(GPU_CELL, emulated=True), GPU_SKIPPED),  # emulated: CPU checks only
-        (_report(checks=[c for c in records.report(GPU_CELL)["checks"] if not c["id"].startswith("gpu-")]), GPU_SKIPPED),
-        (_report(checks=[{**c, "status": "skip"} if c["id"] == "gpu-arch" else c
-                         for c in records.report(GPU_CELL)["checks"]]), GPU_SKIPPED),  # fmt: skip
+        (_report(checks=[c for c in CHECKS if not c["id"].startswith("gpu-")]), GPU_SKIPPED),  # no GPU check at all
+        (_report(checks=[{**c, "status": "skip"} if c["id"] == "gpu-arch" else c for c in CHECKS]), GPU_SKIPPED),
         (_report(passed=False), FAILED),
         (_report(failed=["pip-check"]), FAILED),  # a report that says both: the failure stands
         (_report(checks=[*records.report(GPU_CELL)["checks"], {"id": "smoke-1", "status": "fail"}]), FAILED),
@@ -88,7 +90,7 @@ def test_every_cell_of_the_index_and_the_matrix_is_on_its_pythons_grid_with_its_
             assert chips[key].state == (UNPUBLISHED if e.verdict.compatible else EXCLUDED), key
     assert [g.python for g in page.grids] == ["3.11", "3.12"]
     grid = page.grids[0]
-    assert grid.variants == ("cu118", "cu124", "cu126", "cu128") and [r.torch for r in grid.rows][0] == "2.5.1"
+    assert grid.variants == ("cu118", "cu124", "cu126", "cu128") and grid.rows[0].torch == "2.5.1"
     assert dict(page.counts) == {PASSED: 1, GPU_SKIPPED: 1, FAILED: 0, EXCLUDED: 14, UNPUBLISHED: 16}
     assert [c.key for c in page.cards] == [CPU_CELL.id, GPU_CELL.id]
 
@@ -175,9 +177,9 @@ def test_what_a_record_lacks_is_said_to_be_not_recorded(data):
     assert full["Compressed (what a pull downloads)"].value == "2.91 GB (2,912,345,678 bytes)"
     assert full["Vulnerability gate"].missing  # no record holds the audit's verdict
     unknown = records.record(GPU_CELL, data, revision="unknown")
-    assert "outside a git checkout" in {f.label: f for f in _page(data, unknown).cards[0].facts}[
-        "Built from commit"
-    ].value
+    assert (
+        "outside a git checkout" in {f.label: f for f in _page(data, unknown).cards[0].facts}["Built from commit"].value
+    )
 
 
 def test_where_the_self_test_ran_is_read_from_its_report(data):
