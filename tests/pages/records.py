@@ -5,10 +5,10 @@ emulated, and an index of many."""
 from __future__ import annotations
 
 import hashlib
-import itertools
 
 from imagekit.compat import contract
 from imagekit.compat.catalog import CompatData
+from imagekit.matrix import matrix_file as matrix
 from imagekit.model import AMD64, Cell
 from imagekit.oci import release_record
 from imagekit.oci.release_record import Published
@@ -111,36 +111,26 @@ def record(
 
 def index(*records: dict) -> dict:
     doc = {"schema": 1, "images": {r["tag"]: r for r in records}}
-    assert release_record.index_problems(doc) == [], release_record.index_problems(doc)
+    assert release_record.index_problems(doc) == [], release_record.index_problems(doc)[:3]
     return doc
 
 
 def many(data: CompatData, count: int) -> dict:
-    """An index of ``count`` releases over the combinations the compatibility data can build (the bench's input):
-    every third tested without a GPU, every fifth built twice (an earlier release of the cell)."""
-    combos = [
-        Cell(cuda, torch, tf, py)
-        for torch, cuda, tf, py in itertools.product(
-            ["2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0"],
-            ["11.8", "12.1", "12.4", "12.6", "12.8"],
-            ["4.48.2", "4.57.6", "4.46.3", "4.47.1"],
-            ["3.10", "3.11", "3.12"],
-        )
-    ]
-    records = []
+    """An index of ``count`` releases of the cells the compatibility data can build on a five-by-five torch × CUDA
+    matrix over three Pythons and four transformers (the bench's input): every third tested without a GPU, a cell
+    built again once the cells run out (its earlier release listed on its card)."""
+    doc = {
+        "matrix": {
+            "cuda": ["11.8", "12.1", "12.4", "12.6", "12.8"],
+            "torch": ["2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0"],
+            "transformers": ["4.46.3", "4.47.1", "4.48.2", "4.57.6"],
+            "python": ["3.10", "3.11", "3.12"],
+        }
+    }
+    cells = [e.cell for e in matrix.evaluate(matrix.parse(doc, "<bench>", data), data) if e.verdict.compatible]
+    made = []
     for n in range(count):
-        cell = combos[n % len(combos)]
-        try:
-            contract.of_cell(cell, data)
-        except Exception:  # a pair the data does not build: still a record of its shape, with a contract of another
-            cell = Cell("12.4", "2.5.1", cell.transformers, cell.python)
-        records.append(
-            record(
-                cell,
-                data,
-                build=f"{n:012x}",
-                published_at=f"2026-03-{1 + n % 28:02d}T10:00:00Z",
-                gpu=None if n % 3 == 0 else H100,
-            )
-        )
-    return index(*records)
+        gpu = None if n % 3 == 0 else H100
+        day = f"2026-03-{1 + n % 28:02d}T10:00:00Z"
+        made.append(record(cells[n % len(cells)], data, build=f"{n:012x}", published_at=day, gpu=gpu))
+    return index(*made)
