@@ -12,6 +12,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from imagekit.clouds import providers
 from imagekit.clouds.pod_create import GPU_ID, known_gpu
 from imagekit.compat import contract
 from imagekit.compat.catalog import CompatData
@@ -31,7 +32,7 @@ STATES = {  # state -> (its mark on the grid, its name, what it means): the lege
 MAX_SHOWN = 200  # characters of one value from a record; a longer one is cut, saying how long it was
 MAX_CHECKS = 100  # self-test checks listed per cell; the rest are counted
 NOT_RECORDED = "not recorded"
-GPU_PLACEHOLDER = "GPU_TYPE_ID"  # in `pod create --gpu`, when no GPU the record names is one RunPod's ids can be
+GPU_PLACEHOLDER = "GPU_TYPE_ID"  # in `pod create --gpu`, when no GPU the record names can be one of the cloud's ids
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def human_bytes(size: object) -> str | None:
 
 def _pod_gpu(entry: dict, data: CompatData) -> str:
     """The GPU `pod create` is shown with: the one the self-test ran on, when it is a GPU imagekit knows and has the
-    form of RunPod's ids (torch's device names are RunPod's, e.g. 'NVIDIA H100 80GB HBM3'), else a placeholder."""
+    form of the cloud's GPU type ids (torch's device names are, e.g. 'NVIDIA H100 80GB HBM3'), else a placeholder."""
     for name in tested_gpus(entry.get("selftest")):
         if GPU_ID.fullmatch(name) and known_gpu(data, name):
             return name
@@ -193,15 +194,16 @@ def commands(entry: dict, data: CompatData) -> tuple[Command, ...]:
     tag, digest = entry["tag"], entry["digest"]
     repo = tag.rsplit(":", 1)[0]
     gpu = _pod_gpu(entry, data)
+    pods = providers.pod_provider()  # the cloud `pod create` rents from; its template command and account key
     return (
         Command("Pull it (by digest)", shlex.join(["docker", "pull", f"{repo}@{digest}"])),
         Command(
-            "RunPod template (RUNPOD_API_KEY set)",
-            shlex.join(["imagekit", "runpod-template", tag, "--digest", "--create"]),
+            f"Its {pods.name} template ({pods.account_key} set)",
+            shlex.join(["imagekit", pods.template_command, tag, "--digest", "--create"]),
         ),
         Command(
-            "A RunPod pod, stopped after 6 hours at the latest"
-            + (" (name the GPU: RunPod's id)" if gpu == GPU_PLACEHOLDER else " (on the GPU it was tested on)"),
+            f"A {pods.name} pod, stopped after 6 hours at the latest"
+            + (" (name the GPU by its type id)" if gpu == GPU_PLACEHOLDER else " (on the GPU it was tested on)"),
             shlex.join(["imagekit", "pod", "create", tag, "--gpu", gpu, "--deadline", "6h"]),
         ),
     )
