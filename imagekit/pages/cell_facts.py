@@ -244,7 +244,7 @@ def _supply_chain(entry: dict) -> list[Fact]:
     return facts
 
 
-def _inside(entry: dict, data: CompatData) -> list[Fact]:
+def _inside(entry: dict, data: CompatData, gpu_lines: dict) -> list[Fact]:
     manifest = entry["manifest"]
     size, compressed = human_bytes(entry.get("size_bytes")), human_bytes(entry.get("compressed_bytes"))
     archs = [a for a in _list(_dict(manifest.get("torch")).get("archs")) if isinstance(a, str)]
@@ -262,7 +262,9 @@ def _inside(entry: dict, data: CompatData) -> list[Fact]:
         Fact("Minimum driver", shown(driver, 32) if driver else NOT_RECORDED, missing=driver is None),
     ]
     if runtime is not None:
-        facts.append(Fact("GPUs", contract.gpu_line(runtime, data)))
+        if runtime not in gpu_lines:  # one line per contract: many cells share one, and it weighs every known GPU
+            gpu_lines[runtime] = contract.gpu_line(runtime, data)
+        facts.append(Fact("GPUs", gpu_lines[runtime]))
     if revision is None:
         facts.append(Fact("Built from commit", NOT_RECORDED, missing=True))
     elif revision == "unknown":
@@ -272,8 +274,17 @@ def _inside(entry: dict, data: CompatData) -> list[Fact]:
     return facts
 
 
-def card(key: str, anchor: str, entry: dict, data: CompatData, earlier: list[dict], note: Fact | None = None) -> Card:
-    """The card of a published cell: its newest release ``entry`` (``earlier``: the older ones)."""
+def card(
+    key: str,
+    anchor: str,
+    entry: dict,
+    data: CompatData,
+    earlier: list[dict],
+    note: Fact | None = None,
+    gpu_lines: dict | None = None,
+) -> Card:
+    """The card of a published cell: its newest release ``entry`` (``earlier``: the older ones). ``gpu_lines``: the
+    GPUs line of each runtime contract met so far, kept by the caller across cards."""
     manifest = entry["manifest"]
     platform = _dict(manifest.get("cell")).get("platform") or AMD64
     facts = [
@@ -286,7 +297,8 @@ def card(key: str, anchor: str, entry: dict, data: CompatData, earlier: list[dic
     for name in publish_formats.variants():  # the same image in another layer format (checked by the record's check)
         if isinstance(entry.get(name), dict):
             facts.append(Fact(f"Also as ({name} layers)", entry[name]["tag"], code=True))
-    facts += _inside(entry, data) + _supply_chain(entry) + ([note] if note else [])
+    facts += _inside(entry, data, {} if gpu_lines is None else gpu_lines) + _supply_chain(entry)
+    facts += [note] if note else []
     older = tuple(
         Fact(shown(e.get("published_at") or "date not recorded", 64), f"{e['tag']} ({e['digest']})", code=True)
         for e in earlier

@@ -188,14 +188,14 @@ def _violations_text(violations: Iterable[Violation]) -> str:
 def _published(
     images: dict, evaluated: dict[str, EvaluatedCell], failed: dict[str, FailedRun], data: CompatData, anchors: _Anchors
 ) -> tuple[list[_Item], list[Card]]:
-    items, cards = [], []
+    items, cards, gpu_lines = [], [], {}
     for key, entries in sorted(_releases(images).items()):
         newest, anchor = entries[0], anchors(key)
         now = evaluated.get(key)
         note = None
         if now is not None and now.verdict.violations:
             note = Fact("The matrix now excludes it", _violations_text(now.verdict.violations), missing=True)
-        made = facts.card(shown(key, 160), anchor, newest, data, entries[1:], note)
+        made = facts.card(shown(key, 160), anchor, newest, data, entries[1:], note, gpu_lines)
         run = failed.get(key)
         if run is not None:  # the latest build failed: what is published is an older build
             made = _with_failed_run(made, run)
