@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 from imagekit.model import Cell
 from imagekit.pages import page_html, release_grid
 from imagekit.services.release_index import read_index
+from tests.conftest import ROOT
 from tests.pages import records
 from tests.pages.test_release_grid import CPU_CELL, GPU_CELL, _evaluated
 
@@ -134,3 +135,14 @@ def test_the_state_legend_and_each_chip_say_their_state_in_words(data):
     assert mine["title"].startswith(GPU_CELL.id)
     assert f'id="cell-{GPU_CELL.id}"' in text
     assert "(passed)" in "".join(tags.text) and "(excluded)" in "".join(tags.text)  # not by colour alone
+
+
+def test_the_readme_shows_the_page_below_its_first_screen():
+    """The screenshot the browser test takes (`--update-golden` writes it) is in docs/ and the README shows it, in a
+    section of its own after the quick tour; docs/release-page.md too."""
+    png = (ROOT / "docs" / "release-page.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(png[16:20], "big") == 1280
+    readme = (ROOT / "README.md").read_text()
+    assert "](docs/release-page.png)" in readme
+    assert readme.index("## Quick tour") < readme.index("## The release page") < readme.index("docs/release-page.png")
+    assert "](release-page.png)" in (ROOT / "docs" / "release-page.md").read_text()
