@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := mmdebstrap debian-archive-keyring docker-registry curl openssh-client openssh-server rsync sudo \
-  qemu-user-static binfmt-support skopeo
+  qemu-user-static binfmt-support skopeo chromium
 DEMO_CELL ?= cu121-torch2.1.2-py3.11-tf4.48.2
 MUTATION_JOBS ?= 2
 # Python may cache bytecode here (git ignores __pycache__): with PYTHONDONTWRITEBYTECODE set, as some CI images set

@@ -308,6 +308,8 @@ PROGRAM_MARKS = {
     "mmdebstrap": "docker",
     "skopeo": "docker",
     "docker-registry": "loopback",
+    "chromium": "programs",  # the release page in a real browser (tests/browser.py: DevTools on a pipe, no port)
+    "chromium-browser": "programs",
 }
 # Outside the fast tier (`make test-fast` deselects these): a test marked with one may listen on a loopback port.
 SLOW_TIERS = ("loopback", "docker", "sshd", "resolver", "network", "slow", "sweep")

@@ -223,6 +223,7 @@ CORE_PACKAGES = {
     "matrix": {"compat", "image", "locking", "trust"},  # the matrix file and what it becomes for CI and engines
     "supplychain": {"image", "locking", "oci", "trust"},  # SBOM, signatures, the vulnerability gate
     "clouds": {"compat", "image", "oci", "trust"},  # providers, templates, pod creation, the pod wire protocol
+    "pages": {"clouds", "compat", "image", "matrix", "oci", "trust"},  # the release page: records on the grid
 }
 LAYER_PACKAGES = {"cli", "services", "effects", "in_image", "data"}
 

@@ -16,8 +16,9 @@ The workflow: plan (stale or missing locks resolved on the runner, which reaches
 with the diff, or with --locks commit they are committed on the default branch; every cell renders; the matrix of
 cells with a current lock), build (one runner per cell: build, self-test inside the image, push, upload its release
 record), release (verify the records against the registry, merge them into releases/index.json, commit it on the
-default branch). It runs on pushes that touch lockfiles/, imagekit.toml, pyproject.toml, templates/ or the
-committed wheel, weekly, and by hand.
+default branch); with --pages, pages (the release page, `imagekit release page`, published with GitHub Pages' own
+actions after each release on the default branch). It runs on pushes that touch lockfiles/, imagekit.toml,
+pyproject.toml, templates/ or the committed wheel, weekly, and by hand.
 
 Every job installs the imagekit that wrote the workflow: a wheel of it is written to --wheel-dir (commit it)
 and checked against its sha256 before `pip install`; --install SPEC installs SPEC instead (a path, a URL,
@@ -128,6 +129,14 @@ def build() -> typer.Typer:
                 " each reading the provider's account key from the repository secret of that name.",
             ),
         ] = None,
+        pages: Annotated[
+            bool,
+            typer.Option(
+                "--pages",
+                help="Also publish the release page (`imagekit release page`) with GitHub Pages after each release "
+                "on the default branch (Settings > Pages > Source: GitHub Actions).",
+            ),
+        ] = False,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
     ) -> None:
         """Write .github/workflows/images.yml: plan, build and self-test each cell on its own runner, release."""
@@ -142,7 +151,7 @@ def build() -> typer.Typer:
         opts = ci.validated(registry, gpu_runner, install, locks, wheel_dir, arm64_runner)
         opts = dataclasses.replace(
             opts, reap=reap, reap_older_than=ci.reap_option(reap, reap_older_than),
-            reap_providers=_reap_providers(reap, reap_provider),
+            reap_providers=_reap_providers(reap, reap_provider), pages=pages,
         )  # fmt: skip
         if opts.registry is None:  # the matrix file's (its local default: none, so ghcr.io/<owner>/<repo>)
             opts = dataclasses.replace(opts, registry=ci_setup._matrix_registry())

@@ -1,4 +1,5 @@
-"""`imagekit release merge`: the release index from per-image release records (one per CI runner's publish)."""
+"""`imagekit release merge`: the release index from per-image release records (one per CI runner's publish);
+`imagekit release page`: the page a team reads of it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated
 import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json, output_file_option
-from imagekit.cli.options import JsonOpt
+from imagekit.cli.options import JsonOpt, MatrixOpt
 
 EPILOG = """Example: imagekit release merge records/ --index releases/index.json --registry ghcr.io/acme/train
 
@@ -18,6 +19,16 @@ digest, its image config, its immutable tag); one the registry does not serve is
 A record may only name a registry given with --registry (or, without it, one the index already lists): one that
 names another is exit 1, before any request. Registry credentials: IMAGEKIT_REGISTRY_USER and
 IMAGEKIT_REGISTRY_PASSWORD, as for `imagekit build --push`; they go only to those registries."""
+
+PAGE_EPILOG = """Example: imagekit release page --release-index releases/index.json --out site
+
+One HTML file with its stylesheet and copy script, nothing fetched when it is viewed, readable without JavaScript:
+per Python, the torch x CUDA grid of every cell of the matrix and the index, each marked passed (self-test with its
+GPU checks), GPU checks skipped, failed, excluded by a rule (its source in a note) or not published; per published
+cell its tag and digest, sizes, self-test checks and where they ran, SBOM, signature key, commit, and the commands
+that start it (docker pull, imagekit runpod-template, imagekit pod create). A fact its record does not hold is said
+to be not recorded. Every value from a record is escaped. The same index gives the same bytes. --out is replaced
+whole: a folder holding other files is refused. `imagekit ci init --pages` publishes it with GitHub Pages."""
 
 
 def build() -> typer.Typer:
@@ -96,5 +107,46 @@ def build() -> typer.Typer:
                 f"{index}: {len(done.added)} added, {len(done.unchanged)} already there ({done.records} records)",
                 markup=False,
             )
+
+    @app.command("page", epilog=PAGE_EPILOG)
+    @handles_errors
+    def page(
+        out: Annotated[
+            Path,
+            typer.Option(
+                "--out", metavar="DIR", help="The page's folder (index.html, page.css, copy.js), replaced whole."
+            ),
+        ],
+        release_index: Annotated[
+            Path,
+            typer.Option("--release-index", metavar="FILE", help="The release index the page shows."),
+        ] = Path("releases/index.json"),
+        matrix_file: MatrixOpt = None,
+        reports: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--reports",
+                metavar="DIR",
+                help="Folders of self-test reports (`imagekit build`'s .imagekit/reports, CI's artifacts): a failed "
+                "one marks its cell failed (repeatable).",
+            ),
+        ] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Write the release page: every cell on its torch x CUDA grid, what was tested, what is inside, how to start
+        it."""
+        from imagekit.cli.common import folder_option
+        from imagekit.pages.cell_facts import STATES
+        from imagekit.services import release_page
+
+        folder_option(out, "--out")
+        written = release_page.write(release_index, matrix_file, list(reports or []), out)
+        counts = dict(written.page.counts)
+        if as_json:
+            out_json({"out": str(written.out), "files": list(written.files), "bytes": written.size, "cells": counts})
+        said = ", ".join(f"{n} {STATES[state][1]}" for state, n in counts.items() if n)
+        err_console().print(
+            f"wrote {out / 'index.html'} ({written.size // 1024} KiB): {said or 'no cells'}", markup=False
+        )
 
     return app

@@ -21,7 +21,8 @@ from imagekit.in_image import facts
 
 CLOUDS = providers.pod_provider().pod_clouds
 GRACE_GPUS = contract.GRACE_GPUS
-_GPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,79}", re.ASCII)
+# RunPod's GPU type id as --gpu takes it (the release page quotes the GPU a self-test ran on only when it fits)
+GPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,79}", re.ASCII)
 
 
 def known_gpu(data: CompatData, gpu: str) -> str | None:
@@ -42,7 +43,7 @@ def platform_of_gpu(data: CompatData, gpu: str) -> str:
 def check_gpu(data: CompatData, runtime: Contract, gpu: str, arch: str | None = None) -> str:
     """How the image's torch build runs on ``gpu`` ('cubin sm_86', 'PTX sm_90'), by the image's runtime contract; a GPU
     it has no kernel for is refused naming the GPUs that would work. ``arch`` ('sm_86', '8.6') overrides the name."""
-    if not _GPU_ID.fullmatch(gpu):
+    if not GPU_ID.fullmatch(gpu):
         raise UsageError(f"--gpu {gpu[:80]!r} is not a GPU type id", "give RunPod's id, e.g. 'NVIDIA GeForce RTX 3090'")
     name = known_gpu(data, gpu)
     cc = arch or (data.gpus[name] if name else None)

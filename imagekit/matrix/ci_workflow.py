@@ -64,6 +64,7 @@ class CiOptions:
     reap_older_than: str | None = None  # its --older-than (a duration), or None: deadlines only
     # (provider, its account key variable) a reaper's step each, as --reap-provider gave them; empty: `pod create`'s
     reap_providers: tuple[tuple[str, str], ...] = ()
+    pages: bool = False  # a job after the release: `imagekit release page`, published with GitHub Pages
 
 
 def requirement_name(install: str) -> str | None:
@@ -187,6 +188,8 @@ def command_line(opts: CiOptions) -> str:
         words += ["--gpu-runner", label]
     for label in opts.arm64_runner:
         words += ["--arm64-runner", label]
+    if opts.pages:
+        words += ["--pages"]
     if opts.reap:
         words += ["--reap"] + (["--reap-older-than", opts.reap_older_than] if opts.reap_older_than else [])
         words += [w for name, _ in opts.reap_providers for w in ("--reap-provider", name)]
@@ -307,5 +310,6 @@ def workflow(opts: CiOptions, wheel: Wheel | None = None) -> str:
             gpu_runner=bool(opts.gpu_runner),
             gpu_flags=gpu_flags,
             arm64_runner=bool(opts.arm64_runner),
+            pages=opts.pages,
         )
     )

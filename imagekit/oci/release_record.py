@@ -37,7 +37,8 @@ from imagekit.trust import untrusted, validate
 
 MAX_IMAGE_BYTES = 10**13  # 10 TB: no image is larger; a bigger size_bytes would size a template's disk absurdly
 _PORT = re.compile(r"([0-9]{1,5})/(tcp|udp|http)", re.ASCII)
-_CELL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
+# a cell id as a record names it (and a self-test report, which the release page reads)
+CELL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", re.ASCII)
 _SIG_TAG = re.compile(r"sha256-[0-9a-f]{64}\.sig")
 
 
@@ -257,7 +258,7 @@ def _size(v: object) -> None:
 
 
 def _cell_id(v: object) -> None:
-    if not isinstance(v, str) or not _CELL_ID.fullmatch(v):
+    if not isinstance(v, str) or not CELL_ID.fullmatch(v):
         raise UsageError("expected a cell id (such as cu121-torch2.1.2-py3.11-tf4.48.2)")
 
 

@@ -86,6 +86,8 @@ def write(opts: ci.CiOptions, out: Path) -> Written:
         if not opts.reap_older_than:
             lines.append("the reaper ends only pods past a deadline (`pod create --deadline`, a template's "
                          "--deadline); --reap-older-than 12h ends the others too")  # fmt: skip
+    if opts.pages:
+        lines.append("the pages job publishes the release page: set Settings > Pages > Source to GitHub Actions")
     lines.append(ci.secrets_note(opts))
     added = f"{out} {opts.wheel_dir}" if wheel else str(out)
     added += f" {out.parent / Path(ci.REAP_OUT).name}" if opts.reap else ""

@@ -165,6 +165,7 @@ BASELINE: dict[str, list[str]] = {
     "pod terminate": ["abc123xyz456", "--api-url", f"{DEAD}/v2"],
     "pod reap": ["--api-url", f"{DEAD}/v2", "--watch", "0s"],
     "release merge": ["adir", "--index", "releases/index.json"],  # an empty records folder: nothing to verify
+    "release page": ["--release-index", "releases/index.json", "--out", "site"],
     "ci init": ["--out", "wf/images.yml"],
     "selftest": ["127.0.0.1:9/imagekit/train:" + CELL, "--gpus", "off"],  # no engine: exit 3
     "audit": [CELL, "--osv-db", "adir", "--lock-dir", "lockfiles", "--fail-on", "high"],  # no records: exit 2
@@ -177,6 +178,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     "render": ("--out",),
     "build": ("--lock-dir", "--state-dir", "--release-index", "--release-records"),
     "release merge": ("--index",),
+    "release page": ("--out",),
     "ci init": ("--out", "--wheel-dir"),
     "compat refresh": ("--out",),
     "init": ("--out",),
@@ -190,6 +192,7 @@ DEFAULT_OUTPUTS = {
     ("build", "--release-index"): "releases/index.json",
     ("build", "--release-records"): "releases/records",
     ("release merge", "--index"): "releases/index.json",
+    ("release page", "--out"): "site",
     ("ci init", "--out"): ".github/workflows/images.yml",
     ("ci init", "--wheel-dir"): ".github/imagekit",
     ("init", "--out"): "imagekit.toml",

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -79,6 +80,54 @@ def test_written_workflow_passes_actionlint(app, runner, in_tmp, args):
         assert "registry: docker.io" in text and "secrets.REGISTRY_PASSWORD" in text
     else:
         assert "registry: ghcr.io" in text and "secrets.GITHUB_TOKEN" in text
+
+
+@pytest.mark.parametrize(
+    "args", [["--pages"], ["--pages", "--gpu-runner", "gpu", "--arm64-runner", "ubuntu-24.04-arm"]]
+)
+def test_pages_publishes_the_release_page_after_the_release_with_github_pages_own_actions(app, runner, in_tmp, args):
+    """`--pages`: a job after the release, on the default branch only, builds `imagekit release page` from the index
+    this run merged and the failed builds' self-test reports (each build uploads its report, whatever happened), and
+    deploys it with actions/upload-pages-artifact and actions/deploy-pages, with the permissions they need only."""
+    res = _init(app, runner, *args)
+    assert res.exit_code == 0, res.output
+    assert "Settings > Pages > Source to GitHub Actions" in res.output
+    written = in_tmp / ".github" / "workflows" / "images.yml"
+    labels = tuple(a for i, a in enumerate(args) if i and args[i - 1] in ("--gpu-runner", "--arm64-runner"))
+    lint = actionlint(written, labels)
+    assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
+    text = written.read_text()
+    assert text.startswith("# Build") and " --pages`" in text.splitlines()[1]  # how to write it again
+    pages = _job(text, "pages")
+    assert "    needs: release\n" in pages
+    assert "needs.release.result == 'success'" in pages and "refs/heads/{0}" in pages  # the default branch only
+    assert "      contents: read\n      pages: write" in pages and "      id-token: write" in pages
+    assert "packages: write" not in pages and "contents: write" not in pages
+    assert "    environment:\n      name: github-pages\n      url: ${{ steps.deployment.outputs.page_url }}" in pages
+    assert re.search(r"uses: actions/upload-pages-artifact@v3\n        with:\n          path: \$\{\{ runner.temp }}"
+                     r"/release-page\n", pages)  # fmt: skip
+    assert "id: deployment\n        uses: actions/deploy-pages@v4" in pages
+    assert (
+        'imagekit release page --release-index releases/index.json --reports reports --out "$RUNNER_TEMP/release-page"'
+        in pages
+    )
+    assert "pattern: release-index" in pages and "pattern: selftest-report-*" in pages
+    assert pages.index("Install imagekit") < pages.index("imagekit release page")
+    build = _job(text, "build")
+    upload = build.index("name: selftest-report-${{ matrix.slug }}")
+    assert "if: always()" in build[upload - 200 : upload] and "path: ${{ runner.temp }}/imagekit/reports/" in build
+    assert text.count("      - name: Install imagekit\n") == 5
+    # the job's own command line, run here as the runner runs it: the options it names exist and do what it needs
+    [line] = [x.strip() for x in pages.splitlines() if x.strip().startswith("imagekit release page")]
+    (in_tmp / "releases").mkdir()
+    (in_tmp / "releases" / "index.json").write_text('{"schema": 1, "images": {}}')
+    (in_tmp / "reports").mkdir()
+    words = shlex.split(line.replace("$RUNNER_TEMP", str(in_tmp / "runner-temp")))
+    done = runner.invoke(app, words[1:])
+    assert done.exit_code == 0, done.output
+    assert (in_tmp / "runner-temp" / "release-page" / "index.html").is_file()
+    plain = ci.workflow(ci.CiOptions(install="."))
+    assert "pages" not in plain and "selftest-report" not in plain  # opt in: the default workflow is as it was
 
 
 def _job(text: str, name: str) -> str:
