@@ -19,7 +19,7 @@ from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.image.buildplan import BaseRef
-from imagekit.matrix import project_deps
+from imagekit.matrix import backend_metadata, project_deps
 from imagekit.matrix.matrix_file import MATRIX_FILE
 from imagekit.matrix.project_deps import DepsSource, ProjectDeps
 from imagekit.services.ports import ContainerEngine
@@ -221,9 +221,9 @@ def _deps(raw: bytes, source: DepsSource) -> ProjectDeps:
         raise untrusted.UntrustedData("the metadata answer is not an object")
     files = (source.file,)
     if doc.get("kind") == "metadata" and isinstance(doc.get("metadata"), str):
-        return project_deps.from_metadata(doc["metadata"], source, files)
+        return backend_metadata.from_metadata(doc["metadata"], source, files)
     if doc.get("kind") == "egg-info" and isinstance(doc.get("pkg_info"), str) and isinstance(doc.get("requires"), str):
-        return project_deps.from_egg_info(doc["pkg_info"], doc["requires"], source, files)
+        return backend_metadata.from_egg_info(doc["pkg_info"], doc["requires"], source, files)
     raise untrusted.UntrustedData(f"the metadata answer's kind {untrusted.printable(doc.get('kind'), 40)} is unknown")
 
 
