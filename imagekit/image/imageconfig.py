@@ -96,8 +96,10 @@ def user_env_problem(name: object, value: object) -> str | None:
     if len(value) > MAX_ENV_VALUE or not _ENV_VALUE.fullmatch(value):
         return f'expected one line of printable ASCII without " \\ or $, at most {MAX_ENV_VALUE} characters'
     if _URL_PASSWORD.search(value):
-        return (f"{name}'s value holds a URL with a password, which everyone who can pull the image reads in its "
-                "config: pass it when the pod starts (the template's env, the cloud's secrets)")
+        return (
+            f"{name}'s value holds a URL with a password, which everyone who can pull the image reads in its "
+            "config: pass it when the pod starts (the template's env, the cloud's secrets)"
+        )
     return None
 
 

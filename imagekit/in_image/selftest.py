@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 if __package__:  # imported from the host's package, imagekit.in_image
@@ -335,19 +336,21 @@ def check_smoke(number, command, timeout):
         return check(cid, "fail", f"`{command}` was not run: the smoke commands' time is spent",
                      "make the commands before it quicker, or run fewer ([image] smoke)", ev)
     start = time.time()
-    with tempfile.TemporaryFile() as out:  # the output on disk: only its tail is read back
-        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the command and whatever it started
-            proc.wait()
-            code = None
-        out.seek(0, 2)
-        out.seek(max(0, out.tell() - 4 * SMOKE_TAIL))
-        tail = out.read().decode("utf-8", "replace")[-SMOKE_TAIL:]
-    ev.update({"exit": code, "output_tail": tail, "seconds": round(time.time() - start, 2)})
+    proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    kept, reader = _tail_reader(proc.stdout.fileno(), 4 * SMOKE_TAIL)
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the command and whatever it started
+        proc.wait()
+        code = None
+    reader.join(5)  # a program that left the session may hold the pipe open: its output is not waited for
+    if not reader.is_alive():  # else the reader keeps its descriptor: closing it under a blocked read is unsafe
+        proc.stdout.close()
+    tail = bytes(kept["tail"]).decode("utf-8", "replace")[-SMOKE_TAIL:]
+    ev.update({"exit": code, "output_tail": tail, "output_bytes": kept["bytes"],
+               "seconds": round(time.time() - start, 2)})
     last = (tail.strip().splitlines() or [""])[-1][:300]
     if code is None:
         return check(cid, "fail", f"`{command}` did not finish within {timeout} s",
@@ -358,6 +361,30 @@ def check_smoke(number, command, timeout):
                      "the project's code fails in this image: fix it or the command ([image] smoke) and build again",
                      ev)
     return check(cid, "pass", f"`{command}` exited 0 in {ev['seconds']:.1f} s", "", ev)
+
+
+def _tail_reader(fd, keep):
+    """A thread reading ``fd`` to its end, keeping only its last ``keep`` bytes (and counting them all): a smoke
+    command's output never reaches a disk, so one that prints without end fills neither the image's writable layer
+    nor the host's disk under it."""
+    kept = {"tail": bytearray(), "bytes": 0}
+
+    def pump():
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            kept["bytes"] += len(chunk)
+            kept["tail"] += chunk
+            if len(kept["tail"]) > 2 * keep:
+                del kept["tail"][:-keep]
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return kept, reader
 
 
 def run_smoke(manifest):

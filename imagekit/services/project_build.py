@@ -9,7 +9,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -206,8 +205,22 @@ def _build(
     epoch: int,
     folder: Path,
 ) -> None:
-    """Build the wheel in ``base`` and keep it in ``folder`` (written whole: a failed build keeps nothing)."""
-    work = Path(tempfile.mkdtemp(prefix="imagekit-project-"))
+    """Build the wheel in ``base`` and keep it in ``folder`` (written whole: a failed build keeps nothing). The build
+    writes only ``out``, a folder of foreign_files.scratch (private, removed whatever it leaves)."""
+    with foreign_files.scratch("imagekit-project-") as work:
+        _build_in(engine, base, system, wheels, source, epoch, folder, work)
+
+
+def _build_in(
+    engine: ContainerEngine,
+    base: BaseRef,
+    system: project_wheel.BuildSystem,
+    wheels: dict[str, Path],
+    source: bytes,
+    epoch: int,
+    folder: Path,
+    work: Path,
+) -> None:
     try:
         inputs, out = work / "in", work / "out"
         (inputs / "wheels").mkdir(parents=True)
@@ -250,8 +263,6 @@ def _build(
         staged.rename(folder)
     except foreign_files.Refused as exc:
         raise CheckFailed(f"the project's wheel was refused: {exc}", "build it again") from None
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _answer(out: Path, code: int, stdout: str, stderr: str, base: BaseRef) -> dict:

@@ -286,8 +286,7 @@ def _run_build(
     and kept in the wheel cache under its sha256."""
     from imagekit.services.wheel_folders import link_wheels
 
-    scratch = foreign_files.private_dir(Path(tempfile.mkdtemp(prefix="imagekit-wheel-build-")))
-    try:
+    with foreign_files.scratch("imagekit-wheel-build-") as scratch:
         house = link_wheels(fetched, scratch / "wheels")
         given = scratch / "in"
         given.mkdir()
@@ -318,8 +317,6 @@ def _run_build(
                 _hint(log, name),
             )
         return _keep_wheel(work / "out", sdist, log)
-    finally:
-        foreign_files.remove_tree(scratch)
 
 
 def _hint(log: str, name: str) -> str:
