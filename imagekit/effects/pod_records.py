@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from imagekit.clouds.reap import Record
+from imagekit.effects.cache import state_root
 from imagekit.effects.files import write_atomic
 from imagekit.trust import untrusted
 
@@ -28,10 +29,7 @@ _STAMP = re.compile(r"[0-9T:Z-]{20}", re.ASCII)
 
 
 def folder() -> Path:
-    if os.environ.get("IMAGEKIT_STATE"):
-        return Path(os.environ["IMAGEKIT_STATE"]) / "pods"
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "imagekit" / "pods"
+    return state_root() / "pods"
 
 
 def _write(name: str, doc: dict) -> Path:
