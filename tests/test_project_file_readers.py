@@ -10,8 +10,11 @@ them to the readers' public entry points. The named cases were each seen failing
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -290,77 +293,93 @@ def test_a_manifest_in_an_image_nested_deep_is_the_environments_error():
     assert exc is not None and exc.exit_code == 3
 
 
-# ---- the readers' public entry points, property-tested ---------------------------------------------------------------
-PIECES = st.sampled_from(
+# ---- the readers' public entry points, property-tested ------------------------------------------------------------
+# Documents drawn from the grammar of each file, with the corpus's hostile values in every slot: a name, a specifier's
+# version, a marker, a group's name, a nesting depth. Each is read as the commands read it (`inputs.load_matrix`:
+# the matrix file, the declaration it names, the axes it derives), and by each reader's own entry point.
+NAMES = st.sampled_from(["numpy", "torch", "transformers", "peft", "x", "a" * 300, f"n{ASTRAL}", "my_pkg.x"])
+VERSIONS = st.sampled_from(["2.5.1", "2.5.1x", "1.*", "9" * 5000, "1.0+cu124", "", "v1", "1.0.post1.dev2", "0" * 70])
+OPS = st.sampled_from(["==", "===", ">=", "~=", "!=", "<", ""])
+MARKERS = st.sampled_from(
     [
-        "numpy",
-        "torch==2.5.1",
-        "[",
-        "]",
-        "{",
-        "}",
-        '"',
-        "'",
-        "\\",
-        "\n",
-        ";",
-        " and ",
-        "==",
-        "===",
-        "~=",
-        ".*",
-        "extra",
-        "python_version",
-        '"a"',
-        "[project]\n",
-        "[project.optional-dependencies]\n",
-        "dependencies = ",
-        "requires-python = ",
-        "-r ",
-        "-c ",
-        "#",
-        "@ ",
-        "https://u:p@h/x.whl#sha256=",
-        "0" * 64,
-        "9" * 50,
-        ASTRAL,
-        "\u202e",
-        "\x1b[2J",
-        "\x00",
-        "[" * 50,
-        "]" * 50,
-        ":",
-        "=",
-        "x",
+        "",
+        'python_version >= "3.11"',
+        '"a" == "a"',
+        'extra == "x"',
+        '"3.11" > python_version',
+        'os_name == "nt" and "x" in "y"',
+        'python_version > "3',
+        "(" * 500 + 'python_version > "3"' + ")" * 500,
+        'platform_machine == "aarch64" or python_full_version < "3.12.1"',
+        'python_version ~= "3.x"',
     ]
 )
-TEXTS = st.lists(PIECES, max_size=40).map("".join)
+GROUPS = st.sampled_from(["train", "", 'a"b', "a\nb", ASTRAL, "x" * 300, "dev-tools", "Train_X"])
+DEPTHS = st.sampled_from([0, 1, 5, 40, 3000])
 
 
-@settings(derandomize=True, max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(TEXTS, TEXTS)
-def test_no_reader_of_a_project_file_raises_anything_but_imagekits_error(first, second):
-    readers = [
-        (project_deps.read_requirements, "r.txt", _files({"r.txt": first, "x": second})),
-        (project_deps.from_pyproject, PYPROJECT + first, DepsSource("pyproject.toml", ("a",))),
-        (project_deps.from_pyproject, first, DepsSource("pyproject.toml")),
-        (backend_metadata.from_metadata, "Name: x\n" + first, DepsSource("setup.py"), ()),
-        (backend_metadata.from_egg_info, "Name: x\n", first + "\n" + second, DepsSource("setup.py"), ()),
-        (matrix.parse_text, MATRIX + first, "imagekit.toml"),
-        (lockfile.parse, _lock(f"# imagekit-settings: {first}\n# imagekit-built-x: {second}\n", second)),
-        (project_deps.source_of, {"file": first, "extras": [second]}),
-    ]
-    for fn, *args in readers:
+@st.composite
+def requirement_lines(draw: st.DrawFn) -> str:
+    line = draw(NAMES) + draw(OPS) + (draw(VERSIONS) if draw(st.booleans()) else "")
+    marker = draw(MARKERS)
+    return f"{line}; {marker}" if marker else line
+
+
+def _nested(text: str, depth: int) -> str:
+    return "[" * depth + text + "]" * depth
+
+
+@st.composite
+def pyprojects(draw: st.DrawFn) -> str:
+    deps = draw(st.lists(requirement_lines(), max_size=4))
+    group = draw(GROUPS)
+    rp = draw(st.sampled_from(['">=3.10"', "3", '"3"', '">=4"', '"~=3"', '">=3.' + "9" * 5000 + '"']))
+    listed = _nested(", ".join(json.dumps(d, ensure_ascii=False) for d in deps), draw(DEPTHS))
+    return (
+        PYPROJECT
+        + f"requires-python = {rp}\ndependencies = [{listed}]\n[project.optional-dependencies]\n"
+        + f"{json.dumps(group, ensure_ascii=False)} = {json.dumps(draw(st.lists(requirement_lines(), max_size=2)))}\n"
+    )
+
+
+@st.composite
+def egg_infos(draw: st.DrawFn) -> str:
+    sections = []
+    for _ in range(draw(st.integers(0, 3))):
+        head = draw(GROUPS) + (":" + draw(MARKERS) if draw(st.booleans()) else "")
+        sections.append(f"[{head}]\n" + "\n".join(draw(st.lists(requirement_lines(), max_size=2))))
+    return "\n".join(draw(st.lists(requirement_lines(), max_size=2)) + sections)
+
+
+@settings(derandomize=True, max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(requirement_lines(), min_size=1, max_size=5), pyprojects(), egg_infos(), DEPTHS)
+def test_no_reader_of_a_project_file_raises_anything_but_imagekits_error(data, lines, pyproject, egg, depth):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "requirements.txt").write_text("\n".join(lines) + "\n")
+        (root / "pyproject.toml").write_text(pyproject)
+        for declared in ("requirements.txt", "pyproject.toml"):
+            (root / "imagekit.toml").write_text(
+                MATRIX + f"requirements = {json.dumps(declared)}\n[image]\nenv = {_nested('', depth) or '{}'}\n"
+            )
+            _fails_well(inputs.load_matrix, root / "imagekit.toml", data)
+    for fn, *args in (
+        (project_deps.read_requirements, "r.txt", _files({"r.txt": "\n".join(lines)})),
+        (project_deps.from_pyproject, pyproject, DepsSource("pyproject.toml", ("train",))),
+        (backend_metadata.from_egg_info, "Name: x\n", egg, DepsSource("setup.py"), ()),
+        (backend_metadata.from_metadata, "".join(f"Requires-Dist: {r}\n" for r in lines), DepsSource("setup.py"), ()),
+        (matrix.parse_text, MATRIX + f"packages = [{_nested(json.dumps(lines[0]), depth)}]\n", "imagekit.toml"),
+    ):
         try:
             _fails_well(fn, *args)
         except project_deps.NeedsBackend:
             pass
-    try:
-        lock = lockfile.parse(_lock(f"# imagekit-settings: {first}\n# imagekit-built-x: {second}\n"))
-    except UsageError:
-        return
-    for fn, arg in ((resolution.recorded_settings, lock), (source_builds.recorded, lock.meta)):
-        _fails_well(fn, arg)
+    header = f"# imagekit-settings: {_nested('', depth)}\n# imagekit-built-x: {_nested(json.dumps(lines[0]), depth)}\n"
+    lock = _fails_well(lockfile.parse, _lock(header, f"{lines[0]}\n"))
+    if lock is None:
+        parsed = lockfile.parse(_lock(header))
+        _fails_well(resolution.recorded_settings, parsed)
+        _fails_well(source_builds.recorded, parsed.meta)
 
 
 def test_the_matrix_a_project_file_named_with_an_emoji_gives_is_readable(app, runner, in_tmp, data):
