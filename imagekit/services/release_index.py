@@ -59,7 +59,10 @@ def newest_release(index_path: Path, ref: str, platform: str | None = None) -> d
     per platform: ``platform``'s (default linux/amd64) when there is one."""
     found = release_record.newest(read_index(index_path).get("images", {}), ref, platform)
     if found is None:
-        raise UsageError(f"{ref} is not in {index_path}", "publish it with `imagekit build --push` first")
+        from imagekit.trust.redact import redact_value
+
+        shown = untrusted.printable(redact_value(ref), 300)  # an argument: a password in it is never echoed
+        raise UsageError(f"{shown} is not in {index_path}", "publish it with `imagekit build --push` first")
     return found
 
 
