@@ -10,15 +10,13 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import UsageError
 from imagekit.locking import direct_wheels
-from imagekit.trust import untrusted, validate
+from imagekit.trust import untrusted
 from imagekit.trust.redact import redact_value
 
 REQUIREMENTS, PYPROJECT, SETUP = "requirements", "pyproject", "setup"
@@ -376,47 +374,10 @@ def checked_requirement(text: str, where: str) -> str:
 
 
 def _versions_and_marker(req: Requirement, text: str, where: str) -> None:
-    """What packaging's grammar lets through but nothing after it can use: a version of a specifier that is not a
-    PEP 440 version (``===2.5.1x``: arbitrary equality, which no axis or resolver question can be asked with) or
-    thousands of digits long, an extra that is not a name, a marker that cannot be evaluated in an image's
-    environment (``"a" == "a"`` compares no variable)."""
-    shown = untrusted.printable(text, 200)
-    for spec in req.specifier:
-        version = spec.version.removesuffix(".*") if spec.operator in ("==", "!=") else spec.version
-        problem = _version_problem(version)
-        if problem:
-            raise UsageError(
-                f"{where}: {shown}: {untrusted.printable(spec.version, 60)} {problem}",
-                "write a PEP 440 version, such as torch==2.5.1 or numpy>=1.26 (arbitrary equality, ===, is refused)",
-            )
-    bad = next((e for e in req.extras if not _EXTRA.fullmatch(e)), None)
-    if bad is not None:
-        raise UsageError(f"{where}: {shown}: {untrusted.printable(repr(bad), 60)} is not an extra's name", HINT)
-    if req.marker is not None and _evaluated(req.marker, {**_ANY_PYTHON, "extra": ""}) is None:
-        raise UsageError(
-            f"{where}: {shown}: its marker cannot be evaluated in an image's environment",
-            'compare an environment marker with a value, such as python_version >= "3.11" or '
-            'platform_machine == "x86_64"',
-        )
-
-
-def _version_problem(version: str) -> str | None:
-    if len(version) > validate.MAX_VERSION:
-        return f"is {len(version)} characters long, not a version"
-    try:
-        Version(version)
-    except InvalidVersion:
-        return "is not a PEP 440 version"
-    return None
-
-
-def _evaluated(marker: Marker, env: dict[str, str]) -> bool | None:
-    """The marker's value in ``env``, or None when it cannot be evaluated there (a comparison of no variable, a
-    version compared with a text: packaging raises one of several errors, not all of them ValueError)."""
-    try:
-        return bool(marker.evaluate(env))
-    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName, ValueError, TypeError):
-        return None
+    """What packaging's grammar lets through but nothing after it can use (direct_wheels.requirement_problem)."""
+    problem = direct_wheels.requirement_problem(req)
+    if problem:
+        raise UsageError(f"{where}: {untrusted.printable(text, 200)}: {problem}", direct_wheels.REQUIREMENT_HINT)
 
 
 # ---- pyproject.toml ----------------------------------------------------------------------------------------------
@@ -514,7 +475,7 @@ def python_specifier(value: object, where: str) -> str:
         except InvalidSpecifier:
             pass
         else:
-            bad = next((s for s in specs if _version_problem(s.version.removesuffix(".*"))), None)
+            bad = next((s for s in specs if direct_wheels.version_problem(s.version.removesuffix(".*"))), None)
             if bad is None:
                 return str(specs)
     raise UsageError(f"{where}: {untrusted.printable(repr(value), 80)} is not a version specifier", hint)
@@ -568,7 +529,7 @@ def _same_everywhere(d: Declared, groups: list[str]) -> None:
 
 
 def _safe(marker, env: dict[str, str]) -> bool | None:
-    return _evaluated(marker, env)
+    return direct_wheels.evaluated(marker, env)
 
 
 _ENVIRONMENTS = tuple(
@@ -576,13 +537,11 @@ _ENVIRONMENTS = tuple(
     for v in ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
     for m in ("x86_64", "aarch64")
 )
-_ANY_PYTHON = {"python_version": "3.11", "python_full_version": "3.11.0", "sys_platform": "linux",
-               "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-               "implementation_name": "cpython", "platform_python_implementation": "CPython"}  # fmt: skip
+_ANY_PYTHON = direct_wheels.MARKER_ENV
 
 
 def applies(req: Requirement, env: dict[str, str], extras: set[str] | tuple[str, ...]) -> bool:
     """Whether ``req`` is asked for in the image's marker environment ``env`` with the groups ``extras`` chosen."""
     if req.marker is None:
         return True
-    return any(_evaluated(req.marker, {**env, "extra": e}) is not False for e in ("", *extras))
+    return any(direct_wheels.evaluated(req.marker, {**env, "extra": e}) is not False for e in ("", *extras))
