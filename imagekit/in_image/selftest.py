@@ -183,15 +183,15 @@ def check_torch_cuda(manifest):
 def check_torch_archs(manifest):
     """The GPU architectures the image promises (its runtime contract: what `pod create` and the templates filter
     hosts by) are compiled into its torch: the wheel's own arch flags, read without a GPU."""
-    import torch
-
     runtime = manifest.get("runtime") or {}
     sass, ptx = runtime.get("sass") or [], runtime.get("ptx")
+    if skipped("torch-archs", manifest):  # decided before torch is asked, as the plan decides it
+        return check("torch-archs", "skip", SKIPS["torch-archs"], "", {"sass": sass, "ptx": ptx})
+    import torch
+
     flags_of = getattr(torch._C, "_cuda_getArchFlags", None)
     flags = flags_of() if flags_of is not None and torch.version.cuda else ""
     ev = {"arch_flags": flags, "sass": sass, "ptx": ptx}
-    if skipped("torch-archs", manifest):
-        return check("torch-archs", "skip", SKIPS["torch-archs"], "", ev)
     if not flags:
         return check("torch-archs", "fail", f"this torch ({torch.__version__}) names no compiled GPU architectures",
                      "the image does not match its name; rebuild from the lock", ev)
@@ -212,11 +212,11 @@ CUDA_LIB = re.compile(r"lib(cublas|cublasLt|cudart|cudnn[a-z_]*|cufft|cufftw|cur
 def check_cuda_libraries(manifest):
     """After `import torch`, every CUDA runtime library mapped into the process comes from the image's CUDA prefix
     (the nvidia-* wheels the lock pins), none from a system path: torch found them the way it does in site-packages."""
+    prefix, wheels = _cuda_wheels(manifest)
+    if skipped("cuda-libraries", manifest):  # decided before torch is imported, as the plan decides it
+        return check("cuda-libraries", "skip", SKIPS["cuda-libraries"])
     import torch  # noqa: F401 - loads libtorch_cuda and the CUDA runtime libraries it links
 
-    prefix, wheels = _cuda_wheels(manifest)
-    if skipped("cuda-libraries", manifest):
-        return check("cuda-libraries", "skip", SKIPS["cuda-libraries"])
     mapped = set()
     with open("/proc/self/maps") as fh:
         for line in fh:

@@ -208,7 +208,7 @@ def shortfall(fresh: dict, reuse: Reuse) -> str | None:
             return f"{reuse.record} has no result for {cid}, which this self-test runs"
         if skip is None and old.get("status") != "pass":
             return f"{reuse.record}'s {cid} is {old.get('status')!s:.20}, and this run would run it"
-        if skip is not None and (old.get("status"), old.get("summary")) != ("skip", skip):
+        if skip is not None and (old.get("status"), old.get("message")) != ("skip", skip):
             return f"{reuse.record}'s {cid} is not skipped for the reason this run would skip it ({skip})"
     return None
 

@@ -38,9 +38,9 @@ def _report(checks: list[dict] | None = None, **ran: object) -> dict:
         checks
         if checks is not None
         else [
-            {"id": "dists-match-lock", "status": "pass", "summary": "ok"},
-            {"id": "tiny-model", "status": "pass", "summary": "ok"},
-            {"id": "gpu-cuda-available", "status": "skip", "summary": GPU_SKIP},
+            {"id": "dists-match-lock", "status": "pass", "message": "ok"},
+            {"id": "tiny-model", "status": "pass", "message": "ok"},
+            {"id": "gpu-cuda-available", "status": "skip", "message": GPU_SKIP},
         ]
     )
     then = _key(code=CODE_THEN, **ran)  # type: ignore[arg-type]
@@ -153,7 +153,7 @@ def test_a_check_the_record_skipped_for_a_stated_reason_stays_a_skip():
     fresh = {"checks": [{"id": "dists-match-lock", "status": "pass"}], "passed": True, "failed": [], "plan": []}
     merged = selftest_reuse.merge(fresh, reuse)
     gpu = next(c for c in merged["checks"] if c["id"] == "gpu-cuda-available")
-    assert (gpu["status"], gpu["summary"]) == ("skip", GPU_SKIP) and gpu["reused"]["record"] == "reg/acme:one"
+    assert (gpu["status"], gpu["message"]) == ("skip", GPU_SKIP) and gpu["reused"]["record"] == "reg/acme:one"
     assert merged["passed"] is True and "plan" not in merged
 
 
