@@ -27,6 +27,7 @@ from imagekit.matrix import backend_metadata, project_deps
 from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix.project_deps import DepsSource
 from imagekit.services import base_images, image_manifest, inputs, lock_cells, release_index, staged_build
+from tests.matrix.test_project_deps import _files
 from tests.props import examples
 
 DEEP = 3000  # past Python's recursion limit: tomllib and json recurse once per level
@@ -76,15 +77,6 @@ HOSTILE_PYPROJECTS = [
     PYPROJECT + "dependencies = [1, 2]\n",
     PYPROJECT + "[project.optional-dependencies]\nx = " + "[" * 100 + "]" * 100 + "\n",
 ]
-
-
-def _files(files: dict[str, str]):
-    def read(path: str) -> str:
-        if path not in files:
-            raise UsageError(f"{path}: no such file in the project", "name a file of the project")
-        return files[path]
-
-    return read
 
 
 def _fails_well(fn, *args) -> ImagekitError | None:

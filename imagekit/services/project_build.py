@@ -132,7 +132,8 @@ def wheel_for(
     if kept is None:
         say(f"building the project's wheel from {install} in {base.name} (network off, {len(backend_wheels)} locked "
             f"wheels for {system.backend})")  # fmt: skip
-        _build(engine, base, system, backend_wheels, source, epoch, folder)
+        with foreign_files.scratch("imagekit-project-") as work:  # the one rule for a folder a container writes
+            _build(engine, base, system, backend_wheels, source, epoch, folder, work)
         kept = _kept(folder)
         if kept is None:
             raise EnvironmentFailure(f"the project's wheel was not kept in {folder}", "check the disk, and build again")
@@ -204,23 +205,10 @@ def _build(
     source: bytes,
     epoch: int,
     folder: Path,
-) -> None:
-    """Build the wheel in ``base`` and keep it in ``folder`` (written whole: a failed build keeps nothing). The build
-    writes only ``out``, a folder of foreign_files.scratch (private, removed whatever it leaves)."""
-    with foreign_files.scratch("imagekit-project-") as work:
-        _build_in(engine, base, system, wheels, source, epoch, folder, work)
-
-
-def _build_in(
-    engine: ContainerEngine,
-    base: BaseRef,
-    system: project_wheel.BuildSystem,
-    wheels: dict[str, Path],
-    source: bytes,
-    epoch: int,
-    folder: Path,
     work: Path,
 ) -> None:
+    """Build the wheel in ``base`` and keep it in ``folder`` (written whole: a failed build keeps nothing); the build
+    writes only ``work``'s out/ (a folder of foreign_files.scratch: private, removed whatever it leaves)."""
     try:
         inputs, out = work / "in", work / "out"
         (inputs / "wheels").mkdir(parents=True)

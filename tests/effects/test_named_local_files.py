@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,25 +14,7 @@ from imagekit.clouds import label_record, runpod
 from imagekit.effects import ssh_connection
 from imagekit.errors import UsageError
 from imagekit.services import pod
-
-
-def _within(seconds: float, fn):  # type: ignore[no-untyped-def]
-    """``fn()``'s exception or result, failing the test when it blocks (a read of a FIFO never ends)."""
-    box: dict = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed back below
-            box["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"still blocked after {seconds} s"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+from tests.effects.test_foreign_files import _within
 
 
 @pytest.fixture(params=["fifo", "/dev/zero", "socket"])
