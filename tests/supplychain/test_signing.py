@@ -189,7 +189,7 @@ def test_sign_and_verify_an_image_in_a_real_registry(runner, app, real_registry,
 # ---- build --push --sign-key, and release merge --require-signature (fake engine and registry) --------------------
 @pytest.mark.resolver  # the cell's lock is a real uv resolution against a loopback index
 @pytest.mark.loopback
-def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_require_it(setup, tmp_path, monkeypatch):
+def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_require_it(setup, tmp_path):  # noqa: F811
     import dataclasses
 
     from imagekit.services import release
@@ -239,11 +239,11 @@ def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_re
     # record's self-test, so a later build there may reuse its results (oci.selftest_reuse)
     from imagekit.services import release_index
 
-    monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "another-machine"))
-    assert release_index.vouched(entry) is None
-    release.merge([opts.release_records], tmp_path / "unsigned.json", registry, allowed=allowed)
-    assert release_index.vouched(entry) is None
-    release.merge(
-        [opts.release_records], tmp_path / "signed.json", registry, allowed=allowed, signed_by=key.public_key()
-    )
-    assert "its signature verified" in str(release_index.vouched(entry))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IMAGEKIT_STATE", str(tmp_path / "another-machine"))
+        assert release_index.vouched(entry) is None
+        release.merge([opts.release_records], tmp_path / "unsigned.json", registry, allowed=allowed)
+        assert release_index.vouched(entry) is None
+        signed = tmp_path / "signed.json"
+        release.merge([opts.release_records], signed, registry, allowed=allowed, signed_by=key.public_key())
+        assert "its signature verified" in str(release_index.vouched(entry))
