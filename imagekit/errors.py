@@ -22,10 +22,28 @@ class ImagekitError(Exception):
         self.hint = hint
 
     def render(self) -> str:
-        text = f"error: {self.message}"
+        """``error:`` and ``hint:`` as the terminal shows them: what a message quotes of a file, a label or an
+        argument never moves the cursor or recolours it (escape sequences and control characters are taken out),
+        and no line is longer than MAX_LINE (a 900,000-character name is named by its length)."""
+        text = f"error: {_shown(self.message)}"
         if self.hint:
-            text += f"\nhint: {self.hint}"
+            text += f"\nhint: {_shown(self.hint)}"
         return text
+
+
+MAX_LINE = 2000
+
+
+def _shown(text: str) -> str:
+    from imagekit.trust.untrusted import printable
+
+    out = []
+    for line in str(text).split("\n"):
+        clean = printable(line, 1 << 62, lines=True)
+        if len(clean) > MAX_LINE:
+            clean = f"{clean[: MAX_LINE - 200]}… ({len(clean) - MAX_LINE + 200} more characters not shown)"
+        out.append(clean)
+    return "\n".join(out)
 
 
 class UsageError(ImagekitError):

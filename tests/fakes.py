@@ -25,6 +25,8 @@ def _digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+# A release record's self-test report as publish writes it for a tested image (release merge refuses any other)
+PASSED = {"passed": True, "failed": [], "checks": [{"id": "dists-match-lock", "status": "pass", "message": "ok"}]}
 DPKG_STATUS = """Package: base-files
 Status: install ok installed
 Architecture: amd64
@@ -134,7 +136,7 @@ class RecordingEngine:
         if entrypoint == ["/bin/sh", "-c"] and "/var/lib/dpkg/status" in argv[0]:  # what the SBOM reads
             return 0, f'ID=debian\nVERSION_ID="12"\n\n@@imagekit-dpkg-status@@\n{DPKG_STATUS}', ""
         status = "pass" if self.selftest_passes else "fail"
-        checks = [{"id": "dists-match-lock", "status": status, "summary": "", "hint": "", "evidence": {}}]
+        checks = [{"id": "dists-match-lock", "status": status, "message": "", "hint": "", "evidence": {}}]
         failed = [] if self.selftest_passes else ["dists-match-lock"]
         # what the self-test reads inside the image: its manifest (the labels were made from it), and its torch
         labels = (self.images.get(image, {}).get("Config") or {}).get("Labels") or {}

@@ -33,7 +33,7 @@ from imagekit.model import Cell, Query
 from imagekit.oci import release_record
 from imagekit.services import release, release_index
 from tests.conftest import FIXTURES, ROOT
-from tests.fakes import RecordingRegistry
+from tests.fakes import PASSED, RecordingRegistry
 from tests.test_verify_truth import CU118, PYPI, ROOT_VIA, TORCH_118, uv_output
 
 PODSTART = ROOT / "imagekit" / "in_image" / "podstart.py"
@@ -163,7 +163,7 @@ def _record(folder: Path, registry: RecordingRegistry, published_at: str) -> dic
     digest = registry.receive(Remote.parse(repo), tag, inspect)
     published = release_record.Published(f"{repo}:{tag}", f"{repo}:{cell}", digest, False, inspect["Id"])
     entry = release_index.release_entry(
-        published, lock_hash="l" * 64, manifest={"cell": {"id": cell}}, report={}, size=1, published_at=published_at
+        published, lock_hash="l" * 64, manifest={"cell": {"id": cell}}, report=PASSED, size=1, published_at=published_at
     )
     release_index.write_record(folder, entry)
     return entry

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import tomllib
@@ -22,7 +21,7 @@ from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix import project_axes, project_deps
 from imagekit.matrix.project_deps import DepsSource
 from imagekit.services import inputs
-from imagekit.trust import validate
+from imagekit.trust import untrusted, validate
 
 # A small matrix from the shipped default's own axes (imagekit/data/default-matrix.toml): two torch releases on
 # two CUDA variants; the rules keep the pairs torch publishes wheels for, `imagekit matrix --explain` shows the rest.
@@ -49,7 +48,7 @@ NEXT = (
 
 
 def _toml(value: str) -> str:
-    return json.dumps(value)  # validated values are printable ASCII: a JSON string is a TOML basic string
+    return project_deps.toml_string(value)
 
 
 def _list(values: tuple[str, ...]) -> str:
@@ -277,6 +276,7 @@ def register(app: typer.Typer) -> None:
                     f"--pyproject appends to a pyproject.toml, not {target}", "drop --out, or drop --pyproject"
                 )
             section = document(axes, packages, repo, table="tool.imagekit.", apt=debs_, requirements=_source(declared))
+            _inside_the_project(target)
             text = _pyproject_with(target, section)
             origin = f"{target} [tool.imagekit]"
         else:
@@ -422,14 +422,27 @@ def _check(
     return len(evaluated), len(compatible)
 
 
+def _inside_the_project(path: Path) -> None:
+    """pyproject.toml is written where its links lead (it keeps its mode and its link): never out of the project
+    (the folder it is named in), where a link planted in a cloned repository would have init write another file."""
+    from imagekit.effects.foreign_files import inside
+
+    root = Path(os.path.abspath(path)).parent
+    if (path.exists() or path.is_symlink()) and inside(root, path) is None:
+        raise UsageError(
+            f"{path} is a link that leads out of the project ({root}): init would write where it leads",
+            "replace the link by the file itself, or drop --pyproject to write imagekit.toml",
+        )
+
+
 def _pyproject_with(path: Path, section: str) -> str:
     """pyproject.toml's text with ``section`` appended; refused when it has a [tool.imagekit] already."""
     hint = "run `imagekit init --pyproject` in your project's folder, or drop --pyproject to write imagekit.toml"
     text = read_input(path, "pyproject file", hint) or ""
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}", "fix its syntax first") from None
+        doc = untrusted.load_toml(text, str(path))
+    except untrusted.UntrustedData as exc:
+        raise UsageError(str(exc), "fix its syntax first") from None
     tool = doc.get("tool")
     if isinstance(tool, dict) and "imagekit" in tool:
         raise UsageError(
@@ -439,8 +452,8 @@ def _pyproject_with(path: Path, section: str) -> str:
     kept = text.rstrip("\n")
     joined = (kept + "\n\n" if kept else "") + section
     try:
-        tomllib.loads(joined)
-    except tomllib.TOMLDecodeError as exc:  # e.g. `tool = {...}` written as an inline table
+        untrusted.load_toml(joined, str(path))
+    except untrusted.UntrustedData as exc:  # e.g. `tool = {...}` written as an inline table
         raise UsageError(
             f"{path}: a [tool.imagekit] section cannot be added to it ({exc})", "write imagekit.toml"
         ) from None
@@ -467,13 +480,13 @@ def _report(
         python = min(pythons, key=Version)
         wanted = {i.name for i in project_axes.for_env(declared, python) if not i.constraint}
         console.print(
-            f"requirements: {declared.source.file} ({len(wanted)} distribution(s) for Python {python}"
+            f"requirements: {_shown(declared.source.file)} ({len(wanted)} distribution(s) for Python {python}"
             + (f", groups {', '.join(declared.extras)}" if declared.extras else "")
             + f"), read again by every command; {len(declared.files)} file(s) read",
             markup=False,
         )
         for note in declared.notes:
-            console.print(f"note: {note}", markup=False)
+            console.print(f"note: {_shown(note)}", markup=False)
     found = _read_by_default()
     flag = ""
     if found is None or not _same(found, target):
@@ -486,6 +499,14 @@ def _report(
         console.print(f"  {cmd + flag:<{width}}   # {why}", markup=False)
 
 
+def _shown(text: str) -> str:
+    """What a note quotes of the project's files, as the terminal may show it: credentials in URLs taken out, escape
+    sequences and control characters removed, one bounded line."""
+    from imagekit.trust.redact import redact_value
+
+    return untrusted.printable(redact_value(text), 1000)
+
+
 def _read_by_default() -> Path | None:
     """The file `--matrix`-less commands run here read (as `inputs.load_matrix`), or None: the shipped default."""
     local, pyproject = Path(matrix.MATRIX_FILE), Path("pyproject.toml")
@@ -494,8 +515,8 @@ def _read_by_default() -> Path | None:
     if not pyproject.is_file():
         return None
     try:
-        tool = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        tool = untrusted.load_toml(pyproject.read_text(encoding="utf-8"), "pyproject.toml").get("tool")
+    except (OSError, UnicodeDecodeError, untrusted.UntrustedData):
         return None
     return pyproject if isinstance(tool, dict) and "imagekit" in tool else None
 

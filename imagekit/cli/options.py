@@ -24,6 +24,8 @@ from imagekit.image.image_options import BUILDERS, ImageOptions
 from imagekit.locking import resolution
 from imagekit.matrix import matrix_file as matrix
 from imagekit.oci import publish_formats
+from imagekit.trust import untrusted
+from imagekit.trust.redact import redact_value
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -114,7 +116,7 @@ class Selection:
         missing = [c for c in self.cell or () if c not in known]
         if missing:
             raise UsageError(
-                f"--cell {missing[0]!r} is not a cell of the matrix",
+                f"--cell {untrusted.printable(redact_value(missing[0]), 200)!r} is not a cell of the matrix",
                 "`imagekit matrix --explain` lists the cells (ids as cu124-torch2.5.1-py3.11-tf4.48.2)",
             )
 

@@ -82,6 +82,18 @@ def _cell(labels: dict[str, str], platform: str, where: str) -> dict:
         raise _refused(where, f"imagekit.cuda: {exc.message}") from None
     if cuda != labels["imagekit.cuda"]:
         raise _refused(where, f"imagekit.cuda {labels['imagekit.cuda']!r} is not major.minor")
+    checks = {
+        "imagekit.torch": validate.version,
+        "imagekit.transformers": validate.version,
+        "imagekit.python": validate.python,
+        "imagekit.driver.min": validate.driver,
+    }
+    for key, check in checks.items():
+        if key in labels:
+            try:  # a label is printed into a template's readme and a pod's filters: a version, or refused
+                check(labels[key])
+            except UsageError:
+                raise _refused(where, f"{key} {untrusted.printable(labels[key], 64)!r}") from None
     cell = {
         "id": labels["imagekit.cell"],
         "cuda": cuda,

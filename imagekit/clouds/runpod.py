@@ -156,6 +156,15 @@ def jupyter_line(entry: dict, jupyter: bool) -> str:
     return "Jupyter: not in this image (build it with `[image] jupyter = true`)."
 
 
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}", re.ASCII)
+
+
+def shown_word(value: object) -> str:
+    """A version or a name a record or an image's labels gave, as a readme prints it: one word of what versions and
+    names are made of, else ``?`` (``$(id)`` or a link's markup never reaches a template someone reads)."""
+    return value if isinstance(value, str) and _WORD.fullmatch(value) else "?"
+
+
 def readme(
     entry: dict,
     jupyter: bool,
@@ -165,16 +174,16 @@ def readme(
 ) -> str:
     m = entry["manifest"]
     cell = m["cell"]
-    known = lambda value: value if isinstance(value, str) and value else "?"  # noqa: E731
+    known = shown_word
     driver = known((m.get("driver") or {}).get("minimum"))
-    archs = ", ".join((m.get("torch") or {}).get("archs") or []) or "?"
+    archs = ", ".join(shown_word(a) for a in (m.get("torch") or {}).get("archs") or []) or "?"
     needs = (
         rent_lines(runtime, data)
         if runtime is not None
         else [f"Needs an NVIDIA driver >= {driver}; GPU architectures: {archs}."]
     )
     lines = [
-        f"# imagekit {cell['id']}",
+        f"# imagekit {shown_word(cell.get('id'))}",
         f"torch {known(cell.get('torch'))}+{known(cell.get('variant'))}, transformers "
         f"{known(cell.get('transformers'))}, Python {known(cell.get('python'))}; "
         f"every package pinned by hash (image {entry['tag']}, digest {entry['digest']}).",

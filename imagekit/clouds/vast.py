@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from imagekit.clouds import guard_defaults, reap
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import registry_host
-from imagekit.clouds.runpod import source_line, tested_line
+from imagekit.clouds.runpod import shown_word, source_line, tested_line
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
 
@@ -117,7 +117,7 @@ def readme(
 ) -> str:
     m = entry["manifest"]
     cell = m["cell"]
-    driver = (m.get("driver") or {}).get("minimum") or "?"
+    driver = shown_word((m.get("driver") or {}).get("minimum"))
     cuda = cell["cuda"] if isinstance(cell.get("cuda"), str) and _CUDA.fullmatch(cell["cuda"]) else "?"
     needs = [f"Needs an NVIDIA driver >= {driver}: filter offers with `cuda_max_good` at least CUDA {cuda}."]
     if runtime is not None:
@@ -132,7 +132,7 @@ def readme(
             needs.append(contract.gpu_line(runtime, data))
     return "\n".join(
         [
-            f"# imagekit {cell['id']}",
+            f"# imagekit {shown_word(cell.get('id'))}",
             f"Image {entry['tag']} (digest {entry['digest']}); every package pinned by hash.",
             *needs,
             *tested_line(entry),

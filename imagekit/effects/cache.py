@@ -1,4 +1,5 @@
-"""Where imagekit keeps downloaded wheels and bootstrapped bases between runs."""
+"""Where imagekit keeps downloaded wheels and bootstrapped bases between runs, and what this machine did (its state:
+the pods it created, the releases it vouches for)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ def cache_root() -> Path:
     if os.environ.get("IMAGEKIT_CACHE"):
         return Path(os.environ["IMAGEKIT_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "imagekit"
+
+
+def state_root() -> Path:
+    """``$IMAGEKIT_STATE``, else ``$XDG_STATE_HOME/imagekit``, else ``~/.local/state/imagekit``."""
+    if os.environ.get("IMAGEKIT_STATE"):
+        return Path(os.environ["IMAGEKIT_STATE"])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "imagekit"
 
 

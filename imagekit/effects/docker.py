@@ -11,6 +11,7 @@ from pathlib import Path
 
 from imagekit.effects import process
 from imagekit.errors import CheckFailed, EnvironmentFailure
+from imagekit.trust import untrusted
 
 LineFn = Callable[[str], None]
 
@@ -70,7 +71,17 @@ SANDBOX = {
     "security_opt": ["no-new-privileges"],
     "pids_limit": 256,
     "mem_limit": "4g",
+    # what it prints is kept on the host's disk by the engine: 16 MB at most (the last of it), whatever it prints
+    "log_config": {"type": "json-file", "config": {"max-size": "16m", "max-file": "1"}},
 }
+
+
+def _command(entrypoint: list[str] | None, argv: list[str]) -> str:
+    """A container's command as a message names it: a program's source handed on the command line (``python -c
+    '...'``) is not quoted, nor is any word longer than a path."""
+    words = [*(entrypoint or []), *argv]
+    shown = [w if len(w) <= 80 and "\n" not in w else "…" for w in words]
+    return untrusted.printable(" ".join(shown), 200)
 
 
 class Engine:
@@ -385,7 +396,8 @@ class Engine:
                 result = container.wait(timeout=timeout)
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                 raise CheckFailed(
-                    f"{image}: {' '.join(argv)[:120]} did not finish within {timeout} s; the container was stopped",
+                    f"{image}: {_command(entrypoint, argv)} did not finish within {timeout} s; the container was "
+                    "stopped",
                     "see what it waits on with `docker run` of the same command; on an emulated platform "
                     "(qemu) everything is 5 to 20 times slower",
                 ) from None

@@ -244,8 +244,9 @@ def read_code(spec: CopySpec) -> CodeLayer:
     patterns = spec.exclude
     ignore = real_root / ".dockerignore"
     if os.path.lexists(ignore):
-        text = read(".dockerignore", ignore, code_layer.MAX_BYTES).decode(errors="replace")
+        text = read(".dockerignore", ignore, code_layer.MAX_IGNORE_BYTES).decode(errors="replace")
         patterns = (*code_layer.dockerignore_lines(text), *patterns)
+    patterns = code_layer.bounded_patterns(patterns, ".dockerignore and exclude together")
     walk_excluded = code_layer.may_bring_back(patterns)  # a `!` line may bring back a file in an excluded folder
     files: list[tuple[str, bytes, int]] = []
     total = 0

@@ -227,6 +227,24 @@ def private_dir(path: Path, levels: int = 1) -> Path:
     return path
 
 
+@contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A folder another party writes (a container's output, mounted read-write): the one rule for every such folder.
+    Made by imagekit, inside a parent of this user's that is 0700 (a setuid program planted there, or the folder
+    made 0777, is reachable by no other local user), read by the caller with this module's readers (bounded, no
+    link followed), and removed afterwards with all it holds, without recursion and without following a link
+    (:func:`remove_tree`: a 2,000-deep tree, a FIFO, a folder made unreadable are removed too)."""
+    import tempfile
+
+    parent = private_dir(Path(tempfile.mkdtemp(prefix=prefix)))
+    try:
+        folder = parent / "out"
+        folder.mkdir(0o700)
+        yield folder
+    finally:
+        remove_tree(parent)
+
+
 def inside(root: Path, path: Path) -> Path | None:
     """``path`` resolved (every link followed) when it stays inside ``root`` resolved; None when it leads out."""
     base = Path(root).resolve()
@@ -235,6 +253,18 @@ def inside(root: Path, path: Path) -> Path | None:
     except (OSError, RuntimeError):
         return None
     return found if found == base or found.is_relative_to(base) else None
+
+
+def _opened_up(name: str, dir_fd: int) -> bool:
+    """Whether ``name`` is a folder (not a link); one of this user's that its writer made unreadable or unwritable
+    (chmod 000, 500) is made 0700 first, so it can be emptied and moved. Called once the writer has finished (its
+    container is gone): nothing swaps the folder for a link meanwhile."""
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(info.st_mode):
+        return False
+    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
+        os.chmod(name, 0o700, dir_fd=dir_fd)
+    return True
 
 
 def remove_tree(path: Path) -> None:
@@ -256,12 +286,12 @@ def remove_tree(path: Path) -> None:
     try:
         while names := os.listdir(top):
             for name in names:
-                if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+                if not _opened_up(name, top):
                     os.unlink(name, dir_fd=top)
                     continue
                 with folder(name, dir_fd=top) as sub:
                     for child in os.listdir(sub):
-                        if stat.S_ISDIR(os.stat(child, dir_fd=sub, follow_symlinks=False).st_mode):
+                        if _opened_up(child, sub):
                             moved += 1
                             os.rename(child, f".imagekit-rm-{token}-{moved}", src_dir_fd=sub, dst_dir_fd=top)
                         else:

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from imagekit.clouds.reap import Record
+from imagekit.effects.cache import state_root
 from imagekit.effects.files import write_atomic
+from imagekit.trust import untrusted
 
 MAX_RECORD = 64 << 10  # bytes: a record is a few hundred
 _NAME = re.compile(r"(pod-[A-Za-z0-9]{4,64}|pending-[0-9a-f]{16})\.json", re.ASCII)
@@ -27,10 +29,7 @@ _STAMP = re.compile(r"[0-9T:Z-]{20}", re.ASCII)
 
 
 def folder() -> Path:
-    if os.environ.get("IMAGEKIT_STATE"):
-        return Path(os.environ["IMAGEKIT_STATE"]) / "pods"
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "imagekit" / "pods"
+    return state_root() / "pods"
 
 
 def _write(name: str, doc: dict) -> Path:
@@ -49,7 +48,7 @@ def pending(created: str, name: str, deadline: str | None, api: str) -> Path:
 
 def created(pending_path: Path, pod_id: str) -> Path:
     """The pod's id, the moment it is known; the pending record it came from goes."""
-    doc = json.loads(pending_path.read_text())
+    doc = _document(pending_path) or {}  # written moments ago, read back as any record: bounded, never a link
     path = _write(f"pod-{pod_id}.json", {**doc, "pod": pod_id})
     drop(pending_path)
     return path
@@ -79,20 +78,28 @@ def load(warn: Callable[[str], None]) -> list[tuple[Path, Record]]:
     return found
 
 
-def _read(path: Path) -> Record | None:
+def _document(path: Path) -> dict | None:
+    """The JSON object a record file holds, or None: not a regular file (a FIFO or a device never blocks or floods
+    this), a link, larger than a record, or not a JSON object of bounded depth (a deep one would end in
+    RecursionError)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # a FIFO or a device never blocks or floods this
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             return None
         raw = fh.read(MAX_RECORD + 1)
     try:
-        doc = json.loads(raw) if len(raw) <= MAX_RECORD else None
-    except ValueError:
+        doc = untrusted.load_json(raw, "a pod record", max_bytes=MAX_RECORD, max_depth=4)
+    except untrusted.UntrustedData:
         return None
-    if not isinstance(doc, dict):
+    return doc if isinstance(doc, dict) else None
+
+
+def _read(path: Path) -> Record | None:
+    doc = _document(path)
+    if doc is None:
         return None
     pod, made, name, deadline = doc.get("pod"), doc.get("created"), doc.get("name"), doc.get("deadline")
     if not (isinstance(made, str) and _STAMP.fullmatch(made) and isinstance(name, str)):

@@ -128,6 +128,9 @@ _AUTH = re.compile(
 # huggingface-hub>=2.4.0,<3.0 and imagekit-cell depends on transformers==5.25.0, ..."
 _AXIS_CONFLICT = re.compile(r"(?:Because |and )(?P<name>torch|transformers)(?:[<>=!~][^\s,]*)? depends on ")
 
+# uv's words for a wheel named by URL or path that is no wheel of that name: "Failed to read `x @ file:///...`"
+_UNREADABLE = re.compile(r"Failed to read `(?P<what>[^`\n]{1,400})`")
+
 # uv's words for a requirement that only an sdist meets (with --only-binary :all:)
 _NO_WHEEL = re.compile(r"(?:Because |and )(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)[^\n]*? has no usable wheels")
 
@@ -159,6 +162,13 @@ def _fail(req: LockRequest, stderr: str) -> Exception:
             "--index-url at a reachable mirror"
         )
         return EnvironmentFailure(f"{req.cell.id}: cannot reach the package index:\n{tail}", hint)
+    unreadable = _UNREADABLE.search(text)
+    if unreadable:  # the file is wrong, not the pins
+        return CheckFailed(
+            f"{req.cell.id}: uv could not read {unreadable['what']}, a wheel the requirements name:\n{tail}",
+            "a wheel named by URL or path must be a wheel of that name and version (a zip holding "
+            "NAME-VERSION.dist-info/METADATA whose Name and Version are the file name's): replace the file",
+        )
     no_wheel = _NO_WHEEL.search(text)
     if no_wheel:  # --only-binary: a version with an sdist only is not installable in an image
         from imagekit.locking import direct_wheels

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
 import re
 import socket
 from pathlib import Path
@@ -21,26 +22,30 @@ from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.trust import untrusted
 
 CONNECT_TIMEOUT = 20.0
+MAX_KEY_FILE = 1 << 20  # a private key is a few KB
+MAX_KNOWN_HOSTS = 64 << 20
 
 
 def load_key(path: Path) -> paramiko.PKey:
     """The private key of ``--key``; a clear error for a file that is not one (a public key, an encrypted key, a
     binary or non-UTF-8 file) instead of paramiko's tracebacks."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    from imagekit.effects import foreign_files
+
+    if not os.path.lexists(path):
         raise UsageError(
             f"--key {path}: no such file", "give the private key's path (e.g. ~/.ssh/id_ed25519)"
         ) from None
-    except OSError as exc:
-        raise UsageError(f"--key {path}: cannot read it ({exc.strerror})", "give a readable private key") from None
+    try:  # a regular file (a FIFO or /dev/zero is refused at once, before anything connects), of a key's size
+        raw = foreign_files.read_bytes(path, MAX_KEY_FILE, follow=True)
+    except foreign_files.Refused as exc:
+        raise UsageError(f"--key {path}: it {exc.why}", "give a readable private key (a regular file)") from None
     head = raw[:200].lstrip()
     if head.startswith((b"ssh-", b"ecdsa-", b"sk-")) or b"PUBLIC KEY" in head:
         raise UsageError(
             f"--key {path} is a public key", "give the private key (the same name without .pub, e.g. ~/.ssh/id_ed25519)"
         )
     try:
-        return paramiko.PKey.from_path(path)
+        return paramiko.PKey.from_path(path)  # the regular file just read (a key of the user's own)
     except (paramiko.PasswordRequiredException, TypeError) as exc:  # cryptography: TypeError "password-protected"
         if isinstance(exc, TypeError) and "password" not in str(exc):
             raise UsageError(
@@ -59,10 +64,12 @@ def load_key(path: Path) -> paramiko.PKey:
 
 def _load_known_hosts(keys: paramiko.HostKeys, path: Path, warn: Sink) -> None:
     """``known_hosts`` read as OpenSSH does: a line it cannot parse is skipped (with a warning), not fatal."""
-    try:
-        text = path.read_bytes().decode("utf-8", "replace")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}", "fix or move that file") from None
+    from imagekit.effects import foreign_files
+
+    try:  # a FIFO or a device there is refused at once, never waited on
+        text = foreign_files.read_bytes(path, MAX_KNOWN_HOSTS, follow=True).decode("utf-8", "replace")
+    except foreign_files.Refused as exc:
+        raise UsageError(f"cannot read {path}: it {exc.why}", "fix or move that file") from None
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):

@@ -16,6 +16,8 @@ import tarfile
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from imagekit.errors import UsageError
+
 DEFAULT_TO = "/opt/app"
 # Never in an image: version control, imagekit's state (wheels, contexts), virtual environments, bytecode.
 # At any depth, and a `!` line never brings them back.
@@ -83,17 +85,27 @@ def _translate(pattern: str) -> tuple[bool, list[str]]:
 
 
 def _match(parts: list[str], path: list[str]) -> bool:
-    """Does the pattern match ``path`` or one of its parent folders (a matched folder leaves out all below)?"""
-    if not parts:
-        return False
-    if parts[0] == "**":
-        rest = parts[1:]
-        return not rest or any(_match(rest, path[i:]) for i in range(len(path)))
-    if not path or not fnmatchcase(path[0], parts[0]):
-        return False
-    if len(parts) == 1:
-        return True  # this entry, and so everything below it
-    return _match(parts[1:], path[1:])
+    """Does the pattern match ``path`` or one of its parent folders (a matched folder leaves out all below)? Each
+    (pattern part, path part) pair is judged once: `**/**/**/...` against a deep path stays polynomial, not the
+    exponential number of ways the ``**`` could share the folders out."""
+    parts = [p for i, p in enumerate(parts) if not (p == "**" and i and parts[i - 1] == "**")]  # ** ** is **
+    memo: dict[tuple[int, int], bool] = {}
+
+    def at(i: int, j: int) -> bool:  # parts[i:] against path[j:]
+        if (i, j) in memo:
+            return memo[(i, j)]
+        if i == len(parts):
+            found = False
+        elif parts[i] == "**":
+            found = i + 1 == len(parts) or any(at(i + 1, k) for k in range(j, len(path)))
+        elif j == len(path) or not fnmatchcase(path[j], parts[i]):
+            found = False
+        else:
+            found = i + 1 == len(parts) or at(i + 1, j + 1)  # the last part matched: this entry and all below it
+        memo[(i, j)] = found
+        return found
+
+    return at(0, 0)
 
 
 def excluded(rel: str, patterns: tuple[str, ...]) -> bool:
@@ -122,8 +134,26 @@ def may_bring_back(patterns: tuple[str, ...]) -> bool:
     return any(p.lstrip().startswith("!") for p in patterns)
 
 
-def dockerignore_lines(text: str) -> tuple[str, ...]:
-    return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+MAX_IGNORE_BYTES = 256 << 10  # a .dockerignore of thousands of lines is a few tens of KB
+MAX_PATTERNS, MAX_PATTERN = 2000, 1024
+
+
+def dockerignore_lines(text: str, where: str = ".dockerignore") -> tuple[str, ...]:
+    """The patterns of a `.dockerignore` (or `[image] copy`'s exclude): bounded in number and length, since every
+    file of the folder is matched against every pattern."""
+    lines = tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    return bounded_patterns(lines, where)
+
+
+def bounded_patterns(patterns: tuple[str, ...], where: str) -> tuple[str, ...]:
+    long = next((p for p in patterns if len(p) > MAX_PATTERN), None)
+    if len(patterns) > MAX_PATTERNS or long is not None:
+        said = f"a pattern of {len(long)} characters" if long is not None else f"{len(patterns)} patterns"
+        raise UsageError(
+            f"[image] copy: {where} has {said} (at most {MAX_PATTERNS} patterns of {MAX_PATTERN} characters)",
+            "leave out folders by name (data/, **/*.ckpt): every file is matched against every pattern",
+        )
+    return patterns
 
 
 def tarball(files: tuple[tuple[str, bytes, int], ...], to: str, epoch: int) -> bytes:

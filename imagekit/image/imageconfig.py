@@ -61,8 +61,13 @@ _OWN_WHY = {
 }
 # A published image's config is readable by everyone who can pull it.
 # Words of a name (split at _): HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, GITHUB_PAT; not TOKENIZERS_PARALLELISM.
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "APIKEY", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY",
-                 "KEY", "PAT", "CREDENTIAL", "CREDENTIALS", "AUTH")  # fmt: skip
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "PW", "APIKEY", "API_KEY", "ACCESS_KEY",
+                 "PRIVATE_KEY", "KEY", "PAT", "CREDENTIAL", "CREDENTIALS", "AUTH")  # fmt: skip
+# A secret's word run into another (HFTOKEN, SSH_PRIVKEY, DB_PWD's PWD is a word above): the word ends its part of
+# the name (TOKENIZERS_PARALLELISM is no token).
+_SECRET_SUFFIX = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|PRIVKEY|PRIVATEKEY|CREDENTIAL)S?(_|$)")
+# user:password@ in a URL's authority, with a scheme or without one (redis's default:pw@host:6379)
+_URL_PASSWORD = re.compile(r"(?<![^\s/@:=,;])(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s/@:]*:[^\s/@]+@[A-Za-z0-9\[]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
 # One printable ASCII line without the characters a Dockerfile's ENV would quote or expand (" \ $): the same value
 # on BuildKit (an ENV instruction), the legacy builder (the config imagekit writes) and a commit (--change).
@@ -83,13 +88,18 @@ def user_env_problem(name: object, value: object) -> str | None:
             return f"{name} is refused: {why}"
     if upper in RESERVED_ENV_NAMES:
         return f"{name} is refused: {RESERVED_ENV_NAMES[upper]}"
-    if any(f"_{word}_" in f"_{upper}_" for word in _SECRET_WORDS):
+    if any(f"_{word}_" in f"_{upper}_" for word in _SECRET_WORDS) or _SECRET_SUFFIX.search(upper):
         return (f"{name} looks like a secret, and a published image's config is readable by everyone who can pull "
                 "it: pass it when the pod starts (the template's env, the cloud's secrets)")  # fmt: skip
     if not isinstance(value, str):
         return f"expected a string value, got {type(value).__name__}"
     if len(value) > MAX_ENV_VALUE or not _ENV_VALUE.fullmatch(value):
         return f'expected one line of printable ASCII without " \\ or $, at most {MAX_ENV_VALUE} characters'
+    if _URL_PASSWORD.search(value):
+        return (
+            f"{name}'s value holds a URL with a password, which everyone who can pull the image reads in its "
+            "config: pass it when the pod starts (the template's env, the cloud's secrets)"
+        )
     return None
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -25,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 from imagekit.errors import UsageError
 from imagekit.image.code_layer import CodeLayer
 from imagekit.model import MACHINES, Cell
+from imagekit.trust import untrusted
 from imagekit.trust.untrusted import printable
 
 REQUIREMENTS_FILE = "requirements-project.txt"  # the code layer's requirements (the wheel, by its sha256)
@@ -109,9 +109,11 @@ def build_system(files: tuple[tuple[str, bytes, int], ...], where: str) -> Build
             return BuildSystem(LEGACY_BACKEND, LEGACY_REQUIRES)
         raise UsageError(f"[image] install: {where} has no pyproject.toml or setup.py to build a wheel from", hint)
     try:
-        doc = tomllib.loads(by_name["pyproject.toml"].decode())
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"[image] install: {where}/pyproject.toml is not valid TOML: {exc}", hint) from None
+        doc = untrusted.load_toml(by_name["pyproject.toml"].decode(), f"[image] install: {where}/pyproject.toml")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"[image] install: {where}/pyproject.toml is not UTF-8 ({exc.reason})", hint) from None
+    except untrusted.UntrustedData as exc:
+        raise UsageError(str(exc), hint) from None
     table = doc.get("build-system")
     if table is None:
         return BuildSystem(LEGACY_BACKEND, LEGACY_REQUIRES)

@@ -27,6 +27,9 @@ def check(cid, status, message, fix="", evidence=None):
     return {"id": cid, "status": status, "message": message, "fix": fix, "evidence": evidence or {}}
 
 
+GPU_SKIP = "no GPU visible: GPU checks skipped"  # the self-test's plan says it beforehand (selftest.SKIPS)
+
+
 def visible_gpus():
     """GPUs the driver exposes to this process, without torch: nvidia-smi, else /proc/driver/nvidia."""
     smi = shutil.which("nvidia-smi")
@@ -100,7 +103,7 @@ def run_gpu_checks(require_gpu=False):
             out.append(check("gpu-cuda-available", "fail", "no GPU visible and --require-gpu was given",
                              "run on a GPU host with the NVIDIA runtime (docker run --gpus all)", evidence))
         else:
-            out.append(check("gpu-cuda-available", "skip", "no GPU visible: GPU checks skipped", "", evidence))
+            out.append(check("gpu-cuda-available", "skip", GPU_SKIP, "", evidence))
         return out
     out.append(check("gpu-cuda-available", "pass", f"torch sees {count} GPU(s)", "", evidence))
     arch_list = torch.cuda.get_arch_list()

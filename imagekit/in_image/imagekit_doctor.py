@@ -1440,16 +1440,17 @@ def main(argv=None):
             p.error(f"--hf-repo {repo[:100]!r}: give a repo id such as meta-llama/Llama-3.2-1B (or datasets/ORG/NAME)")
     for path in args.path or []:
         if not path.strip() or os.path.isfile(path):
-            p.error(f"--path {path!r}: give an output folder (hint: it need not exist yet, e.g. --path /workspace/out)")
+            p.error(f"--path {printable(path)[:200]!r}: give an output folder (hint: it need not exist yet, e.g. "
+                    "--path /workspace/out)")
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
-        p.error(f"--python {args.python}: no such executable (give the interpreter of the environment to check, "
-                "e.g. .venv/bin/python)")
+        p.error(f"--python {printable(args.python)[:200]}: no such executable (give the interpreter of the "
+                "environment to check, e.g. .venv/bin/python)")
     if args.expect is not None:  # a file named here that cannot be read is bad usage, whatever a check would say
         try:
             read_regular(args.expect)
         except OSError as exc:
             why = exc.reason if isinstance(exc, nofollow.Refused) else (exc.strerror or str(exc))
-            p.error(f"--expect {printable(nofollow.redact(args.expect))}: cannot read it: {why} (hint: give a "
+            p.error(f"--expect {printable(nofollow.redact(args.expect))[:200]}: cannot read it: {why} (hint: give a "
                     "manifest JSON or a lockfile, a regular file)")
     start = time.time()
     checks = run_checks(args)

@@ -22,16 +22,69 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 if __package__:  # imported from the host's package, imagekit.in_image
     from . import facts, hygiene
-    from .gpu_checks import check, run_gpu_checks
+    from .gpu_checks import GPU_SKIP, check, run_gpu_checks, visible_gpus
 else:  # the program in the image: its siblings lie beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import facts
     import hygiene
-    from gpu_checks import check, run_gpu_checks
+    from gpu_checks import GPU_SKIP, check, run_gpu_checks, visible_gpus
+
+
+# Why the full self-test skips a check before running it: one text per check, decided by what the manifest says
+# (for numpy and the GPU: what the image holds, what the host shows). The checks skip with these words and `plan`
+# says them beforehand, so the host reuses an earlier release's skip only where this run would skip for the same
+# reason (imagekit/oci/selftest_reuse.py).
+SKIPS = {
+    "apt-packages": "no [image] apt packages",
+    "torch-archs": "the manifest promises no GPU architectures",
+    "cuda-libraries": "no CUDA runtime wheels in this image (torch bundles its libraries)",
+    "numpy-interop": "numpy is not installed",
+    "torch-compile": "built without a compiler ([image] compiler = false): torch.compile is not available in this "
+                     "image",
+    "cuda-extension": "no CUDA compiler in this image ([image] cuda_toolkit = false)",
+    "gpu-cuda-available": GPU_SKIP,
+}
+
+
+def _cuda_wheels(manifest):
+    layers = manifest.get("layers") or {}
+    prefix = layers.get("cuda_prefix")
+    return prefix, [d for layer in layers.get("layers", []) if layer.get("target") == prefix
+                    for d in layer["distributions"]]
+
+
+def skipped(cid, manifest, require_gpu=False):
+    """The reason the full self-test skips ``cid`` here without running it (SKIPS), or None when it runs it."""
+    import importlib.util
+
+    skips = {
+        "apt-packages": lambda: not (manifest.get("apt") or {}).get("packages"),
+        "torch-archs": lambda: not (manifest.get("runtime") or {}).get("sass"),
+        "cuda-libraries": lambda: not all(_cuda_wheels(manifest)),
+        "numpy-interop": lambda: importlib.util.find_spec("numpy") is None,
+        "torch-compile": lambda: (manifest.get("image") or {}).get("compiler") is False,
+        "cuda-extension": lambda: not manifest.get("cuda_toolkit"),
+        "gpu-cuda-available": lambda: not require_gpu and not visible_gpus()[0],
+    }
+    return SKIPS[cid] if cid in skips and skips[cid]() else None
+
+
+def plan(manifest, require_gpu=False):
+    """The checks the full self-test runs here, in its order, each with the reason it would skip it (None: it runs
+    it): what a `--code-layer` run reports, so the host knows what the results it reuses must cover. The GPU's own
+    checks past `gpu-cuda-available` depend on the GPUs found and are not listed."""
+    ids = ["dists-match-lock", "pip-check", "python-identity", "torch-cuda-version", "torch-archs", "cuda-libraries",
+           "numpy-interop", "tiny-model", "image-hygiene"]
+    ids += ["project-imports"] if manifest.get("project") else []
+    ids += ["apt-packages"] if manifest.get("apt") else []
+    ids += ["torch-compile", "cuda-extension", "gpu-cuda-available"]
+    ids += [f"smoke-{n}" for n in range(1, len((manifest.get("smoke") or {}).get("commands") or []) + 1)]
+    return [{"id": cid, "skip": skipped(cid, manifest, require_gpu)} for cid in ids]
 
 
 def image_paths(manifest=None):
@@ -76,8 +129,8 @@ def check_distributions(manifest):
 def check_apt(manifest):
     """`apt-packages`: every .deb the cell locked (`[image] apt`) is installed at its pinned version."""
     want = (manifest.get("apt") or {}).get("packages") or {}
-    if not want:
-        return check("apt-packages", "skip", "no [image] apt packages")
+    if skipped("apt-packages", manifest):
+        return check("apt-packages", "skip", SKIPS["apt-packages"])
     with open(facts.DPKG_STATUS, encoding="utf-8", errors="replace") as fh:
         drift = facts.apt_drift(want, facts.dpkg_installed(fh.read()))
     if drift["missing"] or drift["different"]:
@@ -130,15 +183,15 @@ def check_torch_cuda(manifest):
 def check_torch_archs(manifest):
     """The GPU architectures the image promises (its runtime contract: what `pod create` and the templates filter
     hosts by) are compiled into its torch: the wheel's own arch flags, read without a GPU."""
-    import torch
-
     runtime = manifest.get("runtime") or {}
     sass, ptx = runtime.get("sass") or [], runtime.get("ptx")
+    if skipped("torch-archs", manifest):  # decided before torch is asked, as the plan decides it
+        return check("torch-archs", "skip", SKIPS["torch-archs"], "", {"sass": sass, "ptx": ptx})
+    import torch
+
     flags_of = getattr(torch._C, "_cuda_getArchFlags", None)
     flags = flags_of() if flags_of is not None and torch.version.cuda else ""
     ev = {"arch_flags": flags, "sass": sass, "ptx": ptx}
-    if not sass:
-        return check("torch-archs", "skip", "the manifest promises no GPU architectures", "", ev)
     if not flags:
         return check("torch-archs", "fail", f"this torch ({torch.__version__}) names no compiled GPU architectures",
                      "the image does not match its name; rebuild from the lock", ev)
@@ -159,13 +212,11 @@ CUDA_LIB = re.compile(r"lib(cublas|cublasLt|cudart|cudnn[a-z_]*|cufft|cufftw|cur
 def check_cuda_libraries(manifest):
     """After `import torch`, every CUDA runtime library mapped into the process comes from the image's CUDA prefix
     (the nvidia-* wheels the lock pins), none from a system path: torch found them the way it does in site-packages."""
+    prefix, wheels = _cuda_wheels(manifest)
+    if skipped("cuda-libraries", manifest):  # decided before torch is imported, as the plan decides it
+        return check("cuda-libraries", "skip", SKIPS["cuda-libraries"])
     import torch  # noqa: F401 - loads libtorch_cuda and the CUDA runtime libraries it links
 
-    layers = manifest.get("layers") or {}
-    prefix = layers.get("cuda_prefix")
-    wheels = [d for layer in layers.get("layers", []) if layer.get("target") == prefix for d in layer["distributions"]]
-    if not prefix or not wheels:
-        return check("cuda-libraries", "skip", "no CUDA runtime wheels in this image (torch bundles its libraries)")
     mapped = set()
     with open("/proc/self/maps") as fh:
         for line in fh:
@@ -189,12 +240,11 @@ def check_cuda_libraries(manifest):
 
 
 def check_numpy_interop():
-    try:
-        import numpy
-    except ImportError:
-        return check("numpy-interop", "skip", "numpy is not installed")
+    if skipped("numpy-interop", {}):
+        return check("numpy-interop", "skip", SKIPS["numpy-interop"])
     import warnings
 
+    import numpy
     import torch
 
     with warnings.catch_warnings(record=True) as caught:
@@ -239,9 +289,8 @@ def check_tiny_model():
 def check_torch_compile(manifest):
     """torch.compile of a tiny function: Inductor's C++ on the CPU, Triton on a GPU; both need a C compiler and
     Python's headers at run time."""
-    if (manifest.get("image") or {}).get("compiler") is False:
-        return check("torch-compile", "skip", "built without a compiler ([image] compiler = false): "
-                     "torch.compile is not available in this image")
+    if skipped("torch-compile", manifest):
+        return check("torch-compile", "skip", SKIPS["torch-compile"])
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -284,8 +333,8 @@ def check_cuda_extension(manifest):
     kernel with the image's nvcc (CUDA_HOME) and g++, links it against torch and imports it; with a GPU it runs it.
     Without a GPU it compiles for the first architecture the image promises (TORCH_CUDA_ARCH_LIST)."""
     toolkit = manifest.get("cuda_toolkit")
-    if not toolkit:
-        return check("cuda-extension", "skip", "no CUDA compiler in this image ([image] cuda_toolkit = false)")
+    if skipped("cuda-extension", manifest):
+        return check("cuda-extension", "skip", SKIPS["cuda-extension"])
     home = os.environ.get("CUDA_HOME") or toolkit.get("home") or ""
     ev = {"CUDA_HOME": home, "nvcc": _nvcc_version(home) if os.path.isfile(os.path.join(home, "bin", "nvcc")) else None}
     if ev["nvcc"] is None:
@@ -335,19 +384,21 @@ def check_smoke(number, command, timeout):
         return check(cid, "fail", f"`{command}` was not run: the smoke commands' time is spent",
                      "make the commands before it quicker, or run fewer ([image] smoke)", ev)
     start = time.time()
-    with tempfile.TemporaryFile() as out:  # the output on disk: only its tail is read back
-        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the command and whatever it started
-            proc.wait()
-            code = None
-        out.seek(0, 2)
-        out.seek(max(0, out.tell() - 4 * SMOKE_TAIL))
-        tail = out.read().decode("utf-8", "replace")[-SMOKE_TAIL:]
-    ev.update({"exit": code, "output_tail": tail, "seconds": round(time.time() - start, 2)})
+    proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    kept, reader = _tail_reader(proc.stdout.fileno(), 4 * SMOKE_TAIL)
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the command and whatever it started
+        proc.wait()
+        code = None
+    reader.join(5)  # a program that left the session may hold the pipe open: its output is not waited for
+    if not reader.is_alive():  # else the reader keeps its descriptor: closing it under a blocked read is unsafe
+        proc.stdout.close()
+    tail = bytes(kept["tail"]).decode("utf-8", "replace")[-SMOKE_TAIL:]
+    ev.update({"exit": code, "output_tail": tail, "output_bytes": kept["bytes"],
+               "seconds": round(time.time() - start, 2)})
     last = (tail.strip().splitlines() or [""])[-1][:300]
     if code is None:
         return check(cid, "fail", f"`{command}` did not finish within {timeout} s",
@@ -358,6 +409,30 @@ def check_smoke(number, command, timeout):
                      "the project's code fails in this image: fix it or the command ([image] smoke) and build again",
                      ev)
     return check(cid, "pass", f"`{command}` exited 0 in {ev['seconds']:.1f} s", "", ev)
+
+
+def _tail_reader(fd, keep):
+    """A thread reading ``fd`` to its end, keeping only its last ``keep`` bytes (and counting them all): a smoke
+    command's output never reaches a disk, so one that prints without end fills neither the image's writable layer
+    nor the host's disk under it."""
+    kept = {"tail": bytearray(), "bytes": 0}
+
+    def pump():
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            kept["bytes"] += len(chunk)
+            kept["tail"] += chunk
+            if len(kept["tail"]) > 2 * keep:
+                del kept["tail"][:-keep]
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return kept, reader
 
 
 def run_smoke(manifest):
@@ -405,7 +480,8 @@ def main(argv=None):
         return 0
     left = hygiene.leftovers()  # before anything here writes to /tmp or /root
     if "--code-layer" in argv:  # the host reuses the results of the layers below the code layer (their digests)
-        return finish(manifest, code_layer_checks(manifest, left), "code-layer")
+        return finish(manifest, code_layer_checks(manifest, left), "code-layer",
+                      plan(manifest, "--require-gpu" in argv))
     # torch.compile waits on a C compiler most of its time (Inductor's C++ or Triton): a process of its own from the
     # start, so the other checks run meanwhile
     compiling = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--only-torch-compile"],
@@ -505,12 +581,14 @@ def code_layer_checks(manifest, left):
     return checks + run_smoke(manifest)
 
 
-def finish(manifest, checks, scope):
+def finish(manifest, checks, scope, planned=None):
     """The report on stdout; exit 1 on any failure. ``scope``: ``full``, or ``code-layer`` (the checks of the code
-    layer alone: the host adds the results it reuses)."""
+    layer alone: the host adds the results it reuses, which must cover ``planned``, what the full run would run)."""
     failed = [c["id"] for c in checks if c["status"] == "fail"]
     report = {"cell": manifest["cell"]["id"], "lock_hash": manifest["lock"]["hash"], "python": sys.version.split()[0],
               "checks": checks, "failed": failed, "passed": not failed, "scope": scope}
+    if planned is not None:
+        report["plan"] = planned
     print(json.dumps(report, indent=2, sort_keys=True))
     return 1 if failed else 0
 

@@ -16,8 +16,10 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import UsageError
 from imagekit.trust import untrusted, validate
@@ -168,6 +170,9 @@ def requirement(value: object) -> str:
         req = Requirement(value)
     except InvalidRequirement as exc:
         raise validate.bad("requirement", value, f"a PEP 508 requirement ({exc})") from None
+    problem = requirement_problem(req)
+    if problem:
+        raise UsageError(f"invalid requirement {untrusted.printable(value, 200)!r}: {problem}", REQUIREMENT_HINT)
     if req.url and req.url.startswith("git+"):  # built from the commit's tree (locking/vcs_refs.py)
         return _git_requirement(req)
     if req.url:
@@ -180,6 +185,56 @@ def requirement(value: object) -> str:
         fragment = f"#sha256={wheel.sha256}" if wheel.sha256 else ""
         return f"{wheel.name}{extras} @ {wheel.url}{fragment}{marker}"
     return str(req)
+
+
+# An image's marker environment, enough to evaluate any marker a requirement may carry (``extra`` added by the caller)
+MARKER_ENV = {"python_version": "3.11", "python_full_version": "3.11.0", "sys_platform": "linux",
+              "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+              "implementation_name": "cpython", "platform_python_implementation": "CPython"}  # fmt: skip
+REQUIREMENT_HINT = (
+    "write a PEP 440 version (torch==2.5.1, numpy>=1.26; arbitrary equality, ===, is refused) and a marker that "
+    'compares an environment marker with a value (python_version >= "3.11", platform_machine == "x86_64")'
+)
+
+
+def requirement_problem(req: Requirement) -> str | None:
+    """What packaging's grammar lets through but nothing after it can use, or None: a specifier's version that is no
+    PEP 440 version (``===2.5.1x``: arbitrary equality, which no axis or resolver question can be asked with) or is
+    thousands of digits long, an extra that is no name, a marker that cannot be evaluated in an image's environment
+    (``"a" == "a"`` compares no variable)."""
+    for spec in req.specifier:
+        version = spec.version.removesuffix(".*") if spec.operator in ("==", "!=") else spec.version
+        problem = version_problem(version)
+        if problem:
+            return f"{untrusted.printable(spec.version, 60)} {problem}"
+    bad = next((e for e in req.extras if not _EXTRA_NAME.fullmatch(e)), None)
+    if bad is not None:
+        return f"{untrusted.printable(repr(bad), 60)} is not an extra's name"
+    if req.marker is not None and evaluated(req.marker, {**MARKER_ENV, "extra": ""}) is None:
+        return "its marker cannot be evaluated in an image's environment"
+    return None
+
+
+_EXTRA_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
+
+
+def version_problem(version: str) -> str | None:
+    if len(version) > validate.MAX_VERSION:
+        return f"is {len(version)} characters long, not a version"
+    try:
+        Version(version)
+    except InvalidVersion:
+        return "is not a PEP 440 version"
+    return None
+
+
+def evaluated(marker: Marker, env: dict[str, str]) -> bool | None:
+    """The marker's value in ``env``, or None when it cannot be evaluated there (a comparison of no variable, a
+    version compared with a text: packaging raises one of several errors, not all of them ValueError)."""
+    try:
+        return bool(marker.evaluate(env))
+    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName, ValueError, TypeError):
+        return None
 
 
 def _git_requirement(req: Requirement) -> str:

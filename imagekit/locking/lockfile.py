@@ -149,6 +149,11 @@ def parse_requirements(text: str, origin: str = "<lock>", first_line: int = 1) -
                     "locks contain only name==version lines and wheel URLs (name @ https://...whl#sha256=...)",
                 )
             flush()
+            if len((m or d)["name"]) > 200 or (m and len(m["version"]) > 64):
+                raise UsageError(
+                    f"{origin}:{lineno}: a name or version of {len(line)} characters",
+                    "regenerate it with `imagekit lock`: no distribution's name or version is that long",
+                )
             if m:
                 name, version, url = m["name"], m["version"], None
             else:

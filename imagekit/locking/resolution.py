@@ -19,7 +19,7 @@ from imagekit.errors import CheckFailed
 from imagekit.in_image.facts import is_torch_family as is_torch_family  # one definition, shared with the image
 from imagekit.locking.lockfile import TORCH_FAMILY, Lock, LockEntry, split, torch_closure
 from imagekit.model import MACHINES, Cell
-from imagekit.trust import validate
+from imagekit.trust import untrusted, validate
 from imagekit.trust.redact import redact
 
 LOCK_FORMAT = 1
@@ -204,11 +204,12 @@ def recorded_settings(lock: Lock) -> dict[str, object]:
     if raw is None:
         return LockSettings().public()
     try:
-        doc = json.loads(raw)
-    except ValueError:
+        doc = untrusted.load_json(raw, "the imagekit-settings line", max_bytes=1 << 16, max_depth=4)
+    except untrusted.UntrustedData:
         doc = None
     if not isinstance(doc, dict) or set(doc) != set(LockSettings().public()):
-        raise CheckFailed(f"unreadable imagekit-settings line: {raw[:80]!r}", "run `imagekit lock` to rewrite it")
+        shown = untrusted.printable(raw[:80], 80)
+        raise CheckFailed(f"unreadable imagekit-settings line: {shown!r}", "run `imagekit lock` to rewrite it")
     return doc
 
 

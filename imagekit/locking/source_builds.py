@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tomllib
 from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.locking import wheel_choice as wheels
@@ -86,8 +85,8 @@ def _parse_meta(name: str, value: str) -> Built:
         "never build from it: run `imagekit lock` to write it again",
     )
     try:
-        doc = json.loads(value)
-    except ValueError:
+        doc = untrusted.load_json(value, "the record", max_bytes=1 << 16, max_depth=4)
+    except untrusted.UntrustedData:
         raise bad from None
     if not isinstance(doc, dict) or canonicalize_name(name) != name:
         raise bad
@@ -203,9 +202,9 @@ def build_requires(pyproject: str | None) -> tuple[list[str], str]:
     if pyproject is None:
         return list(DEFAULT_REQUIRES), "setuptools.build_meta:__legacy__"
     try:
-        doc = tomllib.loads(pyproject)
-    except tomllib.TOMLDecodeError as exc:
-        raise CheckFailed(f"its pyproject.toml is not TOML ({exc})", "the source archive is damaged") from None
+        doc = untrusted.load_toml(pyproject, "its pyproject.toml")
+    except untrusted.UntrustedData as exc:
+        raise CheckFailed(str(exc), "the source archive is damaged") from None
     system = doc.get("build-system")
     if not isinstance(system, dict):
         return list(DEFAULT_REQUIRES), "setuptools.build_meta:__legacy__"
@@ -213,15 +212,43 @@ def build_requires(pyproject: str | None) -> tuple[list[str], str]:
     backend = system.get("build-backend", "setuptools.build_meta:__legacy__")
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires) or not isinstance(backend, str):
         raise CheckFailed("its pyproject.toml's [build-system] is malformed", "the source archive is damaged")
+    if len(requires) > MAX_BUILD_REQUIRES:
+        raise CheckFailed(f"its pyproject.toml names {len(requires)} build requirements", "the archive is damaged")
     for r in requires:
-        try:
-            Requirement(r)
-        except InvalidRequirement:
+        problem = build_requirement_problem(r)
+        if problem:
             raise CheckFailed(
-                f"its build requirement {untrusted.printable(r, 80)!r} is not a requirement",
-                "the source archive is damaged",
-            ) from None
+                f"its build requirement {untrusted.printable(r, 80)!r} {problem}",
+                "imagekit resolves build requirements by name from the cell's indexes, with their hashes, before "
+                "anything is fetched: a URL or a local path would be fetched by the resolver as it is",
+            )
     return requires, backend
+
+
+MAX_BUILD_REQUIRES = 64
+
+
+def build_requirement_problem(text: str) -> str | None:
+    """Why a build requirement cannot be resolved from the indexes alone, or None. Checked before the host's resolver
+    sees it: a requirement naming a URL (``pkg @ https://...``, ``pkg @ file:///...``) would be downloaded by it,
+    with the network on, before the lock could refuse what came back."""
+    if len(text) > 1024:
+        return f"is {len(text)} characters long"
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return "is not a requirement"
+    if req.url is not None:
+        return "names a URL, not a package of the index"
+    for spec in req.specifier:
+        version = spec.version.removesuffix(".*")
+        if spec.operator == "===" or len(version) > 64:
+            return f"has the specifier {untrusted.printable(str(spec), 80)}, which no index answers"
+        try:
+            Version(version)
+        except InvalidVersion:
+            return f"has {untrusted.printable(spec.version, 80)}, which is not a version"
+    return None
 
 
 def build_key(sdist_sha256: str, base: str, python: str, platform: str, installed: list[str], env: dict) -> str:

@@ -491,9 +491,9 @@ def tool_table(doc: dict, where: str) -> dict | None:
 
 def parse_text(text: str, where: str) -> dict:
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{where}: not valid TOML: {exc}"], "fix the TOML syntax") from None
+        return untrusted.load_toml(text, untrusted.printable(where, 200))
+    except untrusted.UntrustedData as exc:
+        raise ConfigError([str(exc)], "fix the TOML syntax") from None
 
 
 def evaluate(config: MatrixConfig, data: CompatData) -> list[EvaluatedCell]:

@@ -7,12 +7,9 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from email.parser import HeaderParser
 
-from packaging.markers import InvalidMarker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
@@ -20,12 +17,14 @@ from packaging.utils import canonicalize_name
 from imagekit.errors import UsageError
 from imagekit.locking import direct_wheels
 from imagekit.trust import untrusted
+from imagekit.trust.redact import redact_value
 
 REQUIREMENTS, PYPROJECT, SETUP = "requirements", "pyproject", "setup"
 SETUP_FILES = ("setup.py", "setup.cfg")
 LEGACY_BACKEND = "setuptools.build_meta:__legacy__"  # what pip and uv run for a project that names no backend
 MAX_FILES = 100  # requirements files one declaration may include
 MAX_LINES = 5000
+MAX_LINE = 1 << 16  # characters of one line, continuations joined (pip's option parser is quadratic past that)
 _EXTRA = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
 _COMMENT = re.compile(r"(^|\s+)#.*$")
 _OPTION = re.compile(r"\s--?[A-Za-z]")  # where a requirement line's own options (--hash=...) start
@@ -42,6 +41,15 @@ _REFUSED_OPTIONS = {
 }
 _IGNORED_OPTIONS = ("--prefer-binary", "--only-binary", "--require-hashes", "--use-feature")
 HINT = "`imagekit matrix --help` shows what [matrix] requirements reads; docs/your-project.md explains each case"
+
+
+def toml_string(value: str) -> str:
+    """``value`` as a TOML basic string. A JSON string with its non-ASCII characters as they are: JSON's escape of a
+    character beyond U+FFFF is a pair of surrogates, which TOML refuses (a file name with an emoji would make the
+    matrix file unreadable)."""
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -64,12 +72,10 @@ class DepsSource:
 
     def toml(self) -> str:
         """The value as the matrix file writes it."""
-        import json
-
         if not self.extras and not self.without:
-            return json.dumps(self.file)
-        keys = [f"file = {json.dumps(self.file)}"]
-        keys += [f"{k} = [{', '.join(json.dumps(e) for e in v)}]" for k, v in (("extras", self.extras),
+            return toml_string(self.file)
+        keys = [f"file = {toml_string(self.file)}"]
+        keys += [f"{k} = [{', '.join(toml_string(e) for e in v)}]" for k, v in (("extras", self.extras),
                  ("without", self.without)) if v]  # fmt: skip
         return "{ " + ", ".join(keys) + " }"
 
@@ -227,7 +233,12 @@ def read_requirements(start: str, read: Callable[[str], str]) -> ProjectDeps:
                     raise UsageError(
                         f"{where}: {kind} {untrusted.printable(value, 200)} {what}", "drop the include that loops"
                     )
-                visit(target, (*chain, path), constraint or kind == "-c", f"{where}: {kind} {value}")
+                visit(
+                    target,
+                    (*chain, path),
+                    constraint or kind == "-c",
+                    f"{where}: {kind} {untrusted.printable(value, 200)}",
+                )
 
     visit(start, (), False)
     _check_constraints(declared)
@@ -281,9 +292,14 @@ def parse_lines(text: str, path: str) -> list[tuple[int, str, str]]:
     for number, raw in enumerate(lines, 1):
         if not pending:
             first = number
-        if raw.endswith("\\") and not _COMMENT.search(raw[:-1]):
+        if raw.endswith("\\") and not _COMMENT.search(raw[:-1]) and len(pending) + len(raw) <= MAX_LINE:
             pending += raw[:-1] + " "
             continue
+        if len(pending) + len(raw) > MAX_LINE:
+            raise UsageError(
+                f"{path}:{first}: a line of {len(pending) + len(raw)} characters (at most {MAX_LINE})",
+                "is this a requirements file? a requirement with its hashes is a few thousand characters",
+            )
         line = _COMMENT.sub("", pending + raw).strip()
         pending = ""
         if line:
@@ -302,7 +318,7 @@ def _line(line: str, where: str) -> list[tuple[str, str]]:
             raise UsageError(
                 f"{where}: the per-requirement option {untrusted.printable(bad[0], 80)} is not honoured", "drop it"
             )
-        return [("req", _requirement(requirement.strip(), where))]
+        return [("req", checked_requirement(requirement.strip(), where))]
     try:
         words = shlex.split(line)
     except ValueError as exc:
@@ -318,7 +334,8 @@ def _line(line: str, where: str) -> list[tuple[str, str]]:
         return [("-r" if option in ("-r", "--requirement") else "-c", value)]
     if option in _INDEX_OPTIONS:
         if "download.pytorch.org" in value:
-            return [("note", f"{option} {value} ignored: imagekit takes the torch family from the PyTorch index "
+            shown = untrusted.printable(redact_value(value), 200)
+            return [("note", f"{option} {shown} ignored: imagekit takes the torch family from the PyTorch index "
                      "of each cell's CUDA variant itself")]  # fmt: skip
         raise UsageError(
             f"{where}: {option} names a package index in the requirements file",
@@ -332,7 +349,7 @@ def _line(line: str, where: str) -> list[tuple[str, str]]:
     raise UsageError(f"{where}: unknown option {untrusted.printable(option, 80)}", "drop it, or write it as pip does")
 
 
-def _requirement(text: str, where: str) -> str:
+def checked_requirement(text: str, where: str) -> str:
     """A PEP 508 requirement in canonical form, markers kept; a wheel by URL only with its sha256."""
     try:
         req = Requirement(text)
@@ -346,6 +363,7 @@ def _requirement(text: str, where: str) -> str:
         )
         said = str(exc).splitlines()[0] if str(exc) else "unreadable"
         raise UsageError(f"{where}: {untrusted.printable(text, 200)} is not a requirement ({said})", hint) from None
+    _versions_and_marker(req, text, where)
     marker = req.marker
     req.marker = None
     try:
@@ -353,6 +371,13 @@ def _requirement(text: str, where: str) -> str:
     except UsageError as exc:
         raise UsageError(f"{where}: {exc.message}", exc.hint) from None
     return f"{base} ; {marker}" if marker is not None else base
+
+
+def _versions_and_marker(req: Requirement, text: str, where: str) -> None:
+    """What packaging's grammar lets through but nothing after it can use (direct_wheels.requirement_problem)."""
+    problem = direct_wheels.requirement_problem(req)
+    if problem:
+        raise UsageError(f"{where}: {untrusted.printable(text, 200)}: {problem}", direct_wheels.REQUIREMENT_HINT)
 
 
 # ---- pyproject.toml ----------------------------------------------------------------------------------------------
@@ -393,7 +418,8 @@ def from_pyproject(text: str, source: DepsSource) -> ProjectDeps:
         raise UsageError(f"{path}: [project.optional-dependencies] is not a table", HINT)
     declared = _entries(project.get("dependencies", []), f"{path} [project] dependencies", "")
     for group, entries in groups.items():
-        declared += _entries(entries, f"{path} [project.optional-dependencies] {group}", canonicalize_name(group))
+        name_ = group_name(group, f"{path} [project.optional-dependencies]")
+        declared += _entries(entries, f"{path} [project.optional-dependencies] {name_}", name_)
     pep735 = doc.get("dependency-groups")
     only_there = [e for e in source.extras if isinstance(pep735, dict) and e in map(canonicalize_name, pep735)]
     if only_there and not any(canonicalize_name(g) == only_there[0] for g in groups):
@@ -402,16 +428,27 @@ def from_pyproject(text: str, source: DepsSource) -> ProjectDeps:
             "which an image's dependencies do not come from",
             "move what the image needs into [project.optional-dependencies] (an extra), or into [matrix] packages",
         )
-    rp = project.get("requires-python")
-    requires_python = (_specifier(rp, f"{path} [project] requires-python"), f"{path} [project] requires-python")
-    return _chosen(source, declared, requires_python if rp is not None else None, name, sorted(groups), (path,))
+    rp, where = project.get("requires-python"), f"{path} [project] requires-python"
+    requires_python = (python_specifier(rp, where), where) if rp is not None else None
+    return chosen_groups(source, declared, requires_python, name, list(groups), (path,))
+
+
+def group_name(value: object, where: str) -> str:
+    """An optional-dependency group's name, canonical: a name (PEP 685), never empty (a group named "" would be
+    ``extra == ""``, which every image matches) nor one holding a quote or a newline (it goes into a marker)."""
+    if not isinstance(value, str) or not _EXTRA.fullmatch(value):
+        raise UsageError(
+            f"{where}: {untrusted.printable(repr(value), 80)} is not a group name",
+            "name optional-dependency groups with letters, digits, '.', '_' and '-' (PEP 685), such as train",
+        )
+    return canonicalize_name(value)
 
 
 def _toml(text: str, path: str) -> dict:
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}", "fix its syntax") from None
+        return untrusted.load_toml(text, untrusted.printable(path, 200))
+    except untrusted.UntrustedData as exc:
+        raise UsageError(str(exc), "fix its syntax") from None
 
 
 def _entries(value: object, where: str, group: str) -> list[Declared]:
@@ -419,25 +456,32 @@ def _entries(value: object, where: str, group: str) -> list[Declared]:
         raise UsageError(f"{where}: expected a list of requirement strings", HINT)
     out = []
     for text in value:
-        req = _requirement(text, where)
-        out.append(Declared(_with_extra(req, group) if group else req, where))
+        req = checked_requirement(text, where)
+        out.append(Declared(with_extra(req, group) if group else req, where))
     return out
 
 
-def _with_extra(requirement: str, group: str) -> str:
+def with_extra(requirement: str, group: str) -> str:
     base, _, marker = requirement.partition(" ; ")
     return f'{base} ; ({marker}) and extra == "{group}"' if marker else f'{base} ; extra == "{group}"'
 
 
-def _specifier(value: object, where: str) -> str:
-    try:
-        return str(SpecifierSet(value)) if isinstance(value, str) else ""
-    except InvalidSpecifier:
-        pass
-    raise UsageError(f"{where}: {untrusted.printable(repr(value), 80)} is not a version specifier", HINT)
+def python_specifier(value: object, where: str) -> str:
+    """A requires-python: a text of version specifiers (``3``, a number, is refused, never ignored)."""
+    hint = 'write it as a text of version specifiers, such as requires-python = ">=3.10"'
+    if isinstance(value, str) and len(value) <= 200:
+        try:
+            specs = SpecifierSet(value)
+        except InvalidSpecifier:
+            pass
+        else:
+            bad = next((s for s in specs if direct_wheels.version_problem(s.version.removesuffix(".*"))), None)
+            if bad is None:
+                return str(specs)
+    raise UsageError(f"{where}: {untrusted.printable(repr(value), 80)} is not a version specifier", hint)
 
 
-def _chosen(
+def chosen_groups(
     source: DepsSource,
     declared: list[Declared],
     requires_python: tuple[str, str] | None,
@@ -485,10 +529,7 @@ def _same_everywhere(d: Declared, groups: list[str]) -> None:
 
 
 def _safe(marker, env: dict[str, str]) -> bool | None:
-    try:
-        return bool(marker.evaluate(env))
-    except (InvalidMarker, ValueError):
-        return None
+    return direct_wheels.evaluated(marker, env)
 
 
 _ENVIRONMENTS = tuple(
@@ -496,59 +537,11 @@ _ENVIRONMENTS = tuple(
     for v in ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
     for m in ("x86_64", "aarch64")
 )
-_ANY_PYTHON = {"python_version": "3.11", "python_full_version": "3.11.0", "sys_platform": "linux",
-               "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-               "implementation_name": "cpython", "platform_python_implementation": "CPython"}  # fmt: skip
+_ANY_PYTHON = direct_wheels.MARKER_ENV
 
 
 def applies(req: Requirement, env: dict[str, str], extras: set[str] | tuple[str, ...]) -> bool:
     """Whether ``req`` is asked for in the image's marker environment ``env`` with the groups ``extras`` chosen."""
     if req.marker is None:
         return True
-    try:
-        return any(req.marker.evaluate({**env, "extra": e}) for e in ("", *extras))
-    except (InvalidMarker, ValueError):
-        return True
-
-
-# ---- what a setup.py/setup.cfg's build backend answers -----------------------------------------------------------
-def from_metadata(text: str, source: DepsSource, files: tuple[str, ...]) -> ProjectDeps:
-    """Core metadata (a METADATA file): ``Requires-Dist`` (its ``extra == "g"`` markers: the groups),
-    ``Requires-Python``, ``Provides-Extra``."""
-    where = f"{source.file} (its build backend's metadata)"
-    message = HeaderParser().parsestr(text)
-    name = canonicalize_name(message.get("Name", "") or "")
-    declared = [Declared(_requirement(r, where), where) for r in message.get_all("Requires-Dist") or []]
-    groups = [canonicalize_name(g) for g in message.get_all("Provides-Extra") or []]
-    rp = message.get("Requires-Python")
-    requires_python = (_specifier(rp, f"{where}: Requires-Python"), f"{where}: Requires-Python") if rp else None
-    return _chosen(source, declared, requires_python, name, groups, files)
-
-
-def from_egg_info(pkg_info: str, requires: str, source: DepsSource, files: tuple[str, ...]) -> ProjectDeps:
-    """setuptools' egg-info (PKG-INFO and requires.txt, what its metadata hook writes before it converts them): each
-    ``[group:marker]`` section of requires.txt becomes the markers of its requirements."""
-    where = f"{source.file} (its build backend's metadata)"
-    message = HeaderParser().parsestr(pkg_info)
-    declared: list[Declared] = []
-    groups: list[str] = []
-    section = ""
-    for raw in requires.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            group = canonicalize_name(section.partition(":")[0]) if section.partition(":")[0] else ""
-            if group and group not in groups:
-                groups.append(group)
-            continue
-        group, _, marker = section.partition(":")
-        text = _requirement(line, where)
-        if marker:
-            text = f"{text.partition(' ; ')[0]} ; {marker}"
-        declared.append(Declared(_with_extra(text, canonicalize_name(group)) if group else text, where))
-    rp = message.get("Requires-Python")
-    requires_python = (_specifier(rp, f"{where}: Requires-Python"), f"{where}: Requires-Python") if rp else None
-    name = canonicalize_name(message.get("Name", "") or "")
-    return _chosen(source, declared, requires_python, name, groups, files)
+    return any(direct_wheels.evaluated(req.marker, {**env, "extra": e}) is not False for e in ("", *extras))

@@ -7,9 +7,12 @@ far as every check but the code layer's goes: torch, CUDA, the compiler, numpy, 
 self-test's own programs all lie below it. So such a build runs only the code layer's checks in the image
 (in_image/selftest.py ``--code-layer``: hygiene, the smoke commands, with `[image] install` the venv against the lock)
 and the config check on the host, and takes the others from that release's record, each marked with the record and
-the layers it came from. Never from a run that did not pass, never across a GPU and a CPU run (a CPU run skips the
-GPU checks; a GPU run's tiny model ran on the GPU), never when a layer below the code layer differs, and never for an
-image without a code layer.
+the layers it came from. Reuse is earned: never from a run that did not pass (every check `pass` or `skip`), never
+across a GPU and a CPU run (a CPU run skips the GPU checks; a GPU run's tiny model ran on the GPU) nor an emulated and
+a native one, never when a layer below the code layer differs, never for an image without a code layer, never from a
+record this machine did not publish or verify (the caller's ``origin``: services/release_index.vouched), and only
+when the record holds a result for every check the full self-test would run here (the `--code-layer` run's
+``plan``), each `pass`, or `skip` for the very reason this run would skip it; otherwise every check runs again.
 
 A run's key goes into its report (``ran.layers``, ``ran.code_layer``, ``ran.config``, beside ``ran.gpu`` and
 ``ran.emulated``), and so into the release record (oci.release_record: ``selftest``), where the next build finds it.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from imagekit.model import AMD64
@@ -105,14 +109,31 @@ def _key_in(report: dict) -> RunKey | None:
     return RunKey(tuple(layers), code, config, gpu, emulated)
 
 
+REUSABLE = ("pass", "skip")  # a check's statuses a result may be taken with; FAIL, error or none are not
+
+
 def _passed(report: dict) -> bool:
     checks = report.get("checks")
     return (
         report.get("passed") is True
         and report.get("failed") == []
         and isinstance(checks, list)
-        and all(isinstance(c, dict) and isinstance(c.get("id"), str) and c.get("status") != "fail" for c in checks)
+        and bool(checks)
+        and all(isinstance(c, dict) and isinstance(c.get("id"), str) and c.get("status") in REUSABLE for c in checks)
     )
+
+
+def record_problem(report: object, diff_ids: list[str] | None) -> str | None:
+    """Why a release record's self-test report cannot stand as its image's (what `release merge` refuses), or None:
+    a report that did not pass (a check neither `pass` nor `skip`, or none at all), or one whose layers are not the
+    image's (``diff_ids``: its config's rootfs, as the registry serves it; None when unknown)."""
+    if not isinstance(report, dict) or not _passed(report):
+        return "its self-test did not pass (every check must be pass or skip)"
+    ran = report.get("ran")
+    layers = ran.get("layers") if isinstance(ran, dict) else None
+    if layers is not None and diff_ids is not None and list(layers) != list(diff_ids):
+        return "the layers its self-test names are not the image's (its config's diff ids)"
+    return None
 
 
 def why_not(key: RunKey, report: dict) -> str | None:
@@ -139,9 +160,17 @@ def _where(key: RunKey) -> str:
     return ("on a GPU" if key.gpu else "without a GPU") + (", emulated" if key.emulated else "")
 
 
-def find(key: RunKey, images: dict, cell_id: str, platform: str = AMD64) -> tuple[Reuse | None, str]:
+def find(
+    key: RunKey,
+    images: dict,
+    cell_id: str,
+    platform: str = AMD64,
+    origin: Callable[[dict], str | None] = lambda entry: None,
+) -> tuple[Reuse | None, str]:
     """The newest release of the cell on ``platform`` among a checked index's ``images`` whose results may stand for
-    an image of ``key`` (with what it offers), or None and why the newest one may not."""
+    an image of ``key`` (with what it offers), or None and why the newest one may not. ``origin(entry)``: why the
+    entry's record may not be trusted (not published on this machine, nor merged with its signature verified), or
+    None."""
     mine = [
         e for e in images.values()
         if isinstance(e, dict) and isinstance(e.get("manifest"), dict)
@@ -153,12 +182,35 @@ def find(key: RunKey, images: dict, cell_id: str, platform: str = AMD64) -> tupl
         return None, "no earlier release of this cell"
     first_reason = ""
     for entry in sorted(mine, key=lambda e: (str(e.get("published_at") or ""), e.get("tag", "")), reverse=True):
-        reason = why_not(key, entry["selftest"])
+        reason = origin(entry) or why_not(key, entry["selftest"])
         if reason is None:
             checks = tuple(c for c in entry["selftest"]["checks"] if c["id"] not in HOST_CHECKS)
             return Reuse(entry["tag"], entry["digest"], key.below_code, checks), ""
         first_reason = first_reason or f"{entry.get('tag')}: {reason}"
     return None, first_reason
+
+
+def shortfall(fresh: dict, reuse: Reuse) -> str | None:
+    """Why ``reuse`` cannot complete the ``--code-layer`` run ``fresh`` into the full self-test, or None: each check
+    the full run would run here (its ``plan``, with the reason it would skip each) that did not run now must be in the
+    record, `pass` where this run would run it, `skip` with the same reason where this run would skip it."""
+    planned = fresh.get("plan")
+    if not isinstance(planned, list) or not all(isinstance(p, dict) and isinstance(p.get("id"), str) for p in planned):
+        return "the image's self-test says no plan of its full run"
+    ran = {c.get("id") for c in fresh.get("checks") or [] if isinstance(c, dict)}
+    theirs = {c["id"]: c for c in reuse.checks}
+    for step in planned:
+        cid, skip = step["id"], step.get("skip")
+        if cid in ran or cid in HOST_CHECKS:
+            continue
+        old = theirs.get(cid)
+        if old is None:
+            return f"{reuse.record} has no result for {cid}, which this self-test runs"
+        if skip is None and old.get("status") != "pass":
+            return f"{reuse.record}'s {cid} is {old.get('status')!s:.20}, and this run would run it"
+        if skip is not None and (old.get("status"), old.get("message")) != ("skip", skip):
+            return f"{reuse.record}'s {cid} is not skipped for the reason this run would skip it ({skip})"
+    return None
 
 
 def merge(fresh: dict, reuse: Reuse) -> dict:
@@ -174,7 +226,9 @@ def merge(fresh: dict, reuse: Reuse) -> dict:
             checks.append({**old, "reused": old.get("reused") or origin})
             taken.append(old["id"])
     checks += list(ran.values())
-    failed = [c["id"] for c in checks if c.get("status") == "fail"]
+    failed = [c["id"] for c in checks if c.get("status") not in REUSABLE]
     reused = {**reuse.to_json(), "checks": taken}
-    return {**fresh, "checks": checks, "failed": failed, "passed": not failed and bool(fresh.get("passed")),
-            "reused": reused}  # fmt: skip
+    merged = {**fresh, "checks": checks, "failed": failed, "passed": not failed and fresh.get("passed") is True,
+              "reused": reused}  # fmt: skip
+    merged.pop("plan", None)  # said of this run; the record holds the full run's results instead
+    return merged

@@ -199,6 +199,20 @@ def bootstrap_tarball(spec: BaseSpec, epoch: int, out: Path, compiler: bool = Tr
     return digest
 
 
+def _state(path: Path) -> dict | None:
+    """A bootstrapped base's state file in the cache (what its tarball was made of), or None when it is missing or
+    not one imagekit wrote (not a small regular file holding an object whose sha256 is one): bootstrapped again."""
+    from imagekit.effects import foreign_files
+    from imagekit.trust import untrusted
+
+    try:
+        doc = untrusted.load_json(foreign_files.read_bytes(path, 1 << 16), str(path), max_depth=4)
+    except (OSError, ValueError):  # missing, a link, a FIFO, too large, too deep, not JSON
+        return None
+    ok = isinstance(doc, dict) and isinstance(doc.get("sha256"), str) and untrusted.is_digest("sha256:" + doc["sha256"])
+    return doc if ok else None
+
+
 def ensure_base(
     spec: BaseSpec,
     engine: ContainerEngine,
@@ -212,7 +226,7 @@ def ensure_base(
     repo, tag = ref.reference.rsplit(":", 1)
     state = cache_root() / "bases" / f"{tag}.json"
     tarball = cache_root() / "bases" / f"{tag}.tar"
-    meta = json.loads(state.read_text()) if state.is_file() else None
+    meta = _state(state)
     image = engine.image(ref.reference)
     arch = DEBIAN_ARCH[platform]
     if image is not None and len(image["RootFS"]["Layers"]) == 1 and image.get("Architecture", "amd64") == arch:

@@ -121,6 +121,13 @@ def prepare(
         if direct_wheels.is_local(wheel.url):
             path = import_local(project, wheel)
             sha = path.parent.name
+            if wheel.sha256 and sha != wheel.sha256:  # a stated hash is verified, never replaced by the file's own
+                raise CheckFailed(
+                    f"{wheel.name} @ file:{untrusted.printable(unquote(wheel.url[5:]), 200)} has sha256 {sha}, but "
+                    f"the requirement states #sha256={wheel.sha256}",
+                    "restore the wheel the requirement names, or state the new file's sha256 after checking where "
+                    "it came from",
+                )
             if wheel.url not in known or known[wheel.url] != sha:
                 say(f"{wheel.name}: recorded sha256:{sha} of {unquote(wheel.url[5:])} (the project's wheel)")
             changed = changed or (wheel.url in known and known[wheel.url] != sha)
@@ -187,6 +194,13 @@ def import_local(project: Path, wheel: direct_wheels.DirectWheel, want: str | No
         raise UsageError(f"{wheel.name} @ file:{shown}: it {exc.why}", direct_wheels.LOCAL_FIX) from None
     with source:
         dest = _store(source, wheel.filename, lambda _: None)
+    problem = wheel_problem(dest, wheel)
+    if problem:  # said here, by name, not by the resolver as "the cell's pins conflict"
+        raise UsageError(
+            f"{wheel.name} @ file:{shown} is not a wheel of {wheel.name} {wheel.version}: {problem}",
+            "replace it by the wheel itself (`pip wheel` or `python -m build` makes one; a wheel is a zip holding "
+            "NAME-VERSION.dist-info/METADATA)",
+        )
     sha = dest.parent.name
     if want is not None and sha != want:
         raise CheckFailed(
@@ -195,6 +209,36 @@ def import_local(project: Path, wheel: direct_wheels.DirectWheel, want: str | No
             "run `imagekit lock` to lock the new file (review and commit the lock), or restore the locked file",
         )
     return dest
+
+
+_METADATA = ".dist-info/METADATA"
+
+
+def wheel_problem(path: Path, wheel: direct_wheels.DirectWheel) -> str | None:
+    """Why the file at ``path`` is not the wheel its name says (not a zip, no metadata, another name or version), or
+    None. Reads the zip's directory and the METADATA file alone (bounded)."""
+    import zipfile
+    from email.parser import HeaderParser
+
+    from packaging.utils import canonicalize_name, canonicalize_version
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            found = [i for i in zf.infolist() if i.filename.count("/") == 1 and i.filename.endswith(_METADATA)]
+            if len(found) != 1:
+                return "it holds no .dist-info/METADATA" if not found else "it holds more than one .dist-info"
+            if found[0].file_size > 4 << 20:
+                return "its METADATA is larger than 4 MB"
+            text = zf.read(found[0]).decode("utf-8", "replace")
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        return f"it is not a readable zip ({untrusted.printable(str(exc), 120)})"
+    meta = HeaderParser().parsestr(text)
+    name, version = str(meta.get("Name") or ""), str(meta.get("Version") or "")
+    if canonicalize_name(name) != canonicalize_name(wheel.name):
+        return f"its metadata names {untrusted.printable(name, 80)!r}"
+    if canonicalize_version(version) != canonicalize_version(wheel.version):
+        return f"its metadata says version {untrusted.printable(version, 80)!r}"
+    return None
 
 
 def _store(source: BinaryIO, filename: str, on_bytes: Callable[[int], None]) -> Path:

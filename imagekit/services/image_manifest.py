@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import tarfile
 
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.image.naming import split_reference
+from imagekit.trust import untrusted
 
 MANIFEST_PATHS = ("opt/imagekit/manifest.json", "etc/imagekit/manifest.json")  # now, and in earlier images
 MAX_LAYER = 256 << 20
+MAX_MANIFEST = 16 << 20
 
 
 def _from_tar(data: bytes) -> dict | None:
@@ -27,9 +28,13 @@ def _from_tar(data: bytes) -> dict | None:
                 # a layer's path, or get_archive's (the file's name alone); a link is not the manifest
                 if member.isfile() and member.name.lstrip("./") in (*MANIFEST_PATHS, "manifest.json"):
                     fh = tar.extractfile(member)
-                    return json.loads(fh.read()) if fh else None
+                    found = fh.read(MAX_MANIFEST + 1) if fh else None
+                    return untrusted.load_json(found, "the manifest", max_bytes=MAX_MANIFEST) if found else None
     except (tarfile.TarError, ValueError) as exc:
-        raise EnvironmentFailure(f"an image layer is not a readable tar with a JSON manifest: {exc}") from None
+        raise EnvironmentFailure(
+            f"an image layer is not a readable tar with a JSON manifest: {exc}",
+            "the image was not built by imagekit, or its manifest is damaged: build it again",
+        ) from None
     return None
 
 

@@ -103,27 +103,33 @@ def project_text(root: Path, rel: str, *, missing_ok: bool = False) -> str | Non
     """A file of the project, as another party wrote it: inside ``root`` with its links resolved, a regular file,
     at most MAX_PROJECT_FILE bytes, UTF-8. ``missing_ok``: None when it is not there."""
     from imagekit.effects import foreign_files
+    from imagekit.trust.untrusted import printable
 
     path = root / rel
+    shown = printable(rel, 300)
     hint = f"name a file of the project (the matrix file's folder, {root})"
-    if not os.path.lexists(path):
+    try:
+        there = os.path.lexists(path)
+    except ValueError:  # a NUL
+        there = False
+    if not there:
         if missing_ok:
             return None
-        raise UsageError(f"{rel}: no such file in the project", hint)
+        raise UsageError(f"{shown}: no such file in the project", hint)
     real = foreign_files.inside(root, path)
     if real is None:
         raise UsageError(
-            f"{rel} leads out of the project through a link (it is {path.resolve()})",
+            f"{shown} leads out of the project through a link (it is {printable(str(path.resolve()), 300)})",
             "copy the file into the project itself (replace the link by the file)",
         )
     try:
         data = foreign_files.read_bytes(real, MAX_PROJECT_FILE)
     except foreign_files.Refused as exc:
-        raise UsageError(f"{rel}: it {exc.why}", hint) from None
+        raise UsageError(f"{shown}: it {exc.why}", hint) from None
     try:
         return data.decode("utf-8").replace("\r\n", "\n")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{rel} is not UTF-8 text ({exc.reason} at byte {exc.start})", "save it as UTF-8") from None
+        raise UsageError(f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})", "save it as UTF-8") from None
 
 
 def _read_toml(path: Path) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Callable
@@ -41,13 +42,28 @@ def lock_path(directory: Path, cell: Cell) -> Path:
     return directory / cell.platform.replace("/", "-") / f"{cell.id}.txt"
 
 
+MAX_LOCK = 32 << 20  # a lock of a thousand wheels with every platform's hash is a few MB
+
+
+def lock_text(path: Path) -> str:
+    """A lock file's text, as a project file is read: a regular file (a FIFO there never blocks), bounded, UTF-8;
+    FileNotFoundError when there is none, OSError or UnicodeDecodeError when it cannot be read."""
+    from imagekit.effects import foreign_files
+
+    if not os.path.lexists(path):
+        raise FileNotFoundError(path)
+    try:
+        data = foreign_files.read_bytes(path, MAX_LOCK, follow=True)
+    except foreign_files.Refused as exc:
+        raise OSError(exc.why) from None
+    return data.decode("utf-8")
+
+
 def read_lock(path: Path) -> Lock | None:
     """A lock as written, unverified (for resolver preferences only); None when missing or unreadable."""
     try:
-        return lockfile.parse(path.read_text(), str(path))
-    except FileNotFoundError:
-        return None
-    except UsageError:
+        return lockfile.parse(lock_text(path), str(path))
+    except (OSError, UnicodeDecodeError, UsageError):
         return None
 
 
@@ -55,7 +71,7 @@ def verified_lock(path: Path, cell: Cell, data: CompatData, *, current: bool = F
     """This cell's lock, verified before any use (resolution.verify_lock; ``current``: made for the cell's present
     inputs); None when there is none."""
     try:
-        text = path.read_text()
+        text = lock_text(path)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:

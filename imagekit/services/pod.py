@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from imagekit.clouds import podwire
 from imagekit.clouds.podwire import Target, q
+from imagekit.effects import foreign_files
 from imagekit.effects.ssh_connection import Connection
 from imagekit.effects.ssh_copies import Progress, checked, sha256_file
 from imagekit.effects.ssh_errors import ConnectionLost
@@ -266,8 +267,7 @@ def copy(src: str, dst: str, opts: PodOptions, progress: Progress, log: Log, dia
     if remote_dst is not None:
         target, path = remote_dst
         local = Path(src)
-        if not local.exists():
-            raise UsageError(f"{src}: no such file or directory", "check the local path")
+        _uploadable(local, src)
         result = _retrying(target, opts, log, dial, lambda t, again: _upload(t, local, path, progress, log))
     else:
         assert remote_src is not None
@@ -278,6 +278,25 @@ def copy(src: str, dst: str, opts: PodOptions, progress: Progress, log: Log, dia
         )
     result.seconds = round(time.monotonic() - started, 3)
     return result
+
+
+def _uploadable(local: Path, src: str) -> None:
+    """What `pod cp` sends is a folder or a regular file: a FIFO, a device (/dev/zero) or a socket is refused here,
+    before anything connects, as scp does (it would be read for ever, or never end)."""
+    import stat
+
+    shown = untrusted.printable(src, 300)
+    try:
+        info = local.stat()
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file or directory", "check the local path") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{shown}: {getattr(exc, 'strerror', None) or exc}", "check the local path") from None
+    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+        raise UsageError(
+            f"{shown} is not a regular file ({foreign_files.kind(info.st_mode)})",
+            "copy a file or a folder; nothing was sent",
+        )
 
 
 def _retrying(

@@ -9,7 +9,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -133,7 +132,8 @@ def wheel_for(
     if kept is None:
         say(f"building the project's wheel from {install} in {base.name} (network off, {len(backend_wheels)} locked "
             f"wheels for {system.backend})")  # fmt: skip
-        _build(engine, base, system, backend_wheels, source, epoch, folder)
+        with foreign_files.scratch("imagekit-project-") as work:  # the one rule for a folder a container writes
+            _build(engine, base, system, backend_wheels, source, epoch, folder, work)
         kept = _kept(folder)
         if kept is None:
             raise EnvironmentFailure(f"the project's wheel was not kept in {folder}", "check the disk, and build again")
@@ -205,9 +205,10 @@ def _build(
     source: bytes,
     epoch: int,
     folder: Path,
+    work: Path,
 ) -> None:
-    """Build the wheel in ``base`` and keep it in ``folder`` (written whole: a failed build keeps nothing)."""
-    work = Path(tempfile.mkdtemp(prefix="imagekit-project-"))
+    """Build the wheel in ``base`` and keep it in ``folder`` (written whole: a failed build keeps nothing); the build
+    writes only ``work``'s out/ (a folder of foreign_files.scratch: private, removed whatever it leaves)."""
     try:
         inputs, out = work / "in", work / "out"
         (inputs / "wheels").mkdir(parents=True)
@@ -250,8 +251,6 @@ def _build(
         staged.rename(folder)
     except foreign_files.Refused as exc:
         raise CheckFailed(f"the project's wheel was refused: {exc}", "build it again") from None
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _answer(out: Path, code: int, stdout: str, stderr: str, base: BaseRef) -> dict:

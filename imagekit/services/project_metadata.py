@@ -1,15 +1,15 @@
 """A setup.py's or setup.cfg's dependencies, as its build backend (setuptools) answers them: the metadata hook run in
-a container of the cell's base, never on the host, with the network off, the project mounted read-only, /tmp the only
-place to write, and the answer in a bounded file. The answer is kept, keyed by the folder's files and the base."""
+a container of the cell's base, never on the host, with the network off, the project mounted read-only, its 256 MB
+/tmp the only place to write, and the answer on the container's output (bounded). No folder of the host is writable
+from the container: a setup.py can leave nothing on the host (a setuid program, a tree too deep to remove, a disk
+filled). The answer is kept, keyed by the folder's files and the base."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.image.buildplan import BaseRef
-from imagekit.matrix import project_deps
+from imagekit.matrix import backend_metadata, project_deps
 from imagekit.matrix.matrix_file import MATRIX_FILE
 from imagekit.matrix.project_deps import DepsSource, ProjectDeps
 from imagekit.services.ports import ContainerEngine
@@ -45,50 +45,61 @@ _WRITES = ("Read-only file system", "Permission denied")
 
 # Runs in the base image under its Python (>= 3.8, standard library only): setuptools from the base, else from the
 # wheel Debian's python3-venv keeps for ensurepip; the hook in a process of its own whose output goes to a log in
-# /tmp; the answer as JSON in the bounded file the host reads. setuptools writes the egg-info its hook converts
-# into the output folder, never into the project; without the `wheel` package (Debian's bases) the conversion
-# fails, and the egg-info it wrote first is the answer.
+# /tmp; the answer as one line of JSON after MARK on the container's output, which the host reads (bounded: the
+# sandbox caps a container's log). setuptools writes the egg-info its hook converts into /tmp, never into the
+# project; without the `wheel` package (Debian's bases) the conversion fails, and the egg-info it wrote first is the
+# answer. What the hook leaves in /tmp is read as another party's files: a FIFO or a link where a file belongs is
+# refused at once (O_NONBLOCK, O_NOFOLLOW, then fstat), never waited on until the container's time is up.
+MARK = "imagekit-metadata-answer: "
 DRIVER = r"""
-import glob, json, os, subprocess, sys, zipfile
-folder, answer, backend, timeout = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+import glob, json, os, stat, subprocess, sys, zipfile
+folder, mark, backend, timeout = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 LIMIT = 4 << 20
+tmp = os.environ.get("TMPDIR") or "/tmp"  # the container's own /tmp (a test runs the driver with a folder of its own)
 
 def done(doc, code):
-    with open(answer, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
+    sys.stdout.write("\n" + mark + json.dumps(doc) + "\n")
+    sys.stdout.flush()
     sys.exit(code)
 
 def read(path):
-    with open(path, "rb") as fh:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError as exc:
+        done({"kind": "failed", "code": "unreadable", "log": path + ": " + str(exc.strerror)}, 1)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            done({"kind": "failed", "code": "not-a-file", "log": path + " is not a regular file"}, 1)
         data = fh.read(LIMIT + 1)
     if len(data) > LIMIT:
         done({"kind": "failed", "code": "too-large", "log": path + " is over " + str(LIMIT) + " bytes"}, 1)
     return data.decode("utf-8", "replace")
 
-env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LC_ALL": "C.UTF-8",
+       "PYTHONDONTWRITEBYTECODE": "1"}
 try:
     import setuptools  # noqa: F401
 except ImportError:
     wheels = sorted(glob.glob("/usr/share/python-wheels/setuptools-*.whl"))
     if not wheels:
         done({"kind": "no-backend"}, 2)
-    zipfile.ZipFile(wheels[-1]).extractall("/tmp/imagekit-backend")
-    env["PYTHONPATH"] = "/tmp/imagekit-backend"
-meta = "/tmp/imagekit-metadata"
+    zipfile.ZipFile(wheels[-1]).extractall(os.path.join(tmp, "imagekit-backend"))
+    env["PYTHONPATH"] = os.path.join(tmp, "imagekit-backend")
+meta = os.path.join(tmp, "imagekit-metadata")
 os.mkdir(meta)
 module, _, attr = backend.partition(":")
 hook = ("import importlib, sys; b = importlib.import_module(%r)%s; b.prepare_metadata_for_build_wheel(sys.argv[1])"
         % (module, "." + attr if attr else ""))
-with open("/tmp/imagekit-hook.log", "wb") as log:
+# the log's tail is read back through this descriptor, whatever the hook does to the name
+with open(os.path.join(tmp, "imagekit-hook.log"), "w+b") as log:
     try:
         code = subprocess.run([sys.executable, "-c", hook, meta], cwd=folder, stdin=subprocess.DEVNULL, stdout=log,
                               stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         code = "timeout"
-with open("/tmp/imagekit-hook.log", "rb") as fh:
-    fh.seek(0, 2)
-    fh.seek(max(0, fh.tell() - 6000))
-    tail = fh.read().decode("utf-8", "replace")
+    log.seek(0, 2)
+    log.seek(max(0, log.tell() - 6000))
+    tail = log.read(6000).decode("utf-8", "replace")
 dist = sorted(glob.glob(meta + "/*.dist-info/METADATA"))
 egg = sorted(glob.glob(meta + "/*.egg-info/PKG-INFO"))
 if code == 0 and dist:
@@ -96,7 +107,7 @@ if code == 0 and dist:
 if egg and "invalid command 'bdist_wheel'" in tail:
     requires = os.path.join(os.path.dirname(egg[0]), "requires.txt")
     done({"kind": "egg-info", "pkg_info": read(egg[0]),
-          "requires": read(requires) if os.path.exists(requires) else ""}, 0)
+          "requires": read(requires) if os.path.lexists(requires) else ""}, 0)
 done({"kind": "failed", "code": code, "log": tail}, 1)
 """
 
@@ -153,32 +164,39 @@ def _folder(root: Path, source: DepsSource) -> Path:
 
 
 def _run(engine: ContainerEngine, base: BaseRef, folder: Path, source: DepsSource, backend: str) -> bytes:
-    out = Path(tempfile.mkdtemp(prefix="imagekit-metadata-"))
-    try:
-        code, stdout, stderr = engine.run(
-            base.reference,
-            ["-I", "-c", DRIVER, "/project", "/out/answer.json", backend, str(HOOK_TIMEOUT)],
-            entrypoint=[base.python_bin],
-            env={"HOME": "/tmp"},
-            user=f"{os.getuid()}:{os.getgid()}",
-            timeout=TIMEOUT,
-            volumes={str(folder): {"bind": "/project", "mode": "ro"}, str(out): {"bind": "/out", "mode": "rw"}},
-            network=False,
-            sandbox=True,
+    """The hook's answer: the last MARK line of the container's output. Nothing of the host is writable from the
+    container (the project is read-only, the rest of its filesystem too, /tmp a 256 MB tmpfs of its own)."""
+    code, stdout, stderr = engine.run(
+        base.reference,
+        ["-I", "-c", DRIVER, "/project", MARK, backend, str(HOOK_TIMEOUT)],
+        entrypoint=[base.python_bin],
+        env={"HOME": "/tmp"},
+        user=f"{os.getuid()}:{os.getgid()}",
+        timeout=TIMEOUT,
+        volumes={str(folder): {"bind": "/project", "mode": "ro"}},
+        network=False,
+        sandbox=True,
+    )
+    raw = answer_of(stdout)
+    if raw is None:
+        said = untrusted.printable((stderr or stdout).strip()[-1500:], 1500, lines=True)
+        raise EnvironmentFailure(
+            f"reading {source.file}'s metadata in {base.reference} gave no answer (exit {code})"
+            + (f":\n{said}" if said else ""),
+            "check that the base image runs (docker run IMAGE python3 -V); bootstrap it again if it repeats",
         )
-        try:
-            raw = foreign_files.read_bytes(out / "answer.json", ANSWER_LIMIT)
-        except foreign_files.Refused as exc:
-            said = untrusted.printable((stderr or stdout).strip()[-1500:], 1500, lines=True)
-            raise EnvironmentFailure(
-                f"reading {source.file}'s metadata in {base.reference} gave no answer (exit {code}; its answer "
-                f"{exc.why})" + (f":\n{said}" if said else ""),
-                "check that the base image runs (docker run IMAGE python3 -V); bootstrap it again if it repeats",
-            ) from None
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
     _refuse_failure(raw, source, base)
     return raw
+
+
+def answer_of(stdout: str) -> bytes | None:
+    """The answer the driver printed last (a line after MARK, at most ANSWER_LIMIT), or None."""
+    found = stdout.rfind("\n" + MARK)
+    if found < 0:
+        return None
+    line = stdout[found + 1 + len(MARK) :].split("\n", 1)[0]
+    raw = line.encode("utf-8", "replace")
+    return raw if len(raw) <= ANSWER_LIMIT else None
 
 
 def _refuse_failure(raw: bytes, source: DepsSource, base: BaseRef) -> None:
@@ -221,9 +239,9 @@ def _deps(raw: bytes, source: DepsSource) -> ProjectDeps:
         raise untrusted.UntrustedData("the metadata answer is not an object")
     files = (source.file,)
     if doc.get("kind") == "metadata" and isinstance(doc.get("metadata"), str):
-        return project_deps.from_metadata(doc["metadata"], source, files)
+        return backend_metadata.from_metadata(doc["metadata"], source, files)
     if doc.get("kind") == "egg-info" and isinstance(doc.get("pkg_info"), str) and isinstance(doc.get("requires"), str):
-        return project_deps.from_egg_info(doc["pkg_info"], doc["requires"], source, files)
+        return backend_metadata.from_egg_info(doc["pkg_info"], doc["requires"], source, files)
     raise untrusted.UntrustedData(f"the metadata answer's kind {untrusted.printable(doc.get('kind'), 40)} is unknown")
 
 

@@ -26,7 +26,7 @@ from imagekit.effects.registry import RegistryClient, Remote, refuse_user_info, 
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.model import AMD64
 from imagekit.oci import image_index, media_types
-from imagekit.services.release_index import index_locked, read_index, read_record
+from imagekit.services.release_index import index_locked, read_index, read_record, vouch
 from imagekit.trust import registry_host, validate
 
 
@@ -151,6 +151,7 @@ def verify(registry: RegistryClient, entry: dict, path: Path) -> None:
             f"{repo}@{entry['digest']} has config {found.config_digest}, but {path} records {entry['config_digest']}",
             "the record does not describe that image; remove it and publish again; nothing was written",
         )
+    _check_selftest(registry, remote, entry, found.config_digest, path)
     tagged = registry.oci_manifest(remote, tag)
     named = entry.get("tag_digest") or entry["digest"]  # the index of the image and its SBOM, or the image itself
     if tagged is None or tagged.digest != named:
@@ -158,6 +159,27 @@ def verify(registry: RegistryClient, entry: dict, path: Path) -> None:
         raise CheckFailed(
             f"{entry['tag']} points at {now} in the registry, not {named} ({path})",
             "immutable tags never move; publish it again with `imagekit build --push`; nothing was written",
+        )
+
+
+def _check_selftest(registry: RegistryClient, remote: Remote, entry: dict, config: str | None, path: Path) -> None:
+    """The record's self-test passed, and the layers it names are the image's: its config's diff ids, read from the
+    registry by digest (a record claiming another image's layers would lend its results to a build of those)."""
+    from imagekit.oci import selftest_reuse
+
+    report = entry.get("selftest")
+    ran = report.get("ran") if isinstance(report, dict) else None
+    diff_ids = None
+    if isinstance(ran, dict) and ran.get("layers") is not None and config is not None:
+        rootfs = registry.blob_json(remote, config).get("rootfs")
+        diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+        diff_ids = diff_ids if isinstance(diff_ids, list) else []
+    problem = selftest_reuse.record_problem(report, diff_ids)
+    if problem:
+        raise CheckFailed(
+            f"{path}: {entry['tag']}: {problem}",
+            "only a tested image is published: remove the record, or publish the image again with "
+            "`imagekit build --push`; nothing was written",
         )
 
 
@@ -200,6 +222,9 @@ def merge(
             images[tag] = {**entry, "published_at": old.get("published_at") or entry.get("published_at")}
         if by_tag:
             write_atomic(index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+        if signed_by is not None:  # its self-test may lend results to this machine's builds (selftest_reuse)
+            for tag in added + unchanged:
+                vouch(images[tag], f"merged from {by_tag[tag][1].name}, its signature verified")
     for alias, platforms in sorted(platform_images([entry for entry, _ in by_tag.values()]).items()):
         digest = point_index(registry, alias, platforms)
         log(f"{alias} names {', '.join(sorted(platforms))} ({digest})")

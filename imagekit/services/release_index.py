@@ -4,6 +4,7 @@ index changed under its folder's lock, every file written atomically."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import time
@@ -58,7 +59,10 @@ def newest_release(index_path: Path, ref: str, platform: str | None = None) -> d
     per platform: ``platform``'s (default linux/amd64) when there is one."""
     found = release_record.newest(read_index(index_path).get("images", {}), ref, platform)
     if found is None:
-        raise UsageError(f"{ref} is not in {index_path}", "publish it with `imagekit build --push` first")
+        from imagekit.trust.redact import redact_value
+
+        shown = untrusted.printable(redact_value(ref), 300)  # an argument: a password in it is never echoed
+        raise UsageError(f"{shown} is not in {index_path}", "publish it with `imagekit build --push` first")
     return found
 
 
@@ -148,4 +152,69 @@ def record(
             write_record(records_dir, entry)
         index.setdefault("images", {})[published.immutable] = entry
         write_atomic(index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+    vouch(entry, "published on this machine")
     return entry
+
+
+# ---- which records this machine vouches for (self-test reuse) ----------------------------------------------------
+# The release index is a file of the project (often committed, merged from CI artifacts): what it says of a self-test
+# is another party's word. A build reuses recorded results only from a release this machine published itself, or one
+# `release merge --require-signature` verified as signed by that key: each is noted in this user's state folder
+# (effects.cache.state_root, beside the pods it created), with the sha256 of the self-test report as recorded, so an
+# index entry edited since (or planted in a cloned repository) matches no note.
+MAX_NOTE = 4096
+
+
+def _note_path(entry: dict) -> Path | None:
+    from imagekit.effects.cache import state_root
+
+    digest = entry.get("digest")
+    return state_root() / "vouched" / f"{digest.split(':', 1)[1]}.json" if untrusted.is_digest(digest) else None
+
+
+def _report_sha(entry: dict) -> str:
+    return hashlib.sha256(json.dumps(entry.get("selftest"), sort_keys=True).encode()).hexdigest()
+
+
+def vouch(entry: dict, how: str) -> None:
+    """Note that this machine vouches for ``entry``'s self-test report (``how``: published here, or the key whose
+    signature `release merge` verified)."""
+    from imagekit.effects import foreign_files
+
+    path = _note_path(entry)
+    if path is not None:
+        foreign_files.private_dir(path.parent)
+        note = {"tag": entry.get("tag"), "digest": entry.get("digest"), "selftest": _report_sha(entry), "how": how}
+        write_atomic(path, json.dumps(note, sort_keys=True) + "\n", 0o600)
+
+
+def vouched(entry: dict) -> str | None:
+    """How this machine vouches for ``entry``'s self-test report, or None: no note, or one of another tag or report
+    (read as any file of another party: bounded, never through a link)."""
+    from imagekit.effects import foreign_files
+
+    path = _note_path(entry)
+    if path is None:
+        return None
+    try:
+        note = untrusted.load_json(foreign_files.read_bytes(path, MAX_NOTE), "a note", max_bytes=MAX_NOTE, max_depth=2)
+    except (OSError, ValueError):  # missing, a link, a FIFO, not JSON
+        return None
+    if not isinstance(note, dict) or not isinstance(note.get("how"), str):
+        return None
+    same = (note.get("tag"), note.get("digest"), note.get("selftest")) == (
+        entry.get("tag"),
+        entry.get("digest"),
+        _report_sha(entry),
+    )
+    return untrusted.printable(note["how"], 200) if same else None
+
+
+def unvouched(entry: dict) -> str | None:
+    """Why ``entry``'s self-test results may not be reused here (oci.selftest_reuse.find's ``origin``), or None."""
+    if vouched(entry) is not None:
+        return None
+    return (
+        "its record was neither published on this machine nor merged with its signature verified "
+        "(`imagekit release merge --require-signature KEY.pub`)"
+    )

@@ -22,6 +22,7 @@ from imagekit.oci import image_index, media_types, release_record
 from imagekit.services.ports import Registry
 from imagekit.services.release_index import read_index
 from imagekit.trust import untrusted, validate
+from imagekit.trust.redact import redact_value
 
 MAX_CONFIG = 4 << 20  # bytes of an image config read for its labels (imagekit's are a few KiB)
 MAX_LAYERS = 1024  # layers an image manifest may list (imagekit's have a few dozen)
@@ -47,7 +48,7 @@ def release(index_path: Path, ref: str, platform: str | None = None, registry: R
         return found
     if not is_image_reference(ref):
         raise UsageError(
-            f"{untrusted.printable(ref, 120)} is not in {index_path}",
+            f"{untrusted.printable(redact_value(ref), 120)} is not in {index_path}",  # never a password it carries
             "publish it with `imagekit build --push` first, or name the published image as REGISTRY/REPO:TAG "
             "(its labels say the rest)",
         )

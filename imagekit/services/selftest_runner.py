@@ -24,6 +24,10 @@ _PREFIX = "imagekit-selftest: "
 TIMEOUT, EMULATED_TIMEOUT = 900, 3600  # seconds: under qemu every check is 5-20 times slower
 
 
+class NotReusable(Exception):
+    """The results offered do not cover what this image's full self-test would run (selftest_reuse.shortfall)."""
+
+
 @dataclass(frozen=True)
 class SelfTestReport:
     image: str
@@ -110,6 +114,9 @@ def run(
     if not isinstance(report, dict):
         raise CheckFailed(f"the self-test in {image} wrote no report object (exit {code})", "see the image's output")
     if reuse is not None and isinstance(report.get("checks"), list):
+        short = selftest_reuse.shortfall(report, reuse)
+        if short is not None:
+            raise NotReusable(short)
         report = selftest_reuse.merge(report, reuse)
     if runtime is not None and isinstance(report.get("checks"), list):
         truth = config_truth.check(engine.image(image).get("Config") or {}, runtime, report)
@@ -160,12 +167,17 @@ def for_build(
     if full or shadow:
         reuse, why = None, "--full-self-test" if full else f"ENV {shadow} names the code layer's folder {code_to}"
     else:
-        reuse, why = selftest_reuse.find(key, images, built.id, built.platform)
-    if reuse is None:
-        say(f"self-test: every check ({why})")
-    else:
+        from imagekit.services.release_index import unvouched
+
+        reuse, why = selftest_reuse.find(key, images, built.id, built.platform, origin=unvouched)
+    if reuse is not None:
         say(
             f"self-test: the code layer's checks; the others' results are {reuse.record}'s ({reuse.digest}), whose "
             f"{len(reuse.layers)} layers below the code layer are this image's (--full-self-test runs them all)"
         )
-    return run(engine, image, gpus=on_gpu, emulated=emulated, key=key, reuse=reuse, **how)  # type: ignore[arg-type]
+        try:
+            return run(engine, image, gpus=on_gpu, emulated=emulated, key=key, reuse=reuse, **how)  # type: ignore[arg-type]
+        except NotReusable as exc:
+            why = str(exc)
+    say(f"self-test: every check ({why})")
+    return run(engine, image, gpus=on_gpu, emulated=emulated, key=key, **how)  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ from imagekit.effects.cache import cache_root
 from imagekit.effects.docker import _build_hint
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.image import imageconfig, steps
+from imagekit.trust import untrusted
 from imagekit.trust.untrusted import printable
 
 STAGE_MOUNT = "/imagekit-stage"
@@ -41,8 +42,9 @@ def _cache_dir() -> Path:
 
 def _cached(key: str) -> dict | None:
     try:  # a memo in the cache, read back as any file another process may have planted: bounded, no link
-        doc = json.loads(foreign_files.read_bytes(_cache_dir() / f"{key}.json", 4096))
-    except (OSError, ValueError):
+        raw = foreign_files.read_bytes(_cache_dir() / f"{key}.json", 4096)
+        doc = untrusted.load_json(raw, "a step's memo", max_bytes=4096, max_depth=2)
+    except (OSError, ValueError):  # foreign_files.Refused and untrusted.UntrustedData are ValueErrors
         return None
     if isinstance(doc, dict) and isinstance(doc.get("diff_id"), str) and doc["diff_id"].startswith("sha256:"):
         return doc

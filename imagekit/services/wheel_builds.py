@@ -131,10 +131,20 @@ def resolve_build_requires(
     requires: list[str], torch_layer: tuple[LockEntry, ...], req: LockRequest, name: str
 ) -> list[LockEntry]:
     """The build requirements, hash-pinned for the image's Python and platform by uv, agreeing with the cell's torch
-    layer (those it pins are installed from it and not resolved again)."""
+    layer (those it pins are installed from it and not resolved again). Each is checked before uv sees it: one
+    naming a URL is refused here, never fetched (sb.build_requirement_problem)."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
+    for r in requires:
+        problem = sb.build_requirement_problem(r)
+        if problem:
+            raise CheckFailed(
+                f"{req.cell.id}: {name}'s build requirement {untrusted.printable(r, 80)!r} {problem}; nothing was "
+                "fetched",
+                "imagekit resolves build requirements by name from the cell's indexes; build the package elsewhere "
+                f"and name its wheel by URL with its sha256 if {name} needs one from a URL",
+            )
     have = {e.name for e in torch_layer}
     wanted = [r for r in requires if canonicalize_name(Requirement(r).name) not in have]
     if not wanted:
@@ -276,8 +286,7 @@ def _run_build(
     and kept in the wheel cache under its sha256."""
     from imagekit.services.wheel_folders import link_wheels
 
-    scratch = foreign_files.private_dir(Path(tempfile.mkdtemp(prefix="imagekit-wheel-build-")))
-    try:
+    with foreign_files.scratch("imagekit-wheel-build-") as scratch:
         house = link_wheels(fetched, scratch / "wheels")
         given = scratch / "in"
         given.mkdir()
@@ -308,8 +317,6 @@ def _run_build(
                 _hint(log, name),
             )
         return _keep_wheel(work / "out", sdist, log)
-    finally:
-        foreign_files.remove_tree(scratch)
 
 
 def _hint(log: str, name: str) -> str:

@@ -7,7 +7,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 _SECRET_PARAM = re.compile(r"token|key|secret|passw|auth|sig|credential", re.I)
 _TOKENISH = re.compile(r"^(?=[A-Za-z0-9_]*[0-9])(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{20,}$")  # e.g. /<token>/simple
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+# Each match may start only where its run of characters starts (the lookbehinds): tried from every position of a
+# 900,000-character run, the patterns would scan the rest of it each time (quadratic: an hour, not a millisecond).
+_URL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
 def redact(url: str) -> str:
@@ -32,7 +34,7 @@ def redact(url: str) -> str:
 
 
 # `user:password@host/repo`: user-info in a reference with no scheme (not a digest's `@sha256:`)
-_USERINFO = re.compile(r"[^\s/@'\"]+@(?=[A-Za-z0-9\[])(?!sha(?:256|384|512):)")
+_USERINFO = re.compile(r"(?<![^\s/@'\"])[^\s/@'\"]+@(?=[A-Za-z0-9\[])(?!sha(?:256|384|512):)")
 
 
 def redact_text(text: str) -> str:

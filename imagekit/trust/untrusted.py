@@ -88,6 +88,36 @@ def load_json(data: bytes | str, what: str, *, max_bytes: int = MAX_JSON_BYTES, 
         raise UntrustedData(f"{what} is not JSON ({exc.msg} at line {exc.lineno})") from None
 
 
+MAX_TOML_DEPTH = 32  # tables and arrays within each other: a project's files nest a handful; tomllib recurses per level
+
+
+def load_toml(text: str, what: str, *, max_chars: int = 4 << 20, max_depth: int = MAX_TOML_DEPTH) -> dict:
+    """TOML another party wrote (a project's pyproject.toml, a matrix file, an archive's pyproject.toml): at most
+    ``max_chars``, nested at most ``max_depth`` deep (tomllib recurses once per nested array or inline table, so a
+    few thousand ``[`` end in RecursionError, and a document it did parse may still be too deep for what reads it
+    next). A malformed one is :class:`UntrustedData` saying where, never the traceback."""
+    import tomllib
+
+    if len(text) > max_chars:
+        raise UntrustedData(f"{what} is larger than {max_chars} characters")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UntrustedData(f"{what} is not valid TOML: {printable(str(exc), 200)}") from None
+    except RecursionError:
+        raise UntrustedData(f"{what} is nested too deep (at most {max_depth} levels of tables and arrays)") from None
+    stack: list[tuple[object, int]] = [(doc, 1)]
+    while stack:  # without recursion: the depth is what is checked
+        value, depth = stack.pop()
+        if depth > max_depth:
+            raise UntrustedData(f"{what} is nested more than {max_depth} levels of tables and arrays deep")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return doc
+
+
 def digest(value: object, what: str = "digest") -> str:
     """A content digest as registries and imagekit write it: ``sha256:`` and 64 lower-case hex digits, nothing
     else (a digest becomes a URL path segment: ``../../admin`` must never get there)."""

@@ -47,7 +47,7 @@ def _bad(what: str, value: object, expected: str, hint: str | None = None) -> Us
     shown = repr(redact_value(value) if isinstance(value, str) else value)  # never a password it was handed
     if len(shown) > 100:  # a 10,000-character value is named, not echoed
         shown = f"{shown[:60]}... ({len(value) if isinstance(value, str) else len(shown)} characters)"
-    return UsageError(f"invalid {what} {shown}: expected {expected}", hint)
+    return UsageError(f"invalid {what} {shown}: expected {expected}", hint or f"give {what} as {expected}")
 
 
 bad = _bad  # for the validators another package owns (locking.direct_wheels.requirement)

@@ -78,3 +78,25 @@ def test_a_setup_py_that_reaches_out_is_contained_and_fails_with_its_log(app, ru
         assert needle in res.stderr, res.stderr
     assert _tree(project) == before  # nothing written
     assert not kept.exists() or not any(kept.iterdir())  # a failure is not kept
+
+
+def test_a_setup_py_that_plants_on_the_host_leaves_nothing_and_stalls_nothing(app, runner, project, kept, tmp_path):
+    # Before (issue 49): the hook's /out was a host folder mounted read-write: it was made 0777 and left a setuid copy
+    # of `id` (euid 0 for any local user), 300 MB past the 256 MB promised and a 1,200-deep tree that made
+    # shutil.rmtree raise RecursionError (a traceback, the folder kept); a FIFO where the driver reads stalled it
+    # until the container's 300 s were up, and the message quoted imagekit's own driver.
+    import os
+    import tempfile
+    import time
+
+    shutil.copytree(PROJECTS / "plants-on-host", project, dirs_exist_ok=True)
+    before = set(os.listdir(tempfile.gettempdir()))
+    began = time.monotonic()
+    res = runner.invoke(app, ["init", "--from", "setup.py"])
+    took = time.monotonic() - began
+    assert "Traceback" not in res.output and res.exit_code == 1, res.output
+    assert "is not a regular file" in res.stderr and "\nhint: " in res.stderr
+    assert "import glob" not in res.output  # imagekit's driver is not quoted
+    assert took < 150, f"{took:.0f} s"
+    left = set(os.listdir(tempfile.gettempdir())) - before
+    assert not [n for n in left if n.startswith("imagekit-")], left

@@ -19,6 +19,7 @@ from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.oci import release_record
 from imagekit.services import release_index
 from tests import hostile_http
+from tests.fakes import PASSED
 from tests.hostile_http import Seen, serve
 from tests.registry import Registry, free_port
 from tests.services.test_release import push_image
@@ -52,9 +53,7 @@ def creds(monkeypatch):
 def _entry(repo: str, cell: str, digest: str, config: str | None = None) -> dict:
     published = release_record.Published(f"{repo}:{cell}-{BUILD}", f"{repo}:{cell}", digest, False, config)
     manifest = {"cell": {"id": cell}}
-    return release_index.release_entry(
-        published, lock_hash="l" * 64, manifest=manifest, report={"passed": True}, size=1
-    )
+    return release_index.release_entry(published, lock_hash="l" * 64, manifest=manifest, report=PASSED, size=1)
 
 
 def _index(path: Path, *entries: dict) -> str:

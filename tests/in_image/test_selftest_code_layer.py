@@ -53,3 +53,22 @@ def test_without_the_flag_every_check_runs(tmp_path):
     ids = [c["id"] for c in report["checks"]]
     assert report["scope"] == "full" and torch_imported
     assert {"torch-cuda-version", "torch-compile", "tiny-model", "image-hygiene", "smoke-1"} <= set(ids), ids
+
+
+@pytest.mark.parametrize("project", [False, True], ids=["copy", "copy and install"])
+def test_the_code_layer_runs_plan_is_what_the_full_run_runs_and_skips(tmp_path, project):
+    """The host reuses a recorded result only for a check the plan names, `pass` where the plan runs it, `skip` for
+    the plan's reason: the plan must be the full run's own, check for check and reason for reason (issue 49)."""
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "full").mkdir()
+    planned, _ = _run(tmp_path / "plan", "--code-layer", project=project)
+    full, _ = _run(tmp_path / "full", project=project)
+    plan = {p["id"]: p["skip"] for p in planned["plan"]}
+    ran = {c["id"]: c for c in full["checks"]}
+    assert list(plan) == [c for c in ran if c in plan], (list(plan), list(ran))  # in the full run's order
+    assert set(ran) - set(plan) <= {"gpu-arch", "gpu-matmul-float16", "gpu-matmul-bfloat16"}
+    for cid, skip in plan.items():
+        if skip is not None:
+            assert (ran[cid]["status"], ran[cid]["message"]) == ("skip", skip), cid
+        else:
+            assert ran[cid]["status"] != "skip", (cid, ran[cid]["message"])

@@ -86,3 +86,17 @@ def test_the_commands_share_one_budget_and_one_never_reached_fails():
     assert second["status"] == "fail" and "was not run: the smoke commands' time is spent" in second["message"]
     assert second["evidence"]["timeout"] <= 0
     assert selftest.run_smoke({}) == [] and selftest.run_smoke({"smoke": {"commands": []}}) == []
+
+
+def test_a_smoke_commands_output_never_reaches_a_disk(tmp_path, monkeypatch):
+    # Before: the output went to a temporary file, whole (in the image's writable layer: the host's disk under it),
+    # and only its tail was read back; a command printing without end filled the disk until its time was up.
+    def no_disk(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the smoke output was written to a file")
+
+    monkeypatch.setattr(selftest.tempfile, "TemporaryFile", no_disk)
+    result = selftest.check_smoke(1, "head -c 20000000 /dev/zero | tr '\\0' x; echo; echo the end", 60)
+    assert result["status"] == "pass", result
+    ev = result["evidence"]
+    assert ev["output_bytes"] == 20_000_000 + len("\nthe end\n")
+    assert ev["output_tail"].endswith("x\nthe end\n") and len(ev["output_tail"]) == selftest.SMOKE_TAIL

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from imagekit.errors import ConfigError, UsageError
+from imagekit.matrix import backend_metadata, project_axes, project_deps
 from imagekit.matrix import matrix_file as matrix
-from imagekit.matrix import project_axes, project_deps
 from imagekit.matrix.project_deps import DepsSource
 from imagekit.model import Cell
 from tests.conftest import FIXTURES
@@ -257,8 +257,8 @@ def test_metadata_and_egg_info_answers_read_alike():
     )
     source = DepsSource("setup.py", ("dev",))
     for deps in (
-        project_deps.from_metadata(metadata, source, ("setup.py",)),
-        project_deps.from_egg_info(egg_pkg_info, egg_requires, source, ("setup.py",)),
+        backend_metadata.from_metadata(metadata, source, ("setup.py",)),
+        backend_metadata.from_egg_info(egg_pkg_info, egg_requires, source, ("setup.py",)),
     ):
         assert deps.requires_python == (">=3.10.9", "setup.py (its build backend's metadata): Requires-Python")
         assert deps.extras == ("dev", "tests")

@@ -18,7 +18,7 @@ from imagekit.oci.release_record import Published
 from imagekit.services import release, release_index, signing, tag_indexes
 from imagekit.supplychain import cosign
 from tests import hostile_http
-from tests.fakes import RecordingRegistry
+from tests.fakes import PASSED, RecordingRegistry
 
 REPO = "team/train"
 CELL = "cu124-torch2.5.1-py3.11-tf4.48.2"
@@ -251,7 +251,7 @@ def _record(folder, reg: hostile_http.RegistryState, digest: str, config: str | 
     repo = f"{reg.address}/{REPO}"
     published = Published(f"{repo}:{CELL}-{BUILD}", f"{repo}:{CELL}", digest, False, config)
     entry = release_index.release_entry(
-        published, lock_hash="l" * 64, manifest={"cell": {"id": CELL}}, report={"passed": True}, size=1
+        published, lock_hash="l" * 64, manifest={"cell": {"id": CELL}}, report=PASSED, size=1
     )
     release_index.write_record(folder, entry)
 

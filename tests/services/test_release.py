@@ -17,6 +17,7 @@ import pytest
 from imagekit.errors import CheckFailed
 from imagekit.oci.release_record import Published, record_name
 from imagekit.services import release_index
+from tests.fakes import PASSED
 from tests.registry import Registry, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,9 +86,7 @@ def _published(repo: str, cell: str, digest: str, config: str | None = None, bui
 
 def _entry(published: Published) -> dict:
     manifest = {"cell": {"id": published.alias.rsplit(":", 1)[1]}}
-    return release_index.release_entry(
-        published, lock_hash="l" * 64, manifest=manifest, report={"passed": True}, size=1
-    )
+    return release_index.release_entry(published, lock_hash="l" * 64, manifest=manifest, report=PASSED, size=1)
 
 
 def _merge(app, runner, *args: str):

@@ -235,3 +235,15 @@ def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_re
             signed_by=_other_key().public_key(),
         )
     assert not (tmp_path / "other.json").exists()
+    # on another machine (a state folder of its own): only a merge that verified the signature vouches for the
+    # record's self-test, so a later build there may reuse its results (oci.selftest_reuse)
+    from imagekit.services import release_index
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IMAGEKIT_STATE", str(tmp_path / "another-machine"))
+        assert release_index.vouched(entry) is None
+        release.merge([opts.release_records], tmp_path / "unsigned.json", registry, allowed=allowed)
+        assert release_index.vouched(entry) is None
+        signed = tmp_path / "signed.json"
+        release.merge([opts.release_records], signed, registry, allowed=allowed, signed_by=key.public_key())
+        assert "its signature verified" in str(release_index.vouched(entry))
