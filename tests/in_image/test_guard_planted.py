@@ -369,3 +369,51 @@ def test_only_dry_run_1_is_a_dry_run(pod, tmp_path, value, dry):
     assert guard.act(env, s, "deadline", "stop", "IMAGEKIT_MAX_RUNTIME=6h reached") is True
     assert pod.calls == ([] if dry else [("runpod", "abc123xyz", "stop")])
     assert ("dry run (IMAGEKIT_GUARD_DRY_RUN=1): would send POST" in _log(tmp_path)) is dry
+
+
+# ---- issue 48's planted bugs ----------------------------------------------------------------------------------------
+# Planted: guard.resume reads `if prev.get("ended"):` (a state without the field resumed as the live start's).
+@pytest.mark.parametrize("ended", ["missing", None, "no", 0])
+def test_a_state_without_ended_false_is_a_new_start_never_a_resumed_one(ended):
+    """Only a state that says ``"ended": false`` is a start that is still going (a crash loop): anything else, a
+    state without the field (an older guard's, or one another user wrote), is a new start, its deadline from now."""
+    s, _ = guard.settings({"IMAGEKIT_MAX_RUNTIME": "6h"})
+    prev = {"armed": 1000.0, "seen": 1990.0, **({} if ended == "missing" else {"ended": ended})}
+    armed, blocked, said = guard.resume(prev, 2000.0, s)
+    assert (armed, blocked) == (2000.0, None) and said is not None and "a new start" in said
+    assert guard.resume({**prev, "ended": False}, 2000.0, s)[0] == 1000.0  # the one that resumes
+
+
+# Planted: guard._root_only tests `st.st_mode & 0o002` (writable by others) and lets a group-writable folder by.
+@pytest.mark.parametrize(("mode", "refused"), [(0o770, True), (0o707, True), (0o750, False), (0o1777, False),
+                                               (0o3775, False)])  # fmt: skip
+def test_a_group_writable_state_folder_is_refused_like_a_world_writable_one(tmp_path, mode, refused):
+    """A group another user is in could rename the guard's folder away (resetting the deadline), as anyone could a
+    world-writable one; a sticky folder (/tmp) lets no one but its owner rename what is in it."""
+    folder = tmp_path / "guard"
+    folder.mkdir()
+    os.chmod(tmp_path, 0o700)
+    os.chmod(folder, mode)
+    said = guard._root_only(str(folder))
+    assert bool(said) is refused and (not refused or "writable by other users" in said), said
+    assert guard.trusted_folder(str(folder)) is not refused
+
+
+# Planted: Guard.step passes `blocked or ""` to _cpu_fallback whether or not a job runs (the watchdog doubles up).
+def test_pod_modes_cpu_fallback_watchdog_stands_aside_while_a_job_runs():
+    """A job running on the CPU while the GPUs idle is the job watchdog's to say (GPU idle for a job), once; pod
+    mode's CPU-fallback watchdog, for processes outside any job, says nothing and stops nothing meanwhile."""
+    s, _ = guard.settings({"IMAGEKIT_REQUIRE_GPU": "1", "IMAGEKIT_GPU_IDLE_WARN": "10m", "IMAGEKIT_GPU_IDLE_STOP": "1h",
+                           "IMAGEKIT_MAX_RUNTIME": "1d"})  # fmt: skip
+    g = guard.Guard(s, started=0)
+    said = []
+    for t in range(0, 2 * 3600 + 1, 30):
+        ticks = int(t * guard.CLK_TCK)  # one process at 100 % of a core
+        sample = {**IDLE, "cpu": {"4242 7": [ticks, "python"]}, "gpu_util": [0]}
+        fired = g.step(t, sample, "", job_running=True)
+        said += g.warnings
+        if fired:
+            break
+    assert fired is not None and fired[0] == "gpu-idle" and g.banner is None
+    assert said and all("training on the CPU at GPU rates?" not in w for w in said)
+    assert any("a job runs, but the GPUs were at or under 5 %" in w for w in said)

@@ -92,3 +92,23 @@ def test_what_cannot_be_checked_is_said_and_the_run_starts(code, out, said):
 def test_an_unreadable_report_with_a_blocker_exit_still_refuses():
     assert launch_check.judge(1, "garbage {").blockers == ["a blocker (its report could not be read)"]
     assert launch_check.judge(0, "garbage {") == launch_check.Verdict()
+
+
+# Planted: launch_check.judge reads `if NO_DOCTOR in out:` (the exit code that goes with the marker not checked): a
+# command's output naming the marker made a refused launch look unchecked, and the run started.
+@pytest.mark.parametrize("code", [0, 1, 3, 124])
+def test_the_no_doctor_marker_counts_only_with_its_exit_code(code):
+    out = f"{launch_check.NO_DOCTOR}\n" + json.dumps({"checks": [{"id": "accelerate-config", "status": "fail",
+                                                                  "message": "2 processes on 1 GPU"}]})  # fmt: skip
+    verdict = launch_check.judge(code, out)
+    no_doctor = any("has no imagekit-doctor" in w for w in verdict.warnings)
+    assert no_doctor is (code == 0) and verdict.checked is (code == 1)
+    if code == 1:  # the doctor ran and refused: a blocker, whatever else the output held
+        assert verdict.blockers and "2 processes on 1 GPU" in verdict.blockers[0]
+
+
+# Planted: launch_check.launch_words pops one leading VAR=value (`if` for `while`): five settings hid the launcher.
+def test_every_leading_assignment_is_stripped_before_the_launcher_is_read():
+    command = "A=1 B=2 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0 OMP_NUM_THREADS=4 accelerate launch --num_processes 2 t.py"
+    assert launch_check.launch_words(command)[:4] == ["accelerate", "launch", "--num_processes", "2"]
+    assert launch_check.launch_words("X=1 Y=2 Z=3 W=4 V=5 bash train.sh") == ["bash", "train.sh"]
