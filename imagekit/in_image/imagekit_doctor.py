@@ -810,7 +810,7 @@ MAX_SCRIPT = 1 << 20  # bytes of a launch script read
 
 
 def _launcher(argv):
-    words = [os.path.basename(a or "") for a in argv[:4]]
+    words = [os.path.basename(a) for a in argv[:4]]
     if "accelerate" in words and "launch" in argv[:4]:
         return "accelerate"
     if any(w in ("torchrun", "torch.distributed.run") for w in argv[:4]):
@@ -832,21 +832,17 @@ def _script_of(argv):
     return argv[0] if argv[0].endswith(".sh") else None
 
 
+UNKNOWN = "\0"  # in a launch word: a variable neither the script nor the env sets here
+
+
 def _expand(word, values):
-    """``$NAME`` and ``${NAME}`` from the script's own assignments, then the env; None when one is not known."""
-    missing = []
+    """``$NAME`` and ``${NAME}`` from the script's own assignments, then the env; one neither sets is ``UNKNOWN``."""
 
     def one(m):
         name = m.group(1) or m.group(2)
-        if name in values:
-            return values[name]
-        if name in os.environ:
-            return os.environ[name]
-        missing.append(name)
-        return ""
+        return values.get(name, os.environ.get(name, UNKNOWN))
 
-    out = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", one, word)
-    return None if missing else out
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", one, word)
 
 
 def script_launch(argv, cwd=None):
@@ -873,17 +869,15 @@ def script_launch(argv, cwd=None):
         while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0], re.S):
             name, _, value = words.pop(0).partition("=")
             if not words:  # an assignment on its own line: the script's variable
-                expanded = _expand(value, values)
-                if expanded is not None:
-                    values[name] = expanded
+                values[name] = _expand(value, values)
         while words and words[0] in ("exec", "nohup", "time", "command"):
             words = words[1:]
         if len(words) == 2 and words[0] == "cd":
             target = _expand(words[1], values)
-            here = os.path.normpath(os.path.join(here, target)) if target else here
+            here = here if UNKNOWN in target else os.path.normpath(os.path.join(here, target))
             continue
         if words and _launcher(words):
-            return [_expand(w, values) for w in words], (full, here)  # None: a word naming an unknown variable
+            return [_expand(w, values) for w in words], (full, here)
     return None, None
 
 
@@ -908,7 +902,7 @@ def launch_options(command, cwd=None):
         opts["script"] = script[0]
     i = 0
     while i < len(argv):
-        word = argv[i] if argv[i] is not None else ""
+        word = argv[i]
         if word.endswith(".py") or word == "-m" or (i > 1 and word in ("--", "--no_python")):
             break  # the script and its own options start here
         key, _, inline = word.partition("=")
@@ -919,7 +913,7 @@ def launch_options(command, cwd=None):
             else:
                 value = inline if inline else (argv[i + 1] if i + 1 < len(argv) else "")
                 i += 0 if inline else 1
-                if value is None:  # a variable the script's lines and the env do not say
+                if UNKNOWN in value:  # a variable the script's lines and the env do not say
                     opts.setdefault("unresolved", []).append(key)
                 else:
                     opts[names[key]] = int(value) if re.fullmatch(r"\d+", value) else value

@@ -76,7 +76,7 @@ def start_script(command: str) -> str:
         '/opt/venv/bin/python -I /opt/imagekit/doctor/guard.py --after-run "$c" >>"$r/log" 2>&1; fi'
     )
     return (
-        f'set -e; u="$(umask)"; umask 077; d={RUNS}; mkdir -p "$d"; chmod 700 "$d" 2>/dev/null || :; '
+        f'set -e; u="$(umask)"; umask 077; d={RUNS}; mkdir -p "$d"; '
         + PRIVATE
         + WARNINGS
         + f'private "$d" || exit {UNSAFE}; '

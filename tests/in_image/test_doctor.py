@@ -608,6 +608,33 @@ def test_launch_command_options_override_the_config(tmp_path):
     assert doc.launch_options(["python", "train.py"]) == {}
 
 
+def test_a_shell_script_is_read_for_the_launch_it_runs(tmp_path, monkeypatch):
+    """`pod run -- bash train.sh`: the script's `accelerate launch` line, continued over lines, after a `cd` and with
+    a variable of its own, is the launch checked (a 2-GPU config on a 1-GPU pod hangs)."""
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "two.yaml").write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
+    (tmp_path / "train.sh").write_text(
+        "#!/bin/bash\nset -e\nCFG=two.yaml\n# accelerate launch --num_processes 8 (a comment, not a launch)\n"
+        "cd cfg\nNCCL_DEBUG=INFO exec accelerate launch \\\n  --config_file \"$CFG\" \\\n  ../train.py --lr 1e-4\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    for argv in (["bash", "train.sh"], ["sh", "-x", "./train.sh"], ["./train.sh"], ["bash", str(tmp_path / "train.sh")]):
+        launch = doc.launch_options(argv)
+        assert launch["config_file"] == str(tmp_path / "cfg" / "two.yaml") and launch["script"].endswith("train.sh")
+        check = doc.check_accelerate(None, 1, launch)
+        assert check["status"] == "fail" and "the launch in " in check["message"] and "train.sh" in check["message"]
+    (tmp_path / "torch.sh").write_text("torchrun --nproc_per_node=$NPROC train.py\n")
+    monkeypatch.setenv("NPROC", "4")
+    assert doc.launch_options(["bash", "torch.sh"])["num_processes"] == 4  # the env the pod's run has
+    monkeypatch.delenv("NPROC")
+    unknown = doc.launch_options(["bash", "torch.sh"])
+    assert unknown["unresolved"] == ["--nproc_per_node"] and doc.check_accelerate(None, 1, unknown)["status"] == "warn"
+    (tmp_path / "plain.sh").write_text("python train.py\n")
+    assert doc.launch_options(["bash", "plain.sh"]) == {} and doc.launch_options(["bash", "missing.sh"]) == {}
+    os.mkfifo(tmp_path / "fifo.sh")  # never waited on
+    assert doc.launch_options(["bash", "fifo.sh"]) == {} and doc.launch_options(["bash", "-c", "x"]) == {}
+
+
 @pytest.mark.programs
 def test_doctor_guards_a_launch_command(tmp_path, wheels, lock):
     venv = make_venv(tmp_path / "v", wheels, "alpha==1.0", "beta==2.0")
