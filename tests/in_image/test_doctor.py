@@ -615,10 +615,11 @@ def test_a_shell_script_is_read_for_the_launch_it_runs(tmp_path, monkeypatch):
     (tmp_path / "cfg" / "two.yaml").write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
     (tmp_path / "train.sh").write_text(
         "#!/bin/bash\nset -e\nCFG=two.yaml\n# accelerate launch --num_processes 8 (a comment, not a launch)\n"
-        "cd cfg\nNCCL_DEBUG=INFO exec accelerate launch \\\n  --config_file \"$CFG\" \\\n  ../train.py --lr 1e-4\n"
+        'cd cfg\nNCCL_DEBUG=INFO exec accelerate launch \\\n  --config_file "$CFG" \\\n  ../train.py --lr 1e-4\n'
     )
     monkeypatch.chdir(tmp_path)
-    for argv in (["bash", "train.sh"], ["sh", "-x", "./train.sh"], ["./train.sh"], ["bash", str(tmp_path / "train.sh")]):
+    whole = str(tmp_path / "train.sh")
+    for argv in (["bash", "train.sh"], ["sh", "-x", "./train.sh"], ["./train.sh"], ["bash", whole]):
         launch = doc.launch_options(argv)
         assert launch["config_file"] == str(tmp_path / "cfg" / "two.yaml") and launch["script"].endswith("train.sh")
         check = doc.check_accelerate(None, 1, launch)

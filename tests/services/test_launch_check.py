@@ -109,6 +109,6 @@ def test_the_no_doctor_marker_counts_only_with_its_exit_code(code):
 
 # Planted: launch_check.launch_words pops one leading VAR=value (`if` for `while`): five settings hid the launcher.
 def test_every_leading_assignment_is_stripped_before_the_launcher_is_read():
-    command = "A=1 B=2 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0 OMP_NUM_THREADS=4 accelerate launch --num_processes 2 t.py"
+    command = "A=1 B=2 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0 OMP_NUM_THREADS=4 accelerate launch --num_processes 2 x"
     assert launch_check.launch_words(command)[:4] == ["accelerate", "launch", "--num_processes", "2"]
     assert launch_check.launch_words("X=1 Y=2 Z=3 W=4 V=5 bash train.sh") == ["bash", "train.sh"]

@@ -47,8 +47,11 @@ def test_a_private_runs_folder_runs_and_the_guards_warning_is_said(tmp_path):
     started = pod_runs.start(TARGET, "exit 3", OPTS, said.append, dial=Shell(runs, warning).dial, check_launch=False,
                              ignore_blockers=True)  # fmt: skip
     assert pod_runs.RUN_ID.fullmatch(started.run_id)
-    assert said == ["warning from the pod's lifetime guard: imagekit-guard, 2026-12-07 10:00:00Z: a job runs, but the "
-                    "GPUs were at or under 5 % for 10m", "warning from the pod's lifetime guard: second line"]  # no escape
+    assert said == [
+        "warning from the pod's lifetime guard: imagekit-guard, 2026-12-07 10:00:00Z: a job runs, but the "
+        "GPUs were at or under 5 % for 10m",
+        "warning from the pod's lifetime guard: second line",
+    ]
     said.clear()
     assert pod_runs.wait(TARGET, started.run_id, OPTS, said.append, dial=Shell(runs, warning).dial) == 3
     assert len(said) == 2 and "GPUs were at or under 5 %" in said[0]
