@@ -18,13 +18,30 @@ from tests import containers, hostile_http
 
 POD_ID, KEY = "podguard42", "rpa_GUARDKEY_0123456789abcdef"
 FAKE_SMI = """#!/bin/sh
-# the guard's queries only; any other (the doctor's) fails as on a host without a driver
+# the guard's queries; the doctor's only where /fake/gpus says what GPUs there are (else it fails as on a host
+# without a driver)
 case "$*" in
   *utilization.gpu*) cat /fake/util ;;
   *query-compute-apps*) cat /fake/procs ;;
+  *index,name,driver_version*) if [ -f /fake/gpus ]; then cat /fake/gpus; exit 0; fi
+    echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." ; exit 9 ;;
   *) echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." ; exit 9 ;;
 esac
 """
+STOP = ("POST", f"/v2/pods/{POD_ID}/action", "stop")  # RunPod's REST v2, as the guard asks it
+TERMINATE = ("POST", f"/v2/pods/{POD_ID}/action", "terminate")
+
+
+def sent(api, index: int) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
+    """(method, path, the action its body names) of the stand-in's request ``index``."""
+    import json
+
+    seen = api.seen[index]
+    try:
+        action = json.loads(seen.body or b"{}").get("action", "")
+    except ValueError:
+        action = "?"
+    return seen.method, seen.path, action
 ROWS: list[tuple[str, str, str]] = []  # (scenario, expected, observed) of every scenario run this session
 PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -61,7 +78,7 @@ def start(engine, image, api, tmp_path, env, command=None, ready=None, fake=None
     vol = tmp_path / "volume"
     vol.mkdir()
     vol.chmod(0o755)
-    full = {"RUNPOD_POD_ID": POD_ID, "RUNPOD_API_KEY": KEY, "IMAGEKIT_RUNPOD_API": f"{api.url}/v1", **env}
+    full = {"RUNPOD_POD_ID": POD_ID, "RUNPOD_API_KEY": KEY, "IMAGEKIT_RUNPOD_API": f"{api.url}/v2", **env}
     full.setdefault("IMAGEKIT_GUARD_INTERVAL", "1s")
     volumes = {str(vol): ("/workspace", "rw")}
     if fake is not None:
@@ -118,6 +135,20 @@ def fired_at(pod, trigger: str) -> float:  # type: ignore[no-untyped-def]
 
 def guard_line(pod, trigger: str) -> str:  # type: ignore[no-untyped-def]
     return next(x for x in logs_with(pod, f"imagekit-guard: {trigger}:").splitlines() if f"guard: {trigger}:" in x)
+
+
+def imagekit(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """The `imagekit` command as a user runs it (its own process; the account key for the provider's stand-in)."""
+    import os
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "imagekit", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "RUNPOD_API_KEY": KEY, **env})  # fmt: skip
+
+
+def target(pod, tmp_path: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    """`imagekit pod`'s TARGET and key options for the pod's sshd (the key ``throwaway_key`` made)."""
+    return [f"root@127.0.0.1:{pod.port('22/tcp')}", "--key", str(tmp_path / "id_ed25519"), "--insecure-host-key"]
 
 
 def throwaway_key(tmp_path: Path) -> str:

@@ -17,7 +17,6 @@ import pytest
 from tests import containers, guard_pod, hostile_http
 from tests.guard_pod import (
     KEY,
-    POD_ID,
     fake_gpu,
     fired_at,
     gateway,
@@ -55,7 +54,7 @@ def test_the_deadline_stops_the_pod_with_its_own_key_never_logged(real_build, en
     try:
         arrived = wait_request(api, before + 1)
         seen = api.seen[-1]
-        assert (seen.method, seen.path) == ("POST", f"/v1/pods/{POD_ID}/stop")
+        assert guard_pod.sent(api, -1) == guard_pod.STOP and seen.method == "POST"
         assert seen.headers["Authorization"] == f"Bearer {KEY}"
         _record("deadline", api, pod, "deadline", arrived)
         logs = logs_with(pod, "HTTP 200")
@@ -77,12 +76,14 @@ def test_idle_stop_waits_while_anything_works_then_stops(real_build, engine, api
     try:
         time.sleep(6)
         (fake / "procs").write_text("")
-        ssh(pod, tmp_path, "sleep 6")  # a logged-in SSH session (a TCP connection alone no longer counts)
+        # `ssh pod cmd` working for 6 s: a session counts by what runs in it (a TCP connection, or a session left
+        # open with nothing making progress, counts for nothing)
+        ssh(pod, tmp_path, "timeout 6 sh -c 'while :; do :; done' || true")
         pod.exec("sh", "-c", "touch /run/imagekit/heartbeat")  # the training loop's heartbeat
         time.sleep(3)
         assert len(api.seen) == before, pod.logs()
         arrived = wait_request(api, before + 1)
-        assert (api.seen[-1].method, api.seen[-1].path) == ("POST", f"/v1/pods/{POD_ID}/stop")
+        assert guard_pod.sent(api, -1) == guard_pod.STOP
         _record("idle", api, pod, "idle", arrived)
         logs = pod.logs()
         line = next(x for x in logs.splitlines() if "imagekit-guard: idle:" in x)
@@ -103,7 +104,7 @@ def test_an_unauthenticated_connection_held_open_does_not_keep_the_pod_up(real_b
         logs_with(pod, "SSH: sshd listening on port 22")
         with scanner(pod):
             arrived = wait_request(api, before + 1, timeout=30)  # while it is held open
-        assert (api.seen[-1].method, api.seen[-1].path) == ("POST", f"/v1/pods/{POD_ID}/stop")
+        assert guard_pod.sent(api, -1) == guard_pod.STOP
         _record("idle, an unauthenticated connection held open", api, pod, "idle", arrived)
         line = next(x for x in pod.logs().splitlines() if "imagekit-guard: idle:" in x)
         assert "0 SSH session(s) logged in" in line and "a connection is not a login" in line
@@ -218,7 +219,7 @@ def test_a_finished_job_terminates_the_pod_after_its_outputs_are_checksummed(rea
     )
     try:
         arrived = wait_request(api, before + 1)
-        assert (api.seen[-1].method, api.seen[-1].path) == ("DELETE", f"/v1/pods/{POD_ID}")
+        assert guard_pod.sent(api, -1) == guard_pod.TERMINATE
         _record("job exit", api, pod, "exit", arrived)
         assert (vol / "out.sha256").read_text().endswith("  out/model.bin\n")
         logs = pod.logs()
@@ -239,7 +240,7 @@ def test_a_job_without_its_outputs_keeps_the_pod_and_an_api_down_is_retried_in_t
         try:
             assert "declared output /workspace/missing.pt does not exist" in pod.logs()
             pod.wait(containers.ready_times("(try 2)", 1), timeout=60)  # the deadline's call, retried
-            assert {s.path for s in down.seen} == {f"/v1/pods/{POD_ID}/stop"}
+            assert {guard_pod.sent(down, i) for i in range(len(down.seen))} == {guard_pod.STOP}
             pod.container.reload()
             assert pod.container.status == "running" and KEY not in pod.logs()
         finally:

@@ -24,7 +24,6 @@ import pytest
 from tests import containers, guard_pod, loopback
 from tests.guard_pod import (
     KEY,
-    POD_ID,
     fake_gpu,
     fired_at,
     guard_line,
@@ -40,11 +39,11 @@ from tests.guard_pod import (
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 ROWS = guard_pod.ROWS
-STOP = ("POST", f"/v1/pods/{POD_ID}/stop")
+STOP = guard_pod.STOP
 
 
-def _sent(api, index: int) -> tuple[str, str]:
-    return api.seen[index].method, api.seen[index].path
+def _sent(api, index: int) -> tuple[str, str, str]:
+    return guard_pod.sent(api, index)
 
 
 def _stopped(api, before: int, pod, trigger: str) -> tuple[float, str]:  # type: ignore[no-untyped-def]
@@ -74,37 +73,65 @@ def _run_ended(vol, run_id: str, timeout: float = 60) -> float:
 
 
 # ---- no false stop --------------------------------------------------------------------------------------------------
-def test_a_logged_in_ssh_user_idle_at_a_prompt_keeps_the_pod(real_build, engine, api, tmp_path):
+def _login(pod, tmp_path):  # type: ignore[no-untyped-def]
+    """An interactive login over real SSH (`ssh -tt`: a shell at its prompt on a terminal); once its session shows."""
+    user = subprocess.Popen(
+        ssh_argv(pod, tmp_path, "-tt"), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    begin = time.time()
+    while "sshd: root@pts/" not in pod.exec("ps", "-eo", "args")[1]:
+        assert time.time() - begin < 20 and user.poll() is None, "no interactive login"
+        time.sleep(0.2)
+    return user
+
+
+def _logout(user) -> None:  # type: ignore[no-untyped-def]
+    user.stdin.write(b"exit\n")
+    user.stdin.close()
+    user.wait(timeout=30)
+
+
+WINDOW = 16  # s: the idle window of the session scenarios (the kernel dates a terminal's input to 8 s at best)
+
+
+def test_a_session_typing_now_and_then_keeps_the_pod_and_left_at_its_prompt_is_stopped(real_build, engine, api,
+                                                                                        tmp_path):  # fmt: skip
+    """One interactive SSH login (`ssh -tt`), nothing else working: typing every 3 s for two and a half windows
+    keeps the pod; then it is left open at its prompt, typing nothing, and the pod is stopped a window (plus the 8 s
+    the kernel rounds a terminal's input time to) after the last keystroke, the session still open: a session counts
+    by the input at its terminal (the TTY's access time, as `w` reads it), not by being there."""
     result, _ = real_build
     before = len(api.seen)
     fake = fake_gpu(tmp_path, util="50\n")  # busy until the user is logged in: the window starts at the prompt
-    env = {"IMAGEKIT_IDLE_STOP": "4s", "PUBLIC_KEY": throwaway_key(tmp_path)}
+    env = {"IMAGEKIT_IDLE_STOP": f"{WINDOW}s", "PUBLIC_KEY": throwaway_key(tmp_path)}
     pod, _ = start(engine, result.tag, api, tmp_path, env, fake=fake)
     try:
-        ssh(pod, tmp_path, "true")  # sshd answers
-        user = subprocess.Popen(
-            ssh_argv(pod, tmp_path, "-tt"), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-        )  # an interactive login shell on a terminal, at its prompt, typing nothing
+        ssh(pod, tmp_path, "true")
+        user = _login(pod, tmp_path)
         try:
-            begin = time.time()
-            while "sshd: root@pts/" not in pod.exec("ps", "-eo", "args")[1]:
-                assert time.time() - begin < 20 and user.poll() is None, "no interactive login"
-                time.sleep(0.2)
             (fake / "util").write_text("0\n")
-            quiet_for(api, before, 8, pod)  # two windows at the prompt
+            end = time.time() + 2.5 * WINDOW
+            while time.time() < end:  # typing now and then
+                user.stdin.write(b"echo typed\n")
+                user.stdin.flush()
+                quiet_for(api, before, 3, pod)
+            typed = time.time()
+            arrived = wait_request(api, before + 1, timeout=WINDOW + 20)  # left at the prompt
+            assert user.poll() is None  # the session is still open
         finally:
-            user.stdin.write(b"exit\n")
-            user.stdin.close()
-            user.wait(timeout=30)
-        logout = time.time()
-        arrived, line = _stopped(api, before, pod, "idle")
-        assert "0 SSH session(s) logged in" in line
-        assert 3.5 <= arrived - logout < 4 + 6, line
+            _logout(user)
+        assert _sent(api, -1) == STOP
+        line = guard_line(pod, "idle")
+        assert "1 SSH session(s) logged in, the last input at a terminal" in line, line
+        # the last keystroke was at most 3 s before `typed`; the kernel dated it up to 7 s earlier than it was
+        assert WINDOW - 3 - 7 - 1 <= arrived - typed < WINDOW + 4, line
     finally:
         pod.remove()
-    ROWS.append(("a logged-in SSH user idle at a prompt (`ssh -tt`, nothing typed)", "no stop while logged in; "
-                 "idle stop a window after logout", f"no request in 8 s (2 windows) at the prompt; stop "
-                 f"{arrived - logout:.1f} s after logout (window 4 s)"))  # fmt: skip
+    ROWS.append((f"an SSH login typing every 3 s for {2.5 * WINDOW:.0f} s (idle window {WINDOW} s)", "no stop while "
+                 "typing", f"no request in {2.5 * WINDOW:.0f} s"))  # fmt: skip
+    ROWS.append((f"the same login left open at its prompt, typing nothing (window {WINDOW} s)", "idle stop a window "
+                 "after the last keystroke, the session still open", f"stop {arrived - typed:.1f} s after the last "
+                 "keystroke; the log: `1 SSH session(s) logged in, the last input at a terminal ...`"))  # fmt: skip
 
 
 class _Trickle(http.server.BaseHTTPRequestHandler):
@@ -366,7 +393,7 @@ def test_the_control_plane_down_then_back_gets_the_stop(real_build, engine, tmp_
             arrived = wait_request(down, 2, timeout=40)
             quiet_for(down, 2, 3, pod)
             logs = logs_with(pod, "HTTP 200")
-            assert [(s.method, s.path) for s in down.seen] == [STOP] * 2
+            assert [guard_pod.sent(down, i) for i in range(len(down.seen))] == [STOP] * 2
             assert "HTTP 503 (try 1); retrying in 5 s" in logs and KEY not in logs
             pod.container.reload()
             assert pod.container.status == "running"
@@ -421,19 +448,19 @@ def test_cpu_speed_training_over_ssh_on_a_gpu_less_pod_is_stopped(real_build, en
 def test_a_failed_job_with_on_exit_terminate_is_stopped_not_terminated(real_build, engine, api, tmp_path):
     result, _ = real_build
     before = len(api.seen)
-    env = {"IMAGEKIT_ON_EXIT": "terminate", "IMAGEKIT_OUTPUTS": "/workspace/out"}
+    env = {"IMAGEKIT_ON_EXIT": "terminate", "IMAGEKIT_OUTPUTS": "/workspace/out", "IMAGEKIT_EXIT_GRACE": "2s"}
     job = ["sh", "-c", "mkdir -p /workspace/out && echo partial > /workspace/out/ckpt.pt && echo 'loss: nan' && exit 3"]
     pod, vol = start(
         engine, result.tag, api, tmp_path, env, command=job, ready=containers.ready_times("imagekit-guard: exit:", 1)
     )
     try:
         wait_request(api, before + 1)
-        assert _sent(api, -1) == STOP and len(api.seen) == before + 1  # no DELETE: the volume and the log stay
+        assert _sent(api, -1) == STOP and len(api.seen) == before + 1  # no terminate: the volume and the log stay
         logs = pod.logs()
         assert "the exit code is 3: stopping instead of terminating" in logs and "loss: nan" in logs
         assert (vol / "out" / "ckpt.pt").read_text() == "partial\n" and (vol / "out.sha256").is_file()
     finally:
         pod.remove()
     ROWS.append(("a failed job (exit 3) with `IMAGEKIT_ON_EXIT=terminate`", "stopped, not terminated: the volume, "
-                 "its outputs and the log kept", "`POST /pods/{id}/stop`, no `DELETE`; outputs checksummed, the log "
-                 "says `the exit code is 3: stopping instead of terminating`"))  # fmt: skip
+                 "its outputs and the log kept", "`POST /pods/{id}/action` stop, no terminate; outputs checksummed, "
+                 "the log says `the exit code is 3: stopping instead of terminating`"))  # fmt: skip
