@@ -212,7 +212,7 @@ def test_a_blocked_vast_instance_is_stopped_after_the_grace(real_build, engine, 
 def test_a_finished_job_terminates_the_pod_after_its_outputs_are_checksummed(real_build, engine, api, tmp_path):
     result, _ = real_build
     before = len(api.seen)
-    env = {"IMAGEKIT_ON_EXIT": "terminate", "IMAGEKIT_OUTPUTS": "/workspace/out"}
+    env = {"IMAGEKIT_ON_EXIT": "terminate", "IMAGEKIT_OUTPUTS": "/workspace/out", "IMAGEKIT_EXIT_GRACE": "2s"}
     job = ["sh", "-c", "mkdir -p /workspace/out && echo weights > /workspace/out/model.bin && echo trained"]
     pod, vol = start(
         engine, result.tag, api, tmp_path, env, command=job, ready=containers.ready_times("imagekit-guard: exit:", 1)

@@ -96,8 +96,8 @@ WINDOW = 16  # s: the idle window of the session scenarios (the kernel dates a t
 
 def test_a_session_typing_now_and_then_keeps_the_pod_and_left_at_its_prompt_is_stopped(real_build, engine, api,
                                                                                         tmp_path):  # fmt: skip
-    """One interactive SSH login (`ssh -tt`), nothing else working: typing every 3 s for two and a half windows
-    keeps the pod; then it is left open at its prompt, typing nothing, and the pod is stopped a window (plus the 8 s
+    """One interactive SSH login (`ssh -tt`), nothing else working: typing every 3 s for a window and a half keeps
+    the pod (the window would have passed twice over at the old 8 s granularity of a terminal's input time); then it is left open at its prompt, typing nothing, and the pod is stopped a window (plus the 8 s
     the kernel rounds a terminal's input time to) after the last keystroke, the session still open: a session counts
     by the input at its terminal (the TTY's access time, as `w` reads it), not by being there."""
     result, _ = real_build
@@ -110,7 +110,7 @@ def test_a_session_typing_now_and_then_keeps_the_pod_and_left_at_its_prompt_is_s
         user = _login(pod, tmp_path)
         try:
             (fake / "util").write_text("0\n")
-            end = time.time() + 2.5 * WINDOW
+            end = time.time() + 1.5 * WINDOW
             while time.time() < end:  # typing now and then
                 user.stdin.write(b"echo typed\n")
                 user.stdin.flush()
@@ -127,8 +127,8 @@ def test_a_session_typing_now_and_then_keeps_the_pod_and_left_at_its_prompt_is_s
         assert WINDOW - 3 - 7 - 1 <= arrived - typed < WINDOW + 4, line
     finally:
         pod.remove()
-    ROWS.append((f"an SSH login typing every 3 s for {2.5 * WINDOW:.0f} s (idle window {WINDOW} s)", "no stop while "
-                 "typing", f"no request in {2.5 * WINDOW:.0f} s"))  # fmt: skip
+    ROWS.append((f"an SSH login typing every 3 s for {1.5 * WINDOW:.0f} s (idle window {WINDOW} s)", "no stop while "
+                 "typing", f"no request in {1.5 * WINDOW:.0f} s"))  # fmt: skip
     ROWS.append((f"the same login left open at its prompt, typing nothing (window {WINDOW} s)", "idle stop a window "
                  "after the last keystroke, the session still open", f"stop {arrived - typed:.1f} s after the last "
                  "keystroke; the log: `1 SSH session(s) logged in, the last input at a terminal ...`"))  # fmt: skip
