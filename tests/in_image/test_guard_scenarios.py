@@ -97,7 +97,7 @@ WINDOW = 16  # s: the idle window of the session scenarios (the kernel dates a t
 def test_a_session_typing_now_and_then_keeps_the_pod_and_left_at_its_prompt_is_stopped(real_build, engine, api,
                                                                                         tmp_path):  # fmt: skip
     """One interactive SSH login (`ssh -tt`), nothing else working: typing every 3 s for a window and a half keeps
-    the pod (the window would have passed twice over at the old 8 s granularity of a terminal's input time); then it is left open at its prompt, typing nothing, and the pod is stopped a window (plus the 8 s
+    the pod; then it is left open at its prompt, typing nothing, and the pod is stopped a window (less up to the 8 s
     the kernel rounds a terminal's input time to) after the last keystroke, the session still open: a session counts
     by the input at its terminal (the TTY's access time, as `w` reads it), not by being there."""
     result, _ = real_build
