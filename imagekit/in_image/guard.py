@@ -208,6 +208,8 @@ def provider(environ):
         SECRETS.append(key)
     if not _ID.fullmatch(pod):
         raise GuardError(f"{row.pod_id} is not a pod id (1 to 64 ASCII letters, digits, - and _)")
+    if len(key) > 4096:
+        raise GuardError(f"{row.pod_key} is longer than 4096 characters: not a provider's key")
     if not _KEY.fullmatch(key):
         raise GuardError(f"{row.pod_key} has characters a header cannot carry (printable ASCII, no spaces)")
     return row.name, api_base(environ.get(row.api_override) or row.api, row.api_override), pod, key

@@ -73,6 +73,8 @@ def test_each_provider_and_action_is_its_documented_request():
         guard.provider({**RUNPOD, "RUNPOD_POD_ID": "../../users"})
     with pytest.raises(guard.GuardError, match="RUNPOD_API_KEY has characters"):
         guard.provider({**RUNPOD, "RUNPOD_API_KEY": "k\r\nX-Evil: 1"})
+    with pytest.raises(guard.GuardError, match="RUNPOD_API_KEY is longer than 4096 characters"):
+        guard.provider({**RUNPOD, "RUNPOD_API_KEY": "k" * 5000})
 
 
 IDLE = {"gpu_util": [0, 3], "gpu_procs": 0, "ssh": 0, "jupyter": 0, "heartbeat_age": None}
