@@ -226,7 +226,7 @@ def test_the_exit_stop_never_ends_the_pod_while_a_declared_output_is_missing(pod
             _ended(tmp_path, "20261207T000000Z-1", 0, t0 + 60)
 
     with pytest.raises(Stopped):
-        _drive(env, start=t0, until=t0 + 3 * 3600, tick=tick)
+        _drive(env, start=t0, until=t0 + 3600, tick=tick)
     log = _log(tmp_path)
     assert pod.calls == [] and f"declared output {missing} does not exist" in log
     assert "not ending the pod (IMAGEKIT_ON_EXIT=terminate): the outputs are not all there" in log
@@ -237,7 +237,7 @@ def test_the_exit_stop_never_ends_the_pod_while_a_declared_output_is_missing(pod
         if now >= t0 + 60 and not (tmp_path / "runs" / "20261207T000500Z-2").exists():
             _ended(tmp_path, "20261207T000500Z-2", 0, t0 + 60)
 
-    code, ended = _drive(env, start=t0, until=t0 + 3 * 3600, tick=second)
+    code, ended = _drive(env, start=t0, until=t0 + 3600, tick=second)
     assert code == 0 and pod.calls == [("runpod", "abc123xyz", "terminate")] and ended == pytest.approx(t0 + 660)
     assert (tmp_path / "model.pt.sha256").is_file() and (tmp_path / "out" / "final.pt.sha256").is_file()
 
@@ -265,13 +265,13 @@ def test_a_run_that_ended_before_this_start_is_no_exit(pod, tmp_path):
     _ended(tmp_path, "20261206T000000Z-1", 0, t0 - 3600)  # the last start's run, ended an hour ago
     env = _env(tmp_path, IMAGEKIT_ON_EXIT="stop")
     with pytest.raises(Stopped):
-        _drive(env, start=t0, until=t0 + 6 * 3600)
+        _drive(env, start=t0, until=t0 + 3600)  # six grace windows
     assert pod.calls == [] and guard.exits_since(env, t0) == [] and len(guard.exits_since(env, t0 - 7200)) == 1
 
 
 # Planted: Guard._exit waits for the quiet window but not for the runs still going (`or job_running` gone).
 def test_the_exit_stop_waits_for_every_run_then_a_quiet_grace(pod, tmp_path):
-    """Two runs: the short one ends at 60 s while the long one trains until 2h: no stop until both ended and the
+    """Two runs: the short one ends at 60 s while the long one trains until 40m: no stop until both ended and the
     pod stayed quiet for the grace (10m) after the second."""
     t0 = time.time()
     long_run = tmp_path / "runs" / "20261207T000000Z-1"
@@ -282,13 +282,13 @@ def test_the_exit_stop_waits_for_every_run_then_a_quiet_grace(pod, tmp_path):
     def tick(now):
         if now >= t0 + 60 and not (tmp_path / "runs" / "20261207T000001Z-2").exists():
             _ended(tmp_path, "20261207T000001Z-2", 0, t0 + 60)
-        if now >= t0 + 7200 and not (long_run / "exit").exists():
+        if now >= t0 + 2400 and not (long_run / "exit").exists():
             (long_run / "exit").write_text("0\n")
-            os.utime(long_run / "exit", (t0 + 7200, t0 + 7200))
+            os.utime(long_run / "exit", (t0 + 2400, t0 + 2400))
 
-    code, ended = _drive(_env(tmp_path, IMAGEKIT_ON_EXIT="stop"), start=t0, until=t0 + 6 * 3600, tick=tick)
+    code, ended = _drive(_env(tmp_path, IMAGEKIT_ON_EXIT="stop"), start=t0, until=t0 + 2 * 3600, tick=tick)
     assert code == 0 and pod.calls == [("runpod", "abc123xyz", "stop")]
-    assert ended == pytest.approx(t0 + 7200 + 600, abs=30), ended - t0
+    assert ended == pytest.approx(t0 + 2400 + 600, abs=30), ended - t0
     log = _log(tmp_path)
     assert "exit: every run and job ended (exit code 0) and the pod was quiet for 10m" in log
 
