@@ -75,3 +75,11 @@ class EnvironmentFailure(ImagekitError):
     """Something outside imagekit failed: Docker down, an index unreachable."""
 
     exit_code = EXIT_ENV
+
+
+class NotSent(EnvironmentFailure):
+    """A request to a provider's API never left (the connection failed): nothing was done there."""
+
+
+class PodMayExist(EnvironmentFailure):
+    """A provider got the request to create a pod, but what it answered cannot be read: a pod may exist and bill."""

@@ -42,6 +42,8 @@ def sent(api, index: int) -> tuple[str, str, str]:  # type: ignore[no-untyped-de
     except ValueError:
         action = "?"
     return seen.method, seen.path, action
+
+
 ROWS: list[tuple[str, str, str]] = []  # (scenario, expected, observed) of every scenario run this session
 PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -18,6 +18,10 @@ from imagekit.errors import CheckFailed, UsageError
 JSON_OUTPUT_LIMIT = 16 << 20  # characters of a command's output `pod exec --json` keeps
 PODS = providers.pod_provider()  # whose pods `pod create`, `pod stop` and `pod terminate` rent and end
 STARTS = tuple(p.name for p in providers.PROVIDERS if p.pod.start is not None)  # whose pods `pod start` starts
+ENDS = providers.enders()  # whose pods `pod stop` and `pod terminate` end
+ProviderOpt = Annotated[
+    str, typer.Option("--provider", metavar="|".join(ENDS), help="Whose pod: its API and account key variable.")
+]
 
 TargetArg = Annotated[
     str,
@@ -39,8 +43,10 @@ InsecureOpt = Annotated[
 AcceptNewOpt = Annotated[
     bool, typer.Option("--accept-new-host-key", help="Record an unknown host's key in ~/.ssh/known_hosts.")
 ]
-PodIdArg = Annotated[str, typer.Argument(metavar="POD_ID", help="The RunPod pod id (not the SSH target).")]
-ApiOpt = Annotated[str, typer.Option("--api-url", metavar="URL", help="RunPod REST API base.")]
+PodIdArg = Annotated[str, typer.Argument(metavar="POD_ID", help="The provider's pod id (not the SSH target).")]
+ApiOpt = Annotated[
+    str | None, typer.Option("--api-url", metavar="URL", help="The provider's API base (default: its own).")
+]
 IgnoreOpt = Annotated[
     bool,
     typer.Option("--ignore-blockers", help="Run it even where the pod's start check found a blocker (no GPU, drift)."),
@@ -320,21 +326,34 @@ def build() -> typer.Typer:
                 markup=False,
             )
 
-    def _api(action: str, pod_id: str, api_url: str, as_json: bool, yes: bool = False) -> None:
-        from imagekit.clouds import runpod
-        from imagekit.effects import runpod_api
+    def _api(action: str, pod_id: str, provider: str, api_url: str | None, as_json: bool, yes: bool = False) -> None:
+        from imagekit.services import pod_fleet
 
-        key = _account_key(f"pod {action}")
+        allowed = STARTS if action == "start" else ENDS
+        if provider not in allowed:
+            raise UsageError(f"--provider {provider[:40]!r}: {' or '.join(allowed)}", "for example --provider vast")
+        cloud = providers.named(provider)
+        key = os.environ.get(cloud.account_key, "")
+        if not key.strip():
+            raise UsageError(f"pod {action} needs {cloud.account_key} in the environment",
+                             f"export {cloud.account_key}=...")  # fmt: skip
+        api, base = pod_fleet.client(cloud), api_url or cloud.api
         warning = None
-        if action == "terminate":
-            warning = runpod.terminate_warning(pod_id, runpod_api.get_pod(pod_id, key, api_url))
+        if action == "terminate" and cloud.terminate_warning is not None and hasattr(api, "get_pod"):
+            warning = cloud.terminate_warning(pod_id, api.get_pod(pod_id, key, base))
             if warning:
                 _warn(f"warning: {warning}")
                 if not yes and sys.stdin.isatty() and not typer.confirm("Terminate it?", default=False, err=True):
                     raise CheckFailed(f"pod {pod_id} was not terminated", "pass --yes to terminate without asking")
-        doc = runpod_api.pod_action(action, pod_id, key, api_url)  # a key with a line ending is refused, named
+        doc = api.pod_action(action, pod_id, key, base)  # a key with a line ending is refused, named
         if as_json:
-            out_json({"pod": pod_id, "action": action, "answer": doc, "warning": warning})
+            out_json({"pod": pod_id, "provider": provider, "action": action, "answer": doc, "warning": warning})
+        elif action == "start":
+            err_console().print(
+                f"pod {pod_id} is starting; its SSH address is in {cloud.command.display}'s console (it may have "
+                "changed); then imagekit pod cp TARGET:/workspace/out ./out",
+                markup=False,
+            )
         else:
             done = (
                 "stopped (the volume stays; billing for it goes on)"
@@ -354,57 +373,35 @@ def build() -> typer.Typer:
     )
     @handles_errors
     def start(
-        pod_id: Annotated[str, typer.Argument(metavar="POD_ID", help="The provider's pod (instance) id.")],
-        provider: Annotated[
-            str, typer.Option("--provider", metavar="|".join(STARTS), help="Whose pod: its API key variable.")
-        ] = PODS.name,
-        api_url: Annotated[
-            str | None, typer.Option("--api-url", metavar="URL", help="The provider's API base (default: its own).")
-        ] = None,
-        as_json: JsonOpt = False,
+        pod_id: PodIdArg, provider: ProviderOpt = PODS.name, api_url: ApiOpt = None, as_json: JsonOpt = False
     ) -> None:
         """Start a stopped pod again (its lifetime guard stopped it, or you did): its volume is as it was, so its
         outputs can be fetched (`pod cp`); it bills its GPU again until it is stopped, and its guard is armed again
         (a run that ended before the start is not an exit: it stops after the idle window)."""
-        import importlib
+        _api("start", pod_id, provider, api_url, as_json)
 
-        if provider not in STARTS:
-            raise UsageError(f"--provider {provider[:40]!r}: {' or '.join(STARTS)}", "for example --provider vast")
-        cloud = providers.named(provider)
-        key = os.environ.get(cloud.account_key, "")
-        if not key.strip():
-            raise UsageError(
-                f"pod start needs {cloud.account_key} in the environment", f"export {cloud.account_key}=..."
-            )
-        client = importlib.import_module(f"imagekit.effects.{provider}_api")
-        doc = client.pod_action("start", pod_id, key, api_url or cloud.api)
-        if as_json:
-            out_json({"pod": pod_id, "provider": provider, "action": "start", "answer": doc})
-        else:
-            err_console().print(
-                f"pod {pod_id} is starting; its SSH address is in {provider}'s console (it may have changed); then "
-                "imagekit pod cp TARGET:/workspace/out ./out",
-                markup=False,
-            )
-
-    @app.command("stop", epilog="Example: imagekit pod stop abc123xyz456")
+    @app.command("stop", epilog="Example: imagekit pod stop abc123xyz456; imagekit pod stop 4242 --provider vast")
     @handles_errors
-    def stop(pod_id: PodIdArg, api_url: ApiOpt = PODS.api, as_json: JsonOpt = False) -> None:
-        """Stop a RunPod pod (RUNPOD_API_KEY from the environment): the GPU is released, the volume kept."""
-        _api("stop", pod_id, api_url, as_json)
+    def stop(
+        pod_id: PodIdArg, provider: ProviderOpt = PODS.name, api_url: ApiOpt = None, as_json: JsonOpt = False
+    ) -> None:
+        """Stop a pod (RunPod's unless --provider; its account key from the environment): the GPU is released, the
+        volume kept."""
+        _api("stop", pod_id, provider, api_url, as_json)
 
     @app.command("terminate", epilog="Example: imagekit pod terminate abc123xyz456")
     @handles_errors
     def terminate(
         pod_id: PodIdArg,
-        api_url: ApiOpt = PODS.api,
+        provider: ProviderOpt = PODS.name,
+        api_url: ApiOpt = None,
         as_json: JsonOpt = False,
         yes: Annotated[bool, typer.Option("--yes", help="Do not ask, even when the pod's files go with it.")] = False,
     ) -> None:
         """Terminate a RunPod pod (RUNPOD_API_KEY from the environment): it, its container disk and its pod volume
         (/workspace) are gone; only a network volume survives. A pod with no network volume is named first (and, at a
         terminal, confirmed). `pod stop` keeps the volume."""
-        _api("terminate", pod_id, api_url, as_json, yes)
+        _api("terminate", pod_id, provider, api_url, as_json, yes)
 
     pod_fleet_cmd.register_reap(app, _warn)
     return app

@@ -15,7 +15,7 @@ from imagekit.cli.options import JsonOpt
 from imagekit.clouds import providers
 
 PODS = providers.pod_provider()
-ApiOpt = Annotated[str, typer.Option("--api-url", metavar="URL", help="RunPod REST API base.")]
+CREATES = providers.pod_providers()
 CREATE_EPILOG = (
     f"Example: {PODS.account_key}=... imagekit pod create cu118-torch2.5.1-py3.11-tf4.48.2 --gpu 'NVIDIA GeForce RTX "
     "3090' --deadline 6h. Armed unless --no-guard: stop after 45m idle, after 60m of a process holding GPU memory "
@@ -50,7 +50,17 @@ def register_create(app: typer.Typer, write, warn) -> None:  # type: ignore[no-u
             ),
         ],
         count: Annotated[int, typer.Option("--count", min=1, max=8, metavar="N", help="GPUs in the pod.")] = 1,
-        cloud: Annotated[str, typer.Option("--cloud", metavar="|".join(PODS.pod_clouds))] = PODS.pod_clouds[0],
+        cloud: Annotated[
+            str | None,
+            typer.Option(
+                "--cloud",
+                metavar="NAME",
+                help=f"Where it runs (RunPod: {' or '.join(PODS.pod_clouds)}; default the first).",
+            ),
+        ] = None,
+        provider: Annotated[
+            str, typer.Option("--provider", metavar="|".join(CREATES), help="Whose pod: its API and account key.")
+        ] = PODS.name,
         volume_gb: Annotated[
             int,
             typer.Option("--volume", min=10, max=10_000, metavar="GB", help="Pod volume on /workspace (10 GB and up)."),
@@ -80,12 +90,15 @@ def register_create(app: typer.Typer, write, warn) -> None:  # type: ignore[no-u
         release_index: Annotated[
             Path, typer.Option("--release-index", metavar="FILE", help="Where published images are recorded.")
         ] = Path("releases/index.json"),
-        api_url: ApiOpt = PODS.api,
+        api_url: Annotated[
+            str | None, typer.Option("--api-url", metavar="URL", help="The provider's API base (default: its own).")
+        ] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the request body; send nothing.")] = False,
         as_json: JsonOpt = False,
     ) -> None:
-        """Rent a RunPod pod for a published image, only on hosts that can run it: allowedCudaVersions from the
-        image's CUDA, the GPU refused (exit 2, naming those that work) when torch has no kernels for it. The lifetime
+        """Rent a pod for a published image (RunPod unless --provider), only on hosts that can run it: the host
+        filters from the image's CUDA, the GPU refused (exit 2, naming those that work) when torch has no kernels for
+        it. The lifetime
         guard is armed (stop, never terminate, unless asked; off with --no-guard). The pod's id is recorded here before
         anything waits on it (`pod reap` finds it whatever happens). Prints the pod id and its price per hour."""
         values = dict(locals())
@@ -93,46 +106,41 @@ def register_create(app: typer.Typer, write, warn) -> None:  # type: ignore[no-u
 
 
 def _create(v: dict, choice, write, warn) -> None:  # type: ignore[no-untyped-def]
-    from imagekit.clouds import guard_defaults, pod_create, runpod
+    from imagekit.clouds import guard_defaults, pod_create
+    from imagekit.clouds.pull import unreachable_registry
     from imagekit.errors import UsageError
     from imagekit.services import inputs, pod_fleet, remote_contract
 
+    name = v["provider"]
+    if name not in CREATES:
+        raise UsageError(f"--provider {name[:40]!r}: {' or '.join(CREATES)} (imagekit rents pods there)",
+                         "rent elsewhere from the provider's template: imagekit <provider>-template")  # fmt: skip
+    cloud = providers.named(name)
+    assert cloud.pod_body is not None
     data = inputs.compat_data()
     gpu = v["gpu"]
     entry = remote_contract.release(v["release_index"], v["ref"], pod_create.platform_of_gpu(data, gpu))  # Grace
     if "source" in entry:
         warn(f"pod create: from {entry['source']}")
-    if v["registry_auth"] is not None:
-        try:
-            runpod.registry_auth_id(v["registry_auth"])
-        except ValueError as exc:
-            raise UsageError(f"invalid --registry-auth: {exc}", "the id RunPod shows for the credentials") from None
     guard = guard_defaults.env(choice)
     marks = guard_defaults.marks(dt.datetime.now(dt.UTC), choice.deadline)
-    body = pod_create.body(
-        entry, data, gpu, count=v["count"], cloud=v["cloud"], volume_gb=v["volume_gb"],
+    body = cloud.pod_body(
+        entry, data, gpu, count=v["count"], cloud=v["cloud"] or cloud.pod_clouds[0], volume_gb=v["volume_gb"],
         registry_auth=v["registry_auth"], arch=v["arch"], guard=guard, env=marks,
     )  # fmt: skip
     if v["dry_run"]:
         out_json(body)
         return
-    unreachable = runpod.unreachable_registry(entry["tag"])
+    unreachable = unreachable_registry(entry["tag"])
     if unreachable:
         raise UsageError(f"no pod can pull {entry['tag']}: {unreachable}", "publish to a registry pods reach")
-    key = _account_key("pod create")
-    answer = pod_fleet.create(body, key, v["api_url"])  # recorded here before anything is printed
-    price = pod_create.cost(answer)
+    key = _account_key("pod create", cloud.account_key)
+    answer = pod_fleet.create(cloud, body, key, v["api_url"] or cloud.api)  # recorded before anything is printed
+    price = cloud.pod_price(answer)
     armed = guard_defaults.armed(guard)
     if v["as_json"]:
-        out_json(
-            {
-                "pod": answer["id"],
-                "cost_per_hour": price,
-                "guard": armed,
-                "worst_case": guard_defaults.worst_case(guard),
-                "request": body,
-            }
-        )
+        out_json({"pod": answer["id"], "provider": name, "cost_per_hour": price, "guard": armed,
+                  "worst_case": guard_defaults.worst_case(guard), "request": body})  # fmt: skip
         return
     write(answer["id"] + "\n")
     deadline = f"; reap deadline {marks[guard_defaults.DEADLINE]}" if guard_defaults.DEADLINE in marks else ""
@@ -142,9 +150,12 @@ def _create(v: dict, choice, write, warn) -> None:  # type: ignore[no-untyped-de
         if armed
         else "no lifetime guard (--no-guard): nothing stops this pod but you (imagekit pod stop ID)"
     )
+    hosts = ((body.get("gpu") or {}).get("allowedCudaVersions") or [None])[0] if isinstance(body.get("gpu"), dict) \
+        else None  # fmt: skip
     err_console().print(
-        f"created pod {answer['id']} ({price}) for {entry['tag']} on {gpu}; host CUDA "
-        f"{body['gpu']['allowedCudaVersions'][0]}+; {said}",
+        f"created {cloud.command.display} pod {answer['id']} ({price}) for {entry['tag']} on {gpu}"
+        + (f"; host CUDA {hosts}+" if isinstance(hosts, str) else "")
+        + f"; {said}",
         markup=False,
     )
 

@@ -104,6 +104,11 @@ def body(
         raise UsageError(f"--cloud {cloud[:40]!r}: {' or '.join(CLOUDS)}", "RunPod's cloudType")
     if isinstance(count, bool) or not 1 <= count <= 8:
         raise UsageError(f"--count {count}: 1 to 8 GPUs", "one pod's GPUs")
+    if registry_auth is not None:
+        try:
+            runpod.registry_auth_id(registry_auth)
+        except ValueError as exc:
+            raise UsageError(f"invalid --registry-auth: {exc}", "the id RunPod shows for the credentials") from None
     if isinstance(volume_gb, bool) or not MIN_VOLUME_GB <= volume_gb <= 10_000:
         raise UsageError(f"--volume {volume_gb}: {MIN_VOLUME_GB} to 10000 GB", "RunPod's pod volumes start at 10 GB")
     template = runpod.template(entry, volume_gb=volume_gb, registry_auth=registry_auth, guard=guard)

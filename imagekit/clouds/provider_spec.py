@@ -58,18 +58,31 @@ class TemplateCommand:
     pull_credentials_hint: str = ""  # that the image pulls without credentials, else refuses with this hint
 
 
+def _unknown_price(answer: dict) -> str:
+    return "?"
+
+
 @dataclass(frozen=True)
 class Provider:
-    """A GPU cloud as the host knows it: its in-pod row of ``facts.PROVIDERS`` joined with what only the host uses.
-    Its API client is ``imagekit/effects/<name>_api.py``, whose ``create_template(body, api_key, url)`` --create
-    calls."""
+    """A GPU cloud as the host knows it: its in-pod row of ``facts.PROVIDERS`` joined with what only the host uses,
+    its whole pod lifecycle behind one interface. Its API client is ``imagekit/effects/<name>_api.py``:
+    ``create_template(body, api_key, url)`` (`--create` of its template command), and as far as the cloud offers
+    them ``create_pod(body, api_key, base)`` (an object with the pod's ``id``), ``pod_action(action, pod_id,
+    api_key, base)`` (``start``, ``stop``, ``terminate``: the calls of its facts row), ``list_pods(api_key, base)``
+    and ``get_pod(pod_id, api_key, base)``."""
 
     pod: facts.ProviderFacts  # what its pods know: in-pod variables, the API base, the stop and terminate calls
     account_key: str  # the variable the account's API key is read from
     template_api: str  # where `--create` sends a template: a URL, or a path under the pods' API base
     template: Callable[..., dict]  # the template builder: a release-index entry -> its template
     command: TemplateCommand  # the spec of `imagekit <name>-template`
-    pod_create: bool = False  # `imagekit pod create|stop|terminate` rent and end its pods, through its pods' API
+    # `imagekit pod create --provider NAME`: the create request from (release-index entry, compat data, GPU type id;
+    # count, cloud, volume_gb, registry_auth, arch, guard, env as keywords); None: its pods are rented from its
+    # console or its template only
+    pod_body: Callable[..., dict] | None = None
+    pod_price: Callable[[dict], str] = _unknown_price  # the price shown from its create answer ("0.44 $/h")
+    # what `pod terminate` says first of a pod (its id, `get_pod`'s answer) whose files die with it; None: nothing
+    terminate_warning: Callable[[str, dict], str | None] | None = None
     pod_clouds: tuple[str, ...] = ()  # what `pod create --cloud` takes (the first is the default)
     ssh_gateway: str = ""  # the host of its proxied SSH gateway: a terminal only (no exec channel, no SFTP)
     # `imagekit pod reap --provider NAME`: one entry of its API client's list_pods() -> a `clouds.reap.Pod` (or None)
@@ -78,6 +91,11 @@ class Provider:
     @property
     def name(self) -> str:
         return self.pod.name
+
+    @property
+    def pod_create(self) -> bool:
+        """`imagekit pod create` rents its pods (it has a create request)."""
+        return self.pod_body is not None
 
     @property
     def api(self) -> str:

@@ -21,7 +21,17 @@ from collections.abc import Iterable
 from imagekit.clouds.provider_spec import Provider
 from imagekit.in_image import facts
 
-__all__ = ["PROVIDERS", "Provider", "discover", "named", "pod_provider", "reapers", "ssh_gateways"]
+__all__ = [
+    "PROVIDERS",
+    "Provider",
+    "discover",
+    "enders",
+    "named",
+    "pod_provider",
+    "pod_providers",
+    "reapers",
+    "ssh_gateways",
+]
 
 
 def discover(rows: Iterable[facts.ProviderFacts]) -> tuple[Provider, ...]:
@@ -51,9 +61,19 @@ def named(name: str) -> Provider:
 
 
 def pod_provider() -> Provider:
-    """The provider `imagekit pod create|stop|terminate` talks to: the one row with ``pod_create``."""
-    (found,) = (p for p in PROVIDERS if p.pod_create)
-    return found
+    """The provider `imagekit pod create|start|stop|terminate` talk to unless told `--provider`: the first row that
+    rents pods (RunPod)."""
+    return next(p for p in PROVIDERS if p.pod_create)
+
+
+def pod_providers() -> tuple[str, ...]:
+    """The providers `imagekit pod create --provider` rents pods at (those with a create request)."""
+    return tuple(p.name for p in PROVIDERS if p.pod_create)
+
+
+def enders() -> tuple[str, ...]:
+    """The providers `imagekit pod start|stop|terminate --provider` reach (their facts row has the calls)."""
+    return tuple(p.name for p in PROVIDERS if p.pod.stop is not None and p.pod.terminate is not None)
 
 
 def reapers() -> tuple[str, ...]:

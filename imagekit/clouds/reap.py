@@ -1,7 +1,8 @@
 """`imagekit pod reap`, decided (pure): which of the account's pods are imagekit's, what each has cost, which are
-overdue, and what to do with each. RunPod's `GET /v2/pods` answer (``read``) and Vast's `GET /instances/`
-(``read_vast``) are another party's: every field is checked where it is read here, and one of another type counts as
-absent.
+overdue, and what to do with each. Each provider's module reads its own cloud's list into :class:`Pod`s (its
+``reap_pod``: `clouds.runpod.reap_pod`, `clouds.vast.reap_pod`), with the helpers here (``whose``, ``price``,
+``percent``): what a provider answers is another party's, every field checked where it is read, one of another type
+counting as absent.
 
 A pod is imagekit's when its env carries the mark `pod create` and the templates write (``IMAGEKIT_CREATED``), or when
 this machine recorded its id when it created it; any other pod is listed as not imagekit's and never touched. An
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 
 from imagekit.clouds import guard_defaults as gd
 from imagekit.in_image import facts
-from imagekit.trust import untrusted
 
 _POD_ID = re.compile(r"[A-Za-z0-9_]{4,64}", re.ASCII)
 STATUSES = ("RUNNING", "EXITED", "TERMINATED")
@@ -54,6 +54,7 @@ class Record:
     created: str  # the IMAGEKIT_CREATED mark it sent
     name: str
     deadline: str | None = None
+    provider: str = "runpod"  # whose pod (a record from before providers were named: RunPod's)
 
 
 @dataclass(frozen=True)
@@ -78,43 +79,14 @@ def price(pod: dict, keys: tuple[str, ...] = ("adjustedCostPerHr", "costPerHr"))
     return None
 
 
-def read(pod: dict, records: list[Record]) -> Pod | None:
-    """The pod RunPod's REST v2 describes (``id``, ``name``, ``status``, ``env``, ``startedAt``, ``cost``,
-    ``runtime``), or None when it has no id imagekit could act on."""
-    pod_id = pod.get("id")
-    if not isinstance(pod_id, str) or not _POD_ID.fullmatch(pod_id):
-        return None
-    env = pod.get("env") if isinstance(pod.get("env"), dict) else {}
-    name = pod.get("name")
-    name = untrusted.printable(name, 80) if isinstance(name, str) else "?"
-    status = pod.get("status")
-    status = "RUNNING" if status in _STARTING else status if status in STATUSES else "?"
-    started = gd.parse_stamp(pod.get("startedAt"))
-    ours, created, deadline = _whose(pod_id, env, records, started)
-    return Pod(pod_id, name, status, ours, created, started, deadline, price(pod, ("cost",)), runpod_work(pod))
-
-
-def _percent(value: object) -> float | None:
+def percent(value: object) -> float | None:
+    """A utilisation the provider reports, 0-100, or None (another type, not finite, out of range)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value) if 0 <= value <= 100 else None
 
 
-def runpod_work(pod: dict) -> tuple[float, ...] | None:
-    """The utilisation RunPod reports of a running pod (``runtime.gpus[].util``, then ``runtime.cpu.util``, each
-    0-100), or None when it reports none (``runtime`` null, or no number where one should be)."""
-    runtime = pod.get("runtime")
-    if not isinstance(runtime, dict):
-        return None
-    gpus = runtime.get("gpus") if isinstance(runtime.get("gpus"), list) else []
-    found = [_percent(g.get("util")) for g in gpus if isinstance(g, dict)]
-    cpu = runtime.get("cpu")
-    found.append(_percent(cpu.get("util")) if isinstance(cpu, dict) else None)
-    known = tuple(f for f in found if f is not None)
-    return known or None
-
-
-def _whose(
+def whose(
     pod_id: str, env: dict, records: list[Record], started: dt.datetime | None
 ) -> tuple[str | None, dt.datetime | None, dt.datetime | None]:
     """(why the pod is imagekit's or None, its creation time, its deadline) from its env's marks and the records. The
@@ -144,33 +116,6 @@ def distinct(pods: list[Pod]) -> tuple[list[Pod], list[str]]:
     for pod in pods:
         seen[pod.id] = seen.get(pod.id, 0) + 1
     return [p for p in pods if seen[p.id] == 1], sorted(i for i, n in seen.items() if n > 1)
-
-
-_VAST_ID = re.compile(r"[0-9]{1,12}", re.ASCII)
-_VAST_STATUS = {"running": "RUNNING", "frozen": "RUNNING", "stopped": "EXITED"}  # intended_status: GPU billed or not
-
-
-def read_vast(doc: dict, records: list[Record]) -> Pod | None:
-    """An instance of Vast's ``GET /instances/`` as a pod (Vast's answer is another party's, like RunPod's): its
-    numeric ``id``; the mark in ``extra_env`` (``[[NAME, VALUE], ...]``, which also holds port options); its
-    ``intended_status`` (running or frozen: the GPU bills; stopped: the disk only); ``start_date`` (seconds since the
-    epoch), ``dph_total`` ($/h), ``label``. `pod create` rents on RunPod only, so no record names a Vast instance."""
-    ident = doc.get("id")
-    if isinstance(ident, bool) or not isinstance(ident, int) or not _VAST_ID.fullmatch(str(ident)):
-        return None
-    pairs = doc.get("extra_env") if isinstance(doc.get("extra_env"), list) else []
-    env = {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)}
-    label = doc.get("label")
-    name = untrusted.printable(label, 80) if isinstance(label, str) and label else "?"
-    status = _VAST_STATUS.get(doc.get("intended_status"), "?") if isinstance(doc.get("intended_status"), str) else "?"
-    start = doc.get("start_date")
-    started = None
-    if isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start) and 0 < start < 1e11:
-        started = dt.datetime.fromtimestamp(start, dt.UTC)
-    ours, created, deadline = _whose(str(ident), env, records, started)
-    util = _percent(doc.get("gpu_util"))  # 0-100, as Vast's own CLI shows it
-    work = None if util is None else (util,)
-    return Pod(str(ident), name, status, ours, created, started, deadline, price(doc, ("dph_total",)), work)
 
 
 def cost_so_far(pod: Pod, now: dt.datetime) -> float | None:

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 from imagekit.clouds import guard_defaults, reap
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import unreachable_registry as unreachable_registry  # `pod create` checks by this name
+from imagekit.clouds.readme import shown_word, source_line, tested_line
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
+from imagekit.trust import untrusted
 from imagekit.trust.untrusted import printable
 
 if TYPE_CHECKING:
@@ -119,50 +121,12 @@ def rent_lines(runtime: Contract, data: CompatData | None) -> list[str]:
     return lines
 
 
-def tested_line(entry: dict) -> list[str]:
-    """How the image's self-test ran (a record from before this was kept says nothing): never "on GPU" when it ran
-    emulated on another CPU architecture."""
-    selftest = entry.get("selftest")
-    ran = selftest.get("ran") if isinstance(selftest, dict) else None
-    if not isinstance(ran, dict):
-        return []
-    runtime = (entry.get("manifest") or {}).get("runtime")
-    platform = runtime.get("platform") if isinstance(runtime, dict) else None
-    platform = platform if isinstance(platform, str) and platform else "its platform"
-    if ran.get("emulated") is True:
-        return [
-            f"Tested: emulated only (qemu on another CPU architecture): the CPU checks passed; nothing has run on a "
-            f"{platform} GPU yet (run `imagekit-doctor` first on the pod)."
-        ]
-    if ran.get("gpu") is True:
-        return ["Tested: the self-test passed on a GPU, before publishing."]
-    return ["Tested: the self-test's CPU checks passed (the build host had no GPU); `imagekit-doctor` checks the GPU."]
-
-
-def source_line(entry: dict) -> list[str]:
-    """Where an entry made without a release record got its facts (`clouds.label_record`): said, with what it cannot
-    say."""
-    source = entry.get("source")
-    if not isinstance(source, str):
-        return []
-    return [f"Read from {source} (no release record: how its self-test ran is not known here)."]
-
-
 def jupyter_line(entry: dict, jupyter: bool) -> str:
     if jupyter:
         return "Jupyter: JupyterLab on 8888/http, serving /workspace, password JUPYTER_PASSWORD."
     if "source" in entry and "jupyter" not in (entry["manifest"].get("image") or {}):
         return "Jupyter: the image's labels do not say whether JupyterLab is in it; this template opens 22/tcp only."
     return "Jupyter: not in this image (build it with `[image] jupyter = true`)."
-
-
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}", re.ASCII)
-
-
-def shown_word(value: object) -> str:
-    """A version or a name a record or an image's labels gave, as a readme prints it: one word of what versions and
-    names are made of, else ``?`` (``$(id)`` or a link's markup never reaches a template someone reads)."""
-    return value if isinstance(value, str) and _WORD.fullmatch(value) else "?"
 
 
 def readme(
@@ -268,6 +232,48 @@ def mutation(template_input: dict) -> dict:
     return {"query": SAVE_TEMPLATE, "variables": {"input": template_input}}
 
 
+def _pod_create():  # type: ignore[no-untyped-def]
+    """`clouds.pod_create` (RunPod's create request), imported when asked: it builds on this module's template."""
+    from imagekit.clouds import pod_create
+
+    return pod_create
+
+
+_STATUSES = ("RUNNING", "EXITED", "TERMINATED")
+_STARTING = ("PROVISIONING", "STARTING")  # on its way to RUNNING, billed as one
+_POD_ID = re.compile(r"[A-Za-z0-9_]{4,64}", re.ASCII)
+
+
+def reap_pod(pod: dict, records: list[reap.Record]) -> reap.Pod | None:
+    """A pod of RunPod's REST v2 `GET /v2/pods` (``id``, ``name``, ``status``, ``env``, ``startedAt``, ``cost``,
+    ``runtime``) as `pod reap` reads it, or None when it has no id imagekit could act on."""
+    pod_id = pod.get("id")
+    if not isinstance(pod_id, str) or not _POD_ID.fullmatch(pod_id):
+        return None
+    env = pod.get("env") if isinstance(pod.get("env"), dict) else {}
+    name = pod.get("name")
+    name = untrusted.printable(name, 80) if isinstance(name, str) else "?"
+    status = pod.get("status")
+    status = "RUNNING" if status in _STARTING else status if status in _STATUSES else "?"
+    started = guard_defaults.parse_stamp(pod.get("startedAt"))
+    ours, created, deadline = reap.whose(pod_id, env, records, started)
+    return reap.Pod(pod_id, name, status, ours, created, started, deadline, reap.price(pod, ("cost",)), work(pod))
+
+
+def work(pod: dict) -> tuple[float, ...] | None:
+    """The utilisation RunPod reports of a running pod (``runtime.gpus[].util``, then ``runtime.cpu.util``, each
+    0-100), or None when it reports none (``runtime`` null, or no number where one should be)."""
+    runtime = pod.get("runtime")
+    if not isinstance(runtime, dict):
+        return None
+    gpus = runtime.get("gpus") if isinstance(runtime.get("gpus"), list) else []
+    found = [reap.percent(g.get("util")) for g in gpus if isinstance(g, dict)]
+    cpu = runtime.get("cpu")
+    found.append(reap.percent(cpu.get("util")) if isinstance(cpu, dict) else None)
+    known = tuple(f for f in found if f is not None)
+    return known or None
+
+
 PROVIDER = Provider(
     facts.provider_named("runpod"),
     account_key="RUNPOD_API_KEY",
@@ -299,8 +305,10 @@ PROVIDER = Provider(
         pull_credentials_hint="save the registry's credentials in RunPod (Settings > Container Registry Auth) and "
         "pass their id: --registry-auth ID",
     ),
-    pod_create=True,
+    pod_body=lambda *args, **kw: _pod_create().body(*args, **kw),
+    pod_price=lambda answer: _pod_create().cost(answer),
+    terminate_warning=terminate_warning,
     pod_clouds=("secure", "community"),
     ssh_gateway="ssh.runpod.io",
-    reap_pod=reap.read,
+    reap_pod=reap_pod,
 )

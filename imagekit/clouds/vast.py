@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 from imagekit.clouds import guard_defaults, reap
 from imagekit.clouds.provider_spec import Provider, TemplateCommand, TemplateOption
 from imagekit.clouds.pull import registry_host
-from imagekit.clouds.runpod import shown_word, source_line, tested_line
+from imagekit.clouds.readme import shown_word, source_line, tested_line
 from imagekit.errors import UsageError
 from imagekit.in_image import facts
+from imagekit.trust.untrusted import printable
 
 if TYPE_CHECKING:
     from imagekit.compat.catalog import CompatData
@@ -99,11 +100,24 @@ def _emulated(entry: dict) -> str:
     return " (emulated only)" if isinstance(ran, dict) and ran.get("emulated") is True else ""
 
 
+def offer_filters(runtime: Contract, data: CompatData) -> dict:
+    """Vast's offer filters (``extra_filters``) for the hosts that can run the image: `cuda_max_good` (the newest CUDA
+    the host's driver takes) at least the image's, `compute_cap` (compute capability x 100) one of the known GPUs its
+    torch has kernels for, and the host's `cpu_arch` (Vast names CPU architectures as Docker does: vast-python's
+    `search offers` help)."""
+    from imagekit.compat import contract
+
+    caps = sorted({contract.capability(data.gpus[name]) for name in contract.gpus(runtime, data)[0]})
+    return {
+        "cuda_max_good": {"gte": float(runtime.cuda)},
+        "compute_cap": {"in": caps},
+        "cpu_arch": {"eq": runtime.cpu_arch},
+    }
+
+
 def _filters(runtime: Contract | None, data: CompatData | None, cuda: str | None) -> dict:
     if runtime is not None and data is not None:
-        from imagekit.compat import contract
-
-        return contract.vast_filters(runtime, data)
+        return offer_filters(runtime, data)
     # offers whose driver runs this CUDA only (Vast's `cuda_max_good`: the newest CUDA the host's driver takes)
     return {"cuda_max_good": {"gte": float(cuda)}} if cuda else {}
 
@@ -168,6 +182,36 @@ def no_filter_warning(entry: dict, body: dict) -> list[str]:
     ]
 
 
+_ID = re.compile(r"[0-9]{1,12}", re.ASCII)
+_STATUS = {"running": "RUNNING", "frozen": "RUNNING", "stopped": "EXITED"}  # intended_status: GPU billed or not
+
+
+def reap_pod(doc: dict, records: list[reap.Record]) -> reap.Pod | None:
+    """An instance of Vast's ``GET /instances/`` as `pod reap` reads it (Vast's answer is another party's, like
+    RunPod's): its numeric ``id``; the mark in ``extra_env`` (``[[NAME, VALUE], ...]``, which also holds port
+    options); its ``intended_status`` (running or frozen: the GPU bills; stopped: the disk only); ``start_date``
+    (seconds since the epoch), ``dph_total`` ($/h), ``gpu_util`` (0-100, as Vast's own CLI shows it), ``label``.
+    `pod create` rents on RunPod only, so no record names a Vast instance."""
+    import datetime as dt
+
+    ident = doc.get("id")
+    if isinstance(ident, bool) or not isinstance(ident, int) or not _ID.fullmatch(str(ident)):
+        return None
+    pairs = doc.get("extra_env") if isinstance(doc.get("extra_env"), list) else []
+    env = {p[0]: p[1] for p in pairs if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)}
+    label = doc.get("label")
+    name = printable(label, 80) if isinstance(label, str) and label else "?"
+    status = _STATUS.get(doc.get("intended_status"), "?") if isinstance(doc.get("intended_status"), str) else "?"
+    start = doc.get("start_date")
+    started = None
+    if isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start) and 0 < start < 1e11:
+        started = dt.datetime.fromtimestamp(start, dt.UTC)
+    ours, created, deadline = reap.whose(str(ident), env, records, started)
+    util = reap.percent(doc.get("gpu_util"))
+    work = None if util is None else (util,)
+    return reap.Pod(str(ident), name, status, ours, created, started, deadline, reap.price(doc, ("dph_total",)), work)
+
+
 PROVIDER = Provider(
     facts.provider_named("vast"),
     account_key="VAST_API_KEY",
@@ -196,5 +240,5 @@ PROVIDER = Provider(
         made_id="hash_id",
         created_note=" (launch mode {launch})",
     ),
-    reap_pod=reap.read_vast,
+    reap_pod=reap_pod,
 )

@@ -24,7 +24,6 @@ from imagekit.trust.untrusted import printable
 SM = re.compile(r"sm_[1-9][0-9]{1,2}[af]?", re.ASCII)
 CUDA = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
 PLATFORMS = ("linux/amd64", "linux/arm64")
-# Vast's `cpu_arch` offer field names CPU architectures as Docker does (vast-python `search offers` help).
 _MAX_ARCHS = 64
 
 
@@ -177,19 +176,8 @@ def gpu_line(contract: Contract, data: CompatData) -> str:
     return line + "."
 
 
-def vast_filters(contract: Contract, data: CompatData) -> dict:
-    """Vast's offer filters (``extra_filters``) for the hosts that can run the image: `cuda_max_good` (the newest CUDA
-    the host's driver takes) at least the image's, `compute_cap` (compute capability x 100) one of the known GPUs its
-    torch has kernels for, and the host's `cpu_arch`."""
-    caps = sorted({_cap(data.gpus[name]) for name in gpus(contract, data)[0]})
-    return {
-        "cuda_max_good": {"gte": float(contract.cuda)},
-        "compute_cap": {"in": caps},
-        "cpu_arch": {"eq": contract.cpu_arch},
-    }
-
-
-def _cap(cc: str) -> int:
+def capability(cc: str) -> int:
+    """A compute capability as an integer x 100 (`sm_86` -> 860), as Vast's offers write it."""
     major, minor, _ = facts.parse_arch(cc) or (0, 0, "")
     return major * 100 + minor * 10
 

@@ -1,9 +1,9 @@
 """The pods this machine created, written down before anything waits on them, so none is ever unknown.
 
-`imagekit pod create` writes a pending record (the ``IMAGEKIT_CREATED`` mark it sends, the pod's name) before the
-request leaves, and the pod's id the moment RunPod's answer is read, before anything is printed: a client killed
-between the two leaves the mark, by which `imagekit pod reap` finds the pod among the account's. One small file per
-record, each written atomically (0600, in a 0700 folder): two creates at once never lose each other's.
+`imagekit pod create` writes a pending record (the ``IMAGEKIT_CREATED`` mark it sends, the pod's name, its provider)
+before the request leaves, and the pod's id the moment the provider's answer is read, before anything is printed: a
+client killed between the two leaves the mark, by which `imagekit pod reap` finds the pod among the account's. One
+small file per record, each written atomically (0600, in a 0700 folder): two creates at once never lose each other's.
 
 Where: ``$IMAGEKIT_STATE/pods``, else ``$XDG_STATE_HOME/imagekit/pods``, else ``~/.local/state/imagekit/pods``.
 """
@@ -40,9 +40,10 @@ def _write(name: str, doc: dict) -> Path:
     return path
 
 
-def pending(created: str, name: str, deadline: str | None, api: str) -> Path:
-    """Before the create is sent: what the pod will carry (its mark), so it can be found whatever happens next."""
-    doc = {"created": created, "name": name, "deadline": deadline, "api": api}
+def pending(created: str, name: str, deadline: str | None, api: str, provider: str = "runpod") -> Path:
+    """Before the create is sent: what the pod will carry (its mark), at which provider, so it can be found whatever
+    happens next."""
+    doc = {"created": created, "name": name, "deadline": deadline, "api": api, "provider": provider}
     return _write(f"pending-{secrets.token_hex(8)}.json", doc)
 
 
@@ -102,10 +103,13 @@ def _read(path: Path) -> Record | None:
     if doc is None:
         return None
     pod, made, name, deadline = doc.get("pod"), doc.get("created"), doc.get("name"), doc.get("deadline")
+    provider = doc.get("provider", "runpod")  # a record from before providers were named: RunPod's (the only one)
     if not (isinstance(made, str) and _STAMP.fullmatch(made) and isinstance(name, str)):
+        return None
+    if not (isinstance(provider, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,31}", provider)):
         return None
     if pod is not None and not (isinstance(pod, str) and path.name == f"pod-{pod}.json"):
         return None
     if deadline is not None and not (isinstance(deadline, str) and _STAMP.fullmatch(deadline)):
         return None
-    return Record(pod, made, name[:200], deadline)
+    return Record(pod, made, name[:200], deadline, provider)

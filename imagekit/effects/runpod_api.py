@@ -12,7 +12,7 @@ import re
 
 from imagekit.clouds import providers
 from imagekit.effects import http
-from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.errors import CheckFailed, EnvironmentFailure, NotSent, PodMayExist, UsageError
 from imagekit.trust import untrusted
 from imagekit.trust.redact import redact_text
 
@@ -232,10 +232,6 @@ def create_pod(body: dict, api_key: str, base: str = DEFAULT_REST) -> dict:
     return doc
 
 
-class PodMayExist(EnvironmentFailure):
-    """RunPod got the request to create a pod, but what it answered cannot be read: a pod may exist and bill."""
-
-
 def _may_exist(what: str, base: str, body: dict) -> PodMayExist:
     """The error of a create whose outcome is unknown, with how to find the pod and end it."""
     name = untrusted.printable(body.get("name", "?"), 120)
@@ -268,7 +264,7 @@ def _send_create(url: str, headers: dict[str, str], content: bytes, body: dict) 
                 unread = untrusted.printable(redact_text(str(exc)), 200) or exc.__class__.__name__
     except EnvironmentFailure as exc:
         if any(name in exc.message for name in _NOT_SENT):
-            raise EnvironmentFailure(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
+            raise NotSent(f"cannot reach the RunPod API: {exc.message}", "check the network") from None
         base = url.removesuffix("/pods")
         raise _may_exist(f"the request was sent, but no answer came ({exc.message})", base, body) from None
     http.provider_answer("RunPod", url, final, status, KEY_VARIABLE)

@@ -1,8 +1,9 @@
 """The account's imagekit pods as a whole: a create that leaves no unknown pod, and the reaper outside the pods.
 
-`create`: the pending record is written before the request leaves and the id the moment RunPod answers it
-(`effects.pod_records`), so a client killed at any point leaves a pod `reap` can find. `reap`: the account's pods
-(RunPod's `GET /pods` with this machine's records, or Vast's `GET /instances/`), each decided by `clouds.reap`;
+`create`: the pending record is written before the request leaves and the id the moment the provider answers it
+(`effects.pod_records`), so a client killed at any point leaves a pod `reap` can find. `reap`: the account's pods (the
+provider's list, RunPod's `GET /v2/pods` or Vast's `GET /instances/`, with this machine's records of that provider),
+each read by the provider's ``reap_pod`` and decided by `clouds.reap`;
 overdue imagekit pods stopped (or terminated), every other pod untouched; a dry run sends nothing and writes nothing.
 """
 
@@ -18,33 +19,39 @@ from pathlib import Path
 from imagekit.clouds import guard_defaults as gd
 from imagekit.clouds import reap
 from imagekit.clouds.provider_spec import Provider
-from imagekit.effects import http, pod_records, runpod_api
-from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.effects import http, pod_records
+from imagekit.errors import CheckFailed, EnvironmentFailure, NotSent, PodMayExist, UsageError
 
 Log = Callable[[str], None]
 PENDING_GRACE = 3600  # seconds a create's pending record is left alone: it may be in flight
 LOOK_EVERY = 15.0  # seconds between the reaper's looks at a pod it would end by age alone
 
 
-def create(body: dict, key: str, api_url: str) -> dict:
-    """POST the pod, recorded first: the pending record (its IMAGEKIT_CREATED mark) before the request, the id as
-    soon as it is read. A request RunPod refused (HTTP 400), or one that never left, leaves no record."""
+def client(provider: Provider):  # type: ignore[no-untyped-def]
+    """The provider's API client (`effects/<name>_api.py`): `create_pod`, `pod_action`, `list_pods`, `get_pod`, as
+    far as the provider offers them."""
+    return importlib.import_module(f"imagekit.effects.{provider.name}_api")
+
+
+def create(provider: Provider, body: dict, key: str, api_url: str) -> dict:
+    """Create the pod at ``provider``, recorded first: the pending record (its IMAGEKIT_CREATED mark, the provider)
+    before the request, the id as soon as it is read. A request the provider refused, or one that never left, leaves
+    no record; one whose answer cannot be read says how `pod reap` finds the pod."""
     env = body.get("env") or {}
-    pending = pod_records.pending(env[gd.CREATED], body.get("name", "?"), env.get(gd.DEADLINE), http.display(api_url))
+    pending = pod_records.pending(
+        env[gd.CREATED], body.get("name", "?"), env.get(gd.DEADLINE), http.display(api_url), provider.name
+    )
     try:
-        answer = runpod_api.create_pod(body, key, api_url)
-    except (UsageError, CheckFailed):
-        pod_records.drop(pending)
+        answer = client(provider).create_pod(body, key, api_url)
+    except (UsageError, CheckFailed, NotSent):
+        pod_records.drop(pending)  # refused, or nothing was sent
         raise
-    except runpod_api.PodMayExist as exc:
-        raise runpod_api.PodMayExist(
+    except PodMayExist as exc:
+        raise PodMayExist(
             exc.message,
-            f"imagekit pod reap --dry-run finds it by its mark ({gd.CREATED}={env[gd.CREATED]}); {exc.hint}",
+            f"imagekit pod reap --provider {provider.name} --dry-run finds it by its mark ({gd.CREATED}="
+            f"{env[gd.CREATED]}); {exc.hint}",
         ) from None
-    except EnvironmentFailure as exc:
-        if exc.message.startswith("cannot reach the RunPod API"):
-            pod_records.drop(pending)  # nothing was sent
-        raise
     pod_records.created(pending, answer["id"])
     return answer
 
@@ -52,8 +59,8 @@ def create(body: dict, key: str, api_url: str) -> dict:
 @dataclass
 class Reaped:
     verdicts: list[reap.Verdict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # local records RunPod no longer lists, and the like
-    failed: list[str] = field(default_factory=list)  # actions RunPod did not carry out
+    notes: list[str] = field(default_factory=list)  # local records the provider no longer lists, and the like
+    failed: list[str] = field(default_factory=list)  # actions the provider did not carry out
 
 
 def reap_pods(
@@ -75,26 +82,26 @@ def reap_pods(
     each must report no work at every look."""
     if provider.reap_pod is None:
         raise UsageError(f"imagekit cannot list {provider.name}'s pods", "reap a provider `pod reap --help` names")
-    client = importlib.import_module(f"imagekit.effects.{provider.name}_api")
-    records = pod_records.load(warn) if provider.pod_create else []
-    listed = client.list_pods(key, api_url)
+    api = client(provider)
+    records = [(path, r) for path, r in pod_records.load(warn) if r.provider == provider.name]
+    listed = api.list_pods(key, api_url)
     out = Reaped()
     pods, twice = reap.distinct([p for p in (provider.reap_pod(d, [r for _, r in records]) for d in listed) if p])
     out.notes += [f"{i}: listed more than once by {provider.name}, its entries not the same pod: left alone"
                   for i in twice]  # fmt: skip
-    looks = _watch(client, provider, key, api_url, pods, records, now, older_than, watch, every, sleep)
+    looks = _watch(api, provider, key, api_url, pods, records, now, older_than, watch, every, sleep)
     for pod in pods:
         verdict = reap.decide(pod, now, older_than, terminate, looks.get(pod.id))
         out.verdicts.append(verdict)
         if verdict.action is None or dry_run:
             continue
         try:
-            client.pod_action(verdict.action, pod.id, key, api_url)
+            api.pod_action(verdict.action, pod.id, key, api_url)
         except (EnvironmentFailure, CheckFailed) as exc:
             out.failed.append(f"{pod.id}: {verdict.action} failed: {exc.message}")
     seen = {p.id for p in pods}
     for path, record in records:
-        out.notes += _record_note(path, record, seen, pods, now, dry_run)
+        out.notes += _record_note(path, record, seen, pods, now, dry_run, provider.command.display)
     return out
 
 
@@ -118,21 +125,24 @@ def _watch(
 
 
 def _record_note(
-    path: Path, record: reap.Record, seen: set[str], pods: list[reap.Pod], now: dt.datetime, dry_run: bool
-) -> list[str]:
-    """What a local record says against RunPod's list (and, in a real run, the record brought up to date)."""
+    path: Path, record: reap.Record, seen: set[str], pods: list[reap.Pod], now: dt.datetime, dry_run: bool,
+    display: str,
+) -> list[str]:  # fmt: skip
+    """What a local record says against the provider's list (and, in a real run, the record brought up to date)."""
     if record.pod_id is None:
-        return _pending_note(path, record, pods, now, dry_run)
+        return _pending_note(path, record, pods, now, dry_run, display)
     if record.pod_id not in seen:
         if not dry_run:
             pod_records.drop(path)
-        return [f"{record.pod_id}: recorded here ({record.name!r}, created {record.created}), not listed by RunPod: "
-                "terminated, or another account's" + ("" if dry_run else "; record dropped")]  # fmt: skip
+        return [f"{record.pod_id}: recorded here ({record.name!r}, created {record.created}), not listed by "
+                f"{display}: terminated, or another account's" + ("" if dry_run else "; record dropped")]  # fmt: skip
     pod = next(p for p in pods if p.id == record.pod_id)
     return [f"{pod.id}: recorded here, still running"] if pod.status == "RUNNING" else []
 
 
-def _pending_note(path: Path, record: reap.Record, pods: list[reap.Pod], now: dt.datetime, dry_run: bool) -> list[str]:
+def _pending_note(
+    path: Path, record: reap.Record, pods: list[reap.Pod], now: dt.datetime, dry_run: bool, display: str
+) -> list[str]:
     """A create that never recorded its id: its pod found by the mark it sent (and its id recorded), or none."""
     sent_mark = record.created
     found = [p for p in pods if p.ours == "an unfinished create" and p.created and gd.stamp(p.created) == sent_mark]
@@ -146,5 +156,5 @@ def _pending_note(path: Path, record: reap.Record, pods: list[reap.Pod], now: dt
         return [f"a create at {record.created} ({record.name!r}) has no pod listed yet (in flight?)"]
     if not dry_run:
         pod_records.drop(path)
-    return [f"a create at {record.created} ({record.name!r}) left no pod RunPod lists (refused, or another "
+    return [f"a create at {record.created} ({record.name!r}) left no pod {display} lists (refused, or another "
             "account's)" + ("" if dry_run else "; record dropped")]  # fmt: skip

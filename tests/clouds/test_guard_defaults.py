@@ -206,7 +206,7 @@ def _pod(**fields):
         "runtime": IDLE_RUNTIME,
         **fields,
     }
-    return reap.read(doc, [])
+    return runpod.reap_pod(doc, [])
 
 
 @pytest.mark.parametrize(
@@ -240,4 +240,4 @@ def test_reap_says_what_a_pod_has_cost_since_its_start():
     assert reap.cost_so_far(pod, NOW) == pytest.approx(0.88, rel=1e-3)  # 0.44 $/h, started 2h ago
     assert "0.44 $/h  ~0.88 $ since its last start" in reap.line(reap.decide(pod, NOW, None, False), NOW, True)
     assert reap.cost_so_far(_pod(status="EXITED"), NOW) is None
-    assert reap.read({"id": "../x"}, []) is None  # no id imagekit could act on: not listed
+    assert runpod.reap_pod({"id": "../x"}, []) is None  # no id imagekit could act on: not listed

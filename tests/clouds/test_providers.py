@@ -78,9 +78,12 @@ def test_each_providers_template_command_is_registered_from_its_row(p):
     assert p.account_key in _option(p.template_command, "create").help
 
 
-@pytest.mark.parametrize("command", ["create", "stop", "terminate"])
-def test_pod_commands_default_to_the_pod_providers_api(command):
-    assert _option(("pod", command), "api_url").default == providers.pod_provider().api
+@pytest.mark.parametrize("command", ["create", "start", "stop", "terminate", "reap"])
+def test_pod_commands_default_to_the_pod_provider_and_its_own_api(command):
+    """Each lifecycle command takes --provider (RunPod by default) and talks to that provider's own API base unless
+    --api-url says otherwise (None: the provider's row decides)."""
+    assert _option(("pod", command), "provider").default == providers.pod_provider().name
+    assert _option(("pod", command), "api_url").default is None
 
 
 def test_without_the_account_key_each_create_says_which_variable(app, runner, tmp_path, monkeypatch):

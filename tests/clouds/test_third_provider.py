@@ -1,8 +1,9 @@
 """A third GPU cloud is three files: its row of `facts.PROVIDERS` (in_image/facts.py), its module `clouds/<name>.py`
 (host row, template builder, the spec of its command's options) and its API client `effects/<name>_api.py`. Acme, made
 up here (the row below, the two modules under tests/clouds/third_provider/), is given to the registry exactly so: the
-row appended to the facts table, the modules found by their names on the packages' paths. Nothing else is touched,
-and `imagekit acme-template` prints its template and creates it through a local stand-in of Acme's API."""
+row appended to the facts table, the modules found by their names on the packages' paths. Nothing else is touched;
+`imagekit acme-template` prints its template and creates it through a local stand-in of Acme's API, and its whole pod
+lifecycle (`pod create`, `start`, `stop`, `terminate`, `reap` with `--provider acme`) goes through the same three."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ ROW = facts.ProviderFacts(  # what its row of facts.PROVIDERS would say
     api_override="IMAGEKIT_ACME_API",
     stop=facts.PodCall("POST", "/machines/{id}/stop"),
     terminate=facts.PodCall("DELETE", "/machines/{id}"),
+    start=facts.PodCall("POST", "/machines/{id}/start"),
 )
 MODULES = ("imagekit.clouds.acme", "imagekit.effects.acme_api")
 KEY = "acme_secret_key_789"
@@ -65,7 +67,7 @@ def test_the_three_files_are_all_there_is(acme):
     assert sorted(str(p.relative_to(FILES)) for p in FILES.rglob("*.py")) == ["clouds/acme.py", "effects/acme_api.py"]
     assert [p.name for p in providers.PROVIDERS] == ["runpod", "vast", "acme"]  # the facts table's order
     assert acme.pod is ROW and acme.template_command == "acme-template"
-    assert acme.template_url == "https://api.acme.example/v1/templates" and not acme.pod_create
+    assert acme.template_url == "https://api.acme.example/v1/templates" and acme.pod_create
     assert Path(sys.modules["imagekit.clouds.acme"].__file__).is_relative_to(FILES)
 
 
@@ -138,3 +140,57 @@ def test_create_goes_through_its_api_client(acme, runner, index, monkeypatch):
     [request] = api.seen
     assert request.method == "POST" and request.headers["Authorization"] == f"Bearer {KEY}"
     assert json.loads(request.body)["image"] == TAG
+
+
+@pytest.mark.loopback
+def test_its_pod_lifecycle_goes_through_the_same_three_files(acme, runner, index, monkeypatch, tmp_path):
+    """`pod create|start|stop|terminate|reap --provider acme`: the create request from its module, every call through
+    its API client, the record naming its provider, the reaper reading its list with its module's reader."""
+    import datetime as dt
+
+    from imagekit.clouds import guard_defaults as gd
+
+    monkeypatch.setenv("ACME_API_KEY", KEY)
+    monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))
+    machines: dict[str, dict] = {}
+
+    def route(seen):  # Acme: POST /machines, GET /machines, POST .../stop|start, DELETE /machines/{id}
+        path = seen.path.removeprefix("/v1")
+        if (seen.method, path) == ("POST", "/machines"):
+            asked = json.loads(seen.body)
+            machines["acm01"] = {"id": "acm01", "name": asked["name"], "state": "on", "env": asked["env"], "since": 1,
+                              "gpu_percent": 0, "usd_per_hour": 0.5}  # fmt: skip
+            return 201, {}, json.dumps({"id": "acm01", "usd_per_hour": 0.5}).encode()
+        if (seen.method, path) == ("GET", "/machines"):
+            return 200, {}, json.dumps({"machines": list(machines.values())}).encode()
+        ident = path.split("/")[2]
+        if seen.method == "DELETE":
+            machines.pop(ident, None)
+        else:
+            machines[ident]["state"] = "off" if path.endswith("/stop") else "on"
+        return 200, {}, b"{}"
+
+    app = build_app()
+    with hostile_http.serve(fallback=route) as api:
+        base = ["--provider", "acme", "--api-url", f"{api.url}/v1"]
+        res = runner.invoke(app, ["pod", "create", CELL, "--gpu", "NVIDIA H100 80GB HBM3", "--cloud", "us",
+                                  "--release-index", str(index), *base])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert res.stdout.strip() == "acm01" and "created Acme pod acm01 (0.5 $/h)" in res.stderr
+        asked = json.loads(api.seen[0].body)
+        assert asked["region"] == "us" and asked["env"]["IMAGEKIT_IDLE_STOP"] == "45m" and gd.CREATED in asked["env"]
+        [record] = (tmp_path / "state" / "pods").iterdir()
+        assert json.loads(record.read_text())["provider"] == "acme"
+        for action in ("stop", "start"):
+            res = runner.invoke(app, ["pod", action, "acm01", *base])
+            assert res.exit_code == 0, res.output
+        res = runner.invoke(app, ["pod", "reap", "--older-than", "1h", "--watch", "0s", "--dry-run", *base])
+        assert res.exit_code == 0 and "acm01  RUNNING" in res.stdout and "recorded here" in res.stdout, res.output
+        assert "not overdue (no deadline)" in res.stdout  # minutes old, not an hour
+        res = runner.invoke(app, ["pod", "terminate", "acm01", "--yes", *base])
+        assert res.exit_code == 0 and machines == {}, res.output
+    assert [(s.method, s.path) for s in api.seen if s.method != "GET"] == [
+        ("POST", "/v1/machines"), ("POST", "/v1/machines/acm01/stop"), ("POST", "/v1/machines/acm01/start"),
+        ("DELETE", "/v1/machines/acm01"),
+    ]  # fmt: skip
+    assert all(s.headers["Authorization"] == f"Bearer {KEY}" for s in api.seen) and dt

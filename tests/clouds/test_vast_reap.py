@@ -179,7 +179,7 @@ def test_a_listing_that_is_not_one_is_exit_3_and_nothing_is_sent(app, runner, mo
     ],
 )  # fmt: skip
 def test_an_instance_without_a_usable_id_is_not_listed(doc):
-    assert reap.read_vast({**doc, "extra_env": [[gd.CREATED, "template"]]}, []) is None
+    assert vast.reap_pod({**doc, "extra_env": [[gd.CREATED, "template"]]}, []) is None
 
 
 def test_what_vast_says_of_an_instance_is_checked_field_by_field():
@@ -187,11 +187,11 @@ def test_what_vast_says_of_an_instance_is_checked_field_by_field():
         "id": 7, "label": "\x1b]0;owned\x07name", "intended_status": ["running"], "start_date": float("nan"),
         "dph_total": "1e400", "extra_env": [[gd.CREATED, 5], ["A"], "X=Y", [gd.DEADLINE, "2000-01-01T00:00:00Z"]],
     }  # fmt: skip
-    pod = reap.read_vast(weird, [])
+    pod = vast.reap_pod(weird, [])
     assert pod is not None and pod.id == "7" and "\x1b" not in pod.name and "\x07" not in pod.name
     assert (pod.status, pod.started, pod.price, pod.ours) == ("?", None, None, None)  # the mark is not text: not ours
     assert reap.decide(pod, pod.deadline, None, False).why == "not imagekit's: left alone"
-    marked = reap.read_vast({"id": 8, "extra_env": [[gd.CREATED, "template"]], "intended_status": "frozen"}, [])
+    marked = vast.reap_pod({"id": 8, "extra_env": [[gd.CREATED, "template"]], "intended_status": "frozen"}, [])
     assert marked is not None and marked.ours == "marked" and marked.status == "RUNNING"  # frozen still bills the GPU
 
 
@@ -242,14 +242,14 @@ def test_a_stop_is_sent_where_it_was_aimed_never_where_a_redirect_points(app, ru
 
 def test_a_template_instance_past_its_guards_runtime_is_overdue_and_an_empty_mark_is_no_mark():
     env = [[gd.CREATED, "template"], ["IMAGEKIT_MAX_RUNTIME", "6h"]]
-    pod = reap.read_vast({"id": 9, "extra_env": env, "intended_status": "running", "start_date": JAN_2026}, [])
+    pod = vast.reap_pod({"id": 9, "extra_env": env, "intended_status": "running", "start_date": JAN_2026}, [])
     assert pod is not None and pod.deadline is not None and gd.stamp(pod.deadline) == "2026-01-01T06:00:00Z"
     verdict = reap.decide(pod, pod.deadline, None, False)
     assert verdict.action == "stop" and "past its deadline 2026-01-01T06:00:00Z" in verdict.why
-    garbage = reap.read_vast({"id": 9, "extra_env": [[gd.CREATED, "template"], ["IMAGEKIT_MAX_RUNTIME", "9" * 30]],
+    garbage = vast.reap_pod({"id": 9, "extra_env": [[gd.CREATED, "template"], ["IMAGEKIT_MAX_RUNTIME", "9" * 30]],
                               "start_date": JAN_2026}, [])  # fmt: skip
     assert garbage is not None and garbage.deadline is None
-    unmarked = reap.read_vast({"id": 10, "extra_env": [[gd.CREATED, ""]]}, [])
+    unmarked = vast.reap_pod({"id": 10, "extra_env": [[gd.CREATED, ""]]}, [])
     assert unmarked is not None and unmarked.ours is None
 
 

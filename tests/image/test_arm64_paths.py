@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.clouds import runpod
+from imagekit.clouds import readme
 from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.image import naming
@@ -239,9 +239,9 @@ def test_an_emulated_self_test_cannot_be_asked_to_prove_a_gpu():
 )
 def test_the_templates_readme_says_how_the_self_test_ran(ran, says, never):
     entry = {"manifest": {"runtime": {"platform": ARM64}}, "selftest": {"ran": ran}}
-    line = " ".join(runpod.tested_line(entry))
+    line = " ".join(readme.tested_line(entry))
     assert says in line and never not in line
-    assert runpod.tested_line({"manifest": {}, "selftest": {"passed": True}}) == []  # an older record says nothing
+    assert readme.tested_line({"manifest": {}, "selftest": {"passed": True}}) == []  # an older record says nothing
 
 
 def test_vasts_template_says_emulated_where_it_says_self_tested():

@@ -208,9 +208,15 @@ def test_import_torch_fails_naming_the_cause_on_a_pod_whose_start_check_found_no
         assert allowed.returncode == 0 and allowed.stdout.startswith("2.1.2"), allowed.stderr
     finally:
         pod.remove()
-    ROWS.append(("`ssh pod python -c 'import torch'` on a pod whose start check found no GPU (`IMAGEKIT_REQUIRE_GPU=1`"
-                 ", no GPU)", "fails at import, naming the cause", "exit 1: `CpuFallbackRefused: ... this pod's start "
-                 "check found that torch cannot use its GPU: cpu-fallback: ...`; `IMAGEKIT_ALLOW_CPU=1` imports"))
+    ROWS.append(
+        (
+            "`ssh pod python -c 'import torch'` on a pod whose start check found no GPU (`IMAGEKIT_REQUIRE_GPU=1`"
+            ", no GPU)",
+            "fails at import, naming the cause",
+            "exit 1: `CpuFallbackRefused: ... this pod's start "
+            "check found that torch cannot use its GPU: cpu-fallback: ...`; `IMAGEKIT_ALLOW_CPU=1` imports",
+        )
+    )
 
 
 def test_pod_start_on_a_stopped_pod_then_pod_cp_of_its_output(real_build, engine, tmp_path):

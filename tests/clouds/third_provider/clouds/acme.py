@@ -42,6 +42,32 @@ def template(
     }
 
 
+def pod_body(entry: dict, data: Any, gpu: str, *, count: int = 1, cloud: str = "eu", volume_gb: int = 50,
+             registry_auth: str | None = None, arch: str | None = None, guard: dict[str, str] | None = None,
+             env: dict[str, str] | None = None) -> dict:  # fmt: skip
+    """`imagekit pod create --provider acme`: a machine for the image, its guard and `pod reap`'s marks in its env."""
+    check_region(cloud)
+    return {"name": f"imagekit {entry['manifest']['cell']['id']}", "image": entry["tag"], "region": cloud,
+            "gpu": gpu, "gpus": count, "disk_gb": volume_gb, "env": {**(guard or {}), **(env or {})}}  # fmt: skip
+
+
+def reap_pod(doc: dict, records: list) -> Any:
+    """A machine of Acme's `GET /machines` as `pod reap` reads it."""
+    import datetime as dt
+
+    from imagekit.clouds import reap
+
+    ident, env = doc.get("id"), doc.get("env") if isinstance(doc.get("env"), dict) else {}
+    if not isinstance(ident, str) or not ident.isalnum():
+        return None
+    status = {"on": "RUNNING", "off": "EXITED"}.get(doc.get("state"), "?")
+    started = dt.datetime.fromtimestamp(doc["since"], dt.UTC) if isinstance(doc.get("since"), int) else None
+    ours, created, deadline = reap.whose(ident, env, records, started)
+    util = reap.percent(doc.get("gpu_percent"))
+    return reap.Pod(ident, str(doc.get("name", "?"))[:80], status, ours, created, started, deadline,
+                    reap.price(doc, ("usd_per_hour",)), None if util is None else (util,))  # fmt: skip
+
+
 PROVIDER = Provider(
     facts.provider_named("acme"),
     account_key="ACME_API_KEY",
@@ -61,4 +87,8 @@ PROVIDER = Provider(
         unit="machine",
         created_note=" in {region}",
     ),
+    pod_body=pod_body,
+    pod_price=lambda answer: f"{answer.get('usd_per_hour', '?')} $/h",
+    pod_clouds=REGIONS,
+    reap_pod=reap_pod,
 )
