@@ -17,7 +17,9 @@ from imagekit.errors import CheckFailed, UsageError
 
 JSON_OUTPUT_LIMIT = 16 << 20  # characters of a command's output `pod exec --json` keeps
 PODS = providers.pod_provider()  # whose pods `pod create`, `pod stop` and `pod terminate` rent and end
-STARTS = tuple(p.name for p in providers.PROVIDERS if p.pod.start is not None)  # whose pods `pod start` starts
+def _starts() -> tuple[str, ...]:
+    """Whose pods `pod start` starts (their facts row has the call)."""
+    return tuple(p.name for p in providers.PROVIDERS if p.pod.start is not None)
 ENDS = providers.enders()  # whose pods `pod stop` and `pod terminate` end
 ProviderOpt = Annotated[
     str, typer.Option("--provider", metavar="|".join(ENDS), help="Whose pod: its API and account key variable.")
@@ -329,7 +331,7 @@ def build() -> typer.Typer:
     def _api(action: str, pod_id: str, provider: str, api_url: str | None, as_json: bool, yes: bool = False) -> None:
         from imagekit.services import pod_fleet
 
-        allowed = STARTS if action == "start" else ENDS
+        allowed = _starts() if action == "start" else providers.enders()  # the registry as it is now
         if provider not in allowed:
             raise UsageError(f"--provider {provider[:40]!r}: {' or '.join(allowed)}", "for example --provider vast")
         cloud = providers.named(provider)
@@ -348,7 +350,7 @@ def build() -> typer.Typer:
         doc = api.pod_action(action, pod_id, key, base)  # a key with a line ending is refused, named
         if as_json:
             out_json({"pod": pod_id, "provider": provider, "action": action, "answer": doc, "warning": warning})
-        elif action == "start":
+        elif action == "start":  # its SSH address: the provider's console
             err_console().print(
                 f"pod {pod_id} is starting; its SSH address is in {cloud.command.display}'s console (it may have "
                 "changed); then imagekit pod cp TARGET:/workspace/out ./out",

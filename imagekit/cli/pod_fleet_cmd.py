@@ -111,9 +111,9 @@ def _create(v: dict, choice, write, warn) -> None:  # type: ignore[no-untyped-de
     from imagekit.errors import UsageError
     from imagekit.services import inputs, pod_fleet, remote_contract
 
-    name = v["provider"]
-    if name not in CREATES:
-        raise UsageError(f"--provider {name[:40]!r}: {' or '.join(CREATES)} (imagekit rents pods there)",
+    name, creates = v["provider"], providers.pod_providers()  # the registry as it is now (a provider added since)
+    if name not in creates:
+        raise UsageError(f"--provider {name[:40]!r}: {' or '.join(creates)} (imagekit rents pods there)",
                          "rent elsewhere from the provider's template: imagekit <provider>-template")  # fmt: skip
     cloud = providers.named(name)
     assert cloud.pod_body is not None
@@ -233,8 +233,9 @@ def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-de
             except facts.SettingError as exc:
                 raise UsageError(str(exc), "for example --older-than 12h (90s, 30m, 6h, 1d)") from None
         now = dt.datetime.now(dt.UTC)
-        if provider not in REAPS:
-            raise UsageError(f"--provider {provider[:40]!r}: {' or '.join(REAPS)}", "for example --provider vast")
+        reapers = providers.reapers()
+        if provider not in reapers:
+            raise UsageError(f"--provider {provider[:40]!r}: {' or '.join(reapers)}", "for example --provider vast")
         cloud = providers.named(provider)
         key = _account_key("pod reap", cloud.account_key)
         done = pod_fleet.reap_pods(
