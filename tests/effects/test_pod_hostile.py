@@ -687,6 +687,7 @@ def test_the_end_sentinel_is_matched_only_with_its_line_end():
     assert "".join(got) == "out\n"
     thread.join(2)
     theirs.close()
+    shell.chan.close()
 
 
 def test_a_chunk_bigger_than_a_chunk_can_be_is_refused():
@@ -699,6 +700,7 @@ def test_a_chunk_bigger_than_a_chunk_can_be_is_refused():
         shell.capture_raw("dd ...", 30, limit=chunk_text_limit())
     thread.join(5)
     theirs.close()
+    shell.chan.close()
 
 
 # ---- a resumed download ------------------------------------------------------------------------------------------
