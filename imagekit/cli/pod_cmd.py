@@ -17,9 +17,13 @@ from imagekit.errors import CheckFailed, UsageError
 
 JSON_OUTPUT_LIMIT = 16 << 20  # characters of a command's output `pod exec --json` keeps
 PODS = providers.pod_provider()  # whose pods `pod create`, `pod stop` and `pod terminate` rent and end
+
+
 def _starts() -> tuple[str, ...]:
     """Whose pods `pod start` starts (their facts row has the call)."""
     return tuple(p.name for p in providers.PROVIDERS if p.pod.start is not None)
+
+
 ENDS = providers.enders()  # whose pods `pod stop` and `pod terminate` end
 ProviderOpt = Annotated[
     str, typer.Option("--provider", metavar="|".join(ENDS), help="Whose pod: its API and account key variable.")

@@ -54,6 +54,8 @@ IN_IMAGE = {
     "selftest.py": "doctor/selftest.py",
     "podstart.py": "doctor/podstart.py",
     "guard.py": "doctor/guard.py",
+    "guard_signs.py": "doctor/guard_signs.py",  # what the guard reads of the machine
+    "guard_files.py": "doctor/guard_files.py",  # its log, state, outputs, runs, exits and leases
     "nofollow.py": "doctor/nofollow.py",  # the guard's, the doctor's and the start logic's safe reads and redaction
     "hygiene.py": "doctor/hygiene.py",
     "install_layer.py": "bin/install-layer",

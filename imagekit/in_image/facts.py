@@ -355,6 +355,16 @@ PROVIDERS = (
 )
 
 
+def say(seconds):
+    """A duration as the guard's settings write it (5400 -> '1h30m'), the inverse of ``parse_duration``."""
+    out, rest = "", int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out + (f"{rest}s" if rest or not out else "")
+
+
 def provider_named(name):
     """The row of ``PROVIDERS`` called ``name`` (KeyError if none is)."""
     for row in PROVIDERS:

@@ -48,8 +48,10 @@ HOOKS = ("/pre_start.sh", "/post_start.sh")
 # Per-session variables a login sets itself; everything else the container was given reaches SSH sessions.
 SESSION_VARS = {"HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "TERM", "_", "SHELL", "USER", "LOGNAME", "MAIL"}
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-KEY = re.compile(r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)"
-                 r"@openssh\.com)[ \t]+[A-Za-z0-9+/]+={0,3}([ \t][^\r\n]*)?$")
+KEY = re.compile(
+    r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)"
+    r"@openssh\.com)[ \t]+[A-Za-z0-9+/]+={0,3}([ \t][^\r\n]*)?$"
+)
 
 
 def log(message):
@@ -112,8 +114,7 @@ def host_key_fingerprints():
     out = []
     for name in sorted(os.listdir("/etc/ssh")):
         if name.startswith("ssh_host_") and name.endswith("_key.pub"):
-            res = subprocess.run(["ssh-keygen", "-lf", os.path.join("/etc/ssh", name)], capture_output=True,
-                                 text=True)
+            res = subprocess.run(["ssh-keygen", "-lf", os.path.join("/etc/ssh", name)], capture_output=True, text=True)
             if res.returncode == 0:
                 out.append(res.stdout.strip())
     return out
@@ -158,8 +159,15 @@ def start_ssh(environ, own_keys=False):
 # JupyterLab
 # ---------------------------------------------------------------------------------------------------------
 def jupyter_argv():
-    return [JUPYTER, "--allow-root", "--no-browser", "--ip=0.0.0.0", "--port=8888",
-            "--ServerApp.root_dir=/workspace", "--ServerApp.allow_origin=*"]
+    return [
+        JUPYTER,
+        "--allow-root",
+        "--no-browser",
+        "--ip=0.0.0.0",
+        "--port=8888",
+        "--ServerApp.root_dir=/workspace",
+        "--ServerApp.allow_origin=*",
+    ]
 
 
 def start_jupyter(environ):
@@ -282,8 +290,8 @@ def start_guard(environ):
 
 def run_then_end(argv, environ, guard, s):
     """IMAGEKIT_ON_EXIT: the command as a child (signals passed on), its exit code recorded for the guard
-    (``guard.JOB_EXIT``), its outputs checksummed, then the pod stays up: the guard ends it once nothing runs and the
-    pod stayed quiet for IMAGEKIT_EXIT_GRACE (time to copy the outputs out: `pod cp` counts while it copies). A
+    (``guard_files.JOB_EXIT``), its outputs checksummed, then the pod stays up: the guard ends it once nothing runs and
+    the pod stayed quiet for IMAGEKIT_EXIT_GRACE (time to copy the outputs out: `pod cp` counts while it copies). A
     missing output, or no provider, leaves the pod as a plain job leaves it: up, said why."""
     os.makedirs(STATE_DIR, exist_ok=True)
     try:
@@ -292,22 +300,27 @@ def run_then_end(argv, environ, guard, s):
         log(f"cannot run {argv[0]}: {exc.strerror}")
         return 127
     # the job's process by boot id, pid and start time: after a restart its pid names some other process
-    write_private(guard.JOB, (guard.identity(proc.pid) or "") + "\n", 0o644)
+    write_private(guard.guard_files.JOB, (guard.guard_signs.identity(proc.pid) or "") + "\n", 0o644)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
     code = proc.wait()
-    safely("recording the job's exit code", write_private, guard.JOB_EXIT, f"{code & 255} {time.time():.3f}\n", 0o644)
-    os.unlink(guard.JOB)
+    files = guard.guard_files
+    safely("recording the job's exit code", write_private, files.JOB_EXIT, f"{code & 255} {time.time():.3f}\n", 0o644)
+    os.unlink(guard.guard_files.JOB)
     log(f"`{shlex.join(argv)}` exited {code}")
-    ok, lines = guard.checksum_outputs(s["outputs"])
+    ok, lines = guard.guard_files.checksum_outputs(s["outputs"])
     for line in lines:
         log(f"outputs: {line}")
     if not ok:
-        log(f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there; it stays up so you "
-            "can look (it keeps billing)")
+        log(
+            f"not ending the pod (IMAGEKIT_ON_EXIT={s['on_exit']}): the outputs are not all there; it stays up so you "
+            "can look (it keeps billing)"
+        )
     else:
-        log(f"the guard will {guard.exit_action(s['on_exit'], code, quiet=True)} this pod once it has stayed quiet for "
-            f"{guard.say(s['exit_grace'])} (nothing running or making progress, no input, no `pod cp` connected)")
+        log(
+            f"the guard will {guard.exit_action(s['on_exit'], code, quiet=True)} this pod once it has stayed quiet for "
+            f"{guard.say(s['exit_grace'])} (nothing running or making progress, no input, no `pod cp` connected)"
+        )
     stay_up()
     return code
 
@@ -323,13 +336,17 @@ def job(argv, environ):
         safely("writing the login banner", write_private, BLOCKED, text, 0o644)
         safely("marking the start check done", mark_checked)
         print(text, file=sys.stderr, flush=True)
-        log(f"BLOCKED: not starting `{shlex.join(argv)}`; the guard will {s['on_blocker']} this pod after "
-            f"IMAGEKIT_BLOCKER_GRACE unless the blocker goes away")
+        log(
+            f"BLOCKED: not starting `{shlex.join(argv)}`; the guard will {s['on_blocker']} this pod after "
+            f"IMAGEKIT_BLOCKER_GRACE unless the blocker goes away"
+        )
         stay_up()
     if code == 1:
         print(report, file=sys.stderr)
-        log(f"the start check found a blocker; not starting `{shlex.join(argv)}`. "
-            "Set IMAGEKIT_SKIP_DOCTOR=1 to start anyway.")
+        log(
+            f"the start check found a blocker; not starting `{shlex.join(argv)}`. "
+            "Set IMAGEKIT_SKIP_DOCTOR=1 to start anyway."
+        )
         return 1
     if code == 3:
         print(report, file=sys.stderr)
@@ -340,7 +357,8 @@ def job(argv, environ):
     if s["on_exit"]:
         return run_then_end(argv, environ, guard, s)
     # the command takes this process over, its pid and start time kept: the marker names it to the guard as the job
-    safely("marking the job", write_private, guard.JOB, (guard.identity(os.getpid()) or "") + "\n", 0o644)
+    marker = (guard.guard_signs.identity(os.getpid()) or "") + "\n"
+    safely("marking the job", write_private, guard.guard_files.JOB, marker, 0o644)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

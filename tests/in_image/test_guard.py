@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from imagekit.in_image import facts, guard
+from imagekit.in_image import facts, guard, guard_files
 from tests import hostile_http
 
 KEY = "rpa_SECRETKEY0123456789"
@@ -20,7 +20,7 @@ KEY = "rpa_SECRETKEY0123456789"
 def quick_retries(monkeypatch, tmp_path):
     """Retries a hundredth of a second apart, and the guard's log file in this test's folder."""
     monkeypatch.setattr(guard, "RETRY_PAUSE", 0.01)
-    monkeypatch.setattr(guard, "LOG", str(tmp_path / "guard.log"))
+    monkeypatch.setattr(guard_files, "LOG", str(tmp_path / "guard.log"))
 
 
 RUNPOD = {"RUNPOD_POD_ID": "abc123xyz", "RUNPOD_API_KEY": KEY}
@@ -165,11 +165,11 @@ def test_a_job_on_a_quiet_gpu_ends_the_pod_only_when_asked():
 def test_a_run_imagekit_pod_run_started_counts_as_a_job_while_its_process_lives(tmp_path):
     run = tmp_path / "20261202T180000Z-42"
     run.mkdir()
-    assert not guard.a_run_is_alive(str(tmp_path)) and not guard.a_run_is_alive(str(tmp_path / "none"))
+    assert not guard_files.a_run_is_alive(str(tmp_path)) and not guard_files.a_run_is_alive(str(tmp_path / "none"))
     (run / "pid").write_text(f"{os.getpid()}\n")
-    assert guard.a_run_is_alive(str(tmp_path))
+    assert guard_files.a_run_is_alive(str(tmp_path))
     (run / "exit").write_text("0\n")
-    assert not guard.a_run_is_alive(str(tmp_path))  # it ended
+    assert not guard_files.a_run_is_alive(str(tmp_path))  # it ended
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     other = tmp_path / "20261202T180100Z-43"
@@ -177,7 +177,7 @@ def test_a_run_imagekit_pod_run_started_counts_as_a_job_while_its_process_lives(
     (other / "pid").write_text(str(gone.pid))
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "pid").write_text("not a pid")
-    assert not guard.a_run_is_alive(str(tmp_path))  # killed with the pod's processes, or garbage: not running
+    assert not guard_files.a_run_is_alive(str(tmp_path))  # killed with the pod's processes, or garbage: not running
 
 
 def _provider_env(api, **extra):
@@ -229,7 +229,7 @@ def test_without_credentials_or_in_a_dry_run_nothing_is_sent_and_the_log_says_so
 
 @pytest.mark.loopback
 def test_the_loop_arms_samples_and_ends_the_pod_at_the_deadline(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(guard, "BLOCKED", str(tmp_path / "absent"))
+    monkeypatch.setattr(guard_files, "BLOCKED", str(tmp_path / "absent"))
     clock = [1000.0]
 
     def sleep(seconds):
@@ -251,11 +251,11 @@ def test_outputs_are_checksummed_beside_themselves_and_a_missing_one_says_which(
     (out / "sub" / "b.bin").write_bytes(b"b")
     model = tmp_path / "model.pt"
     model.write_bytes(b"weights")
-    ok, lines = guard.checksum_outputs([str(out), str(model)])
+    ok, lines = guard_files.checksum_outputs([str(out), str(model)])
     assert ok and "2 file(s)" in lines[0]
     check = subprocess.run(["sha256sum", "-c", "out.sha256", "model.pt.sha256"], cwd=tmp_path, capture_output=True)
     assert check.returncode == 0 and check.stdout.count(b": OK") == 3
-    ok, lines = guard.checksum_outputs([str(out), str(tmp_path / "missing.pt")])
+    ok, lines = guard_files.checksum_outputs([str(out), str(tmp_path / "missing.pt")])
     assert not ok and lines == [f"declared output {tmp_path / 'missing.pt'} does not exist"]
 
 

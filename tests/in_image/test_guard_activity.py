@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from imagekit.in_image import guard
+from imagekit.in_image import guard, guard_files, guard_signs
 from tests import hostile_http
 
 BOOT = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
@@ -56,7 +56,7 @@ def _proc_tree(tmp_path):
 
 # ---- SSH: a logged-in session, not a connection ------------------------------------------------------------------
 def test_only_an_authenticated_ssh_session_process_is_a_session(tmp_path, monkeypatch):
-    monkeypatch.setattr(guard, "SSHD_EXES", ("/usr/sbin/sshd", "/usr/lib/openssh/sshd-session"))
+    monkeypatch.setattr(guard_signs, "SSHD_EXES", ("/usr/sbin/sshd", "/usr/lib/openssh/sshd-session"))
     proc = _proc_tree(tmp_path)
     sshd = "/usr/sbin/sshd"
     not_sessions = [
@@ -78,7 +78,7 @@ def test_only_an_authenticated_ssh_session_process_is_a_session(tmp_path, monkey
     ]
     for pid, (title, exe, uid) in enumerate(not_sessions + sessions, start=100):
         _process(proc, pid, title, exe, uid)
-    assert guard.ssh_sessions(str(proc), str(tmp_path / "passwd")) == len(sessions)
+    assert guard_signs.ssh_sessions(str(proc), str(tmp_path / "passwd")) == len(sessions)
     # as OpenSSH 10 runs them in a container (root without CAP_SYS_PTRACE): a user's session and its monitor are
     # undumpable, their exe unreadable; the listener above them is readable, and is sshd
     _process(proc, 20, "sshd: /usr/sbin/sshd -D -e [listener] 0 of 10-100 startups", sshd, 0)
@@ -87,7 +87,7 @@ def test_only_an_authenticated_ssh_session_process_is_a_session(tmp_path, monkey
     _process(proc, 30, "bash", "/usr/bin/bash", 1000)  # a user's shell under tini ...
     _process(proc, 31, "sshd-session: imagekit@pts/3", None, 1000, ppid=30)  # ... runs a process titled as one
     _process(proc, 32, "sshd-session: imagekit@pts/4", None, 1000, ppid=99999)  # whose parent is gone
-    assert guard.ssh_sessions(str(proc), str(tmp_path / "passwd")) == len(sessions) + 1
+    assert guard_signs.ssh_sessions(str(proc), str(tmp_path / "passwd")) == len(sessions) + 1
 
 
 @pytest.mark.loopback
@@ -98,12 +98,12 @@ def test_an_unauthenticated_connection_held_open_is_not_work(tmp_path, monkeypat
         server.bind(("127.0.0.1", 0))
         server.listen(1)
         port = server.getsockname()[1]
-        monkeypatch.setattr(guard, "SESSION_PORTS", (port, 8888))
+        monkeypatch.setattr(guard_signs, "SESSION_PORTS", (port, 8888))
         with socket.create_connection(("127.0.0.1", port)) as client:
             accepted, _ = server.accept()
             with accepted:
-                monkeypatch.setattr(guard, "_nvidia_smi", lambda args: "0\n" if "--query-gpu=utilization.gpu" in args
-                                    else "")  # fmt: skip
+                smi = lambda args: "0\n" if "--query-gpu=utilization.gpu" in args else ""  # noqa: E731
+                monkeypatch.setattr(guard_signs, "_nvidia_smi", smi)
                 s, _ = guard.settings({"IMAGEKIT_HEARTBEAT": str(tmp_path / "none"), "IMAGEKIT_IDLE_STOP": "30m"})
                 sample = guard.sample(s, time.time())
                 assert client.fileno() >= 0 and sample["connections"] >= 1
@@ -135,13 +135,13 @@ def test_jupyter_activity_is_what_its_kernels_and_terminals_report_with_its_toke
     kernels = [{"id": "k1", "execution_state": "idle", "last_activity": _iso(now - 600)},
                {"id": "k2", "execution_state": "busy", "last_activity": _iso(now - 5)}]  # fmt: skip
     with _jupyter("s3cret-token", kernels, [{"name": "1", "last_activity": _iso(now - 120)}]) as server:
-        monkeypatch.setattr(guard, "JUPYTER_URL", server.url)
-        busy, age, problem = guard.jupyter_activity("s3cret-token", now)
+        monkeypatch.setattr(guard_signs, "JUPYTER_URL", server.url)
+        busy, age, problem = guard_signs.jupyter_activity("s3cret-token", now)
         assert (busy, problem) == (1, None) and 4 < age <= 5
         assert all("no_track_activity=1" in seen.path for seen in server.seen)  # its own looks are not activity
-        busy, age, problem = guard.jupyter_activity("guessed", now)  # what anyone reaching :8888 gets
+        busy, age, problem = guard_signs.jupyter_activity("guessed", now)  # what anyone reaching :8888 gets
         assert (busy, age) == (0, None) and "HTTP 403" in problem
-    assert guard.jupyter_activity("", now) == (0, None, None)  # no Jupyter asked for: nothing to ask
+    assert guard_signs.jupyter_activity("", now) == (0, None, None)  # no Jupyter asked for: nothing to ask
 
 
 @pytest.mark.loopback
@@ -153,10 +153,10 @@ def test_a_jupyter_server_is_found_by_its_runtime_file_never_through_a_link(tmp_
         info = {"port": int(server.url.rsplit(":", 1)[1]), "base_url": "/", "token": "tok-from-file"}
         (tmp_path / "elsewhere.json").write_text(json.dumps(info))
         (runtime / "jpserver-7.json").symlink_to(tmp_path / "elsewhere.json")
-        assert guard.jupyter_activity("", now, runtime=[str(runtime)]) == (0, None, None)
+        assert guard_signs.jupyter_activity("", now, runtime=[str(runtime)]) == (0, None, None)
         (runtime / "jpserver-7.json").unlink()
         (runtime / "jpserver-7.json").write_text(json.dumps(info))
-        busy, age, problem = guard.jupyter_activity("", now, runtime=[str(runtime)])
+        busy, age, problem = guard_signs.jupyter_activity("", now, runtime=[str(runtime)])
     assert (busy, problem) == (0, None) and 59 < age <= 60
 
 
@@ -174,27 +174,27 @@ def test_the_idle_window_counts_from_the_last_jupyter_activity_and_a_running_cel
 @pytest.mark.parametrize("text", ["2026-12-04T21:00:00Z", "2026-12-04T21:00:00.5Z", "2026-12-04T22:00:00+01:00",
                                   "2026-12-04T21:00:00"])  # fmt: skip
 def test_jupyter_times_are_read_as_utc(text):
-    assert int(guard.iso_time(text)) == 1796418000
+    assert int(guard_signs.iso_time(text)) == 1796418000
 
 
 @pytest.mark.parametrize("text", [None, 7, "", "yesterday", "2026-13-04T21:00:00Z", "2026-12-04 21:00:00Z"])
 def test_a_jupyter_time_that_is_not_one_is_no_activity(text):
-    assert guard.iso_time(text) is None
+    assert guard_signs.iso_time(text) is None
 
 
 # ---- a process is (boot id, pid, start time) ---------------------------------------------------------------------
 def test_a_process_is_its_boot_pid_and_start_time_not_its_pid(tmp_path):
     proc = _proc_tree(tmp_path)
     _process(proc, 42, "python train.py", "/opt/venv/bin/python", 0, start=123456, comm="python")
-    me = guard.identity(42, str(proc))
-    assert me == f"{BOOT} 42 123456" and guard.same_process(me, str(proc))
-    assert not guard.same_process(f"{BOOT} 42 123455", str(proc))  # pid 42 now: another process (a restart)
-    assert not guard.same_process(f"{BOOT[:-1]}1 42 123456", str(proc))  # another boot, another host
-    assert not guard.same_process(f"{BOOT} 43 123456", str(proc))  # gone
+    me = guard_signs.identity(42, str(proc))
+    assert me == f"{BOOT} 42 123456" and guard_signs.same_process(me, str(proc))
+    assert not guard_signs.same_process(f"{BOOT} 42 123455", str(proc))  # pid 42 now: another process (a restart)
+    assert not guard_signs.same_process(f"{BOOT[:-1]}1 42 123456", str(proc))  # another boot, another host
+    assert not guard_signs.same_process(f"{BOOT} 43 123456", str(proc))  # gone
     for garbage in ("", "42", f"{BOOT} 1 1", f"{BOOT} 42 123456 x", f"{BOOT}\n42 123456", f"{BOOT} ٤٢ 123456"):
-        assert not guard.same_process(garbage, str(proc)), garbage
+        assert not guard_signs.same_process(garbage, str(proc)), garbage
     _process(proc, 44, "", "/x", 0, start=9, comm="a) b (c", state="Z")  # a zombie, a name with ) in it
-    assert guard.start_time(44, str(proc)) is None
+    assert guard_signs.start_time(44, str(proc)) is None
 
 
 def _stale_run(runs, pid, identity=None, written=None):
@@ -211,32 +211,32 @@ def _stale_run(runs, pid, identity=None, written=None):
 @pytest.mark.programs
 def test_a_run_whose_pid_now_names_another_process_is_no_job(tmp_path):
     """The container restarted: the run's pid file names a pid that some other process (here: this one) has now."""
-    me = guard.identity(os.getpid())
+    me = guard_signs.identity(os.getpid())
     boot, pid, start = me.split()
     runs = tmp_path / "runs"
     run = _stale_run(runs, pid, identity=f"{boot} {pid} {int(start) + 1}")
-    assert not guard.a_run_is_alive(str(runs))
+    assert not guard_files.a_run_is_alive(str(runs))
     (run / "identity").write_text(me + "\n")
-    assert guard.a_run_is_alive(str(runs))  # the process it names, still running
+    assert guard_files.a_run_is_alive(str(runs))  # the process it names, still running
     (run / "identity").write_text(f"{boot} {os.getppid()} {start}\n")  # an identity of another pid than the pid file's
-    assert not guard.a_run_is_alive(str(runs))
+    assert not guard_files.a_run_is_alive(str(runs))
     (run / "identity").unlink()  # a run an older `pod run` started: its process started before its pid file
-    assert guard.a_run_is_alive(str(runs))
+    assert guard_files.a_run_is_alive(str(runs))
     os.utime(run / "pid", (time.time() - 10 * 86400,) * 2)  # written long before this process started: reused
-    assert not guard.a_run_is_alive(str(runs))
+    assert not guard_files.a_run_is_alive(str(runs))
 
 
 @pytest.mark.programs
 def test_the_job_marker_names_the_job_by_its_identity(tmp_path, monkeypatch):
-    monkeypatch.setattr(guard, "JOB", str(tmp_path / "job"))
+    monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "job"))
     env = {"IMAGEKIT_RUNS": str(tmp_path / "runs")}
-    boot, pid, start = guard.identity(os.getpid()).split()
+    boot, pid, start = guard_signs.identity(os.getpid()).split()
     (tmp_path / "job").write_text(f"{boot} {pid} {int(start) - 1}\n")  # a stale marker: the pid is someone else's
-    assert not guard.job_running(env)
+    assert not guard_files.job_running(env)
     (tmp_path / "job").write_text("")  # empty, or garbage
-    assert not guard.job_running(env)
+    assert not guard_files.job_running(env)
     (tmp_path / "job").write_text(f"{boot} {pid} {start}\n")
-    assert guard.job_running(env)
+    assert guard_files.job_running(env)
 
 
 # ---- state that outlives a restart -------------------------------------------------------------------------------
@@ -264,10 +264,10 @@ def _live(environ, start, crash_at=None, until=10**6, tick=None):
 @pytest.fixture
 def quiet_pod(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(guard, "LOG", str(tmp_path / "guard.log"))
-    monkeypatch.setattr(guard, "BLOCKED", str(tmp_path / "blocked"))
-    monkeypatch.setattr(guard, "JOB", str(tmp_path / "job"))
-    monkeypatch.setattr(guard, "_nvidia_smi", lambda args: "0\n" if "--query-gpu=utilization.gpu" in args else "")
+    monkeypatch.setattr(guard_files, "LOG", str(tmp_path / "guard.log"))
+    monkeypatch.setattr(guard_files, "BLOCKED", str(tmp_path / "blocked"))
+    monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "job"))
+    monkeypatch.setattr(guard_signs, "_nvidia_smi", lambda args: "0\n" if "--query-gpu=utilization.gpu" in args else "")
     monkeypatch.setattr(guard, "call", lambda found, action, attempts=None: calls.append(action) or True)
     return calls
 
@@ -288,15 +288,15 @@ def test_a_crash_looping_container_reaches_its_deadline(quiet_pod, tmp_path):
     assert code == 0 and quiet_pod == ["stop"] and ended == 3600  # an hour after the first start, not the last
     log = (tmp_path / "guard.log").read_text()
     assert "restarted: armed 11m ago, that time already used" in log and "the deadline in 49m" in log
-    assert stat.S_IMODE(os.stat(guard.STATE_DIR).st_mode) == 0o700
-    assert stat.S_IMODE(os.stat(os.path.join(guard.STATE_DIR, guard.STATE)).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(guard_files.STATE_DIR).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(os.path.join(guard_files.STATE_DIR, guard_files.STATE)).st_mode) == 0o600
 
 
 def test_a_pod_started_again_long_after_or_after_the_guard_ended_it_starts_afresh(quiet_pod, tmp_path):
     env = _env(tmp_path, IMAGEKIT_MAX_RUNTIME="1h")
     assert _live(env, 0, crash_at=1800)[0] is None
-    code, ended = _live(env, 1800 + guard.RESUME_GAP + 60, until=10**5)  # stopped by hand, started the next day
-    assert code == 0 and ended == 1800 + guard.RESUME_GAP + 60 + 3600
+    code, ended = _live(env, 1800 + guard_files.RESUME_GAP + 60, until=10**5)  # stopped by hand, started the next day
+    assert code == 0 and ended == 1800 + guard_files.RESUME_GAP + 60 + 3600
     code, ended = _live(env, ended + 5, until=10**5)  # the guard stopped it; started again at once
     assert code == 0 and quiet_pod == ["stop", "stop"]
     assert "a new start: the last start's guard ended the pod" in (tmp_path / "guard.log").read_text()
@@ -304,16 +304,16 @@ def test_a_pod_started_again_long_after_or_after_the_guard_ended_it_starts_afres
 
 def test_a_restarted_blocked_pod_keeps_the_blockers_first_sighting(quiet_pod, tmp_path, monkeypatch):
     (tmp_path / "blocked").write_text("==== imagekit ====\nFAIL cpu-fallback: torch sees no GPU\n")
-    open(guard.CHECKED, "w").close()
+    open(guard_files.CHECKED, "w").close()
     env = _env(tmp_path, IMAGEKIT_ON_BLOCKER="stop", IMAGEKIT_BLOCKER_GRACE="20m")
     assert _live(env, 0, crash_at=900)[0] is None  # blocked from 0, the container dies at 15m
-    os.unlink(guard.CHECKED)
+    os.unlink(guard_files.CHECKED)
     os.unlink(tmp_path / "blocked")  # the new start's check is running: no banner yet
 
     def check_done(now):
         if now >= 1000:
             (tmp_path / "blocked").write_text("==== imagekit ====\nFAIL cpu-fallback: torch sees no GPU\n")
-            open(guard.CHECKED, "w").close()
+            open(guard_files.CHECKED, "w").close()
 
     code, ended = _live(env, 960, until=10**5, tick=check_done)
     assert code == 0 and quiet_pod == ["stop"] and ended == 1200  # 20m after it was first seen blocked
@@ -338,10 +338,10 @@ def test_a_non_root_workload_cannot_delete_the_guards_state(quiet_pod, tmp_path,
     folder, workspace = guard_sees_only_the_test, guard_sees_only_the_test / "workspace"
     for above in (folder.parent.parent, folder.parent, folder, workspace):
         os.chmod(above, 0o755)  # the path down to the state can be walked by anyone, as /workspace can
-    state = os.path.join(guard.STATE_DIR, guard.STATE)
+    state = os.path.join(guard_files.STATE_DIR, guard_files.STATE)
     attack = (f"import os, shutil; os.setgid(65534); os.setuid(65534)\n"
-              f"for f in (lambda: os.unlink({state!r}), lambda: shutil.rmtree({guard.STATE_DIR!r}),\n"
-              f"          lambda: os.rename({guard.STATE_DIR!r}, {guard.STATE_DIR + '.old'!r})):\n"
+              f"for f in (lambda: os.unlink({state!r}), lambda: shutil.rmtree({guard_files.STATE_DIR!r}),\n"
+              f"          lambda: os.rename({guard_files.STATE_DIR!r}, {guard_files.STATE_DIR + '.old'!r})):\n"
               f"    try: f(); print('done')\n"
               f"    except OSError as exc: print(type(exc).__name__)\n")  # fmt: skip
     res = subprocess.run([sys.executable, "-I", "-c", attack], capture_output=True, text=True)
@@ -351,20 +351,20 @@ def test_a_non_root_workload_cannot_delete_the_guards_state(quiet_pod, tmp_path,
 
 
 def test_state_under_a_folder_other_users_can_change_is_kept_on_the_containers_disk(quiet_pod, tmp_path):
-    imagekit = os.path.dirname(guard.STATE_DIR)
+    imagekit = os.path.dirname(guard_files.STATE_DIR)
     os.makedirs(imagekit)
     os.chown(imagekit, 1000, 1000)  # /workspace/.imagekit made by a non-root user: they could rename guard/ away
     env = _env(tmp_path, IMAGEKIT_MAX_RUNTIME="1h")
     assert _live(env, 0, crash_at=600)[0] is None
-    assert not os.path.exists(guard.STATE_DIR) or not os.listdir(guard.STATE_DIR)
-    assert os.path.isfile(os.path.join(guard.STATE_FALLBACK, guard.STATE))
+    assert not os.path.exists(guard_files.STATE_DIR) or not os.listdir(guard_files.STATE_DIR)
+    assert os.path.isfile(os.path.join(guard_files.STATE_FALLBACK, guard_files.STATE))
     assert _live(env, 660, until=10**5) == (0, 3600)
 
 
 # ---- the CPU-fallback watchdog in pod mode -----------------------------------------------------------------------
 def _burning(t, percent=380.0, comm="python"):
     """A sample at ``t``: one process that used ``percent`` % of a core since t=0, GPUs idle."""
-    return {**IDLE, "cpu": {"4242 777": [int(t * percent / 100 * guard.CLK_TCK), comm], "99 5": [0, "bash"]}}
+    return {**IDLE, "cpu": {"4242 777": [int(t * percent / 100 * guard_signs.CLK_TCK), comm], "99 5": [0, "bash"]}}
 
 
 def test_a_process_on_the_cpu_while_every_gpu_idles_is_a_warning_then_a_stop_only_when_asked():
@@ -416,14 +416,14 @@ def test_a_real_busy_process_is_seen_with_its_cpu_share(tmp_path):
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)
-        before = guard.cpu_times("/proc")
+        before = guard_signs.cpu_times("/proc")
         time.sleep(1.0)
-        after = guard.cpu_times("/proc")
+        after = guard_signs.cpu_times("/proc")
     finally:
         busy.kill()
         busy.wait()
     key = next(k for k in after if k.split()[0] == str(busy.pid))  # "PID START_TIME"
-    used = (after[key][0] - before[key][0]) / guard.CLK_TCK
+    used = (after[key][0] - before[key][0]) / guard_signs.CLK_TCK
     assert used > 0.2 and after[key][1].startswith("python") and str(os.getpid()) not in [k.split()[0] for k in after]
 
 
@@ -433,14 +433,14 @@ def test_the_warning_reaches_the_login_banner_and_leaves_it_when_the_process_sto
     def process_usage():
         return {"4242 777": [ticks["n"], 0, "python", ticks["n"]]}
 
-    monkeypatch.setattr(guard, "process_usage", process_usage)
+    monkeypatch.setattr(guard_signs, "process_usage", process_usage)
 
     def burn(now):
-        ticks["n"] = int(now * 2 * guard.CLK_TCK) if now < 1800 else ticks["n"]  # 200 % until 30m, then done
+        ticks["n"] = int(now * 2 * guard_signs.CLK_TCK) if now < 1800 else ticks["n"]  # 200 % until 30m, then done
 
     env = _env(tmp_path, IMAGEKIT_REQUIRE_GPU="1", IMAGEKIT_MAX_RUNTIME="1h")
     shown = []
-    _live(env, 0, until=10**5, tick=lambda now: (burn(now), shown.append(os.path.exists(guard.WARNING))))
+    _live(env, 0, until=10**5, tick=lambda now: (burn(now), shown.append(os.path.exists(guard_files.WARNING))))
     assert shown.index(True) in range(20, 23) and not shown[-1]
     log = (tmp_path / "guard.log").read_text()
     assert "warning: process 4242 (python) used 200 % CPU for 10m" in log and quiet_pod == ["stop"]  # the deadline
@@ -453,20 +453,20 @@ def test_job_mode_marks_its_job_by_the_jobs_identity(tmp_path, monkeypatch):
     from imagekit.in_image import podstart
 
     monkeypatch.setattr(podstart, "STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(guard, "JOB", str(tmp_path / "state" / "job"))
-    monkeypatch.setattr(guard, "LOG", str(tmp_path / "guard.log"))
+    monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "state" / "job"))
+    monkeypatch.setattr(guard_files, "LOG", str(tmp_path / "guard.log"))
     monkeypatch.setattr(podstart, "stay_up", lambda: None)  # in the image it never returns: the guard ends the pod
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     seen = tmp_path / "seen"
-    script = f"sleep 0.5; cat {guard.JOB} >{seen}; echo $$ >>{seen}"
+    script = f"sleep 0.5; cat {guard_files.JOB} >{seen}; echo $$ >>{seen}"
     try:
         code = podstart.run_then_end(["sh", "-c", script], {}, guard, guard.settings({"IMAGEKIT_ON_EXIT": "stop"})[0])
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
     marker, pid = seen.read_text().splitlines()
-    assert code == 0 and marker.split()[0] == guard.boot_id() and marker.split()[1] == pid
-    assert not os.path.exists(guard.JOB)
+    assert code == 0 and marker.split()[0] == guard_signs.boot_id() and marker.split()[1] == pid
+    assert not os.path.exists(guard_files.JOB)
 
 
 # ---- a job counts while it makes progress: a download, a pip install, a checkpoint written; a stalled one does not
@@ -490,7 +490,7 @@ def test_a_job_counts_as_work_while_it_makes_progress(per_look, counts):
     s, _ = guard.settings({"IMAGEKIT_IDLE_STOP": "30m"})
     g = guard.Guard(s, started=0)
     ticks, moved = per_look
-    scale = guard.CLK_TCK / 100  # the ticks above are at 100 a second
+    scale = guard_signs.CLK_TCK / 100  # the ticks above are at 100 a second
     looks = range(0, 7200, 30)
     fired = [g.step(t, _job_usage(int(t // 30 * ticks * scale), t // 30 * moved), "") for t in looks]
     stop = next((t for t, f in zip(looks, fired, strict=True) if f), None)
@@ -502,7 +502,7 @@ def test_a_job_counts_as_work_while_it_makes_progress(per_look, counts):
 def test_a_job_that_stalls_is_idle_a_window_after_its_last_progress():
     s, _ = guard.settings({"IMAGEKIT_IDLE_STOP": "30m"})
     g = guard.Guard(s, started=0)
-    work = lambda t: min(t, 3600) * guard.CLK_TCK  # noqa: E731 -- 100 % of a core for an hour, then nothing
+    work = lambda t: min(t, 3600) * guard_signs.CLK_TCK  # noqa: E731 -- 100 % of a core for an hour, then nothing
     stop = next(t for t in range(0, 10800, 30) if g.step(t, _job_usage(work(t)), ""))
     assert 3600 + 1800 <= stop <= 3600 + 1800 + 60
 
@@ -513,7 +513,9 @@ def test_no_job_and_a_new_job_are_told_apart():
     assert g._job(0, None) is None
     assert g._job(30, {"1 2": [0, 0]}) == (True, "a job started since the last look")
     assert g._job(60, {"1 2": [0, 0]})[0] is False
-    assert g._job(90, {"1 2": [0, 0], "3 4": [50 * guard.CLK_TCK, 0]})[0] is True  # a new child: all its time counts
+    assert (
+        g._job(90, {"1 2": [0, 0], "3 4": [50 * guard_signs.CLK_TCK, 0]})[0] is True
+    )  # a new child: all its time counts
 
 
 @pytest.mark.programs
@@ -529,7 +531,7 @@ def test_the_usage_of_a_job_is_its_whole_process_tree_read_from_proc(tmp_path):
     job = subprocess.Popen(["sh", "-c", script])
     try:
         time.sleep(2.0)
-        usage = guard.tree_usage([job.pid])
+        usage = guard_signs.tree_usage([job.pid])
     finally:
         job.kill()
         job.wait()
@@ -537,9 +539,9 @@ def test_the_usage_of_a_job_is_its_whole_process_tree_read_from_proc(tmp_path):
     assert len(usage) >= 3  # the shell, the writer, sleep
     ticks = sum(v[0] for v in usage.values())
     moved = sum(v[1] for v in usage.values())
-    assert ticks >= 0.4 * guard.CLK_TCK  # the finished burner's 0.6 s, kept in the shell's cutime
+    assert ticks >= 0.4 * guard_signs.CLK_TCK  # the finished burner's 0.6 s, kept in the shell's cutime
     assert 50 * 65536 <= moved < 60 * 65536  # the writer's wchar; no reads (every new program reads its libraries)
-    assert guard.tree_usage([]) == {} and guard.tree_usage([2**22 + 17]) == {}
+    assert guard_signs.tree_usage([]) == {} and guard_signs.tree_usage([2**22 + 17]) == {}
 
 
 @pytest.mark.programs
@@ -550,12 +552,12 @@ def test_a_pod_run_and_a_job_mode_command_are_the_jobs_whose_trees_are_read(tmp_
     child = subprocess.Popen(["sleep", "30"])
     try:
         (run / "pid").write_text(f"{child.pid}\n")
-        (run / "identity").write_text(guard.identity(child.pid) + "\n")
-        monkeypatch.setattr(guard, "JOB", str(tmp_path / "job"))
-        (tmp_path / "job").write_text(guard.identity(os.getpid()) + "\n")
-        assert guard.job_pids({"IMAGEKIT_RUNS": str(runs)}) == [os.getpid(), child.pid]
+        (run / "identity").write_text(guard_signs.identity(child.pid) + "\n")
+        monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "job"))
+        (tmp_path / "job").write_text(guard_signs.identity(os.getpid()) + "\n")
+        assert guard_files.job_pids({"IMAGEKIT_RUNS": str(runs)}) == [os.getpid(), child.pid]
         (run / "exit").write_text("0\n")
-        assert guard.job_pids({"IMAGEKIT_RUNS": str(runs)}) == [os.getpid()]
+        assert guard_files.job_pids({"IMAGEKIT_RUNS": str(runs)}) == [os.getpid()]
     finally:
         child.kill()
         child.wait()
@@ -567,15 +569,15 @@ def test_a_job_mode_command_without_on_exit_is_the_job_too(tmp_path):
     names it, since exec keeps the pid and the start time; the guard counts it as the job."""
     seen = tmp_path / "seen"
     child = (
-        "import sys; from imagekit.in_image import guard, podstart; sys.modules['guard'] = guard; "
-        f"podstart.STATE_DIR = {str(tmp_path)!r}; guard.JOB = {str(tmp_path / 'job')!r}; "
+        "import sys; from imagekit.in_image import guard, guard_files, podstart; sys.modules['guard'] = guard; "
+        f"podstart.STATE_DIR = {str(tmp_path)!r}; guard_files.JOB = {str(tmp_path / 'job')!r}; "
         f"podstart.job(['sh', '-c', 'cat {tmp_path / 'job'} >{seen}; echo $$ >>{seen}'], "
         "{'IMAGEKIT_SKIP_DOCTOR': '1'})"
     )
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     marker, pid = seen.read_text().splitlines()
-    assert marker.split()[:2] == [guard.boot_id(), pid]
+    assert marker.split()[:2] == [guard_signs.boot_id(), pid]
 
 
 @pytest.mark.programs
@@ -594,9 +596,9 @@ def test_a_job_polling_for_ever_is_stalled_not_progress(loop):
     job = subprocess.Popen(["sh", "-c", loop])
     try:
         time.sleep(0.5)
-        g._job(0, guard.tree_usage([job.pid]))
+        g._job(0, guard_signs.tree_usage([job.pid]))
         time.sleep(6)
-        progress, text = g._job(6, guard.tree_usage([job.pid]))
+        progress, text = g._job(6, guard_signs.tree_usage([job.pid]))
     finally:
         job.kill()
         job.wait()

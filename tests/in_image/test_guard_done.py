@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from imagekit.in_image import guard
+from imagekit.in_image import guard, guard_files, guard_signs
 from tests.in_image.test_guard_activity import BOOT, PASSWD, _proc_tree, _process
 
 IDLE = {"gpu_util": [0], "gpu_procs": 0, "ssh": 0, "jupyter": 0, "heartbeat_age": None}
@@ -30,10 +30,10 @@ def test_a_terminals_idle_time_is_its_devices_access_time_as_w_reads_it():
         tty = name.removeprefix("/dev/")
         old = time.time() - 600
         os.utime(name, (old, os.stat(name).st_mtime))  # the last input ten minutes ago
-        assert 595 <= guard.input_age(tty, time.time(), "/dev") <= 605
+        assert 595 <= guard_signs.input_age(tty, time.time(), "/dev") <= 605
         os.write(master, b"ls\n")  # typed
         assert os.read(slave, 64) == b"ls\n"  # and read by the shell at its prompt
-        assert guard.input_age(tty, time.time(), "/dev") < 10
+        assert guard_signs.input_age(tty, time.time(), "/dev") < 10
     finally:
         os.close(master)
         os.close(slave)
@@ -41,23 +41,23 @@ def test_a_terminals_idle_time_is_its_devices_access_time_as_w_reads_it():
 
 @pytest.mark.parametrize("tty", ["pts/../../etc/passwd", "tty1", "", "pts/9999999999", None])
 def test_only_a_pts_name_is_read_as_a_terminal(tty):
-    assert guard.input_age(tty, time.time(), "/dev") is None
+    assert guard_signs.input_age(tty, time.time(), "/dev") is None
 
 
 def test_a_file_or_a_link_where_the_terminal_should_be_is_no_input(tmp_path):
     (tmp_path / "pts").mkdir()
     (tmp_path / "pts" / "3").write_text("")  # a file someone made: not the terminal
     (tmp_path / "pts" / "4").symlink_to("/dev/null")  # a link: never followed
-    assert guard.input_age("pts/3", time.time(), str(tmp_path)) is None
-    assert guard.input_age("pts/4", time.time(), str(tmp_path)) is None
+    assert guard_signs.input_age("pts/3", time.time(), str(tmp_path)) is None
+    assert guard_signs.input_age("pts/4", time.time(), str(tmp_path)) is None
 
 
 def test_a_sessions_terminal_is_read_from_its_title(tmp_path, monkeypatch):
-    monkeypatch.setattr(guard, "SSHD_EXES", ("/usr/sbin/sshd",))
+    monkeypatch.setattr(guard_signs, "SSHD_EXES", ("/usr/sbin/sshd",))
     proc = _proc_tree(tmp_path)
     _process(proc, 100, "sshd: root@pts/0", "/usr/sbin/sshd", 0)
     _process(proc, 101, "sshd: root@notty", "/usr/sbin/sshd", 0)
-    found = guard.ssh_session_list(str(proc), str(tmp_path / "passwd"))
+    found = guard_signs.ssh_session_list(str(proc), str(tmp_path / "passwd"))
     assert sorted(found) == [(100, "pts/0"), (101, None)] and BOOT and PASSWD
 
 
@@ -88,9 +88,9 @@ def test_a_writer_makes_progress_and_a_sleeper_or_a_poller_does_not(tmp_path):
         time.sleep(0.5)
         g = guard.Guard(guard.settings({"IMAGEKIT_IDLE_STOP": "1h"})[0], started=0)
         t0 = time.time()
-        assert g._progress(t0, guard.process_usage("/proc")) is None  # the first look: nothing to compare with
+        assert g._progress(t0, guard_signs.process_usage("/proc")) is None  # the first look: nothing to compare with
         time.sleep(2.0)
-        lines = g._progress(time.time(), guard.process_usage("/proc"))
+        lines = g._progress(time.time(), guard_signs.process_usage("/proc"))
     finally:
         for p in (writer, sleeper, poller):
             p.kill()
@@ -106,7 +106,7 @@ def test_a_process_making_progress_keeps_the_pod_and_idle_counts_from_when_it_st
     g = guard.Guard(s, started=0)
     ticks = 0
     for t in range(0, 3600, 30):  # preprocessing on the CPU for an hour: no GPU, no session, no heartbeat
-        ticks += 30 * guard.CLK_TCK
+        ticks += 30 * guard_signs.CLK_TCK
         assert g.step(t, {**IDLE, "usage": {"77 5": [ticks, 0, "python", ticks]}}, "") is None
     for t in range(3600, 3600 + 1800, 30):  # it finished at 3600 (its process stays, asleep)
         assert g.step(t, {**IDLE, "usage": {"77 5": [ticks, 0, "python", ticks]}}, "") is None
@@ -168,7 +168,7 @@ def test_no_exit_stop_without_an_exit_and_none_while_a_job_runs():
 # ---- what the guard reads for it: leases and exits, in folders root's alone ----------------------------------------
 def _lease(folder, pid):
     folder.mkdir(mode=0o700, exist_ok=True)
-    (folder / str(pid)).write_text((guard.identity(pid) or "x") + "\n")
+    (folder / str(pid)).write_text((guard_signs.identity(pid) or "x") + "\n")
 
 
 def test_a_lease_counts_while_its_process_runs_and_a_stale_one_is_removed(tmp_path):
@@ -177,26 +177,28 @@ def test_a_lease_counts_while_its_process_runs_and_a_stale_one_is_removed(tmp_pa
     holder = subprocess.Popen(["sleep", "30"])
     try:
         _lease(clients, holder.pid)
-        (clients / "12").write_text(f"{guard.boot_id()} 12 1\n")  # a process long gone (its start time is not this)
+        (clients / "12").write_text(
+            f"{guard_signs.boot_id()} 12 1\n"
+        )  # a process long gone (its start time is not this)
         (clients / ".99.tmp").write_text("being written")  # a lease half there: not read, never removed
-        assert guard.client_leases(str(clients)) == 1
+        assert guard_files.client_leases(str(clients)) == 1
         assert sorted(os.listdir(clients)) == [".99.tmp", str(holder.pid)]
     finally:
         holder.kill()
         holder.wait()
-    assert guard.client_leases(str(clients)) == 0 and not (clients / str(holder.pid)).exists()
+    assert guard_files.client_leases(str(clients)) == 0 and not (clients / str(holder.pid)).exists()
 
 
 def test_leases_in_a_folder_another_user_can_write_count_for_nothing(tmp_path):
     os.chmod(tmp_path, 0o700)
     clients = tmp_path / "clients"
     _lease(clients, os.getpid())
-    assert guard.client_leases(str(clients)) == 1
+    assert guard_files.client_leases(str(clients)) == 1
     os.chmod(clients, 0o733)  # anyone may drop a lease there: it would keep the pod up on their word
-    assert guard.client_leases(str(clients)) == 0
+    assert guard_files.client_leases(str(clients)) == 0
     os.chmod(clients, 0o700)
     os.chown(clients, 65534, 65534)  # another user's folder
-    assert guard.client_leases(str(clients)) == 0
+    assert guard_files.client_leases(str(clients)) == 0
 
 
 def test_exits_are_read_from_runs_and_the_job_ending_since_this_start(tmp_path, monkeypatch):
@@ -212,8 +214,8 @@ def test_exits_are_read_from_runs_and_the_job_ending_since_this_start(tmp_path, 
     (tmp_path / "job-exit").write_text("0 2500.000\n")
     os.utime(tmp_path / "job-exit", (2500, 2500))
     env = {"IMAGEKIT_RUNS": str(runs)}
-    monkeypatch.setattr(guard, "JOB_EXIT", str(tmp_path / "job-exit"))
-    assert guard.exits_since(env, 1500) == [(2000.0, 3), (2500.0, 0)]
-    assert guard.exits_since(env, 0) == [(1000.0, 0), (2000.0, 3), (2500.0, 0)]
+    monkeypatch.setattr(guard_files, "JOB_EXIT", str(tmp_path / "job-exit"))
+    assert guard_files.exits_since(env, 1500) == [(2000.0, 3), (2500.0, 0)]
+    assert guard_files.exits_since(env, 0) == [(1000.0, 0), (2000.0, 3), (2500.0, 0)]
     os.chmod(runs, 0o777)  # anyone could write an exit code there: the runs are not read
-    assert guard.exits_since(env, 0) == [(2500.0, 0)]
+    assert guard_files.exits_since(env, 0) == [(2500.0, 0)]

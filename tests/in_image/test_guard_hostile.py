@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from imagekit.in_image import guard
+from imagekit.in_image import guard, guard_files
 from tests import hostile_http
 from tests.conftest import ROOT
 
@@ -30,7 +30,7 @@ DEADLINE_S = 10
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch, tmp_path):
     monkeypatch.setattr(guard, "RETRY_PAUSE", 0.01)
-    monkeypatch.setattr(guard, "LOG", str(tmp_path / "guard.log"))
+    monkeypatch.setattr(guard_files, "LOG", str(tmp_path / "guard.log"))
 
 
 # A child that imports the guard, sets some of its module constants, evaluates one expression and prints its JSON:
@@ -38,11 +38,12 @@ def quick_retries(monkeypatch, tmp_path):
 _CHILD = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from imagekit.in_image import guard
+from imagekit.in_image import guard, guard_files, guard_signs
 for name, value in json.loads(sys.argv[1]).items():
-    assert hasattr(guard, name), f"the guard has no {name} to point elsewhere"
-    setattr(guard, name, value)
-print(json.dumps(eval(sys.argv[2], {"guard": guard})))
+    owner = next((m for m in (guard_files, guard_signs, guard) if hasattr(m, name)), None)
+    assert owner is not None, f"the guard has no {name} to point elsewhere"
+    setattr(owner, name, value)
+print(json.dumps(eval(sys.argv[2], {"guard": guard, "guard_files": guard_files, "guard_signs": guard_signs})))
 """
 
 
@@ -84,7 +85,7 @@ def test_a_link_planted_at_the_temporary_name_is_not_written_through(tmp_path):
     model.write_bytes(b"weights")
     (tmp_path / f"model.pt.sha256.{os.getpid()}.tmp").symlink_to(victim)  # the name the guard used to write
     (tmp_path / "model.pt.sha256").symlink_to(victim)  # and the manifest's own name
-    ok, lines = guard.checksum_outputs([str(model)])
+    ok, lines = guard_files.checksum_outputs([str(model)])
     assert victim.read_text() == "precious\n"
     assert ok, lines
     manifest = tmp_path / "model.pt.sha256"
@@ -99,7 +100,7 @@ def test_a_declared_output_that_is_a_link_is_refused_and_the_log_says_why(tmp_pa
     secret = tmp_path / "secret"
     secret.write_text("root's own\n")
     (tmp_path / "model.pt").symlink_to(secret)
-    ok, lines = guard.checksum_outputs([str(tmp_path / "model.pt")])
+    ok, lines = guard_files.checksum_outputs([str(tmp_path / "model.pt")])
     assert not ok and len(lines) == 1
     assert "symbolic link" in lines[0] and "not followed" in lines[0], lines
     assert not (tmp_path / "model.pt.sha256").exists()
@@ -116,7 +117,7 @@ def test_what_is_not_a_file_inside_an_output_folder_is_refused_without_blocking(
     (out / "a.bin").write_bytes(b"a")
     planted = out / "z"
     {"fifo": _fifo, "zero": _zero, "link": _link_to(out / "a.bin"), "dir-link": _link_to(tmp_path)}[kind](planted)
-    ok, lines = in_child(f"guard.checksum_outputs([{str(out)!r}])")
+    ok, lines = in_child(f"guard_files.checksum_outputs([{str(out)!r}])")
     assert not ok and str(planted) in lines[0], lines
     assert not (tmp_path / "out.sha256").exists()
 
@@ -125,14 +126,14 @@ def test_what_is_not_a_file_inside_an_output_folder_is_refused_without_blocking(
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
 def test_a_declared_output_that_is_a_fifo_or_a_device_is_refused(tmp_path, kind):
     out = {"fifo": _fifo, "zero": _zero}[kind](tmp_path / "out")
-    ok, lines = in_child(f"guard.checksum_outputs([{str(out)!r}])")
+    ok, lines = in_child(f"guard_files.checksum_outputs([{str(out)!r}])")
     assert not ok and str(out) in lines[0] and "0 file(s)" not in lines[0], lines
 
 
 def test_a_manifest_name_taken_by_a_folder_is_a_failure_not_a_traceback(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"w")
     (tmp_path / "model.pt.sha256").mkdir()
-    ok, lines = guard.checksum_outputs([str(tmp_path / "model.pt")])
+    ok, lines = guard_files.checksum_outputs([str(tmp_path / "model.pt")])
     assert not ok and "model.pt.sha256" in lines[0]
 
 
@@ -196,7 +197,7 @@ def test_a_blocked_marker_that_is_not_a_file_is_read_without_blocking(tmp_path, 
     target = tmp_path / "report"
     target.write_text("[FAIL] gpu: none\n")
     marker = {"fifo": _fifo, "zero": _zero, "link": _link_to(target)}[kind](tmp_path / "blocked")
-    said = in_child("guard.blocker()", BLOCKED=str(marker))
+    said = in_child("guard_files.blocker()", BLOCKED=str(marker))
     assert isinstance(said, str) and "cannot be read" in said and len(said) <= 300, said
 
 
@@ -205,7 +206,7 @@ def test_a_huge_blocked_marker_is_read_within_a_bound(tmp_path):
     marker = tmp_path / "blocked"
     with open(marker, "wb") as fh:
         fh.truncate(8 << 30)  # 8 GiB of holes: a read of all of it is a MemoryError under the child's ceiling
-    said = in_child("guard.blocker()", BLOCKED=str(marker))
+    said = in_child("guard_files.blocker()", BLOCKED=str(marker))
     assert isinstance(said, str) and said, said
 
 
@@ -221,7 +222,7 @@ def test_a_run_folder_whose_pid_is_not_a_running_process_is_not_a_job(tmp_path, 
         planted(run / "pid")
     else:
         (run / "pid").write_text(pid + "\n")
-    assert in_child(f"guard.a_run_is_alive({str(tmp_path / 'runs')!r})") is False
+    assert in_child(f"guard_files.a_run_is_alive({str(tmp_path / 'runs')!r})") is False
 
 
 def test_a_run_folder_that_is_a_link_is_not_followed(tmp_path):
@@ -231,10 +232,10 @@ def test_a_run_folder_that_is_a_link_is_not_followed(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
     (runs / "20261202T180000Z-42").symlink_to(elsewhere)
-    assert guard.a_run_is_alive(str(runs)) is False
+    assert guard_files.a_run_is_alive(str(runs)) is False
     (runs / "20261202T180100Z-43").mkdir()
     (runs / "20261202T180100Z-43" / "pid").write_text(f"{os.getpid()}\n")
-    assert guard.a_run_is_alive(str(runs)) is True  # a real run still counts
+    assert guard_files.a_run_is_alive(str(runs)) is True  # a real run still counts
 
 
 @pytest.mark.programs
@@ -257,7 +258,7 @@ def test_the_connection_tables_are_read_without_blocking_or_crashing(tmp_path, k
         table.write_text("header\n0: 0100007F:ZZZZ 00000000:0000 01\n1: x\n2: 0100007F:0016 00000000:0000 01\n")
     else:
         {"fifo": _fifo, "zero": _zero}[kind](table)
-    counts = in_child("guard._connections((22, 8888))", PROC_TCP=[str(table)])
+    counts = in_child("guard_signs._connections((22, 8888))", PROC_TCP=[str(table)])
     assert counts == ({"22": 1, "8888": 0} if kind == "garbage" else {"22": 0, "8888": 0})
 
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from imagekit.in_image import guard, podstart
+from imagekit.in_image import guard, guard_files, guard_signs, podstart
 
 KEY = "rpa_SECRETKEY0123456789"
 RUNPOD = {"RUNPOD_POD_ID": "abc123xyz", "RUNPOD_API_KEY": KEY}
@@ -40,14 +40,16 @@ def pod(monkeypatch, tmp_path):
         gpus, apps, calls = "0\n0\n", "", []
 
     p = Pod()
-    monkeypatch.setattr(guard, "LOG", str(tmp_path / "guard.log"))
+    monkeypatch.setattr(guard_files, "LOG", str(tmp_path / "guard.log"))
     monkeypatch.setattr(guard, "RETRY_PAUSE", 0.01)
-    monkeypatch.setattr(guard, "BLOCKED", str(tmp_path / "blocked"))
-    monkeypatch.setattr(guard, "JOB", str(tmp_path / "job"))
+    monkeypatch.setattr(guard_files, "BLOCKED", str(tmp_path / "blocked"))
+    monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "job"))
     (tmp_path / "tcp").write_text(HEADER)
     (tmp_path / "tcp6").write_text(HEADER6)
-    monkeypatch.setattr(guard, "PROC_TCP", (str(tmp_path / "tcp"), str(tmp_path / "tcp6")))
-    monkeypatch.setattr(guard, "_nvidia_smi", lambda args: p.gpus if "--query-gpu=utilization.gpu" in args else p.apps)
+    monkeypatch.setattr(guard_signs, "PROC_TCP", (str(tmp_path / "tcp"), str(tmp_path / "tcp6")))
+    monkeypatch.setattr(
+        guard_signs, "_nvidia_smi", lambda args: p.gpus if "--query-gpu=utilization.gpu" in args else p.apps
+    )
 
     def call(found, action, attempts=None):
         p.calls.append((found[0], found[2], action))
@@ -143,7 +145,8 @@ def test_a_blocker_ends_the_pod_as_on_blocker_says_not_as_the_guard_action(pod, 
 
 
 # ---- sessions are connections to the pod's own :22 and :8888 -----------------------------------------------------
-# Planted: guard._connections reads the port of the remote address (fields[2]) instead of the local one (fields[1]).
+# Planted: guard_signs._connections reads the port of the remote address (fields[2]) instead of the local one
+# (fields[1]).
 TCP = HEADER + "".join(
     f"{n:4d}: {local} {remote} {state} 00000000:00000000 00:00000000 00000000     0        0 {inode} 1 "
     "0000000000000000 100 0 0 10 0\n"
@@ -174,10 +177,10 @@ TCP6 = HEADER6 + "".join(
 def test_sessions_are_established_connections_to_the_pods_own_ssh_and_jupyter_ports(pod, tmp_path):
     (tmp_path / "tcp").write_text(TCP)
     (tmp_path / "tcp6").write_text(TCP6)
-    assert guard._connections((22, 8888)) == {22: 3, 8888: 1}
+    assert guard_signs._connections((22, 8888)) == {22: 3, 8888: 1}
     (tmp_path / "tcp").write_text(HEADER + "".join(ln + "\n" for ln in TCP.splitlines() if " 0370528C:" in ln))
     (tmp_path / "tcp6").write_text(HEADER6 + TCP6.splitlines()[-1] + "\n")
-    assert guard._connections((22, 8888)) == {22: 0, 8888: 0}  # outgoing only: nobody is logged in
+    assert guard_signs._connections((22, 8888)) == {22: 0, 8888: 0}  # outgoing only: nobody is logged in
     s, _ = guard.settings(_env(tmp_path))
     sample = guard.sample(s, 0.0)
     assert (sample["ssh"], sample["jupyter"]) == (0, 0) and guard.idle_reasons(sample, 5, 0)[0]
@@ -258,7 +261,7 @@ def test_a_failed_run_is_never_terminated_unless_terminate_always_asks(pod, tmp_
         assert "stopping instead of terminating" in _log(tmp_path)
 
 
-# Planted: guard.exits_since keeps every exit file (the `st_mtime >= since` test gone): a run of the last start
+# Planted: guard_files.exits_since keeps every exit file (the `st_mtime >= since` test gone): a run of the last start
 # ended the pod again as soon as `pod start` brought it back to fetch the outputs.
 def test_a_run_that_ended_before_this_start_is_no_exit(pod, tmp_path):
     t0 = time.time()
@@ -266,7 +269,9 @@ def test_a_run_that_ended_before_this_start_is_no_exit(pod, tmp_path):
     env = _env(tmp_path, IMAGEKIT_ON_EXIT="stop")
     with pytest.raises(Stopped):
         _drive(env, start=t0, until=t0 + 3600)  # six grace windows
-    assert pod.calls == [] and guard.exits_since(env, t0) == [] and len(guard.exits_since(env, t0 - 7200)) == 1
+    assert (
+        pod.calls == [] and guard_files.exits_since(env, t0) == [] and len(guard_files.exits_since(env, t0 - 7200)) == 1
+    )
 
 
 # Planted: Guard._exit waits for the quiet window but not for the runs still going (`or job_running` gone).
@@ -277,7 +282,7 @@ def test_the_exit_stop_waits_for_every_run_then_a_quiet_grace(pod, tmp_path):
     long_run = tmp_path / "runs" / "20261207T000000Z-1"
     long_run.mkdir(parents=True)
     (long_run / "pid").write_text(f"{os.getpid()}\n")  # this process: alive until the tick writes its exit
-    (long_run / "identity").write_text(guard.identity(os.getpid()) + "\n")
+    (long_run / "identity").write_text(guard_signs.identity(os.getpid()) + "\n")
 
     def tick(now):
         if now >= t0 + 60 and not (tmp_path / "runs" / "20261207T000001Z-2").exists():
@@ -322,18 +327,18 @@ def job_mode(monkeypatch, tmp_path):
 
 # Planted: podstart.run_then_end calls guard.act after the job (as it did: the stop raced the `pod cp` of its outputs).
 def test_job_mode_on_exit_leaves_the_end_to_the_guard(pod, tmp_path, job_mode, capsys, monkeypatch):
-    monkeypatch.setattr(guard, "JOB", str(tmp_path / "state" / "job"))
-    monkeypatch.setattr(guard, "JOB_EXIT", str(tmp_path / "state" / "job-exit"))
+    monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "state" / "job"))
+    monkeypatch.setattr(guard_files, "JOB_EXIT", str(tmp_path / "state" / "job-exit"))
     missing = tmp_path / "model.pt"
     env = {**_env(tmp_path), "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_OUTPUTS": str(missing)}
     s, _ = guard.settings(env)
     t0 = time.time()
     with pytest.raises(StayedUp):
         podstart.run_then_end(["sh", "-c", "exit 3"], env, guard, s)
-    assert pod.calls == [] and not os.path.exists(guard.JOB)
+    assert pod.calls == [] and not os.path.exists(guard_files.JOB)
     err = capsys.readouterr().err
     assert "exited 3" in err and f"declared output {missing} does not exist" in err and "not ending the pod" in err
-    assert guard.exits_since(env, t0 - 1) and guard.exits_since(env, t0 - 1)[0][1] == 3
+    assert guard_files.exits_since(env, t0 - 1) and guard_files.exits_since(env, t0 - 1)[0][1] == 3
     missing.write_bytes(b"weights")
     with pytest.raises(StayedUp):
         podstart.run_then_end(["sh", "-c", "exit 0"], env, guard, s)
@@ -344,19 +349,19 @@ def test_job_mode_on_exit_leaves_the_end_to_the_guard(pod, tmp_path, job_mode, c
 
 
 # ---- a run `pod run` started is a job ------------------------------------------------------------------------------
-# Planted: guard.job_running looks at the job-mode marker only (`return os.path.exists(JOB)`).
+# Planted: guard_files.job_running looks at the job-mode marker only (`return os.path.exists(JOB)`).
 def test_a_run_pod_run_started_is_a_job_for_the_gpu_idle_watchdog(pod, tmp_path):
     run = tmp_path / "runs" / "20261202T180000Z-42"
     run.mkdir(parents=True)
     env = _env(tmp_path, IMAGEKIT_GPU_IDLE_STOP="10m")
-    assert not guard.job_running(env)
+    assert not guard_files.job_running(env)
     (run / "pid").write_text(f"{os.getpid()}\n")  # this process: alive
-    assert guard.job_running(env) and not os.path.exists(guard.JOB)
+    assert guard_files.job_running(env) and not os.path.exists(guard_files.JOB)
     code, ended = _drive(env, start=0, until=3600)  # its GPUs at 0 % all along: a CPU fallback, or a hang
     assert code == 0 and ended == 600 and pod.calls == [("runpod", "abc123xyz", "stop")]
     assert "gpu-idle: a job runs, but the GPUs were at or under 5 % for 10m" in _log(tmp_path)
     (run / "exit").write_text("0\n")
-    assert not guard.job_running(env)
+    assert not guard_files.job_running(env)
 
 
 # ---- a dry run only when asked -------------------------------------------------------------------------------------
@@ -372,19 +377,19 @@ def test_only_dry_run_1_is_a_dry_run(pod, tmp_path, value, dry):
 
 
 # ---- issue 48's planted bugs ----------------------------------------------------------------------------------------
-# Planted: guard.resume reads `if prev.get("ended"):` (a state without the field resumed as the live start's).
+# Planted: guard_files.resume reads `if prev.get("ended"):` (a state without the field resumed as the live start's).
 @pytest.mark.parametrize("ended", ["missing", None, "no", 0])
 def test_a_state_without_ended_false_is_a_new_start_never_a_resumed_one(ended):
     """Only a state that says ``"ended": false`` is a start that is still going (a crash loop): anything else, a
     state without the field (an older guard's, or one another user wrote), is a new start, its deadline from now."""
     s, _ = guard.settings({"IMAGEKIT_MAX_RUNTIME": "6h"})
     prev = {"armed": 1000.0, "seen": 1990.0, **({} if ended == "missing" else {"ended": ended})}
-    armed, blocked, said = guard.resume(prev, 2000.0, s)
+    armed, blocked, said = guard_files.resume(prev, 2000.0, s)
     assert (armed, blocked) == (2000.0, None) and said is not None and "a new start" in said
-    assert guard.resume({**prev, "ended": False}, 2000.0, s)[0] == 1000.0  # the one that resumes
+    assert guard_files.resume({**prev, "ended": False}, 2000.0, s)[0] == 1000.0  # the one that resumes
 
 
-# Planted: guard._root_only tests `st.st_mode & 0o002` (writable by others) and lets a group-writable folder by.
+# Planted: guard_files._root_only tests `st.st_mode & 0o002` (writable by others) and lets a group-writable folder by.
 @pytest.mark.parametrize(("mode", "refused"), [(0o770, True), (0o707, True), (0o750, False), (0o1777, False),
                                                (0o3775, False)])  # fmt: skip
 def test_a_group_writable_state_folder_is_refused_like_a_world_writable_one(tmp_path, mode, refused):
@@ -394,9 +399,9 @@ def test_a_group_writable_state_folder_is_refused_like_a_world_writable_one(tmp_
     folder.mkdir()
     os.chmod(tmp_path, 0o700)
     os.chmod(folder, mode)
-    said = guard._root_only(str(folder))
+    said = guard_files._root_only(str(folder))
     assert bool(said) is refused and (not refused or "writable by other users" in said), said
-    assert guard.trusted_folder(str(folder)) is not refused
+    assert guard_files.trusted_folder(str(folder)) is not refused
 
 
 # Planted: Guard.step passes `blocked or ""` to _cpu_fallback whether or not a job runs (the watchdog doubles up).
@@ -408,7 +413,7 @@ def test_pod_modes_cpu_fallback_watchdog_stands_aside_while_a_job_runs():
     g = guard.Guard(s, started=0)
     said = []
     for t in range(0, 2 * 3600 + 1, 30):
-        ticks = int(t * guard.CLK_TCK)  # one process at 100 % of a core
+        ticks = int(t * guard_signs.CLK_TCK)  # one process at 100 % of a core
         sample = {**IDLE, "cpu": {"4242 7": [ticks, "python"]}, "gpu_util": [0]}
         fired = g.step(t, sample, "", job_running=True)
         said += g.warnings

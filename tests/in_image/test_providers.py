@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imagekit.in_image import facts, guard
+from imagekit.in_image import facts, guard, guard_files
 from imagekit.in_image import imagekit_doctor as doctor
 from tests.conftest import ROOT
 
@@ -24,8 +24,8 @@ KEY = "test_key_0123456789"
 @pytest.fixture(autouse=True)
 def own_secrets_and_log(monkeypatch, tmp_path):
     """The keys these tests hand the guard are taken out of its log lines in this test only; its log file is here."""
-    monkeypatch.setattr(guard, "SECRETS", [])
-    monkeypatch.setattr(guard, "LOG", str(tmp_path / "guard.log"))
+    monkeypatch.setattr(guard_files, "SECRETS", [])
+    monkeypatch.setattr(guard_files, "LOG", str(tmp_path / "guard.log"))
 
 
 # ---- the table ----------------------------------------------------------------------------------------------------

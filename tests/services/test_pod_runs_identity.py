@@ -12,7 +12,7 @@ import time
 import pytest
 
 from imagekit.errors import EnvironmentFailure
-from imagekit.in_image import guard
+from imagekit.in_image import guard_files, guard_signs
 from imagekit.services import pod_runs
 from tests.services.test_pod_runs_planted import LIMIT_S, OPTS, TARGET, LocalShell, _nothing
 
@@ -32,10 +32,10 @@ def test_the_start_script_records_the_runs_identity_as_the_guard_reads_it(tmp_pa
     run = runs / out.strip()
     assert code == 0 and (run / "identity").is_file(), out
     pid = int((run / "pid").read_text())
-    assert (run / "identity").read_text() == guard.identity(pid) + "\n"
-    assert guard.a_run_is_alive(str(runs))
+    assert (run / "identity").read_text() == guard_signs.identity(pid) + "\n"
+    assert guard_files.a_run_is_alive(str(runs))
     assert pod_runs.wait(TARGET, run.name, OPTS, _nothing, dial=LocalShell(runs).dial) == 5
-    assert not guard.a_run_is_alive(str(runs))
+    assert not guard_files.a_run_is_alive(str(runs))
 
 
 def _reused(tmp_path):
@@ -45,7 +45,7 @@ def _reused(tmp_path):
     run = tmp_path / "20261204T210000Z-9"
     run.mkdir()
     (run / "pid").write_text(f"{holder.pid}\n")
-    boot, pid, start = guard.identity(holder.pid).split()
+    boot, pid, start = guard_signs.identity(holder.pid).split()
     (run / "identity").write_text(f"{boot} {pid} {int(start) - 100}\n")
     (run / "log").write_text("epoch 1\nepoch 2\n")
     return holder, run
@@ -58,7 +58,7 @@ def test_pod_wait_on_a_run_whose_pid_was_reused_says_it_was_lost(tmp_path):
         with pytest.raises(EnvironmentFailure, match="the run ended without an exit code"):
             pod_runs.wait(TARGET, run.name, OPTS, _nothing, dial=LocalShell(tmp_path).dial)
         assert time.monotonic() - started < LIMIT_S
-        assert not guard.a_run_is_alive(str(tmp_path))
+        assert not guard_files.a_run_is_alive(str(tmp_path))
     finally:
         holder.kill()
         holder.wait()
