@@ -21,6 +21,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from imagekit.compat.companions import CompanionRow, UndeclaredRow, derived_rows, parse_rows
 from imagekit.errors import UnknownVersionError, UsageError
 from imagekit.in_image import facts
 from imagekit.model import variant_of_runtime
@@ -93,10 +94,17 @@ class CompatData:
     gpus_source: str
     bases: dict[str, BaseSpec]
     packages: dict[str, dict[str, PackageRelease]] = field(default_factory=dict)
+    # torch's companion libraries (compat/companions.py): the curated rows, the index metadata's, and what torch
+    # imports undeclared
+    companions: tuple[CompanionRow, ...] = ()
+    companions_derived: tuple[CompanionRow, ...] = ()
+    undeclared: tuple[UndeclaredRow, ...] = ()
     # Where the two parts came from, for messages that say which file lacks what.
     curated_path: str = CURATED_FILE
     metadata_path: str = METADATA_FILE
     metadata_origin: str = SHIPPED  # "shipped" or "user" (written by `imagekit compat refresh`)
+    # what the lookups derive once per data (companions.constraints per torch); no part of the data's identity
+    cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     # -- lookups ---------------------------------------------------------------------------------------
     def torch_minor(self, torch: str) -> TorchMinor:
@@ -380,6 +388,7 @@ def parse(
         ver: PackageRelease(r.get("requires_python", ""), dict(r.get("requires", {})), False, r.get("cuda_runtime"))
         for ver, r in metadata["torch"].items()
     }
+    companions, undeclared = parse_rows(curated)
     return CompatData(
         data_version=curated["data_version"],
         sources=dict(curated["sources"]),
@@ -392,6 +401,9 @@ def parse(
         gpus_source=gpus_source,
         bases=bases,
         packages=packages,
+        companions=companions,
+        companions_derived=tuple(derived_rows(metadata["packages"])),
+        undeclared=undeclared,
         curated_path=curated_path,
         metadata_path=metadata_path,
         metadata_origin=metadata_origin,

@@ -108,7 +108,7 @@ def add_archs(page: dict, torch_meta: dict[str, dict], note: Callable[[str], Non
     (x86_64), and for Linux aarch64 its CUDA runtime (``aarch64_cuda_runtime``; none: a CPU-only build) and
     ``aarch64_archs`` ('' for a CPU-only build). A wheel that does not say is named in ``note`` and left out: the
     release then has no list, which `compat refresh --check` reports."""
-    reads = refresh.arch_reads(page, torch_meta, compat.curated_document())
+    reads = refresh.arch_reads(page, torch_meta)
     aarch64 = reads["aarch64"]
     texts = http.map_concurrently(_fetch_metadata, [w.url + ".metadata" for _, w in aarch64])
     runtimes = {v: parse_metadata(t, "aarch64").cuda_runtime for (v, _), t in zip(aarch64, texts, strict=True)}
