@@ -94,8 +94,7 @@ class CompatData:
     gpus_source: str
     bases: dict[str, BaseSpec]
     packages: dict[str, dict[str, PackageRelease]] = field(default_factory=dict)
-    # torch's companion libraries (compat/companions.py): the curated rows, the index metadata's, and what torch
-    # imports undeclared
+    # compat/companions.py: torch's companions (the curated rows, the index metadata's), what torch imports undeclared
     companions: tuple[CompanionRow, ...] = ()
     companions_derived: tuple[CompanionRow, ...] = ()
     undeclared: tuple[UndeclaredRow, ...] = ()
@@ -103,8 +102,7 @@ class CompatData:
     curated_path: str = CURATED_FILE
     metadata_path: str = METADATA_FILE
     metadata_origin: str = SHIPPED  # "shipped" or "user" (written by `imagekit compat refresh`)
-    # what the lookups derive once per data (companions.constraints per torch); no part of the data's identity
-    cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
+    cache: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     # -- lookups ---------------------------------------------------------------------------------------
     def torch_minor(self, torch: str) -> TorchMinor:

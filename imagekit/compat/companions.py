@@ -311,15 +311,16 @@ def companion_constraint(name: str, torch: str, curated: list[CompanionRow], der
 
 
 def _sources(rows: Iterable[CompanionRow | None]) -> str:
+    """The rows' sources, each once; past three, the first two and how many more (the METADATA of many releases is
+    one mention)."""
     keys: list[str] = []
     for row in rows:
         if row is not None and row.source not in keys:
             keys.append(row.source)
-    if len(keys) > 3:
-        metadata = [k for k in keys if k.startswith(METADATA_SOURCE + " (")]
-        if len(metadata) > 1:  # many releases' METADATA: one mention
-            keys = [k for k in keys if k not in metadata] + [f"{METADATA_SOURCE} (each release's METADATA)"]
-    return "; ".join(keys)
+    metadata = [k for k in keys if k.startswith(METADATA_SOURCE + " (")]
+    if len(keys) > 3 and len(metadata) > 1:
+        keys = [k for k in keys if k not in metadata] + [f"{METADATA_SOURCE} (each release's METADATA)"]
+    return "; ".join(keys) if len(keys) <= 3 else "; ".join(keys[:2]) + f"; and {len(keys) - 2} more rows"
 
 
 def undeclared_constraints(torch: str, rows: Iterable[UndeclaredRow]) -> list[Constraint]:

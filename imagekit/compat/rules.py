@@ -13,6 +13,7 @@ from functools import lru_cache
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from imagekit.compat import companions
 from imagekit.compat.catalog import ArchEntry, CompatData
 from imagekit.errors import UnknownVersionError
 from imagekit.in_image import facts
@@ -127,6 +128,23 @@ def rule_packages(q: Query, data: CompatData) -> list[Violation]:
             continue  # unpinned or not a package the data watches: the resolver decides
         out.extend(_release_checks(q, data, name, version))
     return out
+
+
+def rule_companions(q: Query, data: CompatData) -> list[Violation]:
+    """A package of the query that contradicts torch's companion table (compat/companions.py): a pin of a companion
+    built for another torch (torchaudio==2.11.0 with torch 2.7.1), or of what torch imports undeclared (numpy>=2 with
+    torch 2.1.2)."""
+    if not (q.torch and q.packages):
+        return []
+    data.torch_minor(q.torch)
+    return [
+        Violation(
+            "torch-companion",
+            f"{text} contradicts the companion table: {c.why}, so a cell of torch {q.torch} holds {c.requirement}",
+            data.source(c.source),
+        )
+        for text, c in companions.conflicts(q.packages, companions.constraints(data, q.torch))
+    ]
 
 
 def rule_driver(q: Query, data: CompatData) -> list[Violation]:
@@ -261,6 +279,7 @@ RULES: tuple[Callable[[Query, CompatData], list[Violation]], ...] = (
     rule_python_torch,
     rule_transformers,
     rule_packages,
+    rule_companions,
     rule_driver,
     rule_platform,
     rule_gpu_arch,
@@ -275,6 +294,7 @@ RULE_IDS = (
     "package-python",
     "package-requires",
     "package-yanked",
+    "torch-companion",
     "driver-floor",
     "platform-wheels",
     "gpu-arch",

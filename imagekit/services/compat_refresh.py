@@ -12,7 +12,7 @@ from imagekit.compat import refresh
 from imagekit.compat.pypi_metadata import parse_metadata
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
-from imagekit.errors import EnvironmentFailure
+from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.trust import untrusted
 from imagekit.trust.redact import redact
 
@@ -161,6 +161,15 @@ def write(
         doc = build_metadata(index, pytorch_index, note)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"{exc.message}; {out} was not written", exc.hint) from None
+    over = refresh.arch_overpromises(compat.curated_document(), doc)
+    if over:  # imagekit's own facts promise GPUs the wheels do not run on: said, and nothing written on top of them
+        raise CheckFailed(
+            "imagekit's curated GPU architectures promise more than the torch wheels hold: "
+            + "; ".join(over)
+            + f"; {out} was not written",
+            "the wheel is the authority: correct the [[arch]] table in compat.toml from its flags (torch."
+            "_C._cuda_getArchFlags(): sm_XY cubins, compute_XY PTX), or upgrade imagekit",
+        )
     why = refresh.refusal(doc, floor)
     if why:
         raise EnvironmentFailure(
