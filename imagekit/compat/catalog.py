@@ -276,7 +276,7 @@ class CompatData:
 
     def source(self, key: str) -> str:
         """Expand a source key such as ``"TI release/2.5"`` into its full citation."""
-        head = key.split(" ")[0].rstrip(",;")
+        head = key.split(" ")[0].rstrip(",;:")
         full = self.sources.get(head)
         return f"[{key}] {full}" if full else key
 
