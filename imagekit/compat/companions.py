@@ -344,9 +344,12 @@ def modules_of(name: str, rows: Iterable[UndeclaredRow]) -> list[str]:
     return [r.module for r in rows if r.name == name and r.module]
 
 
-def conflicts(requirements: Iterable[str], constraints: Iterable[Constraint]) -> list[tuple[str, Constraint]]:
+def conflicts(
+    requirements: Iterable[str], constraints: Iterable[Constraint], env: Mapping[str, str] | None = None
+) -> list[tuple[str, Constraint]]:
     """Each of ``requirements`` (the cell's packages) that no release can meet together with the table's constraint
-    on its name: a pin outside it, or a range disjoint from it."""
+    on its name: a pin outside it, or a range disjoint from it. ``env``: the image's marker environment (a
+    requirement whose marker it does not meet is not the image's)."""
     by_name = {c.name: c for c in constraints}
     out = []
     for text in requirements:
@@ -356,6 +359,8 @@ def conflicts(requirements: Iterable[str], constraints: Iterable[Constraint]) ->
             continue
         c = by_name.get(canonicalize_name(req.name))
         if c is None or not c.binding or req.url or not str(req.specifier):
+            continue
+        if req.marker is not None and env is not None and not req.marker.evaluate(dict(env)):
             continue
         pins = [s.version for s in req.specifier if s.operator in ("==", "===") and not s.version.endswith(".*")]
         if (pins and not allows(c.spec, pins[0])) or (not pins and disjoint(str(req.specifier), c.spec)):

@@ -15,9 +15,10 @@ from packaging.version import Version
 
 from imagekit.compat import companions
 from imagekit.compat.catalog import ArchEntry, CompatData
+from imagekit.compat.pypi_metadata import image_marker_env
 from imagekit.errors import UnknownVersionError
 from imagekit.in_image import facts
-from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of, variant_of_runtime
+from imagekit.model import AMD64, ARM64, MACHINES, Query, Verdict, Violation, variant_of, variant_of_runtime
 from imagekit.trust.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
 PYPI_META = "[PYPI] wheel METADATA on PyPI"
@@ -137,13 +138,14 @@ def rule_companions(q: Query, data: CompatData) -> list[Violation]:
     if not (q.torch and q.packages):
         return []
     data.torch_minor(q.torch)
+    env = image_marker_env(q.python or "3.11", MACHINES[q.platform])
     return [
         Violation(
             "torch-companion",
             f"{text} contradicts the companion table: {c.why}, so a cell of torch {q.torch} holds {c.requirement}",
             data.source(c.source),
         )
-        for text, c in companions.conflicts(q.packages, companions.constraints(data, q.torch))
+        for text, c in companions.conflicts(q.packages, companions.constraints(data, q.torch), env)
     ]
 
 

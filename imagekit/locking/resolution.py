@@ -218,7 +218,8 @@ def constraints_text(req: LockRequest) -> str:
 def companion_conflicts(cell: Cell, data: CompatData) -> CheckFailed | None:
     """A requirement of the cell (its packages) that contradicts the companion table for its torch: the error naming
     both and the table's source; None when there is none. Said before the resolver runs, in imagekit's words."""
-    found = companions.conflicts(cell.packages, companions.constraints(data, cell.torch))
+    env = image_marker_env(cell.python, MACHINES[cell.platform])
+    found = companions.conflicts(cell.packages, companions.constraints(data, cell.torch), env)
     if not found:
         return None
     lines = [

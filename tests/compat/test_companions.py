@@ -248,3 +248,9 @@ def test_the_manifest_names_each_companion_the_lock_holds_and_the_self_test_plan
     }  # fmt: skip
     planned = [p["id"] for p in selftest.plan({"companions": list(found.values())})]
     assert "torch-companions" in planned and "torch-companions" not in [p["id"] for p in selftest.plan({})]
+
+
+def test_a_pin_whose_marker_the_image_does_not_meet_is_not_the_images(data):
+    query = Query(torch="2.1.2", python="3.11", packages=("numpy>=2; python_version >= '3.13'",))
+    assert rules.evaluate(query, data).compatible
+    assert not rules.evaluate(replace(query, packages=("numpy>=2; python_version >= '3.11'",)), data).compatible
