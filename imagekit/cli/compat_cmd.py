@@ -150,8 +150,8 @@ def build() -> typer.Typer:
         companions, with sources) are not refreshed: they come with imagekit; the companions a wheel's METADATA pins
         to a torch release (torchvision, torchaudio, torchtext, torchdata, xformers; triton from torch's own) are.
         Lock input hashes cover the curated facts' data version, not this file: a refresh makes a lock stale only
-        where it pins a companion the refreshed table no longer pairs with its torch. --check reads only the index's
-        release lists (no metadata) and writes nothing.
+        where it pins a companion the refreshed table no longer pairs with its torch. With --check it reads only the
+        index's release lists (no metadata) and writes nothing.
         """
         index, flag = renamed(index_url, DEFAULT_INDEX, old_index, "--index-url", "--index")
         validate.index_url(index, flag)
