@@ -203,7 +203,8 @@ def check_torch_archs(manifest):
         return check("torch-archs", "fail",
                      f"torch {torch.__version__} is compiled for {flags}, not what the image promises: "
                      + "; ".join(problems),
-                     "the curated [[arch]] facts for this torch build are wrong: correct them from these flags", ev)
+                     "imagekit's compatibility data promises more than this torch wheel holds: upgrade imagekit (its "
+                     "[[arch]] tables are held to the wheels they describe) or report these flags", ev)
     return check("torch-archs", "pass", f"torch {torch.__version__} has kernels for {flags}", "", ev)
 
 
