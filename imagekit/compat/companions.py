@@ -1,7 +1,7 @@
 """torch's companion libraries: which release of each goes with which torch, and what torch imports undeclared. Pure.
 
 The table is ``[[companion]]`` rows in compat.toml (each with its source) plus a row per release whose index
-metadata states torch (a wheel's ``Requires-Dist: torch==2.7.1``, recorded by `imagekit compat refresh`); triton is
+metadata pins torch (a wheel's ``Requires-Dist: torch==2.7.1``, recorded by `imagekit compat refresh`); triton is
 what each torch release's own METADATA requires of it. `constraints` turns it into one requirement per name for a
 cell's torch: what the lock hands the resolver as constraints (they bind only a name the resolution holds), what
 `explain` names, what a pin of the user's is checked against, and what a lock read back is held to.

@@ -76,7 +76,8 @@ def test_every_row_names_a_source_the_data_cites():
         head = row["source"].split(" ")[0].rstrip(",;:")
         assert head in keys, row
         assert row["confidence"] in ("V", "V2", "I")
-        companions.interval(row["torch"])  # a valid specifier
+        companions.interval(row["torch"])  # valid specifiers
+        companions.interval(row.get("releases") or row["requires"])
     names = {r["name"] for r in CURATED["companion"]}
     assert names == {"torchvision", "torchaudio", "torchao", "torchtext", "torchdata", "fbgemm-gpu"}
     assert {r["name"] for r in CURATED["undeclared"]} == {"numpy", "setuptools"}
