@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -391,8 +392,13 @@ def test_the_resolver_command_line(data):
         "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
         "--index-url", "https://m.example/simple", "--no-config", "--only-binary", ":all:",
         "--extra-index-url", "https://e1.example/simple", "--extra-index-url", "https://e2.example/simple",
-        "--exclude-newer", "2025-01-01T00:00:00Z",
+        "--constraint", "imagekit-companion-table.txt", "--exclude-newer", "2025-01-01T00:00:00Z",
     ]  # fmt: skip
+    # the companion table for torch 2.5.1, one requirement a line: what the resolver holds each name it meets to
+    assert "torchaudio==2.5.1\n" in resolution.constraints_text(
+        req
+    ) and "triton==3.1.0\n" in resolution.constraints_text(req)
+    assert "--constraint" not in replace(req, constraints=()).uv_args()
     assert "--exclude-newer" not in resolution.request(CU118, resolution.LockSettings(), data).uv_args()
     assert req.regenerate_command("my matrix.toml") == (
         "imagekit lock --cuda 11.8 --torch 2.5.1 --transformers 4.48.2 --python 3.11 --matrix 'my matrix.toml'"

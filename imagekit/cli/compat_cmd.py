@@ -145,9 +145,13 @@ def build() -> typer.Typer:
         Writes the user data file imagekit reads from then on: $IMAGEKIT_DATA_DIR/pypi-metadata.json, else
         $XDG_DATA_HOME/imagekit/, else ~/.local/share/imagekit/ (`imagekit compat show` says which). It is refused
         when it would know fewer torch releases, or fewer releases of a package, than the data shipped with
-        imagekit. The curated facts (CUDA variants, driver floors, archs, with sources) are not refreshed: they come
-        with imagekit. Lock input hashes cover the curated facts' data version, not this file, so refreshing never
-        makes locks stale. --check reads only the index's release lists (no metadata) and writes nothing.
+        imagekit, and when a torch wheel it reads (each minor's newest, its GPU architectures) holds less than
+        imagekit's curated architecture tables promise. The curated facts (CUDA variants, driver floors, archs,
+        companions, with sources) are not refreshed: they come with imagekit; the companions a wheel's METADATA pins
+        to a torch release (torchvision, torchaudio, torchtext, torchdata, xformers; triton from torch's own) are.
+        Lock input hashes cover the curated facts' data version, not this file: a refresh makes a lock stale only
+        where it pins a companion the refreshed table no longer pairs with its torch. With --check it reads only the
+        index's release lists (no metadata) and writes nothing.
         """
         index, flag = renamed(index_url, DEFAULT_INDEX, old_index, "--index-url", "--index")
         validate.index_url(index, flag)

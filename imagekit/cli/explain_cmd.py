@@ -8,7 +8,7 @@ import typer
 
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import JsonOpt
-from imagekit.compat import rules
+from imagekit.compat import companions, rules
 from imagekit.locking import direct_wheels
 from imagekit.model import Query
 from imagekit.services import inputs
@@ -95,10 +95,15 @@ def register(app: typer.Typer) -> None:
             platform=validate.platform(platform),
         )
         verdict = rules.evaluate(query, data)
+        # torch's companion table for this torch: what a lock holds each of them to (compat/companions.py)
+        held = companions.constraints(data, query.torch) if query.torch else ()
         if as_json:
             doc = verdict.to_json()
             if resolved:  # only when a prefix was given, so the exact-version contract stays as it was
                 doc["resolved"] = resolved
+            named = {validate.requirement_name(p) for p in query.packages}
+            if any(c.name in named for c in held):  # likewise: only when a --package names one of them
+                doc["companions"] = {c.name: c.to_json() for c in held if c.name in named}
             out_json(doc)
         else:
             console = err_console()
@@ -126,4 +131,9 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[red]incompatible[/]: {named}")
                 for v in verdict.violations:
                     console.print(f"  [bold]{v.rule}[/]: {v.message}\n    source: {v.source}")
+            if held:
+                console.print(f"with torch {query.torch}, a lock holds what the cell holds of these:", markup=False)
+                for c in held:
+                    console.print(f"  {c.requirement if c.binding else c.name + ' (free)'}: {c.why} [{c.source}]",
+                                  markup=False, soft_wrap=True)  # fmt: skip
         raise typer.Exit(0 if verdict.compatible else 1)

@@ -21,6 +21,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from imagekit.compat.companions import CompanionRow, UndeclaredRow, derived_rows, parse_rows
 from imagekit.errors import UnknownVersionError, UsageError
 from imagekit.in_image import facts
 from imagekit.model import variant_of_runtime
@@ -93,10 +94,15 @@ class CompatData:
     gpus_source: str
     bases: dict[str, BaseSpec]
     packages: dict[str, dict[str, PackageRelease]] = field(default_factory=dict)
+    # compat/companions.py: torch's companions (the curated rows, the index metadata's), what torch imports undeclared
+    companions: tuple[CompanionRow, ...] = ()
+    companions_derived: tuple[CompanionRow, ...] = ()
+    undeclared: tuple[UndeclaredRow, ...] = ()
     # Where the two parts came from, for messages that say which file lacks what.
     curated_path: str = CURATED_FILE
     metadata_path: str = METADATA_FILE
     metadata_origin: str = SHIPPED  # "shipped" or "user" (written by `imagekit compat refresh`)
+    cache: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     # -- lookups ---------------------------------------------------------------------------------------
     def torch_minor(self, torch: str) -> TorchMinor:
@@ -270,7 +276,7 @@ class CompatData:
 
     def source(self, key: str) -> str:
         """Expand a source key such as ``"TI release/2.5"`` into its full citation."""
-        head = key.split(" ")[0].rstrip(",;")
+        head = key.split(" ")[0].rstrip(",;:")
         full = self.sources.get(head)
         return f"[{key}] {full}" if full else key
 
@@ -380,6 +386,7 @@ def parse(
         ver: PackageRelease(r.get("requires_python", ""), dict(r.get("requires", {})), False, r.get("cuda_runtime"))
         for ver, r in metadata["torch"].items()
     }
+    companions, undeclared = parse_rows(curated)
     return CompatData(
         data_version=curated["data_version"],
         sources=dict(curated["sources"]),
@@ -392,6 +399,9 @@ def parse(
         gpus_source=gpus_source,
         bases=bases,
         packages=packages,
+        companions=companions,
+        companions_derived=tuple(derived_rows(metadata["packages"])),
+        undeclared=undeclared,
         curated_path=curated_path,
         metadata_path=metadata_path,
         metadata_origin=metadata_origin,

@@ -27,10 +27,13 @@ WATCHED: dict[str, str] = {
     "torchvision": "0.16",
     "torchaudio": "2.1",
     "xformers": "0.0.23",
+    "torchtext": "0.15",  # companions whose METADATA pins torch== (compat/companions.py reads the pairs)
+    "torchdata": "0.6",
 }
 TORCH_FLOOR = "1.13"
-# Requirements on these names are the ones a cell can pin, so the ones worth checking.
-REQUIREMENT_TARGETS = frozenset({"torch", *WATCHED})
+# Requirements on these names are the ones a cell can pin, so the ones worth checking; triton: torch's own pin of it
+# (which triton goes with which torch, compat/companions.py).
+REQUIREMENT_TARGETS = frozenset({"torch", "triton", *WATCHED})
 # transformers declares torch in an extra; the image installs torch, so the extra applies.
 APPLICABLE_EXTRAS = frozenset({"torch"})
 
@@ -225,6 +228,9 @@ def pick_platform_wheel(files: list[WheelFile], version: str, arch: str) -> Whee
 
 
 ARCH_FLAGS = re.compile(rb"\x00((?:(?:sm|compute)_[0-9]{2,3}[af]? ){0,63}(?:sm|compute)_[0-9]{2,3}[af]?)\x00")
+# The same list packed right after another constant with no NUL between (torch 2.8.0 and 2.9.x's x86_64 wheels:
+# '...std::string ipc_hsm_70 sm_75 ... sm_120'): two or more flags, ending the constant.
+PACKED_FLAGS = re.compile(rb"((?:(?:sm|compute)_[0-9]{2,3}[af]? ){1,63}(?:sm|compute)_[0-9]{2,3}[af]?)\x00")
 
 
 def arch_flags(library: bytes) -> str | None:
@@ -232,6 +238,8 @@ def arch_flags(library: bytes) -> str | None:
     compute_90'), read out of ``libtorch_python.so`` without running it (the flags are one string constant there);
     None when the library holds no such string or several that differ."""
     found = {m.group(1).decode() for m in ARCH_FLAGS.finditer(library)}
+    if not found:
+        found = {m.group(1).decode() for m in PACKED_FLAGS.finditer(library)}
     return found.pop() if len(found) == 1 else None
 
 

@@ -27,6 +27,7 @@ from imagekit.compat.pypi_metadata import (
     yanked_releases,
 )
 from imagekit.errors import UsageError
+from imagekit.in_image import facts
 from imagekit.model import variant_of_runtime
 from imagekit.trust import validate
 
@@ -166,31 +167,53 @@ def newest_per_minor(versions: Collection[str]) -> list[str]:
     return [str(v) for _, v in sorted(newest.items())]
 
 
-def curated_arch(curated: dict, minor: str, variant: str, platform: str = "linux/amd64") -> bool:
-    return any(
-        minor in a["torch"] and variant in a["variants"] and a.get("platform", "linux/amd64") == platform
-        for a in curated["arch"]
-    )
-
-
-def arch_reads(page: dict, torch_meta: Mapping[str, dict], curated: dict) -> dict[str, list[tuple[str, WheelFile]]]:
+def arch_reads(page: dict, torch_meta: Mapping[str, dict]) -> dict[str, list[tuple[str, WheelFile]]]:
     """Which wheels a refresh reads torch's compiled GPU architectures from (a range read of one library each), per
     CPU architecture: for the newest release of each minor, its Linux aarch64 wheel (whether PyPI's aarch64 build is
-    a CUDA build, and for which GPUs), and its x86_64 wheel where the curated facts have no [[arch]] table for its
-    PyPI variant (what no curated source gives is read from the wheel itself)."""
+    a CUDA build, and for which GPUs) and its x86_64 wheel (PyPI's build of its CUDA runtime's variant: what no
+    curated source gives, and what a curated [[arch]] table is held to, `arch_overpromises`)."""
     files = wheel_files(page)
     out: dict[str, list[tuple[str, WheelFile]]] = {"x86_64": [], "aarch64": []}
     for v in newest_per_minor(torch_meta):
-        minor = f"{Version(v).major}.{Version(v).minor}"
-        runtime = torch_meta[v].get("cuda_runtime")
         aarch64 = pick_platform_wheel(files, v, "aarch64")
         if aarch64 is not None:
             out["aarch64"].append((v, aarch64))
         x86 = pick_platform_wheel(files, v, "x86_64")
-        if x86 is not None and isinstance(runtime, str):
+        if x86 is not None and isinstance(torch_meta[v].get("cuda_runtime"), str):
+            out["x86_64"].append((v, x86))
+    return out
+
+
+def arch_overpromises(curated: dict, doc: Mapping) -> list[str]:
+    """Each curated [[arch]] table that promises more than the wheel it describes holds: for every torch release whose
+    PyPI wheel's arch flags ``doc`` (pypi-metadata.json) records, the table of its minor and PyPI variant (per CPU
+    architecture) must name no cubin and no PTX the flags lack. A GPU sent to an image on such a promise fails with
+    'no kernel image is available'. Empty when every table agrees with the wheels."""
+    out = []
+    for version, rel in sorted(doc.get("torch", {}).items(), key=lambda kv: Version(kv[0])):
+        v = Version(version)
+        minor = f"{v.major}.{v.minor}"
+        for platform, flags_key, runtime_key in (
+            ("linux/amd64", "archs", "cuda_runtime"),
+            ("linux/arm64", "aarch64_archs", "aarch64_cuda_runtime"),
+        ):
+            flags, runtime = rel.get(flags_key), rel.get(runtime_key)
+            if not (isinstance(flags, str) and flags and isinstance(runtime, str)):
+                continue
             variant = variant_of_runtime(runtime)
-            if not curated_arch(curated, minor, variant):
-                out["x86_64"].append((v, x86))
+            for a in curated["arch"]:
+                if minor not in a["torch"] or variant not in a["variants"]:
+                    continue
+                if a.get("platform", "linux/amd64") != platform:
+                    continue
+                sass = [validate.cc_to_sm(x) for x in a["archs"]]
+                ptx = validate.cc_to_sm(a["ptx"]) if a.get("ptx") else None
+                problems = facts.arch_contract_problems(flags, sass, ptx)
+                if problems:
+                    out.append(
+                        f"[[arch]] torch {minor} {variant} ({platform}, source {a['source'][:80]!r}) promises "
+                        f"{', '.join(problems).replace('no ', '')}; PyPI's torch {version} wheel has '{flags}'"
+                    )
     return out
 
 

@@ -13,10 +13,12 @@ from functools import lru_cache
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from imagekit.compat import companions
 from imagekit.compat.catalog import ArchEntry, CompatData
+from imagekit.compat.pypi_metadata import image_marker_env
 from imagekit.errors import UnknownVersionError
 from imagekit.in_image import facts
-from imagekit.model import AMD64, ARM64, Query, Verdict, Violation, variant_of, variant_of_runtime
+from imagekit.model import AMD64, ARM64, MACHINES, Query, Verdict, Violation, variant_of, variant_of_runtime
 from imagekit.trust.validate import arch_key, cc_to_sm, driver_key, pinned_version, requirement_name
 
 PYPI_META = "[PYPI] wheel METADATA on PyPI"
@@ -127,6 +129,24 @@ def rule_packages(q: Query, data: CompatData) -> list[Violation]:
             continue  # unpinned or not a package the data watches: the resolver decides
         out.extend(_release_checks(q, data, name, version))
     return out
+
+
+def rule_companions(q: Query, data: CompatData) -> list[Violation]:
+    """A package of the query that contradicts torch's companion table (compat/companions.py): a pin of a companion
+    built for another torch (torchaudio==2.11.0 with torch 2.7.1), or of what torch imports undeclared (numpy>=2 with
+    torch 2.1.2)."""
+    if not (q.torch and q.packages):
+        return []
+    data.torch_minor(q.torch)
+    env = image_marker_env(q.python or "3.11", MACHINES[q.platform])
+    return [
+        Violation(
+            "torch-companion",
+            f"{text} contradicts the companion table: {c.why}, so a cell of torch {q.torch} holds {c.requirement}",
+            data.source(c.source),
+        )
+        for text, c in companions.conflicts(q.packages, companions.constraints(data, q.torch), env)
+    ]
 
 
 def rule_driver(q: Query, data: CompatData) -> list[Violation]:
@@ -261,6 +281,7 @@ RULES: tuple[Callable[[Query, CompatData], list[Violation]], ...] = (
     rule_python_torch,
     rule_transformers,
     rule_packages,
+    rule_companions,
     rule_driver,
     rule_platform,
     rule_gpu_arch,
@@ -275,6 +296,7 @@ RULE_IDS = (
     "package-python",
     "package-requires",
     "package-yanked",
+    "torch-companion",
     "driver-floor",
     "platform-wheels",
     "gpu-arch",

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from imagekit.effects import http, process
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.locking.resolution import LockRequest, LockSettings
+from imagekit.locking.resolution import CONSTRAINTS_FILE, LockRequest, LockSettings, constraints_text
 from imagekit.trust.redact import redact, redact_text
 
 _NETWORK_SIGNS = (
@@ -206,6 +206,7 @@ def compile_uv(
     with tempfile.TemporaryDirectory(prefix="imagekit-lock-") as tmp:
         work = Path(tmp)
         (work / "pyproject.toml").write_text(req.pyproject())
+        (work / CONSTRAINTS_FILE).write_text(constraints_text(req))
         args = [uv_binary(), *req.uv_args(), "-o", "out.txt"]
         env = _netrc_env(req, work)
         if preferences:
@@ -254,7 +255,9 @@ def compile_pip_tools(req: LockRequest, timeout: float = 3600, abort: Callable[[
         raise EnvironmentFailure("pip-compile is not installed", "pip install 'imagekit[pip-tools]'")
     with tempfile.TemporaryDirectory(prefix="imagekit-lock-") as tmp:
         work = Path(tmp)
-        (work / "requirements.in").write_text("\n".join(req.requirements) + "\n")
+        (work / CONSTRAINTS_FILE).write_text(constraints_text(req))
+        held = [f"-c {CONSTRAINTS_FILE}"] if req.constraints else []
+        (work / "requirements.in").write_text("\n".join([*req.requirements, *held]) + "\n")
         args = [
             str(pip_compile),
             "--generate-hashes",

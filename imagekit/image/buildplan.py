@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from imagekit import __version__
+from imagekit.compat import companions
 from imagekit.compat import contract as contracts
 from imagekit.compat.catalog import BaseSpec, CompatData
 from imagekit.errors import UsageError
@@ -170,6 +171,9 @@ class BuildPlan:
     source_revision: str = "unknown"
     source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
     wheels_url: str = DEFAULT_WHEELS_URL  # the legacy builder's wheel server
+    # torch's companions the lock holds, each with what the table asks of it and what the self-test imports
+    # (compat/companions.py; the manifest's `companions`)
+    companions: tuple[Mapping[str, object], ...] = ()
 
     @classmethod
     def make(
@@ -204,7 +208,21 @@ class BuildPlan:
             source_revision=source_revision,
             source_date_epoch=source_date_epoch,
             wheels_url=wheels_url,
+            companions=held_companions(cell, lock, data),
         )
+
+
+def held_companions(cell: Cell, lock: Lock, data: CompatData) -> tuple[Mapping[str, object], ...]:
+    """Each name of the companion table the lock pins that the self-test can check by importing it: a companion
+    (``torchaudio``), or what torch imports undeclared (``setuptools``: ``pkg_resources``)."""
+    pins = lock.pins()
+    out = []
+    for c in companions.constraints(data, cell.torch):
+        modules = companions.modules_of(c.name, data.undeclared)
+        if c.name in pins and modules:
+            out.append({"name": c.name, "version": pins[c.name], "requires": c.spec, "why": c.why,
+                        "source": c.source, "import": modules})  # fmt: skip
+    return tuple(out)
 
 
 NVCC = "nvidia-cuda-nvcc"
@@ -283,6 +301,8 @@ def manifest(plan: BuildPlan) -> dict:
             if plan.options.cuda_toolkit
             else {}
         ),
+        # torch's companions the lock holds (compat/companions.py): the self-test imports each
+        **({"companions": [dict(c) for c in plan.companions]} if plan.companions else {}),
         # `[image] smoke`: the commands the self-test runs in the image, each within its time limit
         **({"smoke": {"commands": list(smoke), "timeout": SMOKE_TIMEOUT, "budget": SMOKE_BUDGET}} if smoke else {}),
     }

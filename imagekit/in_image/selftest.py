@@ -47,6 +47,7 @@ SKIPS = {
     "torch-compile": "built without a compiler ([image] compiler = false): torch.compile is not available in this "
                      "image",
     "cuda-extension": "no CUDA compiler in this image ([image] cuda_toolkit = false)",
+    "torch-companions": "the lock holds none of torch's companion libraries",
     "gpu-cuda-available": GPU_SKIP,
 }
 
@@ -69,6 +70,7 @@ def skipped(cid, manifest, require_gpu=False):
         "numpy-interop": lambda: importlib.util.find_spec("numpy") is None,
         "torch-compile": lambda: (manifest.get("image") or {}).get("compiler") is False,
         "cuda-extension": lambda: not manifest.get("cuda_toolkit"),
+        "torch-companions": lambda: not manifest.get("companions"),
         "gpu-cuda-available": lambda: not require_gpu and not visible_gpus()[0],
     }
     return SKIPS[cid] if cid in skips and skips[cid]() else None
@@ -82,6 +84,7 @@ def plan(manifest, require_gpu=False):
            "numpy-interop", "tiny-model", "image-hygiene"]
     ids += ["project-imports"] if manifest.get("project") else []
     ids += ["apt-packages"] if manifest.get("apt") else []
+    ids += ["torch-companions"] if manifest.get("companions") else []
     ids += ["torch-compile", "cuda-extension", "gpu-cuda-available"]
     ids += [f"smoke-{n}" for n in range(1, len((manifest.get("smoke") or {}).get("commands") or []) + 1)]
     return [{"id": cid, "skip": skipped(cid, manifest, require_gpu)} for cid in ids]
@@ -200,7 +203,8 @@ def check_torch_archs(manifest):
         return check("torch-archs", "fail",
                      f"torch {torch.__version__} is compiled for {flags}, not what the image promises: "
                      + "; ".join(problems),
-                     "the curated [[arch]] facts for this torch build are wrong: correct them from these flags", ev)
+                     "imagekit's compatibility data promises more than this torch wheel holds: upgrade imagekit (its "
+                     "[[arch]] tables are held to the wheels they describe) or report these flags", ev)
     return check("torch-archs", "pass", f"torch {torch.__version__} has kernels for {flags}", "", ev)
 
 
@@ -262,6 +266,54 @@ def check_numpy_interop():
                      + ("; ".join(noisy)[:500] or f"wrong sum {total}"),
                      "pin a numpy this torch was built against in the cell's packages")
     return check("numpy-interop", "pass", f"torch.from_numpy works with numpy {numpy.__version__}")
+
+
+# Imports each module in one process of its own (a companion built for another torch can abort the process, as
+# torchao's .so files do), saying which it is at before each: the last one said is the one that failed.
+COMPANION_IMPORTS = """
+import importlib, sys
+import torch
+for name in sys.argv[1:]:
+    print("importing", name, flush=True)
+    importlib.import_module(name)
+print("imported all", flush=True)
+"""
+
+
+def check_companions(manifest):
+    """`torch-companions`: each of torch's companion libraries the lock holds (torchvision, torchaudio, torchao,
+    xformers, triton, ...) and what torch imports undeclared (pkg_resources, for a torch whose compiler needs it)
+    imports beside this torch: a companion built for another torch fails here ("libcudart.so.13: cannot open shared
+    object file", "cannot import name 'NF4Tensor'"), not in the user's first run."""
+    held = manifest.get("companions") or []
+    if skipped("torch-companions", manifest):
+        return check("torch-companions", "skip", SKIPS["torch-companions"])
+    import torch
+
+    modules = [m for c in held for m in c.get("import") or []]
+    start = time.time()
+    try:
+        res = subprocess.run([sys.executable, "-c", COMPANION_IMPORTS, *modules], capture_output=True, text=True,
+                             timeout=600)
+        out = res.stdout
+    except subprocess.TimeoutExpired as exc:
+        res, out = None, exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    ev = {"modules": modules, "seconds": round(time.time() - start, 2),
+          "companions": {c["name"]: c.get("version") for c in held}}
+    if res is not None and res.returncode == 0 and "imported all" in out:
+        shown = ", ".join(f"{c['name']} {c.get('version')}" for c in held)
+        return check("torch-companions", "pass", f"{shown} import beside torch {torch.__version__}", "", ev)
+    said = [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("importing ")]
+    failed = said[-1] if said else "torch"
+    which = next((c for c in held if failed in (c.get("import") or [])), None)
+    how = "did not finish in 600 s" if res is None else (
+        f"ended with exit {res.returncode}: " + (res.stderr.strip().splitlines() or ["no message"])[-1][:600])
+    what = f"{which['name']} {which.get('version')}" if which else failed
+    why = (f" (imagekit's companion table holds {which['name']}{which.get('requires')}: {which.get('why')}; "
+           f"{which.get('source')})") if which else ""
+    return check("torch-companions", "fail", f"import {failed} ({what}) beside torch {torch.__version__} {how}{why}",
+                 "re-lock the cell with this imagekit (the lock holds each companion to the release built for the "
+                 "cell's torch); if it still fails, the table is wrong for this release: report it", ev)
 
 
 def check_tiny_model():
@@ -504,6 +556,8 @@ def main(argv=None):
         checks.append(guarded("project-imports", check_project_imports, manifest))
     if manifest.get("apt"):  # an image with `[image] apt` packages: each at its locked version
         checks.append(guarded("apt-packages", check_apt, manifest))
+    if manifest.get("companions"):  # torch's companion libraries the lock holds: each imports beside this torch
+        checks.append(guarded("torch-companions", check_companions, manifest))
     checks.append(collect("torch-compile", compiling))
     checks.append(collect("cuda-extension", extension) if extension else
                   guarded("cuda-extension", check_cuda_extension, manifest))

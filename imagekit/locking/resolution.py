@@ -13,6 +13,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from imagekit import __version__
+from imagekit.compat import companions
 from imagekit.compat.catalog import CompatData
 from imagekit.compat.pypi_metadata import image_marker_env
 from imagekit.errors import CheckFailed
@@ -73,6 +74,10 @@ class LockRequest:
     # Folders of wheels built from source archives (services/wheel_builds.py), read by the resolver beside the
     # indexes; a host path, so never part of the input hash.
     find_links: tuple[str, ...] = ()
+    # What the companion table asks for this torch (compat/companions.py: torchaudio==2.7.1, numpy<2 ...), handed to
+    # the resolver as constraints: each binds only a name the resolution holds. Not in the input hash: a lock read
+    # back is held to them instead (`companion_drift`), so a table that moves re-resolves only the locks it contradicts.
+    constraints: tuple[str, ...] = ()
 
     def with_routed(self, names: set[str]) -> LockRequest:
         return replace(self, routed_extra=tuple(sorted(set(self.routed_extra) | names)))
@@ -116,6 +121,8 @@ class LockRequest:
             args += ["--extra-index-url", url]
         for folder in self.find_links:
             args += ["--find-links", folder]
+        if self.constraints:
+            args += ["--constraint", CONSTRAINTS_FILE]
         if self.settings.exclude_newer:
             args += ["--exclude-newer", self.settings.exclude_newer]
         return args
@@ -194,7 +201,58 @@ def request(cell: Cell, settings: LockSettings, data: CompatData) -> LockRequest
     platform = _platform(cell, data)
     torch_index = f"{settings.torch_index_base.rstrip('/')}/{cell.variant}" if routed else None
     input_hash = _input_hash(cell, settings.public(), routed, platform, data)
-    return LockRequest(cell, settings, routed, torch_index, platform, input_hash, _requirements(cell, routed))
+    held = tuple(c.requirement for c in companions.constraints(data, cell.torch) if c.binding)
+    return LockRequest(
+        cell, settings, routed, torch_index, platform, input_hash, _requirements(cell, routed), constraints=held
+    )
+
+
+CONSTRAINTS_FILE = "imagekit-companion-table.txt"  # beside the throwaway project; a lock says "# via -c" it
+
+
+def constraints_text(req: LockRequest) -> str:
+    """The resolver's constraints file: one requirement a line."""
+    return "".join(f"{c}\n" for c in req.constraints)
+
+
+def companion_conflicts(cell: Cell, data: CompatData) -> CheckFailed | None:
+    """A requirement of the cell (its packages) that contradicts the companion table for its torch: the error naming
+    both and the table's source; None when there is none. Said before the resolver runs, in imagekit's words."""
+    env = image_marker_env(cell.python, MACHINES[cell.platform])
+    found = companions.conflicts(cell.packages, companions.constraints(data, cell.torch), env)
+    if not found:
+        return None
+    lines = [
+        f"{text} contradicts imagekit's companion table: {c.why}, so the lock holds {c.requirement} "
+        f"(source: {data.source(c.source)})"
+        for text, c in found
+    ]
+    names = ", ".join(c.name for _, c in found)
+    return CheckFailed(
+        f"{cell.id}: " + "; ".join(lines),
+        f"drop the pin on {names} (the lock then picks the release that goes with torch {cell.torch}), or choose the "
+        f"torch release your pin was built for",
+    )
+
+
+def companion_drift(lock: Lock, cell: Cell, data: CompatData) -> list[str]:
+    """Each pin of ``lock`` the companion table for the cell's torch does not allow (a lock made before the table
+    said so): ``torchaudio 2.11.0 (the table: torchaudio==2.7.1, ...)``."""
+    found = companions.drift(lock.pins(), companions.constraints(data, cell.torch))
+    return [f"{name} {version} (the table: {c.requirement}: {c.why}; {c.source})" for name, version, c in found]
+
+
+def companion_hint(req: LockRequest, text: str, data: CompatData) -> str | None:
+    """What to add to a resolver's failure that names a name the companion table held: the constraint and its
+    source, so a "no version of torchvision>0.29.2" says why it was asked."""
+    held = [
+        c
+        for c in companions.constraints(data, req.cell.torch)
+        if c.binding and re.search(rf"(?<![A-Za-z0-9._-]){re.escape(c.name)}(?![A-Za-z0-9_])", text)
+    ]
+    if not held:
+        return None
+    return "; ".join(f"imagekit held {c.requirement} ({c.why}; source: {data.source(c.source)})" for c in held)
 
 
 def recorded_settings(lock: Lock) -> dict[str, object]:
@@ -219,6 +277,9 @@ def stale_reason(lock: Lock, cell: Cell, data: CompatData) -> str | None:
     routed = not data.torch_from_pypi(cell.torch, cell.variant, cell.platform)
     want = _input_hash(cell, recorded_settings(lock), routed, _platform(cell, data), data)
     got = lock.meta.get("input-hash")
+    drift = companion_drift(lock, cell, data)
+    if drift:
+        return f"pins what imagekit's companion table does not allow with torch {cell.torch}: {'; '.join(drift)}"
     if got == want:
         return None
     changed = []
@@ -483,6 +544,13 @@ def build_lock(req: LockRequest, uv_output: str, matrix: str | None, data: Compa
 
     entries = parse_requirements(uv_output, f"uv output for {req.cell.id}")
     verify(req, entries, index_of_entries(uv_output), data)
+    drift = companions.drift({e.name: e.version for e in entries}, companions.constraints(data, req.cell.torch))
+    if drift:  # the resolver did not hold a constraint it was given
+        raise CheckFailed(
+            f"{req.cell.id}: the resolution pins "
+            + "; ".join(f"{n} {v}, which the companion table does not allow ({c.requirement})" for n, v, c in drift),
+            "report this: the resolver was given the table's constraints",
+        )
     torch_part, app_part = split(entries)
     lines, meta = header(req, matrix, data, resolver_version)
     return Lock(torch_part, app_part, meta, lines)

@@ -12,7 +12,7 @@ from imagekit.compat import refresh
 from imagekit.compat.pypi_metadata import parse_metadata
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
-from imagekit.errors import EnvironmentFailure
+from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.trust import untrusted
 from imagekit.trust.redact import redact
 
@@ -108,7 +108,7 @@ def add_archs(page: dict, torch_meta: dict[str, dict], note: Callable[[str], Non
     (x86_64), and for Linux aarch64 its CUDA runtime (``aarch64_cuda_runtime``; none: a CPU-only build) and
     ``aarch64_archs`` ('' for a CPU-only build). A wheel that does not say is named in ``note`` and left out: the
     release then has no list, which `compat refresh --check` reports."""
-    reads = refresh.arch_reads(page, torch_meta, compat.curated_document())
+    reads = refresh.arch_reads(page, torch_meta)
     aarch64 = reads["aarch64"]
     texts = http.map_concurrently(_fetch_metadata, [w.url + ".metadata" for _, w in aarch64])
     runtimes = {v: parse_metadata(t, "aarch64").cuda_runtime for (v, _), t in zip(aarch64, texts, strict=True)}
@@ -161,6 +161,15 @@ def write(
         doc = build_metadata(index, pytorch_index, note)
     except EnvironmentFailure as exc:
         raise EnvironmentFailure(f"{exc.message}; {out} was not written", exc.hint) from None
+    over = refresh.arch_overpromises(compat.curated_document(), doc)
+    if over:  # imagekit's own facts promise GPUs the wheels do not run on: said, and nothing written on top of them
+        raise CheckFailed(
+            "imagekit's curated GPU architectures promise more than the torch wheels hold: "
+            + "; ".join(over)
+            + f"; {out} was not written",
+            "the wheel is the authority: correct the [[arch]] table in compat.toml from its flags (torch."
+            "_C._cuda_getArchFlags(): sm_XY cubins, compute_XY PTX), or upgrade imagekit",
+        )
     why = refresh.refusal(doc, floor)
     if why:
         raise EnvironmentFailure(

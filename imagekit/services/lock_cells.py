@@ -216,7 +216,7 @@ def status_of(directory: Path, cell: Cell, settings: resolution.LockSettings, da
     if existing is None:
         return LockResult(cell, "missing", path)
     req = resolution.request(cell, settings, data)
-    if existing.meta.get("input-hash") != req.input_hash:
+    if existing.meta.get("input-hash") != req.input_hash or resolution.companion_drift(existing, cell, data):
         return LockResult(cell, "stale", path, existing)
     return LockResult(cell, "up-to-date", path, existing)
 
@@ -248,9 +248,13 @@ def lock_one(
         sourced = direct_sources.prepare(req, Path(settings.project), existing)
     except ImagekitError as exc:
         return LockResult(cell, "failed", path, existing, exc)
-    if existing is not None and existing.meta.get("input-hash") == req.input_hash and not upgrade and not upgrade_all:
+    current = existing is not None and existing.meta.get("input-hash") == req.input_hash
+    if current and not upgrade and not upgrade_all and not resolution.companion_drift(existing, cell, data):
         if not sourced.changed:  # a project wheel whose bytes changed is locked again
             return LockResult(cell, "up-to-date", path, existing)
+    conflict = resolution.companion_conflicts(cell, data)  # a pin the companion table contradicts: named, with why
+    if conflict is not None:
+        return LockResult(cell, "failed", path, existing, conflict)
     try:  # a wheel named by URL that cannot run in the cell: said in imagekit's words, before uv says it in its own
         direct = [p for p in cell.packages if resolution.is_direct(p) and not resolution.is_vcs(p)]
         resolution.check_direct_wheels(req, direct, data)
@@ -289,6 +293,9 @@ def lock_one(
             return LockResult(cell, "failed", path, existing, down)
         if isinstance(exc, process.Aborted):
             raise
+        held = resolution.companion_hint(req, exc.message, data) if isinstance(exc, CheckFailed) else None
+        if held:  # the resolver's "no version of torchvision>0.29.2": why imagekit asked for that
+            exc = CheckFailed(exc.message, f"{held}; {exc.hint}" if exc.hint else held)
         return LockResult(cell, "failed", path, existing, exc)
     write_atomic(path, lock.render())
     return LockResult(cell, "locked", path, lock)

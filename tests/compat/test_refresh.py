@@ -182,7 +182,7 @@ def test_refresh_writes_what_the_index_says(tmp_path):
             "python": ["3.11", "3.12"],
             "glibc": "2.5",
             "requires_python": ">=3.8.0",
-            "requires": {},
+            "requires": {"triton": "==3.1.0"},  # torch's own pin: which triton goes with it (compat/companions.py)
             "cuda_runtime": "12.4.127",
         },
         "2.6.0": {
@@ -216,7 +216,12 @@ def test_refresh_writes_what_the_index_says(tmp_path):
     wheel_gets = [(p, r) for p, r in handler.seen if p.endswith(".whl")]
     assert wheel_gets and all(r and r.startswith("bytes=") for _, r in wheel_gets)
     read = {p.rsplit("/", 1)[-1] for p, _ in wheel_gets}
-    assert read == {"torch-2.6.0-cp312-cp312-manylinux_2_28_x86_64.whl", "transformers-4.49.0-py3-none-any.whl"}
+    # and each minor's newest x86_64 wheel for its arch flags (what the curated [[arch]] tables are held to)
+    assert read == {
+        "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl",
+        "torch-2.6.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "transformers-4.49.0-py3-none-any.whl",
+    }
     assert ("/files/transformers-4.48.2-py3-none-any.whl.metadata", None) in handler.seen  # its relative url
 
 
