@@ -396,7 +396,7 @@ def _sbom(b: _Build) -> None:
         created=int(b.opts.source_date_epoch),
         tool=f"imagekit-{__version__}",
     )
-    b.sbom = sbom.document(facts, b.lock, dpkg_status.parse(status.encode()))
+    b.sbom = sbom.document(facts, b.lock, dpkg_status.parse(status.encode()), b.plan.layering)
     path = b.opts.state_dir / "sbom" / f"{b.cell.slug}.spdx.json"
     write_atomic(path, json.dumps(b.sbom, indent=1, sort_keys=True) + "\n")
     counts = sbom.counts(b.sbom)

@@ -73,8 +73,10 @@ def _rfc3339(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def document(image: ImageFacts, lock: Lock, debs: list[DebPackage]) -> dict:
-    """The SPDX 2.3 document: the image, the Python distributions by layer, the Debian packages; each with a purl."""
+def document(image: ImageFacts, lock: Lock, debs: list[DebPackage], layering: layers.Layering | None = None) -> dict:
+    """The SPDX 2.3 document: the image, the Python distributions by layer, the Debian packages; each with a purl.
+    ``layering``: the plan's (the build's layers as they were made, the CUDA compiler's own among them); None: the
+    lock's default split (an image read back, whose plan is not at hand)."""
     index = (lock.meta.get("index") or "https://pypi.org/simple").rstrip("/")
     image_ref = "SPDXRef-Image"
     packages: list[dict] = [
@@ -90,7 +92,7 @@ def document(image: ImageFacts, lock: Lock, debs: list[DebPackage]) -> dict:
             "image's config digest (its ID)",
         }
     ]
-    layering = layers.split(lock)
+    layering = layering if layering is not None else layers.split(lock)
     for layer in layering.layers:
         for entry in layer.entries:
             hashes = [h.removeprefix("sha256:") for h in entry.hashes]

@@ -174,3 +174,25 @@ def test_a_published_tag_names_the_image_and_its_sbom_and_the_record_says_so(set
     again, _ = _build(engine, registry, opts)
     assert again.status == "published" and again.digest == res.digest
     assert ("registry.put_manifest", tag) not in engine.calls and "push" not in [c[0] for c in engine.calls]
+
+
+def test_the_layers_named_are_the_plans_the_cuda_compiler_its_own():
+    """The build hands its plan's layering: with `[image] cuda_toolkit`, the compiler's wheels are a layer of their own
+    (`image.layering.split`), and the SBOM says so rather than splitting the lock again its default way."""
+    from imagekit.image import layering
+
+    lock = Lock(
+        (LockEntry("nvidia-cuda-nvcc", "13.0.88", (H,)), LockEntry("torch", "2.14.1", (H,))),
+        (LockEntry("ninja", "1.13.0", (H,)),),
+        meta={"index": "https://pypi.org/simple"},
+    )
+
+    def layer_of(doc: dict, name: str) -> str:
+        (pkg,) = [p for p in doc["packages"] if p.get("name") == name]
+        return pkg["comment"].split()[1]
+
+    plan = layering.split(lock, cuda_toolkit=True)
+    (compiler,) = [layer.name for layer in plan.layers if any(e.name == "nvidia-cuda-nvcc" for e in layer.entries)]
+    planned = sbom.document(FACTS, lock, [], plan)
+    assert layer_of(planned, "nvidia-cuda-nvcc") == compiler != layer_of(sbom.document(FACTS, lock, []),
+                                                                        "nvidia-cuda-nvcc")  # fmt: skip
