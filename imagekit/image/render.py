@@ -50,6 +50,11 @@ IN_IMAGE = {
     "__init__.py": "doctor/__init__.py",
     "facts.py": "doctor/facts.py",
     "imagekit_doctor.py": "doctor/imagekit_doctor.py",
+    "doctor_expect.py": "doctor/doctor_expect.py",  # the doctor's checks, a module per domain
+    "doctor_python.py": "doctor/doctor_python.py",
+    "doctor_gpu.py": "doctor/doctor_gpu.py",
+    "doctor_launch.py": "doctor/doctor_launch.py",
+    "doctor_hub.py": "doctor/doctor_hub.py",
     "gpu_checks.py": "doctor/gpu_checks.py",
     "selftest.py": "doctor/selftest.py",
     "podstart.py": "doctor/podstart.py",

@@ -36,7 +36,16 @@ from imagekit.trust import untrusted
 Log = Callable[[str], None]
 RECONNECTS = 5
 # The stdlib doctor sent to a pod without one: the program and the sibling modules it imports.
-DOCTOR_FILES = ("imagekit_doctor.py", "facts.py", "nofollow.py")
+DOCTOR_FILES = (
+    "imagekit_doctor.py",
+    "doctor_expect.py",
+    "doctor_python.py",
+    "doctor_gpu.py",
+    "doctor_launch.py",
+    "doctor_hub.py",
+    "facts.py",
+    "nofollow.py",
+)
 
 
 @dataclass(frozen=True)

@@ -64,12 +64,11 @@ def test_without_one_the_stdlib_doctor_is_sent_with_the_expect_file_and_run_isol
     code, how, _ = _doctor(t, ["--json"], expect)
     assert code == 0 and "/opt/py/bin/python3" in how
     puts = [c[1] for c in t.calls if c[0] == "put"]
-    assert puts == [
+    assert puts == [  # the doctor and its sibling modules (a module per domain of checks), beside it
         "/tmp/imagekit-doctor.FAKE/cell.txt",
-        "/tmp/imagekit-doctor.FAKE/imagekit_doctor.py",
-        "/tmp/imagekit-doctor.FAKE/facts.py",  # the doctor's sibling modules, beside it
-        "/tmp/imagekit-doctor.FAKE/nofollow.py",
+        *(f"/tmp/imagekit-doctor.FAKE/{name}" for name in pod.DOCTOR_FILES),
     ]
+    assert pod.DOCTOR_FILES[0] == "imagekit_doctor.py" and {"facts.py", "nofollow.py"} <= set(pod.DOCTOR_FILES)
     ran = next(c[1] for c in t.calls if c[0] == "run")
     assert ran == (
         "/opt/py/bin/python3 -I /tmp/imagekit-doctor.FAKE/imagekit_doctor.py "

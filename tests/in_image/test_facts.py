@@ -38,7 +38,10 @@ def test_the_shared_names_are_defined_in_facts_only():
         defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
         assert not defined & shared, (path.name, defined & shared)
     assert lockfile.TORCH_FAMILY is facts.TORCH_FAMILY and resolution.is_torch_family is facts.is_torch_family
-    assert doctor.facts is facts and selftest.facts is facts and gpu_checks.facts is facts
+    from imagekit.in_image import doctor_gpu, doctor_python
+
+    assert doctor_gpu.facts is facts and doctor_python.facts is facts and selftest.facts is facts
+    assert gpu_checks.facts is facts and doctor.check_drift is doctor_python.check_drift
 
 
 def test_facts_imports_only_the_standard_library():
