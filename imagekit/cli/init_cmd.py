@@ -18,7 +18,7 @@ from imagekit.effects.files import read_input, write_atomic
 from imagekit.errors import UsageError
 from imagekit.locking import debs, direct_wheels
 from imagekit.matrix import matrix_file as matrix
-from imagekit.matrix import project_axes, project_deps
+from imagekit.matrix import init_document, project_axes, project_deps
 from imagekit.matrix.project_deps import DepsSource
 from imagekit.services import inputs
 from imagekit.trust import untrusted, validate
@@ -51,88 +51,7 @@ def _toml(value: str) -> str:
     return project_deps.toml_string(value)
 
 
-def _list(values: tuple[str, ...]) -> str:
-    return "[" + ", ".join(_toml(v) for v in values) + "]"
-
-
-def document(
-    axes: dict[str, tuple[str, ...]],
-    packages: tuple[str, ...],
-    repository: str,
-    table: str = "",
-    apt: tuple[str, ...] = (),
-    requirements: DepsSource | None = None,
-) -> str:
-    """The commented matrix: the axes, packages and repository set, every other key shown commented out.
-    ``table``: "tool.imagekit." for pyproject.toml's section, "" for a file of its own. ``requirements``: the
-    project's own dependency declaration, which the file then refers to (one list)."""
-    t = table
-    declared = (
-        f"requirements = {requirements.toml()}"
-        if requirements is not None
-        else '# requirements = "requirements.txt"   # or { file = "pyproject.toml", extras = ["train"] }, or setup.py'
-    )
-    return f"""\
-# imagekit matrix (`imagekit matrix --help` and the README's "Your own matrix" describe every key).
-# Cells: every combination of the four axes (the product), minus the exclude entries, plus the include entries,
-# as in a GitHub Actions matrix; the compatibility rules then drop what cannot work (`imagekit matrix --explain`).
-
-[{t}matrix]
-cuda = {_list(axes["cuda"])}    # the CUDA version of torch's wheel variant: 12.4 is cu124
-torch = {_list(axes["torch"])}
-transformers = {_list(axes["transformers"])}
-python = {_list(axes["python"])}
-# The project's own dependency list, read again by every command (a change to it makes the locks stale): its
-# torch, transformers and Python requirements must allow the axes above; the rest is installed in every cell.
-{declared}
-# Installed in every cell too, and hash-locked with the rest (PEP 508 requirements; pins make upgrades deliberate).
-packages = {_list(packages)}
-
-# Drop combinations from the product: name any of the four axes; an entry drops the cells matching all it names.
-# [[{t}matrix.exclude]]
-# cuda = "12.4"
-# torch = "2.8.0"
-
-# Add a cell: all four axes; its `packages` default to the ones above. An entry with the same four axes as a cell
-# of the product replaces that cell (e.g. to give it other packages); exclude never drops an included cell.
-# [[{t}matrix.include]]
-# cuda = "12.9"
-# torch = "2.8.0"
-# transformers = "5.9.0"
-# python = "3.12"
-# packages = ["accelerate==1.2.1", "peft"]
-
-[{t}targets]
-# The fleet the images must run on: a cell whose torch build lacks one of these GPU architectures, or whose CUDA
-# variant needs a newer driver, is excluded. Unset: not checked.
-# gpus = ["A100", "H100"]            # GPU names (`imagekit explain --help`), or compute capabilities as archs
-# archs = ["sm_80", "sm_90"]
-# min_driver = "580.65.06"           # the oldest NVIDIA driver on the hosts
-
-[{t}image]
-repository = {_toml(repository)}    # where `imagekit build --push` publishes: REGISTRY/REPO
-# jupyter = true                     # JupyterLab in the image, started when JUPYTER_PASSWORD is set (default false)
-# compiler = false                   # leave out gcc/g++ and the Python headers: ~200 MB less, no torch.compile
-# size_budget = "+10%"               # refuse an image this much bigger than the cell's last release, or "6.5 GB"
-{f"apt = {_list(apt)}" if apt else '# apt = ["git-lfs", "ffmpeg"]'}    # Debian packages over the base (.debs locked)
-# copy = "."                         # this folder, as the image's last layer in /opt/app (a code change pushes it
-#                                    # alone): or {{ from = "src", to = "/opt/app", exclude = ["data/", "**/*.ckpt"] }}
-# install = "."                      # the copied project's own wheel, built and installed into the venv (no deps)
-# env = {{ WANDB_PROJECT = "sft" }}    # environment variables in the image (no secrets: give them when the pod starts)
-# smoke = ["python -c 'import mypkg'", "python /opt/app/train.py --help"]   # run by the self-test: one fails, no push
-# command = ["python", "/opt/app/train.py"]   # the default command: a container started without one runs it
-
-# Private package indexes (URLs only: the credentials come from IMAGEKIT_INDEX_USER/_PASSWORD or ~/.netrc):
-# [{t}lock]
-# index_url = "https://pypi.org/simple"
-# extra_index_urls = ["https://pkgs.example.com/simple"]
-
-# Build FROM your registry's base instead of the Debian/Ubuntu base imagekit bootstraps, per Python version:
-# [{t}bases."3.11"]
-# reference = "registry.example.com/base/python@sha256:<64 hex digits>"   # by digest only
-# glibc = "2.36"                     # the base's glibc (torch wheels need a minimum)
-# python = "/usr/local/bin/python3.11"   # its interpreter, when not /usr/bin/python3.11
-"""
+document = init_document.document
 
 
 def register(app: typer.Typer) -> None:

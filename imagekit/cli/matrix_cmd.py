@@ -14,7 +14,7 @@ from imagekit.cli.common import err_console, folder_option, handles_errors, load
 from imagekit.cli.options import LockDirOpt, Selection, with_groups
 from imagekit.errors import UsageError
 from imagekit.matrix import matrix_file as matrix_mod
-from imagekit.matrix import outputs
+from imagekit.matrix import outputs, schema
 from imagekit.model import AMD64
 from imagekit.services import lock_cells as lock_service
 
@@ -28,45 +28,7 @@ The matrix file: --matrix FILE, else ./imagekit.toml, else ./pyproject.toml's [t
 under tool.imagekit.), else the shipped default. Cells are the product of the four axes, then exclude drops \
 the combinations it names, then include adds whole cells; the rules then drop what cannot work. Every key:
 
-\b
-[matrix]
-cuda = ["12.4", "12.8"]          # CUDA version of torch's wheel variant (12.4: cu124)
-torch = ["2.5.1", "2.8.0"]
-transformers = ["4.48.2"]
-python = ["3.11"]
-packages = ["accelerate==1.2.1", "peft"]        # in every cell, hash-locked (default: none)
-requirements = "requirements.txt"               # the project's own list, read again by every command:
-                                                # its -r/-c includes too; or { file = "pyproject.toml",
-                                                # extras = ["train"] } ([project] dependencies and groups),
-                                                # or "setup.py"/"setup.cfg" (its build backend's metadata,
-                                                # read in a container of the base, network off). Its torch,
-                                                # transformers and Python requirements must allow every
-                                                # cell (a conflict: exit 2); the rest joins packages, one
-                                                # requirement per name; a change to it makes locks stale
-exclude = [{cuda = "12.8", torch = "2.5.1"}]    # drops product cells matching every key given
-include = [{cuda = "12.9", torch = "2.8.0", transformers = "5.9.0", python = "3.12"}]  # one whole cell
-platforms = ["linux/amd64", "linux/arm64"]      # each cell on each (default: linux/amd64; arm64: Grace hosts);
-                                                # an include or exclude may name one: platform = "linux/arm64"
-\b
-[targets]                        # cells that cannot run on the fleet are excluded (default: not checked)
-gpus = ["A100", "H100"]          # GPU names; or archs = ["sm_80", "sm_90"]
-min_driver = "580.65.06"         # the oldest host driver
-\b
-[image]
-repository = "ghcr.io/acme/train"    # where build --push publishes (default: 127.0.0.1:5000/imagekit/train)
-jupyter = false                      # JupyterLab in the image (default: false)
-compiler = true                      # gcc/g++ and Python headers for torch.compile (default: true)
-cuda_toolkit = false                 # nvcc, the CUDA headers and ninja from pinned wheels, CUDA_HOME set (CUDA 13)
-copy = "."                           # the project's folder in /opt/app, the last layer (default: none)
-install = "."                        # ... built into a wheel (offline, in the cell's base) and installed without
-                                     # its dependencies: the lock must hold them and the build backend (default: none)
-env = { WANDB_PROJECT = "sft" }      # variables in the image's config (not PATH, LD_*, NVIDIA_*, IMAGEKIT_*, ...)
-smoke = ["python -c 'import alignment'"]   # commands the self-test runs in the image; one failing blocks publish
-\b
-[bases."3.11"]                       # FROM your registry's base for this Python, by digest
-reference = "registry.example.com/base/python@sha256:..."
-glibc = "2.36"
-python = "/usr/local/bin/python3.11" # optional: its interpreter, when not /usr/bin/python3.11
+""" + schema.reference() + """
 
 `imagekit init` writes a commented one; the README's "Your own matrix" explains each key."""
 

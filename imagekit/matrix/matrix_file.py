@@ -17,6 +17,7 @@ from imagekit.image.buildplan import BaseRef
 from imagekit.image.code_layer import CopySpec
 from imagekit.image.image_options import ImageOptions
 from imagekit.locking import debs, direct_wheels, source_builds
+from imagekit.matrix import schema
 from imagekit.matrix.project_deps import DepsSource, source_of
 from imagekit.model import AMD64, Cell, Query, Targets, Verdict
 from imagekit.trust import untrusted, validate
@@ -92,7 +93,7 @@ def _cell_dict(p: _Problems, key: str, entry: object, *, partial: bool, packages
         elif k == "platform":
             out[k] = p.check(f"{key}.platform", validate.platform, v)
         else:
-            allowed = ", ".join(AXES) + ", platform" + ("" if partial else ", packages")
+            allowed = ", ".join(schema.ENTRY_KEYS["matrix.exclude" if partial else "matrix.include"])
             p.add(f"{key}.{k}", f"unknown key (allowed: {allowed})")
     if not partial:
         missing = [a for a in AXES if a not in entry]
@@ -141,8 +142,8 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
     )
 
 
-SECTIONS = ("bases", "image", "lock", "matrix", "targets")
-MATRIX_KEYS = (*AXES, "packages", "requirements", "from_source", "platforms", "include", "exclude")
+SECTIONS = tuple(sorted(schema.SECTIONS))
+MATRIX_KEYS = schema.names("matrix")
 
 
 def _sections(p: _Problems, doc: dict) -> None:
@@ -198,8 +199,8 @@ def _targets(p: _Problems, t: object, data: CompatData) -> Targets:
         p.add("targets", "expected a table")
         return Targets((), None)
     for k in t:
-        if k not in ("gpus", "archs", "min_driver"):
-            p.add(f"targets.{k}", "unknown key (allowed: gpus, archs, min_driver)")
+        if k not in schema.names("targets"):
+            p.add(f"targets.{k}", f"unknown key (allowed: {', '.join(schema.names('targets'))})")
     archs += _string_list(p, "targets.gpus", t.get("gpus"), lambda v: _gpu(v, data))
     archs += _string_list(p, "targets.archs", t.get("archs"), validate.arch)
     if "min_driver" in t:
@@ -270,7 +271,7 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
     if not isinstance(image, dict):
         p.add("image", "expected a table")
         return ImageOptions()
-    allowed = ("repository", *ImageOptions.keys())
+    allowed = schema.names("image")
     for k in image:
         if k not in allowed:
             p.add(f"image.{k}", f"unknown key (allowed: {', '.join(allowed)})")
@@ -386,8 +387,8 @@ def _indexes(p: _Problems, table: object) -> tuple[str | None, tuple[str, ...]]:
         p.add("lock", "expected a table")
         return None, ()
     for k in table:
-        if k not in ("index_url", "extra_index_urls"):
-            p.add(f"lock.{k}", "unknown key (allowed: index_url, extra_index_urls)")
+        if k not in schema.names("lock"):
+            p.add(f"lock.{k}", f"unknown key (allowed: {', '.join(schema.names('lock'))})")
 
     def url(key: str, value: object) -> str | None:
         checked = p.check(key, lambda v: validate.index_url(v, key), value)
@@ -414,9 +415,10 @@ def _copy(p: _Problems, value: object) -> CopySpec | None:
     if not isinstance(value, dict):
         p.add("image.copy", 'expected a folder ("." or "src") or a table with from, to and exclude')
         return None
-    unknown = set(value) - {"from", "to", "exclude"}
+    unknown = set(value) - set(schema.ENTRY_KEYS["image.copy"])
     if unknown:
-        p.add("image.copy", f"unknown keys {', '.join(sorted(unknown))} (allowed: from, to, exclude)")
+        p.add("image.copy", f"unknown keys {', '.join(sorted(unknown))} (allowed: "
+              f"{', '.join(schema.ENTRY_KEYS['image.copy'])})")  # fmt: skip
     source = value.get("from", ".")
     if not isinstance(source, str) or not source or "\0" in source or not source.isprintable():
         p.add("image.copy.from", "expected a folder path, relative to the matrix file's folder")
@@ -452,9 +454,9 @@ def _bases(p: _Problems, table: object) -> dict[str, BaseRef]:
         if not isinstance(entry, dict):
             p.add(key, "expected a table with reference, glibc and optionally python")
             continue
-        unknown = set(entry) - {"reference", "glibc", "python"}
+        unknown = set(entry) - set(schema.names("bases"))
         if unknown:
-            p.add(key, f"unknown keys {', '.join(sorted(unknown))} (allowed: reference, glibc, python)")
+            p.add(key, f"unknown keys {', '.join(sorted(unknown))} (allowed: {', '.join(schema.names('bases'))})")
         ref = p.check(f"{key}.reference", validate.image_ref, entry.get("reference"))
         if ref and "@sha256:" not in ref:
             p.add(f"{key}.reference", "a registry base must be referenced by digest (NAME@sha256:...)")
