@@ -69,7 +69,7 @@ test-arm64: setup
 
 # What needs only Python in this process (no server, no program started), in parallel: under half a minute on two
 # cores. After each change.
-FAST := not sweep and not docker and not sshd and not resolver and not network and not slow and not loopback and not programs
+FAST := not sweep and not docker and not sshd and not resolver and not network and not slow and not loopback and not programs and not seconds
 test-fast: $(VENV)/.installed
 	IMAGEKIT_FAST_TIER=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "$(FAST)" -p no:cacheprovider
 

@@ -73,6 +73,7 @@ def test_the_pure_core_touches_no_process_network_or_effect(module):
     assert not bad, f"{module} imports {bad}: move the effect to imagekit/effects and pass its result in"
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) in ("effects", "services")])
 def test_effects_know_no_use_case_and_use_cases_no_cli(module):
     above = ("imagekit.services", "imagekit.cli") if _layer(module) == "effects" else ("imagekit.cli",)
@@ -103,6 +104,7 @@ def _in_image_imports(path: Path) -> set[str]:
     return found
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("module", [m for m in MODULES if _layer(m) == "in_image"])
 def test_in_image_code_imports_the_standard_library_and_its_siblings_only(module):
     """It runs in the image under any Python >= 3.8, where imagekit is not installed: no `imagekit.*` import, only

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 
+import pytest
+
 from tests.conftest import ROOT
 
 
@@ -17,6 +19,7 @@ def _gen():  # type: ignore[no-untyped-def]
     return module
 
 
+@pytest.mark.seconds
 def test_the_module_map_names_every_package_and_module_as_the_code_says():
     gen = _gen()
     text = gen.ARCHITECTURE.read_text()

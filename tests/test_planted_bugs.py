@@ -100,6 +100,7 @@ def _build(cell: Cell, output: str, data) -> Lock:
 
 
 # Planted: lockfile.torch_closure `roots = {... if e.name in TORCH_FAMILY}` -> `if e.name == "torch"`.
+@pytest.mark.seconds
 def test_a_directly_pinned_torchvision_is_in_the_torch_layer(data):
     lock = _build(CU118_VISION, _vision_output(TORCH_118), data)
     assert {e.name for e in lock.torch} == {"torch", "torchvision", "nvidia-cudnn-cu11", "filelock", "pillow"}

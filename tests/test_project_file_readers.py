@@ -343,6 +343,7 @@ def egg_infos(draw: st.DrawFn) -> str:
     return "\n".join(draw(st.lists(requirement_lines(), max_size=2)) + sections)
 
 
+@pytest.mark.seconds
 @settings(derandomize=True, max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(requirement_lines(), min_size=1, max_size=5), pyprojects(), egg_infos(), DEPTHS)
 def test_no_reader_of_a_project_file_raises_anything_but_imagekits_error(data, lines, pyproject, egg, depth):
@@ -413,6 +414,7 @@ def test_init_notes_show_no_credentials_and_no_escapes(app, runner, in_tmp):
     assert "ignored" in res.stderr and "hunter2" not in res.output and "\x1b" not in res.output
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     "argv",
     [

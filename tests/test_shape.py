@@ -9,6 +9,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "imagekit"
@@ -73,6 +75,7 @@ def test_no_module_outside_in_image_is_over_the_line_limit():
     )
 
 
+@pytest.mark.seconds
 def test_no_function_is_over_the_line_limit():
     too_long = [
         f"{_rel(p)}:{line} {name}: {n} lines of its own code"

@@ -17,8 +17,8 @@ from imagekit.compat import catalog as compat
 from imagekit.effects.files import read_input, write_atomic
 from imagekit.errors import UsageError
 from imagekit.locking import debs, direct_wheels
-from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix import init_document, project_axes, project_deps
+from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix.project_deps import DepsSource
 from imagekit.services import inputs
 from imagekit.trust import untrusted, validate

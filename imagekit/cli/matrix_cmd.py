@@ -20,7 +20,8 @@ from imagekit.services import lock_cells as lock_service
 
 FORMATS = ("table", "json", "markdown", "grid", "github", "bake")
 # `\b` keeps click from rewrapping the paragraph after it: the file format stays as written.
-EPILOG = """Examples: imagekit matrix --explain; echo "matrix=$(imagekit matrix --format github --locked-only)" \
+EPILOG = (
+    """Examples: imagekit matrix --explain; echo "matrix=$(imagekit matrix --format github --locked-only)" \
 >> "$GITHUB_OUTPUT" (one line of JSON); \
 imagekit matrix --format grid >> README.md
 
@@ -28,9 +29,12 @@ The matrix file: --matrix FILE, else ./imagekit.toml, else ./pyproject.toml's [t
 under tool.imagekit.), else the shipped default. Cells are the product of the four axes, then exclude drops \
 the combinations it names, then include adds whole cells; the rules then drop what cannot work. Every key:
 
-""" + schema.reference() + """
+"""
+    + schema.reference()
+    + """
 
 `imagekit init` writes a commented one; the README's "Your own matrix" explains each key."""
+)
 
 
 def register(app: typer.Typer) -> None:

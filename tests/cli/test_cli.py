@@ -12,6 +12,7 @@ from tests.conftest import ROOT
 EXAMPLE = ["--cuda", "12.4", "--torch", "2.5.1", "--transformers", "4.48.2", "--python", "3.11"]
 
 
+@pytest.mark.seconds
 def test_every_command_has_help_with_an_example(app, runner):
     for cmd in (
         ["init"],
@@ -168,6 +169,7 @@ def test_matrix_locked_only_lists_cells_with_a_current_lock(app, runner, in_tmp)
     assert f"skipped {stale}:" in res.stderr and f"skipped {pypi[2]['cell']}: no lock in locks" in res.stderr
 
 
+@pytest.mark.seconds
 def test_matrix_github_shards(app, runner, in_tmp):
     whole = json.loads(runner.invoke(app, ["matrix", "--format", "github"]).stdout)["include"]
     parts = [
@@ -177,6 +179,7 @@ def test_matrix_github_shards(app, runner, in_tmp):
     assert sorted(r["cell"] for p in parts for r in p) == sorted(r["cell"] for r in whole)
 
 
+@pytest.mark.seconds
 def test_matrix_over_github_limit_says_how_to_shard(app, runner, data, in_tmp):
     from packaging.specifiers import SpecifierSet
 
@@ -207,6 +210,7 @@ def test_matrix_over_github_limit_says_how_to_shard(app, runner, data, in_tmp):
     assert sum(len(p) for p in parts) == total and all(len(p) <= 256 for p in parts)
 
 
+@pytest.mark.seconds
 def test_matrix_explain_lists_excluded_with_rule(app, runner, in_tmp):
     res = runner.invoke(app, ["matrix", "--explain", "--format", "json"])
     rows = json.loads(res.stdout)
@@ -230,6 +234,7 @@ def test_markdown_grid(app, runner, in_tmp):
     assert "✗ no such wheels" in row and "✓ (PyPI)" in row
 
 
+@pytest.mark.seconds
 def test_bake_targets_are_the_locked_cells(app, runner, in_tmp):
     locks = ["--lock-dir", str(ROOT / "lockfiles")]
     res = runner.invoke(app, ["matrix", "--format", "bake", *locks])
@@ -252,6 +257,7 @@ def test_bad_format_is_usage_error(app, runner):
     assert res.exit_code == 2 and "error: invalid --format" in res.output
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [

@@ -44,6 +44,7 @@ def test_the_walk_finds_every_command() -> None:
     assert len(names) >= 18  # the root, 3 groups and their commands
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p) or "imagekit")
 def test_help_exits_0_without_type_labels(path: tuple[str, ...]) -> None:
     text = _help(path)
@@ -52,6 +53,7 @@ def test_help_exits_0_without_type_labels(path: tuple[str, ...]) -> None:
     assert not labels, f"imagekit {' '.join(path)} --help shows type labels {labels}:\n{text}"
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     ("path", "cmd"),
     [(p, c) for p, c in COMMANDS if c.params],
@@ -71,6 +73,7 @@ def test_every_value_has_a_metavar_and_flags_none(path: tuple[str, ...], cmd: An
         assert param.metavar in text, f"{param.metavar} missing from imagekit {' '.join(path)} --help"
 
 
+@pytest.mark.seconds
 def test_bracketed_help_text_survives() -> None:
     build = _help(("build",))
     assert "[tool.imagekit]" in build  # --matrix's default
@@ -80,6 +83,7 @@ def test_bracketed_help_text_survives() -> None:
     assert "USER@HOST[:PORT]" in _help(("pod", "exec"))
 
 
+@pytest.mark.seconds
 def test_arguments_read_as_their_metavar() -> None:
     assert "Usage: imagekit pod exec [OPTIONS] TARGET COMMAND..." in _help(("pod", "exec"))
     assert "Usage: imagekit pod cp [OPTIONS] SRC DST" in _help(("pod", "cp"))

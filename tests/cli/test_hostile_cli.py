@@ -693,6 +693,7 @@ def test_build_refuses_a_broken_release_index_before_any_work(box: Box, name: st
     assert code == 2 and "is not a release index" in out and "Docker" not in out, out
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     "toml",
     [
@@ -748,6 +749,7 @@ def test_a_10k_character_version_is_a_short_usage_error(box: Box, flag: str, val
     assert code == 2 and "error:" in out and len(out) < 2000, out[:500]
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("command", ["lock", "render", "build", "fetch"])
 def test_a_10k_character_selector_selects_nothing(box: Box, command: str) -> None:
     extra = ["--out", "o"] if command == "render" else []
@@ -924,6 +926,7 @@ def test_doctor_refuses_an_hf_repo_that_is_not_a_repo_id(box: Box, repo: str) ->
     assert code == 2 and "--hf-repo" in out, out
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("ref", ["127.0.0.1:9/imagekit/train:cell", "localhost:9/a@sha256:" + "0" * 64])
 def test_doctor_expect_an_image_on_an_unreachable_registry_is_exit_3(box: Box, ref: str) -> None:
     code, out = box.run("doctor", "--tier", "quick", "--expect", ref)

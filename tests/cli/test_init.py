@@ -21,6 +21,7 @@ def _init(app, runner, *args: str):
     return res
 
 
+@pytest.mark.seconds
 def test_default_init_writes_a_matrix_that_is_found_and_has_compatible_cells(app, runner, data, in_tmp):
     res = _init(app, runner)
     assert res.exit_code == 0, res.output
@@ -68,6 +69,7 @@ def test_own_packages_axes_and_registry(app, runner, data, in_tmp):
     assert all(c.packages == ("accelerate", "bitsandbytes>=0.45", "peft") for c in config.cells)
 
 
+@pytest.mark.seconds
 def test_apt_packages_from_the_command_line(app, runner, data, in_tmp):
     res = _init(app, runner, "--apt", "git-lfs", "--apt", "ffmpeg", "--apt", "git-lfs")
     assert res.exit_code == 0, res.output

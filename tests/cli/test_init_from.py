@@ -150,6 +150,7 @@ BAD = {
 }
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_declarations_are_refused_and_nothing_is_written(app, runner, in_tmp, case):
     files, args, needle = BAD[case]
@@ -173,6 +174,7 @@ def test_a_link_out_of_the_project_is_refused(app, runner, in_tmp, tmp_path_fact
     assert not (in_tmp / "imagekit.toml").exists()
 
 
+@pytest.mark.seconds
 def test_an_edit_that_conflicts_later_is_named_by_every_command(app, runner, data, in_tmp):
     (in_tmp / "requirements.txt").write_text("torch==2.5.1\nnumpy\n")
     assert _init(app, runner, "--from", "requirements.txt", "--repository", "ghcr.io/a/b").exit_code == 0
@@ -191,6 +193,7 @@ def test_an_edit_that_conflicts_later_is_named_by_every_command(app, runner, dat
     assert gone.exit_code == 2 and "matrix.requirements: requirements.txt: no such file in the project" in gone.stderr
 
 
+@pytest.mark.seconds
 def test_a_requirement_with_no_wheel_is_left_out_by_name_and_the_file_stays_as_it_is(app, runner, data, in_tmp):
     """deepspeed has no wheel: `--without deepspeed` writes `without`, every command leaves it out (saying so), and the
     project's file is not edited; a name the file does not state, or an axis, is refused with nothing written."""

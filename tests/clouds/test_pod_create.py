@@ -281,6 +281,7 @@ def test_an_api_url_with_credentials_is_redacted_in_every_message(app, runner, t
     assert PASSWORD not in res.output and KEY not in res.output, res.output
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     "url",
     [

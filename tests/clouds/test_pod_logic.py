@@ -120,6 +120,7 @@ def test_a_folder_goes_up_as_one_tar_unpacked_then_removed(tmp_path):
     )
 
 
+@pytest.mark.seconds
 def test_a_dropped_download_reconnects_and_the_folder_is_not_packed_again(tmp_path):
     t = FakeTransport(files={"/w/out/a.txt": b"a", "/w/out/d/b.txt": b"bb"}, dirs={"/", "/w", "/w/out"}, drops=1)
     logs: list[str] = []
@@ -133,6 +134,7 @@ def test_a_dropped_download_reconnects_and_the_folder_is_not_packed_again(tmp_pa
     assert t.commands()[-1].startswith("rm -f /tmp/.imk-")  # the staged archive goes from the pod
 
 
+@pytest.mark.seconds
 def test_a_connection_that_keeps_dropping_gives_up_after_the_reconnects(tmp_path, monkeypatch):
     monkeypatch.setattr(pod, "RECONNECTS", 1)
     t = FakeTransport(files={"/w/f": b"f"}, drops=5)

@@ -121,6 +121,7 @@ def _literals(path: Path) -> list[str]:
             if id(n) not in docs]  # fmt: skip
 
 
+@pytest.mark.seconds
 def test_no_host_module_writes_a_provider_fact_of_the_registry():
     """The API bases, endpoints, account keys, in-pod variables and gateways are written in facts.py and the
     provider's own module, clouds/<name>.py, only (help prose such as "RunPod's API" is not a fact of the table)."""

@@ -52,6 +52,7 @@ def index(tmp_path):
     return _write_index(tmp_path / "index.json", TAG, {"ports": ["22/tcp"], "jupyter": False})
 
 
+@pytest.mark.seconds
 def test_template_is_pinned_to_the_immutable_tag(app, runner, index):
     res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(index)])
     assert res.exit_code == 0, res.output
@@ -154,6 +155,7 @@ def test_create_with_a_non_json_answer_is_exit_3(app, runner, index, monkeypatch
     assert KEY not in res.output
 
 
+@pytest.mark.seconds
 def test_create_without_a_key_is_usage_error(app, runner, index, monkeypatch):
     monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
     res = runner.invoke(app, ["runpod-template", CELL, "--release-index", str(index), "--create"])

@@ -107,6 +107,7 @@ def test_print_mode(acme, runner, index):
     assert "lifetime guard armed: stop after 45m idle" in res.stderr and "acme-template --no-guard" in res.stderr
 
 
+@pytest.mark.seconds
 def test_its_checks_run_where_the_spec_puts_them(acme, runner, tmp_path, index, monkeypatch):
     app = build_app()
     missing = str(tmp_path / "none.json")

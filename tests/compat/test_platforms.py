@@ -161,6 +161,7 @@ def test_a_dry_run_forecasts_each_platforms_cell_under_its_own_name(app, runner,
     assert "cu132-torch2.15.0-py3.13-tf5.24.0: no lock" in res.output
 
 
+@pytest.mark.seconds
 def test_explain_and_the_matrix_know_the_platform(app, runner, tmp_path):
     res = runner.invoke(app, ["explain", "--torch", "2.10.0", "--cuda", "12.8", "--platform", "arm64", "--json"])
     assert res.exit_code == 1 and json.loads(res.stdout)["violations"][0]["rule"] == "platform-wheels"

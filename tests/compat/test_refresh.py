@@ -437,6 +437,7 @@ HOSTILE_FILES = {
 }
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("kind", sorted(HOSTILE_FILES))
 def test_a_hostile_user_metadata_file_is_an_error_naming_it_for_every_command(app, runner, in_tmp, monkeypatch, kind):
     path = _user_file(in_tmp, monkeypatch, HOSTILE_FILES[kind])

@@ -81,6 +81,7 @@ def test_a_broken_config_file_means_no_credentials(tmp_path, monkeypatch):
             assert found == credentials.NONE
 
 
+@pytest.mark.seconds
 def test_build_dry_run_push_says_where_and_with_which_credentials(app, runner, tmp_path, monkeypatch):
     repo = f"{HOST}/imagekit/train"
     args = ["build", "--cuda", "12.1", "--source", "pypi", "--dry-run", "--push", "--registry", repo]

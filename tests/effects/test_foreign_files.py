@@ -170,6 +170,7 @@ def test_special_files_and_foreign_owners_are_refused_by_name(tmp_path):
             layer_tar.write_layer(root, None, EPOCH)
 
 
+@pytest.mark.seconds
 def test_a_2000_deep_tree_is_refused_and_removed_without_a_traceback(tmp_path):
     root = tmp_path / "stage" / "root"
     root.mkdir(parents=True)

@@ -43,6 +43,7 @@ def _plant(folder: Path) -> None:
     (folder / "out").symlink_to("/etc")
 
 
+@pytest.mark.seconds
 def test_a_scratch_folder_is_private_and_removed_whatever_was_planted(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     with foreign_files.scratch("imagekit-test-") as folder:
@@ -138,6 +139,7 @@ def _nest(root: Path, levels: int) -> None:
 
 
 # Planted: foreign_files._walk `if depth > max_depth` -> `if depth >= max_depth` (and -> `depth > max_depth + 1`).
+@pytest.mark.seconds
 @pytest.mark.parametrize("limit", [1, 3, foreign_files.MAX_DEPTH])
 def test_the_depth_bound_is_exact_at_its_limit(tmp_path, limit):
     at, past = tmp_path / "at", tmp_path / "past"

@@ -511,6 +511,7 @@ def test_stop_refusals_are_clear(app, runner, runpod_api, monkeypatch):
     assert res.exit_code == 1 and "no pod abc123xyz456" in res.output
 
 
+@pytest.mark.seconds
 def test_the_doctor_sent_to_any_pod_parses_as_python_3_8():
     """`pod doctor` runs the stdlib doctor with the pod's own Python (>= 3.8, e.g. runpod/pytorch's 3.10)."""
     import ast

@@ -555,6 +555,7 @@ def _an_entry_the_index_check_accepts_makes_a_sane_template(changes):
 ACCEPTED: list[bool] = []
 
 
+@pytest.mark.seconds
 def test_an_entry_the_index_check_accepts_makes_a_sane_template():
     """Every mutated entry the index check accepts makes a sane template; and the run is not vacuous: many mutated
     entries are accepted, many refused (counted in the same test, so no test order is assumed)."""

@@ -101,6 +101,7 @@ def test_a_lock_for_aarch64_fetches_aarch64_wheels_and_uv():
     assert tools.uv_for("aarch64").version == tools.UV.version  # the same installer release on both
 
 
+@pytest.mark.seconds
 def test_render_makes_both_platforms_each_in_its_folder(app, runner, tmp_path):
     (tmp_path / "m.toml").write_text(
         '[matrix]\nplatforms = ["linux/amd64", "linux/arm64"]\n\n[[matrix.include]]\ncuda = "13.2"\ntorch = "2.15.0"\n'
@@ -274,6 +275,7 @@ def _two_platform_index(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.seconds
 def test_a_grace_gpu_rents_the_arm64_image_and_an_x86_gpu_the_amd64_one(app, runner, tmp_path):
     index = _two_platform_index(tmp_path)
     pod = ["pod", "create", CELL.id, "--release-index", str(index), "--dry-run", "--gpu"]
@@ -302,6 +304,7 @@ def test_the_arm64_templates_readme_names_grace_gpus_as_the_ones_it_runs_on(app,
     assert "GH200" in runs and "H100" not in runs and "(x86_64 CPUs; this image is linux/arm64)" in line
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("command", ["runpod-template", "vast-template"])
 def test_a_template_of_a_cell_is_its_amd64_image_unless_the_platform_is_given(app, runner, tmp_path, command):
     index = _two_platform_index(tmp_path)

@@ -34,6 +34,7 @@ def _tree(root):
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.seconds
 def test_render_twice_gives_identical_trees(app, runner, tmp_path, in_tmp):
     _render_cli(app, runner, tmp_path / "a", "--source", "pypi")
     _render_cli(app, runner, tmp_path / "b", "--source", "pypi")
@@ -41,6 +42,7 @@ def test_render_twice_gives_identical_trees(app, runner, tmp_path, in_tmp):
     assert a == b and len(a) > 20
 
 
+@pytest.mark.seconds
 def test_check_detects_hand_edit_and_missing_and_extra(app, runner, tmp_path, in_tmp):
     out = tmp_path / "ctx"
     select = ["--cuda", "12.4", "--torch", "2.5"]
@@ -62,6 +64,7 @@ def test_check_detects_hand_edit_and_missing_and_extra(app, runner, tmp_path, in
     assert res.exit_code == 1 and "extra:" in res.output and "missing:" in res.output
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("cell_id", REPRESENTATIVE)
 def test_golden_dockerfiles(app, runner, tmp_path, in_tmp, cell_id, update_golden):
     _render_cli(app, runner, tmp_path, "--cell", cell_id)
@@ -73,6 +76,7 @@ def test_golden_dockerfiles(app, runner, tmp_path, in_tmp, cell_id, update_golde
     assert got == golden.read_text(), "golden differs: review, then `pytest --update-golden`"
 
 
+@pytest.mark.seconds
 def test_golden_legacy_dockerfile(app, runner, tmp_path, in_tmp, update_golden):
     """What `imagekit build` renders for the engine's legacy builder: wheels over loopback HTTP."""
     cell_id = REPRESENTATIVE[0]
@@ -97,6 +101,7 @@ def test_golden_legacy_dockerfile(app, runner, tmp_path, in_tmp, update_golden):
     assert "--requirements http://imagekit-wheels:8765/requirements-torch.txt#sha256=" in got
 
 
+@pytest.mark.seconds
 def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp_path, in_tmp):
     cell_id = REPRESENTATIVE[1]
     _render_cli(app, runner, tmp_path, "--cell", cell_id)
@@ -113,6 +118,7 @@ def test_buildkit_dockerfile_mounts_wheels_and_needs_no_network(app, runner, tmp
     assert "COPY wheels" not in text  # the wheels are mounted, never copied into a layer
 
 
+@pytest.mark.seconds
 def test_rerender_keeps_fetched_wheels_and_check_ignores_them(app, runner, tmp_path, in_tmp):
     cell_id = REPRESENTATIVE[0]
     _render_cli(app, runner, tmp_path, "--cell", cell_id)
@@ -284,6 +290,7 @@ def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
     assert f'"org.opencontainers.image.base.digest"="{digest}"' in text
 
 
+@pytest.mark.seconds
 def test_render_replaces_a_cells_folder_whole(app, runner, in_tmp):
     """Leftovers from an earlier or a killed render never reach the build context (`COPY imagekit/`)."""
     args = ["render", "--cell", REPRESENTATIVE[1], "--lock-dir", str(ROOT / "lockfiles"), "--out", "out"]

@@ -306,6 +306,7 @@ def test_low_disk_and_inodes_on_an_output_volume(tmp_path, size, files, status, 
     assert disk["evidence"]["path"] == str(vol / "out" if files else vol)  # a folder not made yet: its parent
 
 
+@pytest.mark.seconds
 @needs_mounts
 @pytest.mark.parametrize(("size", "status"), [("64m", "warn"), ("1g", "pass"), ("8g", "pass")])
 def test_small_dev_shm_warns(tmp_path, size, status):

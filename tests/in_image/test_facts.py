@@ -26,6 +26,7 @@ IN_IMAGE = ROOT / "imagekit" / "in_image"
 
 
 # ---- one definition -------------------------------------------------------------------------------------------
+@pytest.mark.seconds
 def test_the_shared_names_are_defined_in_facts_only():
     """No other in-image module defines its own copy (there were two `canon`s, two `VENV_SEEDS`, three parsers)."""
     shared = {"canon", "VENV_SEEDS", "TORCH_FAMILY", "is_torch_family", "arch_key", "parse_arch", "best_kernel", "SM"}
@@ -134,6 +135,7 @@ ARCHS = st.builds(lambda major, minor, suffix: f"sm_{major}{minor}{suffix}", st.
                   st.sampled_from(["", "", "", "a", "f"]))  # fmt: skip
 
 
+@pytest.mark.seconds
 @settings(derandomize=True, max_examples=examples(400))
 @given(st.tuples(st.integers(3, 12), st.integers(0, 9)), st.lists(ARCHS, max_size=8), st.randoms())
 def test_the_chosen_cubin_runs_no_higher_one_does_and_the_order_does_not_matter(target, cubins, rnd):

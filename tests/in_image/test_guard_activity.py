@@ -277,6 +277,7 @@ def _env(tmp_path, **extra):
             "IMAGEKIT_GUARD_INTERVAL": "30s", **extra}  # fmt: skip
 
 
+@pytest.mark.seconds
 def test_a_crash_looping_container_reaches_its_deadline(quiet_pod, tmp_path):
     env = _env(tmp_path, IMAGEKIT_MAX_RUNTIME="1h")
     t = 0.0
@@ -292,6 +293,7 @@ def test_a_crash_looping_container_reaches_its_deadline(quiet_pod, tmp_path):
     assert stat.S_IMODE(os.stat(os.path.join(guard_files.STATE_DIR, guard_files.STATE)).st_mode) == 0o600
 
 
+@pytest.mark.seconds
 def test_a_pod_started_again_long_after_or_after_the_guard_ended_it_starts_afresh(quiet_pod, tmp_path):
     env = _env(tmp_path, IMAGEKIT_MAX_RUNTIME="1h")
     assert _live(env, 0, crash_at=1800)[0] is None
@@ -302,6 +304,7 @@ def test_a_pod_started_again_long_after_or_after_the_guard_ended_it_starts_afres
     assert "a new start: the last start's guard ended the pod" in (tmp_path / "guard.log").read_text()
 
 
+@pytest.mark.seconds
 def test_a_restarted_blocked_pod_keeps_the_blockers_first_sighting(quiet_pod, tmp_path, monkeypatch):
     (tmp_path / "blocked").write_text("==== imagekit ====\nFAIL cpu-fallback: torch sees no GPU\n")
     open(guard_files.CHECKED, "w").close()
@@ -319,6 +322,7 @@ def test_a_restarted_blocked_pod_keeps_the_blockers_first_sighting(quiet_pod, tm
     assert code == 0 and quiet_pod == ["stop"] and ended == 1200  # 20m after it was first seen blocked
 
 
+@pytest.mark.seconds
 def test_a_stop_the_api_never_took_is_not_an_end_a_restart_keeps_the_deadline(quiet_pod, tmp_path, monkeypatch):
     """The control plane down when the deadline fires, and the container restarts meanwhile: the next start is a
     restart (the deadline long past, it fires again at once), not a new start with a new deadline."""
@@ -350,6 +354,7 @@ def test_a_non_root_workload_cannot_delete_the_guards_state(quiet_pod, tmp_path,
     assert code == 0 and ended == 3600
 
 
+@pytest.mark.seconds
 def test_state_under_a_folder_other_users_can_change_is_kept_on_the_containers_disk(quiet_pod, tmp_path):
     imagekit = os.path.dirname(guard_files.STATE_DIR)
     os.makedirs(imagekit)
@@ -427,6 +432,7 @@ def test_a_real_busy_process_is_seen_with_its_cpu_share(tmp_path):
     assert used > 0.2 and after[key][1].startswith("python") and str(os.getpid()) not in [k.split()[0] for k in after]
 
 
+@pytest.mark.seconds
 def test_the_warning_reaches_the_login_banner_and_leaves_it_when_the_process_stops(quiet_pod, tmp_path, monkeypatch):
     ticks = {"n": 0}
 

@@ -84,6 +84,7 @@ def _log(tmp_path):
 
 
 # ---- the bug today: idle stop one window after the last heartbeat, not two ------------------------------------------
+@pytest.mark.seconds
 @pytest.mark.parametrize("offset", [0, 5, 29])
 def test_idle_stop_fires_one_window_after_the_last_heartbeat_not_two(pod, tmp_path, offset):
     """A training loop touches the heartbeat until t=0, then stops (hung, or done without ending the pod): with 30m
@@ -125,6 +126,7 @@ def test_the_idle_window_counts_from_the_last_sign_of_work_whichever_it_was():
 
 # ---- a blocker ends the pod as IMAGEKIT_ON_BLOCKER says ----------------------------------------------------------
 # Planted: Guard.step returns ("blocker", s["action"], ...) instead of s["on_blocker"].
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     ("on_blocker", "action", "sent"),
     [("terminate", "stop", '{"action": "terminate"}'), ("stop", "terminate", '{"action": "stop"}')],
@@ -188,6 +190,7 @@ def test_sessions_are_established_connections_to_the_pods_own_ssh_and_jupyter_po
 
 # ---- a job works when any GPU does -------------------------------------------------------------------------------
 # Planted: Guard.step's GPU-idle watchdog tests min(utils) (the quietest GPU) instead of max(utils).
+@pytest.mark.seconds
 def test_a_job_whose_gpus_work_but_one_is_not_gpu_idle(pod, tmp_path):
     s, _ = guard.settings({"IMAGEKIT_GPU_IDLE_WARN": "10m", "IMAGEKIT_GPU_IDLE_STOP": "30m"})
     g = guard.Guard(s, started=0)
@@ -218,6 +221,7 @@ def _ended(tmp_path, name, code, when, pid=999999):
 
 
 # Planted: guard.run acts on the exit trigger without _outputs_ready (the check gone).
+@pytest.mark.seconds
 def test_the_exit_stop_never_ends_the_pod_while_a_declared_output_is_missing(pod, tmp_path):
     (tmp_path / "model.pt").write_bytes(b"weights")
     missing = tmp_path / "out" / "final.pt"
@@ -263,6 +267,7 @@ def test_a_failed_run_is_never_terminated_unless_terminate_always_asks(pod, tmp_
 
 # Planted: guard_files.exits_since keeps every exit file (the `st_mtime >= since` test gone): a run of the last start
 # ended the pod again as soon as `pod start` brought it back to fetch the outputs.
+@pytest.mark.seconds
 def test_a_run_that_ended_before_this_start_is_no_exit(pod, tmp_path):
     t0 = time.time()
     _ended(tmp_path, "20261206T000000Z-1", 0, t0 - 3600)  # the last start's run, ended an hour ago
@@ -275,6 +280,7 @@ def test_a_run_that_ended_before_this_start_is_no_exit(pod, tmp_path):
 
 
 # Planted: Guard._exit waits for the quiet window but not for the runs still going (`or job_running` gone).
+@pytest.mark.seconds
 def test_the_exit_stop_waits_for_every_run_then_a_quiet_grace(pod, tmp_path):
     """Two runs: the short one ends at 60 s while the long one trains until 40m: no stop until both ended and the
     pod stayed quiet for the grace (10m) after the second."""
@@ -326,6 +332,7 @@ def job_mode(monkeypatch, tmp_path):
 
 
 # Planted: podstart.run_then_end calls guard.act after the job (as it did: the stop raced the `pod cp` of its outputs).
+@pytest.mark.seconds
 def test_job_mode_on_exit_leaves_the_end_to_the_guard(pod, tmp_path, job_mode, capsys, monkeypatch):
     monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "state" / "job"))
     monkeypatch.setattr(guard_files, "JOB_EXIT", str(tmp_path / "state" / "job-exit"))
@@ -350,6 +357,7 @@ def test_job_mode_on_exit_leaves_the_end_to_the_guard(pod, tmp_path, job_mode, c
 
 # ---- a run `pod run` started is a job ------------------------------------------------------------------------------
 # Planted: guard_files.job_running looks at the job-mode marker only (`return os.path.exists(JOB)`).
+@pytest.mark.seconds
 def test_a_run_pod_run_started_is_a_job_for_the_gpu_idle_watchdog(pod, tmp_path):
     run = tmp_path / "runs" / "20261202T180000Z-42"
     run.mkdir(parents=True)

@@ -131,6 +131,7 @@ def _literals(path):
     ]
 
 
+@pytest.mark.seconds
 def test_no_other_in_image_program_writes_a_provider_fact():
     facts_of = {v for row in facts.PROVIDERS for v in (*VARIABLES, row.api, row.api_override) if v}
     for path in sorted(IN_IMAGE.glob("*.py")):

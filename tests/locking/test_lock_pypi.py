@@ -29,6 +29,7 @@ def test_real_pypi_lock_of_a_real_cell(data, tmp_path):
     assert lock_service.lock_one(cell, tmp_path, resolution.LockSettings(), data).status == "up-to-date"
 
 
+@pytest.mark.seconds
 def test_committed_lockfiles_are_current(app, runner, in_tmp):
     """What CI runs: every PyPI-default cell of the default matrix has a fresh lock committed."""
     res = runner.invoke(app, ["lock", "--check", "--source", "pypi", "--dir", str(ROOT / "lockfiles")])

@@ -122,6 +122,7 @@ def _tampered_cases() -> dict[str, tuple]:
     }
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize("case", sorted(_tampered_cases()))
 def test_tampered_locks_are_refused_by_check_lock_render_and_fetch(app, runner, in_tmp, case):
     text, needle = _tampered_cases()[case]
@@ -174,6 +175,7 @@ def _matrix_with(in_tmp, packages: str) -> Path:
     return path
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     ("packages", "needle"),
     [

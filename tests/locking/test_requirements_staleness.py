@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from imagekit.locking import resolution
 from imagekit.services import inputs
 from imagekit.services.lock_cells import lock_path, status_of
@@ -24,6 +26,7 @@ def _project(in_tmp: Path, requirements: str) -> None:
     (in_tmp / "lockfiles" / f"{CELL_ID}.txt").write_text((ROOT / "lockfiles" / f"{CELL_ID}.txt").read_text())
 
 
+@pytest.mark.seconds
 def test_a_lock_made_for_the_files_requirements_is_current_and_an_edit_makes_it_stale(app, runner, data, in_tmp):
     # the same requirements the committed lock was made for, stated by the project's file (torch's axis pin too)
     _project(in_tmp, "# training\ntorch==2.1.2\ntransformers\n-r base.txt\n")

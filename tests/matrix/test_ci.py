@@ -39,6 +39,7 @@ def _init(app, runner, *args: str):
     return runner.invoke(app, ["ci", "init", *args])
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     "args",
     [
@@ -82,6 +83,7 @@ def test_written_workflow_passes_actionlint(app, runner, in_tmp, args):
         assert "registry: ghcr.io" in text and "secrets.GITHUB_TOKEN" in text
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     "args", [["--pages"], ["--pages", "--gpu-runner", "gpu", "--arm64-runner", "ubuntu-24.04-arm"]]
 )
@@ -265,6 +267,7 @@ def test_a_registry_no_hosted_runner_reaches_is_refused_and_nothing_is_written(a
     assert res.exit_code == 0 and "pushes to ghcr.io/acme/train" in res.output, res.output
 
 
+@pytest.mark.seconds
 def test_the_matrix_files_local_default_is_not_a_registry_for_ci(app, runner, in_tmp):
     """`imagekit init` writes the local demo registry (127.0.0.1:5000/imagekit/train): the workflow then pushes to
     ghcr.io/<owner>/<repo>, as before, never refused for a registry the user did not choose for CI."""
@@ -401,6 +404,7 @@ def test_credentials_in_install_are_refused_and_never_written(app, runner, in_tm
     assert len(exc.value.message) < 400
 
 
+@pytest.mark.seconds
 @pytest.mark.parametrize(
     "spec",
     [

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.matrix.test_ci import _init, actionlint
 
 
+@pytest.mark.seconds
 def test_reap_is_a_scheduled_workflow_that_passes_actionlint(app, runner, in_tmp):
     res = _init(app, runner, "--reap", "--reap-older-than", "12h")
     assert res.exit_code == 0, res.output
@@ -33,6 +36,7 @@ def test_reap_is_not_written_unless_asked(app, runner, in_tmp):
     assert res.exit_code == 2 and "not a duration" in res.output
 
 
+@pytest.mark.seconds
 def test_reap_steps_for_vast_and_runpod_each_with_its_own_secret(app, runner, in_tmp):
     res = _init(app, runner, "--reap", "--reap-provider", "vast", "--reap-provider", "runpod")
     assert res.exit_code == 0, res.output

@@ -56,6 +56,7 @@ def _compress(data: bytes, workers: int, chunk: int) -> tuple[str, layer_blobs.B
     return diff, blob, out.getvalue()
 
 
+@pytest.mark.seconds
 def test_the_same_layer_is_the_same_blob_on_one_thread_or_four_and_reads_back_with_gzip():
     data = _layer(layer_blobs.MEMBER * 2 + 12345)  # three members
     one = _compress(data, 1, 1 << 20)

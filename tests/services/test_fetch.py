@@ -33,6 +33,7 @@ def test_a_cache_hit_must_fit_the_image(tmp_path, monkeypatch):
     assert "cp312" in got.path.name
 
 
+@pytest.mark.seconds
 def test_a_cache_holding_only_another_pythons_wheel_is_a_miss(tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path))
     cp312 = _cached(tmp_path, "numpy-1.26.4-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", b"312")

@@ -26,6 +26,7 @@ class FollowingShell(LocalShell):
         return code
 
 
+@pytest.mark.seconds
 def test_the_start_script_records_the_runs_identity_as_the_guard_reads_it(tmp_path):
     runs = tmp_path / "runs"
     code, out = LocalShell(runs).capture("umask 022; " + pod_runs.start_script("sleep 2; exit 5"))

@@ -107,6 +107,7 @@ def test_pod_wait_on_a_run_whose_process_died_without_an_exit_code_says_so(tmp_p
         pod_runs.wait(TARGET, "20261202T130501Z-43", OPTS, _nothing, dial=shell.dial)
 
 
+@pytest.mark.seconds
 def test_pod_wait_follows_a_run_the_real_start_script_started_to_its_exit_code(tmp_path):
     runs = tmp_path / "runs"
     shell = LocalShell(runs)

@@ -187,6 +187,7 @@ def test_an_immutable_tag_never_gets_a_second_digest(app, runner, release_regist
     assert json.loads((in_tmp / "index.json").read_text()) == index
 
 
+@pytest.mark.seconds
 def test_merge_usage_errors(app, runner, in_tmp):
     (in_tmp / "recs").mkdir()
     (in_tmp / "recs" / "x.json").write_text("{}")

@@ -89,6 +89,7 @@ def test_bad_input_is_a_usage_error_and_nothing_is_written(app, runner, index, i
     assert not [p for p in in_tmp.iterdir() if p.name.startswith(".site")]
 
 
+@pytest.mark.seconds
 def test_a_folder_holding_other_files_is_never_replaced(app, runner, index, in_tmp):
     docs = in_tmp / "docs"
     docs.mkdir()

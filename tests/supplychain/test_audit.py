@@ -318,6 +318,7 @@ def test_audit_of_a_cell_reports_its_locks_findings_and_says_what_it_could_not_s
     assert "note: Debian packages: not known until the cell is built" in res.output
 
 
+@pytest.mark.seconds
 def test_the_gate_fails_the_cell_until_the_finding_is_allowlisted_with_a_live_review_date(runner, app, tmp_path, osv):
     res = _audit(runner, app, tmp_path, osv, "--fail-on", "high")
     assert res.exit_code == 1 and "BLOCKS CRITICAL torch" in res.output

@@ -258,6 +258,7 @@ def dsa_sbom(tmp_path) -> Path:
     return _write(tmp_path / "image.spdx.json", doc)
 
 
+@pytest.mark.seconds
 def test_an_unrated_advisory_gates_only_with_fail_on_unrated_and_is_always_counted(runner, app, tmp_path, dsa_sbom):
     """Before: no such option (exit 2), and an unrated local-root DSA could never gate."""
     osv = _write(tmp_path / "osv" / "dsa.json", GLIBC)

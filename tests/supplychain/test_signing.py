@@ -34,6 +34,7 @@ def _other_key():
 
 
 # ---- cosign's vectors -----------------------------------------------------------------------------------------
+@pytest.mark.seconds
 def test_cosigns_encrypted_key_opens_with_its_password_and_only_with_it():
     key = _key()
     assert key.curve.name == "secp256r1"
@@ -64,6 +65,7 @@ def test_cosigns_ecdsa_signature_vector_verifies_and_a_changed_one_does_not():
     assert not cosign.verify_digest(digest, "not base64!", public)
 
 
+@pytest.mark.seconds
 def test_a_signature_made_here_verifies_with_the_public_key_alone():
     key = _key()
     data = cosign.payload("registry.test/team/train", DIGEST)
@@ -118,6 +120,7 @@ def test_sign_writes_cosigns_signature_manifest_and_verify_reads_it():
     assert signing.verify(registry, REMOTE, DIGEST, key.public_key()) == [layer["digest"]]
 
 
+@pytest.mark.seconds
 def test_signing_again_adds_nothing_and_another_key_adds_its_own_signature():
     registry, key, other = _registry(), _key(), _other_key()
     signing.sign(registry, REMOTE, DIGEST, key)
@@ -130,6 +133,7 @@ def test_signing_again_adds_nothing_and_another_key_adds_its_own_signature():
     assert len(signing.verify(registry, REMOTE, DIGEST, other.public_key())) == 1
 
 
+@pytest.mark.seconds
 def test_verify_refuses_a_missing_signature_a_wrong_key_and_a_payload_for_another_image():
     registry, key = _registry(), _key()
     with pytest.raises(CheckFailed, match="is not in the registry"):

@@ -14,6 +14,7 @@ from imagekit.trust.untrusted import UntrustedData
 from tests.props import examples
 
 
+@pytest.mark.seconds
 @settings(derandomize=True, max_examples=examples(300))
 @given(st.text())
 def test_printable_never_passes_a_control_character_or_a_line_break(text):
@@ -209,6 +210,7 @@ def test_tree_members_names_the_first_link_leaving_and_counts_the_rest():
     assert err.value.first == "bin/python3 -> /usr/bin/python3" and err.value.count == 2
 
 
+@pytest.mark.seconds
 @settings(derandomize=True, max_examples=examples(300))
 @given(
     st.lists(
