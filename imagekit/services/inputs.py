@@ -55,6 +55,7 @@ def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixCo
 
     from imagekit.image.buildplan import base_for
     from imagekit.matrix import project_axes
+    from imagekit.services import requirement_forms
 
     python = min((c.python for c in config.cells), key=Version)
 
@@ -66,6 +67,7 @@ def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixCo
 
     try:
         deps = read_project(root, config.requirements, setup)
+        config = requirement_forms.apply(config, deps, root)
     except UsageError as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -78,8 +80,11 @@ def read_project(
 ) -> project_deps.ProjectDeps:
     """The declaration ``source`` names under ``root``: a requirements file and its includes, pyproject.toml's
     [project] table, or (``setup(backend)``: in a container, never here) what a setup.py's build backend answers;
-    less what its ``without`` leaves out."""
-    return project_deps.leave_out(dataclasses.replace(_read_declaration(root, source, setup), source=source))
+    a VCS line without a name named from its commit; less what its ``without`` leaves out."""
+    from imagekit.services import requirement_forms
+
+    deps = requirement_forms.named(_read_declaration(root, source, setup))
+    return project_deps.leave_out(dataclasses.replace(deps, source=source))
 
 
 def _read_declaration(
