@@ -107,3 +107,99 @@ def test_hostile_folders_are_refused(tmp_path, data):
     assert "file.txt is not a folder" in str(_refused(m, data))
     m = _project(root, "../outside\n", image='copy = "."\n')
     assert "../outside is outside the project" in str(_refused(m, data))
+
+
+# ---- a VCS line without a name: named from its commit, served by a local git server (git's dumb HTTP) ----------
+@pytest.mark.loopback
+def test_a_nameless_vcs_line_is_named_from_its_commit_and_a_branch_refused_with_todays_commit(
+    tmp_path, data, monkeypatch
+):
+    from tests.services.test_wheel_builds_docker import _git_repo
+    from tests.wheelfactory import serve
+
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    commit = _git_repo(tmp_path / "git")  # a package named gitkit, version 2.0
+    with serve(tmp_path / "git" / "served") as url:
+        repo = f"{url}/gitkit.git"
+        m = _project(tmp_path / "p", f"numpy\ngit+{repo}@{commit}\n")
+        config = inputs.load_matrix(m, data)
+        assert config.cells[0].packages == (f"gitkit @ git+{repo}@{commit}", "numpy")
+        for line, said in ((f"git+{repo}@main", "'main' is a branch or tag"),
+                           (f"git+{repo}", "names no commit: the default branch (HEAD)")):  # fmt: skip
+            err = _refused(_project(tmp_path / "p", f"{line}\n"), data)
+            assert f"requirements.txt:1: git+{repo}@" in str(err) and f"{said}, which may move" in str(err)
+            assert f"today it names commit {commit}" in str(err)
+            assert err.hint is not None and f"pin it: `git+{repo}@{commit}`" in err.hint
+        # `without` can name what the commit's metadata named
+        (tmp_path / "p" / "m.toml").write_text(
+            (tmp_path / "p" / "m.toml")
+            .read_text()
+            .replace(
+                'requirements = "requirements.txt"',
+                'requirements = { file = "requirements.txt", without = ["gitkit"] }',
+            )
+        )
+        (tmp_path / "p" / "requirements.txt").write_text(f"numpy\ngit+{repo}@{commit}\n")
+        assert inputs.load_matrix(tmp_path / "p" / "m.toml", data).cells[0].packages == ("numpy",)
+    # the name is kept: read again with the server gone, nothing is fetched
+    config = inputs.load_matrix(_project(tmp_path / "p", f"git+{repo}@{commit}\n"), data)
+    assert config.cells[0].packages == (f"gitkit @ git+{repo}@{commit}",)
+
+
+@pytest.mark.loopback
+def test_a_commit_that_states_its_name_only_in_setup_py_asks_for_egg(tmp_path, data, monkeypatch):
+    import subprocess
+
+    from tests.wheelfactory import serve
+
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "setup.py").write_text("from setuptools import setup\nsetup(name='hidden')\n")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}  # fmt: skip
+    git = lambda *a, cwd=work: subprocess.run(["git", *a], cwd=cwd, env=env, check=True, capture_output=True, text=True)  # noqa: E731
+    git("init", "-q", "-b", "main")
+    git("add", ".")
+    git("commit", "-q", "-m", "x")
+    git("clone", "-q", "--bare", str(work), str(tmp_path / "served" / "hidden.git"), cwd=tmp_path)
+    git("update-server-info", cwd=tmp_path / "served" / "hidden.git")
+    commit = git("rev-parse", "HEAD").stdout.strip()
+    with serve(tmp_path / "served") as url:
+        err = _refused(_project(tmp_path / "p", f"git+{url}/hidden.git@{commit}\n"), data)
+    assert "its commit states no name imagekit can read" in str(err)
+    assert err.hint is not None and "#egg=NAME" in err.hint
+
+
+# ---- locked: a requirements file with each form, resolved by uv against loopback indexes -----------------------
+@pytest.mark.resolver
+@pytest.mark.loopback
+def test_a_requirements_file_with_each_form_locks(app, runner, fake_index, tmp_path, monkeypatch):
+    from tests.wheelfactory import build_wheel, serve, write_simple_index
+
+    extra = tmp_path / "extra"
+    write_simple_index(extra, [build_wheel(tmp_path / "xw", "extrapkg", "1.0", ["filelock"])])
+    url_wheel = build_wheel(extra / "direct", "urlpkg", "1.0")
+    project = tmp_path / "p"
+    (project / "wheels").mkdir(parents=True)
+    build_wheel(project / "wheels", "localpkg", "1.0")
+    (project / "pyproject.toml").write_text(PYPROJECT)
+    with serve(extra) as second:
+        (project / "requirements.txt").write_text(
+            f"--index-url {fake_index}\n--extra-index-url {second}/simple\n"
+            f"numpy  # the array \\\nfilelock\n"  # pip takes filelock into the comment
+            f"extrapkg\n{second}/direct/{url_wheel.name}\n./wheels/localpkg-1.0-py3-none-any.whl\n-e .\n"
+        )
+        (project / "m.toml").write_text(
+            '[matrix]\nrequirements = "requirements.txt"\n' + CELL + '[image]\ncopy = "."\n'
+        )
+        monkeypatch.chdir(project)
+        res = runner.invoke(app, ["lock", "--matrix", "m.toml", "--dir", "locks"])
+        assert res.exit_code == 0, res.output
+    (path,) = (project / "locks").iterdir()
+    text = path.read_text()
+    for name in ("numpy==1.26.4", "extrapkg==1.0", "filelock==3.16.1"):
+        assert name in text, text
+    assert f"urlpkg @ {second}/direct/{url_wheel.name}#sha256=" in text, text
+    assert "localpkg @ file:wheels/localpkg-1.0-py3-none-any.whl#sha256=" in text, text
+    assert fake_index in text and f"{second}/simple" in text, text  # the indexes the lock used, recorded
