@@ -20,7 +20,7 @@ from imagekit.locking import debs, direct_wheels
 from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix import project_axes, project_deps
 from imagekit.matrix.project_deps import DepsSource
-from imagekit.services import inputs
+from imagekit.services import init_axes, inputs
 from imagekit.trust import untrusted, validate
 
 # A small matrix from the shipped default's own axes (imagekit/data/default-matrix.toml): two torch releases on
@@ -62,11 +62,15 @@ def document(
     table: str = "",
     apt: tuple[str, ...] = (),
     requirements: DepsSource | None = None,
+    install: str | None = None,
 ) -> str:
     """The commented matrix: the axes, packages and repository set, every other key shown commented out.
     ``table``: "tool.imagekit." for pyproject.toml's section, "" for a file of its own. ``requirements``: the
-    project's own dependency declaration, which the file then refers to (one list)."""
+    project's own dependency declaration, which the file then refers to (one list); ``install``: the folder of it
+    to install (its `.` / `-e ./sub` line), which the image then copies and installs."""
     t = table
+    copy_key = 'copy = "."' if install else '# copy = "."'
+    install_key = f"install = {_toml(install)}" if install else '# install = "."'
     declared = (
         f"requirements = {requirements.toml()}"
         if requirements is not None
@@ -115,9 +119,9 @@ repository = {_toml(repository)}    # where `imagekit build --push` publishes: R
 # compiler = false                   # leave out gcc/g++ and the Python headers: ~200 MB less, no torch.compile
 # size_budget = "+10%"               # refuse an image this much bigger than the cell's last release, or "6.5 GB"
 {f"apt = {_list(apt)}" if apt else '# apt = ["git-lfs", "ffmpeg"]'}    # Debian packages over the base (.debs locked)
-# copy = "."                         # this folder, as the image's last layer in /opt/app (a code change pushes it
+{copy_key:<37}# this folder, as the image's last layer in /opt/app (a code change pushes it
 #                                    # alone): or {{ from = "src", to = "/opt/app", exclude = ["data/", "**/*.ckpt"] }}
-# install = "."                      # the copied project's own wheel, built and installed into the venv (no deps)
+{install_key:<37}# the copied project's own wheel, built and installed into the venv (no deps)
 # env = {{ WANDB_PROJECT = "sft" }}    # environment variables in the image (no secrets: give them when the pod starts)
 # smoke = ["python -c 'import mypkg'", "python /opt/app/train.py --help"]   # run by the self-test: one fails, no push
 # command = ["python", "/opt/app/train.py"]   # the default command: a container started without one runs it
@@ -275,14 +279,17 @@ def register(app: typer.Typer) -> None:
                 raise UsageError(
                     f"--pyproject appends to a pyproject.toml, not {target}", "drop --out, or drop --pyproject"
                 )
-            section = document(axes, packages, repo, table="tool.imagekit.", apt=debs_, requirements=_source(declared))
+            section = document(
+                axes, packages, repo, table="tool.imagekit.", apt=debs_, requirements=_source(declared),
+                install=_install(declared),
+            )  # fmt: skip
             _inside_the_project(target)
             text = _pyproject_with(target, section)
             origin = f"{target} [tool.imagekit]"
         else:
             if (target.exists() or target.is_symlink()) and not force:
                 raise UsageError(f"{target} exists", "pass --force to replace it, or --out FILE to write elsewhere")
-            text = document(axes, packages, repo, apt=debs_, requirements=_source(declared))
+            text = document(axes, packages, repo, apt=debs_, requirements=_source(declared), install=_install(declared))
             origin = str(target)
         doc = tomllib.loads(text)
         checked = f"{origin} (not written)"  # an unknown version or an all-excluded matrix leaves the file alone
@@ -338,7 +345,10 @@ def from_declaration(
 
     declared = inputs.read_project(root, source, setup)
     derived = project_axes.derive(declared, flags, defaults, data)
-    return replace(declared, notes=(*declared.notes, *derived.notes)), dict(derived.values)
+    values, notes = init_axes.settle(dict(derived.values), declared, data, bool(given["transformers"]), defaults)
+    picked = any(n.startswith("transformers ") for n in notes)  # the resolver's choice replaces derive's note
+    kept = [n for n in derived.notes if not (picked and n.startswith("transformers "))]
+    return replace(declared, notes=(*declared.notes, *kept, *notes)), values
 
 
 def _not_over_the_declaration(target: Path, declared: project_deps.ProjectDeps, pyproject: bool) -> None:
@@ -358,6 +368,12 @@ def _not_over_the_declaration(target: Path, declared: project_deps.ProjectDeps, 
 
 def _source(declared: project_deps.ProjectDeps | None) -> DepsSource | None:
     return declared.source if declared is not None else None
+
+
+def _install(declared: project_deps.ProjectDeps | None) -> str | None:
+    """The folder the file's `.` / `-e ./sub` line installs (the matrix file beside the project: the same path); a
+    second, other one is refused by every command that reads the matrix, naming both."""
+    return declared.local[0].folder if declared is not None and declared.local else None
 
 
 def torch_for(cudas: tuple[str, ...], data: compat.CompatData) -> tuple[str, ...]:
@@ -409,6 +425,9 @@ def _check(
     with it, unknown versions and an all-excluded matrix are usage errors."""
     config = matrix.parse(doc, origin, data)
     if declared is not None:
+        from imagekit.services import requirement_forms
+
+        config = requirement_forms.apply(config, declared, Path(os.path.abspath(origin.split(" [")[0])).parent)
         config = project_axes.apply(config, declared, data)
     evaluated = matrix.evaluate(config, data)  # UnknownVersionError (exit 2) names each version it does not know
     compatible = [e for e in evaluated if e.verdict.compatible]

@@ -59,7 +59,7 @@ def _install(config: MatrixConfig, deps: ProjectDeps, root: Path) -> MatrixConfi
         target = posixpath.normpath(posixpath.join(str(root), loc.folder))
         options = config.options
         if options.install is not None:
-            if posixpath.normpath(options.install) != target:
+            if os.path.abspath(options.install) != os.path.abspath(target):
                 raise UsageError(
                     f"{loc.where}: {shown} installs another folder than [image] install "
                     f"({untrusted.printable(options.install, 200)})",
