@@ -11,7 +11,6 @@ import posixpath
 import re
 import tarfile
 import tempfile
-import tomllib
 from configparser import ConfigParser
 from configparser import Error as IniError
 from pathlib import Path
@@ -167,8 +166,8 @@ def name_in_archive(archive: Path, top: str, what: str) -> str:
     name = None
     if "pyproject.toml" in files:
         try:
-            project = tomllib.loads(files["pyproject.toml"]).get("project")
-        except tomllib.TOMLDecodeError:
+            project = untrusted.load_toml(files["pyproject.toml"], "pyproject.toml").get("project")
+        except untrusted.UntrustedData:
             project = None
         name = project.get("name") if isinstance(project, dict) else None
     if name is None and "setup.cfg" in files:

@@ -3,6 +3,7 @@ lock's indexes, its `.` / `-e ./sub` lines `[image] install`, a VCS line without
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
 
@@ -203,3 +204,34 @@ def test_a_requirements_file_with_each_form_locks(app, runner, fake_index, tmp_p
     assert f"urlpkg @ {second}/direct/{url_wheel.name}#sha256=" in text, text
     assert "localpkg @ file:wheels/localpkg-1.0-py3-none-any.whl#sha256=" in text, text
     assert fake_index in text and f"{second}/simple" in text, text  # the indexes the lock used, recorded
+
+
+@pytest.mark.resolver
+@pytest.mark.loopback
+def test_an_index_the_file_names_gets_the_index_credentials_and_no_lock_keeps_them(
+    app, runner, fake_index, tmp_path, monkeypatch
+):
+    from imagekit.effects import index_auth
+    from tests.wheelfactory import build_wheel, serve_with_auth, write_simple_index
+
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv(index_auth.USER_VARIABLE, "builder")
+    monkeypatch.setenv(index_auth.PASSWORD_VARIABLE, "s3cret-token")
+    private = tmp_path / "private"
+    write_simple_index(private, [build_wheel(tmp_path / "pw", "privpkg", "1.0")])
+    project = tmp_path / "p"
+    project.mkdir()
+    with serve_with_auth(private, "builder", "s3cret-token") as (url, seen):
+        (project / "requirements.txt").write_text(
+            f"--index-url {fake_index}\n--extra-index-url {url}/simple\nprivpkg\n"
+        )
+        (project / "m.toml").write_text('[matrix]\nrequirements = "requirements.txt"\n' + CELL)
+        monkeypatch.chdir(project)
+        res = runner.invoke(app, ["lock", "--matrix", "m.toml", "--dir", "locks"])
+        assert res.exit_code == 0, res.output
+    expected = "Basic " + base64.b64encode(b"builder:s3cret-token").decode()
+    assert expected in seen  # uv sent them to the file's index, when it asked
+    (path,) = (project / "locks").iterdir()
+    text = path.read_text()
+    assert "privpkg==1.0" in text and f"{url}/simple" in text
+    assert "s3cret-token" not in text and "s3cret-token" not in res.output
