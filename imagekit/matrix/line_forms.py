@@ -29,6 +29,7 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
 _URL_START = re.compile(r"(?:https?|file):", re.ASCII)
 _LOCAL_START = re.compile(r"(?:\.\.?(?:/|\[|$)|/|~)", re.ASCII)
 _MARKER_SEP = re.compile(r"\s*;\s+|;\s*(?=[a-z_]+\s*(?:[<>=!~]|in\b|not\b))")
+_NOT_A_PATH = re.compile(r"[\s;<>=!~@]|://")
 _ARCHIVES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip", ".tar")
 SOURCE_HINT = (
     "an archive is built from source: name the package on an index (and in [matrix] from_source to build it once), "
@@ -58,7 +59,7 @@ class Local:
 @dataclass(frozen=True)
 class Nameless:
     """A VCS line without a name (``git+https://host/org/repo@<commit>``), read into ``name @ url`` once its
-    metadata says the name (services.vcs_names)."""
+    metadata says the name (services.requirement_forms)."""
 
     url: str
     marker: str
@@ -152,7 +153,9 @@ def _named_url(url: str, marker: str, where: str) -> str:
 
 
 def _looks_local(text: str) -> bool:
-    return _LOCAL_START.match(text) is not None or ("/" in text and "@" not in text and "://" not in text)
+    """pip's test: a path when it starts like one, or holds a ``/`` and nothing a requirement has (a version, a
+    marker, ``@``)."""
+    return _LOCAL_START.match(text) is not None or ("/" in text and _NOT_A_PATH.search(text) is None)
 
 
 def local(text: str, where: str, *, editable: bool = False) -> tuple[str, str]:

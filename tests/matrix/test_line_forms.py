@@ -89,3 +89,8 @@ def test_joined_lines_are_read_as_pip_joins_them():
                   "accel\\\nerate\n  # indented comment \\\nfilelock\n"})  # fmt: skip
     assert [d.requirement for d in deps.declared] == ["numpy", "requests", "idna", "accelerate", "filelock"]
     assert any("requirements.txt:4" in n and "comment of line 3" in n for n in deps.notes), deps.notes
+
+
+def test_a_requirement_whose_marker_holds_a_slash_is_no_path():
+    deps = _reqs({"requirements.txt": 'numpy ; platform_release == "5.15/x"\n'})
+    assert [d.requirement for d in deps.declared] == ['numpy ; platform_release == "5.15/x"'] and not deps.local
