@@ -343,7 +343,14 @@ def from_declaration(
         base = base_for(python, data, {}, ImageOptions())
         return project_metadata.read_setup(root, source, base, backend, data.bases)
 
-    declared = inputs.read_project(root, source, setup)
+    def setup_name(tree: Path, backend: str) -> str:
+        from imagekit.image.buildplan import base_for
+        from imagekit.image.image_options import ImageOptions
+        from imagekit.services import project_metadata
+
+        return project_metadata.read_name(tree, base_for(python, data, {}, ImageOptions()), backend, data.bases)
+
+    declared = inputs.read_project(root, source, setup, setup_name)
     derived = project_axes.derive(declared, flags, defaults, data)
     values, notes = init_axes.settle(dict(derived.values), declared, data, bool(given["transformers"]), defaults)
     picked = any(n.startswith("transformers ") for n in notes)  # the resolver's choice replaces derive's note

@@ -11,6 +11,7 @@ import posixpath
 import re
 import tarfile
 import tempfile
+from collections.abc import Callable
 from configparser import ConfigParser
 from configparser import Error as IniError
 from pathlib import Path
@@ -103,21 +104,25 @@ def _a_package(root: Path, folder: str, where: str) -> None:
 
 
 # ---- VCS lines without a name ------------------------------------------------------------------------------------
-def named(deps: ProjectDeps) -> ProjectDeps:
+SetupName = Callable[[Path, str], str]  # (a source tree, its build backend) -> the Name its setup.py's hook states
+
+
+def named(deps: ProjectDeps, setup_name: SetupName | None = None) -> ProjectDeps:
     """``deps`` with each VCS line without a name read as ``name @ url``, the name from its commit's pyproject.toml
-    (or setup.cfg); a branch or no ref is refused with the commit it names today, as for a named one."""
+    (or setup.cfg; else, with ``setup_name``, what setuptools' hook says in a container); a branch or no ref is
+    refused with the commit it names today, as for a named one."""
     if not deps.nameless:
         return deps
     declared = list(deps.declared)
     for line in deps.nameless:
-        name = _name_of(line.url, line.where)
+        name = _name_of(line.url, line.where, setup_name)
         text = f"{name} @ {line.url}" + (f" ; {line.marker}" if line.marker else "")
         declared.append(Declared(project_deps.checked_requirement(text, line.where), line.where))
     note = "named from each commit's metadata: " + ", ".join(untrusted.printable(n.url, 120) for n in deps.nameless)
     return dataclasses.replace(deps, declared=tuple(declared), nameless=(), notes=(*deps.notes, note))
 
 
-def _name_of(url: str, where: str) -> str:
+def _name_of(url: str, where: str, setup_name: SetupName | None) -> str:
     from imagekit.effects import git
     from imagekit.effects.cache import cache_root
     from imagekit.locking import vcs_refs
@@ -143,7 +148,10 @@ def _name_of(url: str, where: str) -> str:
         pass
     with tempfile.TemporaryDirectory(prefix="imagekit-vcs-name-") as tmp:
         archive = git.archive(ref, "unnamed", Path(tmp))
-        name = name_in_archive(archive, f"unnamed-{ref.ref[:12]}", f"{where}: {ref.url}")
+        top, what = f"unnamed-{ref.ref[:12]}", f"{where}: {ref.url}"
+        name = name_in_archive(archive, top, what, setup_name is not None)
+        if name is None and setup_name is not None:
+            name = _name_from_setup(archive, top, what, setup_name)
     memo.parent.mkdir(parents=True, exist_ok=True)
     staged = memo.with_name(f".{memo.name}.{os.getpid()}")
     staged.write_text(name + "\n")
@@ -151,9 +159,10 @@ def _name_of(url: str, where: str) -> str:
     return name
 
 
-def name_in_archive(archive: Path, top: str, what: str) -> str:
+def name_in_archive(archive: Path, top: str, what: str, setup_next: bool = False) -> str | None:
     """The distribution name a source tree's metadata states: pyproject.toml's ``[project] name`` (static by PEP 621),
-    else setup.cfg's ``[metadata] name``; refused when only setup.py (a program) could say it."""
+    else setup.cfg's ``[metadata] name``; None when only setup.py (a program) can say it and ``setup_next`` (it is
+    then asked), else refused."""
     files = {}
     with tarfile.open(archive) as tf:
         for rel in ("pyproject.toml", "setup.cfg"):
@@ -177,10 +186,42 @@ def name_in_archive(archive: Path, top: str, what: str) -> str:
             name = parser.get("metadata", "name", fallback=None)
         except IniError:
             name = None
+    if (not isinstance(name, str) or not _NAME.fullmatch(name)) and setup_next and _has(archive, f"{top}/setup.py"):
+        return None
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise UsageError(
             f"{what}: its commit states no name imagekit can read (pyproject.toml [project] name, setup.cfg "
             "[metadata] name; setup.py is a program, not run here)",
+            "name the package on the line: append #egg=NAME, or write `NAME @ git+https://...@<commit>`",
+        )
+    return canonicalize_name(name)
+
+
+def _has(archive: Path, member: str) -> bool:
+    with tarfile.open(archive) as tf:
+        try:
+            return tf.getmember(member).isfile()
+        except KeyError:
+            return False
+
+
+def _name_from_setup(archive: Path, top: str, what: str, setup_name: SetupName) -> str:
+    """The tree unpacked (regular files and folders only: git's archive of a commit, its links checked) and its
+    setup.py's hook asked for the name, in a container."""
+    with tempfile.TemporaryDirectory(prefix="imagekit-vcs-tree-") as tmp:
+        with tarfile.open(archive) as tf:
+            tf.extractall(tmp, members=[m for m in tf if m.isfile() or m.isdir()], filter="data")
+        tree = Path(tmp) / top
+        pyproject = tree / "pyproject.toml"
+        text = pyproject.read_text("utf-8", "replace") if pyproject.is_file() else None
+        backend = project_deps.backend_of(text, "pyproject.toml") if text is not None else project_deps.LEGACY_BACKEND
+        try:
+            name = setup_name(tree, backend)
+        except UsageError as exc:
+            raise UsageError(f"{what}: {exc.message}", exc.hint) from None
+    if not _NAME.fullmatch(name):
+        raise UsageError(
+            f"{what}: its setup.py states no name ({untrusted.printable(name, 80)!r})",
             "name the package on the line: append #egg=NAME, or write `NAME @ git+https://...@<commit>`",
         )
     return canonicalize_name(name)

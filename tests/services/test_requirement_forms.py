@@ -147,29 +147,53 @@ def test_a_nameless_vcs_line_is_named_from_its_commit_and_a_branch_refused_with_
     assert config.cells[0].packages == (f"gitkit @ git+{repo}@{commit}",)
 
 
-@pytest.mark.loopback
-def test_a_commit_that_states_its_name_only_in_setup_py_asks_for_egg(tmp_path, data, monkeypatch):
+def _served_repo(root: Path, files: dict[str, str]) -> str:
+    """A bare repository of ``files`` under ``root/served/tree.git`` (git's dumb HTTP); its commit."""
     import subprocess
 
-    from tests.wheelfactory import serve
-
-    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "setup.py").write_text("from setuptools import setup\nsetup(name='hidden')\n")
+    work = root / "work"
+    for rel, text in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}  # fmt: skip
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}  # fmt: skip
     git = lambda *a, cwd=work: subprocess.run(["git", *a], cwd=cwd, env=env, check=True, capture_output=True, text=True)  # noqa: E731
     git("init", "-q", "-b", "main")
     git("add", ".")
     git("commit", "-q", "-m", "x")
-    git("clone", "-q", "--bare", str(work), str(tmp_path / "served" / "hidden.git"), cwd=tmp_path)
-    git("update-server-info", cwd=tmp_path / "served" / "hidden.git")
-    commit = git("rev-parse", "HEAD").stdout.strip()
+    git("clone", "-q", "--bare", str(work), str(root / "served" / "tree.git"), cwd=root)
+    git("update-server-info", cwd=root / "served" / "tree.git")
+    return git("rev-parse", "HEAD").stdout.strip()
+
+
+@pytest.mark.loopback
+def test_a_commit_that_states_no_name_asks_for_egg(tmp_path, data, monkeypatch):
+    from tests.wheelfactory import serve
+
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    commit = _served_repo(tmp_path, {"pyproject.toml": "[tool.black]\nline-length = 100\n", "pkg/__init__.py": ""})
     with serve(tmp_path / "served") as url:
-        err = _refused(_project(tmp_path / "p", f"git+{url}/hidden.git@{commit}\n"), data)
+        err = _refused(_project(tmp_path / "p", f"git+{url}/tree.git@{commit}\n"), data)
     assert "its commit states no name imagekit can read" in str(err)
     assert err.hint is not None and "#egg=NAME" in err.hint
+
+
+@pytest.mark.docker
+@pytest.mark.loopback
+def test_a_commit_that_states_its_name_only_in_setup_py_is_named_by_its_hook_in_a_container(
+    tmp_path, data, monkeypatch
+):
+    """huggingface/peft's shape: setup.py and a pyproject.toml of tool settings only. setuptools' metadata hook runs
+    in the base, network off, the tree read-only, as for a project's own setup.py."""
+    from tests.wheelfactory import serve
+
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    setup = "from setuptools import setup\nsetup(name='Hidden_Pkg', version='0.3', packages=['hidden'])\n"
+    files = {"setup.py": setup, "pyproject.toml": "[tool.ruff]\nline-length = 119\n", "hidden/__init__.py": ""}
+    commit = _served_repo(tmp_path, files)
+    with serve(tmp_path / "served") as url:
+        config = inputs.load_matrix(_project(tmp_path / "p", f"numpy\ngit+{url}/tree.git@{commit}\n"), data)
+    assert config.cells[0].packages == (f"hidden-pkg @ git+{url}/tree.git@{commit}", "numpy")
 
 
 # ---- locked: a requirements file with each form, resolved by uv against loopback indexes -----------------------
