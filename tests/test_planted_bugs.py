@@ -284,3 +284,67 @@ def test_the_manifest_and_runpod_template_list_8888_only_with_jupyterlab(data, j
     tag = f"r/x:{cell.id}-0123456789ab"
     template = runpod.template({"tag": tag, "digest": "sha256:" + "a" * 64, "manifest": baked})
     assert template["ports"] == ",".join(ports)
+
+
+# ---- reading a project's files ----------------------------------------------------------------------------------
+# Planted: project_deps.parse_lines `raw.endswith("\\") and not whole_comment` -> `raw.endswith("\\")` (a line that
+# is only a comment continued into the next). pip's req_file.join_lines never continues a comment line (pip 26.3).
+def test_a_comment_line_ending_in_a_backslash_does_not_swallow_the_next_requirement():
+    from imagekit.matrix import project_deps
+
+    text = "# torch comes from the matrix \\\nnumpy\n    # indented \\\nfilelock\n"
+    deps = project_deps.read_requirements("requirements.txt", lambda _: text)
+    assert [(d.requirement, d.where) for d in deps.declared] == [
+        ("numpy", "requirements.txt:2"),
+        ("filelock", "requirements.txt:4"),
+    ]
+
+
+# Planted: project_deps.leave_out `if not d.constraint and any(...)` -> `if any(...)` (a constraint counted as
+# something the file states, so `without` silently leaves out a name no image would install).
+def test_without_refuses_a_name_the_file_states_only_as_a_constraint():
+    from dataclasses import replace
+
+    from imagekit.errors import UsageError
+    from imagekit.matrix import project_deps
+
+    files = {"requirements.txt": "numpy\ndeepspeed ; sys_platform == 'win32'\n-c c.txt\n", "c.txt": "deepspeed<1\n"}
+    deps = project_deps.read_requirements("requirements.txt", files.__getitem__)
+    source = project_deps.DepsSource("requirements.txt", without=("deepspeed",))
+    with pytest.raises(UsageError) as info:
+        project_deps.leave_out(replace(deps, source=source))
+    assert info.value.message == "without: deepspeed is not among what requirements.txt states (numpy)"
+
+
+# Planted: project_deps.read_requirements `constraint or kind == "-c"` -> `kind == "-c"` (a `-r` inside a `-c` file
+# read as requirements: what pip only constrains would be installed).
+def test_a_requirements_include_inside_a_constraints_file_is_read_as_constraints():
+    from imagekit.errors import UsageError
+    from imagekit.matrix import project_deps
+
+    files = {"requirements.txt": "numpy\n-c c.txt\n", "c.txt": "-r more.txt\n", "more.txt": "numpy<2\n"}
+    deps = project_deps.read_requirements("requirements.txt", files.__getitem__)
+    assert [(d.requirement, d.where, d.constraint) for d in deps.declared] == [
+        ("numpy", "requirements.txt:1", False),
+        ("numpy<2", "more.txt:1", True),
+    ]
+    files["more.txt"] = "numpy<2\nscipy<1.14\n"  # constrains what the project does not require: refused, not installed
+    with pytest.raises(UsageError) as info:
+        project_deps.read_requirements("requirements.txt", files.__getitem__)
+    assert info.value.message.startswith("more.txt:2: scipy<1.14: constrains scipy, which the project does not")
+
+
+# Planted: project_deps.from_pyproject `(source.extras and "optional-dependencies" in dynamic)` ->
+# `"optional-dependencies" in dynamic` (the build backend run, in a container, when no extra is chosen).
+def test_dynamic_optional_dependencies_need_the_build_backend_only_when_an_extra_is_chosen():
+    from imagekit.matrix import project_deps
+
+    text = (
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
+        '[project]\nname = "app"\ndependencies = ["numpy"]\ndynamic = ["optional-dependencies"]\n'
+    )
+    deps = project_deps.from_pyproject(text, project_deps.DepsSource("pyproject.toml"))
+    assert [d.requirement for d in deps.declared] == ["numpy"]
+    with pytest.raises(project_deps.NeedsBackend) as info:
+        project_deps.from_pyproject(text, project_deps.DepsSource("pyproject.toml", extras=("train",)))
+    assert info.value.backend == "hatchling.build"

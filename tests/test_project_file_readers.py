@@ -58,6 +58,23 @@ HOSTILE_LINES = [
     "${HOME}",
     "-e .",
     "numpy ; extra == '\n'",
+    # pip's own forms (issue 50): name-less VCS lines and URLs, the project's folders, index lines
+    "git+https://github.com/o/r#egg=" + ASTRAL,
+    "git+https://github.com/o/r@main#egg=x&subdirectory=../../etc",
+    "git+file:///etc#egg=x",
+    "-e git+ext::sh -c touch #egg=x",
+    "git+https://github.com/o/r@" + "a" * 5000,
+    "-e " + "../" * 50 + "etc",
+    "./" + "a/" * 3000,
+    "https://h/" + ASTRAL + "-1-py3-none-any.whl",
+    "./wheels/../../x-1-py3-none-any.whl",
+    "file:../x-1-py3-none-any.whl",
+    ".[" + "a" * 100 + "]",
+    "./a\\b",
+    "-e",
+    "--index-url",
+    "--extra-index-url ftp://x/simple",
+    "https://h/x-1-py3-none-any.whl ; " + "(" * DEEP + 'python_version > "3"' + ")" * DEEP,
 ]
 
 PYPROJECT = '[project]\nname = "x"\nversion = "1"\n'

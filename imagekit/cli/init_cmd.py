@@ -20,7 +20,7 @@ from imagekit.locking import debs, direct_wheels
 from imagekit.matrix import init_document, project_axes, project_deps
 from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix.project_deps import DepsSource
-from imagekit.services import inputs
+from imagekit.services import init_axes, inputs
 from imagekit.trust import untrusted, validate
 
 # A small matrix from the shipped default's own axes (imagekit/data/default-matrix.toml): two torch releases on
@@ -194,14 +194,17 @@ def register(app: typer.Typer) -> None:
                 raise UsageError(
                     f"--pyproject appends to a pyproject.toml, not {target}", "drop --out, or drop --pyproject"
                 )
-            section = document(axes, packages, repo, table="tool.imagekit.", apt=debs_, requirements=_source(declared))
+            section = document(
+                axes, packages, repo, table="tool.imagekit.", apt=debs_, requirements=_source(declared),
+                install=_install(declared),
+            )  # fmt: skip
             _inside_the_project(target)
             text = _pyproject_with(target, section)
             origin = f"{target} [tool.imagekit]"
         else:
             if (target.exists() or target.is_symlink()) and not force:
                 raise UsageError(f"{target} exists", "pass --force to replace it, or --out FILE to write elsewhere")
-            text = document(axes, packages, repo, apt=debs_, requirements=_source(declared))
+            text = document(axes, packages, repo, apt=debs_, requirements=_source(declared), install=_install(declared))
             origin = str(target)
         doc = tomllib.loads(text)
         checked = f"{origin} (not written)"  # an unknown version or an all-excluded matrix leaves the file alone
@@ -255,9 +258,19 @@ def from_declaration(
         base = base_for(python, data, {}, ImageOptions())
         return project_metadata.read_setup(root, source, base, backend, data.bases)
 
-    declared = inputs.read_project(root, source, setup)
+    def setup_name(tree: Path, backend: str) -> str:
+        from imagekit.image.buildplan import base_for
+        from imagekit.image.image_options import ImageOptions
+        from imagekit.services import project_metadata
+
+        return project_metadata.read_name(tree, base_for(python, data, {}, ImageOptions()), backend, data.bases)
+
+    declared = inputs.read_project(root, source, setup, setup_name)
     derived = project_axes.derive(declared, flags, defaults, data)
-    return replace(declared, notes=(*declared.notes, *derived.notes)), dict(derived.values)
+    values, notes = init_axes.settle(dict(derived.values), declared, data, bool(given["transformers"]), defaults)
+    picked = any(n.startswith("transformers ") for n in notes)  # the resolver's choice replaces derive's note
+    kept = [n for n in derived.notes if not (picked and n.startswith("transformers "))]
+    return replace(declared, notes=(*declared.notes, *kept, *notes)), values
 
 
 def _not_over_the_declaration(target: Path, declared: project_deps.ProjectDeps, pyproject: bool) -> None:
@@ -277,6 +290,12 @@ def _not_over_the_declaration(target: Path, declared: project_deps.ProjectDeps, 
 
 def _source(declared: project_deps.ProjectDeps | None) -> DepsSource | None:
     return declared.source if declared is not None else None
+
+
+def _install(declared: project_deps.ProjectDeps | None) -> str | None:
+    """The folder the file's `.` / `-e ./sub` line installs (the matrix file beside the project: the same path); a
+    second, other one is refused by every command that reads the matrix, naming both."""
+    return declared.local[0].folder if declared is not None and declared.local else None
 
 
 def torch_for(cudas: tuple[str, ...], data: compat.CompatData) -> tuple[str, ...]:
@@ -328,6 +347,9 @@ def _check(
     with it, unknown versions and an all-excluded matrix are usage errors."""
     config = matrix.parse(doc, origin, data)
     if declared is not None:
+        from imagekit.services import requirement_forms
+
+        config = requirement_forms.apply(config, declared, Path(os.path.abspath(origin.split(" [")[0])).parent)
         config = project_axes.apply(config, declared, data)
     evaluated = matrix.evaluate(config, data)  # UnknownVersionError (exit 2) names each version it does not know
     compatible = [e for e in evaluated if e.verdict.compatible]

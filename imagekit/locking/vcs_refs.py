@@ -55,7 +55,8 @@ def is_vcs(url: str) -> bool:
 
 
 def parse(name: str, url: str) -> GitRef:
-    """``url`` of ``name @ url`` as a git reference: git over http(s), a ref after ``@``, optionally
+    """``url`` of ``name @ url`` as a git reference: git over http(s), a ref after ``@`` (none: ``HEAD``, the default
+    branch, which a lock refuses with the commit it names today, as any branch), optionally
     ``#subdirectory=`` (``#egg=`` is pip's old way of naming the package: ignored)."""
     shown = untrusted.printable(url, 120)
     if not url.startswith("git+"):
@@ -73,8 +74,10 @@ def parse(name: str, url: str) -> GitRef:
             "use a public https URL (a private repository: build its wheel and serve it from your own index)",
         )
     repo, at, ref = rest.rpartition("@")
-    if not at or "/" not in repo.split("://", 1)[1]:
-        raise NotARef(f"{name} @ {shown}: no commit after '@'", HINT)
+    if not at or "/" not in repo.split("://", 1)[1]:  # no ref: the default branch, refused with its commit
+        repo, ref = rest, "HEAD"
+    if "/" not in repo.split("://", 1)[1]:
+        raise NotARef(f"{name} @ {shown}: no repository path", HINT)
     if not _URL.fullmatch(repo):
         raise NotARef(f"{name} @ {shown}: not a plain repository URL (letters, digits and ._~%+- in its path)")
     if not _REF.fullmatch(ref) or ".." in ref:
@@ -98,7 +101,8 @@ def unpinned(name: str, ref: GitRef, commit: str | None) -> NotARef:
             "no such ref",
             HINT,
         )
+    what = "names no commit: the default branch (HEAD)" if ref.ref == "HEAD" else f"{ref.ref!r} is a branch or tag"
     return NotARef(
-        f"{name} @ {ref.url}: {ref.ref!r} is a branch or tag, which may move; today it names commit {commit}",
+        f"{name} @ {ref.url}: {what}, which may move; today it names commit {commit}",
         f"pin it: `{name} @ {ref.at(commit).url}`",
     )

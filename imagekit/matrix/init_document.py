@@ -22,14 +22,18 @@ def document(
     table: str = "",
     apt: tuple[str, ...] = (),
     requirements: DepsSource | None = None,
+    install: str | None = None,
 ) -> str:
     """The commented matrix: the axes, packages and repository set (and apt and requirements when given), every
     other key of the schema commented out with its example. ``table``: "tool.imagekit." for pyproject.toml's section,
-    "" for a file of its own."""
+    "" for a file of its own. ``install``: the folder of the project to install (its `.` / `-e ./sub` line), which
+    the image then copies and installs."""
     given = {f"matrix.{a}": toml_list(v) for a, v in axes.items()}
     given |= {"matrix.packages": toml_list(packages), "image.repository": toml_string(repository)}
     if apt:
         given["image.apt"] = toml_list(apt)
+    if install:
+        given |= {"image.copy": toml_string("."), "image.install": toml_string(install)}
     if requirements is not None:
         given["matrix.requirements"] = requirements.toml()
     out = [HEADER]

@@ -57,7 +57,7 @@ def _version(text: str) -> Version | None:
         return None
 
 
-def _admits(item: Item, version: str) -> bool:
+def admits(item: Item, version: str) -> bool:
     """Whether ``item`` allows ``version``; a pin's local label (``torch==2.4.0+cu121``: the CUDA variant's) is judged
     apart, by :func:`local_label`."""
     for spec in item.req.specifier:
@@ -81,7 +81,7 @@ def disagreement(items: Iterable[Item]) -> tuple[Item, Item] | None:
     for item in items:
         for other in seen.setdefault(item.name, []):
             pins = [(a, b) for a, b in ((other, item), (item, other)) if exact(a.req) is not None]
-            if any(not _admits(b, exact(a.req) or "") for a, b in pins):
+            if any(not admits(b, exact(a.req) or "") for a, b in pins):
                 return other, item
             if local_label(other) and local_label(item) and local_label(other) != local_label(item):
                 return other, item
@@ -156,7 +156,7 @@ def _axis_problem(cell: Cell, item: Item) -> str | None:
     if item.req.url:
         return f"{item.shown()} names a wheel by URL: the matrix's {item.name} axis chooses {item.name}"
     local = local_label(item)
-    if not _admits(item, have) or (item.name == "torch" and local and local != cell.variant):
+    if not admits(item, have) or (item.name == "torch" and local and local != cell.variant):
         shown = f"{have}+{cell.variant}" if local else have
         return f"{item.name} {shown} (matrix.{item.name}, cell {cell.id}) conflicts with {item.shown()}"
     return None
@@ -276,7 +276,7 @@ def _axis(
 ) -> tuple[str, ...]:
     if given:
         for value in given:
-            bad = [i for i in items if not _admits(i, value)]
+            bad = [i for i in items if not admits(i, value)]
             if bad:
                 raise UsageError(
                     f"--{name} {value} conflicts with {bad[0].shown()}", f"drop --{name}, or change the pin in the file"
@@ -288,10 +288,10 @@ def _axis(
     if pins:
         notes.append(f"{name} {pins[0]}: pinned by {next(i.where for i in items if exact(i.req))}")
         return (pins[0],)
-    fits = tuple(v for v in default if all(_admits(i, v) for i in items))
+    fits = tuple(v for v in default if all(admits(i, v) for i in items))
     if fits:
         return fits
-    usable = [r for r in data.releases(name) if _usable(name, r, data) and all(_admits(i, r) for i in items)]
+    usable = [r for r in data.releases(name) if _usable(name, r, data) and all(admits(i, r) for i in items)]
     if not usable:
         raise UsageError(
             f"no {name} release imagekit knows satisfies " + "; ".join(i.shown() for i in items),

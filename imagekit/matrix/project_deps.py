@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name
 
 from imagekit.errors import UsageError
 from imagekit.locking import direct_wheels
+from imagekit.matrix import line_forms
 from imagekit.trust import untrusted
 from imagekit.trust.redact import redact_value
 
@@ -27,13 +28,18 @@ MAX_LINES = 5000
 MAX_LINE = 1 << 16  # characters of one line, continuations joined (pip's option parser is quadratic past that)
 _EXTRA = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
 _COMMENT = re.compile(r"(^|\s+)#.*$")
+_WHOLE_COMMENT = re.compile(r"\s*#")  # pip's COMMENT_RE.match: a line that is only a comment
 _OPTION = re.compile(r"\s--?[A-Za-z]")  # where a requirement line's own options (--hash=...) start
 _INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url")
+_EDITABLE = ("-e", "--editable")
+_FIND_LINKS = (
+    "a page or folder of links is no index a lock can record: serve the wheels from a package index and name it "
+    "(`--extra-index-url URL` in the file, or [lock] extra_index_urls), or name each wheel by URL with its sha256 "
+    "(`name @ https://.../name-VERSION-TAGS.whl#sha256=...`), or commit it (`name @ file:wheels/NAME-...whl`)"
+)
 _REFUSED_OPTIONS = {
-    "-e": "an editable install is the project's own code, not a dependency: copy the code with `[image] copy`",
-    "--editable": "an editable install is the project's own code, not a dependency: copy the code with `[image] copy`",
-    "-f": "images install wheels from an index or by URL with its sha256 (`name @ URL#sha256=...`), not a folder",
-    "--find-links": "images install wheels from an index or by URL with its sha256 (`name @ URL#sha256=...`)",
+    "-f": _FIND_LINKS,
+    "--find-links": _FIND_LINKS,
     "--no-index": "imagekit resolves against the indexes the matrix file names ([lock] index_url)",
     "--trusted-host": "imagekit talks to indexes over HTTPS only",
     "--no-binary": "images install wheels only (a source build is refused at lock time)",
@@ -112,6 +118,11 @@ class ProjectDeps:
     extras: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), compare=False)
+    indexes: tuple[line_forms.Index, ...] = ()  # `--index-url` / `--extra-index-url` lines: indexes the lock uses
+    local: tuple[line_forms.Local, ...] = ()  # `.`, `-e ./sub`: the project (or a package of it) to install
+    nameless: tuple[
+        line_forms.Nameless, ...
+    ] = ()  # `git+https://...` without `#egg=`: the name comes from its metadata
 
 
 def source_of(value: object) -> DepsSource:
@@ -206,6 +217,9 @@ def read_requirements(start: str, read: Callable[[str], str]) -> ProjectDeps:
     declared: list[Declared] = []
     notes: list[str] = []
     files: list[str] = []
+    indexes: list[line_forms.Index] = []
+    local: list[line_forms.Local] = []
+    nameless: list[line_forms.Nameless] = []
     done: set[tuple[str, bool]] = set()
 
     def visit(path: str, chain: tuple[str, ...], constraint: bool, via: str = "") -> None:
@@ -225,6 +239,20 @@ def read_requirements(start: str, read: Callable[[str], str]) -> ProjectDeps:
                 declared.append(Declared(value, where, constraint))
             elif kind == "note":
                 notes.append(f"{where}: {value}")
+            elif kind in ("index", "extra-index"):
+                indexes.append(line_forms.Index(value, kind == "index", where))
+            elif kind in ("local", "editable", "vcs"):
+                if constraint:
+                    raise UsageError(
+                        f"{where}: {untrusted.printable(value, 200)} in a constraints file names no version",
+                        "a constraints file narrows versions of named packages (`numpy<2`): move the line to the "
+                        "requirements file",
+                    )
+                if kind == "vcs":
+                    url, _, marker = value.partition(" ; ")
+                    nameless.append(line_forms.Nameless(url, marker, where))
+                else:
+                    local.append(line_forms.Local(value, where, kind == "editable"))
             else:
                 target = _include(path, value, where, kind)
                 if target in chain or target == path:
@@ -242,7 +270,16 @@ def read_requirements(start: str, read: Callable[[str], str]) -> ProjectDeps:
 
     visit(start, (), False)
     _check_constraints(declared)
-    return ProjectDeps(DepsSource(start), tuple(declared), files=tuple(files), notes=tuple(notes))
+    line_forms.one_main_index(indexes)
+    return ProjectDeps(
+        DepsSource(start),
+        tuple(declared),
+        files=tuple(files),
+        notes=tuple(notes),
+        indexes=tuple(dict.fromkeys(indexes)),
+        local=tuple(local),
+        nameless=tuple(nameless),
+    )
 
 
 def _check_constraints(declared: list[Declared]) -> None:
@@ -288,20 +325,29 @@ def parse_lines(text: str, path: str) -> list[tuple[int, str, str]]:
     lines = text.removeprefix("\ufeff").splitlines()  # a byte order mark, as some editors on Windows write
     if len(lines) > MAX_LINES:
         raise UsageError(f"{path}: more than {MAX_LINES} lines", "is this a requirements file?")
-    pending, first = "", 0
+    pending, first, joining = "", 0, False
     for number, raw in enumerate(lines, 1):
-        if not pending:
+        if not joining:
             first = number
-        if raw.endswith("\\") and not _COMMENT.search(raw[:-1]) and len(pending) + len(raw) <= MAX_LINE:
-            pending += raw[:-1] + " "
-            continue
+        whole_comment = _WHOLE_COMMENT.match(raw) is not None  # pip never continues a comment line
         if len(pending) + len(raw) > MAX_LINE:
             raise UsageError(
                 f"{path}:{first}: a line of {len(pending) + len(raw)} characters (at most {MAX_LINE})",
                 "is this a requirements file? a requirement with its hashes is a few thousand characters",
             )
-        line = _COMMENT.sub("", pending + raw).strip()
-        pending = ""
+        if raw.endswith("\\") and not whole_comment:
+            if joining and _COMMENT.search(pending):
+                out.append((number, "note", line_forms.swallowed(first)))
+            pending, joining = pending + raw.strip("\\"), True  # joined as pip joins: no space added
+            continue
+        if joining and _COMMENT.search(pending) and raw.strip() and not whole_comment:
+            out.append((number, "note", line_forms.swallowed(first)))
+        line = _COMMENT.sub("", pending + (" " + raw if whole_comment and joining else raw)).strip()
+        pending, joining = "", False
+        if line:
+            out.extend((first, kind, value) for kind, value in _line(line, f"{path}:{first}"))
+    if joining:  # a last line ending in a backslash: pip reads what was joined
+        line = _COMMENT.sub("", pending).strip()
         if line:
             out.extend((first, kind, value) for kind, value in _line(line, f"{path}:{first}"))
     return out
@@ -318,7 +364,8 @@ def _line(line: str, where: str) -> list[tuple[str, str]]:
             raise UsageError(
                 f"{where}: the per-requirement option {untrusted.printable(bad[0], 80)} is not honoured", "drop it"
             )
-        return [("req", checked_requirement(requirement.strip(), where))]
+        kind, value = line_forms.form(requirement.strip(), where)
+        return [(kind, checked_requirement(value, where) if kind == "req" else value)]
     try:
         words = shlex.split(line)
     except ValueError as exc:
@@ -337,11 +384,10 @@ def _line(line: str, where: str) -> list[tuple[str, str]]:
             shown = untrusted.printable(redact_value(value), 200)
             return [("note", f"{option} {shown} ignored: imagekit takes the torch family from the PyTorch index "
                      "of each cell's CUDA variant itself")]  # fmt: skip
-        raise UsageError(
-            f"{where}: {option} names a package index in the requirements file",
-            "name it in the matrix file instead: [lock] index_url or extra_index_urls (credentials come from "
-            "IMAGEKIT_INDEX_USER/IMAGEKIT_INDEX_PASSWORD or ~/.netrc)",
-        )
+        return [("index" if option != "--extra-index-url" else "extra-index", line_forms.index(option, value, where))]
+    if option in _EDITABLE:
+        kind, value = line_forms.editable(value, where)
+        return [(kind, checked_requirement(value, where) if kind == "req" else value)]
     if option in _REFUSED_OPTIONS:
         raise UsageError(f"{where}: {option} is not honoured", _REFUSED_OPTIONS[option])
     if option in _IGNORED_OPTIONS:

@@ -55,6 +55,7 @@ def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixCo
 
     from imagekit.image.buildplan import base_for
     from imagekit.matrix import project_axes
+    from imagekit.services import requirement_forms
 
     python = min((c.python for c in config.cells), key=Version)
 
@@ -64,8 +65,15 @@ def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixCo
         base = base_for(python, data, config.bases, config.options)
         return project_metadata.read_setup(root, config.requirements, base, backend, data.bases)
 
+    def setup_name(tree: Path, backend: str) -> str:
+        from imagekit.services import project_metadata
+
+        base = base_for(python, data, config.bases, config.options)
+        return project_metadata.read_name(tree, base, backend, data.bases)
+
     try:
-        deps = read_project(root, config.requirements, setup)
+        deps = read_project(root, config.requirements, setup, setup_name)
+        config = requirement_forms.apply(config, deps, root)
     except UsageError as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -74,12 +82,19 @@ def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixCo
 
 
 def read_project(
-    root: Path, source: project_deps.DepsSource, setup: Callable[[str], project_deps.ProjectDeps]
+    root: Path,
+    source: project_deps.DepsSource,
+    setup: Callable[[str], project_deps.ProjectDeps],
+    setup_name: Callable[[Path, str], str] | None = None,
 ) -> project_deps.ProjectDeps:
     """The declaration ``source`` names under ``root``: a requirements file and its includes, pyproject.toml's
     [project] table, or (``setup(backend)``: in a container, never here) what a setup.py's build backend answers;
-    less what its ``without`` leaves out."""
-    return project_deps.leave_out(dataclasses.replace(_read_declaration(root, source, setup), source=source))
+    a VCS line without a name named from its commit (``setup_name(tree, backend)``: its setup.py's hook, in a
+    container); less what its ``without`` leaves out."""
+    from imagekit.services import requirement_forms
+
+    deps = requirement_forms.named(_read_declaration(root, source, setup), setup_name)
+    return project_deps.leave_out(dataclasses.replace(deps, source=source))
 
 
 def _read_declaration(

@@ -156,6 +156,39 @@ def read_setup(
     return deps
 
 
+def read_name(
+    folder: Path,
+    base: BaseRef,
+    backend: str,
+    data_bases: Mapping[str, BaseSpec],
+    *,
+    engine: ContainerEngine | None = None,
+    log: Callable[[str], None] = lambda line: sys.stderr.write(line + "\n"),
+) -> str:
+    """The distribution name a source tree's setuptools hook states (``Name``), run as for a project's setup.py: in
+    ``base``, network off, the tree read-only. For a VCS line without a name whose tree says it only in setup.py."""
+    from email.parser import HeaderParser
+
+    if backend not in SETUPTOOLS:
+        raise UsageError(
+            f"the tree's build backend {untrusted.printable(backend, 80)} is not in the base image",
+            "name the package on the line: append #egg=NAME",
+        )
+    if engine is None:
+        from imagekit.effects.docker import Engine
+
+        engine = Engine()
+    from imagekit.services.base_images import present
+
+    source = DepsSource("setup.py")
+    log(f"reading the name of {folder.name} in {base.name} (no network, the tree read-only)")
+    raw = _run(engine, present(base, engine, data_bases, log=log), folder, source, backend)
+    doc = untrusted.load_json(raw, "the metadata answer", max_bytes=ANSWER_LIMIT)
+    text = doc.get("metadata") or doc.get("pkg_info") if isinstance(doc, dict) else None
+    name = HeaderParser().parsestr(text).get("Name", "") if isinstance(text, str) else ""
+    return str(name or "")
+
+
 def _folder(root: Path, source: DepsSource) -> Path:
     folder = foreign_files.inside(root, root / source.folder)
     if folder is None or not folder.is_dir():

@@ -138,7 +138,16 @@ BAD = {
         "error: --from other/requirements.txt is outside the project",
     ),
     "missing": ({}, ["--from", "requirements.txt"], "error: requirements.txt: no such file in the project"),
-    "an editable line": ({"requirements.txt": "-e .\n"}, ["--from", "requirements.txt"], "-e is not honoured"),
+    "an editable line out of the project": (
+        {"requirements.txt": "-e ../x\n"},
+        ["--from", "requirements.txt"],
+        "requirements.txt:1: ../x is outside the project",
+    ),
+    "the project with no package in it": (
+        {"requirements.txt": "-e .\n"},
+        ["--from", "requirements.txt"],
+        "requirements.txt:1: . holds no pyproject.toml or setup.py",
+    ),
     "a dynamic list": (
         {
             "pyproject.toml": '[build-system]\nbuild-backend = "hatchling.build"\n[project]\nname = "x"\n'
@@ -227,3 +236,38 @@ def test_the_matrix_is_never_written_over_the_projects_own_list(app, runner, in_
     res = _init(app, runner, "--from", "requirements.txt", "--out", name, "--force", "--repository", "ghcr.io/a/b")
     assert res.exit_code == 2 and f"error: --out {name} is a file of the project's own dependency list" in res.stderr
     assert Path("requirements.txt").read_text() == "numpy\n-r base.txt\n" and Path("base.txt").read_text() == "wandb\n"
+
+
+def test_the_projects_own_line_is_copied_and_installed(app, runner, data, in_tmp):
+    Path("requirements.txt").write_text("numpy\n-e .\n")
+    Path("pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n\n[project]\nname = "app"\n')
+    res = _init(app, runner, "--from", "requirements.txt", "--repository", "ghcr.io/acme/x")
+    assert res.exit_code == 0, res.output
+    doc = tomllib.loads(Path("imagekit.toml").read_text())
+    assert doc["image"]["copy"] == "." and doc["image"]["install"] == "."
+    config = inputs.load_matrix(None, data)
+    assert config.options.install == "." and {c.packages for c in config.cells} == {("numpy",)}
+
+
+def test_a_range_that_allows_the_defaults_keeps_them_and_asks_no_resolver(data):
+    from imagekit.matrix import project_deps
+    from imagekit.services import init_axes
+
+    deps = project_deps.read_requirements("r.txt", lambda _: "transformers>=4.40\nhuggingface-hub<1.0\n")
+    assert not init_axes.leaves_transformers_open(deps, "3.11", False, ("4.48.2",))
+    deps = project_deps.read_requirements("r.txt", lambda _: "transformers>=4.49\n")
+    assert init_axes.leaves_transformers_open(deps, "3.11", False, ("4.48.2",))
+    assert not init_axes.leaves_transformers_open(deps, "3.11", True, ("4.48.2",))  # --transformers given
+
+
+def test_init_says_which_index_serves_each_torch(app, runner, in_tmp):
+    Path("requirements.txt").write_text("torch==2.5.1\nnumpy\n")
+    res = _init(app, runner, "--from", "requirements.txt", "--cuda", "12.1", "--repository", "ghcr.io/acme/x")
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stderr.split())
+    assert (
+        "torch 2.5.1 (CUDA 12.1): the PyTorch index (https://download.pytorch.org/whl/cu121); PyPI serves torch 2.5.1 "
+        "built for cu124 only" in said
+    ), said
+    res = _init(app, runner, "--from", "requirements.txt", "--force", "--repository", "ghcr.io/acme/x")
+    assert "torch 2.5.1 (CUDA 12.4): PyPI's default build (cu124), from PyPI" in " ".join(res.stderr.split())

@@ -34,7 +34,7 @@ def test_a_wheel_url_with_its_hash_is_a_requirement():
 @pytest.mark.parametrize(
     ("value", "says"),
     [
-        ("flash-attn @ git+https://github.com/Dao-AILab/flash-attention", "no commit after"),
+        ("flash-attn @ git+ssh://git@github.com/Dao-AILab/flash-attention@main", "only git over http(s)"),
         ("flash-attn @ hg+https://hg.example/flash-attention@1", "VCS reference"),
         ("flash-attn @ https://h/flash_attn-2.7.4.tar.gz", "not a wheel"),
         (f"flash-attn @ https://h/{FA_FILE}#md5=abc", "no #sha256"),

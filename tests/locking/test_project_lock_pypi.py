@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -46,17 +47,18 @@ def test_nanogpt_requirements_init_and_lock(app, runner, in_tmp: Path) -> None:
     assert stale.exit_code == 1 and all(p.stem in stale.output for p in locks), stale.output
 
 
-def test_a_transformers_axis_the_file_excludes_is_named_with_the_way_out(app, runner, in_tmp: Path) -> None:
-    """huggingface/alignment-handbook's setup.py: `transformers>=4.53.3` lets init take the newest transformers, whose
-    huggingface-hub the file's `huggingface-hub<1.0` excludes; the lock says so, and --transformers is the way out."""
+def test_init_takes_the_newest_transformers_the_file_resolves_with_and_the_cell_locks_first_time(
+    app, runner, in_tmp: Path
+) -> None:
+    """huggingface/alignment-handbook's setup.py: `transformers>=4.53.3` with `huggingface-hub<1.0`. The newest
+    transformers the range allows needs huggingface-hub>=1.0: init resolves the file against the cell, writes the newest
+    release that resolves, names the pin that ruled out the newer one, and the lock succeeds first time."""
     (in_tmp / "requirements.txt").write_text("transformers>=4.53.3\nhuggingface-hub>=0.33.4,<1.0\n")
     init = runner.invoke(app, ["init", "--from", "requirements.txt", "--repository", "127.0.0.1:5000/a/b"])
     assert init.exit_code == 0, init.output
-    res = runner.invoke(app, ["lock"])
-    assert res.exit_code == 1, res.output
-    assert "huggingface-hub" in res.output and "(an axis of the matrix)" in res.output, res.output
-    assert "--transformers VERSION" in res.output, res.output
-    again = ["init", "--from", "requirements.txt", "--transformers", "4.57.6", "--force", "--repository", "x.io/a/b"]
-    assert runner.invoke(app, again).exit_code == 0
+    said = " ".join(init.stderr.split())
+    assert "(newer) does not:" in said and "requirements.txt:2: huggingface-hub<1.0,>=0.33.4" in said, said
+    chosen = tomllib.loads((in_tmp / "imagekit.toml").read_text())["matrix"]["transformers"]
+    assert len(chosen) == 1 and chosen[0].startswith("4."), chosen
     res = runner.invoke(app, ["lock"])
     assert res.exit_code == 0, res.output

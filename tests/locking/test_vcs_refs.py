@@ -38,7 +38,6 @@ def test_a_branch_parses_but_is_not_pinned_and_its_refusal_names_todays_commit()
         ("git+ext::sh -c touch% /tmp/pwned@main", "only git over http(s)"),
         ("git+https://user:token@github.com/o/r@main", "credential"),
         ("git+https://github.com/o/r?x=1@main", "credential or a query"),
-        ("git+https://github.com/o/r", "no commit"),
         ("git+https://github.com@main", "credential"),
         ("git+https://github.com/o/r@--upload-pack=touch", "not a commit, branch or tag"),
         ("git+https://github.com/o/r@a..b", "not a commit, branch or tag"),
@@ -58,3 +57,11 @@ def test_the_matrix_file_refuses_a_bad_git_requirement_with_the_fix():
     with pytest.raises(UsageError) as caught:
         requirement("x @ git+ssh://git@github.com/o/r@main")
     assert "https URL" in caught.value.hint
+
+
+def test_no_ref_is_the_default_branch_refused_like_a_branch_with_todays_commit():
+    ref = vcs_refs.parse("peft", "git+https://github.com/huggingface/peft.git")
+    assert ref.ref == "HEAD" and not ref.pinned and ref.repo == "https://github.com/huggingface/peft.git"
+    refusal = vcs_refs.unpinned("peft", ref, COMMIT)
+    assert "default branch" in str(refusal) and f"today it names commit {COMMIT}" in str(refusal)
+    assert refusal.hint == f"pin it: `peft @ git+https://github.com/huggingface/peft.git@{COMMIT}`"

@@ -223,3 +223,29 @@ def test_a_git_requirement_is_locked_by_commit_and_a_branch_is_refused_with_the_
     assert {e.name: e.version for e in locked.lock.entries}["gitkit"] == "2.0"
     # the lock is this cell's, and current: read back and verified as a build reads it
     assert lock_cells.verified_lock(locked.path, pinned, data, current=True) is not None
+
+
+def test_a_nameless_git_line_of_a_requirements_file_is_named_locked_and_built_from_a_local_git_server(
+    engine, base, index, tmp_path
+):
+    """pip's own form, `git+URL@<commit>` with no name (issue 50): the name read from the commit's pyproject.toml,
+    then the same wheel-build stage as for a named line."""
+    from tests.wheelfactory import serve as serve_folder
+
+    data = inputs.compat_data()
+    commit = _git_repo(tmp_path / "git")
+    build = wheel_builds.builder_in(engine, base, lambda _line: None)
+    project = tmp_path / "project"
+    project.mkdir()
+    with serve_folder(tmp_path / "git" / "served") as url:
+        (project / "requirements.txt").write_text(f"git+{url}/gitkit.git@{commit}\n")
+        (project / "imagekit.toml").write_text(
+            '[matrix]\nrequirements = "requirements.txt"\n[[matrix.include]]\ncuda = "12.4"\ntorch = "2.5.1"\n'
+            'transformers = "4.48.2"\npython = "3.11"\n'
+        )
+        (cell,) = inputs.load_matrix(project / "imagekit.toml", data).cells
+        assert cell.packages == (f"gitkit @ git+{url}/gitkit.git@{commit}",)
+        locked = lock_cells.lock_one(cell, tmp_path / "locks", index, data, build=build)
+    assert locked.status == "locked", locked.error and locked.error.render()
+    record = sb.recorded(locked.lock.meta)["gitkit"]
+    assert record.sdist == f"git+{url}/gitkit.git@{commit}" and record.wheel == "gitkit-2.0-py3-none-any.whl"

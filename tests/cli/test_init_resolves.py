@@ -1,0 +1,57 @@
+"""`imagekit init --from` picks axes that lock: a transformers range the file leaves to imagekit is resolved with the
+rest of the file for the candidate cell, the newest known release that resolves written, the pins that ruled the
+newer ones out named; each torch's index said. Against a loopback PEP 503 index with uv, as `imagekit lock` runs."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from imagekit.matrix import project_axes, project_deps
+from imagekit.services import init_axes
+from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
+
+pytestmark = [pytest.mark.resolver, pytest.mark.loopback]
+
+
+def test_init_writes_the_newest_transformers_that_resolves_and_the_cell_locks_first_time(
+    app, runner, data, in_tmp, monkeypatch
+):
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(in_tmp / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(in_tmp / "uv-cache"))
+    file = "torch==2.5.1\ntransformers>=4.49\nhuggingface-hub<1.0\n"
+    deps = project_deps.read_requirements("requirements.txt", lambda _: file)
+    items = [i for i in project_axes.for_env(deps, "3.11") if i.name == "transformers"]
+    newest = init_axes.candidates(items, "12.4", "2.5.1", "3.11", data)[0]  # what init took before: the lock failed
+    assert newest != "4.49.0"
+    wheels = fake_pypi_wheels(
+        in_tmp / "w",
+        extra=[
+            ("transformers", newest, ["numpy>=1.17", "huggingface-hub>=1.0"]),
+            ("huggingface-hub", "0.36.0", []),
+            ("huggingface-hub", "1.1.0", []),
+        ],
+    )
+    write_simple_index(in_tmp / "pypi", wheels)
+    with serve(in_tmp / "pypi") as url:
+        Path("requirements.txt").write_text(f"--index-url {url}/simple\n{file}")
+        res = runner.invoke(app, ["init", "--from", "requirements.txt", "--repository", "127.0.0.1:5000/a/b"])
+        assert res.exit_code == 0, res.output
+        doc = tomllib.loads(Path("imagekit.toml").read_text())
+        assert doc["matrix"]["transformers"] == ["4.49.0"] and doc["matrix"]["torch"] == ["2.5.1"]
+        said = " ".join(res.stderr.split())
+        assert (
+            "transformers 4.49.0: the newest known release (>=4.49) that resolves with the file "
+            "(torch 2.5.1 on CUDA 12.4" in said
+        ), said
+        assert f"transformers {newest} (newer) does not:" in said and "huggingface-hub" in said, said
+        assert "requirements.txt:4: huggingface-hub<1.0" in said, said
+        assert "torch 2.5.1 (CUDA 12.4): PyPI's default build (cu124)" in said, said
+
+        lock = runner.invoke(app, ["lock"])
+        assert lock.exit_code == 0, lock.output  # first time
+    (path,) = (in_tmp / "lockfiles").glob("*.txt")
+    assert path.stem == "cu124-torch2.5.1-py3.11-tf4.49.0"
+    assert "huggingface-hub==0.36.0" in path.read_text()
