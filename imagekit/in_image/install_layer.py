@@ -1,4 +1,4 @@
-#!/opt/venv/bin/python
+#!/opt/venv/bin/python -B
 """Install one layer's locked wheels with uv, offline, and leave no trace of uv.
 
 usage: install-layer --wheels URL|DIR --uv FILENAME#sha256=HEX --requirements URL|FILE#sha256=HEX
@@ -237,6 +237,10 @@ def record_folders(root):
 
 
 def main():
+    # No bytecode written as modules are imported, by this program (-B above) or any Python it starts: the venv's
+    # .pth imports the CUDA guard at every start, and a .pyc written then (its mtime in it) would make the layer
+    # differ between builds and between build paths; --compile writes checked-hash bytecode itself.
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     ap = argparse.ArgumentParser()
     ap.add_argument("--wheels")
     ap.add_argument("--uv")
