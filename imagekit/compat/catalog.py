@@ -82,6 +82,21 @@ class PackageRelease:
 
 
 @dataclass(frozen=True)
+class CompilerDeb:
+    """A CUDA compiler Debian ships for one base (``[[cuda_compiler_deb]]``): `[image] cuda_toolkit` of a CUDA 11
+    or 12 cell on that base (imagekit/image/cuda_toolkit.py)."""
+
+    cuda: str  # 11.8
+    base: str  # debian-bookworm
+    package: str  # nvidia-cuda-toolkit
+    version: str  # the archive's version when the fact was read (the lock pins what apt resolves)
+    component: str  # non-free
+    host_compiler: str  # g++-11: what the package depends on first and its nvcc runs
+    driver: str  # the driver release its closure depends on (libcuda.so.1, libnvidia-ml.so.1): the stub provides it
+    source: str
+
+
+@dataclass(frozen=True)
 class CompatData:
     data_version: str
     sources: dict[str, str]
@@ -98,6 +113,8 @@ class CompatData:
     companions: tuple[CompanionRow, ...] = ()
     companions_derived: tuple[CompanionRow, ...] = ()
     undeclared: tuple[UndeclaredRow, ...] = ()
+    # `[image] cuda_toolkit` for CUDA 11 and 12 cells: Debian's toolkit package per (CUDA, base)
+    compiler_debs: tuple[CompilerDeb, ...] = ()
     # Where the two parts came from, for messages that say which file lacks what.
     curated_path: str = CURATED_FILE
     metadata_path: str = METADATA_FILE
@@ -402,6 +419,19 @@ def parse(
         companions=companions,
         companions_derived=tuple(derived_rows(metadata["packages"])),
         undeclared=undeclared,
+        compiler_debs=tuple(
+            CompilerDeb(
+                d["cuda"],
+                d["base"],
+                d["package"],
+                d["version"],
+                d["component"],
+                d["host_compiler"],
+                d["driver"],
+                d["source"],
+            )
+            for d in curated.get("cuda_compiler_deb", ())
+        ),
         curated_path=curated_path,
         metadata_path=metadata_path,
         metadata_origin=metadata_origin,
