@@ -56,7 +56,7 @@ min_driver = "580.65.06"         # the oldest host driver
 repository = "ghcr.io/acme/train"    # where build --push publishes (default: 127.0.0.1:5000/imagekit/train)
 jupyter = false                      # JupyterLab in the image (default: false)
 compiler = true                      # gcc/g++ and Python headers for torch.compile (default: true)
-cuda_toolkit = false                 # nvcc, the CUDA headers and ninja from pinned wheels, CUDA_HOME set (CUDA 13)
+cuda_toolkit = false                 # nvcc, CUDA headers, CUDA_HOME: wheels (CUDA 13), Debian's .debs (11.8, 12.4)
 copy = "."                           # the project's folder in /opt/app, the last layer (default: none)
 install = "."                        # ... built into a wheel (offline, in the cell's base) and installed without
                                      # its dependencies: the lock must hold them and the build backend (default: none)

@@ -22,6 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from imagekit.compat.companions import CompanionRow, UndeclaredRow, derived_rows, parse_rows
+from imagekit.compat.compiler_debs import CompilerDeb, compiler_rows
 from imagekit.errors import UnknownVersionError, UsageError
 from imagekit.in_image import facts
 from imagekit.model import variant_of_runtime
@@ -82,21 +83,6 @@ class PackageRelease:
 
 
 @dataclass(frozen=True)
-class CompilerDeb:
-    """A CUDA compiler Debian ships for one base (``[[cuda_compiler_deb]]``): `[image] cuda_toolkit` of a CUDA 11
-    or 12 cell on that base (imagekit/image/cuda_toolkit.py)."""
-
-    cuda: str  # 11.8
-    base: str  # debian-bookworm
-    package: str  # nvidia-cuda-toolkit
-    version: str  # the archive's version when the fact was read (the lock pins what apt resolves)
-    component: str  # non-free
-    host_compiler: str  # g++-11: what the package depends on first and its nvcc runs
-    driver: str  # the driver release its closure depends on (libcuda.so.1, libnvidia-ml.so.1): the stub provides it
-    source: str
-
-
-@dataclass(frozen=True)
 class CompatData:
     data_version: str
     sources: dict[str, str]
@@ -113,8 +99,7 @@ class CompatData:
     companions: tuple[CompanionRow, ...] = ()
     companions_derived: tuple[CompanionRow, ...] = ()
     undeclared: tuple[UndeclaredRow, ...] = ()
-    # `[image] cuda_toolkit` for CUDA 11 and 12 cells: Debian's toolkit package per (CUDA, base)
-    compiler_debs: tuple[CompilerDeb, ...] = ()
+    compiler_debs: tuple[CompilerDeb, ...] = ()  # compat/compiler_debs.py: Debian's CUDA compilers (CUDA 11, 12)
     # Where the two parts came from, for messages that say which file lacks what.
     curated_path: str = CURATED_FILE
     metadata_path: str = METADATA_FILE
@@ -298,8 +283,7 @@ class CompatData:
         return f"[{key}] {full}" if full else key
 
 
-def _span(versions: object) -> str:
-    """``1.13.0 … 2.15.0``: the range of a set of versions."""
+def _span(versions: object) -> str:  # ``1.13.0 … 2.15.0``: the range of a set of versions
     ordered = sorted(versions, key=Version)  # type: ignore[call-overload]
     return f"{ordered[0]} … {ordered[-1]}" if ordered else "none"
 
@@ -419,19 +403,7 @@ def parse(
         companions=companions,
         companions_derived=tuple(derived_rows(metadata["packages"])),
         undeclared=undeclared,
-        compiler_debs=tuple(
-            CompilerDeb(
-                d["cuda"],
-                d["base"],
-                d["package"],
-                d["version"],
-                d["component"],
-                d["host_compiler"],
-                d["driver"],
-                d["source"],
-            )
-            for d in curated.get("cuda_compiler_deb", ())
-        ),
+        compiler_debs=compiler_rows(curated),
         curated_path=curated_path,
         metadata_path=metadata_path,
         metadata_origin=metadata_origin,
@@ -516,11 +488,8 @@ def _index_archs(value: object) -> bool:
 
 
 def _variants(value: object) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) <= 32
-        and all(isinstance(x, str) and _VARIANT.fullmatch(x) is not None for x in value)
-    )
+    short = isinstance(value, list) and len(value) <= 32
+    return short and all(isinstance(x, str) and _VARIANT.fullmatch(x) is not None for x in value)
 
 
 def _shown(value: object) -> str:

@@ -10,14 +10,15 @@ hold ``ptxas``, libnvvm and the crt headers, but no ``nvcc``, ``cudafe++`` or ``
 can have a compiler from wheels, so the option refuses them (torch's extension builder also refuses an nvcc of
 another CUDA major than torch's).
 
-CUDA 11 and 12 cells get Debian's own toolkit instead, where Debian ships one for the cell's CUDA and base (compat.toml
-``[[cuda_compiler_deb]]``: CUDA 11.8 on bookworm, the Python 3.11 base; CUDA 12.4 on trixie, the Python 3.13 base).
-``nvidia-cuda-toolkit`` joins the cell's `[image] apt` packages: apt resolves it over the base with the non-free
-component added, each .deb of its closure is locked by sha256, and the image installs exactly those files (the apt
-layer of the build plan). Its nvcc is ``/usr/bin/nvcc`` (``CUDA_HOME=/usr``); it runs the g++ release the package
-depends on (its ``/etc/nvcc.profile`` puts Debian's gcc/g++ scripts first on nvcc's PATH: g++-11 for 11.8, g++-13
-for 12.4), whatever the base's default g++ is. The driver's libraries it depends on are provided by a stub package
-(``imagekit.locking.driver_stub``): the host's driver is mounted at run time. Any other CUDA 11 or 12 cell is refused.
+CUDA 11 and 12 cells get Debian's own toolkit instead, where Debian ships one for the cell's CUDA and base
+(compat.toml ``[[cuda_compiler_deb]]``: CUDA 11.8 on bookworm, the Python 3.11 base; CUDA 12.4 on trixie, the Python
+3.13 base). ``nvidia-cuda-toolkit`` joins the cell's `[image] apt` packages (and ``ninja`` its Python ones): apt
+resolves it over the base with the non-free component added, each .deb of its closure is locked by sha256, and the
+image installs exactly those files (the apt layer of the build plan). Its nvcc is ``/usr/bin/nvcc``
+(``CUDA_HOME=/usr``); it runs the g++ release the package depends on (its ``/etc/nvcc.profile`` puts Debian's
+gcc/g++ scripts first on nvcc's PATH: g++-11 for 11.8, g++-13 for 12.4), whatever the base's default g++ is. The
+driver's libraries it depends on are provided by a stub package (``imagekit.locking.driver_stub``): the host's
+driver is mounted at run time. Any other CUDA 11 or 12 cell is refused.
 
 How it is pinned: each CUDA 13 cell requires ``cuda-toolkit[cccl,crt,nvcc,nvvm]==<the cell's CUDA>.*`` (NVIDIA's
 meta-package, whose extras pin one coherent release of each component; torch's CUDA 13 wheels require the same
@@ -35,7 +36,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from imagekit.compat.catalog import CompatData, CompilerDeb
+from imagekit.compat.catalog import CompatData
+from imagekit.compat.compiler_debs import CompilerDeb
 from imagekit.errors import ConfigError
 from imagekit.model import AMD64, Cell
 from imagekit.trust import validate
@@ -102,7 +104,11 @@ def with_toolkit(
 
 
 def _with_deb(cell: Cell) -> Cell:
-    return replace(cell, apt=tuple(sorted({*cell.apt, DEB_PACKAGE})))
+    """Debian's toolkit among the cell's apt packages, and ``ninja`` (torch's extension builder runs it) among its
+    Python ones, as for a CUDA 13 cell."""
+    names = {validate.requirement_name(r) for r in cell.packages}
+    packages = cell.packages if NINJA in names else tuple(sorted((*cell.packages, NINJA)))
+    return replace(cell, apt=tuple(sorted({*cell.apt, DEB_PACKAGE})), packages=packages)
 
 
 def _with(cell: Cell) -> Cell:
