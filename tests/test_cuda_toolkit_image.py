@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.toolkit_image, pytest.mark.docker, pytest.mark.network
 TOOLKIT = ("nvidia-cuda-toolkit",)
 
 
-def _log(msg: str) -> None:
-    print(msg, flush=True)
+def _log(cell: str, msg: str) -> None:
+    print(f"{cell} {msg}", flush=True)
 
 
 def _opts(tmp_path, settings=None) -> BuildOptions:

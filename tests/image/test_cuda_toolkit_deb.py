@@ -190,3 +190,15 @@ def test_the_lock_round_trips_the_pins_and_fetch_writes_the_stub_by_its_hash(tmp
     forged = dataclasses.replace(driver_stub.pin(), sha256="0" * 64)
     with pytest.raises(CheckFailed, match="not the driver stub"):
         fetch.fetch_debs(dataclasses.replace(again, apt=(forged,)))
+
+
+def test_the_dry_run_names_debians_compiler_and_what_it_downloads():
+    from imagekit.services import forecast as fc
+
+    row = fc.CellForecast(
+        "cu118-x", "up-to-date", "l.txt", None, fc.BaseForecast("b", "reuse", 1, 0), None, None,
+        compiler_debs=(51, 1_610_478_996),
+    )  # fmt: skip
+    (line,) = fc.render_text(fc.Forecast((row,), ()))
+    assert "CUDA compiler: Debian's nvidia-cuda-toolkit, 51 .debs in the apt layer (1.61 GB to download)" in line
+    assert row.to_json()["cuda_compiler_debs"] == {"count": 51, "download_bytes": 1_610_478_996}
