@@ -76,6 +76,24 @@ def have_one(data: CompatData) -> str:
     return ", ".join([*debian, f"CUDA {FIRST_MAJOR} cells (NVIDIA's wheels on PyPI)"])
 
 
+def describe(cuda: str, python: str | None, data: CompatData) -> str:
+    """What `[image] cuda_toolkit = true` gives a cell of ``cuda`` (and ``python``: its base), in words, with the
+    source (`imagekit explain`)."""
+    if major(cuda) >= FIRST_MAJOR:
+        wheels = f"{META}[{','.join(EXTRAS)}]=={cuda}.*"
+        return f"nvcc from NVIDIA's wheels ({wheels}), CUDA_HOME={home('/opt/cuda-libs', cuda)}"
+    base = data.bases.get(python) if python else None
+    rows = [d for d in data.compiler_debs if d.cuda == cuda and (base is None or d.base == base.name)]
+    if rows:
+        return "; ".join(
+            f"Debian's {d.package} {d.version} ({d.component}) on {d.base}, nvcc running {d.host_compiler}, "
+            f"CUDA_HOME={DEB_HOME} [{d.source}]"
+            for d in rows
+        )
+    on = f" on {base.name}" if base else ""
+    return f"none for CUDA {cuda}{on}: the option is refused (the cells that have one: {have_one(data)})"
+
+
 def problem(cell: Cell, data: CompatData, base: str | None) -> str | None:
     """Why ``cell`` (over the base named ``base``) cannot have the compiler, or None."""
     if major(cell.cuda) >= FIRST_MAJOR or compiler_deb(cell, data, base) is not None:

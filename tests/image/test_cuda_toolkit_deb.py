@@ -202,3 +202,13 @@ def test_the_dry_run_names_debians_compiler_and_what_it_downloads():
     (line,) = fc.render_text(fc.Forecast((row,), ()))
     assert "CUDA compiler: Debian's nvidia-cuda-toolkit, 51 .debs in the apt layer (1.61 GB to download)" in line
     assert row.to_json()["cuda_compiler_debs"] == {"count": 51, "download_bytes": 1_610_478_996}
+
+
+def test_explain_says_which_compiler_a_cell_would_get_with_its_source(data):
+    bookworm = cuda_toolkit.describe("11.8", "3.11", data)
+    assert "Debian's nvidia-cuda-toolkit 11.8.89~11.8.0-5~deb12u1 (non-free) on debian-bookworm" in bookworm
+    assert "g++-11" in bookworm and "CUDA_HOME=/usr" in bookworm and "dists/bookworm/non-free" in bookworm
+    assert "12.4.131" in cuda_toolkit.describe("12.4", "3.13", data)
+    refused = cuda_toolkit.describe("12.4", "3.11", data)
+    assert refused.startswith("none for CUDA 12.4 on debian-bookworm: the option is refused")
+    assert "NVIDIA's wheels" in cuda_toolkit.describe("13.0", "3.13", data)
