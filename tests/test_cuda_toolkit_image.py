@@ -18,6 +18,7 @@ import shutil
 import pytest
 
 from imagekit.effects.docker import Engine
+from imagekit.image import naming
 from imagekit.image.image_options import ImageOptions
 from imagekit.locking import resolution
 from imagekit.model import Cell
@@ -57,11 +58,15 @@ def _nvcc(engine: Engine, image: str) -> str:
     return containers.output(engine, image, ["nvcc", "--version"])
 
 
-def _cleanup(engine: Engine, result) -> None:
+def _cleanup(engine: Engine, cell: Cell, result) -> None:
+    """The image's tags and the build-cache anchors (`imagekit/build:<cell>`, its `-base`): gigabytes each. The
+    Debian base and the wheel and .deb caches on disk stay."""
     if result is not None and result.tag:
         engine.remove(result.tag)
-    if result is not None and result.image_id:
-        engine.remove(result.image_id)
+        engine.remove(result.tag.rsplit("-", 1)[0])  # the alias: the cell id
+    anchor = naming.build_cache_tag(cell)
+    for ref in (anchor, f"{anchor}-base"):
+        engine.remove(ref)
 
 
 def test_a_cu124_cell_on_trixie_builds_a_torch_extension_with_debians_nvcc(tmp_path, monkeypatch):
@@ -83,7 +88,7 @@ def test_a_cu124_cell_on_trixie_builds_a_torch_extension_with_debians_nvcc(tmp_p
         assert "release 12.4, V12.4.131" in _nvcc(engine, res.tag)
         print(f"apt layer (the CUDA compiler and its closure): {_apt_layer_size(engine, res.tag)} bytes")
     finally:
-        _cleanup(engine, res)
+        _cleanup(engine, cell, res)
 
 
 def test_a_cu118_cell_on_bookworm_compiles_and_links_a_kernel_with_debians_nvcc(tmp_path, monkeypatch):
@@ -120,5 +125,5 @@ def test_a_cu118_cell_on_bookworm_compiles_and_links_a_kernel_with_debians_nvcc(
             assert "g++-11" in gxx or "11." in gxx.splitlines()[0]  # nvcc's host compiler: the toolkit's own
             print(f"apt layer (the CUDA compiler and its closure): {_apt_layer_size(engine, res.tag)} bytes")
         finally:
-            _cleanup(engine, res)
+            _cleanup(engine, cell, res)
     shutil.rmtree(tmp_path / "state", ignore_errors=True)
