@@ -18,7 +18,7 @@ import shutil
 import pytest
 
 from imagekit.effects.docker import Engine
-from imagekit.image import naming
+from imagekit.image import cuda_toolkit, naming
 from imagekit.image.image_options import ImageOptions
 from imagekit.locking import resolution
 from imagekit.model import Cell
@@ -29,6 +29,13 @@ from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simpl
 
 pytestmark = [pytest.mark.toolkit_image, pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 TOOLKIT = ("nvidia-cuda-toolkit",)
+
+
+def _with_toolkit(cell: Cell, data) -> Cell:
+    """The cell as the matrix makes it with `[image] cuda_toolkit = true` (Debian's toolkit, ninja)."""
+    made = cuda_toolkit.with_toolkit({"c": cell}, "test", data, {cell.python: data.bases[cell.python].name})["c"]
+    assert made.apt == TOOLKIT and made.packages == ("ninja",)
+    return made
 
 
 def _log(cell: str, msg: str) -> None:
@@ -71,7 +78,7 @@ def _cleanup(engine: Engine, cell: Cell, result) -> None:
 
 def test_a_cu124_cell_on_trixie_builds_a_torch_extension_with_debians_nvcc(tmp_path, monkeypatch):
     engine, data = Engine(), inputs.compat_data()
-    cell = Cell("12.4", "2.6.0", "4.48.2", "3.13", apt=TOOLKIT)
+    cell = _with_toolkit(Cell("12.4", "2.6.0", "4.48.2", "3.13"), data)
     opts = _opts(tmp_path)
     res = None
     try:
@@ -104,7 +111,7 @@ def test_a_cu118_cell_on_bookworm_compiles_and_links_a_kernel_with_debians_nvcc(
     ]
     write_simple_index(root / "whl", torch)
     (root / "whl" / "simple").rename(root / "whl" / "cu118")  # the PyTorch index's layout: <base>/cu118/<project>/
-    cell = Cell("11.8", "2.5.1", "4.48.2", "3.11", apt=TOOLKIT)
+    cell = _with_toolkit(Cell("11.8", "2.5.1", "4.48.2", "3.11"), data)
     res = None
     with serve(root) as url:
         settings = resolution.LockSettings(index_url=f"{url}/simple", torch_index_base=f"{url}/whl")
