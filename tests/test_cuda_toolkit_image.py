@@ -91,7 +91,7 @@ def test_a_cu124_cell_on_trixie_builds_a_torch_extension_with_debians_nvcc(tmp_p
         assert "compiled and linked a CUDA extension against torch 2.6.0" in ext["message"]
         assert "no GPU: not run" in ext["message"] or "ran on" in ext["message"]
         assert ext["evidence"]["nvcc"].startswith("12.4.131") and ext["evidence"]["CUDA_HOME"] == "/usr"
-        assert res.status == "built", res.error and res.error.render()
+        assert res.status == "passed", res.error and res.error.render()  # every check: nothing pushed here
         assert "release 12.4, V12.4.131" in _nvcc(engine, res.tag)
         print(f"apt layer (the CUDA compiler and its closure): {_apt_layer_size(engine, res.tag)} bytes")
     finally:

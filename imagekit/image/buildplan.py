@@ -242,6 +242,14 @@ def _toolkit_problem(cell: Cell, lock: Lock, data: CompatData, base: BaseRef) ->
                          "re-lock the cell (`imagekit lock`): the matrix's cuda_toolkit adds it")  # fmt: skip
 
 
+def _toolkit_facts(plan: BuildPlan) -> dict[str, str]:
+    """CUDA_HOME and nvcc's version; with Debian's toolkit (CUDA 11.8, 12.4) its package too."""
+    facts = {"home": cuda_toolkit.home(layers.CUDA_PREFIX, plan.cell.cuda), "nvcc": nvcc_release(plan)}
+    if cuda_toolkit.major(plan.cell.cuda) < cuda_toolkit.FIRST_MAJOR:
+        facts["package"] = cuda_toolkit.DEB_PACKAGE
+    return facts
+
+
 def nvcc_release(plan: BuildPlan) -> str:
     """The compiler's version as the lock pins it: nvidia-cuda-nvcc's (CUDA 13), or Debian's nvidia-cuda-toolkit's."""
     deb = next((p.version for p in plan.lock.apt if p.name == cuda_toolkit.DEB_PACKAGE), None)
@@ -306,11 +314,7 @@ def manifest(plan: BuildPlan) -> dict:
         # `[image] install`: the wheel built from the project's code and installed with --no-deps
         **({"project": project.to_json()} if project is not None else {}),
         # `[image] cuda_toolkit`: CUDA_HOME (nvcc, the headers) and nvcc's version (the self-test's cuda-extension)
-        **(
-            {"cuda_toolkit": {"home": cuda_toolkit.home(layers.CUDA_PREFIX, cell.cuda), "nvcc": nvcc_release(plan)}}
-            if plan.options.cuda_toolkit
-            else {}
-        ),
+        **({"cuda_toolkit": _toolkit_facts(plan)} if plan.options.cuda_toolkit else {}),
         # torch's companions the lock holds (compat/companions.py): the self-test imports each
         **({"companions": [dict(c) for c in plan.companions]} if plan.companions else {}),
         # `[image] smoke`: the commands the self-test runs in the image, each within its time limit

@@ -440,12 +440,13 @@ def check_cuda_extension(manifest):
     if device == "cpu" and not os.environ.get("TORCH_CUDA_ARCH_LIST") and len(digits) >= 2:  # no GPU to ask
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{digits[:-1]}.{digits[-1]}"  # sm_80 -> 8.0, sm_120 -> 12.0
     ev.update({"device": device, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST")})
-    # first nvcc alone (its own runtime and host compiler), then through torch's extension builder
+    # Debian's toolkit (CUDA 11.8, 12.4): first nvcc alone (its own runtime and host compiler), then through torch's
+    # extension builder
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "").split(";")[0].split(" ")[0].replace("+PTX", "")
     if device == "cuda":
         major, minor = torch.cuda.get_device_capability(0)
         arch = f"{major}.{minor}"
-    if arch:
+    if arch and toolkit.get("package"):
         ok, said, ev["program"] = nvcc_kernel(home, arch, device == "cuda")
         if not ok:
             return check("cuda-extension", "fail", said, "the image's CUDA compiler cannot build: rebuild from the "

@@ -166,7 +166,11 @@ def test_the_plan_renders_the_toolkit_in_the_apt_layer_with_cuda_home_usr(data):
     assert "nvidia-cuda-toolkit=11.8.89~11.8.0-5~deb12u1 amd64" in listed
     assert "CUDA compiler (nvidia-cuda-toolkit)" in plan.layering.apt.title
     facts = manifest(plan)
-    assert facts["cuda_toolkit"] == {"home": "/usr", "nvcc": "11.8.89~11.8.0-5~deb12u1"}
+    assert facts["cuda_toolkit"] == {
+        "home": "/usr",
+        "nvcc": "11.8.89~11.8.0-5~deb12u1",
+        "package": "nvidia-cuda-toolkit",
+    }
     assert "nvidia-cuda-toolkit" in facts["apt"]["packages"]
     assert imageconfig.cuda_home(facts) == "/usr"
 
