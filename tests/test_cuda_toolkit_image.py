@@ -102,7 +102,7 @@ def test_a_cu118_cell_on_bookworm_compiles_and_links_a_kernel_with_debians_nvcc(
     engine, data = Engine(), inputs.compat_data()
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     root = tmp_path / "index"
-    pypi = fake_pypi_wheels(tmp_path / "w", runtime="12.4.127")
+    pypi = fake_pypi_wheels(tmp_path / "w", extra=[("ninja", "1.11.1.4", [])])  # the toolkit adds ninja
     write_simple_index(root, pypi)
     torch = [
         build_wheel(tmp_path / "t", "torch", "2.5.1+cu118", ["filelock", "nvidia-cuda-runtime-cu11==11.8.89"]),
