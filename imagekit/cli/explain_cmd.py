@@ -9,6 +9,7 @@ import typer
 from imagekit.cli.common import err_console, handles_errors, out_json
 from imagekit.cli.options import JsonOpt
 from imagekit.compat import companions, rules
+from imagekit.image import cuda_toolkit
 from imagekit.locking import direct_wheels
 from imagekit.model import Query
 from imagekit.services import inputs
@@ -131,6 +132,9 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[red]incompatible[/]: {named}")
                 for v in verdict.violations:
                     console.print(f"  [bold]{v.rule}[/]: {v.message}\n    source: {v.source}")
+            if query.cuda and query.platform == "linux/amd64":  # `[image] cuda_toolkit`: which compiler, or none
+                said = cuda_toolkit.describe(query.cuda, query.python, data)
+                console.print(f"[image] cuda_toolkit: {said}", markup=False, soft_wrap=True)
             if held:
                 console.print(f"with torch {query.torch}, a lock holds what the cell holds of these:", markup=False)
                 for c in held:

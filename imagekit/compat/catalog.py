@@ -22,6 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from imagekit.compat.companions import CompanionRow, UndeclaredRow, derived_rows, parse_rows
+from imagekit.compat.compiler_debs import CompilerDeb, compiler_rows
 from imagekit.errors import UnknownVersionError, UsageError
 from imagekit.in_image import facts
 from imagekit.model import variant_of_runtime
@@ -98,6 +99,7 @@ class CompatData:
     companions: tuple[CompanionRow, ...] = ()
     companions_derived: tuple[CompanionRow, ...] = ()
     undeclared: tuple[UndeclaredRow, ...] = ()
+    compiler_debs: tuple[CompilerDeb, ...] = ()  # compat/compiler_debs.py: Debian's CUDA compilers (CUDA 11, 12)
     # Where the two parts came from, for messages that say which file lacks what.
     curated_path: str = CURATED_FILE
     metadata_path: str = METADATA_FILE
@@ -281,8 +283,7 @@ class CompatData:
         return f"[{key}] {full}" if full else key
 
 
-def _span(versions: object) -> str:
-    """``1.13.0 … 2.15.0``: the range of a set of versions."""
+def _span(versions: object) -> str:  # ``1.13.0 … 2.15.0``: the range of a set of versions
     ordered = sorted(versions, key=Version)  # type: ignore[call-overload]
     return f"{ordered[0]} … {ordered[-1]}" if ordered else "none"
 
@@ -402,6 +403,7 @@ def parse(
         companions=companions,
         companions_derived=tuple(derived_rows(metadata["packages"])),
         undeclared=undeclared,
+        compiler_debs=compiler_rows(curated),
         curated_path=curated_path,
         metadata_path=metadata_path,
         metadata_origin=metadata_origin,
@@ -486,11 +488,8 @@ def _index_archs(value: object) -> bool:
 
 
 def _variants(value: object) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) <= 32
-        and all(isinstance(x, str) and _VARIANT.fullmatch(x) is not None for x in value)
-    )
+    short = isinstance(value, list) and len(value) <= 32
+    return short and all(isinstance(x, str) and _VARIANT.fullmatch(x) is not None for x in value)
 
 
 def _shown(value: object) -> str:

@@ -194,7 +194,7 @@ class BuildPlan:
         """The plan of ``cell`` over ``lock`` and ``base``, its facts decided from ``data`` now."""
         opts = options if options is not None else ImageOptions()
         if opts.cuda_toolkit:
-            _toolkit_problem(cell, lock)
+            _toolkit_problem(cell, lock, data, base)
         return cls(
             cell=cell,
             lock=lock,
@@ -228,14 +228,32 @@ def held_companions(cell: Cell, lock: Lock, data: CompatData) -> tuple[Mapping[s
 NVCC = "nvidia-cuda-nvcc"
 
 
-def _toolkit_problem(cell: Cell, lock: Lock) -> None:
-    """`[image] cuda_toolkit`: refused for a cell without a CUDA compiler on PyPI, or whose lock has none."""
-    problem = cuda_toolkit.problem(cell)
+def _toolkit_problem(cell: Cell, lock: Lock, data: CompatData, base: BaseRef) -> None:
+    """`[image] cuda_toolkit`: refused for a cell without a CUDA compiler (NVIDIA's wheels for CUDA 13, Debian's
+    package for the CUDA 11 and 12 cells [[cuda_compiler_deb]] names), or whose lock has none."""
+    problem = cuda_toolkit.problem(cell, data, None if base.registry else base.name)
     if problem:
-        raise UsageError(f"[image] cuda_toolkit: {problem}", "leave cuda_toolkit out for this cell")
-    if NVCC not in lock.pins():
-        raise UsageError(f"[image] cuda_toolkit: {cell.id}'s lock has no {NVCC}",
+        have = cuda_toolkit.have_one(data)
+        raise UsageError(f"[image] cuda_toolkit: {problem}",
+                         f"leave cuda_toolkit out for this cell; the cells that have one: {have}")  # fmt: skip
+    held = NVCC if cuda_toolkit.major(cell.cuda) >= cuda_toolkit.FIRST_MAJOR else cuda_toolkit.DEB_PACKAGE
+    if held not in lock.pins() and held not in {p.name for p in lock.apt}:
+        raise UsageError(f"[image] cuda_toolkit: {cell.id}'s lock has no {held}",
                          "re-lock the cell (`imagekit lock`): the matrix's cuda_toolkit adds it")  # fmt: skip
+
+
+def _toolkit_facts(plan: BuildPlan) -> dict[str, str]:
+    """CUDA_HOME and nvcc's version; with Debian's toolkit (CUDA 11.8, 12.4) its package too."""
+    facts = {"home": cuda_toolkit.home(layers.CUDA_PREFIX, plan.cell.cuda), "nvcc": nvcc_release(plan)}
+    if cuda_toolkit.major(plan.cell.cuda) < cuda_toolkit.FIRST_MAJOR:
+        facts["package"] = cuda_toolkit.DEB_PACKAGE
+    return facts
+
+
+def nvcc_release(plan: BuildPlan) -> str:
+    """The compiler's version as the lock pins it: nvidia-cuda-nvcc's (CUDA 13), or Debian's nvidia-cuda-toolkit's."""
+    deb = next((p.version for p in plan.lock.apt if p.name == cuda_toolkit.DEB_PACKAGE), None)
+    return deb or plan.lock.pins().get(NVCC, "")
 
 
 def manifest(plan: BuildPlan) -> dict:
@@ -296,11 +314,7 @@ def manifest(plan: BuildPlan) -> dict:
         # `[image] install`: the wheel built from the project's code and installed with --no-deps
         **({"project": project.to_json()} if project is not None else {}),
         # `[image] cuda_toolkit`: CUDA_HOME (nvcc, the headers) and nvcc's version (the self-test's cuda-extension)
-        **(
-            {"cuda_toolkit": {"home": cuda_toolkit.home(layers.CUDA_PREFIX, cell.cuda), "nvcc": pins.get(NVCC, "")}}
-            if plan.options.cuda_toolkit
-            else {}
-        ),
+        **({"cuda_toolkit": _toolkit_facts(plan)} if plan.options.cuda_toolkit else {}),
         # torch's companions the lock holds (compat/companions.py): the self-test imports each
         **({"companions": [dict(c) for c in plan.companions]} if plan.companions else {}),
         # `[image] smoke`: the commands the self-test runs in the image, each within its time limit

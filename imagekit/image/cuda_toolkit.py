@@ -10,7 +10,17 @@ hold ``ptxas``, libnvvm and the crt headers, but no ``nvcc``, ``cudafe++`` or ``
 can have a compiler from wheels, so the option refuses them (torch's extension builder also refuses an nvcc of
 another CUDA major than torch's).
 
-How it is pinned: each cell requires ``cuda-toolkit[cccl,crt,nvcc,nvvm]==<the cell's CUDA>.*`` (NVIDIA's
+CUDA 11 and 12 cells get Debian's own toolkit instead, where Debian ships one for the cell's CUDA and base
+(compat.toml ``[[cuda_compiler_deb]]``: CUDA 11.8 on bookworm, the Python 3.11 base; CUDA 12.4 on trixie, the Python
+3.13 base). ``nvidia-cuda-toolkit`` joins the cell's `[image] apt` packages (and ``ninja`` its Python ones): apt
+resolves it over the base with the non-free component added, each .deb of its closure is locked by sha256, and the
+image installs exactly those files (the apt layer of the build plan). Its nvcc is ``/usr/bin/nvcc``
+(``CUDA_HOME=/usr``); it runs the g++ release the package depends on (its ``/etc/nvcc.profile`` puts Debian's
+gcc/g++ scripts first on nvcc's PATH: g++-11 for 11.8, g++-13 for 12.4), whatever the base's default g++ is. The
+driver's libraries it depends on are provided by a stub package (``imagekit.locking.driver_stub``): the host's
+driver is mounted at run time. Any other CUDA 11 or 12 cell is refused.
+
+How it is pinned: each CUDA 13 cell requires ``cuda-toolkit[cccl,crt,nvcc,nvvm]==<the cell's CUDA>.*`` (NVIDIA's
 meta-package, whose extras pin one coherent release of each component; torch's CUDA 13 wheels require the same
 meta-package, so the compiler is of torch's own toolkit release) and ``ninja`` (torch's extension builder runs
 it). They are resolved and hash-locked with the rest of the cell. The compiler's wheels are one layer of their
@@ -26,8 +36,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from imagekit.compat.catalog import CompatData
+from imagekit.compat.compiler_debs import CompilerDeb
 from imagekit.errors import ConfigError
-from imagekit.model import Cell
+from imagekit.model import AMD64, Cell
 from imagekit.trust import validate
 
 FIRST_MAJOR = 13  # the first CUDA whose nvcc is on PyPI (nvidia-cuda-nvcc)
@@ -38,6 +50,8 @@ NINJA = "ninja"
 DISTRIBUTIONS = frozenset({"nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-cuda-nvcc", "nvidia-nvvm"})
 LAYER = "cuda-compiler"
 TITLE = "CUDA compiler: nvcc, cicc, the CUDA headers"
+DEB_PACKAGE = "nvidia-cuda-toolkit"  # Debian's (non-free): CUDA 11 and 12 cells, [[cuda_compiler_deb]]
+DEB_HOME = "/usr"  # where Debian's toolkit lives: /usr/bin/nvcc, /usr/include/cuda_runtime.h
 
 
 def major(cuda: str) -> int:
@@ -49,26 +63,70 @@ def requirements(cuda: str) -> tuple[str, str]:
     return f"{META}[{','.join(EXTRAS)}]=={cuda}.*", NINJA
 
 
-def problem(cell: Cell) -> str | None:
-    """Why ``cell`` cannot have the compiler, or None."""
-    if major(cell.cuda) >= FIRST_MAJOR:
+def compiler_deb(cell: Cell, data: CompatData, base: str | None) -> CompilerDeb | None:
+    """Debian's toolkit for ``cell`` over the base named ``base``, or None (a CUDA 13 cell's comes from PyPI)."""
+    if cell.platform != AMD64:
+        return None
+    return next((d for d in data.compiler_debs if d.cuda == cell.cuda and d.base == base), None)
+
+
+def have_one(data: CompatData) -> str:
+    """Which cells can have the compiler, in words (for a refusal)."""
+    debian = [f"CUDA {d.cuda} cells on {d.base} (Debian's {d.package})" for d in data.compiler_debs]
+    return ", ".join([*debian, f"CUDA {FIRST_MAJOR} cells (NVIDIA's wheels on PyPI)"])
+
+
+def describe(cuda: str, python: str | None, data: CompatData) -> str:
+    """What `[image] cuda_toolkit = true` gives a cell of ``cuda`` (and ``python``: its base), in words, with the
+    source (`imagekit explain`)."""
+    if major(cuda) >= FIRST_MAJOR:
+        wheels = f"{META}[{','.join(EXTRAS)}]=={cuda}.*"
+        return f"nvcc from NVIDIA's wheels ({wheels}), CUDA_HOME={home('/opt/cuda-libs', cuda)}"
+    base = data.bases.get(python) if python else None
+    rows = [d for d in data.compiler_debs if d.cuda == cuda and (base is None or d.base == base.name)]
+    if rows:
+        return "; ".join(
+            f"Debian's {d.package} {d.version} ({d.component}) on {d.base}, nvcc running {d.host_compiler}, "
+            f"CUDA_HOME={DEB_HOME} [{d.source}]"
+            for d in rows
+        )
+    on = f" on {base.name}" if base else ""
+    return f"none for CUDA {cuda}{on}: the option is refused (the cells that have one: {have_one(data)})"
+
+
+def problem(cell: Cell, data: CompatData, base: str | None) -> str | None:
+    """Why ``cell`` (over the base named ``base``) cannot have the compiler, or None."""
+    if major(cell.cuda) >= FIRST_MAJOR or compiler_deb(cell, data, base) is not None:
         return None
     return (
-        f"{cell.id}: CUDA {cell.cuda} has no nvcc on PyPI (nvidia-cuda-nvcc-cu{major(cell.cuda)} holds ptxas and "
-        "libnvvm, not nvcc; NVIDIA ships nvcc as a wheel from CUDA 13 on, as nvidia-cuda-nvcc)"
+        f"{cell.id}: no CUDA compiler for CUDA {cell.cuda} on {base or 'its base'} ({cell.platform}): PyPI has nvcc "
+        f"for CUDA {FIRST_MAJOR} only, and Debian's archive has nvidia-cuda-toolkit for "
+        + ", ".join(f"CUDA {d.cuda} on {d.base} [{d.source.split(' (')[0]}]" for d in data.compiler_debs)
     )
 
 
-def with_toolkit(cells: dict[str, Cell], origin: str) -> dict[str, Cell]:
-    """Each cell with the compiler's requirements among its packages (locked and hashed like any other); a cell of
-    CUDA 11 or 12 is refused, all of them at once."""
-    problems = [p for p in (problem(c) for c in cells.values()) if p]
+def with_toolkit(
+    cells: dict[str, Cell], origin: str, data: CompatData, base_of: dict[str, str | None]
+) -> dict[str, Cell]:
+    """Each cell with the compiler among its requirements (locked and hashed like any other): a CUDA 13 cell's
+    wheels, or Debian's toolkit among a CUDA 11 or 12 cell's `[image] apt` packages. ``base_of``: the base each
+    Python's cells start from (None: a base of the user's, whose archive imagekit knows nothing of). A cell that
+    can have none is refused, all of them at once, naming the cells that can."""
+    problems = [p for p in (problem(c, data, base_of.get(c.python)) for c in cells.values()) if p]
     if problems:
         raise ConfigError(
             [f"{origin}: image.cuda_toolkit: {p}" for p in problems],
-            "keep cuda_toolkit = true for CUDA 13 cells only (cu130 and later: torch 2.11+ on PyPI), or leave it out",
+            f"keep cuda_toolkit = true for the cells that have a compiler ({have_one(data)}), or leave it out",
         )
-    return {k: _with(c) for k, c in cells.items()}
+    return {k: _with(c) if major(c.cuda) >= FIRST_MAJOR else _with_deb(c) for k, c in cells.items()}
+
+
+def _with_deb(cell: Cell) -> Cell:
+    """Debian's toolkit among the cell's apt packages, and ``ninja`` (torch's extension builder runs it) among its
+    Python ones, as for a CUDA 13 cell."""
+    names = {validate.requirement_name(r) for r in cell.packages}
+    packages = cell.packages if NINJA in names else tuple(sorted((*cell.packages, NINJA)))
+    return replace(cell, apt=tuple(sorted({*cell.apt, DEB_PACKAGE})), packages=packages)
 
 
 def _with(cell: Cell) -> Cell:
@@ -78,8 +136,9 @@ def _with(cell: Cell) -> Cell:
 
 
 def home(cuda_prefix: str, cuda: str) -> str:
-    """``CUDA_HOME``: the toolkit tree the wheels make in the CUDA prefix (``/opt/cuda-libs/nvidia/cu13``)."""
-    return f"{cuda_prefix}/nvidia/cu{major(cuda)}"
+    """``CUDA_HOME``: the toolkit tree the wheels make in the CUDA prefix (``/opt/cuda-libs/nvidia/cu13``), or
+    Debian's (``/usr``) for a CUDA 11 or 12 cell."""
+    return f"{cuda_prefix}/nvidia/cu{major(cuda)}" if major(cuda) >= FIRST_MAJOR else DEB_HOME
 
 
 def cudart_script(cuda_prefix: str, cuda: str) -> tuple[str, bytes]:

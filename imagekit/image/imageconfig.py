@@ -156,7 +156,9 @@ def runtime(
         if any(name.upper() == "CUDA_HOME" for name, _ in env):
             raise UsageError("[image] env: CUDA_HOME is the image's own with [image] cuda_toolkit = true",
                              "leave CUDA_HOME out of [image] env")  # fmt: skip
-        path = dict(ENV)["PATH"].replace("/opt/venv/bin:", f"/opt/venv/bin:{cuda_home}/bin:", 1)
+        path = dict(ENV)["PATH"]
+        if f"{cuda_home}/bin" not in path.split(":"):  # Debian's toolkit (CUDA_HOME=/usr) is on PATH already
+            path = path.replace("/opt/venv/bin:", f"/opt/venv/bin:{cuda_home}/bin:", 1)
         own = (*((k, path if k == "PATH" else v) for k, v in ENV), ("CUDA_HOME", cuda_home))
     return RuntimeConfig((*own, *user_env(env)), WORKDIR, ENTRYPOINT, tuple(cmd), tuple(sorted(labels.items())))
 

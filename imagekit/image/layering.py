@@ -174,8 +174,17 @@ def split(lock: Lock, cuda_toolkit: bool = False) -> Layering:
         cuda,
         Layer("torch", tuple(rest), VENV, "torch and its closure"),
         Layer("app", app, VENV, "everything else"),
-        AptLayer(lock.apt) if lock.apt else None,
+        _apt_layer(lock),
     )
+
+
+def _apt_layer(lock: Lock) -> AptLayer | None:
+    """The `[image] apt` layer; with Debian's CUDA compiler (`[image] cuda_toolkit`, CUDA 11 and 12) it says so."""
+    if not lock.apt:
+        return None
+    if any(p.name == cuda_toolkit_.DEB_PACKAGE for p in lock.apt):
+        return AptLayer(lock.apt, title=f"Debian packages, the CUDA compiler ({cuda_toolkit_.DEB_PACKAGE}) among them")
+    return AptLayer(lock.apt)
 
 
 def _rank(group: str) -> int:

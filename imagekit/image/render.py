@@ -191,7 +191,9 @@ def render_plan(plan: BuildPlan) -> dict[str, tuple[bytes, int]]:
         f"import {CUDA_GUARD_MODULE}; {CUDA_GUARD_MODULE}.install()\n".encode(),
         0o644,
     )
-    if plan.options.cuda_toolkit:  # `-lcudart` links the runtime wheel's libcudart.so.N (imagekit.image.cuda_toolkit)
+    # `[image] cuda_toolkit` from wheels (CUDA 13): `-lcudart` links the runtime wheel's libcudart.so.N
+    # (imagekit.image.cuda_toolkit); Debian's toolkit (CUDA 11, 12) has its own libcudart.so
+    if plan.options.cuda_toolkit and cuda_toolkit.major(plan.cell.cuda) >= cuda_toolkit.FIRST_MAJOR:
         path, script = cuda_toolkit.cudart_script(layers.CUDA_PREFIX, plan.cell.cuda)
         files[f"{ROOTFS}/app{path}"] = (script, 0o644)
     app_files = hashlib.sha256(app_tarball(files, int(plan.source_date_epoch))).hexdigest()

@@ -374,6 +374,47 @@ void add_one(torch::Tensor x) { add_one_kernel<<<(x.numel() + 255) / 256, 256>>>
 """
 
 
+# The same without torch: a CUDA program nvcc compiles and links alone (its runtime, its host compiler), run on a GPU
+KERNEL_PROGRAM = r"""#include <cstdio>
+#include <cuda_runtime.h>
+__global__ void add_one(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1; }
+int main() {
+  float h[256] = {0}; float* d = 0;
+  if (cudaMalloc(&d, sizeof h) != cudaSuccess) { std::printf("no CUDA device\n"); return 3; }
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  add_one<<<1, 256>>>(d, 256);
+  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 256; i++) if (h[i] != 1) { std::printf("wrong result\n"); return 4; }
+  std::printf("ok\n"); return 0;
+}
+"""
+
+
+def nvcc_kernel(home, arch, gpu):
+    """Compile and link :data:`KERNEL_PROGRAM` with ``home``'s nvcc for ``arch`` (``8.0``); run it when ``gpu``.
+    (ok, what happened in words, evidence): never "ran" without a GPU."""
+    nvcc = os.path.join(home, "bin", "nvcc")
+    digits = arch.replace(".", "")
+    ev = {"arch": f"sm_{digits}"}
+    with tempfile.TemporaryDirectory(prefix="imagekit-nvcc-") as build:
+        src, exe = os.path.join(build, "kernel.cu"), os.path.join(build, "kernel")
+        with open(src, "w") as fh:
+            fh.write(KERNEL_PROGRAM)
+        start = time.time()
+        res = subprocess.run([nvcc, f"-gencode=arch=compute_{digits},code=sm_{digits}", "-o", exe, src],
+                             capture_output=True, text=True, timeout=600)
+        ev["compile_seconds"] = round(time.time() - start, 1)
+        if res.returncode != 0 or not os.path.isfile(exe):
+            return False, f"nvcc could not compile and link a CUDA program: {(res.stdout + res.stderr)[-1200:]}", ev
+        if not gpu:
+            return True, f"nvcc compiled and linked a CUDA program for sm_{digits} (no GPU: not run)", ev
+        run = subprocess.run([exe], capture_output=True, text=True, timeout=120)
+        ev["output"] = (run.stdout + run.stderr)[-300:]
+        if run.returncode != 0 or run.stdout.strip() != "ok":
+            return False, f"the compiled CUDA program failed on the GPU (exit {run.returncode}): {ev['output']}", ev
+        return True, f"nvcc compiled and linked a CUDA program for sm_{digits}; it ran on the GPU", ev
+
+
 def _nvcc_version(home):
     res = subprocess.run([os.path.join(home, "bin", "nvcc"), "--version"], capture_output=True, text=True)
     found = re.search(r"release (\d+\.\d+), V([\d.]+)", res.stdout)
@@ -399,6 +440,17 @@ def check_cuda_extension(manifest):
     if device == "cpu" and not os.environ.get("TORCH_CUDA_ARCH_LIST") and len(digits) >= 2:  # no GPU to ask
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{digits[:-1]}.{digits[-1]}"  # sm_80 -> 8.0, sm_120 -> 12.0
     ev.update({"device": device, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST")})
+    # Debian's toolkit (CUDA 11.8, 12.4): first nvcc alone (its own runtime and host compiler), then through torch's
+    # extension builder
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "").split(";")[0].split(" ")[0].replace("+PTX", "")
+    if device == "cuda":
+        major, minor = torch.cuda.get_device_capability(0)
+        arch = f"{major}.{minor}"
+    if arch and toolkit.get("package"):
+        ok, said, ev["program"] = nvcc_kernel(home, arch, device == "cuda")
+        if not ok:
+            return check("cuda-extension", "fail", said, "the image's CUDA compiler cannot build: rebuild from the "
+                         "lock", ev)
     from torch.utils import cpp_extension
 
     start = time.time()

@@ -9,6 +9,7 @@ the same bytes or refuses.
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -131,13 +132,26 @@ def install_list(pins: tuple[DebPin, ...]) -> str:
     return "".join(f"{p.filename} {p.name}={p.version} {p.arch}\n" for p in pins)
 
 
-def resolve_script(packages: tuple[str, ...]) -> str:
+def resolve_script(packages: tuple[str, ...], non_free: bool = False, preinstalled: bytes | None = None) -> str:
     """The shell the base's container runs: fresh package lists, then what apt would install there
-    (no recommends: only what the packages need), then where each of those files is and its SHA256."""
+    (no recommends: only what the packages need), then where each of those files is and its SHA256.
+    ``non_free``: the base's own archive lines with Debian's non-free component added (Debian's CUDA toolkit);
+    ``preinstalled``: a .deb installed first (the driver stub: apt then resolves nothing of the driver)."""
     names = " ".join(packages)  # each checked by package_name
+    extra = ""
+    if non_free:  # one-line and deb822 sources alike: the same archive and suites, non-free beside main
+        extra += (
+            "sed -i 's/^\\(deb .* main\\)$/\\1 non-free/' /etc/apt/sources.list 2>/dev/null || true\n"
+            'for f in /etc/apt/sources.list.d/*.sources; do [ -f "$f" ] && '
+            "sed -i 's/^\\(Components: .*main\\)$/\\1 non-free/' \"$f\"; done\n"
+        )
+    if preinstalled is not None:
+        encoded = base64.b64encode(preinstalled).decode()
+        extra += f"echo {encoded} | base64 -d > /tmp/pre.deb && dpkg -i /tmp/pre.deb >/dev/null\n"
     return (
         "set -e\n"
         "export DEBIAN_FRONTEND=noninteractive\n"
+        f"{extra}"
         "apt-get update -qq >/dev/null\n"
         f"apt-get install -s -qq --no-install-recommends {names} > /tmp/sim\n"
         "cat /tmp/sim\n"

@@ -123,8 +123,11 @@ def parse(doc: dict, origin: str, data: CompatData) -> MatrixConfig:
         cells = {k: _with_jupyter(c) for k, c in cells.items()}
     if options.apt:  # resolved per cell, over that cell's base, and pinned in its lock
         cells = {k: replace(c, apt=options.apt) for k, c in cells.items()}
-    if options.cuda_toolkit:  # nvcc, its headers and ninja: locked and hashed like any other package
-        cells = cuda_toolkit.with_toolkit(cells, origin)
+    if options.cuda_toolkit:  # nvcc and its headers (and ninja): locked and hashed like any other package
+        # the base each Python's cells start from: Debian's toolkit is known for imagekit's own bases only
+        base_of = {c.python: None if c.python in bases else getattr(data.bases.get(c.python), "name", None)
+                   for c in cells.values()}  # fmt: skip
+        cells = cuda_toolkit.with_toolkit(cells, origin, data, base_of)
     if table.from_source:  # built once per cell, from the source archive its requirements allow (the lock records it)
         cells = {k: replace(c, from_source=table.from_source) for k, c in cells.items()}
     if not cells:

@@ -7,8 +7,9 @@ import threading
 from collections.abc import Callable
 
 from imagekit.errors import EnvironmentFailure, UsageError
+from imagekit.image import cuda_toolkit
 from imagekit.image.buildplan import BaseRef
-from imagekit.locking import debs
+from imagekit.locking import debs, driver_stub
 from imagekit.model import Cell
 from imagekit.services.ports import ContainerEngine
 from imagekit.trust import untrusted
@@ -22,9 +23,13 @@ def resolve(engine: ContainerEngine, base: BaseRef, packages: tuple[str, ...]) -
     bad = [p for p in packages if debs.package_name(p) is None]
     if bad:  # the matrix parser refuses these; never let one reach a shell
         raise UsageError(f"not a Debian package name: {untrusted.printable(bad[0], 60)}", debs.REQUEST_HINT)
+    # `[image] cuda_toolkit` (CUDA 11, 12): Debian's toolkit is in non-free, and the driver stub stands in for
+    # the driver's libraries it depends on (imagekit.locking.driver_stub)
+    toolkit = cuda_toolkit.DEB_PACKAGE in packages
+    stub = driver_stub.deb_bytes() if toolkit else None
     code, out, err = engine.run(
         base.reference,
-        ["sh", "-c", debs.resolve_script(packages)],
+        ["sh", "-c", debs.resolve_script(packages, non_free=toolkit, preinstalled=stub)],
         user="root",
         timeout=TIMEOUT,
         network=True,
@@ -42,7 +47,8 @@ def resolve(engine: ContainerEngine, base: BaseRef, packages: tuple[str, ...]) -
         )
     simulation, uris = debs.split_output(out)
     try:
-        return debs.parse_resolution(simulation, uris)
+        pins = debs.parse_resolution(simulation, uris)
+        return tuple(sorted((*pins, driver_stub.pin()))) if toolkit else pins
     except untrusted.UntrustedData as exc:
         raise EnvironmentFailure(
             f"apt's answer in {base.reference} was refused: {exc}", "retry; bootstrap the base again if it repeats"

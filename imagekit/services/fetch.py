@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.effects import index_auth
+from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure
-from imagekit.locking import direct_wheels
+from imagekit.locking import direct_wheels, driver_stub
 from imagekit.locking import uv_pin as tools
 from imagekit.locking import wheel_choice as wheels
 from imagekit.locking.lockfile import Lock, LockEntry
@@ -129,6 +130,16 @@ def fetch_debs(lock: Lock, *, progress: Progress | None = None, cell: str = "") 
     got = []
     for pin in lock.apt:
         dest = wheel_cache() / pin.sha256 / pin.filename
+        if driver_stub.is_stub(pin):  # `[image] cuda_toolkit` (CUDA 11, 12): made here, never downloaded
+            if pin != driver_stub.pin():
+                raise CheckFailed(
+                    f"the lock's {pin.name} (sha256:{pin.sha256}) is not the driver stub this imagekit makes",
+                    "re-lock the cell (`imagekit lock -U`)",
+                )
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(dest, driver_stub.deb_bytes())
+            got.append(FetchedWheel(pin.name, dest, False))
+            continue
         if dest.is_file():
             if sha256_of(dest) != pin.sha256:
                 raise CheckFailed(

@@ -50,6 +50,8 @@ class CellForecast:
     image_bytes: int | None  # estimated image size
     host_blocker: tuple[str, str] | None = None  # (why, hint): this host cannot run the image's platform's programs
     compiler_bytes: int | None = None  # `[image] cuda_toolkit`: the CUDA compiler layer, installed
+    # `[image] cuda_toolkit` on CUDA 11.8/12.4: Debian's toolkit in the apt layer, (.debs, bytes to download)
+    compiler_debs: tuple[int, int] | None = None
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -57,6 +59,9 @@ class CellForecast:
         if self.wheels is not None:
             doc["wheels"].pop("downloads")
             doc["wheels"].pop("installed")
+        debs = doc.pop("compiler_debs")
+        if debs is not None:
+            doc["cuda_compiler_debs"] = {"count": debs[0], "download_bytes": debs[1]}
         if self.compiler_bytes is None:
             doc.pop("compiler_bytes")
         else:
@@ -216,10 +221,15 @@ def forecast(
 
             problem = emulation_problem(cell.platform, os.uname().machine)
             blocker = (problem, emulation_hint(cell.platform)) if problem else None
-        compiler = None
-        if config.options.cuda_toolkit and wheels is not None and wheels.error is None and wheels.blocker is None:
+        compiler, debs = None, None
+        if config.options.cuda_toolkit and cuda_toolkit.major(cell.cuda) < cuda_toolkit.FIRST_MAJOR:
+            held = status.lock.apt if status.lock is not None else ()  # Debian's toolkit: the lock's .debs
+            debs = (len(held), sum(p.size for p in held)) if held else None
+        elif config.options.cuda_toolkit and wheels is not None and wheels.error is None and wheels.blocker is None:
             compiler = sum(n for name, n in wheels.installed if name in cuda_toolkit.DISTRIBUTIONS)
-        return CellForecast(cell.key, status.status, str(status.path), note, base, wheels, image, blocker, compiler)
+        return CellForecast(
+            cell.key, status.status, str(status.path), note, base, wheels, image, blocker, compiler, debs
+        )
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         rows = tuple(pool.map(one, cells))
@@ -284,6 +294,11 @@ def render_text(fc: Forecast, *, build: bool = True) -> list[str]:
             parts.append(f"image ~{human_bytes(r.image_bytes)}")
         if r.compiler_bytes is not None:
             parts.append(f"CUDA compiler layer ~{human_bytes(r.compiler_bytes)}")
+        if r.compiler_debs is not None:
+            parts.append(
+                f"CUDA compiler: Debian's nvidia-cuda-toolkit, {r.compiler_debs[0]} .debs in the apt layer "
+                f"({human_bytes(r.compiler_debs[1])} to download)"
+            )
         if r.host_blocker:
             parts.append(f"BLOCKED ({r.host_blocker[0]})")
         lines.append(f"{r.cell}: " + "; ".join(parts))
