@@ -363,9 +363,7 @@ def _selftest(b: _Build) -> None:
     reports = b.opts.state_dir / "reports" / f"{b.cell.slug}.json"
     write_atomic(reports, json.dumps(b.report.report, indent=2) + "\n")
     if not b.report.passed:
-        raise CheckFailed(
-            f"self-test failed: {', '.join(b.report.failed)}", f"details in {reports}; nothing was pushed"
-        )
+        raise CheckFailed(b.report.summary(), f"the whole report is {reports}; nothing was pushed")
     b.result.status = "passed"
 
 

@@ -115,7 +115,9 @@ def test_an_image_whose_torch_is_not_what_its_name_says_is_never_published(setup
     engine.selftest_torch = "2.4.0"
     res, _ = _build(engine, registry, opts)
     assert (res.status, res.step) == ("failed", "self-test"), res.error and res.error.render()
-    assert res.error.message == "self-test failed: labels-match-contents"
+    assert res.error.message.splitlines()[0] == "self-test failed: labels-match-contents"
+    shown = res.error.message.splitlines()[1]  # the check's message under it, not only its name
+    assert shown.startswith("  labels-match-contents: ") and "imagekit.torch.version='2.5.1', but its torch" in shown
     truth = next(c for c in res.report["checks"] if c["id"] == "labels-match-contents")
     assert "label imagekit.torch.version='2.5.1', but its torch is '2.4.0'" in truth["message"]
     assert "push" not in _kinds(engine.calls) and not registry.manifests
