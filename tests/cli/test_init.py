@@ -231,6 +231,7 @@ TABLE_KEYS = {
     "image.copy",
     "image.command",
     "image.install",
+    "image.skip_imports",
     "image.env",
     "image.smoke",
     "matrix.requirements",

@@ -108,6 +108,8 @@ def test_the_project_is_built_installed_configured_and_its_failing_command_block
             # the lock and the wheel: the project is in the image's distributions, exactly once, from its wheel
             assert checks["dists-match-lock"]["status"] == "pass", checks["dists-match-lock"]
             assert checks["pip-check"]["status"] == "pass", checks["pip-check"]
+            imports = checks["project-imports"]  # the wheel's top-level module, imported in the image's Python
+            assert imports["status"] == "pass" and imports["evidence"]["imported"] == ["alignment"], imports
             assert any(line.startswith("building the project's wheel from") for line in lines), lines
             assert RegistryClient().oci_manifest(Remote.parse(repo), res.tag.rsplit(":", 1)[1]) is None
             assert RegistryClient().oci_manifest(Remote.parse(repo), CELL.id) is None
