@@ -25,7 +25,7 @@ from imagekit.image.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPl
 from imagekit.image.code_layer import CodeLayer
 from imagekit.image.image_options import ImageOptions
 from imagekit.image.project_wheel import REQUIREMENTS_FILE, ProjectWheel
-from imagekit.locking import resolution
+from imagekit.locking import resolution, source_builds
 from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, Cell
 from imagekit.services import (
@@ -194,7 +194,8 @@ def _lock(b: _Build) -> None:
     assert b.base is not None
     base = b.base
     apt = (lambda cell: apt_resolve.resolve(b.engine, base, cell.apt)) if b.cell.apt else None
-    build = wheel_builds.builder_in(b.engine, base, b.say) if b.cell.from_source else None
+    # its from_source packages and its git requirements (a pinned commit needs no other setting)
+    build = wheel_builds.builder_in(b.engine, base, b.say) if source_builds.built_names(b.cell) else None
     with activity(b.progress, b.cell.slug, "lock"):
         locked = lock_service.lock_one(b.cell, b.opts.lock_dir, b.opts.settings, b.data, apt=apt, build=build)
     if locked.error:
