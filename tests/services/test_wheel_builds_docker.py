@@ -223,3 +223,24 @@ def test_a_git_requirement_is_locked_by_commit_and_a_branch_is_refused_with_the_
     assert {e.name: e.version for e in locked.lock.entries}["gitkit"] == "2.0"
     # the lock is this cell's, and current: read back and verified as a build reads it
     assert lock_cells.verified_lock(locked.path, pinned, data, current=True) is not None
+
+
+def test_a_source_only_dependency_of_a_dependency_is_built_when_named(engine, base, index, tmp_path):
+    """`from_source` names a package no requirement of the cell names, only a wheel it requires (`usesops`
+    requires `opskit`): the first resolution meets it by placeholders, the build takes the version the tree chose,
+    and the lock holds the built wheel, no placeholder."""
+    from tests.wheelfactory import build_wheel
+
+    pypi = tmp_path / "pypi"
+    extra = build_wheel(tmp_path / "w2", "usesops", "1.0", ["opskit>=1"])
+    files = [*(pypi / "files").iterdir(), extra]
+    write_simple_index(pypi, files)  # the same index, with the wheel that requires opskit
+    data, lines = inputs.compat_data(), []
+    cell = Cell("12.4", "2.5.1", "4.48.2", "3.11", ("usesops",), from_source=("opskit",))
+    locked = lock_cells.lock_one(cell, tmp_path / "locks", index, data, build=wheel_builds.builder_in(
+        engine, base, lines.append))  # fmt: skip
+    assert locked.status == "locked", locked.error and locked.error.render()
+    built = sb.recorded(locked.lock.meta)["opskit"]
+    pins = {e.name: e for e in locked.lock.entries}
+    assert built.version == "1.0" and pins["opskit"].hashes == (f"sha256:{built.wheel_sha256}",)
+    assert pins["usesops"].version == "1.0" and "numpy" in pins
