@@ -18,7 +18,7 @@ from imagekit.effects import index_auth, process, wheelserver
 from imagekit.effects.docker import Engine
 from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient, Remote
-from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
+from imagekit.errors import CheckFailed, ImagekitError
 from imagekit.image import budget, imageconfig, naming, render
 from imagekit.image import steps as steps_core
 from imagekit.image.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, base_for, manifest
@@ -31,6 +31,7 @@ from imagekit.model import AMD64, Cell
 from imagekit.services import (
     apt_resolve,
     fetch,
+    image_tags,
     project_build,
     publish,
     release_index,
@@ -43,6 +44,7 @@ from imagekit.services import (
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import native, present, require_emulation
 from imagekit.services.build_plans import code_for
+from imagekit.services.image_tags import set_runtime_config
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 from imagekit.supplychain import dpkg_status, sbom
@@ -187,6 +189,7 @@ class _Build:
     code: CodeLayer | None = None  # `[image] copy`, as read when the context is rendered (or the wheel built)
     project: ProjectWheel | None = None  # `[image] install`: the project's wheel (_project), and where it lies
     project_path: Path | None = None
+    alias_before: str | None = None  # the image the cell's alias tag named before this build (_config)
 
 
 def _lock(b: _Build) -> None:
@@ -324,6 +327,8 @@ def _config(b: _Build) -> None:
     with activity(b.progress, b.cell.slug, "image config"):
         facts, options = manifest(b.plan), b.plan.options
         labels, home = naming.labels(facts), imageconfig.cuda_home(facts)
+        alias = naming.alias_tag(b.opts.repository, b.cell)
+        b.alias_before = (b.engine.image(alias) or {}).get("Id")  # put back if this image is refused
         runtime = b.runtime = imageconfig.runtime(labels, options.command, options.env, home)
         b.result.image_id = set_runtime_config(
             b.engine,
@@ -340,12 +345,19 @@ def _config(b: _Build) -> None:
     b.say(f"built {immutable} ({human_bytes(b.result.size)}) in {time.monotonic() - b.built_at:.0f} s")
 
 
+def _withdraw(b: _Build) -> str:
+    alias = naming.alias_tag(b.opts.repository, b.cell)
+    b.result.tag = None
+    return image_tags.withdraw(b.engine, b.cell, b.result.image_id or b.immutable, b.immutable, alias, b.alias_before)
+
+
 def _budget(b: _Build) -> None:
     """An image over its size budget (or grown past it since the last release) goes no further."""
     assert b.result.size is not None
     previous = release_index.last_size(b.opts.release_index, b.cell.id, b.cell.platform)
     too_big = budget.over(b.result.size, budget.parse(b.opts.options.size_budget), previous)
     if too_big:
+        _withdraw(b)
         raise CheckFailed(
             f"size budget: {too_big}",
             f"see what grew with `docker history {b.immutable}`; or set [image] size_budget; nothing was pushed",
@@ -364,7 +376,10 @@ def _selftest(b: _Build) -> None:
     reports = b.opts.state_dir / "reports" / f"{b.cell.slug}.json"
     write_atomic(reports, json.dumps(b.report.report, indent=2) + "\n")
     if not b.report.passed:
-        raise CheckFailed(b.report.summary(), f"the whole report is {reports}; nothing was pushed")
+        kept = _withdraw(b)
+        raise CheckFailed(
+            b.report.summary(), f"the whole report is {reports}; nothing was pushed; the image is kept as {kept}"
+        )
     b.result.status = "passed"
 
 
@@ -550,34 +565,6 @@ def build_cell(
     finally:
         result.seconds = time.time() - start
     return result
-
-
-def set_runtime_config(
-    engine: ContainerEngine,
-    built: str,
-    base: str,
-    runtime: imageconfig.RuntimeConfig,
-    source_date_epoch: int,
-    tags: list[str],
-    say: Callable[[str], None],
-    history: list[dict] | None = None,
-) -> str:
-    """The built image with its ENV, WORKDIR, ENTRYPOINT, CMD and labels, tagged ``tags``: a new config over the same
-    layers, loaded in milliseconds; when the engine's history cannot be matched to the layers, or the engine refuses
-    the load, a container commit (one step's time) makes the same image but for its dates."""
-    try:
-        if history is not None:  # imagekit ran the steps: it knows what made each layer
-            entries = history
-        else:
-            entries = staged_build.history_of(engine, built, base)
-        built_image = engine.image(built)
-        if built_image is None:
-            raise imageconfig.Unknown(f"the engine has no image {built}")
-        config = imageconfig.config_json(built_image, entries, runtime, source_date_epoch, __version__)
-        return engine.load_config(config, tags)
-    except (imageconfig.Unknown, EnvironmentFailure) as exc:
-        say(f"setting the image config by a container commit ({exc})")
-        return engine.commit_changes(built, runtime.instructions(" "), tags)
 
 
 def build_cells(
