@@ -357,10 +357,10 @@ def _budget(b: _Build) -> None:
     previous = release_index.last_size(b.opts.release_index, b.cell.id, b.cell.platform)
     too_big = budget.over(b.result.size, budget.parse(b.opts.options.size_budget), previous)
     if too_big:
-        _withdraw(b)
+        kept = _withdraw(b)
         raise CheckFailed(
             f"size budget: {too_big}",
-            f"see what grew with `docker history {b.immutable}`; or set [image] size_budget; nothing was pushed",
+            f"see what grew with `docker history {kept}`; or set [image] size_budget; nothing was pushed",
         )
 
 

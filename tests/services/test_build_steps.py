@@ -168,6 +168,8 @@ def test_an_image_over_its_budget_is_neither_tested_nor_pushed(setup):
     res, _ = _build(engine, registry, opts)
     assert (res.status, res.step) == ("failed", "size-budget")
     assert "run" not in _kinds(engine.calls) and "push" not in _kinds(engine.calls)
+    assert not any(ref.startswith(f"{REPO}:") for ref in engine.images)  # refused: under no published name
+    assert f"docker history {naming.refused_tag(CELL)}" in res.error.hint
 
 
 def test_a_rebuild_gives_the_same_image_and_publishes_it_once(setup):
