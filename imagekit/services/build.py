@@ -346,9 +346,11 @@ def _config(b: _Build) -> None:
 
 
 def _withdraw(b: _Build) -> str:
+    """The refused image out of its published names (image_tags.withdraw); the result's tag is where it is kept."""
     alias = naming.alias_tag(b.opts.repository, b.cell)
-    b.result.tag = None
-    return image_tags.withdraw(b.engine, b.cell, b.result.image_id or b.immutable, b.immutable, alias, b.alias_before)
+    image = b.result.image_id or b.immutable
+    b.result.tag = image_tags.withdraw(b.engine, b.cell, image, b.immutable, alias, b.alias_before)
+    return b.result.tag
 
 
 def _budget(b: _Build) -> None:

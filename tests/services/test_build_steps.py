@@ -107,7 +107,8 @@ def test_a_failed_selftest_pushes_and_records_nothing(setup):
     assert "push" not in _kinds(engine.calls) and "registry.copy_tag" not in _kinds(engine.calls)
     assert not registry.manifests and not opts.release_index.exists()
     # the refused image is under no tag it would have been published as: kept for inspection under its own
-    assert res.tag is None and not any(ref.startswith(f"{REPO}:") for ref in engine.images), list(engine.images)
+    assert res.tag == naming.refused_tag(CELL), res.tag
+    assert not any(ref.startswith(f"{REPO}:") for ref in engine.images), list(engine.images)
     assert engine.images[naming.refused_tag(CELL)]["Id"] == res.image_id
     assert f"the image is kept as {naming.refused_tag(CELL)}" in res.error.hint
 

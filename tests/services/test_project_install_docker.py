@@ -93,7 +93,7 @@ def test_the_project_is_built_installed_configured_and_its_failing_command_block
             res = build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, m: lines.append(m))
             refused = naming.refused_tag(CELL)  # the refused image: under no tag it would be published as
             tags.append(refused)
-            assert res.tag is None and engine.image(naming.alias_tag(repo, CELL)) is None
+            assert res.tag == refused and engine.image(naming.alias_tag(repo, CELL)) is None
             assert engine.image(refused)["Id"] == res.image_id
             # the failing command blocks the publish at the self-test: nothing pushed, no record
             assert (res.status, res.step) == ("failed", "self-test"), res.error and res.error.render()
