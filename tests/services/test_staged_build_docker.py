@@ -10,7 +10,7 @@ import pytest
 
 from imagekit.image import naming
 from imagekit.model import Cell
-from imagekit.services import inputs
+from imagekit.services import inputs, staged_build
 from imagekit.services.build import build_cell
 from tests import containers
 from tests.conftest import _log
@@ -63,12 +63,18 @@ def test_staged_steps_make_what_the_dockerfile_makes_and_a_rebuild_is_the_step_c
         history = [h.get("Comment") or "" for h in engine.history(staged)]
         assert sum("written by imagekit" in c for c in history) == 3  # CUDA runtime, torch, app
         assert not list((tmp_path / "state" / "stage").glob("*/*"))  # nothing left staged
+        # the step images before the last are gone once the build is done: no untagged image keeps the layers
+        steps = staged_build.recorded_step_images()
+        assert len(steps) >= 3, steps
+        left = [i for i in steps if (engine.image(i) or {}).get("RepoTags") == []]
+        assert left == [], left
     finally:
         for ref in ("imagekit-test/staged:staged", "imagekit-test/staged:cached", made.get("dockerfile", ("",))[0]):
             if ref:
                 engine.remove(ref)
         engine.remove(naming.build_cache_tag(CELL))
         engine.remove(naming.build_cache_tag(CELL) + "-base")
+        engine.remove(naming.refused_tag(CELL))
 
 
 def test_a_failing_step_says_which_and_why_and_leaves_nothing_staged(engine, tmp_path, monkeypatch):
