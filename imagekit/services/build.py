@@ -307,6 +307,7 @@ def _build(b: _Build) -> None:
                     return
                 except staged_build.Unstageable as exc:
                     b.say(f"building with `docker build` ({exc})")
+            before = (b.engine.image(naming.build_cache_tag(b.cell)) or {}).get("Id")  # the last build's anchor
             b.built = b.engine.build(
                 b.opts.state_dir / "build" / b.cell.slug,
                 [naming.build_cache_tag(b.cell)],
@@ -316,6 +317,8 @@ def _build(b: _Build) -> None:
                 extra_hosts={wheelserver.HOST: address},
                 platform=b.cell.platform if foreign or b.cell.platform != AMD64 else None,
             )
+            if before and before != b.built:  # no longer the anchor: gone unless a tag or a container holds it
+                staged_build.drop_step_image(b.engine, before)
     finally:
         steps.close()
 

@@ -126,8 +126,9 @@ def build_staged(
         made.append(image)
         _record_step_image(image)
         on_line(f"staged-layer: step {step.number} done in {time.monotonic() - began:.1f} s")
+    before = (engine.image(tag) or {}).get("Id")  # the anchor's image of the cell's last build
     engine.tag(current, *tag.rsplit(":", 1))
-    for image in dict.fromkeys(made):
+    for image in dict.fromkeys([*made, *([before] if before else [])]):
         if image != current:
             drop_step_image(engine, image)
     return current, history

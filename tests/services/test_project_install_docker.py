@@ -95,6 +95,7 @@ def test_the_project_is_built_installed_configured_and_its_failing_command_block
             tags.append(refused)
             assert res.tag == refused and engine.image(naming.alias_tag(repo, CELL)) is None
             assert engine.image(refused)["Id"] == res.image_id
+            assert (refused, res.image_id) in [(t, i) for t, i, _ in engine.images_named(naming.REFUSED)]  # prune's
             # the failing command blocks the publish at the self-test: nothing pushed, no record
             assert (res.status, res.step) == ("failed", "self-test"), res.error and res.error.render()
             checks = {c["id"]: c for c in res.report["checks"]}
