@@ -130,6 +130,18 @@ class RecordingEngine:
     def remove(self, ref: str) -> None:
         self.images.pop(ref, None)
 
+    def remove_unused(self, ref: str) -> bool:
+        self._record("remove_unused", ref)
+        self.images.pop(ref, None)
+        return True
+
+    def images_named(self, repository: str) -> list[tuple[str, str, int]]:
+        return sorted(
+            (ref, image["Id"], int(image.get("Size") or 0))
+            for ref, image in self.images.items()
+            if ref.rsplit(":", 1)[0] == repository and ":" in ref and not ref.startswith("sha256:")
+        )
+
     def run(self, image, argv, *, entrypoint=None, env=None, gpus=False, user=None, timeout=900, volumes=None,
             on_stderr=None, network=False) -> tuple[int, str, str]:  # fmt: skip
         self._record("run", image, argv[0])

@@ -178,7 +178,7 @@ def test_the_context_ships_the_in_image_package_byte_for_byte_at_the_image_paths
     assert render.IN_IMAGE["podstart.py"] == "doctor/podstart.py"  # templates/context/bin/entrypoint runs it there
     assert render.IN_IMAGE["selftest.py"] == "doctor/selftest.py"
     assert render.IN_IMAGE["install_layer.py"] == "bin/install-layer"  # Dockerfile.j2 runs it there
-    assert files[f"{app}/bin/install-layer"][0].startswith(b"#!/opt/venv/bin/python\n")
+    assert files[f"{app}/bin/install-layer"][0].startswith(b"#!/opt/venv/bin/python -B\n")  # -B: no .pyc on import
     assert files["rootfs/base/opt/imagekit/bin/install-layer"] == files[f"{app}/bin/install-layer"]
     assert files[f"{app}/etc/sshd_config"][0] == (ROOT / "templates" / "context" / "etc" / "sshd_config").read_bytes()
 

@@ -566,9 +566,10 @@ def test_an_image_over_its_size_budget_is_refused_and_not_pushed(engine, registr
         assert res.status == "failed" and res.step == "size-budget", res.error and res.error.render()
         assert "over 0.10 GB (the budget 100 MB)" in res.error.message and "nothing was pushed" in res.error.hint
         assert RegistryClient().oci_manifest(Remote.parse(repo), cell.id) is None
+        assert engine.image(naming.alias_tag(repo, cell)) is None and res.tag == naming.refused_tag(cell)
+        assert engine.image(naming.refused_tag(cell))["Id"] == res.image_id
     finally:
-        if res.tag:
-            engine.remove(res.tag)
+        engine.remove(naming.refused_tag(cell))
 
 
 def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp_path):

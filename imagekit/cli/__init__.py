@@ -58,12 +58,12 @@ PROVIDER_COMMANDS = {p.template_command: TEMPLATES for p in providers.PROVIDERS}
 COMMANDS = {
     "init": "init_cmd", "matrix": "matrix_cmd", "explain": "explain_cmd", "lock": "lock_cmd", "render": "render_cmd",
     "build": "build_cmd", "fetch": "fetch_cmd", **PROVIDER_COMMANDS, "selftest": "selftest_cmd",
-    "doctor": "doctor_cmd", "audit": "audit_cmd", "sign": "sign_cmd", "verify": "sign_cmd",
+    "doctor": "doctor_cmd", "audit": "audit_cmd", "sign": "sign_cmd", "verify": "sign_cmd", "prune": "prune_cmd",
 }  # fmt: skip
 GROUPS = {"base": "base_cmd", "compat": "compat_cmd", "pod": "pod_cmd", "release": "release_cmd", "ci": "ci_cmd"}
 _ORDER = (
     "init_cmd", "matrix_cmd", "explain_cmd", "lock_cmd", "render_cmd", "build_cmd", "fetch_cmd", TEMPLATES,
-    "selftest_cmd", "doctor_cmd", "audit_cmd", "sign_cmd",
+    "selftest_cmd", "doctor_cmd", "audit_cmd", "sign_cmd", "prune_cmd",
 )  # fmt: skip
 
 

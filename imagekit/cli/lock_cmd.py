@@ -117,8 +117,10 @@ def register(app: typer.Typer) -> None:
 
 def _in_bases(plain: list, data, config, console) -> tuple:
     """What the lock step runs in each cell's base, with Docker: apt's resolution of `[image] apt` and the builds of
-    `from_source` packages; (None, None) when no cell needs either."""
-    if not any(c.apt or c.from_source for c in plain):
+    `from_source` packages and git requirements; (None, None) when no cell needs either."""
+    from imagekit.locking.source_builds import built_names
+
+    if not any(c.apt or built_names(c) for c in plain):
         return None, None
     from imagekit.effects.docker import Engine
     from imagekit.image.buildplan import base_for
@@ -135,5 +137,5 @@ def _in_bases(plain: list, data, config, console) -> tuple:
         return present(base_for(python, data, config.bases, config.options), engine, data.bases, log=say)
 
     apt = resolver_for(engine, base_of) if any(c.apt for c in plain) else None
-    build = builder_for(engine, base_of, log=say) if any(c.from_source for c in plain) else None
+    build = builder_for(engine, base_of, log=say) if any(built_names(c) for c in plain) else None
     return apt, build

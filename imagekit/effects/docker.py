@@ -351,6 +351,28 @@ class Engine:
         except ImageNotFound:
             pass
 
+    def remove_unused(self, ref: str) -> bool:
+        """Remove the image ``ref`` unless the engine refuses (a container uses it, or it has children): not forced,
+        so another build's image in use stays; True when it is gone."""
+        from docker.errors import APIError, ImageNotFound
+
+        try:
+            self.api.remove_image(ref, force=False)
+        except ImageNotFound:
+            return True
+        except APIError:
+            return False
+        return True
+
+    def images_named(self, repository: str) -> list[tuple[str, str, int]]:
+        """(repository:tag, image id, size) of each tag the engine holds in ``repository``."""
+        out = []
+        for found in self.api.images(name=repository) or []:
+            for tag in found.get("RepoTags") or []:
+                if tag.rsplit(":", 1)[0] == repository:
+                    out.append((tag, str(found.get("Id")), int(found.get("Size") or 0)))
+        return sorted(out)
+
     # -- containers -----------------------------------------------------------------------------------
     def run(
         self,

@@ -133,6 +133,16 @@ _UNREADABLE = re.compile(r"Failed to read `(?P<what>[^`\n]{1,400})`")
 
 # uv's words for a requirement that only an sdist meets (with --only-binary :all:)
 _NO_WHEEL = re.compile(r"(?:Because |and )(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)[^\n]*? has no usable wheels")
+# and its hint, one per package: "hint: Wheels are required for `deepspeed` because building from source is disabled"
+_WHEELS_REQUIRED = re.compile(r"Wheels are required for `(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,99})`")
+
+
+class NoWheel(CheckFailed):
+    """A resolution that needs a release published as a source archive only; ``names``: the packages uv named."""
+
+    def __init__(self, message: str, hint: str, names: tuple[str, ...]) -> None:
+        super().__init__(message, hint)
+        self.names = names
 
 
 def _fail(req: LockRequest, stderr: str) -> Exception:
@@ -169,14 +179,19 @@ def _fail(req: LockRequest, stderr: str) -> Exception:
             "a wheel named by URL or path must be a wheel of that name and version (a zip holding "
             "NAME-VERSION.dist-info/METADATA whose Name and Version are the file name's): replace the file",
         )
-    no_wheel = _NO_WHEEL.search(text)
-    if no_wheel:  # --only-binary: a version with an sdist only is not installable in an image
-        from imagekit.locking import direct_wheels
+    named = [m["name"] for m in _WHEELS_REQUIRED.finditer(text)] or [m["name"] for m in _NO_WHEEL.finditer(text)]
+    if named:  # --only-binary: a version with an sdist only is not installable in an image
+        from packaging.utils import canonicalize_name
 
-        return CheckFailed(
-            f"{req.cell.id}: {no_wheel['name']} has no wheel for Python {req.cell.python} on {req.platform} "
-            f"(images install wheels only; a source build differs on every machine):\n{tail}",
-            direct_wheels.FIX.replace("NAME", no_wheel["name"]),
+        from imagekit.locking import direct_wheels, source_builds
+
+        names = tuple(dict.fromkeys(canonicalize_name(n) for n in named))
+        return NoWheel(
+            f"{req.cell.id}: {', '.join(names)} {'has' if len(names) == 1 else 'have'} no wheel for Python "
+            f"{req.cell.python} on {req.platform} (images install wheels only; a source build differs on every "
+            f"machine):\n{tail}",
+            f"{source_builds.from_source_hint(names)}; or {direct_wheels.FIX.replace('NAME', names[0])}",
+            names,
         )
     axis = _AXIS_CONFLICT.search(text)
     if axis:  # the axis is the matrix's choice (init takes the newest release a range allows): another may fit

@@ -256,6 +256,11 @@ def nvcc_release(plan: BuildPlan) -> str:
     return deb or plan.lock.pins().get(NVCC, "")
 
 
+def _project(wheel: dict, skip_imports: tuple[str, ...]) -> dict:
+    """The manifest's `project`: the wheel, and with `[image] skip_imports` the modules `project-imports` leaves out."""
+    return {**wheel, "skip_imports": list(skip_imports)} if skip_imports else wheel
+
+
 def manifest(plan: BuildPlan) -> dict:
     """The facts baked into /etc/imagekit/manifest.json and mirrored in OCI labels."""
     cell, contract = plan.cell, plan.contract
@@ -312,7 +317,7 @@ def manifest(plan: BuildPlan) -> dict:
             else {}
         ),
         # `[image] install`: the wheel built from the project's code and installed with --no-deps
-        **({"project": project.to_json()} if project is not None else {}),
+        **({"project": _project(project.to_json(), plan.options.skip_imports)} if project is not None else {}),
         # `[image] cuda_toolkit`: CUDA_HOME (nvcc, the headers) and nvcc's version (the self-test's cuda-extension)
         **({"cuda_toolkit": _toolkit_facts(plan)} if plan.options.cuda_toolkit else {}),
         # torch's companions the lock holds (compat/companions.py): the self-test imports each

@@ -41,6 +41,9 @@ class ImageOptions:
     # inside `copy`'s) in a container of the cell's base and installed into the venv without its dependencies:
     # the lock must hold them (imagekit.image.project_wheel)
     install: str | None = field(default=None, metadata=KEY)
+    # top-level modules of the project's wheel the self-test's `project-imports` does not import (a package that
+    # raises on import on purpose): Python identifiers
+    skip_imports: tuple[str, ...] = field(default=(), metadata=KEY)
     # environment variables in the image's config, sorted by name (imagekit.image.imageconfig.user_env_problem
     # refuses the names the image relies on and values a Dockerfile could not carry)
     env: tuple[tuple[str, str], ...] = field(default=(), metadata=KEY)

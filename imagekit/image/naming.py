@@ -19,6 +19,16 @@ def build_cache_tag(cell: Cell) -> str:
     return f"{BUILD_CACHE}:{cell.slug}"
 
 
+REFUSED = "imagekit/refused"
+
+
+def refused_tag(cell: Cell) -> str:
+    """Where a built image its build refused (self-test, size budget) is kept for inspection: never under the tags
+    it would have been published as, so `docker run` of those never runs it. Local only; the next refusal of the
+    cell moves it, and `imagekit prune` removes it."""
+    return f"{REFUSED}:{cell.slug}"
+
+
 def immutable_tag(repository: str, cell: Cell, build_hash: str) -> str:
     """``<cell id>-<12 hex>`` (``<cell id>-arm64-<12 hex>`` on linux/arm64): the hash covers the lock and everything
     else the image is built from. The alias (the cell id) names every platform's image at once (an image index)."""

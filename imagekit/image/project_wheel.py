@@ -132,6 +132,40 @@ def build_system(files: tuple[tuple[str, bytes, int], ...], where: str) -> Build
     return BuildSystem(backend, tuple(requires), tuple(paths))  # type: ignore[arg-type]
 
 
+# setuptools 70.1.0 adopted the bdist_wheel command from the wheel project (setuptools' changelog, v70.1.0, #1386:
+# https://setuptools.pypa.io/en/stable/history.html#v70-1-0); an older one asks for `wheel` through
+# get_requires_for_build_wheel, so a setuptools backend that may be older builds with `wheel` beside it
+SETUPTOOLS_OWN_BDIST_WHEEL = Version("70.1")
+
+
+def build_requires(system: BuildSystem) -> tuple[str, ...]:
+    """What the build environment needs before the backend is asked: `[build-system] requires`, and for a setuptools
+    backend that may be older than 70.1, `wheel` (SETUPTOOLS_OWN_BDIST_WHEEL)."""
+    if not system.backend.startswith("setuptools.") and system.backend != "setuptools":
+        return system.requires
+    reqs = [Requirement(r) for r in system.requires]
+    if any(canonicalize_name(r.name) == "wheel" for r in reqs):
+        return system.requires
+    floors = [
+        Version(s.version.rstrip(".*"))
+        for r in reqs
+        if canonicalize_name(r.name) == "setuptools"
+        for s in r.specifier
+        if s.operator in (">=", "==", "~=", "===") and _version_ok(s.version.rstrip(".*"))
+    ]
+    if floors and max(floors) >= SETUPTOOLS_OWN_BDIST_WHEEL:
+        return system.requires
+    return (*system.requires, "wheel")
+
+
+def _version_ok(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
 def _inside(path: str) -> bool:
     clean = posixpath.normpath(path)
     return not posixpath.isabs(clean) and clean != ".." and not clean.startswith("../") and path.isprintable()

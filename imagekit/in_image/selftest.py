@@ -5,10 +5,11 @@ the `[image] apt` packages at their locked versions, torch's CUDA version,
 the GPU architectures compiled into it (the runtime contract's), `python`/`python3` identity, numpy interop,
 a tiny transformers model's forward and
 backward pass, the image's hygiene (no credentials, .git, build leftovers or owners above 65534: hygiene.py),
-(gpu_checks) the GPU when there is one, with `[image] install` the project's wheel shadowing nothing
-(project-imports), and last the project's own commands (`[image] smoke`, one `smoke-N` check
-each, from the manifest). Prints a JSON report; exit 1 on any failure. `--code-layer`: the code layer's checks
-alone (code_layer_checks), when the host reuses the others' results (imagekit/oci/selftest_reuse.py).
+(gpu_checks) the GPU when there is one, with `[image] install` the project's wheel shadowing nothing and its
+top-level modules importing (project-imports, less `[image] skip_imports`), and last the project's own commands
+(`[image] smoke`, one `smoke-N` check each, from the manifest). Prints a JSON report; exit 1 on any failure.
+`--code-layer`: the code layer's checks alone (code_layer_checks), when the host reuses the others' results
+(imagekit/oci/selftest_reuse.py).
 """
 
 from __future__ import annotations
@@ -632,45 +633,178 @@ def collect(cid, proc):
                               f"{out[-500:]!r}"))
 
 
-def _top_levels(dist):
-    """The importable names a distribution's RECORD puts at the top of site-packages, and the .pth files it adds."""
-    names, pth = set(), []
+def _files(dist):
+    """The files a distribution's RECORD installs into site-packages ("pkg/mod.py"), metadata and bytecode left out."""
+    out = set()
     for f in dist.files or []:
         first = f.parts[0] if f.parts else ""
-        if first in ("..", "__pycache__") or first.endswith((".dist-info", ".data")):
+        if first in ("..", "__pycache__") or first.endswith((".dist-info", ".data")) or str(f).endswith(".pyc"):
             continue
-        if len(f.parts) == 1 and first.endswith(".pth"):
+        out.add("/".join(f.parts))
+    return out
+
+
+def _top_levels(files):
+    """The top-level names of ``files`` (a package's folder, a module's name) and the .pth files among them."""
+    names, pth = set(), []
+    for f in files:
+        first = f.split("/")[0]
+        if "/" not in f and first.endswith(".pth"):
             pth.append(first)
-        elif len(f.parts) > 1 or first.endswith((".py", ".so")):
+        elif "/" in f or first.endswith((".py", ".so", ".pyd")):
             names.add(first.split(".")[0])
-    return names, pth
+    return names, sorted(pth)
+
+
+def _importable(files, names):
+    """What a user would import of ``names``: Python identifiers with code in them (a folder of data is not)."""
+    code = (".py", ".so", ".pyd")
+    return {n for n in names if n.isidentifier() and any(f.split("/")[0].split(".")[0] == n and f.endswith(code)
+                                                         for f in files)}
+
+
+def _requires(dist):
+    """The canonical names a distribution's Requires-Dist names (markers and extras aside)."""
+    out = set()
+    for req in dist.requires or []:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+        if m:
+            out.add(facts.canon(m.group(1)))
+    return out
+
+
+def _shared_packages(name, files, requires, others):
+    """The project's top-level names another distribution installs too, each judged: ``accidents`` (a file both
+    install, of which the one installed last replaced the other's; or one regular package both put modules in while
+    neither requires the other) and ``extended`` (a namespace package, PEP 420, or a package the other distribution
+    extends on purpose: one of the two requires the other, as a plugin requires what it plugs into)."""
+    accidents, extended = [], []
+    mine, _ = _top_levels(files)
+    for other, other_files, other_requires in others:
+        tops, _ = _top_levels(other_files)
+        for top in sorted(mine & tops):
+            under = sorted(f for f in files if f.split("/")[0].split(".")[0] == top)
+            theirs = sorted(f for f in other_files if f.split("/")[0].split(".")[0] == top)
+            both = sorted(set(under) & set(theirs))
+            if both:
+                accidents.append((top, other, False, f"{both[0]} is installed by both the project's wheel and "
+                                  f"{other}: the one installed last replaced the other's"))
+            elif not any(f == f"{top}/__init__.py" for f in [*under, *theirs]):
+                extended.append(f"{top} (a namespace package {other} shares)")
+            elif name in other_requires or other in requires:
+                who = f"{other} requires {name}" if name in other_requires else f"{name} requires {other}"
+                extended.append(f"{top} (also {other}'s: {who})")
+            else:
+                accidents.append((top, other, True, f"the project's {under[0]} goes into the package {top} that "
+                                  f"{other} installs too ({theirs[0]}), and neither distribution requires the other"))
+    return accidents, extended
+
+
+# The project's modules imported in a process of their own (one that exits or crashes on import does not take the
+# self-test with it), each announced first, so a process that dies names the module it was importing.
+PROJECT_IMPORTS = r"""
+import importlib, json, sys, traceback
+paths, names = json.loads(sys.argv[1]), sys.argv[2:]
+sys.path[:0] = [p for p in paths if p not in sys.path]
+for name in names:
+    print(json.dumps({"importing": name}), flush=True)
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        mine = [f for f in frames if ("/" + name + "/") in f.filename or f.filename.endswith("/" + name + ".py")]
+        at = (mine or frames or [None])[-1]
+        where = {"file": at.filename, "line": at.lineno} if at else {}
+        print(json.dumps({"failed": name, "error": (type(exc).__name__ + ": " + str(exc))[:600], **where}), flush=True)
+    else:
+        print(json.dumps({"imported": name}), flush=True)
+"""
+IMPORT_TIMEOUT = 600
+
+
+def _import_each(names, paths):
+    """{module: None (imported) or what went wrong}, each module of ``names`` imported in turn in one child process."""
+    try:
+        res = subprocess.run([sys.executable, "-c", PROJECT_IMPORTS, json.dumps(paths), *names], capture_output=True,
+                             text=True, timeout=IMPORT_TIMEOUT, stdin=subprocess.DEVNULL)
+        out, how = res.stdout, f"the import process ended with exit {res.returncode}: " + (
+            res.stderr.strip().splitlines() or ["no message"])[-1][:400]
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        how = f"did not finish within {IMPORT_TIMEOUT} s"
+    results, current = {}, None
+    for line in out.splitlines():
+        try:
+            said = json.loads(line)
+        except ValueError:
+            continue  # a module's own print
+        if not isinstance(said, dict):
+            continue
+        if "importing" in said:
+            current = said["importing"]
+        elif "imported" in said:
+            results[said["imported"]], current = None, None
+        elif "failed" in said:
+            where = f" ({said['file']}, line {said['line']})" if said.get("file") else ""
+            results[said["failed"]], current = f"{said.get('error')}{where}", None
+    if current is not None:
+        results[current] = how
+    for name in names:
+        results.setdefault(name, how)
+    return results
 
 
 def check_project_imports(manifest):
-    """`project-imports`: the project's own wheel (`[image] install`, in the code layer) shadows nothing below it (no
-    top-level name of another distribution, no .pth file run at every start), and its modules import."""
-    import importlib
+    """`project-imports`: the project's own wheel (`[image] install`, in the code layer) replaces no file below it,
+    puts its modules in no other distribution's package by accident (a package extended on purpose is fine:
+    _shared_packages), adds no .pth file run at every start, and each top-level module it installs imports, as a
+    user would import it (the wheel's RECORD; top_level.txt where the backend wrote one), less `[image]
+    skip_imports`."""
     from importlib import metadata
 
-    name = facts.canon(manifest["project"]["name"])
-    mine, pth, taken = set(), [], {}
+    project = manifest["project"]
+    name, skip = facts.canon(project["name"]), set(project.get("skip_imports") or [])
+    files, requires, top_level, others = set(), set(), None, []
     for dist in metadata.distributions(path=image_paths(manifest)):
-        names, added = _top_levels(dist)
-        if facts.canon(dist.metadata["Name"] or "") == name:
-            mine, pth = names, added
+        dist_name = facts.canon(dist.metadata["Name"] or "?")
+        if dist_name == name:
+            files, requires = _files(dist), _requires(dist)
+            text = dist.read_text("top_level.txt")
+            top_level = set(text.split()) if text else None
         else:
-            for top in names:
-                taken.setdefault(top, facts.canon(dist.metadata["Name"] or "?"))
-    clash = sorted(f"{top} (also {taken[top]}'s)" for top in mine if top in taken)
-    ev = {"modules": sorted(mine), "pth": pth, "clashes": clash}
-    if clash or pth:
-        return check("project-imports", "fail", "the project's wheel " + "; ".join(
-            (["shadows " + ", ".join(clash)] if clash else []) + (["adds " + ", ".join(pth)] if pth else [])),
-            "rename the project's package, or drop the .pth file from its wheel", ev)
-    for top in sorted(mine):
-        importlib.import_module(top)  # an error fails the check with its text (guarded)
-    return check("project-imports", "pass", f"{len(mine)} modules of the project's wheel import: "
-                 + ", ".join(sorted(mine)), "", ev)
+            others.append((dist_name, _files(dist), _requires(dist)))
+    tops, pth = _top_levels(files)
+    accidents, extended = _shared_packages(name, files, requires, others)
+    ev = {"modules": sorted(tops), "pth": pth, "clashes": [a[3] for a in accidents], "extended": extended,
+          "skipped": sorted(skip & tops)}
+    if accidents or pth:
+        said = [a[3] for a in accidents] + [f"the project's wheel adds {p}, which Python runs at every start"
+                                            for p in pth]
+        fixes = [f"rename the project's package {top} or leave it out of its wheel (setuptools: "
+                 f"[tool.setuptools.packages.find] exclude; hatchling: [tool.hatch.build.targets.wheel] packages)"
+                 + (f"; if it extends {other}'s package on purpose, add {other} to the project's dependencies"
+                    if disjoint else "") for top, other, disjoint, _ in accidents[:2]]
+        return check("project-imports", "fail", "; ".join(said),
+                     "; ".join(fixes + (["drop the .pth file from the project's wheel"] if pth else [])), ev)
+    importable = _importable(files, tops)
+    if top_level:  # what the backend says the wheel's top-level modules are
+        importable = (importable & top_level) or importable
+    stale = sorted(skip - tops)
+    names = sorted(importable - skip)
+    results = _import_each(names, image_paths(manifest)) if names else {}
+    failed = {n: why for n, why in results.items() if why}
+    ev["imported"] = sorted(n for n, why in results.items() if not why)
+    if failed:
+        first = sorted(failed)[0]
+        return check("project-imports", "fail", "; ".join(f"import {n} failed: {failed[n]}" for n in sorted(failed)),
+                     f"fix the module, leave it out of the project's wheel, or, when it is not meant to be imported, "
+                     f'skip it: [image] skip_imports = ["{first}"]', ev)
+    said = (f"{len(names)} modules of the project's wheel import: " + ", ".join(names) if names else
+            "the project's wheel installs no module to import")
+    said += f"; skipped ([image] skip_imports): {', '.join(sorted(skip & tops))}" if skip & tops else ""
+    said += f"; skip_imports names what the wheel does not install: {', '.join(stale)}" if stale else ""
+    said += f"; extended on purpose: {', '.join(extended)}" if extended else ""
+    return check("project-imports", "pass", said, "", ev)
 
 
 def code_layer_checks(manifest, left):

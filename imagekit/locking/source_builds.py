@@ -306,3 +306,53 @@ cd /build/src
 echo "building $archive"
 /build/env/bin/python -m pip wheel --no-deps --no-build-isolation --no-index --no-cache-dir --wheel-dir /build/out .
 """
+
+
+MAX_PLACEHOLDERS = 200  # versions of one package stood in for: the newest ones
+
+
+def sdist_versions(name: str, files: list[wheels.Candidate]) -> list[str]:
+    """The versions of ``name`` an index lists a source archive (with a sha256) of, newest first."""
+    found: set[Version] = set()
+    for f in files:
+        if not f.filename.endswith((".tar.gz", ".zip")) or not f.sha256:
+            continue
+        try:
+            dist, version = parse_sdist_filename(f.filename)
+        except InvalidSdistFilename:
+            continue
+        if canonicalize_name(dist) == name:
+            found.add(version)
+    return [str(v) for v in sorted(found, reverse=True)[:MAX_PLACEHOLDERS]]
+
+
+def placeholder_wheel(name: str, version: str) -> tuple[str, bytes]:
+    """(file name, bytes) of a wheel of ``name`` ``version`` with no code and no requirements. It stands in, in a
+    resolution only, for a release published as a source archive alone, so the resolver goes on past it: to the next
+    source-only package (every one found in one pass), or to the torch layer a build of it installs (a source-only
+    package deep in the tree). Never fetched, installed or locked: the real build's wheel replaces it."""
+    import io
+    import zipfile
+
+    dist = re.sub(r"[-_.]+", "_", name)
+    info = f"{dist}-{version}.dist-info"
+    files = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: imagekit-placeholder\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"]).encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for path, data in files.items():
+            zf.writestr(zipfile.ZipInfo(path, (1980, 1, 1, 0, 0, 0)), data)
+    return f"{dist}-{version}-py3-none-any.whl", out.getvalue()
+
+
+def from_source_hint(names: list[str] | tuple[str, ...]) -> str:
+    """The fix for packages with no wheel: build them once from their source archives (`from_source`)."""
+    listed = ", ".join(f'"{n}"' for n in names)
+    return (
+        f"build them once from their source archives: from_source = [{listed}] in [matrix] (built in the cell's base "
+        "with the network off, each wheel locked by its sha256; a dependency of a dependency may be named too)"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import keyword
 import posixpath
 import re
 import tomllib
@@ -324,6 +325,12 @@ def _image_options(p: _Problems, image: object) -> ImageOptions:
 
 
 _INSTALL = re.compile(r"[A-Za-z0-9._/-]{1,300}", re.ASCII)
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}", re.ASCII)
+MAX_SKIP_IMPORTS = 64
+_SKIP_HINT = (
+    f"expected a list of at most {MAX_SKIP_IMPORTS} top-level module names of the project's wheel, such as "
+    '["recipes"] (project-imports imports each top-level module of the wheel, not the modules inside them)'
+)
 MAX_SMOKE = 16
 _SMOKE_HINT = (
     f"expected a list of 1 to {MAX_SMOKE} shell commands (one line each of printable characters, no tab, at most "
@@ -343,6 +350,24 @@ def _project_options(p: _Problems, image: dict, flags: dict) -> None:
             p.add("image.install", 'the wheel is built from the code [image] copy puts in the image: add copy = "."')
         else:
             flags["install"] = value
+    if "skip_imports" in image:
+        names = image["skip_imports"]
+        if not isinstance(names, list) or len(names) > MAX_SKIP_IMPORTS or not all(isinstance(n, str) for n in names):
+            p.add("image.skip_imports", _SKIP_HINT)
+        elif bad := [n for n in names if not _MODULE.fullmatch(n) or keyword.iskeyword(n)]:
+            dotted = [n for n in bad if all(_MODULE.fullmatch(part) for part in n.split("."))]
+            shown = ", ".join(untrusted.printable(repr(n), 60) for n in bad[:3])
+            why = (
+                f"name the top-level module ({dotted[0].split('.')[0]!r}): a module inside it is never imported "
+                "on its own"
+                if dotted
+                else _SKIP_HINT
+            )
+            p.add("image.skip_imports", f"not a top-level module name: {shown}; {why}")
+        elif "install" not in image:
+            p.add("image.skip_imports", "only the project's wheel's modules are imported: set install too")
+        else:
+            flags["skip_imports"] = tuple(sorted(set(names)))
     if "env" in image:
         table = image["env"]
         if not isinstance(table, dict) or len(table) > imageconfig.MAX_ENV:

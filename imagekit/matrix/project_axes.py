@@ -125,6 +125,37 @@ def apply(config: MatrixConfig, deps: ProjectDeps, data: CompatData | None = Non
     return replace(config, cells=tuple(cells))
 
 
+def with_build_requires(config: MatrixConfig, requires: tuple[str, ...], where: str) -> MatrixConfig:
+    """`[image] install`: the project's build requirements (image.project_wheel.build_requires) added to each cell's
+    packages (those whose markers hold in its image; one requirement per name), so the cell's lock holds the backend
+    the project's wheel is built with, offline, from the lock's wheels. torch or transformers there must allow the
+    cell's; every conflict at once: a ConfigError."""
+    problems: list[str] = []
+    cells = []
+    for cell in config.cells:
+        env = image_marker_env(cell.python, MACHINES[cell.platform])
+        items = []
+        for text in requires:
+            req = Requirement(text)  # checked by project_wheel.build_system
+            if req.marker is None or req.marker.evaluate(env):
+                req.marker = None
+                items.append(Item(req, where))
+        own = [Item(Requirement(p), "matrix.packages") for p in cell.packages]
+        clash = disagreement([*own, *items])
+        found = [f"{clash[0].shown()} conflicts with {clash[1].shown()}"] if clash else []
+        found += [p for p in (_axis_problem(cell, i) for i in items) if p]
+        problems += [p for p in found if p not in problems]
+        kept = [i for i in items if i.name not in AXIS_PACKAGES]
+        cells.append(replace(cell, packages=merged([*own, *kept]) if kept else cell.packages))
+    if problems:
+        raise ConfigError(
+            [f"{config.origin}: {p}" for p in problems],
+            "the project's [build-system] requires joins each cell's packages (its wheel is built from the lock): "
+            "make the two agree",
+        )
+    return replace(config, cells=tuple(cells))
+
+
 def cell_packages(cell: Cell, deps: ProjectDeps, data: CompatData | None = None) -> tuple[tuple[str, ...], list[str]]:
     """(the cell's packages with the declaration's, the conflicts found)."""
     items = for_env(deps, cell.python, cell.platform)

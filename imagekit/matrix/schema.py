@@ -202,6 +202,16 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "image",
+        "skip_imports",
+        "list of top-level module names",
+        "none",
+        '["recipes"]',
+        "modules of the project's wheel the self-test's project-imports leaves out (one that raises on import on "
+        "purpose, say)",
+        needs=("copy", "install"),
+    ),
+    Key(
+        "image",
         "env",
         "table of strings",
         "none",

@@ -18,19 +18,20 @@ from imagekit.effects import index_auth, process, wheelserver
 from imagekit.effects.docker import Engine
 from imagekit.effects.files import clamp_mtimes, write_atomic, write_tree_atomic
 from imagekit.effects.registry import RegistryClient, Remote
-from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError
+from imagekit.errors import CheckFailed, ImagekitError
 from imagekit.image import budget, imageconfig, naming, render
 from imagekit.image import steps as steps_core
 from imagekit.image.buildplan import DEFAULT_SOURCE_DATE_EPOCH, BaseRef, BuildPlan, base_for, manifest
 from imagekit.image.code_layer import CodeLayer
 from imagekit.image.image_options import ImageOptions
 from imagekit.image.project_wheel import REQUIREMENTS_FILE, ProjectWheel
-from imagekit.locking import resolution
+from imagekit.locking import resolution, source_builds
 from imagekit.locking.lockfile import Lock
 from imagekit.model import AMD64, Cell
 from imagekit.services import (
     apt_resolve,
     fetch,
+    image_tags,
     project_build,
     publish,
     release_index,
@@ -43,6 +44,7 @@ from imagekit.services import (
 from imagekit.services import lock_cells as lock_service
 from imagekit.services.base_images import native, present, require_emulation
 from imagekit.services.build_plans import code_for
+from imagekit.services.image_tags import set_runtime_config
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
 from imagekit.supplychain import dpkg_status, sbom
@@ -187,6 +189,7 @@ class _Build:
     code: CodeLayer | None = None  # `[image] copy`, as read when the context is rendered (or the wheel built)
     project: ProjectWheel | None = None  # `[image] install`: the project's wheel (_project), and where it lies
     project_path: Path | None = None
+    alias_before: str | None = None  # the image the cell's alias tag named before this build (_config)
 
 
 def _lock(b: _Build) -> None:
@@ -194,7 +197,8 @@ def _lock(b: _Build) -> None:
     assert b.base is not None
     base = b.base
     apt = (lambda cell: apt_resolve.resolve(b.engine, base, cell.apt)) if b.cell.apt else None
-    build = wheel_builds.builder_in(b.engine, base, b.say) if b.cell.from_source else None
+    # its from_source packages and its git requirements (a pinned commit needs no other setting)
+    build = wheel_builds.builder_in(b.engine, base, b.say) if source_builds.built_names(b.cell) else None
     with activity(b.progress, b.cell.slug, "lock"):
         locked = lock_service.lock_one(b.cell, b.opts.lock_dir, b.opts.settings, b.data, apt=apt, build=build)
     if locked.error:
@@ -303,6 +307,7 @@ def _build(b: _Build) -> None:
                     return
                 except staged_build.Unstageable as exc:
                     b.say(f"building with `docker build` ({exc})")
+            before = (b.engine.image(naming.build_cache_tag(b.cell)) or {}).get("Id")  # the last build's anchor
             b.built = b.engine.build(
                 b.opts.state_dir / "build" / b.cell.slug,
                 [naming.build_cache_tag(b.cell)],
@@ -312,6 +317,8 @@ def _build(b: _Build) -> None:
                 extra_hosts={wheelserver.HOST: address},
                 platform=b.cell.platform if foreign or b.cell.platform != AMD64 else None,
             )
+            if before and before != b.built:  # no longer the anchor: gone unless a tag or a container holds it
+                staged_build.drop_step_image(b.engine, before)
     finally:
         steps.close()
 
@@ -323,6 +330,8 @@ def _config(b: _Build) -> None:
     with activity(b.progress, b.cell.slug, "image config"):
         facts, options = manifest(b.plan), b.plan.options
         labels, home = naming.labels(facts), imageconfig.cuda_home(facts)
+        alias = naming.alias_tag(b.opts.repository, b.cell)
+        b.alias_before = (b.engine.image(alias) or {}).get("Id")  # put back if this image is refused
         runtime = b.runtime = imageconfig.runtime(labels, options.command, options.env, home)
         b.result.image_id = set_runtime_config(
             b.engine,
@@ -339,15 +348,24 @@ def _config(b: _Build) -> None:
     b.say(f"built {immutable} ({human_bytes(b.result.size)}) in {time.monotonic() - b.built_at:.0f} s")
 
 
+def _withdraw(b: _Build) -> str:
+    """The refused image out of its published names (image_tags.withdraw); the result's tag is where it is kept."""
+    alias = naming.alias_tag(b.opts.repository, b.cell)
+    image = b.result.image_id or b.immutable
+    b.result.tag = image_tags.withdraw(b.engine, b.cell, image, b.immutable, alias, b.alias_before)
+    return b.result.tag
+
+
 def _budget(b: _Build) -> None:
     """An image over its size budget (or grown past it since the last release) goes no further."""
     assert b.result.size is not None
     previous = release_index.last_size(b.opts.release_index, b.cell.id, b.cell.platform)
     too_big = budget.over(b.result.size, budget.parse(b.opts.options.size_budget), previous)
     if too_big:
+        kept = _withdraw(b)
         raise CheckFailed(
             f"size budget: {too_big}",
-            f"see what grew with `docker history {b.immutable}`; or set [image] size_budget; nothing was pushed",
+            f"see what grew with `docker history {kept}`; or set [image] size_budget; nothing was pushed",
         )
 
 
@@ -363,8 +381,9 @@ def _selftest(b: _Build) -> None:
     reports = b.opts.state_dir / "reports" / f"{b.cell.slug}.json"
     write_atomic(reports, json.dumps(b.report.report, indent=2) + "\n")
     if not b.report.passed:
+        kept = _withdraw(b)
         raise CheckFailed(
-            f"self-test failed: {', '.join(b.report.failed)}", f"details in {reports}; nothing was pushed"
+            b.report.summary(), f"the whole report is {reports}; nothing was pushed; the image is kept as {kept}"
         )
     b.result.status = "passed"
 
@@ -551,34 +570,6 @@ def build_cell(
     finally:
         result.seconds = time.time() - start
     return result
-
-
-def set_runtime_config(
-    engine: ContainerEngine,
-    built: str,
-    base: str,
-    runtime: imageconfig.RuntimeConfig,
-    source_date_epoch: int,
-    tags: list[str],
-    say: Callable[[str], None],
-    history: list[dict] | None = None,
-) -> str:
-    """The built image with its ENV, WORKDIR, ENTRYPOINT, CMD and labels, tagged ``tags``: a new config over the same
-    layers, loaded in milliseconds; when the engine's history cannot be matched to the layers, or the engine refuses
-    the load, a container commit (one step's time) makes the same image but for its dates."""
-    try:
-        if history is not None:  # imagekit ran the steps: it knows what made each layer
-            entries = history
-        else:
-            entries = staged_build.history_of(engine, built, base)
-        built_image = engine.image(built)
-        if built_image is None:
-            raise imageconfig.Unknown(f"the engine has no image {built}")
-        config = imageconfig.config_json(built_image, entries, runtime, source_date_epoch, __version__)
-        return engine.load_config(config, tags)
-    except (imageconfig.Unknown, EnvironmentFailure) as exc:
-        say(f"setting the image config by a container commit ({exc})")
-        return engine.commit_changes(built, runtime.instructions(" "), tags)
 
 
 def build_cells(

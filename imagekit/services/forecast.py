@@ -52,6 +52,7 @@ class CellForecast:
     compiler_bytes: int | None = None  # `[image] cuda_toolkit`: the CUDA compiler layer, installed
     # `[image] cuda_toolkit` on CUDA 11.8/12.4: Debian's toolkit in the apt layer, (.debs, bytes to download)
     compiler_debs: tuple[int, int] | None = None
+    project_blocker: tuple[str, str] | None = None  # (why, hint): `[image] install`'s wheel would be refused
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -68,6 +69,7 @@ class CellForecast:
             doc["cuda_compiler_layer_bytes"] = doc.pop("compiler_bytes")
         doc["image_estimate_bytes"] = doc.pop("image_bytes")
         doc.pop("host_blocker")
+        doc.pop("project_blocker")
         return doc
 
 
@@ -99,6 +101,7 @@ class Forecast:
     def blockers(self) -> list[tuple[str, str, str | None]]:
         """(cell, why, hint) for each cell whose build cannot succeed as locked."""
         rows = [(c.cell, c.wheels.blocker, c.wheels.blocker_hint) for c in self.cells if c.wheels and c.wheels.blocker]
+        rows += [(c.cell, *c.project_blocker) for c in self.cells if c.project_blocker]
         return rows + [(c.cell, *c.host_blocker) for c in self.cells if c.host_blocker]
 
     def blocked_error(self) -> CheckFailed:
@@ -135,6 +138,13 @@ class Forecast:
             "free space (docker image prune; delete old wheels under the cache), build fewer cells at once, or "
             "move IMAGEKIT_CACHE to a larger disk; `imagekit build --dry-run` shows the numbers",
         )
+
+
+PROJECT_HINT = (
+    "run `imagekit lock` (each cell's packages take the project's [build-system] requires); the project's own "
+    'dependencies join them when the matrix names its file: [matrix] requirements = "pyproject.toml" (or add them '
+    "to [matrix] packages)"
+)
 
 
 def _base_ref(cell: Cell, data: CompatData, config: MatrixConfig) -> BaseRef:
@@ -227,8 +237,16 @@ def forecast(
             debs = (len(held), sum(p.size for p in held)) if held else None
         elif config.options.cuda_toolkit and wheels is not None and wheels.error is None and wheels.blocker is None:
             compiler = sum(n for name, n in wheels.installed if name in cuda_toolkit.DISTRIBUTIONS)
+        project = None
+        options = config.options
+        if build and options.install and options.copy and status.status == "up-to-date" and status.lock is not None:
+            from imagekit.services.project_build import forecast_problems
+
+            problems = forecast_problems(options.copy.source, options.install, cell, status.lock)
+            if problems:
+                project = ("[image] install: " + "; ".join(problems), PROJECT_HINT)
         return CellForecast(
-            cell.key, status.status, str(status.path), note, base, wheels, image, blocker, compiler, debs
+            cell.key, status.status, str(status.path), note, base, wheels, image, blocker, compiler, debs, project
         )
 
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -301,6 +319,8 @@ def render_text(fc: Forecast, *, build: bool = True) -> list[str]:
             )
         if r.host_blocker:
             parts.append(f"BLOCKED ({r.host_blocker[0]})")
+        if r.project_blocker:
+            parts.append(f"BLOCKED ({r.project_blocker[0][:300]})")
         lines.append(f"{r.cell}: " + "; ".join(parts))
         if r.lock_note and r.lock_status != "up-to-date":
             lines.append(f"  {r.lock_note}")

@@ -16,6 +16,7 @@ from imagekit.compat import catalog as compat
 from imagekit.compat.catalog import METADATA_FILE, SHIPPED, USER, CompatData
 from imagekit.effects.files import read_input
 from imagekit.errors import UsageError
+from imagekit.image import project_wheel
 from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix import project_deps
 from imagekit.matrix.matrix_file import ConfigError, MatrixConfig
@@ -30,20 +31,55 @@ def load_matrix(path: Path | None, data: CompatData) -> MatrixConfig:
     if path is None:
         local = Path(matrix.MATRIX_FILE)
         if local.exists() or local.is_symlink():  # a folder or a dangling link there is an error, not "absent"
-            return with_project(matrix.parse(_read_toml(local), str(local), data), Path("."), data)
+            return with_build_backend(with_project(matrix.parse(_read_toml(local), str(local), data), Path("."), data))
         pyproject = Path("pyproject.toml")
         if pyproject.is_file():
             tool = matrix.tool_table(_read_toml(pyproject), str(pyproject))
             if tool is not None:
-                return with_project(matrix.parse(tool, f"{pyproject} [tool.imagekit]", data), Path("."), data)
+                return with_build_backend(
+                    with_project(matrix.parse(tool, f"{pyproject} [tool.imagekit]", data), Path("."), data)
+                )
         return matrix.parse(matrix.default_document(), "<default matrix>", data)
     doc = _read_toml(path)
     if path.name == "pyproject.toml":
         tool = matrix.tool_table(doc, str(path))
         if tool is None:
             raise ConfigError([f"{path}: no [tool.imagekit] table"], "add [tool.imagekit.matrix] to pyproject.toml")
-        return with_project(matrix.parse(tool, f"{path} [tool.imagekit]", data), path.parent, data)
-    return with_project(matrix.parse(doc, str(path), data), path.parent, data)
+        return with_build_backend(with_project(matrix.parse(tool, f"{path} [tool.imagekit]", data), path.parent, data))
+    return with_build_backend(with_project(matrix.parse(doc, str(path), data), path.parent, data))
+
+
+def with_build_backend(config: MatrixConfig) -> MatrixConfig:
+    """`[image] install`: the project's build backend (its `[build-system] requires`, or setuptools' for a setup.py
+    alone: image.project_wheel.build_requires) added to every cell's packages, so the lock holds what its wheel is
+    built with (the build runs with the network off, from the lock's wheels) without the user naming it."""
+    from imagekit.matrix import project_axes
+
+    options = config.options
+    if options.install is None or options.copy is None:
+        return config
+    try:
+        system, text = install_build_system(options.copy.source, options.install)
+    except UsageError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError([f"{config.origin}: image.install: {exc.message}"], exc.hint) from None
+    where = f"{options.install}/pyproject.toml [build-system] requires" if text is not None else options.install
+    return project_axes.with_build_requires(config, project_wheel.build_requires(system), where)
+
+
+def install_build_system(copy_source: str, install: str) -> tuple[project_wheel.BuildSystem, str | None]:
+    """`[image] install`'s build system and its pyproject.toml's text (None: a setup.py alone), read from the
+    project's folder as another party's files (project_text)."""
+    sub = project_wheel.sub_folder(copy_source, install)
+    root = Path(copy_source)
+    text = project_text(root, posixpath.join(sub, "pyproject.toml"), missing_ok=True)
+    files: tuple[tuple[str, bytes, int], ...] = ()
+    if text is not None:
+        files = (("pyproject.toml", text.encode(), 0o644),)
+    elif project_text(root, posixpath.join(sub, "setup.py"), missing_ok=True) is not None:
+        files = (("setup.py", b"", 0o644),)
+    return project_wheel.build_system(files, install), text
 
 
 def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixConfig:

@@ -163,9 +163,21 @@ def _lock_with_builds(
     builds install), then with the built wheels beside the indexes, the torch layer held where it was."""
     names = set(built_names(cell))
     first = replace(req, requirements=tuple(r for r in req.requirements if _name(r) not in names))
-    first, output = _resolve_routed(tool, first, prefs, upgrade, upgrade_all, abort=stop)
+    # a from_source package another one requires (a dependency of a dependency) is met, in this resolution only, by
+    # placeholders of the versions its index has archives of: the resolver reaches the torch layer, and says which
+    # version the tree wants built
+    stand_in, _ = wheel_builds.placeholders(sorted(set(cell.from_source)), req)
+    try:
+        first = replace(first, find_links=(*first.find_links, str(stand_in)))
+        first, output = _resolve_routed(tool, first, prefs, upgrade, upgrade_all, abort=stop)
+    finally:
+        shutil.rmtree(stand_in, ignore_errors=True)
     prelock = resolution.build_lock(first, output, matrix, data, version.result())
-    built = build(cell, req, prelock)
+    deep = {e.name: e.version for e in prelock.entries if e.name in names}  # placeholders: never built from
+    prelock = replace(prelock, app=tuple(e for e in prelock.app if e.name not in deep))
+    listed = {_name(r) for r in req.requirements}
+    wanted = tuple(f"{n}=={v}" for n, v in sorted(deep.items()) if n not in listed)  # the version the tree took
+    built = build(cell, replace(req, requirements=(*req.requirements, *wanted)), prelock)
     folder = wheel_builds.find_links([path for _, path in built])
     try:
         # a git requirement is met by the wheel built from its commit: asked for by name and version
@@ -198,6 +210,45 @@ def _lock_with_builds(
         key, value = b.meta()
         meta[key] = value
     return replace(lock, meta=meta)
+
+
+MAX_SOURCE_ONLY = 32  # resolutions spent finding source-only packages after the first
+
+
+def _every_source_only(
+    tool: resolver.Resolver, req: resolution.LockRequest, first: resolver.NoWheel, stop: Callable[[], bool]
+) -> resolver.NoWheel:
+    """Every package of the resolution published as source archives only, found in one `lock`: each one found is
+    met by placeholders of its archives' versions (wheel_builds.placeholders) and the resolution runs again, until
+    it resolves or fails for another reason. What the archives themselves require is known once they are built."""
+    found = list(first.names)
+    for _ in range(MAX_SOURCE_ONLY):
+        folder, unlisted = wheel_builds.placeholders(found, req)
+        try:
+            if unlisted:  # no archive on the indexes either: nothing to stand in for
+                break
+            _resolve_routed(tool, replace(req, find_links=(*req.find_links, str(folder))), None, (), False, stop)
+            break
+        except resolver.NoWheel as exc:
+            new = [n for n in exc.names if n not in found]
+            if not new:
+                break
+            found += new
+        except ImagekitError:
+            break
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    if found == list(first.names):
+        return first
+    from imagekit.locking.source_builds import from_source_hint
+
+    return resolver.NoWheel(
+        f"{req.cell.id}: {len(found)} packages have no wheel for Python {req.cell.python} on {req.platform}, only "
+        f"source archives: {', '.join(found)} (images install wheels only; a source build differs on every "
+        f"machine). The first, as the resolver said it:\n{first.message.split(chr(10), 1)[-1]}",
+        from_source_hint(found),
+        tuple(found),
+    )
 
 
 def _name(requirement: str) -> str:
@@ -293,6 +344,8 @@ def lock_one(
             return LockResult(cell, "failed", path, existing, down)
         if isinstance(exc, process.Aborted):
             raise
+        if isinstance(exc, resolver.NoWheel):
+            exc = _every_source_only(tool, req, exc, stop)
         held = resolution.companion_hint(req, exc.message, data) if isinstance(exc, CheckFailed) else None
         if held:  # the resolver's "no version of torchvision>0.29.2": why imagekit asked for that
             exc = CheckFailed(exc.message, f"{held}; {exc.hint}" if exc.hint else held)

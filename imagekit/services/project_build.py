@@ -114,16 +114,17 @@ def wheel_for(
     files = project_wheel.source_files(code, project_wheel.sub_folder(copy_source, install))
     system = project_wheel.build_system(files, install)
     pins, env = lock.pins(), project_wheel.marker_env(cell)
-    missing = project_wheel.unmet(system.requires, pins, env, f"{install}/pyproject.toml [build-system] requires")
+    requires = project_wheel.build_requires(system)
+    missing = project_wheel.unmet(requires, pins, env, f"{install}/pyproject.toml [build-system] requires")
     if missing:
         raise UsageError(
             f"[image] install: {install}'s build backend ({system.backend}) needs what the lock of {cell.key} does "
             f"not hold: {'; '.join(missing)}",
-            "add them to the cell's packages ([matrix] packages) and run `imagekit lock`: the wheel is built with the "
-            "network off, from the lock's wheels only",
+            "run `imagekit lock`: each cell's packages take the project's [build-system] requires, and the wheel is "
+            "built with the network off, from the lock's wheels only",
         )
     by_name = {canonicalize_name(w.name): w.path for w in wheels}
-    needed = project_wheel.closure(system.requires, lambda name: _requires(by_name.get(name)), env)
+    needed = project_wheel.closure(requires, lambda name: _requires(by_name.get(name)), env)
     backend_wheels = {name: by_name[name] for name in needed if name in by_name}
     source = code_layer.tarball(files, "/imagekit-src", epoch)  # the driver unpacks it in a folder of its own
     key = _key(base, system, backend_wheels, source, epoch)
@@ -143,6 +144,36 @@ def wheel_for(
     digest = hashlib.sha256(data).hexdigest()
     say(f"project wheel {path.name} (sha256 {digest[:12]}), its dependencies all in the lock")
     return ProjectWheel(path.name, digest, canonicalize_name(meta.name), meta.version, install), path
+
+
+def forecast_problems(copy_source: str, install: str, cell: Cell, lock: Lock) -> list[str]:
+    """What the build would refuse of `[image] install`'s wheel that the project's files and the cell's lock already
+    show, before anything is fetched or built (`build --dry-run`, and the forecast that gates a build): build
+    requirements the lock lacks, and `[project] dependencies` (when pyproject.toml states them, not dynamic) the lock
+    does not meet (the wheel is installed with --no-deps)."""
+    from imagekit.services.inputs import install_build_system
+
+    try:
+        system, text = install_build_system(copy_source, install)
+    except UsageError as exc:
+        return [exc.message]
+    pins, env = lock.pins(), project_wheel.marker_env(cell)
+    where = f"{install}/pyproject.toml"
+    problems = []
+    missing = project_wheel.unmet(project_wheel.build_requires(system), pins, env, f"{where} [build-system] requires")
+    if missing:
+        problems.append(f"its build backend ({system.backend}) needs what the lock does not hold: {'; '.join(missing)}")
+    project = untrusted.load_toml(text, where).get("project") if text is not None else None
+    deps = project.get("dependencies") if isinstance(project, dict) else None
+    dynamic = project.get("dynamic") if isinstance(project, dict) else None
+    if isinstance(deps, list) and all(isinstance(d, str) for d in deps) and "dependencies" not in (dynamic or []):
+        try:
+            unmet = project_wheel.unmet(deps, pins, env, f"{where} [project] dependencies")
+        except UsageError as exc:
+            return [*problems, exc.message]
+        if unmet:
+            problems.append(f"the project's wheel needs what the lock does not hold: {'; '.join(unmet)}")
+    return problems
 
 
 def _requires(path: Path | None) -> tuple[str, ...]:

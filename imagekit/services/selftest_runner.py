@@ -19,6 +19,7 @@ from imagekit.oci import selftest_reuse
 from imagekit.oci.selftest_reuse import Reuse, RunKey
 from imagekit.services.ports import ContainerEngine
 from imagekit.services.progress import NullProgress, Progress, activity
+from imagekit.trust.untrusted import printable
 
 _PREFIX = "imagekit-selftest: "
 TIMEOUT, EMULATED_TIMEOUT = 900, 3600  # seconds: under qemu every check is 5-20 times slower
@@ -37,6 +38,31 @@ class SelfTestReport:
     @property
     def failed(self) -> list[str]:
         return list(self.report.get("failed", []))
+
+    def summary(self) -> str:
+        """What the build's error says: each failed check with its message and fix (failure_lines)."""
+        return "\n".join([f"self-test failed: {', '.join(map(str, self.failed))}", *failure_lines(self.report)])
+
+
+MAX_SHOWN = 8  # failed checks whose message the summary shows; the report holds them all
+MAX_MESSAGE, MAX_FIX = 400, 200  # characters of each
+
+
+def failure_lines(report: dict) -> list[str]:
+    """One line per failed check (its message) and one for its fix, as the image wrote them: another party's text,
+    so escape sequences and control characters removed, newlines folded, each bounded (trust.untrusted.printable);
+    at most MAX_SHOWN checks, the rest counted."""
+    checks = report.get("checks") if isinstance(report.get("checks"), list) else []
+    failed = [c for c in checks if isinstance(c, dict) and c.get("status") == "fail"]
+    lines = []
+    for c in failed[:MAX_SHOWN]:
+        message = printable(c.get("message") or "(no message)", MAX_MESSAGE)
+        lines.append(f"  {printable(c.get('id'), 80)}: {message}")
+        if c.get("fix"):
+            lines.append(f"    fix: {printable(c.get('fix'), MAX_FIX)}")
+    if len(failed) > MAX_SHOWN:
+        lines.append(f"  ... and {len(failed) - MAX_SHOWN} more failed checks")
+    return lines
 
 
 def _relay(progress: Progress, cell: str):

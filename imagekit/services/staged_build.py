@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -94,9 +95,12 @@ def build_staged(
     epoch = imageconfig._rfc3339(source_date_epoch)
     diff_ids = list(base.get("RootFS", {}).get("Layers", []))
     current = base_id
-    # Each step's image stays in the engine, untagged: its id is its config's digest, so another build of the same
-    # steps on this engine (a second runner) loads and runs on the very same image, and removing it here would pull
-    # it from under that build. It holds no layer of its own (the final image holds them all).
+    # Each step's image is loaded untagged (its id is its config's digest: another build of the same steps on this
+    # engine loads and runs on the very same image). Once the last one is tagged, the ones before it are removed,
+    # unforced: one a container uses (another build's step running on it) stays. They hold no layer of their own
+    # while the final image holds them all, but once it is gone they would keep every layer. Each is recorded
+    # (STEP_IMAGES) so `imagekit prune` finds what a failed or interrupted build left.
+    made: list[str] = []
     for step in cell_steps:
         began = time.monotonic()
         on_line(f"Step {step.number}/{step.total} : RUN {step.command[:120]}")
@@ -119,9 +123,46 @@ def build_staged(
         history.append(entry)
         diff_ids.append(diff_id)
         current = image
+        made.append(image)
+        _record_step_image(image)
         on_line(f"staged-layer: step {step.number} done in {time.monotonic() - began:.1f} s")
+    before = (engine.image(tag) or {}).get("Id")  # the anchor's image of the cell's last build
     engine.tag(current, *tag.rsplit(":", 1))
+    for image in dict.fromkeys([*made, *([before] if before else [])]):
+        if image != current:
+            drop_step_image(engine, image)
     return current, history
+
+
+STEP_IMAGES = "step-images"  # under the step cache: one image id a line, each step image this machine loaded
+MAX_STEP_RECORD = 1 << 20
+
+
+def _record_step_image(image: str) -> None:
+    _cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(_cache_dir() / STEP_IMAGES, "a") as fh:
+        fh.write(image + "\n")
+
+
+def recorded_step_images() -> list[str]:
+    """The step images this machine's builds loaded (STEP_IMAGES), read as a file another process may have written:
+    bounded, no link, image ids only."""
+    try:
+        raw = foreign_files.read_bytes(_cache_dir() / STEP_IMAGES, MAX_STEP_RECORD)
+    except (OSError, ValueError):
+        return []
+    ids = [line.strip() for line in raw.decode("ascii", "replace").splitlines()]
+    return list(dict.fromkeys(i for i in ids if re.fullmatch(r"sha256:[0-9a-f]{64}", i)))
+
+
+def drop_step_image(engine, image: str) -> bool:
+    """Remove a step image no tag names (never another build's tagged image), unforced; True when it is gone."""
+    found = engine.image(image)
+    if found is None:
+        return True
+    if found.get("RepoTags"):
+        return False
+    return engine.remove_unused(image)
 
 
 def _base_of(engine, dockerfile: str) -> str:

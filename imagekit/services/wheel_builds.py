@@ -25,7 +25,7 @@ from imagekit.compat.catalog import CompatData
 from imagekit.effects import foreign_files, index_auth, process, resolver
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
-from imagekit.errors import CheckFailed
+from imagekit.errors import CheckFailed, ImagekitError
 from imagekit.image.buildplan import BaseRef
 from imagekit.locking import lockfile
 from imagekit.locking import source_builds as sb
@@ -357,6 +357,32 @@ def _keep_wheel(out: Path, sdist: sb.Sdist, log: str) -> Path:
     dest = wheel_cache() / sha / names[0]
     write_atomic(dest, tmp.getvalue())
     return dest
+
+
+def placeholders(names: list[str], req: LockRequest) -> tuple[Path, list[str]]:
+    """A folder for the resolver's --find-links holding a placeholder wheel (source_builds.placeholder_wheel) for
+    each version of each of ``names`` the cell's indexes list a source archive of, and the names none was found for.
+    The caller removes the folder."""
+    from imagekit.services.wheel_index import candidates
+
+    auth = index_auth.for_indexes([req.settings.index_url, *req.settings.extra_index_urls])
+    folder = Path(tempfile.mkdtemp(prefix="imagekit-placeholders-"))
+    missing = []
+    for name in names:
+        versions: list[str] = []
+        for index in [req.settings.index_url, *req.settings.extra_index_urls]:
+            try:
+                versions = sb.sdist_versions(name, candidates(index, name, auth))
+            except ImagekitError:
+                continue  # not on this index (a 404): the next one
+            if versions:
+                break
+        if not versions:
+            missing.append(name)
+        for version in versions:
+            filename, data = sb.placeholder_wheel(name, version)
+            (folder / filename).write_bytes(data)
+    return folder, missing
 
 
 def find_links(paths: list[Path]) -> Path:

@@ -171,6 +171,7 @@ BASELINE: dict[str, list[str]] = {
     "audit": [CELL, "--osv-db", "adir", "--lock-dir", "lockfiles", "--fail-on", "high"],  # no records: exit 2
     "sign": ["127.0.0.1:9/imagekit/train:" + CELL, "--key", "afile"],  # not a key: exit 2
     "verify": ["127.0.0.1:9/imagekit/train:" + CELL, "--key", "afile"],
+    "prune": ["--dry-run"],  # no engine: exit 3
 }
 # Where each command may write (its named outputs); the sandbox's home and tmp are open to all.
 OUTPUTS: dict[str, tuple[str, ...]] = {

@@ -224,6 +224,7 @@ TABLE_KEYS = {
     "image.copy",
     "image.command",
     "image.install",
+    "image.skip_imports",
     "image.env",
     "image.smoke",
     "matrix.requirements",

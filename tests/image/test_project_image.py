@@ -190,6 +190,8 @@ def test_the_manifest_holds_the_projects_wheel_and_smoke_commands_and_only_then(
     assert facts["smoke"] == {"commands": list(INSTALL.smoke), "timeout": SMOKE_TIMEOUT, "budget": SMOKE_BUDGET}
     plain = manifest(_plan(data, ImageOptions(copy=CopySpec("acme")), project=None))
     assert "project" not in plain and "smoke" not in plain and "alignment" not in plain["distributions"]
+    skipping = manifest(_plan(data, dataclasses.replace(INSTALL, skip_imports=("recipes",))))
+    assert skipping["project"]["skip_imports"] == ["recipes"]  # what project-imports reads in the image
 
 
 def test_the_code_layer_installs_the_wheel_by_its_sha256_without_its_dependencies_staged(data):

@@ -55,4 +55,10 @@ def test_a_conflict_through_the_torch_axis_names_torch() -> None:
 def test_a_source_only_package_and_other_conflicts_keep_their_hints() -> None:
     no_wheel = _fail(CELL, NO_WHEEL)
     assert "deepspeed has no wheel for Python 3.11" in str(no_wheel) and "deepspeed @ https://" in no_wheel.hint
+    assert 'from_source = ["deepspeed"] in [matrix]' in no_wheel.hint  # the fix that builds it, first
+    assert isinstance(no_wheel, resolver.NoWheel) and no_wheel.names == ("deepspeed",)
+    hinted = NO_WHEEL.replace("Because deepspeed>=0.17.2", "Because only deepspeed<=0.19 is available and deepspeed")
+    hinted += "hint: Wheels are required for `DeepSpeed` because building from source is disabled for all packages\n"
+    assert resolver._fail(resolution.LockRequest(CELL, resolution.LockSettings(), False, None, "p", "h", ()), hinted
+                          ).names == ("deepspeed",)  # uv's hint names it, however the sentence runs  # fmt: skip
     assert _fail(CELL, OTHER).hint == "the cell's pins conflict; `imagekit explain` may say why"

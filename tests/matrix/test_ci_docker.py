@@ -91,7 +91,8 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
         from imagekit.services import publish, release_index
         from imagekit.services.selftest_runner import SelfTestReport
         repo, cell, image, index, records = sys.argv[1:6]
-        report = SelfTestReport(image, True, {"passed": True, "failed": [], "checks": [{"id": "python", "status": "pass"}]})
+        passed = {"passed": True, "failed": [], "checks": [{"id": "python", "status": "pass"}]}
+        report = SelfTestReport(image, True, passed)
         p = publish.publish(Engine(), RegistryClient(), image_id=image, repository=repo,
                             immutable_tag=f"{cell}-0123456789ab", alias_tag=cell, report=report)
         release_index.record(Path(index), p, lock_hash="l" * 64, manifest={"cell": {"id": cell}}, report=report.report,

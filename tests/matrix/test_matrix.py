@@ -223,7 +223,19 @@ def test_the_image_table_takes_the_keys_of_image_options_and_no_flag(data):
     from imagekit.image.image_options import ImageOptions
 
     axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
-    keys = ("jupyter", "compiler", "cuda_toolkit", "size_budget", "copy", "command", "apt", "install", "env", "smoke")
+    keys = (
+        "jupyter",
+        "compiler",
+        "cuda_toolkit",
+        "size_budget",
+        "copy",
+        "command",
+        "apt",
+        "install",
+        "skip_imports",
+        "env",
+        "smoke",
+    )
     assert ImageOptions.keys() == keys
     allowed = f"allowed: repository, {', '.join(keys)}"
     for flag in ("builder", "zstd"):  # a command's flags (`render --builder`, `build --zstd`), never the file's

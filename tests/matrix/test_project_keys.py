@@ -74,3 +74,35 @@ def test_every_problem_with_the_three_keys_is_reported_with_its_key(data):
 def test_a_bad_value_is_refused_saying_what_is_expected(data, image, needle):
     (problem,) = _problems(data, image)
     assert needle in problem, problem
+
+
+def test_skip_imports_takes_top_level_module_names_of_the_installed_project(data):
+    options = _image(data, {"copy": ".", "install": ".", "skip_imports": ["recipes", "_private", "recipes"]})
+    assert options.skip_imports == ("_private", "recipes")  # sorted, once each
+    assert _image(data, {"copy": ".", "install": "."}).skip_imports == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("recipes", "expected a list of at most 64 top-level module names"),
+        ([1], "expected a list of at most 64 top-level module names"),
+        (["m"] * 65, "expected a list of at most 64"),
+        (["acme.recipes"], "name the top-level module ('acme')"),
+        (["../../etc"], "not a top-level module name: '../../etc'"),
+        (["rec\x1b[2Jipes"], "not a top-level module name: 'rec\\x1b[2Jipes'"),  # shown as its repr, never raw
+        (["x" * 101], "not a top-level module name"),
+        (["import"], "not a top-level module name: 'import'"),
+        (["café"], "not a top-level module name"),  # what pip's wheels name: ASCII
+        ([""], "not a top-level module name"),
+    ],
+)
+def test_a_hostile_skip_imports_is_refused(data, value, needle):
+    (problem,) = _problems(data, {"copy": ".", "install": ".", "skip_imports": value})
+    assert "image.skip_imports" in problem and needle in problem, problem
+    assert "\x1b" not in problem
+
+
+def test_skip_imports_without_install_is_refused(data):
+    (problem,) = _problems(data, {"copy": ".", "skip_imports": ["recipes"]})
+    assert "only the project's wheel's modules are imported: set install too" in problem

@@ -106,6 +106,25 @@ def test_a_failed_selftest_pushes_and_records_nothing(setup):
     assert (res.status, res.step) == ("failed", "self-test") and "nothing was pushed" in res.error.hint
     assert "push" not in _kinds(engine.calls) and "registry.copy_tag" not in _kinds(engine.calls)
     assert not registry.manifests and not opts.release_index.exists()
+    # the refused image is under no tag it would have been published as: kept for inspection under its own
+    assert res.tag == naming.refused_tag(CELL), res.tag
+    assert not any(ref.startswith(f"{REPO}:") for ref in engine.images), list(engine.images)
+    assert engine.images[naming.refused_tag(CELL)]["Id"] == res.image_id
+    assert f"the image is kept as {naming.refused_tag(CELL)}" in res.error.hint
+
+
+def test_a_refused_image_gives_the_alias_back_to_the_image_it_named_before(setup):
+    engine, registry, opts = setup
+    good, _ = _build(engine, registry, dataclasses.replace(opts, push=False))
+    assert good.status == "passed" and engine.images[naming.alias_tag(REPO, CELL)]["Id"] == good.image_id
+    engine.selftest_passes = False
+    engine.size += 1  # another image than the good one (its config differs)
+    bad, _ = _build(engine, registry, dataclasses.replace(opts, push=False, options=dataclasses.replace(
+        opts.options, env=(("CHANGED", "1"),))))  # fmt: skip
+    assert bad.status == "failed" and bad.image_id != good.image_id
+    assert engine.images[naming.alias_tag(REPO, CELL)]["Id"] == good.image_id  # the good one, as before
+    assert engine.images[good.tag]["Id"] == good.image_id  # its own immutable tag untouched
+    assert engine.images[naming.refused_tag(CELL)]["Id"] == bad.image_id
 
 
 def test_an_image_whose_torch_is_not_what_its_name_says_is_never_published(setup):
@@ -115,7 +134,9 @@ def test_an_image_whose_torch_is_not_what_its_name_says_is_never_published(setup
     engine.selftest_torch = "2.4.0"
     res, _ = _build(engine, registry, opts)
     assert (res.status, res.step) == ("failed", "self-test"), res.error and res.error.render()
-    assert res.error.message == "self-test failed: labels-match-contents"
+    assert res.error.message.splitlines()[0] == "self-test failed: labels-match-contents"
+    shown = res.error.message.splitlines()[1]  # the check's message under it, not only its name
+    assert shown.startswith("  labels-match-contents: ") and "imagekit.torch.version='2.5.1', but its torch" in shown
     truth = next(c for c in res.report["checks"] if c["id"] == "labels-match-contents")
     assert "label imagekit.torch.version='2.5.1', but its torch is '2.4.0'" in truth["message"]
     assert "push" not in _kinds(engine.calls) and not registry.manifests
@@ -148,6 +169,8 @@ def test_an_image_over_its_budget_is_neither_tested_nor_pushed(setup):
     res, _ = _build(engine, registry, opts)
     assert (res.status, res.step) == ("failed", "size-budget")
     assert "run" not in _kinds(engine.calls) and "push" not in _kinds(engine.calls)
+    assert not any(ref.startswith(f"{REPO}:") for ref in engine.images)  # refused: under no published name
+    assert f"docker history {naming.refused_tag(CELL)}" in res.error.hint
 
 
 def test_a_rebuild_gives_the_same_image_and_publishes_it_once(setup):

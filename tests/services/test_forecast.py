@@ -189,3 +189,42 @@ def test_a_read_only_wheel_cache_is_a_blocker(fake, tmp_path):
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert "wheel cache cannot be used" in res.stderr and "not writable (read-only)" in res.stderr
     assert "NOT USABLE" in res.stdout and "Traceback" not in res.stderr
+
+
+@pytest.mark.resolver
+def test_the_projects_backend_is_locked_by_itself_and_dry_run_refuses_what_its_wheel_would_need(
+    app, runner, tmp_path, monkeypatch
+):
+    """`[image] install`: `lock` takes the project's [build-system] requires without the user naming it, and
+    `build --dry-run` names a dependency of the project's wheel the lock lacks, before anything is downloaded."""
+    from tests.wheelfactory import BACKEND, backend_wheel
+
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "acme").mkdir()
+    (tmp_path / "acme" / "__init__.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text(
+        f'[build-system]\nrequires = ["{BACKEND}>=1.0"]\nbuild-backend = "imagekit_test_backend"\n'
+        '[project]\nname = "acme"\nversion = "0.1.0"\ndependencies = ["numpy>=1.17", "trl>=0.9"]\n'
+    )
+    (tmp_path / "m.toml").write_text(
+        '[[matrix.include]]\ncuda = "12.4"\ntorch = "2.5.1"\ntransformers = "4.48.2"\npython = "3.11"\n'
+        '[image]\ncopy = "."\ninstall = "."\n'
+    )
+    root = tmp_path / "pypi"
+    write_simple_index(root, [*fake_pypi_wheels(tmp_path / "w"), backend_wheel(tmp_path / "w")])
+    with serve(root) as url:
+        locked = _run(app, runner, "lock", "--index-url", f"{url}/simple", "--dir", "locks", "--cell", CELL.id)
+        assert locked.exit_code == 0, locked.output
+        assert f"{BACKEND}==1.0" in (tmp_path / "locks" / f"{CELL.id}.txt").read_text()  # nobody named it
+        res = _run(app, runner, "build", "--dry-run", "--json", "--index-url", f"{url}/simple", "--cell", CELL.id,
+                   "--lock-dir", "locks", "--state-dir", "state")  # fmt: skip
+    assert res.exit_code == 1, res.output
+    (blocker,) = json.loads(res.stdout)["blockers"]
+    assert blocker["message"] == (
+        "[image] install: the project's wheel needs what the lock does not hold: trl>=0.9 (not in the lock)"
+    )
+    assert '[matrix] requirements = "pyproject.toml"' in blocker["hint"]
+    assert not (tmp_path / "cache" / "wheels").exists() or not any((tmp_path / "cache" / "wheels").rglob("*.whl"))

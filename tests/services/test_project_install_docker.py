@@ -91,7 +91,11 @@ def test_the_project_is_built_installed_configured_and_its_failing_command_block
                 options=options,
             )
             res = build_cell(CELL, opts, engine, inputs.compat_data(), lambda _c, m: lines.append(m))
-            tags.append(res.tag or "")
+            refused = naming.refused_tag(CELL)  # the refused image: under no tag it would be published as
+            tags.append(refused)
+            assert res.tag == refused and engine.image(naming.alias_tag(repo, CELL)) is None
+            assert engine.image(refused)["Id"] == res.image_id
+            assert (refused, res.image_id) in [(t, i) for t, i, _ in engine.images_named(naming.REFUSED)]  # prune's
             # the failing command blocks the publish at the self-test: nothing pushed, no record
             assert (res.status, res.step) == ("failed", "self-test"), res.error and res.error.render()
             checks = {c["id"]: c for c in res.report["checks"]}
@@ -108,12 +112,14 @@ def test_the_project_is_built_installed_configured_and_its_failing_command_block
             # the lock and the wheel: the project is in the image's distributions, exactly once, from its wheel
             assert checks["dists-match-lock"]["status"] == "pass", checks["dists-match-lock"]
             assert checks["pip-check"]["status"] == "pass", checks["pip-check"]
+            imports = checks["project-imports"]  # the wheel's top-level module, imported in the image's Python
+            assert imports["status"] == "pass" and imports["evidence"]["imported"] == ["alignment"], imports
             assert any(line.startswith("building the project's wheel from") for line in lines), lines
-            assert RegistryClient().oci_manifest(Remote.parse(repo), res.tag.rsplit(":", 1)[1]) is None
+            assert not [t for t in engine.image(refused).get("RepoTags") or [] if t.startswith(f"{repo}:")]
             assert RegistryClient().oci_manifest(Remote.parse(repo), CELL.id) is None
             assert not (tmp_path / "releases.json").exists()
             # the image: the wheel installed into the venv, byte-compiled, without its dependencies; the code beside
-            manifest = json.loads(containers.output(engine, res.tag, ["cat", "/opt/imagekit/manifest.json"]))
+            manifest = json.loads(containers.output(engine, refused, ["cat", "/opt/imagekit/manifest.json"]))
             wheel = manifest["project"]
             context = tmp_path / "state" / "build" / CELL.slug
             first_wheel = (context / "requirements-project.txt").read_text()
@@ -121,12 +127,12 @@ def test_the_project_is_built_installed_configured_and_its_failing_command_block
             assert wheel["name"] == "alignment" and wheel["wheel"] == "alignment-0.1.0-py3-none-any.whl"
             assert manifest["distributions"]["alignment"] == "0.1.0" and manifest["smoke"]["commands"] == list(SMOKE)
             found = containers.output(
-                engine, res.tag, ["sh", "-c", "cd /opt/venv/lib/python3.11/site-packages && ls -d alignment* "
+                engine, refused, ["sh", "-c", "cd /opt/venv/lib/python3.11/site-packages && ls -d alignment* "
                                   "alignment/__pycache__ && cat alignment-0.1.0.dist-info/INSTALLER; ls /opt/app"],
             )  # fmt: skip
             assert "alignment-0.1.0.dist-info" in found and "alignment/__pycache__" in found, found
             assert "pyproject.toml" in found and "scripts" in found and "build" not in found.split(), found
-            env = engine.image(res.tag)["Config"]["Env"]
+            env = engine.image(refused)["Config"]["Env"]
             assert "WANDB_PROJECT=sft-demo" in env and "TOKENIZERS_PARALLELISM=false" in env
             assert env.index("IMAGEKIT_MANIFEST=/etc/imagekit/manifest.json") < env.index("WANDB_PROJECT=sft-demo")
             assert checks["labels-match-contents"]["status"] == "pass"  # the config holds what imagekit set

@@ -56,7 +56,8 @@ def test_the_project_itself_becomes_image_install_when_the_image_copies_it(tmp_p
     m = _project(tmp_path, f"numpy\n{line}\n", image='copy = "."\n')
     config = inputs.load_matrix(m, data)
     assert config.options.install == os.path.normpath(str(tmp_path))
-    assert config.cells[0].packages == ("numpy",)
+    # and the project's build backend (no [build-system]: setuptools' legacy one) joins the cell's closure
+    assert config.cells[0].packages == ("numpy", "setuptools", "wheel")
 
 
 def test_a_package_of_the_project_becomes_image_install(tmp_path, data):

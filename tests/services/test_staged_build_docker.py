@@ -10,7 +10,7 @@ import pytest
 
 from imagekit.image import naming
 from imagekit.model import Cell
-from imagekit.services import inputs
+from imagekit.services import inputs, staged_build
 from imagekit.services.build import build_cell
 from tests import containers
 from tests.conftest import _log
@@ -56,6 +56,12 @@ def test_staged_steps_make_what_the_dockerfile_makes_and_a_rebuild_is_the_step_c
                     engine.tag(res.image_id, "imagekit-test/staged", way)
         staged, cached, dockerfile = "imagekit-test/staged:staged", "imagekit-test/staged:cached", made["dockerfile"][0]
         assert made["staged"][1] == made["cached"][1]  # the step cache: the same layers and config, the same id
+        # the step images before the last are gone once the build is done (and the cached build
+        # still found every step: the final image holds their layers): no untagged image keeps the layers
+        steps = staged_build.recorded_step_images()
+        assert len(steps) >= 3, steps
+        left = [i for i in steps if (engine.image(i) or {}).get("RepoTags") == []]
+        assert left == [], left
         assert engine.layers(staged) == engine.layers(cached)
         got, want = _listing(engine, staged), _listing(engine, dockerfile)
         assert len(got) > 50 and got == want, sorted(set(got) ^ set(want))[:20]
@@ -69,6 +75,7 @@ def test_staged_steps_make_what_the_dockerfile_makes_and_a_rebuild_is_the_step_c
                 engine.remove(ref)
         engine.remove(naming.build_cache_tag(CELL))
         engine.remove(naming.build_cache_tag(CELL) + "-base")
+        engine.remove(naming.refused_tag(CELL))
 
 
 def test_a_failing_step_says_which_and_why_and_leaves_nothing_staged(engine, tmp_path, monkeypatch):

@@ -127,6 +127,11 @@ class RecordingEngine:
         self.removed.append(ref)
         self.images.pop(ref, None)
 
+    def remove_unused(self, ref: str) -> bool:
+        self.removed.append(ref)
+        self.images.pop(ref, None)
+        return True
+
 
 def _build(engine: RecordingEngine, tmp_path: Path, nocache: bool = False) -> tuple[str, list[dict]]:
     context = tmp_path / "context"
@@ -168,6 +173,12 @@ def test_a_rebuild_is_the_step_cache_and_no_cache_runs_every_step_again(tmp_path
     first = RecordingEngine(_effects())
     image, _ = _build(first, tmp_path)
     assert len(_ran(first)) == 3 and first.tagged[-1][0] == image
+    # the step images before the last are removed once it is tagged (they would keep its layers alive), the last
+    # one kept (it is the image); every one recorded for `imagekit prune`
+    steps = {ident for ident in first.removed if ident.startswith("sha256:")}
+    loaded = staged_build.recorded_step_images()
+    assert loaded[-1] == image and image in first.images and len(loaded) >= 3, loaded
+    assert steps >= set(loaded[:-1]) and all(i not in first.images for i in loaded[:-1])
     again = RecordingEngine(_effects())
     again.held = first.held  # the engine still holds every layer
     assert _build(again, tmp_path)[0] == image

@@ -249,3 +249,24 @@ def test_a_nameless_git_line_of_a_requirements_file_is_named_locked_and_built_fr
     assert locked.status == "locked", locked.error and locked.error.render()
     record = sb.recorded(locked.lock.meta)["gitkit"]
     assert record.sdist == f"git+{url}/gitkit.git@{commit}" and record.wheel == "gitkit-2.0-py3-none-any.whl"
+
+
+def test_a_source_only_dependency_of_a_dependency_is_built_when_named(engine, base, index, tmp_path):
+    """`from_source` names a package no requirement of the cell names, only a wheel it requires (`usesops`
+    requires `opskit`): the first resolution meets it by placeholders, the build takes the version the tree chose,
+    and the lock holds the built wheel, no placeholder."""
+    from tests.wheelfactory import build_wheel
+
+    pypi = tmp_path / "pypi"
+    extra = build_wheel(tmp_path / "w2", "usesops", "1.0", ["opskit>=1"])
+    files = [*(pypi / "files").iterdir(), extra]
+    write_simple_index(pypi, files)  # the same index, with the wheel that requires opskit
+    data, lines = inputs.compat_data(), []
+    cell = Cell("12.4", "2.5.1", "4.48.2", "3.11", ("usesops",), from_source=("opskit",))
+    locked = lock_cells.lock_one(cell, tmp_path / "locks", index, data, build=wheel_builds.builder_in(
+        engine, base, lines.append))  # fmt: skip
+    assert locked.status == "locked", locked.error and locked.error.render()
+    built = sb.recorded(locked.lock.meta)["opskit"]
+    pins = {e.name: e for e in locked.lock.entries}
+    assert built.version == "1.0" and pins["opskit"].hashes == (f"sha256:{built.wheel_sha256}",)
+    assert pins["usesops"].version == "1.0" and "numpy" in pins
