@@ -10,7 +10,7 @@ MUTATION_JOBS ?= 2
 # it, every imagekit process and every test collection compiles everything again (a third of the fast tier's time).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup registry demo pod test test-fast test-changed test-arm64 test-cuda-toolkit lint bench mutation
+.PHONY: setup registry demo pod test test-fast test-changed test-arm64 test-images test-cuda-toolkit lint bench mutation
 
 setup: $(VENV)/.installed
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -55,9 +55,9 @@ pod:
 # failing fails the target.
 test: setup
 	@rm -f .test-python.log .test-python.rc; \
-	( $(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker and not toolkit_image" --durations=10 >.test-python.log 2>&1; \
+	( $(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker and not images" --durations=10 >.test-python.log 2>&1; \
 	  echo $$? >.test-python.rc ) & \
-	$(PY) -m pytest -q -m "not sweep and not emulated and not toolkit_image and docker" --durations=10; docker=$$?; \
+	$(PY) -m pytest -q -m "not sweep and not emulated and not images and docker" --durations=10; docker=$$?; \
 	wait; echo "---- the tests without Docker (run beside them) ----"; cat .test-python.log; \
 	python=$$(cat .test-python.rc); rm -f .test-python.log .test-python.rc; \
 	echo "tests without Docker: exit $$python; Docker tests: exit $$docker"; [ "$$docker" = 0 ] && [ "$$python" = 0 ]
@@ -67,10 +67,15 @@ test: setup
 test-arm64: setup
 	$(PY) -m pytest -q -s -m emulated tests/test_arm64_image.py
 
-# `[image] cuda_toolkit` on CUDA 11.8 (bookworm) and 12.4 (trixie) cells: two images with Debian's CUDA compiler,
-# built and their kernels compiled (1.6-2 GB of .debs each, and torch's wheels): docs/builds.md, "A CUDA compiler".
+# The further real torch images (marker `images`, not in `make test`: it stays under 20 minutes): `[image] cuda_toolkit`
+# on CUDA 11.8 (bookworm) and 12.4 (trixie) cells, two images with Debian's CUDA compiler, built and their kernels
+# compiled (1.6-2 GB of .debs each: docs/builds.md, "A CUDA compiler"); the torch 2.1.2 cell with only tensorboard held
+# to numpy 1 and a setuptools with pkg_resources by the companions table, built and self-tested.
+test-images: setup
+	$(PY) -m pytest -q -s -m images
+
 test-cuda-toolkit: setup
-	$(PY) -m pytest -q -s -m toolkit_image tests/test_cuda_toolkit_image.py
+	$(PY) -m pytest -q -s -m images tests/test_cuda_toolkit_image.py
 
 # What needs only Python in this process (no server, no program started), in parallel: under half a minute on two
 # cores. After each change.

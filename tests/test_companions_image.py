@@ -17,7 +17,7 @@ from imagekit.services import inputs
 from imagekit.services.build import BuildOptions, build_cell
 from tests.conftest import REAL_CELL
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.network]
+pytestmark = [pytest.mark.images, pytest.mark.docker, pytest.mark.slow, pytest.mark.network]
 
 TENSORBOARD = Cell("12.1", "2.1.2", "4.48.2", "3.11", ("tensorboard",))
 

@@ -27,7 +27,7 @@ from imagekit.services.build import BuildOptions, build_cell
 from tests import containers
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 
-pytestmark = [pytest.mark.toolkit_image, pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
+pytestmark = [pytest.mark.images, pytest.mark.docker, pytest.mark.network, pytest.mark.slow]
 TOOLKIT = ("nvidia-cuda-toolkit",)
 
 
