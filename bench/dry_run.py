@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from imagekit.locking import resolution  # noqa: E402
 from imagekit.matrix import matrix_file as matrix  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
-from imagekit.services import lock_cells as lock_service  # noqa: E402
+from imagekit.services.locks import lock_cells as lock_service  # noqa: E402
 
 
 def plan(cache: Path) -> tuple[float, dict]:

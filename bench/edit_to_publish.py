@@ -34,7 +34,7 @@ from imagekit.image.code_layer import CopySpec  # noqa: E402
 from imagekit.image.image_options import ImageOptions  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
-from imagekit.services.build import BuildOptions, CellResult, build_cell  # noqa: E402
+from imagekit.services.builds.build import BuildOptions, CellResult, build_cell  # noqa: E402
 from tests.registry import Registry, free_port  # noqa: E402
 
 CELL = Cell("12.1", "2.1.2", "4.48.2", "3.11", ("accelerate==1.2.1", "numpy<2"))  # tests/conftest.py REAL_CELL

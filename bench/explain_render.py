@@ -20,7 +20,7 @@ from imagekit.compat import catalog as compat  # noqa: E402
 from imagekit.image import render  # noqa: E402
 from imagekit.matrix import matrix_file as matrix  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
-from imagekit.services.build_plans import plans_for  # noqa: E402
+from imagekit.services.builds.build_plans import plans_for  # noqa: E402
 
 
 def synthetic(data: compat.CompatData) -> dict:

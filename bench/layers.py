@@ -158,7 +158,7 @@ def storage(data: compat.CompatData, cells: list) -> None:
     CUDA layers are stored once per distinct set of pins. Sizes from the wheel cache or the index (PEP 700)."""
     from imagekit.image import layering as layers
     from imagekit.locking import uv_pin as tools
-    from imagekit.services import wheel_forecast
+    from imagekit.services.wheels import wheel_forecast
 
     def wheel_bytes(entries: tuple, lock: lockfile.Lock, python: str) -> int:
         part = lockfile.Lock(tuple(entries), (), dict(lock.meta))
@@ -232,7 +232,7 @@ def fed_peers(
     import zipfile
 
     from imagekit.effects import wheelserver
-    from imagekit.services import fetch, wheel_folders
+    from imagekit.services.wheels import fetch, wheel_folders
 
     lock_path = ROOT / "lockfiles" / f"{cell.id}.txt"
     lock = lockfile.parse(lock_path.read_text())

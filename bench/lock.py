@@ -29,7 +29,7 @@ from imagekit.locking import resolution  # noqa: E402
 from imagekit.matrix import matrix_file as matrix  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
-from imagekit.services import lock_cells as lock_service  # noqa: E402
+from imagekit.services.locks import lock_cells as lock_service  # noqa: E402
 
 REQS = ["torch==2.5.1", "transformers==4.48.2", "accelerate==1.2.1"]
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",))

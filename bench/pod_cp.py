@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagekit.services import pod  # noqa: E402
+from imagekit.services.pods import pod  # noqa: E402
 from tests import sshd  # noqa: E402
 
 

@@ -1,4 +1,5 @@
-"""Publish: `docker push` against imagekit's own push (imagekit.services.blob_push) of the same image, on the same
+"""Publish: `docker push` against imagekit's own push (imagekit.services.publishing.blob_push) of the same image, on
+the same
 engine and registry, against the disk's own read rate (the physical limit of reading the layers here).
 
 1. disk: the largest file of the image's layers read cold (page cache dropped where this process may drop it).
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
 from imagekit.oci import layer_blobs  # noqa: E402
-from imagekit.services import blob_push  # noqa: E402
+from imagekit.services.publishing import blob_push  # noqa: E402
 
 
 def drop_caches() -> str:

@@ -29,7 +29,7 @@ from bench.publish import drop_caches  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.effects.registry import RegistryClient, Remote  # noqa: E402
 from imagekit.oci import layer_blobs  # noqa: E402
-from imagekit.services import blob_push  # noqa: E402
+from imagekit.services.publishing import blob_push  # noqa: E402
 
 
 def skopeo_pull(ref: str) -> tuple[float, int]:

@@ -27,7 +27,7 @@ from imagekit.compat import catalog as compat  # noqa: E402
 from imagekit.effects.docker import Engine  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
 from imagekit.services import inputs  # noqa: E402
-from imagekit.services.build import BuildOptions, build_cell  # noqa: E402
+from imagekit.services.builds.build import BuildOptions, build_cell  # noqa: E402
 from tests.registry import Registry, free_port  # noqa: E402
 
 A = Cell("12.1", "2.1.2", "4.48.2", "3.11", ("accelerate==1.2.1", "numpy<2"))

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from imagekit.effects.docker import Engine  # noqa: E402
-from imagekit.services import selftest_runner  # noqa: E402
+from imagekit.services.builds import selftest_runner  # noqa: E402
 
 CELLS = ["cu121-torch2.1.2-py3.11-tf4.48.2", "cu121-torch2.4.1-py3.11-tf4.57.6"]
 IMAGEKIT = [sys.executable, "-m", "imagekit"]

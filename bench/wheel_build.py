@@ -34,9 +34,11 @@ from imagekit.image.image_options import ImageOptions  # noqa: E402
 from imagekit.locking import resolution  # noqa: E402
 from imagekit.locking import source_builds as sb  # noqa: E402
 from imagekit.model import Cell  # noqa: E402
-from imagekit.services import inputs, lock_cells, wheel_builds  # noqa: E402
-from imagekit.services.base_images import present  # noqa: E402
-from imagekit.services.wheel_cache import wheel_cache  # noqa: E402
+from imagekit.services import inputs  # noqa: E402
+from imagekit.services.builds.base_images import present  # noqa: E402
+from imagekit.services.locks import lock_cells  # noqa: E402
+from imagekit.services.wheels import wheel_builds  # noqa: E402
+from imagekit.services.wheels.wheel_cache import wheel_cache  # noqa: E402
 
 CELL = Cell("12.8", "2.8.0", "4.57.6", "3.11", ("deepspeed>=0.17.2",), from_source=("deepspeed",))
 

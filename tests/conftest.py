@@ -129,7 +129,7 @@ def registry(tmp_path_factory, engine):
 def real_build(engine, registry, tmp_path_factory):
     """The real torch cell, built, self-tested and published once for the session."""
     state = tmp_path_factory.mktemp("state")
-    from imagekit.services.build import BuildOptions, build_cell
+    from imagekit.services.builds.build import BuildOptions, build_cell
 
     opts = BuildOptions(
         repository=f"{registry.address}/{REPO}",

@@ -1,7 +1,8 @@
 """Recording fakes of the container engine and the registry (`imagekit.services.ports`): every call lands in one
 shared log, in order, so tests can check the build's steps and failure branches without Docker. Scripted outcomes:
 the self-test's report, a failing push, a registry that already holds the immutable tag with other contents. And a
-fake pod transport (`imagekit.effects.ssh_transport.Transport`) for `services/pod.py`'s decisions without an SSH
+fake pod transport (`imagekit.effects.ssh.ssh_transport.Transport`) for `services/pods/pod.py`'s decisions without an
+SSH
 server."""
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class RecordingEngine:
         return (0 if self.selftest_passes else 1), json.dumps(report), ""
 
     def layer_export(self, image_id: str) -> FakeStore:
-        """The image's config and layers as `imagekit.services.blob_push` reads them: a push starts here."""
+        """The image's config and layers as `imagekit.services.publishing.blob_push` reads them: a push starts here."""
         self._record("push", image_id)
         assert image_id in self.configs, "only an image with its config (load_config) is pushed"
         return FakeStore(self.configs[image_id], self.contents)
@@ -271,7 +272,8 @@ class RecordingRegistry:
 
 @dataclass
 class FakeTransport:
-    """A pod as `effects.ssh_transport.Transport` is to `services/pod.py`, over an in-memory file tree: every command
+    """A pod as `effects.ssh.ssh_transport.Transport` is to `services/pods/pod.py`, over an in-memory file tree: every
+    command
     and copy lands in ``calls`` in order. Scripted: ``answers`` (the first key a command starts with gives its (exit
     code, output)), which doctor the pod has, its Python, a connection that drops on the first ``drops`` copies.
     ``dial`` is what the service's ``dial`` parameter takes; each call is a new connection (``connections``)."""
@@ -342,7 +344,7 @@ class FakeTransport:
 
     def _drop(self, what: str) -> None:
         if self.connections <= self.drops:
-            from imagekit.effects.ssh_errors import ConnectionLost
+            from imagekit.effects.ssh.ssh_errors import ConnectionLost
 
             raise ConnectionLost(f"the SSH connection dropped during {what}", "run the copy again")
 

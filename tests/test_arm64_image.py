@@ -18,8 +18,10 @@ from imagekit.clouds import runpod
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.model import ARM64, Cell
 from imagekit.oci import image_index, media_types
-from imagekit.services import inputs, release_index, selftest_runner
-from imagekit.services.build import BuildOptions, build_cell
+from imagekit.services import inputs
+from imagekit.services.builds import selftest_runner
+from imagekit.services.builds.build import BuildOptions, build_cell
+from imagekit.services.publishing import release_index
 from tests.conftest import ROOT, _log
 
 pytestmark = [pytest.mark.docker, pytest.mark.emulated, pytest.mark.slow]

@@ -14,7 +14,7 @@ import pytest
 from imagekit.locking import lockfile
 from imagekit.model import Cell
 from imagekit.services import inputs
-from imagekit.services.build import BuildOptions, build_cell
+from imagekit.services.builds.build import BuildOptions, build_cell
 from tests.conftest import REAL_CELL
 
 pytestmark = [pytest.mark.images, pytest.mark.docker, pytest.mark.slow, pytest.mark.network]

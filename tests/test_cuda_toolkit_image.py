@@ -23,7 +23,7 @@ from imagekit.image.image_options import ImageOptions
 from imagekit.locking import resolution
 from imagekit.model import Cell
 from imagekit.services import inputs
-from imagekit.services.build import BuildOptions, build_cell
+from imagekit.services.builds.build import BuildOptions, build_cell
 from tests import containers
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 

@@ -25,10 +25,13 @@ from imagekit.image.buildplan import BuildPlan
 from imagekit.locking import resolution
 from imagekit.model import Cell
 from imagekit.oci import image_index
-from imagekit.services import blob_push, fetch, inputs, publish, release_index, selftest_runner, wheel_folders
-from imagekit.services import lock_cells as lock_service
-from imagekit.services.base_images import ensure_base
-from imagekit.services.build import BuildOptions, build_cell
+from imagekit.services import inputs
+from imagekit.services.builds import selftest_runner
+from imagekit.services.builds.base_images import ensure_base
+from imagekit.services.builds.build import BuildOptions, build_cell
+from imagekit.services.locks import lock_cells as lock_service
+from imagekit.services.publishing import blob_push, publish, release_index
+from imagekit.services.wheels import fetch, wheel_folders
 from tests import containers
 from tests.conftest import REAL_BUILD_PROGRESS, REAL_CELL, REPO, _log
 from tests.registry import Registry, free_port
@@ -499,7 +502,7 @@ def test_base_bootstrap_is_reproducible_and_cached(engine):
 
 @pytest.mark.slow
 def test_doctor_expect_image_ref_reads_the_manifest(real_build, registry, app, runner):
-    from imagekit.services import image_manifest
+    from imagekit.services.builds import image_manifest
 
     result, _ = real_build
     ref = f"{registry.address}/{REPO}@{result.digest}"
@@ -576,7 +579,7 @@ def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp
     """The legacy builder's last steps are a new config over the same layers (`docker load`, no container), dated
     SOURCE_DATE_EPOCH: the same image id every time; the container-commit fallback gives the same config."""
     from imagekit.image import imageconfig
-    from imagekit.services.build import set_runtime_config
+    from imagekit.services.builds.build import set_runtime_config
 
     base = ensure_base(inputs.compat_data().bases["3.11"], engine)
     ctx = tmp_path / "ctx"
@@ -615,7 +618,7 @@ def test_runtime_config_over_a_pulled_base_with_history_of_its_own(engine, regis
     """A base pulled from a registry (as nvidia/cuda bases are) has history entries that name no image: their sizes
     say which made a layer. The config is still set without a commit, and the layers stay as built."""
     from imagekit.image import imageconfig
-    from imagekit.services.build import set_runtime_config
+    from imagekit.services.builds.build import set_runtime_config
 
     root = ensure_base(inputs.compat_data().bases["3.11"], engine)
     base_repo = f"{registry.address}/imagekit-test/pulledbase"

@@ -31,7 +31,7 @@ from imagekit.locking.lockfile import Lock, LockEntry
 from imagekit.matrix import matrix_file as matrix
 from imagekit.model import Cell, Query
 from imagekit.oci import release_record
-from imagekit.services import release, release_index
+from imagekit.services.publishing import release, release_index
 from tests.conftest import FIXTURES, ROOT
 from tests.fakes import PASSED, RecordingRegistry
 from tests.test_verify_truth import CU118, PYPI, ROOT_VIA, TORCH_118, uv_output

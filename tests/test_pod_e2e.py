@@ -308,7 +308,7 @@ def test_jupyter_starts_with_a_password_and_serves_the_workspace(user_project, e
 
     vol = _root_owned_volume(tmp_path)
     (vol / "notes.txt").write_text("on the volume\n")
-    from imagekit.services.image_manifest import from_engine
+    from imagekit.services.builds.image_manifest import from_engine
 
     features = from_engine(user_project["result"]["tag"])["image"]
     assert features["jupyter"] is True and features["ports"] == ["22/tcp", "8888/http"]
@@ -341,7 +341,7 @@ def test_imagekit_pod_reaches_the_images_own_sshd(real_build, engine, ssh_key, t
     """`imagekit pod` against the image's sshd: exec, the image's own doctor, verified copies; and the terminal path
     (what RunPod's gateway forces) on the image's real login shell."""
     from imagekit.clouds.podwire import parse_target
-    from imagekit.services import pod as pod_service
+    from imagekit.services.pods import pod as pod_service
 
     result, _ = real_build
     vol = _root_owned_volume(tmp_path)

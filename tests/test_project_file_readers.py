@@ -26,7 +26,10 @@ from imagekit.locking import lockfile, resolution, source_builds
 from imagekit.matrix import backend_metadata, project_deps
 from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix.project_deps import DepsSource
-from imagekit.services import base_images, image_manifest, inputs, lock_cells, release_index, staged_build
+from imagekit.services import inputs
+from imagekit.services.builds import base_images, image_manifest, staged_build
+from imagekit.services.locks import lock_cells
+from imagekit.services.publishing import release_index
 from tests.matrix.test_project_deps import _files
 from tests.props import examples
 

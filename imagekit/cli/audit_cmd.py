@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         """
         import datetime as dt
 
-        from imagekit.services import audit_run
+        from imagekit.services.publishing import audit_run
         from imagekit.supplychain import audit
 
         if fail_on is not None and fail_on not in audit.LEVELS[1:]:

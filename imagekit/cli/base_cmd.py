@@ -46,7 +46,7 @@ def build() -> typer.Typer:
     ) -> None:
         """Build the base with mmdebstrap (SOURCE_DATE_EPOCH: identical inputs, identical tarball) and import it."""
         from imagekit.effects.docker import Engine
-        from imagekit.services.base_images import ensure_base
+        from imagekit.services.builds.base_images import ensure_base
 
         data = inputs.compat_data()
         wanted = python or sorted(data.bases)
@@ -62,7 +62,7 @@ def build() -> typer.Typer:
             if repository:
                 from imagekit.effects import credentials
                 from imagekit.effects.registry import Remote
-                from imagekit.services.base_images import push_base
+                from imagekit.services.builds.base_images import push_base
 
                 credential = credentials.for_registry(Remote.parse(repository).registry)
                 pushed = push_base(engine, ref, repository, credential.username, credential.password)

@@ -33,7 +33,7 @@ from imagekit.cli.options import (
 from imagekit.errors import EXIT_NO
 
 if TYPE_CHECKING:
-    from imagekit.services.build import CellResult
+    from imagekit.services.builds.build import CellResult
 
 
 def register(app: typer.Typer) -> None:
@@ -137,7 +137,7 @@ def register(app: typer.Typer) -> None:
         resolving: ResolverOptions,
     ) -> None:
         """For each selected cell: lock (if stale), fetch wheels, render, docker build, self-test, and publish."""
-        from imagekit.services import build_job
+        from imagekit.services.builds import build_job
 
         request = build_job.BuildRequest(
             registry=registry,

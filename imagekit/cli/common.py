@@ -126,7 +126,7 @@ def selected_compatible(selection: Selection) -> tuple[CompatData, matrix.Matrix
 
 def print_plan(plan: Any, as_json: bool, *, build: bool) -> None:
     """A forecast (`--dry-run`): text on stdout, or its JSON; then refused when the disk cannot hold it."""
-    from imagekit.services import forecast
+    from imagekit.services.builds import forecast
 
     if as_json:
         out_json(plan.to_json())

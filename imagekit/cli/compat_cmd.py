@@ -30,7 +30,7 @@ def _user_file() -> Path:
 def _check(index: str, out_file: Path | None, as_json: bool) -> None:
     """`compat refresh --check`: the releases the index has that the data lacks; exit 1 when there are any."""
     from imagekit.compat import refresh as refresh_mod
-    from imagekit.services import compat_refresh
+    from imagekit.services.locks import compat_refresh
 
     if out_file is not None:
         hint = "pass a metadata file `imagekit compat refresh --out FILE` wrote, or drop --out to check the data in use"
@@ -160,7 +160,7 @@ def build() -> typer.Typer:
         if check:
             _check(index, out_file, as_json)
             return
-        from imagekit.services import compat_refresh
+        from imagekit.services.locks import compat_refresh
 
         target = out_file if out_file is not None else _user_file()
         output_file_option(target, "--out" if out_file is not None else "the user data file")

@@ -56,7 +56,7 @@ def _resolve_image_expectation(options: list[str], expect: str | None, tmp: Path
         validate.image_ref(expect)
     except Exception:
         return options
-    from imagekit.services.image_manifest import read_manifest
+    from imagekit.services.builds.image_manifest import read_manifest
 
     path = tmp / "manifest.json"
     path.write_text(json.dumps(read_manifest(expect)))

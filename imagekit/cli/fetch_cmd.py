@@ -55,10 +55,11 @@ def register(app: typer.Typer) -> None:
         """Download every locked wheel once into the wheel cache, verifying each sha256."""
         from imagekit.cli.progress_display import ConsoleProgress
         from imagekit.image.buildplan import base_for
-        from imagekit.services import fetch as fetch_service
-        from imagekit.services import forecast, wheel_folders
-        from imagekit.services.lock_cells import lock_path, verified_lock
-        from imagekit.services.wheel_cache import wheel_cache
+        from imagekit.services.builds import forecast
+        from imagekit.services.locks.lock_cells import lock_path, verified_lock
+        from imagekit.services.wheels import fetch as fetch_service
+        from imagekit.services.wheels import wheel_folders
+        from imagekit.services.wheels.wheel_cache import wheel_cache
 
         folder_option(lock_dir, "--lock-dir")
         if into is not None:
@@ -134,7 +135,7 @@ def _stops_cleanly() -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt as exc:
-        from imagekit.services.wheel_cache import discard_partials
+        from imagekit.services.wheels.wheel_cache import discard_partials
 
         discard_partials()
         name, code = ("SIGTERM", 143) if isinstance(exc, Terminated) else ("SIGINT", 130)

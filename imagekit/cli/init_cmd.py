@@ -20,7 +20,8 @@ from imagekit.locking import debs, direct_wheels
 from imagekit.matrix import init_document, project_axes, project_deps
 from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix.project_deps import DepsSource
-from imagekit.services import init_axes, inputs
+from imagekit.services import inputs
+from imagekit.services.locks import init_axes
 from imagekit.trust import untrusted, validate
 
 # A small matrix from the shipped default's own axes (imagekit/data/default-matrix.toml): two torch releases on
@@ -253,7 +254,7 @@ def from_declaration(
     def setup(backend: str) -> project_deps.ProjectDeps:
         from imagekit.image.buildplan import base_for
         from imagekit.image.image_options import ImageOptions
-        from imagekit.services import project_metadata
+        from imagekit.services.locks import project_metadata
 
         base = base_for(python, data, {}, ImageOptions())
         return project_metadata.read_setup(root, source, base, backend, data.bases)
@@ -261,7 +262,7 @@ def from_declaration(
     def setup_name(tree: Path, backend: str) -> str:
         from imagekit.image.buildplan import base_for
         from imagekit.image.image_options import ImageOptions
-        from imagekit.services import project_metadata
+        from imagekit.services.locks import project_metadata
 
         return project_metadata.read_name(tree, base_for(python, data, {}, ImageOptions()), backend, data.bases)
 
@@ -347,7 +348,7 @@ def _check(
     with it, unknown versions and an all-excluded matrix are usage errors."""
     config = matrix.parse(doc, origin, data)
     if declared is not None:
-        from imagekit.services import requirement_forms
+        from imagekit.services.locks import requirement_forms
 
         config = requirement_forms.apply(config, declared, Path(os.path.abspath(origin.split(" [")[0])).parent)
         config = project_axes.apply(config, declared, data)

@@ -12,7 +12,7 @@ from imagekit.cli.common import err_console, folder_option, handles_errors, out_
 from imagekit.cli.options import JsonOpt, LockDirOpt, OldLockDirOpt, ResolverOptions, Selection, renamed, with_groups
 from imagekit.effects.resolver import IndexUnreachable
 from imagekit.errors import EXIT_ENV, EXIT_NO, EXIT_OK
-from imagekit.services import lock_cells as lock_service
+from imagekit.services.locks import lock_cells as lock_service
 from imagekit.trust import validate
 
 
@@ -124,9 +124,9 @@ def _in_bases(plain: list, data, config, console) -> tuple:
         return None, None
     from imagekit.effects.docker import Engine
     from imagekit.image.buildplan import base_for
-    from imagekit.services.apt_resolve import resolver_for
-    from imagekit.services.base_images import present
-    from imagekit.services.wheel_builds import builder_for
+    from imagekit.services.builds.base_images import present
+    from imagekit.services.locks.apt_resolve import resolver_for
+    from imagekit.services.wheels.wheel_builds import builder_for
 
     engine = Engine()
 

@@ -16,7 +16,7 @@ from imagekit.errors import UsageError
 from imagekit.matrix import matrix_file as matrix_mod
 from imagekit.matrix import outputs, schema
 from imagekit.model import AMD64
-from imagekit.services import lock_cells as lock_service
+from imagekit.services.locks import lock_cells as lock_service
 
 FORMATS = ("table", "json", "markdown", "grid", "github", "bake")
 # `\b` keeps click from rewrapping the paragraph after it: the file format stays as written.
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
             # One line, so `echo "matrix=$(imagekit matrix --format github)" >> "$GITHUB_OUTPUT"` works.
             out(json.dumps(outputs.github_matrix(cells, data, shard), sort_keys=True, separators=(",", ":")))
         elif fmt == "bake":
-            from imagekit.services import bake
+            from imagekit.services.builds import bake
 
             folder_option(lock_dir, "--lock-dir")
             found, skipped = bake.targets([c.cell for c in cells if c.verdict.compatible], config, data, lock_dir)

@@ -63,7 +63,7 @@ RunOpt = Annotated[
 
 
 def _options(key: Path | None, timeout: float, insecure: bool, accept_new: bool, force_pty: bool = False):
-    from imagekit.services.pod import PodOptions
+    from imagekit.services.pods.pod import PodOptions
 
     if not math.isfinite(timeout) or timeout < 0:
         raise UsageError(f"--timeout {timeout}: not a number of seconds", "give seconds >= 0 (0: no limit)")
@@ -121,7 +121,7 @@ def build() -> typer.Typer:
         import time
 
         from imagekit.clouds import podwire
-        from imagekit.services import pod
+        from imagekit.services.pods import pod
 
         opts = _options(key, timeout, insecure_host_key, accept_new_host_key)
         text = " ".join(command)  # like ssh: the words, joined, for the remote shell
@@ -190,7 +190,7 @@ def build() -> typer.Typer:
         the launch there (as `imagekit-doctor -- COMMAND` would: an Accelerate config's num_processes against the
         GPUs, drift): a blocker refuses (exit 1, nothing started) unless --skip-launch-check or --ignore-blockers."""
         from imagekit.clouds import podwire
-        from imagekit.services import pod_runs
+        from imagekit.services.pods import pod_runs
 
         text = " ".join(command)
         if not text.strip():
@@ -222,7 +222,7 @@ def build() -> typer.Typer:
     ) -> None:
         """A run's output, from any connection (the latest run unless --run)."""
         from imagekit.clouds import podwire
-        from imagekit.services import pod_runs
+        from imagekit.services.pods import pod_runs
 
         opts = _options(key, 600.0, insecure_host_key, accept_new_host_key)
         code = pod_runs.logs(podwire.parse_target(target), run_id, follow, opts, _write, _stderr, _warn)
@@ -242,7 +242,7 @@ def build() -> typer.Typer:
     ) -> None:
         """Wait for a run to end; its exit code becomes ours (the latest run unless --run)."""
         from imagekit.clouds import podwire
-        from imagekit.services import pod_runs
+        from imagekit.services.pods import pod_runs
 
         opts = _options(key, timeout, insecure_host_key, accept_new_host_key)
         raise typer.Exit(pod_runs.wait(podwire.parse_target(target), run_id, opts, _warn))
@@ -271,7 +271,7 @@ def build() -> typer.Typer:
         """Run the image's doctor on the pod (or, on any other pod, the stdlib doctor sent over with its Python)
         and return its exit code; other options go to the doctor (e.g. --tier standard)."""
         from imagekit.clouds import podwire
-        from imagekit.services import pod
+        from imagekit.services.pods import pod
 
         if expect is not None and not expect.is_file():
             raise UsageError(f"--expect {expect}: cannot read it", "give a lock (lockfiles/CELL.txt) or a manifest")
@@ -307,7 +307,7 @@ def build() -> typer.Typer:
 
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-        from imagekit.services import pod
+        from imagekit.services.pods import pod
 
         opts = _options(key, 3600.0, insecure_host_key, accept_new_host_key)
         opts = dataclasses.replace(opts, force=force, dereference=dereference)
@@ -333,7 +333,7 @@ def build() -> typer.Typer:
             )
 
     def _api(action: str, pod_id: str, provider: str, api_url: str | None, as_json: bool, yes: bool = False) -> None:
-        from imagekit.services import pod_fleet
+        from imagekit.services.pods import pod_fleet
 
         allowed = _starts() if action == "start" else providers.enders()  # the registry as it is now
         if provider not in allowed:

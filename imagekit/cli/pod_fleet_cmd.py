@@ -109,7 +109,8 @@ def _create(v: dict, choice, write, warn) -> None:  # type: ignore[no-untyped-de
     from imagekit.clouds import guard_defaults, pod_create
     from imagekit.clouds.pull import unreachable_registry
     from imagekit.errors import UsageError
-    from imagekit.services import inputs, pod_fleet, remote_contract
+    from imagekit.services import inputs
+    from imagekit.services.pods import pod_fleet, remote_contract
 
     name, creates = v["provider"], providers.pod_providers()  # the registry as it is now (a provider added since)
     if name not in creates:
@@ -220,7 +221,7 @@ def register_reap(app: typer.Typer, warn) -> None:  # type: ignore[no-untyped-de
         from imagekit.clouds import reap
         from imagekit.errors import EnvironmentFailure, UsageError
         from imagekit.in_image import facts
-        from imagekit.services import pod_fleet
+        from imagekit.services.pods import pod_fleet
 
         try:
             watched = 0 if watch.strip() in ("0", "0s") else facts.parse_duration(watch.strip(), "--watch")

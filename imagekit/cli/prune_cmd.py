@@ -1,4 +1,4 @@
-"""`imagekit prune`: imagekit's own leftovers in the Docker engine, listed and removed (services/prune.py)."""
+"""`imagekit prune`: imagekit's own leftovers in the Docker engine, listed and removed (services/builds/prune.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         """Remove what imagekit's builds left in the engine: refused images (imagekit/refused:<cell>) and the step
         images of its staged builds that no tag names. Never an image imagekit did not make; published tags stay."""
         from imagekit.effects.docker import Engine
-        from imagekit.services import prune as service
+        from imagekit.services.builds import prune as service
         from imagekit.services.progress import human_bytes
 
         items = service.prune(Engine(), cache=cache, dry_run=dry_run)

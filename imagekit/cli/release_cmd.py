@@ -64,8 +64,8 @@ def build() -> typer.Typer:
     ) -> None:
         """Verify release records against the registry and add them to the release index (atomically)."""
         from imagekit.effects.registry import RegistryClient
-        from imagekit.services import release
-        from imagekit.services.release_index import read_index
+        from imagekit.services.publishing import release
+        from imagekit.services.publishing.release_index import read_index
 
         output_file_option(index, "--index")
         from imagekit.errors import UsageError
@@ -137,7 +137,7 @@ def build() -> typer.Typer:
         it."""
         from imagekit.cli.common import folder_option
         from imagekit.pages.cell_facts import STATES
-        from imagekit.services import release_page
+        from imagekit.services.publishing import release_page
 
         folder_option(out, "--out")
         written = release_page.write(release_index, matrix_file, list(reports or []), out)

@@ -12,7 +12,7 @@ from imagekit.cli.options import BuilderOpt, LockDirOpt, Selection, image_option
 from imagekit.effects.files import clamp_mtimes, replace_tree
 from imagekit.errors import EXIT_NO
 from imagekit.image import render as render_mod
-from imagekit.services.build_plans import plans_for
+from imagekit.services.builds.build_plans import plans_for
 
 
 def register(app: typer.Typer) -> None:

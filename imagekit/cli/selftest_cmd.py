@@ -16,7 +16,7 @@ def _runtime(engine, image: str):  # type: ignore[no-untyped-def]
     ENTRYPOINT; its CMD is the image's own, which the manifest does not name): what `labels-match-contents` checks
     the image's config and labels against. None for an image without an imagekit manifest."""
     from imagekit.image import imageconfig, naming
-    from imagekit.services import image_manifest
+    from imagekit.services.builds import image_manifest
 
     manifest = image_manifest.from_engine(image)
     if not isinstance(manifest, dict):
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         """
         from imagekit.cli.progress_display import ConsoleProgress
         from imagekit.effects.docker import Engine
-        from imagekit.services import selftest_runner
+        from imagekit.services.builds import selftest_runner
         from imagekit.trust import validate
 
         if gpus not in ("auto", "on", "off"):

@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Sign what IMAGE names now (an image, or the index of an image and its SBOM) in cosign's format:
         `cosign verify --key cosign.pub --insecure-ignore-tlog IMAGE` accepts it. No transparency log."""
-        from imagekit.services import signing
+        from imagekit.services.publishing import signing
         from imagekit.supplychain import cosign
 
         try:
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         Exit 0 when one verifies, 1 when none does (naming why), 3 when the registry cannot be read or serves other
         bytes than a digest names (a digest asked for, a signature's payload, its Docker-Content-Digest).
         """
-        from imagekit.services import signing
+        from imagekit.services.publishing import signing
         from imagekit.supplychain import cosign
 
         try:

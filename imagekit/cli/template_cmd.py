@@ -100,7 +100,8 @@ def _check(spec: TemplateCommand, options: dict[str, Any], *, first: bool) -> No
 def _run(provider: Provider, values: dict[str, Any]) -> None:
     """Print the template, or create it (--create): the same steps and checks for every provider."""
     from imagekit.compat import contract
-    from imagekit.services import inputs, remote_contract
+    from imagekit.services import inputs
+    from imagekit.services.pods import remote_contract
 
     spec, platform = provider.command, values["platform"]
     options = {o.name: values[o.name] for o in spec.options}

@@ -1,6 +1,7 @@
 """How imagekit talks to a pod through an SSH server that offers only a terminal (RunPod's gateway): targets,
 sentinel framing of commands, control-sequence stripping, and the shell snippets of a checksum-verified chunked
-copy. Pure: the terminal transport (effects/ssh_terminal.py) types these lines and feeds back what the terminal prints.
+copy. Pure: the terminal transport (effects/ssh/ssh_terminal.py) types these lines and feeds back what the terminal
+prints.
 
 Everything typed stays under the terminal's canonical line limit (4095 bytes on Linux: longer lines are cut
 silently, which is how a 5.6 MB heredoc arrives as 4.7 MB). Sentinels are printed by ``printf`` from pieces, so

@@ -1,7 +1,7 @@
 """`imagekit compat refresh`, the pure part: which releases a refresh records, the document it builds from the index's
 pages and metadata, the checks that refuse a document, and what an index lists that a document lacks (`--check`).
 
-`imagekit.services.compat_refresh` fetches the pages and metadata and writes the file.
+`imagekit.services.locks.compat_refresh` fetches the pages and metadata and writes the file.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The project's own wheel (`[image] install`): what builds it, what it needs from the lock, and how the image
-installs it. Pure: `services/project_build.py` reads the files and runs the build.
+installs it. Pure: `services/builds/project_build.py` reads the files and runs the build.
 
 The wheel is built from the copied code (`[image] copy`, as the code layer holds it: the same files, the same
 exclusions) in a container of the cell's base, with no network: the build backend and everything it imports must be

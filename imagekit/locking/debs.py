@@ -1,7 +1,7 @@
 """Debian/Ubuntu packages an image adds (`[image] apt`): what may be asked for, what apt's answer must look like,
 and how the pins read in a lock. Pure.
 
-apt resolves in a container of the cell's base (``services/apt_resolve.py``), so the answer is for the base as it
+apt resolves in a container of the cell's base (``services/locks/apt_resolve.py``), so the answer is for the base as it
 is: only the packages apt would install or upgrade there are pinned, each with its exact version, architecture, size,
 sha256 and URL. The build installs those files and nothing else (no package lists, no network): a rebuild installs
 the same bytes or refuses.

@@ -71,7 +71,7 @@ class LockRequest:
     # Torch-closure packages found by a first pass (nvidia-*, triton...): uv applies an index source only to
     # direct dependencies, so these are named directly to pin them to the PyTorch index too.
     routed_extra: tuple[str, ...] = ()
-    # Folders of wheels built from source archives (services/wheel_builds.py), read by the resolver beside the
+    # Folders of wheels built from source archives (services/wheels/wheel_builds.py), read by the resolver beside the
     # indexes; a host path, so never part of the input hash.
     find_links: tuple[str, ...] = ()
     # What the companion table asks for this torch (compat/companions.py: torchaudio==2.7.1, numpy<2 ...), handed to

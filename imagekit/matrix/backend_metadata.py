@@ -1,4 +1,5 @@
-"""What a setup.py's or setup.cfg's build backend answers for its dependencies (services/project_metadata.py runs the
+"""What a setup.py's or setup.cfg's build backend answers for its dependencies (services/locks/project_metadata.py
+runs the
 hook in a container and hands its answer here as text): core metadata, or setuptools' egg-info. Pure; every
 requirement, group name, marker and version is checked as project_deps checks a requirements file's."""
 

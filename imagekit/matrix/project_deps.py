@@ -1,6 +1,6 @@
 """A project's own dependency declaration (`[matrix] requirements`), read as written: requirements files with their
 `-r`/`-c` includes, pyproject.toml's `[project]` table, or what a setup.py/setup.cfg's build backend answers. Pure:
-the files come in through a reader, the backend's answer as text (services/project_metadata.py runs it)."""
+the files come in through a reader, the backend's answer as text (services/locks/project_metadata.py runs it)."""
 
 from __future__ import annotations
 

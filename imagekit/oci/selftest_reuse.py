@@ -10,7 +10,8 @@ and the config check on the host, and takes the others from that release's recor
 the layers it came from. Reuse is earned: never from a run that did not pass (every check `pass` or `skip`), never
 across a GPU and a CPU run (a CPU run skips the GPU checks; a GPU run's tiny model ran on the GPU) nor an emulated and
 a native one, never when a layer below the code layer differs, never for an image without a code layer, never from a
-record this machine did not publish or verify (the caller's ``origin``: services/release_index.vouched), and only
+record this machine did not publish or verify (the caller's ``origin``: services/publishing/release_index.vouched),
+and only
 when the record holds a result for every check the full self-test would run here (the `--code-layer` run's
 ``plan``), each `pass`, or `skip` for the very reason this run would skip it; otherwise every check runs again.
 

@@ -91,18 +91,18 @@ def with_project(config: MatrixConfig, root: Path, data: CompatData) -> MatrixCo
 
     from imagekit.image.buildplan import base_for
     from imagekit.matrix import project_axes
-    from imagekit.services import requirement_forms
+    from imagekit.services.locks import requirement_forms
 
     python = min((c.python for c in config.cells), key=Version)
 
     def setup(backend: str) -> project_deps.ProjectDeps:
-        from imagekit.services import project_metadata
+        from imagekit.services.locks import project_metadata
 
         base = base_for(python, data, config.bases, config.options)
         return project_metadata.read_setup(root, config.requirements, base, backend, data.bases)
 
     def setup_name(tree: Path, backend: str) -> str:
-        from imagekit.services import project_metadata
+        from imagekit.services.locks import project_metadata
 
         base = base_for(python, data, config.bases, config.options)
         return project_metadata.read_name(tree, base, backend, data.bases)
@@ -127,7 +127,7 @@ def read_project(
     [project] table, or (``setup(backend)``: in a container, never here) what a setup.py's build backend answers;
     a VCS line without a name named from its commit (``setup_name(tree, backend)``: its setup.py's hook, in a
     container); less what its ``without`` leaves out."""
-    from imagekit.services import requirement_forms
+    from imagekit.services.locks import requirement_forms
 
     deps = requirement_forms.named(_read_declaration(root, source, setup), setup_name)
     return project_deps.leave_out(dataclasses.replace(deps, source=source))

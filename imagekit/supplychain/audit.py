@@ -14,7 +14,8 @@ Severity: the HIGHEST of every rating the record gives for the package: its own 
 critical, 7.0 high, 4.0 medium, above 0 low), the distribution's (Ubuntu's priority, Debian's urgency). A record with
 none of these (or only a 0.0 score) is ``unknown``, "unrated": listed and counted always, gated only on request
 (``fail_unrated``). An allowlist entry carries a reason and a review-by date; an expired one no longer covers anything.
-Pure: records and packages in, findings out; the files are read by the caller (`imagekit.services.audit_run`).
+Pure: records and packages in, findings out; the files are read by the caller
+(`imagekit.services.publishing.audit_run`).
 Everything a record or an SBOM says is hostile data: checked, bounded, never executed, and every string of it that
 can be shown passes through :func:`imagekit.trust.untrusted.printable`.
 """

@@ -5,7 +5,7 @@ P-256 / SHA-256 signature, base64, in an annotation (``media_types.COSIGN_SIGNAT
 So `cosign verify --key cosign.pub --insecure-ignore-tlog IMAGE` accepts what `imagekit sign` makes, and `imagekit
 verify` accepts what `cosign sign --key` makes. Keys are cosign's: an encrypted ``cosign.key`` (scrypt + NaCl
 secretbox around a PKCS#8 key; its password from ``COSIGN_PASSWORD``), or a plain PKCS#8/SEC1 PEM. Pure: bytes in,
-bytes out; the registry is the caller's (imagekit.services.signing).
+bytes out; the registry is the caller's (imagekit.services.publishing.signing).
 """
 
 from __future__ import annotations

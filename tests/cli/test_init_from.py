@@ -252,7 +252,7 @@ def test_the_projects_own_line_is_copied_and_installed(app, runner, data, in_tmp
 
 def test_a_range_that_allows_the_defaults_keeps_them_and_asks_no_resolver(data):
     from imagekit.matrix import project_deps
-    from imagekit.services import init_axes
+    from imagekit.services.locks import init_axes
 
     deps = project_deps.read_requirements("r.txt", lambda _: "transformers>=4.40\nhuggingface-hub<1.0\n")
     assert not init_axes.leaves_transformers_open(deps, "3.11", False, ("4.48.2",))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.matrix import project_axes, project_deps
-from imagekit.services import init_axes
+from imagekit.services.locks import init_axes
 from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
 
 pytestmark = [pytest.mark.resolver, pytest.mark.loopback]

@@ -11,7 +11,7 @@ import pytest
 from imagekit.clouds import label_record, runpod, vast
 from imagekit.compat import contract
 from imagekit.errors import UsageError
-from imagekit.services import remote_contract
+from imagekit.services.pods import remote_contract
 from tests.services.test_remote_contract import CELL, config_of, real_labels, with_runtime
 
 REPO = "ghcr.io/acme/train"

@@ -190,7 +190,7 @@ def test_the_runtime_contract_is_one_label_that_reads_back(data):
     from imagekit.image import naming, render
     from imagekit.image.buildplan import BaseRef, BuildPlan
     from imagekit.model import Cell
-    from imagekit.services.lock_cells import read_lock
+    from imagekit.services.locks.lock_cells import read_lock
     from tests.conftest import ROOT
 
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")

@@ -1,4 +1,5 @@
-"""`services/pod.py`'s own decisions over a fake transport (`tests/fakes.py`), in milliseconds: which doctor runs and
+"""`services/pods/pod.py`'s own decisions over a fake transport (`tests/fakes.py`), in milliseconds: which doctor runs
+and
 that its temporary folder goes whatever happens, where a copy lands, a folder as one tar stream, reconnecting and
 resuming after a dropped connection. The wire itself (exec, SFTP, the terminal's chunks) is tested against real
 OpenSSH servers in `test_pod.py` and `test_pod_hostile.py`."""
@@ -10,7 +11,7 @@ import pytest
 from imagekit.clouds.podwire import parse_target
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.image import render
-from imagekit.services import pod
+from imagekit.services.pods import pod
 from tests.fakes import FakeTransport
 
 TARGET = parse_target("root@pod.test:2222")
@@ -153,7 +154,7 @@ def test_a_download_of_nothing_or_of_a_device_is_a_usage_error(tmp_path, kind):
 
 @pytest.mark.parametrize("bad", ["", "../../etc", "20261202T130501Z-1\n"])
 def test_a_run_id_that_is_not_one_is_refused_before_any_connection(bad):
-    from imagekit.services import pod_runs
+    from imagekit.services.pods import pod_runs
 
     t = FakeTransport()
     with pytest.raises(UsageError, match="is not a run id"):
@@ -173,7 +174,7 @@ def test_a_run_id_that_is_not_one_is_refused_before_any_connection(bad):
     ],
 )
 def test_what_a_pod_says_of_a_runs_end_is_checked(said, raises, says):
-    from imagekit.services import pod_runs
+    from imagekit.services.pods import pod_runs
 
     t = FakeTransport(answers={"d=": (0, said)})
     if raises is None:
@@ -211,7 +212,7 @@ def test_a_runs_command_line_and_output_are_its_users_alone_and_the_job_keeps_th
     import subprocess
     import time
 
-    from imagekit.services import pod_runs
+    from imagekit.services.pods import pod_runs
 
     runs = tmp_path / "runs"
     env = {"PATH": "/usr/bin:/bin", "IMAGEKIT_RUNS": str(runs), "SHELL": "/bin/sh", "HOME": str(tmp_path)}

@@ -15,7 +15,7 @@ from imagekit.compat import companions, rules
 from imagekit.errors import CheckFailed
 from imagekit.locking import lockfile, resolution
 from imagekit.model import Cell, Query
-from imagekit.services import lock_cells as lock_service
+from imagekit.services.locks import lock_cells as lock_service
 from tests.conftest import ROOT
 
 CURATED = tomllib.loads((ROOT / "imagekit" / "data" / "compat.toml").read_text())

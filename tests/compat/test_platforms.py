@@ -13,7 +13,7 @@ from imagekit.errors import ConfigError, UnknownVersionError
 from imagekit.locking import resolution
 from imagekit.matrix import matrix_file as matrix
 from imagekit.model import ARM64, Cell, Query
-from imagekit.services import lock_cells
+from imagekit.services.locks import lock_cells
 
 CELL_215 = {"cuda": "13.2", "torch": "2.15.0", "transformers": "5.24.0", "python": "3.13"}
 MATRIX = """

@@ -28,7 +28,7 @@ import pytest
 from imagekit.compat import refresh
 from imagekit.compat.pypi_metadata import WATCHED
 from imagekit.errors import EnvironmentFailure
-from imagekit.services import compat_refresh
+from imagekit.services.locks import compat_refresh
 from tests import loopback
 from tests.conftest import FIXTURES, ROOT
 
@@ -328,11 +328,11 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("module", PURE)
 def test_the_pure_part_imports_no_effects(module):
     effects = {n for n in _imports(ROOT / module) if n in EFFECTS or n.startswith(tuple(f"{e}." for e in EFFECTS))}
-    assert not effects, f"{module} imports {sorted(effects)}: move that to imagekit/services/compat_refresh.py"
+    assert not effects, f"{module} imports {sorted(effects)}: move that to imagekit/services/locks/compat_refresh.py"
 
 
 def test_the_import_walk_sees_the_service_s_effects():
-    found = _imports(ROOT / "imagekit/services/compat_refresh.py")
+    found = _imports(ROOT / "imagekit/services/locks/compat_refresh.py")
     assert {"imagekit.effects.http", "imagekit.effects.files"} <= found
     assert "httpx" not in found  # URLs are joined by effects.http: the service holds no HTTP library of its own
 

@@ -18,7 +18,7 @@ import pytest
 from imagekit.effects import foreign_files, layer_tar
 from imagekit.image.buildplan import BaseRef
 from imagekit.matrix.project_deps import DepsSource
-from imagekit.services import project_metadata
+from imagekit.services.locks import project_metadata
 
 DEEP = 1200  # past Python's recursion limit: shutil.rmtree raised RecursionError on it
 ANSWER = '{"kind": "metadata", "metadata": "Name: x\\nVersion: 1\\nRequires-Dist: numpy\\n"}'

@@ -14,7 +14,7 @@ from imagekit.effects import registry, remote_zip, runpod_api
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.in_image import imagekit_doctor as doc
 from imagekit.locking.lockfile import Lock, LockEntry
-from imagekit.services import fetch
+from imagekit.services.wheels import fetch
 from tests.hostile_http import Answer, Route, Seen, Server, basic, redirect, serve
 
 # the recording server and its answers live in tests/hostile_http.py, shared with every remote feature's tests
@@ -361,7 +361,7 @@ def test_bad_index_answers_are_exit_3(cache, answer, needle):
 
 @pytest.mark.loopback
 def test_refresh_refuses_file_urls_in_the_index():
-    from imagekit.services.compat_refresh import simple_page
+    from imagekit.services.locks.compat_refresh import simple_page
 
     with serve() as idx:
         idx.routes["/simple/torch/"] = _page("file:///etc/passwd", "a" * 64)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from imagekit.clouds import label_record, runpod
-from imagekit.effects import ssh_connection
+from imagekit.effects.ssh import ssh_connection
 from imagekit.errors import UsageError
-from imagekit.services import pod
+from imagekit.services.pods import pod
 from tests.effects.test_foreign_files import _within
 
 

@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 
 from imagekit.clouds.podwire import CHUNK, parse_target
-from imagekit.services import pod
+from imagekit.services.pods import pod
 from tests import loopback, sshd
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,8 +73,8 @@ def test_a_run_outlives_a_dropped_connection_and_is_followed_and_awaited_later(a
     import threading
 
     from imagekit.clouds.podwire import parse_target
-    from imagekit.services import pod as pod_service
-    from imagekit.services import pod_runs
+    from imagekit.services.pods import pod as pod_service
+    from imagekit.services.pods import pod_runs
 
     server = request.getfixturevalue(kind)
     gate = server.root / f"gate-{kind}"
@@ -154,7 +154,7 @@ def test_the_remote_exit_code_becomes_ours(app, runner, home, request, kind, cod
 
 def test_the_gateway_refuses_what_ssh_would_do(gateway, home):
     """The test server behaves like RunPod's proxy: no exec channel, no SFTP."""
-    from imagekit.effects.ssh_connection import Connection
+    from imagekit.effects.ssh.ssh_connection import Connection
 
     with Connection(parse_target(gateway.target), key=gateway.key) as conn:
         assert not conn.exec_works and conn.sftp() is None

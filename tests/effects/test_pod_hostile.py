@@ -553,7 +553,7 @@ def test_a_malformed_known_hosts_line_is_skipped_with_a_warning(app, runner, evi
 def test_a_port_that_is_not_an_ssh_server_is_a_clean_exit_3(tmp_path, monkeypatch, capfd, greeting):
     from imagekit.clouds.podwire import parse_target
     from imagekit.errors import EnvironmentFailure
-    from imagekit.services import pod
+    from imagekit.services.pods import pod
 
     monkeypatch.setenv("HOME", str(tmp_path))
     with hostile_sshd.mute_port(greeting) as port:
@@ -575,7 +575,7 @@ def test_a_port_that_is_not_an_ssh_server_is_a_clean_exit_3(tmp_path, monkeypatc
 def test_a_silent_terminal_is_said_with_its_timeout(tmp_path_factory, tmp_path, monkeypatch):
     from imagekit.clouds.podwire import parse_target
     from imagekit.errors import EnvironmentFailure
-    from imagekit.services import pod
+    from imagekit.services.pods import pod
 
     with hostile_sshd.serve(tmp_path_factory.mktemp("silent"), "silent") as silent:
         _home_knowing(tmp_path, monkeypatch, silent)
@@ -653,7 +653,7 @@ def _pty_peer(script: list[bytes]):
     import threading
     import time
 
-    from imagekit.effects.ssh_terminal import Shell
+    from imagekit.effects.ssh.ssh_terminal import Shell
 
     ours, theirs = socket.socketpair()
 
@@ -692,7 +692,7 @@ def test_the_end_sentinel_is_matched_only_with_its_line_end():
 
 def test_a_chunk_bigger_than_a_chunk_can_be_is_refused():
     from imagekit.clouds.podwire import TYPED_LINE, chunk_text_limit
-    from imagekit.effects.ssh_errors import TooMuchOutput
+    from imagekit.effects.ssh.ssh_errors import TooMuchOutput
 
     line = b"A" * TYPED_LINE + b"\r\n"
     shell, thread, theirs = _pty_peer([b"\r\nIMK{N}S\r\n", line * 2000])  # 6 MB of base64: more than 4 MiB decoded
@@ -707,7 +707,7 @@ def test_a_chunk_bigger_than_a_chunk_can_be_is_refused():
 @pytest.mark.parametrize("partial", ["matching", "changed"])
 def test_a_resumed_download_keeps_a_partial_only_when_it_matches_the_pods(evil_gateway, tmp_path, monkeypatch, partial):
     from imagekit.clouds.podwire import CHUNK
-    from imagekit.services import pod
+    from imagekit.services.pods import pod
 
     _home_knowing(tmp_path, monkeypatch, evil_gateway)
     data = os.urandom(2 * CHUNK + 5)

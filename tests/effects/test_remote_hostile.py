@@ -17,7 +17,7 @@ from imagekit.clouds import runpod
 from imagekit.effects import registry as registry_api
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.oci import release_record
-from imagekit.services import release_index
+from imagekit.services.publishing import release_index
 from tests import hostile_http
 from tests.fakes import PASSED
 from tests.hostile_http import Seen, serve

@@ -20,10 +20,12 @@ from imagekit.locking import uv_pin as tools
 from imagekit.locking import wheel_choice as wheels
 from imagekit.model import AMD64, ARM64, Cell
 from imagekit.oci import image_index, media_types
-from imagekit.services import publish, selftest_runner, wheel_index
-from imagekit.services.base_images import KEYRINGS, bootstrap_argv, emulation_problem, native
-from imagekit.services.lock_cells import read_lock
-from imagekit.services.selftest_runner import SelfTestReport
+from imagekit.services.builds import selftest_runner
+from imagekit.services.builds.base_images import KEYRINGS, bootstrap_argv, emulation_problem, native
+from imagekit.services.builds.selftest_runner import SelfTestReport
+from imagekit.services.locks.lock_cells import read_lock
+from imagekit.services.publishing import publish
+from imagekit.services.wheels import wheel_index
 from imagekit.trust import untrusted
 from tests.conftest import ROOT
 from tests.fakes import RecordingEngine, RecordingRegistry
@@ -324,7 +326,7 @@ def test_an_amd64_cell_on_an_arm64_host_is_bootstrapped_for_amd64(data):
 
 
 def test_a_dry_run_on_a_host_that_cannot_run_arm64_says_the_build_is_blocked(app, runner, tmp_path, monkeypatch):
-    from imagekit.services import base_images
+    from imagekit.services.builds import base_images
 
     monkeypatch.setattr(base_images, "BINFMT", tmp_path / "binfmt")  # no qemu-aarch64 registered
     (tmp_path / "m.toml").write_text(

@@ -11,7 +11,7 @@ from imagekit.image import layering, render
 from imagekit.image.buildplan import BaseRef, BuildPlan, base_for, bootstrap_base, manifest
 from imagekit.image.image_options import ImageOptions
 from imagekit.model import ARM64, Cell
-from imagekit.services.lock_cells import read_lock
+from imagekit.services.locks.lock_cells import read_lock
 from tests.conftest import ROOT
 
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11", ("accelerate==1.2.1",))

@@ -13,7 +13,7 @@ from imagekit.image.image_options import ImageOptions
 from imagekit.in_image import selftest
 from imagekit.matrix import matrix_file as matrix
 from imagekit.model import Cell
-from imagekit.services.lock_cells import read_lock
+from imagekit.services.locks.lock_cells import read_lock
 from tests.conftest import ROOT
 
 CELL_ID = "cu130-torch2.14.1-py3.13-tf5.24.0"

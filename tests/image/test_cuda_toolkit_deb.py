@@ -21,8 +21,8 @@ from imagekit.locking import debs, driver_stub
 from imagekit.locking.lockfile import parse as parse_lock
 from imagekit.matrix import matrix_file as matrix
 from imagekit.model import Cell
-from imagekit.services import fetch
-from imagekit.services.lock_cells import read_lock
+from imagekit.services.locks.lock_cells import read_lock
+from imagekit.services.wheels import fetch
 from tests.conftest import ROOT
 
 ANSWER = ROOT / "tests" / "fixtures" / "cuda-toolkit-deb" / "bookworm-apt-answer.txt"
@@ -197,7 +197,7 @@ def test_the_lock_round_trips_the_pins_and_fetch_writes_the_stub_by_its_hash(tmp
 
 
 def test_the_dry_run_names_debians_compiler_and_what_it_downloads():
-    from imagekit.services import forecast as fc
+    from imagekit.services.builds import forecast as fc
 
     row = fc.CellForecast(
         "cu118-x", "up-to-date", "l.txt", None, fc.BaseForecast("b", "reuse", 1, 0), None, None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from imagekit.image import layering as layers
 from imagekit.locking.lockfile import Lock, LockEntry
-from imagekit.services.lock_cells import read_lock
+from imagekit.services.locks.lock_cells import read_lock
 from tests.conftest import ROOT
 
 

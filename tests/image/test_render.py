@@ -13,7 +13,7 @@ import pytest
 from imagekit.effects.files import content_mtime
 from imagekit.image import render
 from imagekit.image.layering import split as layering
-from imagekit.services.lock_cells import read_lock
+from imagekit.services.locks.lock_cells import read_lock
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -269,7 +269,7 @@ def test_registry_base_is_pinned_by_digest_in_the_dockerfile(data):
     from imagekit.image import render
     from imagekit.image.buildplan import BaseRef, BuildPlan
     from imagekit.model import Cell
-    from imagekit.services.lock_cells import read_lock
+    from imagekit.services.locks.lock_cells import read_lock
 
     digest = "sha256:" + "cd" * 32
     base = BaseRef(

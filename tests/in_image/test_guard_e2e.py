@@ -126,7 +126,7 @@ def test_a_restart_with_a_reused_pid_is_no_job_and_pod_wait_returns(real_build, 
     pid reused by chance would be, without waiting for chance). The guard does not take that for the job (the
     GPU-idle watchdog, armed to stop, stays quiet: it used to stop the pod for a job that was not there), and `pod
     wait`'s script says the run was lost (it used to wait forever); the deadline still counts from the first start."""
-    from imagekit.services import pod_runs
+    from imagekit.services.pods import pod_runs
 
     result, _ = real_build
     before = len(api.seen)

@@ -55,7 +55,7 @@ def _stopped(api, before: int, pod, trigger: str) -> tuple[float, str]:  # type:
 
 def _pod_run(pod, command: str) -> str:
     """Start ``command`` as `imagekit pod run` starts it (its real start script, in the pod's login shell); its id."""
-    from imagekit.services import pod_runs
+    from imagekit.services.pods import pod_runs
 
     code, out = pod.exec("bash", "-lc", pod_runs.start_script(command))
     assert code == 0, out

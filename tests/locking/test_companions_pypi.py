@@ -14,7 +14,7 @@ from imagekit.compat import companions
 from imagekit.effects import http, remote_zip
 from imagekit.locking import resolution
 from imagekit.model import Cell
-from imagekit.services import lock_cells as lock_service
+from imagekit.services.locks import lock_cells as lock_service
 
 pytestmark = [pytest.mark.network, pytest.mark.resolver]
 

@@ -19,8 +19,9 @@ from imagekit.in_image import facts, imagekit_doctor, selftest
 from imagekit.locking import debs, lockfile
 from imagekit.matrix import matrix_file as matrix
 from imagekit.model import Cell
-from imagekit.services import inputs, lock_cells
-from imagekit.services.lock_cells import read_lock
+from imagekit.services import inputs
+from imagekit.services.locks import lock_cells
+from imagekit.services.locks.lock_cells import read_lock
 from imagekit.trust.untrusted import UntrustedData
 from tests.conftest import ROOT
 

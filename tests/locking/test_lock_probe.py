@@ -24,7 +24,7 @@ from imagekit.effects import resolver
 from imagekit.effects.resolver import IndexUnreachable
 from imagekit.locking import resolution
 from imagekit.model import Cell
-from imagekit.services import lock_cells as lock_service
+from imagekit.services.locks import lock_cells as lock_service
 from tests import loopback
 from tests.conftest import ROOT
 

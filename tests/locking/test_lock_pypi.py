@@ -6,7 +6,7 @@ import pytest
 
 from imagekit.locking import resolution
 from imagekit.model import Cell
-from imagekit.services import lock_cells as lock_service
+from imagekit.services.locks import lock_cells as lock_service
 from tests.conftest import ROOT
 
 

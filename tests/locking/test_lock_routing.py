@@ -16,7 +16,7 @@ import pytest
 from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.locking import lockfile, resolution
 from imagekit.model import Cell
-from imagekit.services import lock_cells as lock_service
+from imagekit.services.locks import lock_cells as lock_service
 from tests import loopback
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 

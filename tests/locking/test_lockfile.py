@@ -151,7 +151,7 @@ def test_a_hand_edit_is_named_by_line(in_tmp):
 
 def test_committed_locks_verify(data):
     from imagekit.locking import resolution
-    from imagekit.services.lock_cells import lock_path, verified_lock
+    from imagekit.services.locks.lock_cells import lock_path, verified_lock
 
     config = inputs.load_matrix(None, data)
     checked = 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.services import lock_cells as lock_service
+from imagekit.services.locks import lock_cells as lock_service
 from tests.conftest import FIXTURES
 
 pytestmark = [pytest.mark.network, pytest.mark.resolver]

@@ -9,7 +9,7 @@ import pytest
 
 from imagekit.locking import resolution
 from imagekit.services import inputs
-from imagekit.services.lock_cells import lock_path, status_of
+from imagekit.services.locks.lock_cells import lock_path, status_of
 from tests.conftest import ROOT
 
 CELL_ID = "cu121-torch2.1.2-py3.11-tf4.48.2"  # its committed lock pins accelerate==1.2.1 and numpy<2 over torch

@@ -13,7 +13,8 @@ from imagekit.effects import resolver
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.locking import resolution
 from imagekit.model import Cell
-from imagekit.services import inputs, lock_cells
+from imagekit.services import inputs
+from imagekit.services.locks import lock_cells
 from tests import loopback
 from tests.fakes import ScriptedResolver
 

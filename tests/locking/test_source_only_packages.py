@@ -1,4 +1,4 @@
-"""What has no wheel, found in one pass (services/lock_cells._every_source_only): every package of the resolution
+"""What has no wheel, found in one pass (services/locks/lock_cells._every_source_only): every package of the resolution
 published as source archives only, at any depth, is named by one `lock` (not one per run), with the fix that builds
 them (`[matrix] from_source`), against a loopback index with real wheels and archives and the real resolver."""
 
@@ -16,7 +16,8 @@ from imagekit.effects import resolver
 from imagekit.locking import resolution
 from imagekit.locking import source_builds as sb
 from imagekit.model import Cell
-from imagekit.services import inputs, lock_cells
+from imagekit.services import inputs
+from imagekit.services.locks import lock_cells
 from tests.wheelfactory import build_wheel, fake_pypi_wheels, serve, write_simple_index
 
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11")

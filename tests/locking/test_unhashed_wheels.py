@@ -13,7 +13,7 @@ import pytest
 
 from imagekit.errors import CheckFailed, UsageError
 from imagekit.locking import direct_wheels, lockfile
-from imagekit.services import direct_sources
+from imagekit.services.wheels import direct_sources
 from tests import loopback
 from tests.hostile_index import honest_index
 from tests.wheelfactory import build_wheel, serve

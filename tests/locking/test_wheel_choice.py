@@ -18,7 +18,7 @@ import pytest
 from imagekit.errors import CheckFailed
 from imagekit.locking import wheel_choice as wheels
 from imagekit.locking.lockfile import Lock, LockEntry
-from imagekit.services import fetch
+from imagekit.services.wheels import fetch
 from tests.wheelfactory import build_wheel, serve
 
 TAGS = {

@@ -19,7 +19,7 @@ import pytest
 
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.services import inputs
-from imagekit.services.base_images import ensure_base
+from imagekit.services.builds.base_images import ensure_base
 from tests.wheelfactory import fake_pypi_wheels, serve, write_simple_index
 
 pytestmark = [pytest.mark.docker]
@@ -89,7 +89,7 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
         from imagekit.effects.docker import Engine
         from imagekit.effects.registry import RegistryClient
         from imagekit.services import publish, release_index
-        from imagekit.services.selftest_runner import SelfTestReport
+        from imagekit.services.builds.selftest_runner import SelfTestReport
         repo, cell, image, index, records = sys.argv[1:6]
         passed = {"passed": True, "failed": [], "checks": [{"id": "python", "status": "pass"}]}
         report = SelfTestReport(image, True, passed)

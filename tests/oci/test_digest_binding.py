@@ -15,7 +15,7 @@ from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.oci import media_types
 from imagekit.oci.release_record import Published
-from imagekit.services import release, release_index, signing, tag_indexes
+from imagekit.services.publishing import release, release_index, signing, tag_indexes
 from imagekit.supplychain import cosign
 from tests import hostile_http
 from tests.fakes import PASSED, RecordingRegistry
@@ -59,7 +59,7 @@ def _plant_signature(registry: RecordingRegistry, digest: str, payload: bytes, k
     return layer
 
 
-# ---- planted bug (a): services/signing.py `verified` compares a served payload with its digest ------------------
+# ---- planted bug (a): services/publishing/signing.py `verified` compares a served payload with its digest ------------
 # Fast: the fake registry serves what it holds under a digest without checking it, as any Registry may; the check
 # that refuses other bytes is signing's own, so removing it changes the reason (or lets the signature through).
 def test_a_signature_payload_the_registry_swapped_is_refused_as_other_bytes():

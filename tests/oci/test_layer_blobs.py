@@ -21,7 +21,7 @@ from imagekit.effects.layer_export import save_export
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.oci import layer_blobs, media_types
-from imagekit.services import blob_push
+from imagekit.services.publishing import blob_push
 from tests import hostile_http
 
 

@@ -18,7 +18,8 @@ from imagekit.errors import CheckFailed
 from imagekit.model import Cell
 from imagekit.oci import selftest_reuse
 from imagekit.oci.selftest_reuse import Reuse, RunKey
-from imagekit.services import release_index, selftest_runner
+from imagekit.services.builds import selftest_runner
+from imagekit.services.publishing import release_index
 from tests.fakes import RecordingEngine
 
 LAYERS = [f"sha256:{c * 64}" for c in "abc"]
@@ -224,7 +225,7 @@ def test_release_merge_refuses_a_record_claiming_another_images_layers(tmp_path,
     # then stood for any build of those layers.
     from imagekit.effects.registry import Remote
     from imagekit.oci import release_record
-    from imagekit.services import release
+    from imagekit.services.publishing import release
     from tests.fakes import RecordingRegistry
 
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))

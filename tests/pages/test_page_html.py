@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 from imagekit.model import Cell
 from imagekit.pages import page_html, release_grid
-from imagekit.services.release_index import read_index
+from imagekit.services.publishing.release_index import read_index
 from tests.conftest import ROOT
 from tests.pages import records
 from tests.pages.test_release_grid import CPU_CELL, GPU_CELL, _evaluated

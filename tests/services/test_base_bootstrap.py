@@ -15,7 +15,7 @@ import pytest
 
 from imagekit.errors import EnvironmentFailure
 from imagekit.image.buildplan import DEFAULT_SOURCE_DATE_EPOCH
-from imagekit.services.base_images import KEYRINGS, bootstrap_argv, bootstrap_tarball, ensure_base
+from imagekit.services.builds.base_images import KEYRINGS, bootstrap_argv, bootstrap_tarball, ensure_base
 from tests.conftest import ROOT
 
 ALL = frozenset(path for path, _, _ in KEYRINGS.values())
@@ -77,7 +77,7 @@ def _as_runner(out: Path, epoch: int) -> subprocess.CompletedProcess:
     root's home) reading imagekit and its packages from this checkout and venv."""
     code = (
         "import sys; from pathlib import Path; from imagekit.services import inputs; "
-        "from imagekit.services.base_images import bootstrap_tarball; "
+        "from imagekit.services.builds.base_images import bootstrap_tarball; "
         "print(bootstrap_tarball(inputs.compat_data().bases['3.11'], int(sys.argv[1]), Path(sys.argv[2]), True))"
     )
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable

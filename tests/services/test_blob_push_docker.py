@@ -14,7 +14,7 @@ import pytest
 
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.oci import layer_blobs, media_types
-from imagekit.services import blob_push
+from imagekit.services.publishing import blob_push
 
 pytestmark = pytest.mark.docker
 

@@ -108,7 +108,7 @@ def _lock(*entries: tuple[str, str]):
 
 def test_the_forecast_names_what_the_wheels_build_and_install_would_refuse_before_any_download(tmp_path):
     from imagekit.model import Cell
-    from imagekit.services.project_build import forecast_problems
+    from imagekit.services.builds.project_build import forecast_problems
 
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
     (tmp_path / "pyproject.toml").write_text(

@@ -12,8 +12,8 @@ from imagekit.image.buildplan import BaseRef, base_for
 from imagekit.image.image_options import ImageOptions
 from imagekit.locking import resolution
 from imagekit.matrix import matrix_file as matrix
-from imagekit.services import build_job
-from imagekit.services.base_images import present
+from imagekit.services.builds import build_job
+from imagekit.services.builds.base_images import present
 from tests.fakes import RecordingEngine
 
 

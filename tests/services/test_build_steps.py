@@ -14,7 +14,7 @@ from imagekit.image import naming
 from imagekit.locking import resolution
 from imagekit.model import Cell
 from imagekit.services import inputs
-from imagekit.services.build import BuildOptions, build_cell
+from imagekit.services.builds.build import BuildOptions, build_cell
 from tests.fakes import RecordingEngine, RecordingRegistry
 
 pytestmark = pytest.mark.resolver  # real uv resolutions (against loopback indexes)
@@ -70,7 +70,7 @@ def test_steps_in_order_and_the_alias_after_the_immutable_tag(setup):
 
 
 def test_the_stages_run_in_the_documented_order():
-    from imagekit.services import build
+    from imagekit.services.builds import build
 
     steps = [step for step, _ in build.STAGES]
     # the base first: a cell's `[image] apt` packages are locked over it

@@ -1,4 +1,4 @@
-"""Wheels built from source (services/wheel_builds.py), held against bugs planted on purpose (issue 49): a short
+"""Wheels built from source (services/wheels/wheel_builds.py), held against bugs planted on purpose (issue 49): a short
 commit is not a pin, a wheel built again from a lock's record must have the sha256 the lock records, and a built
 wheel found in the cache is hashed again before it is used. The build itself is the container's: a stand-in engine
 at that outer boundary leaves a wheel where the real build would; the archive, the cache and the lock are real.
@@ -22,7 +22,7 @@ from imagekit.locking import vcs_refs
 from imagekit.locking.lockfile import Lock
 from imagekit.locking.resolution import LockSettings, request
 from imagekit.model import Cell
-from imagekit.services import wheel_builds
+from imagekit.services.wheels import wheel_builds
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11", packages=("tinypkg==1.0",))
@@ -109,7 +109,7 @@ def test_a_rebuilt_wheel_is_compared_with_the_recorded_sha256(recorded, data):
 
 # Planted: wheel_builds.cached without `sha256_of(path) == built.wheel_sha256` (a file at the path is taken).
 def test_a_cached_built_wheel_is_hashed_again_against_the_lock_before_use(recorded, data):
-    from imagekit.services.wheel_cache import wheel_cache
+    from imagekit.services.wheels.wheel_cache import wheel_cache
 
     path = wheel_cache() / recorded.wheel_sha256 / recorded.wheel
     path.parent.mkdir(parents=True)

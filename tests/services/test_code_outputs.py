@@ -1,4 +1,4 @@
-"""imagekit's own outputs never enter the code layer (services/build_plans.code_for): a publish, a re-lock or
+"""imagekit's own outputs never enter the code layer (services/builds/build_plans.code_for): a publish, a re-lock or
 `ci init` in the project's folder leaves the next build's code layer as it was."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from imagekit.image.code_layer import CopySpec
 from imagekit.image.image_options import ImageOptions
-from imagekit.services.build_plans import code_for
+from imagekit.services.builds.build_plans import code_for
 
 EPOCH = 1_700_000_000
 

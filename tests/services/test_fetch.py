@@ -8,7 +8,7 @@ import pytest
 
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.locking.lockfile import Lock, LockEntry
-from imagekit.services import fetch, wheel_folders, wheel_forecast
+from imagekit.services.wheels import fetch, wheel_folders, wheel_forecast
 
 
 def _cached(cache, filename: str, payload: bytes) -> str:
@@ -145,7 +145,7 @@ def test_a_locked_sdist_beside_the_wheel_is_passed_over_not_refused():
     from imagekit.errors import EnvironmentFailure
     from imagekit.locking.lockfile import LockEntry
     from imagekit.locking.wheel_choice import Candidate, supported_tags
-    from imagekit.services import wheel_index
+    from imagekit.services.wheels import wheel_index
 
     wheel, sdist = "a" * 64, "b" * 64
     entry = LockEntry("filelock", "4.3.1", (f"sha256:{wheel}", f"sha256:{sdist}"))

@@ -17,7 +17,7 @@ from imagekit.locking import source_builds as sb
 from imagekit.locking.lockfile import Lock
 from imagekit.locking.resolution import LockSettings, request
 from imagekit.model import Cell
-from imagekit.services import direct_sources, wheel_builds
+from imagekit.services.wheels import direct_sources, wheel_builds
 from tests.wheelfactory import build_wheel
 
 WHEEL = "deepspeed-0.19.8-py3-none-any.whl"

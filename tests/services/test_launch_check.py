@@ -1,4 +1,5 @@
-"""`pod run`'s launch check (services/launch_check.py) in this process: which words of a shell line the doctor reads
+"""`pod run`'s launch check (services/pods/launch_check.py) in this process: which words of a shell line the doctor
+reads
 as the launch, and what the doctor's exit code and report mean for the run. The real doctor on a real sshd:
 tests/effects/test_pod_launch_check.py."""
 
@@ -9,7 +10,7 @@ import json
 import pytest
 
 from imagekit.errors import CheckFailed
-from imagekit.services import launch_check
+from imagekit.services.pods import launch_check
 from tests.fakes import FakeTransport
 
 

@@ -18,9 +18,9 @@ import pytest
 from imagekit.effects.registry import RegistryClient, Remote
 from imagekit.model import AMD64, ARM64, DEBIAN_ARCH
 from imagekit.oci import image_index, media_types
-from imagekit.services import publish
-from imagekit.services.base_images import base_config, emulation_hint, emulation_problem
-from imagekit.services.selftest_runner import SelfTestReport
+from imagekit.services.builds.base_images import base_config, emulation_hint, emulation_problem
+from imagekit.services.builds.selftest_runner import SelfTestReport
+from imagekit.services.publishing import publish
 
 pytestmark = pytest.mark.docker
 EPOCH = 1735689600

@@ -13,7 +13,7 @@ import pytest
 
 from imagekit.errors import EnvironmentFailure
 from imagekit.in_image import guard_files, guard_signs
-from imagekit.services import pod_runs
+from imagekit.services.pods import pod_runs
 from tests.services.test_pod_runs_planted import LIMIT_S, OPTS, TARGET, LocalShell, _nothing
 
 

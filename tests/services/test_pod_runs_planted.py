@@ -1,4 +1,4 @@
-"""`imagekit pod run` and `pod wait` (services/pod_runs.py) against bugs planted on purpose that every tier without
+"""`imagekit pod run` and `pod wait` (services/pods/pod_runs.py) against bugs planted on purpose that every tier without
 Docker let through: the run id a pod prints taken as it is, and `pod wait` on a run whose process died without an
 exit code waiting forever. The wait script is the real one, run by a local shell (bash, as a pod's login shell
 runs it) over run folders in the test's own folder; each test was run with its bug planted (and failed) and without
@@ -14,7 +14,7 @@ import pytest
 
 from imagekit.clouds.podwire import parse_target
 from imagekit.errors import EnvironmentFailure, UsageError
-from imagekit.services import pod, pod_runs
+from imagekit.services.pods import pod, pod_runs
 from tests.fakes import FakeTransport
 
 TARGET = parse_target("root@pod.test:2222")

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from imagekit.errors import CheckFailed
-from imagekit.services import pod_runs
+from imagekit.services.pods import pod_runs
 from tests.services.test_pod_runs_planted import OPTS, TARGET, LocalShell, _nothing
 
 

@@ -11,10 +11,10 @@ from rich.console import Console
 
 from imagekit.cli.progress_display import ConsoleProgress
 from imagekit.locking.lockfile import Lock, LockEntry
-from imagekit.services import fetch
-from imagekit.services.build import _StepTimer
+from imagekit.services.builds.build import _StepTimer
+from imagekit.services.builds.selftest_runner import _relay
 from imagekit.services.progress import NullProgress, activity, human_bytes
-from imagekit.services.selftest_runner import _relay
+from imagekit.services.wheels import fetch
 from tests.recording import RecordingProgress
 from tests.wheelfactory import build_wheel, serve, write_simple_index
 

@@ -1,4 +1,5 @@
-"""`[image] install`'s wheel (services/project_build.py): the driver that runs in the base, here run by this host's
+"""`[image] install`'s wheel (services/builds/project_build.py): the driver that runs in the base, here run by this
+host's
 Python in place of the container (the engine is the outer boundary: `HostEngine` maps its mounts to folders), the
 refusals before anything runs, and the build that publishes a project's image whose self-test passed (over the
 recording engine and registry). The same driver in a real base on a real engine: test_project_install_docker.py."""
@@ -21,9 +22,10 @@ from imagekit.image.image_options import ImageOptions
 from imagekit.locking import resolution
 from imagekit.locking.lockfile import Lock, LockEntry
 from imagekit.model import Cell
-from imagekit.services import inputs, project_build
-from imagekit.services.build import BuildOptions, build_cell
-from imagekit.services.fetch import FetchedWheel
+from imagekit.services import inputs
+from imagekit.services.builds import project_build
+from imagekit.services.builds.build import BuildOptions, build_cell
+from imagekit.services.wheels.fetch import FetchedWheel
 from tests.fakes import RecordingEngine, RecordingRegistry
 from tests.wheelfactory import BACKEND, backend_wheel, build_wheel, fake_pypi_wheels, serve, write_simple_index
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from imagekit.image.buildplan import BaseRef
-from imagekit.services import project_metadata
+from imagekit.services.locks import project_metadata
 
 BASE = BaseRef("debian-bookworm", "imagekit/base:debian-bookworm-0123456789ab", None, "3.11", "2.36")
 BACKEND = "setuptools.build_meta:__legacy__"

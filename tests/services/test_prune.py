@@ -1,4 +1,4 @@
-"""`imagekit prune` (services/prune.py): only what imagekit made is found and removed (refused images, recorded
+"""`imagekit prune` (services/builds/prune.py): only what imagekit made is found and removed (refused images, recorded
 step images no tag names, with --cache the build-cache anchors); a published tag, another program's image and a
 step image a tag names stay. Over the recording engine (the Docker engine is the outer boundary)."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from imagekit.image import naming
 from imagekit.model import Cell
-from imagekit.services import prune, staged_build
+from imagekit.services.builds import prune, staged_build
 from tests.fakes import RecordingEngine
 
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11")

@@ -16,8 +16,8 @@ import pytest
 from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed
 from imagekit.oci import layer_blobs, media_types, publish_formats, release_record
-from imagekit.services import publish
-from imagekit.services.selftest_runner import SelfTestReport
+from imagekit.services.builds.selftest_runner import SelfTestReport
+from imagekit.services.publishing import publish
 from tests.fakes import RecordingEngine, RecordingRegistry
 
 REPO = "127.0.0.1:5000/t"

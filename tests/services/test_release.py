@@ -16,7 +16,7 @@ import pytest
 
 from imagekit.errors import CheckFailed
 from imagekit.oci.release_record import Published, record_name
-from imagekit.services import release_index
+from imagekit.services.publishing import release_index
 from tests.fakes import PASSED
 from tests.registry import Registry, free_port
 

@@ -15,8 +15,8 @@ from imagekit.image import naming
 from imagekit.image.buildplan import BaseRef, BuildPlan, manifest
 from imagekit.model import Cell
 from imagekit.oci import media_types
-from imagekit.services import remote_contract
-from imagekit.services.lock_cells import read_lock
+from imagekit.services.locks.lock_cells import read_lock
+from imagekit.services.pods import remote_contract
 from tests import hostile_http
 from tests.conftest import ROOT
 from tests.registry import Registry, free_port
@@ -332,8 +332,8 @@ def test_an_image_imagekit_built_and_published_makes_its_template_without_a_reco
     from imagekit.clouds import runpod
     from imagekit.compat import contract
     from imagekit.effects.docker import Engine
-    from imagekit.services import publish
-    from imagekit.services.selftest_runner import SelfTestReport
+    from imagekit.services.builds.selftest_runner import SelfTestReport
+    from imagekit.services.publishing import publish
 
     home, repo = tmp_path / "ci-runner", f"{registry.address}/imagekit-test/labels"
     (home / "locks").mkdir(parents=True)

@@ -1,4 +1,5 @@
-"""A build's self-test (services/selftest_runner.for_build) against a recording engine: the image is asked for its
+"""A build's self-test (services/builds/selftest_runner.for_build) against a recording engine: the image is asked for
+its
 code layer's checks alone (`--code-layer`) only when a passing release of the cell offers results for its layers;
 `--full-self-test` and an ENV that puts the code on a path run every check."""
 
@@ -11,7 +12,8 @@ import pytest
 
 from imagekit.model import Cell
 from imagekit.oci import selftest_reuse
-from imagekit.services import release_index, selftest_runner
+from imagekit.services.builds import selftest_runner
+from imagekit.services.publishing import release_index
 from tests.fakes import RecordingEngine
 
 CELL = Cell("12.4", "2.5.1", "4.48.2", "3.11")

@@ -1,12 +1,13 @@
-"""The build's failure summary (services/selftest_runner.failure_lines): each failed check's message and fix as the
+"""The build's failure summary (services/builds/selftest_runner.failure_lines): each failed check's message and fix as
+the
 image wrote them, so the user reads what broke without opening the report; the image's output is another party's
 text: bounded, its escape sequences and control characters taken out, no line of its own."""
 
 from __future__ import annotations
 
 from imagekit.errors import CheckFailed
-from imagekit.services import selftest_runner
-from imagekit.services.selftest_runner import SelfTestReport, failure_lines
+from imagekit.services.builds import selftest_runner
+from imagekit.services.builds.selftest_runner import SelfTestReport, failure_lines
 
 
 def _report(*checks: dict) -> dict:

@@ -10,8 +10,9 @@ import pytest
 
 from imagekit.image import naming
 from imagekit.model import Cell
-from imagekit.services import inputs, staged_build
-from imagekit.services.build import build_cell
+from imagekit.services import inputs
+from imagekit.services.builds import staged_build
+from imagekit.services.builds.build import build_cell
 from tests import containers
 from tests.conftest import _log
 from tests.test_docker_e2e import _fake_opts
@@ -90,7 +91,7 @@ def test_a_failing_step_says_which_and_why_and_leaves_nothing_staged(engine, tmp
         build_cell(CELL, dataclasses.replace(opts, nocache=True), engine, data, _log)  # locks and fetches
         engine.remove(naming.build_cache_tag(CELL))
         # the wheel server serves the wheelhouse: replace the torch wheel there by other bytes of the same name
-        from imagekit.services import wheel_folders
+        from imagekit.services.wheels import wheel_folders
 
         real = wheel_folders.wheelhouse
 

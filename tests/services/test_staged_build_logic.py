@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.errors import CheckFailed, EnvironmentFailure
-from imagekit.services import staged_build
+from imagekit.services.builds import staged_build
 
 EPOCH = 1735689600
 FROM = "imagekit/base:test"

@@ -23,9 +23,11 @@ from imagekit.image.image_options import ImageOptions
 from imagekit.locking import resolution
 from imagekit.locking import source_builds as sb
 from imagekit.model import Cell
-from imagekit.services import inputs, lock_cells, wheel_builds
-from imagekit.services.base_images import present
-from imagekit.services.wheel_cache import wheel_cache
+from imagekit.services import inputs
+from imagekit.services.builds.base_images import present
+from imagekit.services.locks import lock_cells
+from imagekit.services.wheels import wheel_builds
+from imagekit.services.wheels.wheel_cache import wheel_cache
 from tests.wheelfactory import fake_pypi_wheels, pypi_wheel, serve, write_simple_index
 
 pytestmark = [pytest.mark.docker, pytest.mark.network, pytest.mark.loopback]

@@ -1,4 +1,5 @@
-"""cosign's signature format (supplychain/cosign.py, services/signing.py, `imagekit sign` / `imagekit verify`):
+"""cosign's signature format (supplychain/cosign.py, services/publishing/signing.py, `imagekit sign` / `imagekit
+verify`):
 checked against cosign's own test vectors (tests/fixtures/cosign), then round-tripped through a fake registry and a
 real one."""
 
@@ -13,7 +14,7 @@ import pytest
 
 from imagekit.effects.registry import Remote
 from imagekit.errors import CheckFailed
-from imagekit.services import signing
+from imagekit.services.publishing import signing
 from imagekit.supplychain import cosign
 from tests.fakes import RecordingRegistry
 from tests.services.test_build_steps import setup  # noqa: F401 (the fake engine and registry of a build)
@@ -196,7 +197,7 @@ def test_sign_and_verify_an_image_in_a_real_registry(runner, app, real_registry,
 def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_require_it(setup, tmp_path):  # noqa: F811
     import dataclasses
 
-    from imagekit.services import release
+    from imagekit.services.publishing import release
     from tests.services.test_build_steps import CELL, REPO, _build
 
     engine, registry, opts = setup
@@ -241,7 +242,7 @@ def test_a_build_signs_after_the_self_test_and_before_the_alias_and_merge_can_re
     assert not (tmp_path / "other.json").exists()
     # on another machine (a state folder of its own): only a merge that verified the signature vouches for the
     # record's self-test, so a later build there may reuse its results (oci.selftest_reuse)
-    from imagekit.services import release_index
+    from imagekit.services.publishing import release_index
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("IMAGEKIT_STATE", str(tmp_path / "another-machine"))

@@ -6,7 +6,7 @@ import pytest
 
 from imagekit.effects.registry import Remote
 from imagekit.errors import UsageError
-from imagekit.services import release
+from imagekit.services.publishing import release
 from imagekit.trust import registry_host, validate
 
 NAMES = [

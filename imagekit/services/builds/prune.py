@@ -1,0 +1,48 @@
+"""`imagekit prune`: what imagekit's builds leave in the engine that no published tag needs, found and removed. Only
+what imagekit made: images kept as refused (naming.REFUSED), the step images its staged builds loaded and recorded
+(staged_build.recorded_step_images) that no tag names, and with ``cache`` the build-cache anchors (naming.BUILD_CACHE:
+the next build of a cell then runs its steps again). Never an image imagekit did not record or tag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from imagekit.image import naming
+from imagekit.services.builds import staged_build
+from imagekit.services.ports import ContainerEngine
+
+
+@dataclass(frozen=True)
+class Leftover:
+    kind: str  # refused | step | cache
+    ref: str  # a tag, or a step image's id
+    size: int  # the image's size as the engine reports it (shared layers counted in each)
+    removed: bool = False
+
+
+def leftovers(engine: ContainerEngine, *, cache: bool = False) -> list[Leftover]:
+    """What `prune` would remove, in the order it removes it."""
+    found = [Leftover("refused", tag, size) for tag, _, size in engine.images_named(naming.REFUSED)]
+    for image in staged_build.recorded_step_images():
+        inspect = engine.image(image)
+        if inspect is not None and not inspect.get("RepoTags"):
+            found.append(Leftover("step", image, int(inspect.get("Size") or 0)))
+    if cache:
+        found += [Leftover("cache", tag, size) for tag, _, size in engine.images_named(naming.BUILD_CACHE)]
+    return found
+
+
+def prune(engine: ContainerEngine, *, cache: bool = False, dry_run: bool = False) -> list[Leftover]:
+    """Remove the leftovers (untag the tags; a step image only when no container uses it); each says if it went."""
+    out = []
+    for item in leftovers(engine, cache=cache):
+        if dry_run:
+            out.append(item)
+            continue
+        if item.kind == "step":
+            gone = staged_build.drop_step_image(engine, item.ref)
+        else:
+            engine.remove(item.ref)
+            gone = engine.image(item.ref) is None
+        out.append(Leftover(item.kind, item.ref, item.size, gone))
+    return out
