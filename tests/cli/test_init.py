@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.cli.init_cmd import DEFAULT_AXES, DEFAULT_PACKAGES, document
 from imagekit.errors import ConfigError
 from imagekit.matrix import matrix_file as matrix
 from imagekit.matrix import schema
 from imagekit.services import inputs
+from imagekit.services.init_project import DEFAULT_AXES, DEFAULT_PACKAGES, document
 
 
 def _init(app, runner, *args: str):
@@ -278,7 +278,7 @@ def test_readme_documents_every_key_and_its_example_is_a_valid_matrix(data):
 
 def test_a_cuda_alone_picks_the_newest_torch_built_for_it(app, runner, data, in_tmp):
     """`init --cuda 13.2` is torch 2.15.0 (cu132 only), not the default pair that has no cu132 wheels."""
-    from imagekit.cli.init_cmd import torch_for
+    from imagekit.services.init_project import torch_for
 
     _init(app, runner, "--cuda", "13.2")
     doc = tomllib.loads((in_tmp / "imagekit.toml").read_text())
