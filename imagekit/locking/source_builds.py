@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -172,10 +173,8 @@ def specifier_of(name: str, requirements: tuple[str, ...]) -> SpecifierSet:
     return spec
 
 
-def pick_sdist(name: str, spec: SpecifierSet, files: list[wheels.Candidate], where: str) -> Sdist:
-    """The newest source archive (.tar.gz, or .zip) of ``name`` that ``spec`` allows (no pre-release unless the
-    specifier names one), with its sha256 as the index lists it."""
-    found: list[tuple[Version, Sdist]] = []
+def _archives(name: str, files: list[wheels.Candidate]) -> Iterator[tuple[Version, wheels.Candidate]]:
+    """(version, file) of each source archive (.tar.gz or .zip, with a sha256) of ``name`` that ``files`` list."""
     for f in files:
         if not f.filename.endswith((".tar.gz", ".zip")) or not f.sha256:
             continue
@@ -183,9 +182,18 @@ def pick_sdist(name: str, spec: SpecifierSet, files: list[wheels.Candidate], whe
             dist, version = parse_sdist_filename(f.filename)
         except InvalidSdistFilename:
             continue
-        if canonicalize_name(dist) != name or not spec.contains(version, prereleases=bool(spec.prereleases)):
-            continue
-        found.append((version, Sdist(name, str(version), f.filename, f.url, f.sha256)))
+        if canonicalize_name(dist) == name:
+            yield version, f
+
+
+def pick_sdist(name: str, spec: SpecifierSet, files: list[wheels.Candidate], where: str) -> Sdist:
+    """The newest source archive (.tar.gz, or .zip) of ``name`` that ``spec`` allows (no pre-release unless the
+    specifier names one), with its sha256 as the index lists it."""
+    found = [
+        (version, Sdist(name, str(version), f.filename, f.url, f.sha256))
+        for version, f in _archives(name, files)
+        if spec.contains(version, prereleases=bool(spec.prereleases))
+    ]
     if not found:
         allowed = f" {spec}" if str(spec) else ""
         raise CheckFailed(
@@ -313,16 +321,7 @@ MAX_PLACEHOLDERS = 200  # versions of one package stood in for: the newest ones
 
 def sdist_versions(name: str, files: list[wheels.Candidate]) -> list[str]:
     """The versions of ``name`` an index lists a source archive (with a sha256) of, newest first."""
-    found: set[Version] = set()
-    for f in files:
-        if not f.filename.endswith((".tar.gz", ".zip")) or not f.sha256:
-            continue
-        try:
-            dist, version = parse_sdist_filename(f.filename)
-        except InvalidSdistFilename:
-            continue
-        if canonicalize_name(dist) == name:
-            found.add(version)
+    found = {version for version, _ in _archives(name, files)}
     return [str(v) for v in sorted(found, reverse=True)[:MAX_PLACEHOLDERS]]
 
 
