@@ -70,7 +70,8 @@ test-arm64: setup
 # The further real torch images (marker `images`, not in `make test`: it stays under 20 minutes): `[image] cuda_toolkit`
 # on CUDA 11.8 (bookworm) and 12.4 (trixie) cells, two images with Debian's CUDA compiler, built and their kernels
 # compiled (1.6-2 GB of .debs each: docs/builds.md, "A CUDA compiler"); the torch 2.1.2 cell with only tensorboard held
-# to numpy 1 and a setuptools with pkg_resources by the companions table, built and self-tested.
+# to numpy 1 and a setuptools with pkg_resources by the companions table, built and self-tested; the torch cell again
+# through buildx, and the base bootstrapped again by a sudo user.
 test-images: setup
 	$(PY) -m pytest -q -s -m images
 

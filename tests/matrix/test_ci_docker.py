@@ -88,7 +88,7 @@ def test_two_runners_build_side_by_side_and_publish_into_one_index(engine, regis
         from pathlib import Path
         from imagekit.effects.docker import Engine
         from imagekit.effects.registry import RegistryClient
-        from imagekit.services import publish, release_index
+        from imagekit.services.publishing import publish, release_index
         from imagekit.services.builds.selftest_runner import SelfTestReport
         repo, cell, image, index, records = sys.argv[1:6]
         passed = {"passed": True, "failed": [], "checks": [{"id": "python", "status": "pass"}]}

@@ -93,6 +93,7 @@ def _as_runner(out: Path, epoch: int) -> subprocess.CompletedProcess:
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.images  # a second bootstrap of the base, as another user: `make test-images`
 def test_a_runners_user_with_passwordless_sudo_bootstraps_the_bytes_root_does(engine, data):
     """As on GitHub's hosted runners: a user that is not root, with passwordless sudo, bootstraps the base; the tarball
     is the user's and byte-identical to the one root made (the base the builds use). Without sudo: the refusal."""

@@ -102,6 +102,7 @@ def test_bake_builds_a_locked_cell_from_a_pushed_base(app, runner, engine, regis
 
 
 @pytest.mark.slow
+@pytest.mark.images  # a second build of the torch cell (buildx): `make test-images`; the bake test covers BuildKit here
 def test_buildx_builds_the_real_cell_and_its_self_test_passes(app, runner, engine, real_build, tmp_path):
     """The demo cell (real torch 2.1.2 with its CUDA wheels, cached by the real build) through `docker buildx
     build`: the self-test passes inside it and no wheel is in the image."""

@@ -101,7 +101,7 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
         import sys, time
         from pathlib import Path
         from imagekit.oci.release_record import Published
-        from imagekit.services import release_index
+        from imagekit.services.publishing import release_index
         who, index, records = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
         (index.parent.parent / f"ready{who}").touch()
         while not (index.parent.parent / "go").exists():  # both start together

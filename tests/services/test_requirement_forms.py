@@ -204,7 +204,9 @@ def test_a_requirements_file_with_each_form_locks(app, runner, fake_index, tmp_p
     from tests.wheelfactory import build_wheel, serve, write_simple_index
 
     extra = tmp_path / "extra"
-    write_simple_index(extra, [build_wheel(tmp_path / "xw", "extrapkg", "1.0", ["filelock"])])
+    # the project's build backend (`-e .`: its [build-system] requires setuptools) is locked with the rest
+    backend = [build_wheel(tmp_path / "xw", n, v) for n, v in (("setuptools", "80.9.0"), ("wheel", "0.45.1"))]
+    write_simple_index(extra, [build_wheel(tmp_path / "xw", "extrapkg", "1.0", ["filelock"]), *backend])
     url_wheel = build_wheel(extra / "direct", "urlpkg", "1.0")
     project = tmp_path / "p"
     (project / "wheels").mkdir(parents=True)
@@ -224,7 +226,7 @@ def test_a_requirements_file_with_each_form_locks(app, runner, fake_index, tmp_p
         assert res.exit_code == 0, res.output
     (path,) = (project / "locks").iterdir()
     text = path.read_text()
-    for name in ("numpy==1.26.4", "extrapkg==1.0", "filelock==3.16.1"):
+    for name in ("numpy==1.26.4", "extrapkg==1.0", "filelock==3.16.1", "setuptools==80.9.0"):
         assert name in text, text
     assert f"urlpkg @ {second}/direct/{url_wheel.name}#sha256=" in text, text
     assert "localpkg @ file:wheels/localpkg-1.0-py3-none-any.whl#sha256=" in text, text

@@ -173,12 +173,10 @@ def test_a_rebuild_is_the_step_cache_and_no_cache_runs_every_step_again(tmp_path
     first = RecordingEngine(_effects())
     image, _ = _build(first, tmp_path)
     assert len(_ran(first)) == 3 and first.tagged[-1][0] == image
-    # the step images before the last are removed once it is tagged (they would keep its layers alive), the last
-    # one kept (it is the image); every one recorded for `imagekit prune`
-    steps = {ident for ident in first.removed if ident.startswith("sha256:")}
+    # the step images are left to `imagekit prune` (another build of the same steps may be running on one), every
+    # one recorded; the last one is the image
     loaded = staged_build.recorded_step_images()
-    assert loaded[-1] == image and image in first.images and len(loaded) >= 3, loaded
-    assert steps >= set(loaded[:-1]) and all(i not in first.images for i in loaded[:-1])
+    assert loaded[-1] == image and len(loaded) >= 3 and all(i in first.images for i in loaded), loaded
     again = RecordingEngine(_effects())
     again.held = first.held  # the engine still holds every layer
     assert _build(again, tmp_path)[0] == image

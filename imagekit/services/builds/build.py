@@ -298,7 +298,6 @@ def _build(b: _Build) -> None:
                     return
                 except staged_build.Unstageable as exc:
                     b.say(f"building with `docker build` ({exc})")
-            before = (b.engine.image(naming.build_cache_tag(b.cell)) or {}).get("Id")  # the last build's anchor
             b.built = b.engine.build(
                 b.opts.state_dir / "build" / b.cell.slug,
                 [naming.build_cache_tag(b.cell)],
@@ -308,8 +307,6 @@ def _build(b: _Build) -> None:
                 extra_hosts={wheelserver.HOST: address},
                 platform=b.cell.platform if foreign or b.cell.platform != AMD64 else None,
             )
-            if before and before != b.built:  # no longer the anchor: gone unless a tag or a container holds it
-                staged_build.drop_step_image(b.engine, before)
     finally:
         steps.close()
 
@@ -362,8 +359,10 @@ def _budget(b: _Build) -> None:
 
 def _selftest(b: _Build) -> None:
     """The image's self-test in the image (with GPUs where the engine has them); its report kept either way."""
+    # by the image's id, not its tag: another build of the same cell on this engine may move or withdraw the tag
     b.report = selftest_runner.for_build(
-        b.engine, b.immutable, b.cell, release_index.read_index(b.opts.release_index).get("images", {}),
+        b.engine, b.result.image_id or b.immutable, b.cell,
+        release_index.read_index(b.opts.release_index).get("images", {}),
         gpus=b.opts.gpus, emulated=not native(b.cell.platform, os.uname().machine),
         code_to=b.code.to if b.code else None, full=b.opts.full_selftest,
         say=b.say, require_gpu=b.opts.require_gpu, progress=b.progress, cell=b.cell.slug, runtime=b.runtime,

@@ -96,11 +96,10 @@ def build_staged(
     diff_ids = list(base.get("RootFS", {}).get("Layers", []))
     current = base_id
     # Each step's image is loaded untagged (its id is its config's digest: another build of the same steps on this
-    # engine loads and runs on the very same image). Once the last one is tagged, the ones before it are removed,
-    # unforced: one a container uses (another build's step running on it) stays. They hold no layer of their own
-    # while the final image holds them all, but once it is gone they would keep every layer. Each is recorded
-    # (STEP_IMAGES) so `imagekit prune` finds what a failed or interrupted build left.
-    made: list[str] = []
+    # engine loads and runs on the very same image). They are left after the build: another build of the same steps
+    # on this engine may be running on one of them right now (removing them raced two CI runners building the same
+    # cell side by side). They hold no layer of their own while the final image holds them all; each is recorded
+    # (STEP_IMAGES), and `imagekit prune` removes the ones no tag names.
     for step in cell_steps:
         began = time.monotonic()
         on_line(f"Step {step.number}/{step.total} : RUN {step.command[:120]}")
@@ -123,14 +122,9 @@ def build_staged(
         history.append(entry)
         diff_ids.append(diff_id)
         current = image
-        made.append(image)
         _record_step_image(image)
         on_line(f"staged-layer: step {step.number} done in {time.monotonic() - began:.1f} s")
-    before = (engine.image(tag) or {}).get("Id")  # the anchor's image of the cell's last build
     engine.tag(current, *tag.rsplit(":", 1))
-    for image in dict.fromkeys([*made, *([before] if before else [])]):
-        if image != current:
-            drop_step_image(engine, image)
     return current, history
 
 

@@ -50,9 +50,15 @@ def withdraw(
     published names never runs it."""
     kept = naming.refused_tag(cell)
     engine.tag(image, *kept.rsplit(":", 1))
-    engine.remove(immutable)
-    if alias_before and alias_before != image:
-        engine.tag(alias_before, *alias.rsplit(":", 1))
-    else:
-        engine.remove(alias)
+
+    def names_this(tag: str) -> bool:  # another build of the cell on this engine may have moved it since
+        return (engine.image(tag) or {}).get("Id") == (engine.image(image) or {}).get("Id")
+
+    if names_this(immutable):
+        engine.remove(immutable)
+    if names_this(alias):
+        if alias_before and alias_before != image:
+            engine.tag(alias_before, *alias.rsplit(":", 1))
+        else:
+            engine.remove(alias)
     return kept
