@@ -45,4 +45,8 @@ def redact_text(text: str) -> str:
 def redact_value(text: str) -> str:
     """A value a user typed, as an error may echo it: URLs redacted, and user-info before a host taken out where no
     scheme marks it (``user:password@registry/repo``)."""
-    return _USERINFO.sub("***@", redact_text(text))
+    out, last = [], 0
+    for m in _URL_IN_TEXT.finditer(text):  # a URL's own user-info is redact's; its `@` after the host is a path's
+        out += [_USERINFO.sub("***@", text[last : m.start()]), redact(m.group(0))]  # (pip's `repo.git@<commit>`)
+        last = m.end()
+    return "".join([*out, _USERINFO.sub("***@", text[last:])])

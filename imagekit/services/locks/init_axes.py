@@ -140,12 +140,26 @@ def pick_transformers(
         return axes, [
             f"no transformers release {spec} allows resolves with the file ({where}): `imagekit lock` says why"
         ]
+    fits = [c for c in cells if _allowed(c.cuda, c.torch, chosen, python, data)]
+    where = ", ".join(f"torch {c.torch} on CUDA {c.cuda}" for c in fits) + f", Python {python}"
     notes = [f"transformers {chosen}: the newest known release ({spec}) that resolves with the file ({where})"]
+    notes += [_excluded_with(c, chosen, python, data) for c in cells if c not in fits]
     if chosen != known[0]:
         notes.append(
             f"transformers {known[0]} (newer) does not: " + _reason(cell, deps, data, settings, resolve, known[0])
         )
     return {**axes, "transformers": (chosen,)}, notes
+
+
+def _excluded_with(cell: Cell, transformers: str, python: str, data: CompatData) -> str:
+    """What a torch of the axes comes to with the chosen transformers when the rules exclude the pair: its cells are
+    dropped (the resolver cannot tell, as transformers does not declare torch)."""
+    verdict = rules.evaluate(Query(cuda=cell.cuda, torch=cell.torch, transformers=transformers, python=python), data)
+    why = "; ".join(f"{v.rule}: {v.message}" for v in verdict.violations)
+    return (
+        f"torch {cell.torch}: excluded with transformers {transformers} ({why}): its cells are dropped "
+        "(`imagekit matrix --explain`); give --transformers to keep them"
+    )
 
 
 def _candidate_cells(axes: dict[str, tuple[str, ...]], python: str, data: CompatData) -> list[Cell]:
@@ -194,7 +208,8 @@ def _newest_that_locks(
     for release in known[:MAX_TRIES]:
         try:
             for cell in cells:
-                resolve(_request(cell, deps, data, settings, release))
+                if _allowed(cell.cuda, cell.torch, release, cell.python, data):  # the rules drop the others' cells
+                    resolve(_request(cell, deps, data, settings, release))
         except CheckFailed:
             continue
         return release

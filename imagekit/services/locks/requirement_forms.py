@@ -133,8 +133,8 @@ def _name_of(url: str, where: str, setup_name: SetupName | None) -> str:
         said = "names no commit: the default branch (HEAD)" if ref.ref == "HEAD" else f"{ref.ref!r} is a branch or tag"
         if commit is None:
             raise UsageError(f"{where}: {ref.url}: the repository names no ref {ref.ref!r}", vcs_refs.HINT)
-        raise UsageError(
-            f"{where}: {ref.url}: {said}, which may move; today it names commit {commit}",
+        raise UsageError(  # the line as the file writes it (`repo.git`, not `repo.git@HEAD`)
+            f"{where}: {untrusted.printable(url, 300)}: {said}, which may move; today it names commit {commit}",
             f"pin it: `{ref.at(commit).url}` (the name is then read from that commit)",
         )
     memo = cache_root() / "vcs-names" / hashlib.sha256(ref.url.encode()).hexdigest()
