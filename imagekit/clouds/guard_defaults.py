@@ -178,20 +178,11 @@ def worst_case(guard: dict[str, str]) -> str:
     else:
         parts.append("a process holding GPU memory keeps it up (--hung-stop off)")
     return (
-        f"Worst case: this pod bills at most {_say(worst + LOOK)} after its last work ("
+        f"Worst case: this pod bills at most {facts.say(worst + LOOK)} after its last work ("
         + "; ".join(parts)
         + f"; a look every {LOOK}s); a process that never stops using CPU or writing counts as "
         "work" + (deadline or ": only a deadline bounds that (--deadline)") + "."
     )
-
-
-def _say(seconds: int) -> str:
-    out, rest = "", int(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if rest >= size:
-            out += f"{rest // size}{unit}"
-            rest %= size
-    return out + (f"{rest}s" if rest or not out else "")
 
 
 def readme_line(guard: dict[str, str], command: str, ends: str = "") -> str:
