@@ -98,13 +98,14 @@ def leftovers(root="/"):
     return found
 
 
-def scan(top="/", skip=()):
+def scan(top="/", skip=(), only=None):
     """Findings by kind over one walk: credentials, .git folders, owners above 65534. ``skip``: folders judged
-    elsewhere (the scratch folders, read before this container wrote to them)."""
+    elsewhere (the scratch folders, read before this container wrote to them). ``only``: the image paths to judge
+    (each with what it holds), not the whole image: the code layer's, when the layers below it were judged before."""
     found = {"credentials": [], "git": [], "owners": []}
     files = 0
     skip = [os.path.join(top, s.lstrip("/")) for s in skip]
-    for path, st in walk(top):
+    for path, st in _paths(top, only):
         files += 1
         if any(path == s or path.startswith(s + "/") for s in skip):
             continue
@@ -122,9 +123,29 @@ def scan(top="/", skip=()):
     return found, files
 
 
-def check_hygiene(left, check, top="/"):
-    """The self-test check: ``left`` is leftovers() as read at the self-test's start."""
-    found, files = scan(top, skip=SCRATCH)
+def _paths(top, only):
+    """(path, lstat) of everything under ``top``, or of each of ``only`` (image paths) and what it holds."""
+    if only is None:
+        yield from walk(top)
+        return
+    seen = set()
+    for item in sorted(set(only)):
+        path = os.path.join(top, item.lstrip("/"))
+        if any(path == s or path.startswith(s.rstrip("/") + "/") for s in seen):
+            continue  # inside one judged already
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        seen.add(path)
+        yield path, st
+        if stat.S_ISDIR(st.st_mode):
+            yield from walk(path)
+
+
+def check_hygiene(left, check, top="/", only=None):
+    """The self-test check: ``left`` is leftovers() as read at the self-test's start; ``only``: see scan()."""
+    found, files = scan(top, skip=SCRATCH, only=only)
     found["leftovers"] = left
     parts = []
     labels = {
@@ -139,6 +160,8 @@ def check_hygiene(left, check, top="/"):
             more = f" and {len(items) - LIMIT} more" if len(items) > LIMIT else ""
             parts.append(f"{len(items)} {labels[kind]}: {', '.join(items[:LIMIT])}{more}")
     evidence = {"files": files}
+    if only is not None:
+        evidence["only"] = sorted(set(only))[:LIMIT]
     for kind, items in found.items():
         evidence[kind], evidence[kind + "_count"] = items[:LIMIT], len(items)
     if parts:
@@ -146,4 +169,5 @@ def check_hygiene(left, check, top="/"):
                      "remove them in the step that made them (a credential belongs in a build secret or the pod's "
                      "env, never in a layer); nothing was published", evidence)
     return check("image-hygiene", "pass",
-                 f"{files} paths: no credentials, .git folders, build leftovers or owners above {MAX_ID}", "", evidence)
+                 f"{files} paths{' of the code layer' if only is not None else ''}: no credentials, .git folders, "
+                 f"build leftovers or owners above {MAX_ID}", "", evidence)

@@ -585,7 +585,8 @@ def main(argv=None):
         return 0
     left = hygiene.leftovers()  # before anything here writes to /tmp or /root
     if "--code-layer" in argv:  # the host reuses the results of the layers below the code layer (their digests)
-        return finish(manifest, code_layer_checks(manifest, left), "code-layer",
+        code_to = next((a.split("=", 1)[1] for a in argv if a.startswith("--code-to=/")), None)
+        return finish(manifest, code_layer_checks(manifest, left, code_to), "code-layer",
                       plan(manifest, "--require-gpu" in argv))
     # torch.compile waits on a C compiler most of its time (Inductor's C++ or Triton): a process of its own from the
     # start, so the other checks run meanwhile
@@ -594,32 +595,33 @@ def main(argv=None):
     # `[image] cuda_toolkit`: nvcc and g++ build an extension meanwhile too (a minute of compiling on a CPU)
     extension = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--only-cuda-extension"],
                                  stdout=subprocess.PIPE, text=True) if manifest.get("cuda_toolkit") else None
-    checks = [
-        guarded("dists-match-lock", check_distributions, manifest),
-        guarded("pip-check", check_pip),
-        guarded("python-identity", check_python_identity),
-        guarded("torch-cuda-version", check_torch_cuda, manifest),
-        guarded("torch-archs", check_torch_archs, manifest),
-        guarded("cuda-libraries", check_cuda_libraries, manifest),
-        guarded("numpy-interop", check_numpy_interop),
-        guarded("tiny-model", check_tiny_model),
-    ]
-    checks.append(guarded("image-hygiene", hygiene.check_hygiene, left, check))
+    # what the image holds, read while nothing else runs (a smoke command may write files or install packages),
+    # side by side: they read files and wait on pip and child interpreters
+    state = [("dists-match-lock", check_distributions, manifest), ("pip-check", check_pip),
+             ("python-identity", check_python_identity), ("image-hygiene", hygiene.check_hygiene, left, check)]
     if manifest.get("project"):  # `[image] install`: the project's wheel shadows nothing, and imports
-        checks.append(guarded("project-imports", check_project_imports, manifest))
+        state.append(("project-imports", check_project_imports, manifest))
     if manifest.get("apt"):  # an image with `[image] apt` packages: each at its locked version
-        checks.append(guarded("apt-packages", check_apt, manifest))
+        state.append(("apt-packages", check_apt, manifest))
+    results = dict(side_by_side(state))
+    # the project's own commands beside the computing checks (one command at a time, as before)
+    smoke = Background(run_smoke, manifest)
+    for item in [("torch-cuda-version", check_torch_cuda, manifest), ("torch-archs", check_torch_archs, manifest),
+                 ("cuda-libraries", check_cuda_libraries, manifest), ("numpy-interop", check_numpy_interop),
+                 ("tiny-model", check_tiny_model)]:
+        results[item[0]] = guarded(*item)
     if manifest.get("companions"):  # torch's companion libraries the lock holds: each imports beside this torch
-        checks.append(guarded("torch-companions", check_companions, manifest))
-    checks.append(collect("torch-compile", compiling))
-    checks.append(collect("cuda-extension", extension) if extension else
-                  guarded("cuda-extension", check_cuda_extension, manifest))
+        results["torch-companions"] = guarded("torch-companions", check_companions, manifest)
+    results["torch-compile"] = collect("torch-compile", compiling)
+    results["cuda-extension"] = (collect("cuda-extension", extension) if extension else
+                                 guarded("cuda-extension", check_cuda_extension, manifest))
     try:
         gpu = run_gpu_checks(require_gpu="--require-gpu" in argv)
     except Exception as exc:
         gpu = [check("gpu-cuda-available", "fail", f"{type(exc).__name__}: {exc}"[:1500])]
-    checks += [announce(c) for c in gpu]  # run as one block: no time of their own
-    checks += run_smoke(manifest)  # the project's own commands, last: the image's checks said what it is first
+    gpu = [announce(c) for c in gpu]  # run as one block: no time of their own
+    # the report in the order it always had: what the image is first, the project's commands last
+    checks = [results[cid] for cid in REPORT_ORDER if cid in results] + gpu + smoke.result()
     return finish(manifest, checks, "full")
 
 
@@ -631,6 +633,42 @@ def collect(cid, proc):
     except ValueError:
         return announce(check(cid, "fail", f"the check's process ended with exit {proc.returncode} and no result: "
                               f"{out[-500:]!r}"))
+
+
+REPORT_ORDER = ("dists-match-lock", "pip-check", "python-identity", "torch-cuda-version", "torch-archs",
+                "cuda-libraries", "numpy-interop", "tiny-model", "image-hygiene", "project-imports", "apt-packages",
+                "torch-companions", "torch-compile", "cuda-extension")
+SIDE_BY_SIDE = 4  # checks at once: they read files and wait on child processes, two cores keep up
+
+
+def side_by_side(items):
+    """``(id, function, *args)`` items run as guarded checks on a few threads: [(id, result)] in the given order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
+        futures = [(item[0], pool.submit(guarded, *item)) for item in items]
+        return [(cid, future.result()) for cid, future in futures]
+
+
+class Background:
+    """``fn(*args)`` on a thread of its own; ``result()`` waits for it (its exception raised there)."""
+
+    def __init__(self, fn, *args):
+        self.out = {}
+        self.thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, args):
+        try:
+            self.out["value"] = fn(*args)
+        except BaseException as exc:  # handed to result()
+            self.out["error"] = exc
+
+    def result(self):
+        self.thread.join()
+        if "error" in self.out:
+            raise self.out["error"]
+        return self.out["value"]
 
 
 def _files(dist):
@@ -807,18 +845,37 @@ def check_project_imports(manifest):
     return check("project-imports", "pass", said, "", ev)
 
 
-def code_layer_checks(manifest, left):
+def code_layer_paths(manifest, code_to):
+    """Where the code layer's files lie: ``code_to`` (`[image] copy`) and, with `[image] install`, what the project's
+    wheel installed (its RECORD: each top-level folder or file in site-packages, its scripts)."""
+    from importlib import metadata
+
+    paths = [code_to]
+    name = facts.canon(((manifest.get("project") or {}).get("name")) or "")
+    for dist in metadata.distributions(path=image_paths(manifest)) if name else []:
+        if facts.canon(dist.metadata["Name"] or "?") != name:
+            continue
+        for f in dist.files or []:
+            where = os.path.normpath(str(dist.locate_file(f)))
+            if f.parts and f.parts[0] != "..":  # in site-packages: its top-level folder or file
+                where = os.path.normpath(str(dist.locate_file(f.parts[0])))
+            paths.append(where)
+    return sorted(set(paths))
+
+
+def code_layer_checks(manifest, left, code_to=None):
     """`--code-layer`: what the code layer (`[image] copy`, last) can change, when every layer below it is one a
     passing self-test ran on: the image's hygiene (a credential or .git in the copied folder), with `[image]
     install` the venv against the lock and `pip check` (the project's wheel is in that layer), and the smoke
     commands (the project's code). torch, CUDA, the compiler, numpy and the GPU live below it; with `[image] install`
     the project's wheel sits beside them in the venv: `project-imports` checks that it shadows none of them."""
-    checks = []
+    state = []
     if manifest.get("project"):
-        checks += [guarded("dists-match-lock", check_distributions, manifest), guarded("pip-check", check_pip),
-                   guarded("project-imports", check_project_imports, manifest)]
-    checks.append(guarded("image-hygiene", hygiene.check_hygiene, left, check))
-    return checks + run_smoke(manifest)
+        state += [("dists-match-lock", check_distributions, manifest), ("pip-check", check_pip),
+                  ("project-imports", check_project_imports, manifest)]
+    only = code_layer_paths(manifest, code_to) if code_to else None  # the layers below it were judged
+    state.append(("image-hygiene", hygiene.check_hygiene, left, check, "/", only))
+    return [result for _, result in side_by_side(state)] + run_smoke(manifest)
 
 
 def finish(manifest, checks, scope, planned=None):

@@ -72,3 +72,28 @@ def test_the_code_layer_runs_plan_is_what_the_full_run_runs_and_skips(tmp_path, 
             assert (ran[cid]["status"], ran[cid]["message"]) == ("skip", skip), cid
         else:
             assert ran[cid]["status"] != "skip", (cid, ran[cid]["message"])
+
+
+def test_the_code_layers_hygiene_reads_the_code_layers_folder_and_not_the_whole_image(tmp_path):
+    """With --code-to (where the code layer lies), image-hygiene judges that folder alone: the layers below were
+    judged by the run whose results are reused. What it holds is still judged whole: a .git folder copied there fails."""
+    import shutil
+    import tempfile
+
+    # not under /tmp, which hygiene leaves to its leftovers rule
+    code = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else Path.home())) / "workspace"
+    request_cleanup = code.parent
+    (code / "src").mkdir(parents=True)
+    (code / "src" / "train.py").write_text("print('hi')\n")
+    report, _ = _run(tmp_path, "--code-layer", f"--code-to={code}", project=False)
+    hygiene = next(c for c in report["checks"] if c["id"] == "image-hygiene")
+    ev = hygiene["evidence"]  # (this host's /tmp may hold leftovers: the status is not this test's)
+    assert ev["only"] == [str(code)] and ev["files"] == 3  # the folder, src, train.py: nothing else was read
+    assert (ev["git"], ev["credentials"], ev["owners"]) == ([], [], [])
+
+    (code / ".git").mkdir()
+    (code / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    report, _ = _run(tmp_path / "again", "--code-layer", f"--code-to={code}", project=False)
+    hygiene = next(c for c in report["checks"] if c["id"] == "image-hygiene")
+    shutil.rmtree(request_cleanup)
+    assert hygiene["status"] == "fail" and hygiene["evidence"]["git"] == [f"{code}/.git"]

@@ -20,8 +20,12 @@ from tests.in_image.test_selftest_gpu import DOCTOR_DIR, _fake_world
 pytestmark = pytest.mark.programs  # starts Python programs as processes
 
 
-def _selftest(tmp: Path, smoke: dict | None, **env: str) -> tuple[int, dict, float]:
+def _selftest(
+    tmp: Path, smoke: dict | None, modules: dict[str, str] | None = None, **env: str
+) -> tuple[int, dict, float]:
     bindir, site = _fake_world(tmp, 0)
+    for name, text in (modules or {}).items():  # stand-ins beside the fake torch
+        (site / name).write_text(text)
     manifest = tmp / "manifest.json"
     doc = {"cell": {"id": "cu124-torch2.5.1-tf4.48.2-py3.11"}, "lock": {"hash": "0" * 64}, "distributions": {},
            "torch": {"cuda": "12.4"}, "image": {"compiler": False}}  # fmt: skip
@@ -100,3 +104,25 @@ def test_a_smoke_commands_output_never_reaches_a_disk(tmp_path, monkeypatch):
     ev = result["evidence"]
     assert ev["output_bytes"] == 20_000_000 + len("\nthe end\n")
     assert ev["output_tail"].endswith("x\nthe end\n") and len(ev["output_tail"]) == selftest.SMOKE_TAIL
+
+
+def test_the_commands_run_beside_the_image_checks_and_keep_their_place_in_the_report(tmp_path):
+    """The smoke commands start once what the image holds was read, and run while the computing checks do: here the
+    tiny-model check (its `import transformers`, a stand-in) waits for the first command to have started, which it
+    never would if the commands ran after it. The report keeps its order: the project's commands last."""
+    transformers = (
+        "import os, time\n"
+        "flag = os.path.join(os.environ['HOME'], 'smoke-started')\n"
+        "deadline = time.time() + 30\n"
+        "while not os.path.exists(flag) and time.time() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "open(os.path.join(os.environ['HOME'], 'seen'), 'w').write(str(os.path.exists(flag)))\n"
+        "raise ImportError('a stand-in')\n"
+    )
+    commands = ['touch "$HOME/smoke-started"; sleep 1', "true"]
+    code, report, _ = _selftest(tmp_path, {"commands": commands, "timeout": 60}, {"transformers.py": transformers})
+    assert (tmp_path / "seen").read_text() == "True"  # the command ran while the tiny-model check was under way
+    ids = [c["id"] for c in report["checks"]]
+    assert ids[-2:] == ["smoke-1", "smoke-2"] and ids.index("dists-match-lock") == 0
+    assert ids.index("tiny-model") < ids.index("image-hygiene") < ids.index("torch-compile")
+    assert _smoke(report)["smoke-1"]["status"] == "pass"

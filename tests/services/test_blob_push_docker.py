@@ -131,3 +131,44 @@ def test_the_zstd_variant_is_the_same_layers_for_a_zstd_puller_and_deterministic
     assert res.returncode == 0, res.stderr
     got = {"sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.name != "manifest.json"}
     assert set(diff_ids) <= got  # each layer decompressed by skopeo is the image's own tar
+
+
+def test_blobs_prepared_during_the_build_are_what_the_push_uploads(engine, registry, image, tmp_path, monkeypatch):
+    """blob_prepare compresses each layer in its background worker while a build goes on; the push then uploads
+    those files, reading no layer, and publishes the very blobs and manifest an unprepared push does."""
+    from imagekit.services.publishing import blob_prepare
+
+    plain, _, _ = _push(engine, registry, image, "imagekit-test/blobs-plain", "t", tmp_path / "c0", monkeypatch)
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "c1"))
+    said: list[str] = []
+    prep = blob_prepare.Prepare(engine, blob_push.default_gzip(), said.append)
+    prep.add(image)
+    prep.add(image)  # an image whose layers are queued already queues nothing
+    stats = prep.finish()
+    assert (stats.layers, stats.found, stats.failures) == (3, 0, []) and stats.read > layer_blobs.MEMBER
+    files = sorted(blob_push.blob_cache_dir(blob_push.default_gzip()).glob("*.blob"))
+    assert len(files) == 3
+    digest, pushed, _ = _push(engine, registry, image, "imagekit-test/blobs-ready", "t", tmp_path / "c1", monkeypatch)
+    assert digest == plain  # the same blobs, so the same manifest
+    assert (pushed.prepared, pushed.sent, pushed.read_bytes) == (3, 3, 0)
+    assert not list(files[0].parent.glob("*.blob"))  # the push took them
+
+    # a prepared file that is not the size remembered is not uploaded: the push compresses that layer itself
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "c2"))
+    prep = blob_prepare.Prepare(engine, blob_push.default_gzip(), said.append)
+    prep.add(image)
+    prep.finish()
+    bad = sorted(blob_push.blob_cache_dir(blob_push.default_gzip()).glob("*.blob"), key=lambda p: p.stat().st_size)
+    bad[-1].write_bytes(b"not the blob")
+    digest, pushed, _ = _push(engine, registry, image, "imagekit-test/blobs-bad", "t", tmp_path / "c2", monkeypatch)
+    assert digest == plain and pushed.prepared == 2 and pushed.read_bytes > layer_blobs.MEMBER
+
+    # a build that ends without publishing removes what it prepared
+    monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "c3"))
+    prep = blob_prepare.Prepare(engine, blob_push.default_gzip(), said.append)
+    prep.add(image)
+    prep.finish()
+    assert len(list(blob_push.blob_cache_dir(blob_push.default_gzip()).glob("*.blob"))) == 3
+    prep.discard()
+    assert not [p for p in blob_push.blob_cache_dir(blob_push.default_gzip()).iterdir() if p.suffix == ".blob"]
+    assert not said  # nothing failed

@@ -35,7 +35,7 @@ from imagekit.services.locks import apt_resolve
 from imagekit.services.locks import lock_cells as lock_service
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
-from imagekit.services.publishing import image_tags, publish, release_index, signing
+from imagekit.services.publishing import blob_prepare, blob_push, image_tags, publish, release_index, signing
 from imagekit.services.publishing.image_tags import set_runtime_config
 from imagekit.services.wheels import fetch, wheel_builds, wheel_folders
 from imagekit.supplychain import dpkg_status, sbom
@@ -181,6 +181,7 @@ class _Build:
     project: ProjectWheel | None = None  # `[image] install`: the project's wheel (_project), and where it lies
     project_path: Path | None = None
     alias_before: str | None = None  # the image the cell's alias tag named before this build (_config)
+    prepare: blob_prepare.Prepare | None = None  # with --push: the layers' blobs compressed while building
 
 
 def _lock(b: _Build) -> None:
@@ -278,6 +279,9 @@ def _build(b: _Build) -> None:
     if foreign:
         require_emulation(b.cell.platform)  # its RUN steps are the platform's programs
     b.built_at = time.monotonic()
+    if b.opts.push and blob_prepare.enabled() and staged_build.available(b.engine):  # an engine on this machine
+        b.prepare = blob_prepare.Prepare(b.engine, blob_push.default_gzip(), b.say)
+    on_image = b.prepare.add if b.prepare is not None else (lambda _: None)
     try:
         with wheelserver.serve(house) as address:  # a loopback address of its own: builds run side by side
             if not foreign and staged_build.available(b.engine):
@@ -291,6 +295,7 @@ def _build(b: _Build) -> None:
                         on_line=steps,
                         extra_hosts={wheelserver.HOST: address},
                         source_date_epoch=b.opts.source_date_epoch,
+                        on_image=on_image,
                     )
                     b.immutable = naming.immutable_tag(
                         b.opts.repository, b.cell, steps_core.build_hash(render.context_digest(b.files))
@@ -307,6 +312,7 @@ def _build(b: _Build) -> None:
                 extra_hosts={wheelserver.HOST: address},
                 platform=b.cell.platform if foreign or b.cell.platform != AMD64 else None,
             )
+            on_image(b.built)
     finally:
         steps.close()
 
@@ -469,6 +475,9 @@ def _publish(b: _Build) -> None:
         return
     assert b.report is not None and b.lock is not None and b.plan is not None and b.result.image_id
     repo, tag = b.immutable.rsplit(":", 1)
+    if b.prepare is not None:
+        with activity(b.progress, b.cell.slug, "wait for the layers compressed during the build"):
+            b.say(b.prepare.finish().summary())
     with activity(b.progress, b.cell.slug, "publish"):
         published = publish.publish(
             b.engine,
@@ -558,6 +567,8 @@ def build_cell(
         result.status = "failed"
         result.error = exc
     finally:
+        if run.prepare is not None:  # what a published image did not take: a failed or refused build's blobs
+            run.prepare.discard()
         result.seconds = time.time() - start
     return result
 

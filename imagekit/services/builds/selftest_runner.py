@@ -103,14 +103,17 @@ def run(
     runtime: RuntimeConfig | None = None,
     key: RunKey | None = None,
     reuse: Reuse | None = None,
+    code_to: str | None = None,
 ) -> SelfTestReport:
     """The image's self-test, its report as the image wrote it plus how it ran: ``emulated`` (another CPU
     architecture's image under qemu-user-static: the CPU checks only, never "passed on GPU"). With ``runtime`` (the
     config imagekit set), one check more, from outside: the image's config and labels tell the truth
     (imagekit.image.config_truth). ``key`` (oci.selftest_reuse): the run's layers and config, recorded in ``ran``;
-    with ``reuse``, the image runs its code layer's checks alone and the others are those results."""
+    with ``reuse``, the image runs its code layer's checks alone (its hygiene over ``code_to``, where that layer lies,
+    and the project's files) and the others are those results."""
     argv = [f"/{render.IMAGEKIT_DIR}/{render.IN_IMAGE['selftest.py']}"] + (["--require-gpu"] if require_gpu else [])
     argv += ["--code-layer"] if reuse is not None else []
+    argv += [f"--code-to={code_to}"] if reuse is not None and code_to else []
     if emulated and require_gpu:
         raise CheckFailed(
             f"{image} is for another CPU architecture: its self-test runs emulated, with no GPU",
@@ -202,7 +205,9 @@ def for_build(
             f"{len(reuse.layers)} layers below the code layer are this image's (--full-self-test runs them all)"
         )
         try:
-            return run(engine, image, gpus=on_gpu, emulated=emulated, key=key, reuse=reuse, **how)  # type: ignore[arg-type]
+            return run(  # type: ignore[arg-type]
+                engine, image, gpus=on_gpu, emulated=emulated, key=key, reuse=reuse, code_to=code_to, **how
+            )
         except NotReusable as exc:
             why = str(exc)
     say(f"self-test: every check ({why})")

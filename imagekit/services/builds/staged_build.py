@@ -79,9 +79,11 @@ def build_staged(
     on_line: Callable[[str], None],
     extra_hosts: dict[str, str],
     source_date_epoch: int,
+    on_image: Callable[[str], None] = lambda _: None,
 ) -> tuple[str, list[dict]]:
     """The image of ``context`` tagged ``tag``; returns (its id, its history as config entries, oldest first).
-    Raises ``Unstageable`` before anything is tagged when the engine cannot see ``stage``."""
+    ``on_image`` hears of each image as it is made (the base stage's, then each step's: blob_prepare compresses
+    their layers meanwhile). Raises ``Unstageable`` before anything is tagged when the engine cannot see ``stage``."""
     dockerfile = (context / "Dockerfile").read_text()
     try:
         cell_steps = steps.cell_steps(dockerfile)
@@ -91,6 +93,7 @@ def build_staged(
     base_id = engine.build(context, [base_tag], {}, nocache=nocache, on_line=on_line, extra_hosts=extra_hosts,
                            target="base")  # fmt: skip
     base = engine.image(base_id) or {}
+    on_image(base_id)
     history = history_of(engine, base_id, _base_of(engine, dockerfile))
     epoch = imageconfig._rfc3339(source_date_epoch)
     diff_ids = list(base.get("RootFS", {}).get("Layers", []))
@@ -123,6 +126,7 @@ def build_staged(
         diff_ids.append(diff_id)
         current = image
         _record_step_image(image)
+        on_image(image)
         on_line(f"staged-layer: step {step.number} done in {time.monotonic() - began:.1f} s")
     engine.tag(current, *tag.rsplit(":", 1))
     return current, history

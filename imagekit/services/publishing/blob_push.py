@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
 import threading
 import time
@@ -48,14 +49,17 @@ class PushStats:
     blob_bytes: int = 0  # compressed bytes uploaded
     seconds: float = 0.0
     compress_seconds: float = 0.0
+    prepared: int = 0  # layers whose blob the build had compressed already (blob_prepare)
     notes: list[str] = field(default_factory=list)
     codec: str = "gzip"
 
     def summary(self) -> str:
         rate = f", {self.read_bytes / self.seconds / 1e6:.0f} MB/s of layers read" if self.read_bytes else ""
+        ready = f", {self.prepared} compressed during the build" if self.prepared else ""
         return (
             f"{self.sent} layer{'s' if self.sent != 1 else ''} pushed ({human_bytes(self.read_bytes)} read, "
-            f"{human_bytes(self.blob_bytes)} {self.codec}), {self.present} already there, in {self.seconds:.0f} s{rate}"
+            f"{human_bytes(self.blob_bytes)} {self.codec}{ready}), {self.present} already there, in "
+            f"{self.seconds:.0f} s{rate}"
         )
 
 
@@ -97,6 +101,36 @@ def remember(codec: LayerFormat, diff_id: str, blob: layer_blobs.Blob) -> None:
         write_atomic(folder / diff_id.split(":", 1)[-1], f"{blob.digest} {blob.size}\n")
     except OSError:
         pass  # a cache only: the next push compresses the layer again
+
+
+def prepared_path(codec: LayerFormat, diff_id: str) -> Path:
+    """Where a build left the blob ``codec`` made of the layer ``diff_id`` (blob_prepare), for the push to upload."""
+    return blob_cache_dir(codec) / (diff_id.split(":", 1)[-1] + ".blob")
+
+
+def take_prepared(codec: LayerFormat, diff_id: str, dest: Path) -> layer_blobs.Blob | None:
+    """The blob a build prepared for the layer, moved to ``dest`` (a link first: another push of the same layer
+    takes it at most once): None when there is none, or it is not a regular file of the size remembered (it is then
+    removed). The registry checks its bytes against the digest on upload."""
+    known = remembered(codec, diff_id)
+    source = prepared_path(codec, diff_id)
+    if known is None:
+        return None
+    try:
+        info = os.lstat(source)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != known.size:
+            source.unlink(missing_ok=True)
+            return None
+        os.link(source, dest)
+        source.unlink(missing_ok=True)
+    except OSError:  # none, taken by another push, or another filesystem: the layer is compressed here
+        return None
+    return known
+
+
+def drop_prepared(codec: LayerFormat, diff_id: str) -> None:
+    """A prepared blob the registry holds already: not needed."""
+    prepared_path(codec, diff_id).unlink(missing_ok=True)
 
 
 def compress(
@@ -207,6 +241,7 @@ class _Push:
             if known is not None and self.registry.blob_size(self.remote, known.digest) == known.size:
                 self.blobs[i] = known
                 self.stats.present += 1
+                drop_prepared(self.codec, diff_id)
                 self.progress.line(self.label, f"layer {_short(diff_id)}: already in the registry")
 
     def from_store(self, export: LayerStore, diff_ids: list[str], tmp: Path, pool: ThreadPoolExecutor) -> None:
@@ -218,6 +253,11 @@ class _Push:
                 self.blobs[i] = self.blobs[diff_ids.index(diff_id)]
                 continue
             path = tmp / f"layer-{i}"
+            ready = take_prepared(self.codec, diff_id, path)
+            if ready is not None:  # compressed while the image was built and tested
+                self.stats.prepared += 1
+                self.send(i, diff_id, ready, path, None)
+                continue
             act = self.progress.begin(self.label, f"compress layer {_short(diff_id)}", unit="B")
             t0 = time.monotonic()
             meter = _Meter(act)
@@ -265,7 +305,7 @@ class _Push:
             self.send(i, diff_id, layer.blob, layer.path, time.monotonic() - t0)
         return config
 
-    def send(self, index: int, diff_id: str, blob: layer_blobs.Blob, path: Path, seconds: float) -> None:
+    def send(self, index: int, diff_id: str, blob: layer_blobs.Blob, path: Path, seconds: float | None) -> None:
         """Remember the layer's blob; upload it on the upload threads unless the registry has it."""
         self.blobs[index] = blob
         remember(self.codec, diff_id, blob)
@@ -289,7 +329,7 @@ class _Push:
             self.progress.line(
                 self.label,
                 f"layer {_short(diff_id)}: pushed {human_bytes(blob.size)} {self.codec.name} "
-                f"(compressed in {seconds:.1f} s, "
+                f"({'compressed during the build' if seconds is None else f'compressed in {seconds:.1f} s'}, "
                 f"uploaded in {time.monotonic() - t0:.1f} s)",
             )
 

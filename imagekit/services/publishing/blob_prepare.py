@@ -1,0 +1,156 @@
+"""Layers compressed into their publish blobs while the image is still being built and tested, so that publishing
+is an upload of blobs that already exist.
+
+`imagekit build --push` on an engine on this machine hands each image the build makes (each staged step's, then the
+built image) to :class:`Prepare`. A background worker (effects.background: its own process at a lower CPU priority,
+so the build's own steps, the engine and the self-test keep the cores they use) reads each new layer from the
+engine's store, checks it against its diff id and compresses it exactly as the push would (blob_push.compress, the
+same format, so the same blob digest), into the blob cache beside the digest blob_push remembers. The push then
+uploads that file (blob_push.take_prepared) instead of reading and compressing the layer again. A build that fails
+or is refused removes what it prepared; nothing here is ever fatal (a layer not prepared is compressed by the push,
+as before)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.pool import AsyncResult
+from pathlib import Path
+
+from imagekit.effects.background import Worker
+from imagekit.effects.layer_export import LayerMismatch
+from imagekit.errors import ImagekitError
+from imagekit.oci.layer_blobs import LayerFormat
+from imagekit.services.ports import ContainerEngine, LayerStore
+from imagekit.services.progress import human_bytes
+from imagekit.services.publishing import blob_push
+
+
+def enabled() -> bool:
+    """Whether builds prepare their blobs (IMAGEKIT_PREPARE_BLOBS=0 turns it off: the push then compresses)."""
+    return os.environ.get("IMAGEKIT_PREPARE_BLOBS", "1").strip() != "0"
+
+
+@dataclass
+class Prepared:
+    """What the worker did with the layers it was given."""
+
+    layers: int = 0  # compressed here
+    found: int = 0  # prepared already (another build of the same layer)
+    read: int = 0  # layer tar bytes read
+    blob_bytes: int = 0
+    seconds: float = 0.0  # the worker's time on them
+    failures: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        done = f"{self.layers} layer{'s' if self.layers != 1 else ''} compressed during the build"
+        if self.layers:
+            done += f" ({human_bytes(self.read)} to {human_bytes(self.blob_bytes)} in {self.seconds:.0f} s)"
+        if self.found:
+            done += f", {self.found} prepared already"
+        return done
+
+
+def prepare_layer(store: LayerStore, diff_ids: list[str], index: int, codec: LayerFormat, token: str) -> dict:
+    """In the worker: layer ``index`` compressed into the blob cache (a temporary file, renamed once its tar hashed
+    to its diff id); what it took. A layer whose blob waits there already is left as it is."""
+    diff_id = diff_ids[index]
+    final = blob_push.prepared_path(codec, diff_id)
+    known = blob_push.remembered(codec, diff_id)
+    if known is not None and _regular_of_size(final, known.size):
+        return {"found": True}
+    final.parent.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".prepare-{token}-")
+    read = 0
+
+    def count(n: int) -> None:
+        nonlocal read
+        read += n
+
+    try:
+        with os.fdopen(fd, "wb") as out, ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+            got, blob = blob_push.compress(store.layer(diff_ids, index), out, codec, pool, count)
+        if got != diff_id:
+            raise LayerMismatch(f"layer {index} read from the engine's store hashes to {got}, not {diff_id}")
+        blob_push.remember(codec, diff_id, blob)
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return {"found": False, "read": read, "size": blob.size, "seconds": time.monotonic() - began}
+
+
+def _regular_of_size(path: Path, size: int) -> bool:
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size
+
+
+class Prepare:
+    """One build's prepared blobs: ``add`` each image as the build makes it (its new layers are queued, bottom
+    first), ``finish`` before the push (waits for them), ``discard`` when the build ends (a failed build's blobs
+    removed, the worker stopped)."""
+
+    def __init__(self, engine: ContainerEngine, codec: LayerFormat, say: Callable[[str], None]) -> None:
+        self.engine, self.codec, self.say = engine, codec, say
+        self.token = secrets.token_hex(8)
+        self.worker = Worker()
+        self.queued: set[str] = set()
+        self.pending: list[tuple[str, AsyncResult]] = []
+        self.stats = Prepared()
+
+    def add(self, image_id: str) -> None:
+        """Queue the layers of ``image_id`` not queued before (an engine whose store cannot be read: none)."""
+        try:
+            diff_ids = list(((self.engine.image(image_id) or {}).get("RootFS") or {}).get("Layers") or [])
+            store = self.engine.layer_export(image_id) if diff_ids else None
+        except ImagekitError:
+            return
+        if store is None:
+            return
+        for index, diff_id in enumerate(diff_ids):
+            if diff_id in self.queued:
+                continue
+            self.queued.add(diff_id)
+            task = self.worker.submit(prepare_layer, store, diff_ids, index, self.codec, self.token)
+            self.pending.append((diff_id, task))
+
+    def finish(self) -> Prepared:
+        """Wait for every queued layer; a layer that failed is said and left to the push."""
+        for diff_id, task in self.pending:
+            try:
+                done = task.get()
+            except Exception as exc:  # never fatal: the push compresses the layer itself
+                self.stats.failures.append(f"{diff_id[:19]}: {type(exc).__name__}: {str(exc)[:300]}")
+                continue
+            if done["found"]:
+                self.stats.found += 1
+                continue
+            self.stats.layers += 1
+            self.stats.read += done["read"]
+            self.stats.blob_bytes += done["size"]
+            self.stats.seconds += done["seconds"]
+        self.pending = []
+        for failure in self.stats.failures:
+            self.say(f"warning: a layer's blob was not prepared ({failure}); the push compresses it")
+        self.worker.close()
+        return self.stats
+
+    def discard(self) -> None:
+        """The worker stopped and what it prepared removed (a build that published took its blobs already)."""
+        self.worker.stop()
+        for diff_id in self.queued:
+            blob_push.drop_prepared(self.codec, diff_id)
+        for leftover in blob_push.blob_cache_dir(self.codec).glob(f".prepare-{self.token}-*"):
+            leftover.unlink(missing_ok=True)
+        self.queued.clear()
