@@ -4,7 +4,8 @@ JSON answers checked, and downloads streamed to disk with a size bound.
 Redirects are followed here, not by httpx: only to http(s), at most ``MAX_REDIRECTS``, and when a redirect leaves
 the origin (scheme, host, port) every credential header is dropped. httpx drops ``Authorization`` itself on a
 cross-origin redirect, but keeps it on an http->https upgrade of the same host and knows no other credential header;
-the rule here is the strict one, whatever the library version does.
+the rule here is the strict one, whatever the library version does. What a URL is (parsed, http(s), its origin, how
+it is shown) is pure and lives in imagekit.trust.urls.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.errors import CheckFailed, EnvironmentFailure
 from imagekit.trust import untrusted
-from imagekit.trust.redact import redact, redact_text
+from imagekit.trust.urls import display, origin, reason, require_http
 
 if TYPE_CHECKING:
     import httpx
@@ -42,7 +43,6 @@ else:
 
 T = TypeVar("T")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-SCHEMES = ("http", "https")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
 # Headers that prove who the caller is: never sent to an origin the caller did not address.
@@ -51,13 +51,6 @@ TIMEOUT = (30.0, 10.0)  # (read/write/pool, connect) seconds
 DOWNLOAD_TIMEOUT = (120.0, 10.0)
 MAX_DOWNLOAD = 8 << 30  # no wheel is larger (the biggest CUDA wheels are ~4 GiB); an index cannot ask for more
 RETRY_METHODS = frozenset({"GET", "HEAD", "PUT"})  # idempotent: safe to send again after a 5xx or a dropped reply
-
-
-def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
-    """(scheme, host, port) with the scheme's default port made explicit."""
-    u = httpx.URL(str(url))
-    default = {"http": 80, "https": 443}.get(u.scheme)
-    return u.scheme, u.host.lower(), u.port or default
 
 
 def provider_answer(provider: str, url: str, final: str, status: int, key_variable: str) -> None:
@@ -71,36 +64,6 @@ def provider_answer(provider: str, url: str, final: str, status: int, key_variab
         )
     if status in (401, 403):
         raise EnvironmentFailure(f"{provider} refused the API key (HTTP {status})", f"check {key_variable}")
-
-
-def join(base: str, href: str) -> str:
-    """``href`` made absolute against ``base`` (an index page's link); ``href`` as it is when either is no URL."""
-    try:
-        return str(httpx.URL(base).join(href))
-    except httpx.InvalidURL:
-        return href
-
-
-def filename(url: str) -> str:
-    """The last path segment, percent-decoded (``%2B`` -> ``+``); "" for what is no URL."""
-    try:
-        return httpx.URL(url).path.rsplit("/", 1)[-1]
-    except httpx.InvalidURL:
-        return ""
-
-
-def require_http(url: str, what: str = "URL", error: type[Exception] = UsageError, hint: str | None = None) -> str:
-    """``url`` when it is http(s) with a host; anything else (file://, ftp://, a bare path) is refused."""
-    try:
-        u = httpx.URL(url)
-        url.encode()  # lone surrogates (undecodable argv bytes) would fail later, inside the request
-    except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
-        raise error(
-            f"{what} {_display(url)!r} is not a valid URL: {_reason(exc)}", hint or "pass an http(s):// URL"
-        ) from None
-    if u.scheme not in SCHEMES or not u.host:
-        raise error(f"{what} {_display(url)!r} is not an http(s) URL", hint or "pass an http(s):// URL")
-    return url
 
 
 # httpx reads these when a client is made: a client is shared only while they stay as they were
@@ -169,7 +132,7 @@ def stream(
                 time.sleep(0.2 * attempt)
                 continue
             raise EnvironmentFailure(
-                f"cannot reach {_display(url)}: {exc.__class__.__name__}: {_reason(exc)}", "check network access to it"
+                f"cannot reach {display(url)}: {exc.__class__.__name__}: {reason(exc)}", "check network access to it"
             ) from None
         if response.status_code >= 500 and method in RETRY_METHODS and attempt + 1 < attempts:
             response.close()
@@ -186,14 +149,14 @@ def stream(
         response.close()
         hops += 1
         if hops > MAX_REDIRECTS:
-            raise EnvironmentFailure(f"{_display(url)}: more than {MAX_REDIRECTS} redirects", "check the URL")
+            raise EnvironmentFailure(f"{display(url)}: more than {MAX_REDIRECTS} redirects", "check the URL")
         try:
             target = str(response.url.join(location))
         except httpx.InvalidURL:
-            raise EnvironmentFailure(f"{_display(url)} redirected to an invalid URL", "check the URL") from None
+            raise EnvironmentFailure(f"{display(url)} redirected to an invalid URL", "check the URL") from None
         require_http(
             target,
-            f"{_display(url)} redirected to",
+            f"{display(url)} redirected to",
             EnvironmentFailure,
             "the server redirects outside http(s); use another server or mirror",
         )
@@ -215,24 +178,7 @@ def unreachable(url: str, timeout: float) -> str | None:
     except EnvironmentFailure as exc:
         if "Timeout" in exc.message:
             return f"no answer within {timeout:g} s ({exc.message.split(': ', 1)[-1]})"
-        return exc.message.removeprefix(f"cannot reach {_display(url)}: ")
-
-
-def display(url: str) -> str:
-    """The URL as it may be shown: no user-info, no query (signatures, tokens), no token-like path segment, no
-    control characters (imagekit.trust.redact.redact, then imagekit.trust.untrusted.printable)."""
-    if not isinstance(url, str):
-        return "<not a URL>"
-    return untrusted.printable(redact(url.split("?", 1)[0]), 500)
-
-
-_display = display
-
-
-def _reason(exc: BaseException) -> str:
-    """A library's error text as it may be shown: URLs in it redacted, printable, bounded. (Header values never get
-    here: callers check them with imagekit.trust.untrusted.header_value before a request is built.)"""
-    return untrusted.printable(redact_text(str(exc)))
+        return exc.message.removeprefix(f"cannot reach {display(url)}: ")
 
 
 def request(method: str, url: str, **kw: Any) -> tuple[int, httpx.Headers, bytes]:
@@ -259,7 +205,7 @@ def request_final(
             return resp.status_code, resp.headers, _read(resp, max_bytes, url), str(resp.url)
         except httpx.HTTPError as exc:
             raise EnvironmentFailure(
-                f"reading {_display(url)} failed: {_reason(exc)}", "retry; check network access"
+                f"reading {display(url)} failed: {reason(exc)}", "retry; check network access"
             ) from None
 
 
@@ -268,7 +214,7 @@ def _read(resp: httpx.Response, max_bytes: int, url: str) -> bytes:
     for chunk in resp.iter_bytes():
         size += len(chunk)
         if size > max_bytes:
-            raise EnvironmentFailure(f"{_display(url)} answered more than {max_bytes} bytes", "check the URL")
+            raise EnvironmentFailure(f"{display(url)} answered more than {max_bytes} bytes", "check the URL")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -281,12 +227,12 @@ def get(
     status, _, body = request("GET", url, headers=sent, max_bytes=max_bytes)
     if status in (401, 403):
         raise EnvironmentFailure(
-            f"GET {_display(url)} answered HTTP {status} (authentication required or refused)",
+            f"GET {display(url)} answered HTTP {status} (authentication required or refused)",
             "give the index's credentials: IMAGEKIT_INDEX_USER and IMAGEKIT_INDEX_PASSWORD (for the indexes the matrix "
             "file or --index-url names), or a ~/.netrc entry for its host",
         )
     if status not in (200, 206):
-        raise EnvironmentFailure(f"GET {_display(url)} answered HTTP {status}", "check the index URL")
+        raise EnvironmentFailure(f"GET {display(url)} answered HTTP {status}", "check the index URL")
     return body
 
 
@@ -303,9 +249,9 @@ def parse_json(body: bytes, what: str, hint: str = "check the URL: it does not s
 
 
 def get_json(url: str, accept: str | None = None) -> dict:
-    doc = parse_json(get(url, accept), f"GET {_display(url)}")
+    doc = parse_json(get(url, accept), f"GET {display(url)}")
     if not isinstance(doc, dict):
-        raise EnvironmentFailure(f"GET {_display(url)} answered JSON that is not an object", "check the index URL")
+        raise EnvironmentFailure(f"GET {display(url)} answered JSON that is not an object", "check the index URL")
     return doc
 
 
@@ -326,7 +272,7 @@ def download(
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".download-")
     h = hashlib.sha256()
     too_big = EnvironmentFailure(
-        f"{_display(url)} is larger than the {max_bytes} bytes its index declares",
+        f"{display(url)} is larger than the {max_bytes} bytes its index declares",
         "the index served different bytes than it listed; do not build from it",
     )
     try:
@@ -341,7 +287,7 @@ def download(
             ) as resp,
         ):
             if resp.status_code != 200:
-                raise EnvironmentFailure(f"cannot download {_display(url)}: HTTP {resp.status_code}", "check the index")
+                raise EnvironmentFailure(f"cannot download {display(url)}: HTTP {resp.status_code}", "check the index")
             declared = resp.headers.get("Content-Length", "")
             if declared.isdigit() and int(declared) > max_bytes:
                 raise too_big
@@ -356,13 +302,13 @@ def download(
                     on_bytes(len(block))
         if h.hexdigest() != sha256:
             raise CheckFailed(
-                f"{_display(url)} has sha256 {h.hexdigest()}, the lock says {sha256}",
+                f"{display(url)} has sha256 {h.hexdigest()}, the lock says {sha256}",
                 "the index served different bytes than it listed; do not build from it",
             )
         os.replace(tmp, dest)
     except httpx.HTTPError as exc:
         raise EnvironmentFailure(
-            f"cannot download {_display(url)}: {_reason(exc)}", "check network access to the index"
+            f"cannot download {display(url)}: {reason(exc)}", "check network access to the index"
         ) from None
     except OSError as exc:
         raise EnvironmentFailure(f"cannot write {dest}: {exc}", "check free space in the cache") from None

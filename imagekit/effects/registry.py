@@ -26,7 +26,7 @@ import httpx
 from imagekit.effects import http
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.oci import media_types
-from imagekit.trust import registry_host, untrusted, validate
+from imagekit.trust import registry_host, untrusted, urls, validate
 
 MANIFEST_TYPES = ", ".join(media_types.ACCEPTED)
 MAX_TOKEN = 16 << 10  # bytes of a bearer token (real ones are 1-4 KiB)
@@ -175,7 +175,7 @@ class RegistryClient:
             )
         except EnvironmentFailure as exc:
             raise EnvironmentFailure(
-                f"registry {http.display(url.split('/v2/')[0])} is unreachable: {exc.message}",
+                f"registry {urls.display(url.split('/v2/')[0])} is unreachable: {exc.message}",
                 "start the registry, or check --registry",
             ) from None
         return status, dict(answer), body, final
@@ -186,7 +186,7 @@ class RegistryClient:
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         if "realm" not in params:
             return None
-        realm = http.require_http(
+        realm = urls.require_http(
             params["realm"], "the registry's token realm", EnvironmentFailure, "the registry's auth challenge is broken"
         )
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
@@ -197,7 +197,7 @@ class RegistryClient:
         )
         if status != 200:
             return None
-        doc = _json(body, f"the token service {http.display(realm)}")
+        doc = _json(body, f"the token service {urls.display(realm)}")
         token = doc.get("token") or doc.get("access_token")
         what = f"the token service of registry {remote.registry}"
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN:
@@ -236,7 +236,7 @@ class RegistryClient:
         status, headers, body, final = self._request_final(url, method, auth, data, content_type, max_bytes)
         if status == 401:
             challenge = {k.lower(): v for k, v in headers.items()}.get("www-authenticate", "")
-            own = http.origin(final) == http.origin(url)  # a challenge from where a redirect led is not the registry's
+            own = urls.origin(final) == urls.origin(url)  # a challenge from where a redirect led is not the registry's
             auth = self._bearer(remote, challenge, own) if challenge.lower().startswith("bearer") else None
             if auth is None:
                 given = self.bound_to(remote.registry)
@@ -368,11 +368,12 @@ class RegistryClient:
         try:
             untrusted.header_value(location, "its upload location")
             target = httpx.URL(start).join(location)
-        except (untrusted.UntrustedData, httpx.InvalidURL) as exc:
+            elsewhere = urls.origin(str(target)) != urls.origin(start)
+        except (untrusted.UntrustedData, httpx.InvalidURL, urls.InvalidURL) as exc:
             raise _refused(remote.registry, untrusted.UntrustedData(f"no usable upload location: {exc}")) from None
-        if http.origin(target) != http.origin(start):
+        if elsewhere:
             raise EnvironmentFailure(
-                f"registry {remote.registry} sent the upload to another origin ({http.display(str(target))})",
+                f"registry {remote.registry} sent the upload to another origin ({urls.display(str(target))})",
                 "imagekit uploads only to the registry itself; check --registry",
             )
         url = str(target.copy_merge_params({"digest": digest}))

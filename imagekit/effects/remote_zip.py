@@ -7,6 +7,7 @@ import zlib
 
 from imagekit.effects import http
 from imagekit.errors import EnvironmentFailure
+from imagekit.trust import urls
 
 MAX_MEMBER = 64 << 20  # a METADATA file is kilobytes; a zip directory that claims more is not a wheel
 
@@ -17,7 +18,7 @@ def _range(url: str, spec: str) -> bytes:
     )
     if status != 206:
         raise EnvironmentFailure(
-            f"{http.display(url)} answered HTTP {status} to a range request",
+            f"{urls.display(url)} answered HTTP {status} to a range request",
             "use an index that serves PEP 658 metadata",
         )
     return body
@@ -29,7 +30,7 @@ def read_member(url: str, suffix: str) -> bytes:
         return _read_member(url, suffix)
     except (struct.error, zlib.error, UnicodeDecodeError) as exc:
         raise EnvironmentFailure(
-            f"{http.display(url)}: not a readable wheel ({exc})", "use an index that serves PEP 658 metadata"
+            f"{urls.display(url)}: not a readable wheel ({exc})", "use an index that serves PEP 658 metadata"
         ) from None
 
 
@@ -37,15 +38,15 @@ def _read_member(url: str, suffix: str) -> bytes:
     tail = _range(url, "-65536")
     eocd = tail.rfind(b"PK\x05\x06")
     if eocd < 0:
-        raise EnvironmentFailure(f"{http.display(url)}: no zip directory in the last 64 KiB")
+        raise EnvironmentFailure(f"{urls.display(url)}: no zip directory in the last 64 KiB")
     if len(tail) < eocd + 22:
         raise EnvironmentFailure(
-            f"{http.display(url)}: a truncated zip directory", "use an index that serves PEP 658 metadata"
+            f"{urls.display(url)}: a truncated zip directory", "use an index that serves PEP 658 metadata"
         )
     cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12 : eocd + 20])
     if cd_size > MAX_MEMBER:
         raise EnvironmentFailure(
-            f"{http.display(url)}: a zip directory of {cd_size} bytes", "use an index that serves PEP 658 metadata"
+            f"{urls.display(url)}: a zip directory of {cd_size} bytes", "use an index that serves PEP 658 metadata"
         )
     directory = _range(url, f"{cd_offset}-{cd_offset + cd_size - 1}")
     pos = 0
@@ -63,4 +64,4 @@ def _read_member(url: str, suffix: str) -> bytes:
         start = local + 30 + lnlen + lelen
         data = _range(url, f"{start}-{start + csize - 1}")
         return zlib.decompressobj(-15).decompress(data, MAX_MEMBER) if method == 8 else data
-    raise EnvironmentFailure(f"{http.display(url)}: no member ending in {suffix}")
+    raise EnvironmentFailure(f"{urls.display(url)}: no member ending in {suffix}")

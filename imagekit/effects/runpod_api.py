@@ -13,7 +13,7 @@ import re
 from imagekit.clouds import providers
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, NotSent, PodMayExist, UsageError
-from imagekit.trust import untrusted
+from imagekit.trust import untrusted, urls
 from imagekit.trust.redact import redact_text
 
 RUNPOD = providers.named("runpod")
@@ -63,7 +63,7 @@ def post(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     """A GraphQL request; its answer, an object without ``errors`` (RunPod's rejection is exit 1, quoted as
     plain text; an answer of another shape is exit 3)."""
     headers = {"Content-Type": "application/json", **authorization(api_key)}
-    http.require_http(url, "--api-url", UsageError, f"pass the RunPod GraphQL endpoint, {DEFAULT_API}")
+    urls.require_http(url, "--api-url", UsageError, f"pass the RunPod GraphQL endpoint, {DEFAULT_API}")
     status, raw = _send("POST", url, headers, json.dumps(body).encode(), follow=True)
     if status != 200:
         raise EnvironmentFailure(f"RunPod API answered HTTP {status}", "retry later")
@@ -131,7 +131,7 @@ def problem(raw: bytes) -> str:
 
 
 def _rest(base: str) -> str:
-    http.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
+    urls.require_http(base, "--api-url", UsageError, f"pass RunPod's REST base, {DEFAULT_REST}")
     return base.rstrip("/")
 
 
@@ -236,7 +236,7 @@ def _may_exist(what: str, base: str, body: dict) -> PodMayExist:
     """The error of a create whose outcome is unknown, with how to find the pod and end it."""
     name = untrusted.printable(body.get("name", "?"), 120)
     image = untrusted.printable(body.get("image", "?"), 200)
-    listing = f"{http.display(base).rstrip('/')}/pods"
+    listing = f"{urls.display(base).rstrip('/')}/pods"
     return PodMayExist(
         f"{what}: a pod may exist and bill from now on; imagekit does not know its id",
         f"look for a pod named {name!r} (image {image}) in RunPod's console (console.runpod.io, Pods) or "

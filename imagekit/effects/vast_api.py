@@ -9,7 +9,7 @@ import re
 from imagekit.clouds import providers
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
-from imagekit.trust import untrusted
+from imagekit.trust import untrusted, urls
 from imagekit.trust.redact import redact_text
 
 VAST = providers.named("vast")
@@ -37,7 +37,7 @@ def create_template(body: dict, api_key: str, url: str = DEFAULT_API) -> dict:
     """Create the template (`imagekit vast-template --create`); ``{"id": ..., "hash_id": ...}`` exactly when Vast says
     it made one."""
     headers = {"Content-Type": "application/json", "Accept": "application/json", **authorization(api_key)}
-    http.require_http(url, "--api-url", UsageError, f"pass Vast's template endpoint, {DEFAULT_API}")
+    urls.require_http(url, "--api-url", UsageError, f"pass Vast's template endpoint, {DEFAULT_API}")
     try:
         status, _, raw, final = http.request_final(
             "POST", url, headers=headers, content=json.dumps(body).encode(), max_bytes=1 << 20
@@ -68,7 +68,7 @@ MAX_ANSWER = 32 << 20  # bytes of an instance list read (an instance is about 3 
 
 def _base(base: str) -> str:
     """The API base as given, checked: http(s), no query or fragment (a path is appended to it)."""
-    http.require_http(base, "--api-url", UsageError, f"pass Vast's API base, {VAST.api}")
+    urls.require_http(base, "--api-url", UsageError, f"pass Vast's API base, {VAST.api}")
     if "?" in base or "#" in base:
         raise UsageError(f"--api-url {untrusted.printable(base, 80)!r} has a query or a fragment", f"pass {VAST.api}")
     return base.rstrip("/")

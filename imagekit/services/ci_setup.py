@@ -16,6 +16,7 @@ from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.matrix import ci_workflow as ci
 from imagekit.matrix import matrix_file as matrix
 from imagekit.services import inputs
+from imagekit.trust import urls
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 
@@ -41,13 +42,13 @@ def check_index_serves(install: str) -> None:
     status, _, _ = http.request("GET", url, max_bytes=4 << 20)
     if status == 404:
         raise UsageError(
-            f"--install {install}: {http.display(index)} has no project {name!r}: every job would fail to install it",
+            f"--install {install}: {urls.display(index)} has no project {name!r}: every job would fail to install it",
             "leave --install out (a wheel of this imagekit is committed beside the workflow), or pass a path, a wheel "
             "URL or git+https://...",
         )
     if status >= 400:
         raise EnvironmentFailure(
-            f"--install {install}: {http.display(index)} answered HTTP {status} for {name!r}",
+            f"--install {install}: {urls.display(index)} answered HTTP {status} for {name!r}",
             "check PIP_INDEX_URL, or pass a path, a wheel URL or git+https://... to --install",
         )
 

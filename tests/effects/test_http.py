@@ -15,6 +15,7 @@ from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
 from imagekit.in_image import imagekit_doctor as doc
 from imagekit.locking.lockfile import Lock, LockEntry
 from imagekit.services.wheels import fetch
+from imagekit.trust import urls
 from tests.hostile_http import Answer, Route, Seen, Server, basic, redirect, serve
 
 # the recording server and its answers live in tests/hostile_http.py, shared with every remote feature's tests
@@ -22,9 +23,9 @@ from tests.hostile_http import Answer, Route, Seen, Server, basic, redirect, ser
 
 # ---- the client's own rules ---------------------------------------------------------------------------------------
 def test_origins():
-    assert client.origin("http://Example.org/a") == client.origin("http://example.org:80/b")
-    assert client.origin("http://example.org/") != client.origin("https://example.org/")
-    assert client.origin("http://127.0.0.1:5000/") != client.origin("http://127.0.0.1:5001/")
+    assert urls.origin("http://Example.org/a") == urls.origin("http://example.org:80/b")
+    assert urls.origin("http://example.org/") != urls.origin("https://example.org/")
+    assert urls.origin("http://127.0.0.1:5000/") != urls.origin("http://127.0.0.1:5001/")
 
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.org/x", "/etc/passwd", "gopher://x/"])

@@ -349,12 +349,12 @@ def test_a_password_in_the_index_url_is_never_printed_by_lock(app, runner, in_tm
 
 
 def test_display_redacts_user_info_and_secret_queries():
-    from imagekit.effects import http
+    from imagekit.trust import urls
 
-    shown = http._display(f"http://u:{SECRET}@h.example/simple/?private_token=abc&x=1")
+    shown = urls.display(f"http://u:{SECRET}@h.example/simple/?private_token=abc&x=1")
     assert SECRET not in shown and "abc" not in shown and "h.example/simple/" in shown
     with pytest.raises(UsageError) as exc:
-        http.require_http(f"ftp://u:{SECRET}@h.example/x")
+        urls.require_http(f"ftp://u:{SECRET}@h.example/x")
     assert SECRET not in exc.value.message
 
 

@@ -197,6 +197,22 @@ def test_an_upload_the_registry_sends_to_another_origin_gets_no_bytes_and_no_cre
 
 
 @pytest.mark.loopback
+@pytest.mark.parametrize("location", ["http://127.0.0.1:0/upload/1", "//127.0.0.1:65536/upload/1"])
+def test_an_upload_location_that_names_no_server_is_refused(tmp_path, location):
+    """httpx takes port 0 (and connects to 80) and ports past 65535; the origin rule refuses them, as an answer."""
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"secret layer")
+    digest = "sha256:" + hashlib.sha256(b"secret layer").hexdigest()
+    with hostile_http.serve() as reg:
+        reg.routes["/v2/team/img/blobs/uploads/"] = (202, {"Location": location}, b"")
+        with pytest.raises(EnvironmentFailure, match="no usable upload location: Invalid port"):
+            RegistryClient("ci", "pw", registries=[reg.address]).upload_blob(
+                Remote.parse(f"{reg.address}/team/img"), digest, 12, blob
+            )
+        assert [r.method for r in reg.seen] == ["POST"]
+
+
+@pytest.mark.loopback
 def test_an_upload_is_one_put_of_the_bytes_with_their_digest_on_the_registrys_own_origin(tmp_path):
     blob = tmp_path / "blob"
     blob.write_bytes(b"layer bytes")

@@ -13,7 +13,7 @@ from imagekit.compat.pypi_metadata import parse_metadata
 from imagekit.effects import http, remote_zip
 from imagekit.effects.files import write_atomic
 from imagekit.errors import CheckFailed, EnvironmentFailure
-from imagekit.trust import untrusted
+from imagekit.trust import untrusted, urls
 from imagekit.trust.redact import redact
 
 
@@ -27,16 +27,16 @@ def simple_page(index: str, name: str) -> dict:
         raise EnvironmentFailure(str(exc), hint) from None
     files = page.get("files") if isinstance(page, dict) else None
     if not isinstance(files, list):
-        raise EnvironmentFailure(f"the index page {http.display(page_url)} has no list of files", hint)
+        raise EnvironmentFailure(f"the index page {urls.display(page_url)} has no list of files", hint)
     fixed = []
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
             raise EnvironmentFailure(
-                f"the index page {http.display(page_url)} lists a file without a filename or url", hint
+                f"the index page {urls.display(page_url)} lists a file without a filename or url", hint
             )
-        url = http.join(page_url, f["url"])
+        url = urls.join(page_url, f["url"])
         shown = untrusted.printable(f["filename"], 120)
-        http.require_http(url, f"the index lists {shown} at", EnvironmentFailure, "use another index")
+        urls.require_http(url, f"the index lists {shown} at", EnvironmentFailure, "use another index")
         fixed.append({**f, "url": url})
     return {**page, "files": fixed}
 
@@ -81,8 +81,8 @@ def pytorch_variants(pytorch_index: str, note: Callable[[str], None] = print) ->
     found: dict[str, dict] = dict(refresh.pytorch_variants(text))
     reads = []
     for version, variant, link in refresh.pytorch_aarch64_reads(text):
-        wheel = http.join(url, link)
-        http.require_http(wheel, f"the PyTorch index lists torch {version}+{variant} at", EnvironmentFailure)
+        wheel = urls.join(url, link)
+        urls.require_http(wheel, f"the PyTorch index lists torch {version}+{variant} at", EnvironmentFailure)
         reads.append((version, variant, wheel))
     for (version, variant, wheel), flags in zip(
         reads, http.map_concurrently(_flags, [w for _, _, w in reads]), strict=True
@@ -90,7 +90,7 @@ def pytorch_variants(pytorch_index: str, note: Callable[[str], None] = print) ->
         if flags:
             found.setdefault(version, {}).setdefault("aarch64_index_archs", {})[variant] = flags
         else:
-            note(f"note: torch {version}+{variant} for aarch64 ({http.display(wheel)}) names no GPU architectures")
+            note(f"note: torch {version}+{variant} for aarch64 ({urls.display(wheel)}) names no GPU architectures")
     return found
 
 

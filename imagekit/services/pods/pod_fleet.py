@@ -19,8 +19,9 @@ from pathlib import Path
 from imagekit.clouds import guard_defaults as gd
 from imagekit.clouds import reap
 from imagekit.clouds.provider_spec import Provider
-from imagekit.effects import http, pod_records
+from imagekit.effects import pod_records
 from imagekit.errors import CheckFailed, EnvironmentFailure, NotSent, PodMayExist, UsageError
+from imagekit.trust import urls
 
 Log = Callable[[str], None]
 PENDING_GRACE = 3600  # seconds a create's pending record is left alone: it may be in flight
@@ -39,7 +40,7 @@ def create(provider: Provider, body: dict, key: str, api_url: str) -> dict:
     no record; one whose answer cannot be read says how `pod reap` finds the pod."""
     env = body.get("env") or {}
     pending = pod_records.pending(
-        env[gd.CREATED], body.get("name", "?"), env.get(gd.DEADLINE), http.display(api_url), provider.name
+        env[gd.CREATED], body.get("name", "?"), env.get(gd.DEADLINE), urls.display(api_url), provider.name
     )
     try:
         answer = client(provider).create_pod(body, key, api_url)

@@ -40,7 +40,7 @@ from imagekit.locking.lockfile import Lock
 from imagekit.locking.resolution import LockRequest, check_direct_wheels
 from imagekit.services.progress import human_bytes
 from imagekit.services.wheels.wheel_cache import PARTIAL, require_cache, wheel_cache
-from imagekit.trust import untrusted
+from imagekit.trust import untrusted, urls
 
 MAX_WHEEL = http.MAX_DOWNLOAD  # what a URL or a project file may hold: no wheel is larger
 _SHA = re.compile(r"[0-9a-f]{64}", re.ASCII)
@@ -303,7 +303,7 @@ def _learn(wheel: direct_wheels.DirectWheel, locked: str | None, say: Callable[[
         tmp.write_text(dest.parent.name + "\n")
         os.replace(tmp, memo)
     via = ""
-    if http.origin(final) != http.origin(wheel.url):
+    if urls.origin(final) != urls.origin(wheel.url):
         via = f", served by {untrusted.printable(urlsplit(final).hostname or '', 100)} after a redirect"
     say(f"{wheel.name}: recorded sha256:{dest.parent.name} of {wheel.filename} (downloaded once, {human_bytes(size)}"
         f"{via})")  # fmt: skip
@@ -315,7 +315,7 @@ def _download(wheel: direct_wheels.DirectWheel, say: Callable[[str], None]) -> t
     followed only to http(s), never with a credential (effects.http.stream); more than MAX_WHEEL bytes is refused."""
     import httpx
 
-    shown = http.display(wheel.url)
+    shown = urls.display(wheel.url)
     say(f"{wheel.name}: downloading {wheel.filename} once to record its sha256")
     size = 0
 

@@ -19,6 +19,7 @@ from imagekit.effects.cache import cache_root, unusable
 from imagekit.errors import EnvironmentFailure
 from imagekit.locking import wheel_choice as wheels
 from imagekit.locking.lockfile import LockEntry
+from imagekit.trust import urls
 
 
 def wheel_cache() -> Path:
@@ -79,7 +80,7 @@ def download(
     http(s) only, no larger than the index declares (or http.MAX_DOWNLOAD). The bytes go
     to a folder of its own beside ``dest`` whose lock file this process holds while it writes, so that a later
     fetch can tell a dead run's partial download (swept: `sweep_partials`) from a live one (left alone)."""
-    http.require_http(
+    urls.require_http(
         cand.url,
         f"the index lists {cand.filename} at",
         EnvironmentFailure,

@@ -12,7 +12,7 @@ from imagekit.errors import CheckFailed, EnvironmentFailure, ImagekitError, Usag
 from imagekit.locking import direct_wheels
 from imagekit.locking import wheel_choice as wheels
 from imagekit.locking.lockfile import Lock, LockEntry
-from imagekit.trust import untrusted
+from imagekit.trust import untrusted, urls
 
 
 class _Links(HTMLParser):
@@ -27,11 +27,11 @@ class _Links(HTMLParser):
 
 
 def _join(base: str, href: str) -> str:
-    return http.join(base, href)  # an href that is no URL stays as it is: refused by _require_http when picked
+    return urls.join(base, href)  # an href that is no URL stays as it is: refused by urls.require_http when picked
 
 
 def _filename(url: str) -> str:
-    return http.filename(url)
+    return urls.filename(url)
 
 
 def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
@@ -39,17 +39,17 @@ def _from_json(base: str, raw: bytes) -> list[wheels.Candidate]:
     is not 64 hex digits is none (it matches no locked hash)."""
     hint = "check the index URL: it must be a PEP 691/503 index"
     try:
-        page: Any = untrusted.load_json(raw, f"the index page {http.display(base)}")
+        page: Any = untrusted.load_json(raw, f"the index page {urls.display(base)}")
     except untrusted.UntrustedData as exc:
         raise EnvironmentFailure(str(exc), hint) from None
     files = page.get("files") if isinstance(page, dict) else None
     if not isinstance(files, list):
-        raise EnvironmentFailure(f"the index page {http.display(base)} has no list of files", "check the index URL")
+        raise EnvironmentFailure(f"the index page {urls.display(base)} has no list of files", "check the index URL")
     out = []
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
             raise EnvironmentFailure(
-                f"the index page {http.display(base)} lists a file without a filename or url", "check the index"
+                f"the index page {urls.display(base)} lists a file without a filename or url", "check the index"
             )
         hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
         size = f.get("size")
@@ -89,14 +89,14 @@ def index_sources(lock: Lock) -> tuple[str, str, bool]:
     recorded = _recorded_index(lock)
     if recorded is not None and recorded != index:
         raise CheckFailed(
-            f"the lock's index line ({http.display(index)}) is not the index it was resolved against "
-            f"({http.display(recorded)}): edited by hand",
+            f"the lock's index line ({urls.display(index)}) is not the index it was resolved against "
+            f"({urls.display(recorded)}): edited by hand",
             "run `imagekit lock` to rewrite the lock",
         )
     torch_index = lock.meta.get("torch-index", "")
     routed = torch_index.startswith("http")
     for url in (index, torch_index, *extra_indexes(lock)) if routed else (index, *extra_indexes(lock)):
-        http.require_http(
+        urls.require_http(
             url, "the lock's index", UsageError, "fetch downloads from http(s) indexes; re-lock against one"
         )
     return index, torch_index, routed

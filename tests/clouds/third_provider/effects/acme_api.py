@@ -9,13 +9,14 @@ import re
 from imagekit.clouds import providers
 from imagekit.effects import http
 from imagekit.errors import CheckFailed, EnvironmentFailure, UsageError
+from imagekit.trust import urls
 
 ACME = providers.named("acme")
 
 
 def create_template(body: dict, api_key: str, url: str = ACME.template_url) -> dict:
     """POST the template; ``{"id": ...}`` exactly when Acme says it made one."""
-    http.require_http(url, "--api-url", UsageError, f"pass Acme's template endpoint, {ACME.template_url}")
+    urls.require_http(url, "--api-url", UsageError, f"pass Acme's template endpoint, {ACME.template_url}")
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"}
     status, _, raw, final = http.request_final(
         "POST", url, headers=headers, content=json.dumps(body).encode(), max_bytes=1 << 16
