@@ -76,7 +76,7 @@ def test_the_code_layer_runs_plan_is_what_the_full_run_runs_and_skips(tmp_path, 
 
 def test_the_code_layers_hygiene_reads_the_code_layers_folder_and_not_the_whole_image(tmp_path):
     """With --code-to (where the code layer lies), image-hygiene judges that folder alone: the layers below were
-    judged by the run whose results are reused. What it holds is still judged whole: a .git folder copied there fails."""
+    judged by the run whose results are reused. What it holds is still judged whole: a .git folder there fails."""
     import shutil
     import tempfile
 

@@ -120,7 +120,7 @@ def test_the_commands_run_beside_the_image_checks_and_keep_their_place_in_the_re
         "raise ImportError('a stand-in')\n"
     )
     commands = ['touch "$HOME/smoke-started"; sleep 1', "true"]
-    code, report, _ = _selftest(tmp_path, {"commands": commands, "timeout": 60}, {"transformers.py": transformers})
+    _, report, _ = _selftest(tmp_path, {"commands": commands, "timeout": 60}, {"transformers.py": transformers})
     assert (tmp_path / "seen").read_text() == "True"  # the command ran while the tiny-model check was under way
     ids = [c["id"] for c in report["checks"]]
     assert ids[-2:] == ["smoke-1", "smoke-2"] and ids.index("dists-match-lock") == 0
