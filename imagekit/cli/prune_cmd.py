@@ -29,7 +29,8 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Remove what imagekit's builds left in the engine: refused images (imagekit/refused:<cell>) and the step
-        images of its staged builds that no tag names. Never an image imagekit did not make; published tags stay."""
+        images of its staged builds that no tag names; and the layer blobs a killed `build --push` compressed and no
+        push took. Never an image imagekit did not make; published tags stay."""
         from imagekit.effects.docker import Engine
         from imagekit.services.builds import prune as service
         from imagekit.services.progress import human_bytes
@@ -42,4 +43,4 @@ def register(app: typer.Typer) -> None:
         for i in items:
             state = verb if dry_run or i.removed else "kept (in use)"
             out(f"{state} {i.kind} {i.ref} ({human_bytes(i.size)})")
-        out(f"{len(items)} leftover image(s)" + (" (dry run: nothing removed)" if dry_run else ""))
+        out(f"{len(items)} leftover(s)" + (" (dry run: nothing removed)" if dry_run else ""))

@@ -1,9 +1,10 @@
 """A worker process at a lower CPU priority, for work that may use only the cores the foreground leaves idle.
 
 Its own process (started by spawning, never forking a process with threads): the work runs Python (a layer's tar
-put back together) without taking the interpreter's lock from the foreground's threads, and its niceness (10) lets
-the build's own steps, the engine and the containers it runs (all at 0) go first. Tasks run one at a time, in the
-order given."""
+put back together) without taking the interpreter's lock from the foreground's threads. It runs under Linux's
+SCHED_IDLE policy (a CPU runs it only when nothing else wants that CPU; its threads inherit it), else at niceness 19,
+and in the idle I/O class where the disk's scheduler has one: the build's own steps, the engine and the containers
+it runs go first. Tasks run one at a time, in the order given."""
 
 from __future__ import annotations
 
@@ -13,14 +14,28 @@ from collections.abc import Callable
 from multiprocessing.pool import AsyncResult, Pool
 from typing import Any
 
-NICE = 10
+NICE = 19
+IOPRIO_SET = {"x86_64": 251, "aarch64": 30}  # the ioprio_set system call's number
+IOPRIO_IDLE = 3 << 13  # IOPRIO_CLASS_IDLE, level 0
 
 
 def _lower_priority() -> None:
+    """Idle CPU and I/O priority for this process (each is a courtesy: the work is the same without it)."""
     try:
-        os.nice(NICE)
-    except OSError:
-        pass  # a priority is a courtesy: the work is the same
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.nice(NICE)
+        except OSError:
+            pass
+    number = IOPRIO_SET.get(os.uname().machine)
+    if number is not None:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).syscall(number, 1, 0, IOPRIO_IDLE)  # IOPRIO_WHO_PROCESS, this one
+        except (OSError, AttributeError):
+            pass
 
 
 class Worker:

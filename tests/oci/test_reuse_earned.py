@@ -199,7 +199,8 @@ def test_a_build_runs_every_check_when_the_record_does_not_cover_its_plan(monkey
         engine, "reg/acme:x", CELL, {entry["tag"]: entry}, gpus="off", emulated=False, code_to="/opt/app",
         full=False, say=said.append, require_gpu=False,
     )  # fmt: skip
-    assert [a[1:] for a in engine.argv] == [["--code-layer", "--code-to=/opt/app"], []]  # the code layer's checks, then all of them
+    code_layer = ["--code-layer", "--code-to=/opt/app"]
+    assert [a[1:] for a in engine.argv] == [code_layer, []]  # the code layer's checks, then all of them
     assert said[-1] == "self-test: every check (reg/acme:one has no result for smoke-1, which this self-test runs)"
     assert "reused" not in result.report
 
@@ -208,7 +209,8 @@ def test_a_build_runs_every_check_when_the_record_does_not_cover_its_plan(monkey
         engine, "reg/acme:x", CELL, {entry["tag"]: entry}, gpus="off", emulated=False, code_to="/opt/app",
         full=False, say=said.append, require_gpu=False,
     )  # fmt: skip
-    assert [a[1:] for a in engine.argv] == [["--code-layer", "--code-to=/opt/app"]] and result.report["reused"]["checks"]
+    code_layer = ["--code-layer", "--code-to=/opt/app"]
+    assert [a[1:] for a in engine.argv] == [code_layer] and result.report["reused"]["checks"]
 
 
 # ---- release merge checks the same ----------------------------------------------------------------------------------

@@ -47,3 +47,25 @@ def test_a_dry_run_removes_nothing_and_prune_removes_them(engine):
     for kept in (TAGGED_STEP, FOREIGN, "reg/team/train:cu124-abc", naming.build_cache_tag(CELL)):
         assert kept in engine.images, kept
     assert prune.leftovers(engine) == []
+
+
+def test_prune_removes_the_blobs_a_killed_build_prepared_and_nothing_a_build_under_way_uses(engine, tmp_path):
+    """A `build --push` killed before its push leaves prepared blobs (blob_prepare): prune removes those older than a
+    build under way could be; a young one, a link and the cache's digest memos stay."""
+    import os
+
+    folder = tmp_path / "cache" / "blobs" / "gzip-libdeflate0.9.0-level4-member16m"
+    folder.mkdir(parents=True)
+    old, young, partial, memo = (folder / n for n in ("a" * 64 + ".blob", "b" * 64 + ".blob", ".prepare-x-1", "c" * 64))
+    for path in (old, young, partial, memo):
+        path.write_bytes(b"x" * 10)
+    (folder / ("d" * 64 + ".blob")).symlink_to(old)
+    stale = 1_000_000_000
+    for path in (old, partial, memo):
+        os.utime(path, (stale, stale))
+    found = [(i.kind, i.ref, i.size) for i in prune.leftovers(engine) if i.kind == "blob"]
+    assert found == [("blob", str(old), 10), ("blob", str(partial), 10)]
+    removed = [i for i in prune.prune(engine) if i.kind == "blob"]
+    assert all(i.removed for i in removed) and len(removed) == 2
+    assert not old.exists() and not partial.exists() and young.exists() and memo.exists()
+    assert (folder / ("d" * 64 + ".blob")).is_symlink()

@@ -23,6 +23,7 @@ from multiprocessing.pool import AsyncResult
 from pathlib import Path
 
 from imagekit.effects.background import Worker
+from imagekit.effects.cache import cache_root
 from imagekit.effects.layer_export import LayerMismatch
 from imagekit.errors import ImagekitError
 from imagekit.oci.layer_blobs import LayerFormat
@@ -154,3 +155,24 @@ class Prepare:
         for leftover in blob_push.blob_cache_dir(self.codec).glob(f".prepare-{self.token}-*"):
             leftover.unlink(missing_ok=True)
         self.queued.clear()
+
+
+LEFTOVER_AGE = 3600  # seconds: a younger prepared blob may belong to a build under way
+
+
+def leftovers(now: float | None = None) -> list[tuple[Path, int]]:
+    """Prepared blobs (and unfinished ones) no build took: a build that was killed left them. (path, size), each a
+    regular file of the blob cache older than LEFTOVER_AGE (a link or anything else there is left alone)."""
+    import stat
+
+    now = time.time() if now is None else now
+    found = []
+    for folder in sorted((cache_root() / "blobs").glob("*")):
+        for path in sorted(folder.glob("*.blob")) + sorted(folder.glob(".prepare-*")):
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and now - info.st_mtime > LEFTOVER_AGE:
+                found.append((path, info.st_size))
+    return found
