@@ -35,7 +35,7 @@ from imagekit.services.locks import apt_resolve
 from imagekit.services.locks import lock_cells as lock_service
 from imagekit.services.ports import ContainerEngine, Registry
 from imagekit.services.progress import NullProgress, Progress, activity, human_bytes
-from imagekit.services.publishing import blob_prepare, blob_push, image_tags, publish, release_index, signing
+from imagekit.services.publishing import blob_prepare, image_tags, publish, release_index, signing
 from imagekit.services.publishing.image_tags import set_runtime_config
 from imagekit.services.wheels import fetch, wheel_builds, wheel_folders
 from imagekit.supplychain import dpkg_status, sbom
@@ -280,7 +280,7 @@ def _build(b: _Build) -> None:
         require_emulation(b.cell.platform)  # its RUN steps are the platform's programs
     b.built_at = time.monotonic()
     if b.opts.push and blob_prepare.enabled() and staged_build.available(b.engine):  # an engine on this machine
-        b.prepare = blob_prepare.Prepare(b.engine, blob_push.default_gzip(), b.say)
+        b.prepare = blob_prepare.for_push(b.engine, b.registry, Remote.parse(b.opts.repository), b.say)
     on_image = b.prepare.add if b.prepare is not None else (lambda _: None)
     try:
         with wheelserver.serve(house) as address:  # a loopback address of its own: builds run side by side

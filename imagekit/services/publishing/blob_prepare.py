@@ -25,9 +25,11 @@ from pathlib import Path
 from imagekit.effects.background import Worker
 from imagekit.effects.cache import cache_root
 from imagekit.effects.layer_export import LayerMismatch
+from imagekit.effects.registry import Remote
 from imagekit.errors import ImagekitError
+from imagekit.oci import layer_blobs
 from imagekit.oci.layer_blobs import LayerFormat
-from imagekit.services.ports import ContainerEngine, LayerStore
+from imagekit.services.ports import ContainerEngine, LayerStore, Registry
 from imagekit.services.progress import human_bytes
 from imagekit.services.publishing import blob_push
 
@@ -43,6 +45,7 @@ class Prepared:
 
     layers: int = 0  # compressed here
     found: int = 0  # prepared already (another build of the same layer)
+    present: int = 0  # in the registry already: nothing to prepare
     read: int = 0  # layer tar bytes read
     blob_bytes: int = 0
     seconds: float = 0.0  # the worker's time on them
@@ -54,6 +57,8 @@ class Prepared:
             done += f" ({human_bytes(self.read)} to {human_bytes(self.blob_bytes)} in {self.seconds:.0f} s)"
         if self.found:
             done += f", {self.found} prepared already"
+        if self.present:
+            done += f", {self.present} in the registry already"
         return done
 
 
@@ -97,13 +102,33 @@ def _regular_of_size(path: Path, size: int) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_size == size
 
 
+def for_push(engine: ContainerEngine, registry: Registry, remote: Remote, say: Callable[[str], None]) -> Prepare:
+    """A build's Prepare for a push to ``remote`` in the default format: what that registry holds is not prepared."""
+
+    def holds(blob: layer_blobs.Blob) -> bool:
+        try:
+            return registry.blob_size(remote, blob.digest) == blob.size
+        except ImagekitError:  # no answer: not known to hold it
+            return False
+
+    return Prepare(engine, blob_push.default_gzip(), say, holds)
+
+
 class Prepare:
     """One build's prepared blobs: ``add`` each image as the build makes it (its new layers are queued, bottom
     first), ``finish`` before the push (waits for them), ``discard`` when the build ends (a failed build's blobs
     removed, the worker stopped)."""
 
-    def __init__(self, engine: ContainerEngine, codec: LayerFormat, say: Callable[[str], None]) -> None:
-        self.engine, self.codec, self.say = engine, codec, say
+    def __init__(
+        self,
+        engine: ContainerEngine,
+        codec: LayerFormat,
+        say: Callable[[str], None],
+        published: Callable[[layer_blobs.Blob], bool] = lambda _: False,
+    ) -> None:
+        """``published``: whether the registry the build pushes to holds a blob this machine remembers making (a
+        layer it holds is not compressed again: a rebuild compresses only what changed)."""
+        self.engine, self.codec, self.say, self.published = engine, codec, say, published
         self.token = secrets.token_hex(8)
         self.worker = Worker()
         self.queued: set[str] = set()
@@ -123,6 +148,10 @@ class Prepare:
             if diff_id in self.queued:
                 continue
             self.queued.add(diff_id)
+            known = blob_push.remembered(self.codec, diff_id)
+            if known is not None and self.published(known):
+                self.stats.present += 1
+                continue
             task = self.worker.submit(prepare_layer, store, diff_ids, index, self.codec, self.token)
             self.pending.append((diff_id, task))
 
