@@ -49,8 +49,6 @@ class ImageOptions:
     env: tuple[tuple[str, str], ...] = field(default=(), metadata=KEY)
     # shell commands the self-test runs in the image after its own checks: one failing blocks the publish
     smoke: tuple[str, ...] = field(default=(), metadata=KEY)
-    # the venv's modules compiled to .pyc in each layer (install-layer --compile)
-    bytecode: bool = field(default=True, metadata=KEY)
     # ---- a command's flags, never keys of the file
     builder: str = "legacy"  # legacy (`imagekit build`: wheels over loopback HTTP) | buildkit (bind-mounted wheels)
     # `build --variant NAME` (`--zstd`): the publish formats (oci.publish_formats) the image is also published in,

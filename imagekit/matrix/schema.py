@@ -227,14 +227,6 @@ KEYS: tuple[Key, ...] = (
         "[\"python -c 'import mypkg'\"]",
         "run by the self-test in the image after its own checks: one failing blocks the publish",
     ),
-    Key(
-        "image",
-        "bytecode",
-        "true or false",
-        "true",
-        "false",
-        "the venv's modules compiled to .pyc in each layer (false: smaller layers, the first import compiles)",
-    ),
     # ---- [lock]: private indexes
     Key(
         "lock",

@@ -164,12 +164,6 @@ def test_image_options_jupyter_and_compiler(data):
     assert pinned.cells[0].packages == ("jupyterlab==4.2.5",)  # the user's own pin wins
 
 
-def test_image_bytecode_reaches_the_options(data):
-    axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
-    assert matrix.parse({"matrix": axes}, "m.toml", data).options.bytecode is True
-    assert matrix.parse({"matrix": axes, "image": {"bytecode": False}}, "m.toml", data).options.bytecode is False
-
-
 def test_image_options_errors_are_reported(data):
     axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
     with pytest.raises(ConfigError) as exc:
