@@ -36,151 +36,152 @@ if TYPE_CHECKING:
     from imagekit.services.builds.build import CellResult
 
 
+@handles_errors
+@with_groups
+def build(
+    *,
+    selection: Selection,
+    push: Annotated[bool, typer.Option("--push", help="Publish images whose self-test passed.")] = False,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            metavar="REG/REPO", help="REGISTRY/REPO to tag and push (default: the matrix's [image] repository)."
+        ),
+    ] = None,
+    lock_dir: LockDirOpt = Path("lockfiles"),
+    state_dir: Annotated[
+        Path, typer.Option("--state-dir", metavar="DIR", help="Build contexts, wheelhouse links, reports.")
+    ] = Path(".imagekit"),
+    release_index: ReleaseIndexOpt = Path("releases/index.json"),
+    release_records: Annotated[
+        Path,
+        typer.Option(
+            "--release-records",
+            metavar="DIR",
+            help="Also write each published image's release record here (<cell id>-<build hash>.json), for "
+            "`imagekit release merge` on CI.",
+        ),
+    ] = Path("releases/records"),
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every layer again.")] = False,
+    gpus: Annotated[
+        str,
+        typer.Option(
+            metavar="auto|on|off",
+            help="Self-test with GPUs: auto (when the engine has the NVIDIA runtime), on, off.",
+        ),
+    ] = "auto",
+    require_gpu: Annotated[
+        bool, typer.Option("--require-gpu", help="Fail the self-test when no GPU is there.")
+    ] = False,
+    keep_going: Annotated[bool, typer.Option("--keep-going", help="Continue past a failing cell.")] = False,
+    full_self_test: Annotated[
+        bool,
+        typer.Option(
+            "--full-self-test",
+            help="Run every self-test check. Default: when a published release of the cell passed on the same "
+            "layers below the code layer (same config, GPU or not), reuse its results and run the code layer's.",
+        ),
+    ] = False,
+    sign_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--sign-key",
+            metavar="FILE",
+            help="With --push: sign each tested image (cosign's format; cosign.key with COSIGN_PASSWORD) before "
+            "its alias moves.",
+        ),
+    ] = None,
+    zstd: ZstdOpt = False,
+    variant: VariantOpt = None,
+    audit_osv: Annotated[
+        Path | None,
+        typer.Option(
+            "--audit-osv",
+            metavar="DIR_OR_ZIP",
+            help="Gate publishing on known vulnerabilities: each image's SBOM against this OSV export "
+            "(imagekit audit).",
+        ),
+    ] = None,
+    audit_fail_on: Annotated[
+        str, typer.Option("--audit-fail-on", metavar="LEVEL", help="With --audit-osv: the level that fails.")
+    ] = "high",
+    audit_allowlist: Annotated[
+        Path | None,
+        typer.Option("--audit-allowlist", metavar="FILE", help="With --audit-osv: the allowlist (TOML [[ignore]])."),
+    ] = None,
+    audit_fail_on_unrated: Annotated[
+        bool,
+        typer.Option(
+            "--audit-fail-on-unrated",
+            help="With --audit-osv: an advisory with no rating (no CVSS, no distribution urgency) fails too.",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print what would happen per cell (lock, base, wheels cached and to download, image size, "
+            "disk needed and free) and stop; exit 3 when the disk is short.",
+        ),
+    ] = False,
+    quiet: QuietOpt = False,
+    resolving: ResolverOptions,
+) -> None:
+    """For each selected cell: lock (if stale), fetch wheels, render, docker build, self-test, and publish."""
+    from imagekit.services.builds import build_job
+
+    request = build_job.BuildRequest(
+        registry=registry,
+        push=push,
+        lock_dir=lock_dir,
+        state_dir=state_dir,
+        release_index=release_index,
+        release_records=release_records,
+        no_cache=no_cache,
+        gpus=gpus,
+        require_gpu=require_gpu,
+        full_self_test=full_self_test,
+        keep_going=keep_going,
+        sign_key=sign_key,
+        audit_osv=audit_osv,
+        audit_fail_on=audit_fail_on,
+        audit_allowlist=audit_allowlist,
+        audit_fail_on_unrated=audit_fail_on_unrated,
+    )
+    folder_option(lock_dir, "--lock-dir")
+    folder_option(state_dir, "--state-dir")
+    output_file_option(release_index, "--release-index")
+    folder_option(release_records, "--release-records")
+    signer = build_job.check(request)
+    data, config, evaluated = selected_compatible(selection)
+    cells = [e.cell for e in evaluated]
+    job = build_job.prepare(
+        request, config, image_options(config, zstd=zstd, variants=variant), resolving.settings, signer
+    )
+    if dry_run:
+        print_plan(build_job.dry_run(job, cells, config, data), as_json, build=True)
+        return
+    from imagekit.cli.progress_display import ConsoleProgress
+
+    console = err_console()
+    progress = ConsoleProgress(console, quiet=quiet)
+    note = None if quiet else (lambda text: console.print(f"[dim]engine: {text}[/]"))
+    results = build_job.run(job, cells, config, data, progress, note)
+    _report(results, lock_dir)
+    if as_json:
+        out_json([r.to_json() for r in results])
+    if any(r.status == "failed" for r in results) or len(results) < len(cells):
+        raise typer.Exit(EXIT_NO)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command(
+    """`imagekit build`, registered onto the top-level app."""
+    app.command(
         "build",
         epilog="Examples: imagekit build --cuda 11.8; imagekit build --cell cu121-torch2.1.2-py3.11-tf4.48.2 --push "
         "--registry 127.0.0.1:5000/imagekit/train",
-    )
-    @handles_errors
-    @with_groups
-    def build(
-        *,
-        selection: Selection,
-        push: Annotated[bool, typer.Option("--push", help="Publish images whose self-test passed.")] = False,
-        registry: Annotated[
-            str | None,
-            typer.Option(
-                metavar="REG/REPO", help="REGISTRY/REPO to tag and push (default: the matrix's [image] repository)."
-            ),
-        ] = None,
-        lock_dir: LockDirOpt = Path("lockfiles"),
-        state_dir: Annotated[
-            Path, typer.Option("--state-dir", metavar="DIR", help="Build contexts, wheelhouse links, reports.")
-        ] = Path(".imagekit"),
-        release_index: ReleaseIndexOpt = Path("releases/index.json"),
-        release_records: Annotated[
-            Path,
-            typer.Option(
-                "--release-records",
-                metavar="DIR",
-                help="Also write each published image's release record here (<cell id>-<build hash>.json), for "
-                "`imagekit release merge` on CI.",
-            ),
-        ] = Path("releases/records"),
-        no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every layer again.")] = False,
-        gpus: Annotated[
-            str,
-            typer.Option(
-                metavar="auto|on|off",
-                help="Self-test with GPUs: auto (when the engine has the NVIDIA runtime), on, off.",
-            ),
-        ] = "auto",
-        require_gpu: Annotated[
-            bool, typer.Option("--require-gpu", help="Fail the self-test when no GPU is there.")
-        ] = False,
-        keep_going: Annotated[bool, typer.Option("--keep-going", help="Continue past a failing cell.")] = False,
-        full_self_test: Annotated[
-            bool,
-            typer.Option(
-                "--full-self-test",
-                help="Run every self-test check. Default: when a published release of the cell passed on the same "
-                "layers below the code layer (same config, GPU or not), reuse its results and run the code layer's.",
-            ),
-        ] = False,
-        sign_key: Annotated[
-            Path | None,
-            typer.Option(
-                "--sign-key",
-                metavar="FILE",
-                help="With --push: sign each tested image (cosign's format; cosign.key with COSIGN_PASSWORD) before "
-                "its alias moves.",
-            ),
-        ] = None,
-        zstd: ZstdOpt = False,
-        variant: VariantOpt = None,
-        audit_osv: Annotated[
-            Path | None,
-            typer.Option(
-                "--audit-osv",
-                metavar="DIR_OR_ZIP",
-                help="Gate publishing on known vulnerabilities: each image's SBOM against this OSV export "
-                "(imagekit audit).",
-            ),
-        ] = None,
-        audit_fail_on: Annotated[
-            str, typer.Option("--audit-fail-on", metavar="LEVEL", help="With --audit-osv: the level that fails.")
-        ] = "high",
-        audit_allowlist: Annotated[
-            Path | None,
-            typer.Option(
-                "--audit-allowlist", metavar="FILE", help="With --audit-osv: the allowlist (TOML [[ignore]])."
-            ),
-        ] = None,
-        audit_fail_on_unrated: Annotated[
-            bool,
-            typer.Option(
-                "--audit-fail-on-unrated",
-                help="With --audit-osv: an advisory with no rating (no CVSS, no distribution urgency) fails too.",
-            ),
-        ] = False,
-        as_json: JsonOpt = False,
-        dry_run: Annotated[
-            bool,
-            typer.Option(
-                "--dry-run",
-                help="Print what would happen per cell (lock, base, wheels cached and to download, image size, "
-                "disk needed and free) and stop; exit 3 when the disk is short.",
-            ),
-        ] = False,
-        quiet: QuietOpt = False,
-        resolving: ResolverOptions,
-    ) -> None:
-        """For each selected cell: lock (if stale), fetch wheels, render, docker build, self-test, and publish."""
-        from imagekit.services.builds import build_job
-
-        request = build_job.BuildRequest(
-            registry=registry,
-            push=push,
-            lock_dir=lock_dir,
-            state_dir=state_dir,
-            release_index=release_index,
-            release_records=release_records,
-            no_cache=no_cache,
-            gpus=gpus,
-            require_gpu=require_gpu,
-            full_self_test=full_self_test,
-            keep_going=keep_going,
-            sign_key=sign_key,
-            audit_osv=audit_osv,
-            audit_fail_on=audit_fail_on,
-            audit_allowlist=audit_allowlist,
-            audit_fail_on_unrated=audit_fail_on_unrated,
-        )
-        folder_option(lock_dir, "--lock-dir")
-        folder_option(state_dir, "--state-dir")
-        output_file_option(release_index, "--release-index")
-        folder_option(release_records, "--release-records")
-        signer = build_job.check(request)
-        data, config, evaluated = selected_compatible(selection)
-        cells = [e.cell for e in evaluated]
-        job = build_job.prepare(
-            request, config, image_options(config, zstd=zstd, variants=variant), resolving.settings, signer
-        )
-        if dry_run:
-            print_plan(build_job.dry_run(job, cells, config, data), as_json, build=True)
-            return
-        from imagekit.cli.progress_display import ConsoleProgress
-
-        console = err_console()
-        progress = ConsoleProgress(console, quiet=quiet)
-        note = None if quiet else (lambda text: console.print(f"[dim]engine: {text}[/]"))
-        results = build_job.run(job, cells, config, data, progress, note)
-        _report(results, lock_dir)
-        if as_json:
-            out_json([r.to_json() for r in results])
-        if any(r.status == "failed" for r in results) or len(results) < len(cells):
-            raise typer.Exit(EXIT_NO)
+    )(build)
 
 
 def _report(results: list[CellResult], lock_dir: Path) -> None:

@@ -96,140 +96,142 @@ def _check(index: str, out_file: Path | None, as_json: bool) -> None:
     raise typer.Exit(EXIT_NO)
 
 
+@handles_errors
+def refresh(
+    out_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Write the metadata JSON here instead (an export: imagekit reads only the user data file); "
+            "with --check, the file to compare.",
+        ),
+    ] = None,
+    index_url: Annotated[
+        str, typer.Option("--index-url", metavar="URL", help="PEP 691 simple index to read.")
+    ] = DEFAULT_INDEX,
+    old_index: OldIndexOpt = None,
+    pytorch_index: Annotated[
+        str | None,
+        typer.Option(
+            "--pytorch-index",
+            metavar="URL",
+            help="The PyTorch wheel index to read each torch release's CUDA variants from (default: "
+            f"{DEFAULT_PYTORCH_INDEX} when --index-url is PyPI; not read otherwise).",
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Write nothing; exit 1 naming each release the index has and the data in use (or --out) lacks.",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Regenerate Requires-Python / Requires-Dist data and torch's Python windows from package metadata.
+
+    Writes the user data file imagekit reads from then on: $IMAGEKIT_DATA_DIR/pypi-metadata.json, else
+    $XDG_DATA_HOME/imagekit/, else ~/.local/share/imagekit/ (`imagekit compat show` says which). It is refused
+    when it would know fewer torch releases, or fewer releases of a package, than the data shipped with
+    imagekit, and when a torch wheel it reads (each minor's newest, its GPU architectures) holds less than
+    imagekit's curated architecture tables promise. The curated facts (CUDA variants, driver floors, archs,
+    companions, with sources) are not refreshed: they come with imagekit; the companions a wheel's METADATA pins
+    to a torch release (torchvision, torchaudio, torchtext, torchdata, xformers; triton from torch's own) are.
+    Lock input hashes cover the curated facts' data version, not this file: a refresh makes a lock stale only
+    where it pins a companion the refreshed table no longer pairs with its torch. With --check it reads only the
+    index's release lists (no metadata) and writes nothing.
+    """
+    index, flag = renamed(index_url, DEFAULT_INDEX, old_index, "--index-url", "--index")
+    validate.index_url(index, flag)
+    if pytorch_index is not None:  # checked whatever else is asked: a bad value is never silently unused
+        validate.index_url(pytorch_index, "--pytorch-index")
+    if check:
+        _check(index, out_file, as_json)
+        return
+    from imagekit.services.locks import compat_refresh
+
+    target = out_file if out_file is not None else _user_file()
+    output_file_option(target, "--out" if out_file is not None else "the user data file")
+    if pytorch_index is None and index == DEFAULT_INDEX:
+        pytorch_index = DEFAULT_PYTORCH_INDEX
+    doc = compat_refresh.write(
+        target,
+        index,
+        floor=compat.shipped_metadata() if out_file is None else None,
+        pytorch_index=pytorch_index,
+        note=lambda text: err_console().print(text, markup=False),
+    )
+    counts = {k: len(v) for k, v in sorted(doc["packages"].items())}
+    if as_json:
+        out_json({"path": str(target), "index": redact(index), "releases": {"torch": len(doc["torch"]), **counts}})
+    err_console().print(
+        f"wrote {target}: torch {len(doc['torch'])} releases, " + ", ".join(f"{k} {v}" for k, v in counts.items()),
+        markup=False,
+    )
+
+
+@handles_errors
+def show(
+    as_json: JsonOpt = False,
+) -> None:
+    """Which compatibility data files are in use: their paths, versions and release counts."""
+    user = compat.user_metadata_path()
+    try:
+        metadata, where, origin, passed_over = inputs.choose_metadata(user)
+        state = "in use" if origin == compat.USER else f"not used: {passed_over}" if passed_over else "absent"
+    except UsageError as exc:  # an unusable user file: say so here (every other command refuses it)
+        metadata, where, origin = (
+            compat.shipped_metadata(),
+            compat.shipped_path(compat.METADATA_FILE),
+            compat.SHIPPED,
+        )
+        state = f"unusable: {exc.message}"
+    data = compat.parse(
+        compat.curated_document(),
+        metadata,
+        curated_path=compat.shipped_path(compat.CURATED_FILE),
+        metadata_path=where,
+        metadata_origin=origin,
+    )
+    doc = {
+        "curated": {
+            "path": data.curated_path,
+            "data_version": data.data_version,
+            "torch_minors": sorted(data.torch_minors, key=lambda m: tuple(int(x) for x in m.split("."))),
+        },
+        "metadata": {
+            "path": data.metadata_path,
+            "origin": data.metadata_origin,
+            "releases": {name: len(data.releases(name)) for name in sorted(data.packages)},
+            "newest_torch": data.releases("torch")[-1],
+        },
+        "user_file": {"path": str(user) if user is not None else None, "state": state},
+    }
+    if as_json:
+        out_json(doc)
+        return
+    counts = ", ".join(f"{k} {v}" for k, v in doc["metadata"]["releases"].items())
+    minors = doc["curated"]["torch_minors"]
+    out(
+        f"curated facts  {data.curated_path}\n"
+        f"               data version {data.data_version}; torch {minors[0]} … {minors[-1]}\n"
+        f"PyPI metadata  {data.metadata_path} ({data.metadata_origin})\n"
+        f"               {counts}; newest torch {doc['metadata']['newest_torch']}\n"
+        f"user file      {doc['user_file']['path']}: {state}"
+    )
+
+
 def build() -> typer.Typer:
+    """The `compat` group: each subcommand a function of this module, registered in the order `compat --help` lists."""
     app = typer.Typer(
         help="Compatibility data: see which files are in use, refresh the metadata-derived part from the index.",
         no_args_is_help=True,
     )
-
-    @app.command(
+    app.command(
         "refresh",
         epilog="Examples: imagekit compat refresh; imagekit compat refresh --check; "
         "imagekit compat refresh --out imagekit/data/pypi-metadata.json",
-    )
-    @handles_errors
-    def refresh(
-        out_file: Annotated[
-            Path | None,
-            typer.Option(
-                "--out",
-                metavar="FILE",
-                help="Write the metadata JSON here instead (an export: imagekit reads only the user data file); "
-                "with --check, the file to compare.",
-            ),
-        ] = None,
-        index_url: Annotated[
-            str, typer.Option("--index-url", metavar="URL", help="PEP 691 simple index to read.")
-        ] = DEFAULT_INDEX,
-        old_index: OldIndexOpt = None,
-        pytorch_index: Annotated[
-            str | None,
-            typer.Option(
-                "--pytorch-index",
-                metavar="URL",
-                help="The PyTorch wheel index to read each torch release's CUDA variants from (default: "
-                f"{DEFAULT_PYTORCH_INDEX} when --index-url is PyPI; not read otherwise).",
-            ),
-        ] = None,
-        check: Annotated[
-            bool,
-            typer.Option(
-                "--check",
-                help="Write nothing; exit 1 naming each release the index has and the data in use (or --out) lacks.",
-            ),
-        ] = False,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Regenerate Requires-Python / Requires-Dist data and torch's Python windows from package metadata.
-
-        Writes the user data file imagekit reads from then on: $IMAGEKIT_DATA_DIR/pypi-metadata.json, else
-        $XDG_DATA_HOME/imagekit/, else ~/.local/share/imagekit/ (`imagekit compat show` says which). It is refused
-        when it would know fewer torch releases, or fewer releases of a package, than the data shipped with
-        imagekit, and when a torch wheel it reads (each minor's newest, its GPU architectures) holds less than
-        imagekit's curated architecture tables promise. The curated facts (CUDA variants, driver floors, archs,
-        companions, with sources) are not refreshed: they come with imagekit; the companions a wheel's METADATA pins
-        to a torch release (torchvision, torchaudio, torchtext, torchdata, xformers; triton from torch's own) are.
-        Lock input hashes cover the curated facts' data version, not this file: a refresh makes a lock stale only
-        where it pins a companion the refreshed table no longer pairs with its torch. With --check it reads only the
-        index's release lists (no metadata) and writes nothing.
-        """
-        index, flag = renamed(index_url, DEFAULT_INDEX, old_index, "--index-url", "--index")
-        validate.index_url(index, flag)
-        if pytorch_index is not None:  # checked whatever else is asked: a bad value is never silently unused
-            validate.index_url(pytorch_index, "--pytorch-index")
-        if check:
-            _check(index, out_file, as_json)
-            return
-        from imagekit.services.locks import compat_refresh
-
-        target = out_file if out_file is not None else _user_file()
-        output_file_option(target, "--out" if out_file is not None else "the user data file")
-        if pytorch_index is None and index == DEFAULT_INDEX:
-            pytorch_index = DEFAULT_PYTORCH_INDEX
-        doc = compat_refresh.write(
-            target,
-            index,
-            floor=compat.shipped_metadata() if out_file is None else None,
-            pytorch_index=pytorch_index,
-            note=lambda text: err_console().print(text, markup=False),
-        )
-        counts = {k: len(v) for k, v in sorted(doc["packages"].items())}
-        if as_json:
-            out_json({"path": str(target), "index": redact(index), "releases": {"torch": len(doc["torch"]), **counts}})
-        err_console().print(
-            f"wrote {target}: torch {len(doc['torch'])} releases, " + ", ".join(f"{k} {v}" for k, v in counts.items()),
-            markup=False,
-        )
-
-    @app.command("show", epilog="Example: imagekit compat show --json")
-    @handles_errors
-    def show(
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Which compatibility data files are in use: their paths, versions and release counts."""
-        user = compat.user_metadata_path()
-        try:
-            metadata, where, origin, passed_over = inputs.choose_metadata(user)
-            state = "in use" if origin == compat.USER else f"not used: {passed_over}" if passed_over else "absent"
-        except UsageError as exc:  # an unusable user file: say so here (every other command refuses it)
-            metadata, where, origin = (
-                compat.shipped_metadata(),
-                compat.shipped_path(compat.METADATA_FILE),
-                compat.SHIPPED,
-            )
-            state = f"unusable: {exc.message}"
-        data = compat.parse(
-            compat.curated_document(),
-            metadata,
-            curated_path=compat.shipped_path(compat.CURATED_FILE),
-            metadata_path=where,
-            metadata_origin=origin,
-        )
-        doc = {
-            "curated": {
-                "path": data.curated_path,
-                "data_version": data.data_version,
-                "torch_minors": sorted(data.torch_minors, key=lambda m: tuple(int(x) for x in m.split("."))),
-            },
-            "metadata": {
-                "path": data.metadata_path,
-                "origin": data.metadata_origin,
-                "releases": {name: len(data.releases(name)) for name in sorted(data.packages)},
-                "newest_torch": data.releases("torch")[-1],
-            },
-            "user_file": {"path": str(user) if user is not None else None, "state": state},
-        }
-        if as_json:
-            out_json(doc)
-            return
-        counts = ", ".join(f"{k} {v}" for k, v in doc["metadata"]["releases"].items())
-        minors = doc["curated"]["torch_minors"]
-        out(
-            f"curated facts  {data.curated_path}\n"
-            f"               data version {data.data_version}; torch {minors[0]} … {minors[-1]}\n"
-            f"PyPI metadata  {data.metadata_path} ({data.metadata_origin})\n"
-            f"               {counts}; newest torch {doc['metadata']['newest_torch']}\n"
-            f"user file      {doc['user_file']['path']}: {state}"
-        )
-
+    )(refresh)
+    app.command("show", epilog="Example: imagekit compat show --json")(show)
     return app

@@ -2,9 +2,10 @@
 
 Its `[image]` keys come from the matrix file (``matrix_file.parse``), a command's flags go over them
 (``cli/options.image_options``: ``build --variant``, ``render --builder``); the value goes whole into the plan
-(``BuildPlan.options``), and the Dockerfile template sees it as ``options``. A new `[image]` key that reaches the
-Dockerfile: a field here with ``metadata=KEY``, its check in ``matrix_file._image_options`` (a true/false key needs
-none), its use in ``templates/Dockerfile.j2``, and a test.
+(``BuildPlan.options``), and the Dockerfile template sees it as ``options``. A new `[image]` key: its row in
+``matrix/schema.KEYS``, a field here with ``metadata=KEY``, its line in README.md's key table, its check in
+``matrix_file._image_options`` (a true/false key needs none), and a test (docs/architecture.md shows one as a diff);
+then its use, say in ``templates/Dockerfile.j2``.
 """
 
 from __future__ import annotations

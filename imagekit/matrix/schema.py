@@ -3,8 +3,9 @@
 Everything that names the file's keys is derived from :data:`KEYS`: the keys ``matrix_file.parse`` accepts (an
 unknown key is refused with the allowed ones), the reference behind ``imagekit matrix --help`` (and so docs/cli.md),
 and the commented file ``imagekit init`` writes. ``tests/matrix/test_schema.py`` checks that ``ImageOptions``, the
-parser and the examples agree with it. A new key: its row here, its check in ``matrix_file`` (a true/false
-``[image]`` key needs none: ``ImageOptions.switches``) and where it takes effect.
+parser and the examples agree with it. A new key: its row here, its line in README.md's key table, its check in
+``matrix_file`` (a true/false ``[image]`` key needs none: ``ImageOptions.switches``; an ``[image]`` key is a field of
+``ImageOptions``) and where it takes effect.
 """
 
 from __future__ import annotations

@@ -205,38 +205,8 @@ def test_an_imagekit_toml_that_is_not_a_file_is_an_error(app, runner, in_tmp):
 
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE_KEYS = {
-    "matrix.cuda",
-    "matrix.torch",
-    "matrix.transformers",
-    "matrix.python",
-    "matrix.packages",
-    "matrix.from_source",
-    "matrix.platforms",
-    "matrix.exclude",
-    "matrix.include",
-    "targets.gpus",
-    "targets.archs",
-    "targets.min_driver",
-    "image.repository",
-    "image.jupyter",
-    "image.apt",
-    "image.copy",
-    "image.command",
-    "image.install",
-    "image.skip_imports",
-    "image.env",
-    "image.smoke",
-    "matrix.requirements",
-    "lock.index_url",
-    "lock.extra_index_urls",
-    "image.compiler",
-    "image.cuda_toolkit",
-    "image.size_budget",
-    'bases."3.X".reference',
-    'bases."3.X".glibc',
-    'bases."3.X".python',
-}
+#: The keys README's table must document: the schema's (a base's table written as bases."3.X").
+TABLE_KEYS = {k.path.replace('"3.11"', '"3.X"') for k in schema.KEYS}
 
 
 def _readme_section() -> str:

@@ -220,29 +220,22 @@ def test_every_problem_of_every_section_is_reported_in_the_files_order(data):
 
 
 def test_the_image_table_takes_the_keys_of_image_options_and_no_flag(data):
+    """ImageOptions' keys in the schema's order, and a command's flag refused; read off the schema, so a new key
+    needs no line here (its own test says what it does)."""
     from imagekit.image.image_options import ImageOptions
+    from imagekit.matrix import schema
 
     axes = {"cuda": ["12.4"], "torch": ["2.5.1"], "transformers": ["4.48.2"], "python": ["3.11"]}
-    keys = (
-        "jupyter",
-        "compiler",
-        "cuda_toolkit",
-        "size_budget",
-        "copy",
-        "command",
-        "apt",
-        "install",
-        "skip_imports",
-        "env",
-        "smoke",
-    )
+    keys = schema.names("image")[1:]  # the repository first, then the options
+    assert keys[:3] == ("jupyter", "compiler", "cuda_toolkit") and "repository" not in keys
     assert ImageOptions.keys() == keys
     allowed = f"allowed: repository, {', '.join(keys)}"
     for flag in ("builder", "zstd"):  # a command's flags (`render --builder`, `build --zstd`), never the file's
         with pytest.raises(ConfigError) as exc:
             matrix.parse({"matrix": axes, "image": {flag: True}}, "m.toml", data)
         assert exc.value.problems == [f"m.toml: image.{flag}: unknown key ({allowed})"]
-    assert ImageOptions.switches() == ("jupyter", "compiler", "cuda_toolkit")
+    assert ImageOptions.switches() == tuple(k for k in keys if schema.key(f"image.{k}").type == "true or false")
+    assert ImageOptions.switches()[:3] == ("jupyter", "compiler", "cuda_toolkit")
     for switch in ImageOptions.switches():  # each true/false key is checked by one loop
         with pytest.raises(ConfigError) as exc:
             matrix.parse({"matrix": axes, "image": {switch: "yes"}}, "m.toml", data)

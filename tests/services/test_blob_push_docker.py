@@ -152,6 +152,10 @@ def test_blobs_prepared_during_the_build_are_what_the_push_uploads(engine, regis
     assert digest == plain  # the same blobs, so the same manifest
     assert (pushed.prepared, pushed.sent, pushed.read_bytes) == (3, 3, 0)
     assert not list(files[0].parent.glob("*.blob"))  # the push took them
+    # a rebuild pushing to a registry that holds these blobs (as this machine remembers them) prepares none
+    holds = blob_prepare.Prepare(engine, blob_push.default_gzip(), said.append, lambda blob: True)
+    holds.add(image)
+    assert (holds.finish().present, holds.stats.layers, holds.pending) == (3, 0, [])
 
     # a prepared file that is not the size remembered is not uploaded: the push compresses that layer itself
     monkeypatch.setenv("IMAGEKIT_CACHE", str(tmp_path / "c2"))
