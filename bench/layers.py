@@ -223,7 +223,7 @@ PEERS = {
 
 
 def fed_peers(
-    engine: Engine, base: str, cell, data: compat.CompatData, skip: tuple[str, ...] = ()
+    engine: Engine, base: str, cell, data: compat.CompatData, skip: tuple[str, ...] = (), keep: bool = False
 ) -> dict[str, tuple[float, int]]:
     """Each of PEERS as a cold `docker build` (legacy builder, --no-cache) on imagekit's base: the lock as
     requirements.txt and uv's binary COPYed in (one small layer), then one RUN installing from the same wheels
@@ -261,7 +261,8 @@ def fed_peers(
                     check=True, env={**os.environ, "DOCKER_BUILDKIT": "0"}, stdout=subprocess.DEVNULL,
                 )  # fmt: skip
                 out[name] = (time.perf_counter() - t0, int(engine.image(tag)["Size"]))
-                engine.remove(tag)
+                if not keep:  # (keep: the caller pushes it, then removes it)
+                    engine.remove(tag)
                 print(f"  peer {name} (one RUN, the same wheels from loopback): {out[name][0]:.0f} s, "
                       f"{human(out[name][1])}", flush=True)  # fmt: skip
     return out
