@@ -137,7 +137,9 @@ def main() -> None:
                         other.stop()
                         shutil.rmtree(Path(tmp) / "registry-docker", ignore_errors=True)
                 rows.append((built, path, peer_s, push_s))
-                said = f"  peer: build {peer_s:.0f} s" + (f"; docker push of the image {push_s:.0f} s" * bool(push_s))
+                said = f"  peer: build {peer_s:.0f} s"
+                if push_s:
+                    said += f"; docker push of the image {push_s:.0f} s"
                 said += f"; imagekit build + self-test / peer build: {built / peer_s:.2f}x"
                 if push_s:
                     said += f"; build + self-test + publish / peer build + push: {path / (peer_s + push_s):.2f}x"
