@@ -153,7 +153,7 @@ def run(args: argparse.Namespace, engine: Engine, image_id: str, client: Registr
         print(
             f"docker push: {first.read_bytes / docker_s / 1e6:.0f} MB/s; "
             f"ratio docker push / imagekit push: {docker_s / first.seconds:.2f}x; "
-            f"docker push / the push of `build --push` (blobs prepared during the build): {docker_s / stats.seconds:.1f}x"
+            f"docker push / the push of `build --push` (blobs prepared in the build): {docker_s / stats.seconds:.1f}x"
         )
 
 
