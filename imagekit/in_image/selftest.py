@@ -595,33 +595,33 @@ def main(argv=None):
     # `[image] cuda_toolkit`: nvcc and g++ build an extension meanwhile too (a minute of compiling on a CPU)
     extension = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--only-cuda-extension"],
                                  stdout=subprocess.PIPE, text=True) if manifest.get("cuda_toolkit") else None
-    # what the image holds, read while nothing else runs (a smoke command may write files or install packages),
-    # side by side: they read files and wait on pip and child interpreters
+    # what the image holds, read before anything else runs (the project's imports and commands may write files or
+    # install packages), side by side: they read files and wait on pip
     state = [("dists-match-lock", check_distributions, manifest), ("pip-check", check_pip),
              ("python-identity", check_python_identity), ("image-hygiene", hygiene.check_hygiene, left, check)]
-    if manifest.get("project"):  # `[image] install`: the project's wheel shadows nothing, and imports
-        state.append(("project-imports", check_project_imports, manifest))
     if manifest.get("apt"):  # an image with `[image] apt` packages: each at its locked version
         state.append(("apt-packages", check_apt, manifest))
     results = dict(side_by_side(state))
-    # the project's own commands beside the computing checks (one command at a time, as before)
-    smoke = Background(run_smoke, manifest)
+    if manifest.get("project"):  # `[image] install`: the project's wheel shadows nothing, and imports (its code runs)
+        results["project-imports"] = guarded("project-imports", check_project_imports, manifest)
     for item in [("torch-cuda-version", check_torch_cuda, manifest), ("torch-archs", check_torch_archs, manifest),
                  ("cuda-libraries", check_cuda_libraries, manifest), ("numpy-interop", check_numpy_interop),
                  ("tiny-model", check_tiny_model)]:
         results[item[0]] = guarded(*item)
     if manifest.get("companions"):  # torch's companion libraries the lock holds: each imports beside this torch
         results["torch-companions"] = guarded("torch-companions", check_companions, manifest)
-    results["torch-compile"] = collect("torch-compile", compiling)
-    results["cuda-extension"] = (collect("cuda-extension", extension) if extension else
-                                 guarded("cuda-extension", check_cuda_extension, manifest))
     try:
         gpu = run_gpu_checks(require_gpu="--require-gpu" in argv)
     except Exception as exc:
         gpu = [check("gpu-cuda-available", "fail", f"{type(exc).__name__}: {exc}"[:1500])]
     gpu = [announce(c) for c in gpu]  # run as one block: no time of their own
+    # the project's own commands (one at a time) while torch.compile and the extension's compiler finish
+    smoke = Background(run_smoke, manifest)
+    results["torch-compile"] = collect("torch-compile", compiling)
+    results["cuda-extension"] = (collect("cuda-extension", extension) if extension else
+                                 guarded("cuda-extension", check_cuda_extension, manifest))
     # the report in the order it always had: what the image is first, the project's commands last
-    checks = [results[cid] for cid in REPORT_ORDER if cid in results] + gpu + smoke.result()
+    checks = in_report_order(results) + gpu + smoke.result()
     return finish(manifest, checks, "full")
 
 
@@ -639,6 +639,12 @@ REPORT_ORDER = ("dists-match-lock", "pip-check", "python-identity", "torch-cuda-
                 "cuda-libraries", "numpy-interop", "tiny-model", "image-hygiene", "project-imports", "apt-packages",
                 "torch-companions", "torch-compile", "cuda-extension")
 SIDE_BY_SIDE = 4  # checks at once: they read files and wait on child processes, two cores keep up
+
+
+def in_report_order(results):
+    """The results by REPORT_ORDER; one it does not name (a check added without its place) comes after them."""
+    return ([results[cid] for cid in REPORT_ORDER if cid in results] +
+            [result for cid, result in results.items() if cid not in REPORT_ORDER])
 
 
 def side_by_side(items):
@@ -871,11 +877,26 @@ def code_layer_checks(manifest, left, code_to=None):
     the project's wheel sits beside them in the venv: `project-imports` checks that it shadows none of them."""
     state = []
     if manifest.get("project"):
-        state += [("dists-match-lock", check_distributions, manifest), ("pip-check", check_pip),
-                  ("project-imports", check_project_imports, manifest)]
-    only = code_layer_paths(manifest, code_to) if code_to else None  # the layers below it were judged
-    state.append(("image-hygiene", hygiene.check_hygiene, left, check, "/", only))
-    return [result for _, result in side_by_side(state)] + run_smoke(manifest)
+        state += [("dists-match-lock", check_distributions, manifest), ("pip-check", check_pip)]
+    state.append(("image-hygiene", code_layer_hygiene, manifest, left, code_to))
+    results = dict(side_by_side(state))
+    if manifest.get("project"):  # after the files were judged: importing the project runs its code
+        results["project-imports"] = guarded("project-imports", check_project_imports, manifest)
+    order = ("dists-match-lock", "pip-check", "project-imports", "image-hygiene")  # the report's, as it always was
+    return [results[cid] for cid in order if cid in results] + run_smoke(manifest)
+
+
+def code_layer_hygiene(manifest, left, code_to):
+    """image-hygiene of the code layer alone (the layers below it were judged by the run whose results are reused):
+    ``code_to`` and the project's files, when each is a folder or file of its own there. The whole image when one
+    is a link (what it names was not the code layer's to judge), the project's files cannot be found, or the host
+    did not say where the code layer lies."""
+    only = code_layer_paths(manifest, code_to) if code_to else None
+    if only is not None:
+        found_project = not manifest.get("project") or len(only) > 1
+        if not found_project or any(os.path.islink(p) or not os.path.lexists(p) for p in only):
+            only = None
+    return hygiene.check_hygiene(left, check, "/", only)
 
 
 def finish(manifest, checks, scope, planned=None):

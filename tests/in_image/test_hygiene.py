@@ -98,3 +98,21 @@ def test_the_walk_does_not_follow_links_out_of_the_image(tmp_path):
     top = _tree(tmp_path / "image", CLEAN)
     (top / "opt" / "link").symlink_to(outside)
     assert hygiene.check_hygiene([], check, str(top))["status"] == "pass"
+
+
+def test_the_code_layers_scope_falls_back_to_the_whole_image_where_it_cannot_be_trusted(tmp_path, monkeypatch):
+    """The code layer's hygiene judges its folder alone only when that folder is its own: a link (its files lie
+    where a layer below points), a missing folder, or a project whose files cannot be found is the whole image."""
+    from imagekit.in_image import selftest
+
+    scopes = []
+    monkeypatch.setattr(hygiene, "check_hygiene", lambda left, check, top="/", only=None: scopes.append(only))
+    code = tmp_path / "app"
+    code.mkdir()
+    (tmp_path / "link").symlink_to(code)
+    selftest.code_layer_hygiene({}, [], str(code))
+    selftest.code_layer_hygiene({}, [], str(tmp_path / "link"))
+    selftest.code_layer_hygiene({}, [], str(tmp_path / "missing"))
+    selftest.code_layer_hygiene({"project": {"name": "no-such-project-here"}}, [], str(code))
+    selftest.code_layer_hygiene({}, [], None)
+    assert scopes == [[str(code)], None, None, None, None]

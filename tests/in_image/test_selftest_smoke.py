@@ -21,14 +21,15 @@ pytestmark = pytest.mark.programs  # starts Python programs as processes
 
 
 def _selftest(
-    tmp: Path, smoke: dict | None, modules: dict[str, str] | None = None, **env: str
+    tmp: Path, smoke: dict | None, before_torch: str = "", compiler: bool = False, **env: str
 ) -> tuple[int, dict, float]:
     bindir, site = _fake_world(tmp, 0)
-    for name, text in (modules or {}).items():  # stand-ins beside the fake torch
-        (site / name).write_text(text)
+    if before_torch:  # code the stand-in torch runs first, in every process that imports it
+        init = site / "torch" / "__init__.py"
+        init.write_text(before_torch + init.read_text())
     manifest = tmp / "manifest.json"
     doc = {"cell": {"id": "cu124-torch2.5.1-tf4.48.2-py3.11"}, "lock": {"hash": "0" * 64}, "distributions": {},
-           "torch": {"cuda": "12.4"}, "image": {"compiler": False}}  # fmt: skip
+           "torch": {"cuda": "12.4"}, "image": {"compiler": compiler}}  # fmt: skip
     if smoke is not None:
         doc["smoke"] = smoke
     manifest.write_text(json.dumps(doc))
@@ -106,22 +107,23 @@ def test_a_smoke_commands_output_never_reaches_a_disk(tmp_path, monkeypatch):
     assert ev["output_tail"].endswith("x\nthe end\n") and len(ev["output_tail"]) == selftest.SMOKE_TAIL
 
 
-def test_the_commands_run_beside_the_image_checks_and_keep_their_place_in_the_report(tmp_path):
-    """The smoke commands start once what the image holds was read, and run while the computing checks do: here the
-    tiny-model check (its `import transformers`, a stand-in) waits for the first command to have started, which it
-    never would if the commands ran after it. The report keeps its order: the project's commands last."""
-    transformers = (
-        "import os, time\n"
-        "flag = os.path.join(os.environ['HOME'], 'smoke-started')\n"
-        "deadline = time.time() + 30\n"
-        "while not os.path.exists(flag) and time.time() < deadline:\n"
-        "    time.sleep(0.05)\n"
-        "open(os.path.join(os.environ['HOME'], 'seen'), 'w').write(str(os.path.exists(flag)))\n"
-        "raise ImportError('a stand-in')\n"
+def test_the_commands_run_while_torch_compile_does_and_keep_their_place_in_the_report(tmp_path):
+    """The smoke commands start once every check in the self-test's own process is done (what the image holds was
+    read, the project imported, the GPU checked), and run while torch.compile's process still works: here that
+    process (its `import torch`, a stand-in) waits for the first command to have started, which it never would if the
+    commands ran after it. The report keeps its order: the project's commands last."""
+    wait = (
+        "import os, sys, time\n"
+        "if '--only-torch-compile' in sys.argv:\n"
+        "    flag = os.path.join(os.environ['HOME'], 'smoke-started')\n"
+        "    deadline = time.time() + 30\n"
+        "    while not os.path.exists(flag) and time.time() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    open(os.path.join(os.environ['HOME'], 'seen'), 'w').write(str(os.path.exists(flag)))\n"
     )
     commands = ['touch "$HOME/smoke-started"; sleep 1', "true"]
-    _, report, _ = _selftest(tmp_path, {"commands": commands, "timeout": 60}, {"transformers.py": transformers})
-    assert (tmp_path / "seen").read_text() == "True"  # the command ran while the tiny-model check was under way
+    _, report, _ = _selftest(tmp_path, {"commands": commands, "timeout": 60}, before_torch=wait, compiler=True)
+    assert (tmp_path / "seen").read_text() == "True"  # the command ran while torch.compile's process was under way
     ids = [c["id"] for c in report["checks"]]
     assert ids[-2:] == ["smoke-1", "smoke-2"] and ids.index("dists-match-lock") == 0
     assert ids.index("tiny-model") < ids.index("image-hygiene") < ids.index("torch-compile")

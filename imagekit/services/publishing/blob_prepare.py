@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from multiprocessing.pool import AsyncResult
 from pathlib import Path
 
 from imagekit.effects.background import Worker
@@ -46,6 +47,8 @@ class Prepared:
     layers: int = 0  # compressed here
     found: int = 0  # prepared already (another build of the same layer)
     present: int = 0  # in the registry already: nothing to prepare
+    left: int = 0  # not prepared in time (or no room on the disk): the push compresses them
+    skipped: str = ""
     read: int = 0  # layer tar bytes read
     blob_bytes: int = 0
     seconds: float = 0.0  # the worker's time on them
@@ -59,18 +62,27 @@ class Prepared:
             done += f", {self.found} prepared already"
         if self.present:
             done += f", {self.present} in the registry already"
+        if self.left:
+            done += f", {self.left} left to the push" + (f" ({self.skipped})" if self.skipped else "")
         return done
+
+
+MIN_FREE = 8 << 30  # bytes the disk keeps free: a prepared blob never takes the space the build's steps need
+FINISH_WAIT = 120.0  # seconds the push waits for the worker's next layer before it compresses the rest itself
 
 
 def prepare_layer(store: LayerStore, diff_ids: list[str], index: int, codec: LayerFormat, token: str) -> dict:
     """In the worker: layer ``index`` compressed into the blob cache (a temporary file, renamed once its tar hashed
-    to its diff id); what it took. A layer whose blob waits there already is left as it is."""
+    to its diff id); what it took. A layer whose blob waits there already is left as it is; with less than MIN_FREE
+    bytes free on the cache's disk, nothing is written (the push compresses that layer)."""
     diff_id = diff_ids[index]
     final = blob_push.prepared_path(codec, diff_id)
     known = blob_push.remembered(codec, diff_id)
-    if known is not None and _regular_of_size(final, known.size):
+    if known is not None and blob_push.own_regular(final, known.size):
         return {"found": True}
     final.parent.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(final.parent).free < MIN_FREE:
+        return {"found": False, "skipped": f"less than {human_bytes(MIN_FREE)} free on the cache's disk"}
     began = time.monotonic()
     fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".prepare-{token}-")
     read = 0
@@ -92,16 +104,6 @@ def prepare_layer(store: LayerStore, diff_ids: list[str], index: int, codec: Lay
     return {"found": False, "read": read, "size": blob.size, "seconds": time.monotonic() - began}
 
 
-def _regular_of_size(path: Path, size: int) -> bool:
-    import stat
-
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size == size
-
-
 def for_push(engine: ContainerEngine, registry: Registry, remote: Remote, say: Callable[[str], None]) -> Prepare:
     """A build's Prepare for a push to ``remote`` in the default format: what that registry holds is not prepared."""
 
@@ -116,8 +118,10 @@ def for_push(engine: ContainerEngine, registry: Registry, remote: Remote, say: C
 
 class Prepare:
     """One build's prepared blobs: ``add`` each image as the build makes it (its new layers are queued, bottom
-    first), ``finish`` before the push (waits for them), ``discard`` when the build ends (a failed build's blobs
-    removed, the worker stopped)."""
+    first), ``finish`` before the push (waits while the worker keeps finishing layers; what it does not finish is
+    left to the push, which compresses at full priority), ``discard`` when the build ends (the blobs this build
+    prepared and no push took removed, the worker stopped). Nothing here fails the build: a failure turns preparing
+    off and is said once."""
 
     def __init__(
         self,
@@ -132,16 +136,26 @@ class Prepare:
         self.token = secrets.token_hex(8)
         self.worker = Worker()
         self.queued: set[str] = set()
-        self.pending: list[tuple[str, AsyncResult]] = []
+        self.made: list[str] = []  # the diff ids whose blob this build wrote
+        self.pending: list[tuple[str, Future]] = []
         self.stats = Prepared()
+        self.off = False
 
     def add(self, image_id: str) -> None:
         """Queue the layers of ``image_id`` not queued before (an engine whose store cannot be read: none)."""
-        try:
-            diff_ids = list(((self.engine.image(image_id) or {}).get("RootFS") or {}).get("Layers") or [])
-            store = self.engine.layer_export(image_id) if diff_ids else None
-        except ImagekitError:
+        if self.off:
             return
+        try:
+            self._add(image_id)
+        except Exception as exc:  # never the build's failure: the push compresses what is not prepared
+            self.off = True
+            self.worker.stop()
+            self.say(f"warning: layers not prepared during the build ({type(exc).__name__}: {str(exc)[:200]}); "
+                     "the push compresses them")  # fmt: skip
+
+    def _add(self, image_id: str) -> None:
+        diff_ids = list(((self.engine.image(image_id) or {}).get("RootFS") or {}).get("Layers") or [])
+        store = self.engine.layer_export(image_id) if diff_ids else None
         if store is None:
             return
         for index, diff_id in enumerate(diff_ids):
@@ -155,35 +169,60 @@ class Prepare:
             task = self.worker.submit(prepare_layer, store, diff_ids, index, self.codec, self.token)
             self.pending.append((diff_id, task))
 
-    def finish(self) -> Prepared:
-        """Wait for every queued layer; a layer that failed is said and left to the push."""
+    def finish(self, wait: float = FINISH_WAIT) -> Prepared:
+        """What is prepared, for the push. The build's work is over, so the worker has the cores to itself: each
+        layer is waited for while the worker keeps finishing one within ``wait`` seconds; once it does not (another
+        build holds the cores: an idle-priority worker is starved), the layers not done are cancelled and left to
+        the push, which compresses at full priority. A failed layer is said and left to the push too."""
+        starved = False
         for diff_id, task in self.pending:
+            if starved:
+                task.cancel()
+            if task.cancelled():
+                self.stats.left += 1
+                continue
             try:
-                done = task.get()
+                done = task.result(timeout=0 if starved else wait)
+            except FutureTimeout:
+                starved = True
+                self.stats.left += 1
+                continue
             except Exception as exc:  # never fatal: the push compresses the layer itself
                 self.stats.failures.append(f"{diff_id[:19]}: {type(exc).__name__}: {str(exc)[:300]}")
                 continue
-            if done["found"]:
-                self.stats.found += 1
-                continue
+            self._count(diff_id, done)
+        self.pending = []
+        for failure in self.stats.failures:
+            self.say(f"warning: a layer's blob was not prepared ({failure}); the push compresses it")
+        self.worker.stop()
+        return self.stats
+
+    def _count(self, diff_id: str, done: dict) -> None:
+        if done.get("skipped"):
+            self.stats.left += 1
+            self.stats.skipped = done["skipped"]
+        elif done["found"]:
+            self.stats.found += 1
+        else:
+            self.made.append(diff_id)
             self.stats.layers += 1
             self.stats.read += done["read"]
             self.stats.blob_bytes += done["size"]
             self.stats.seconds += done["seconds"]
-        self.pending = []
-        for failure in self.stats.failures:
-            self.say(f"warning: a layer's blob was not prepared ({failure}); the push compresses it")
-        self.worker.close()
-        return self.stats
 
     def discard(self) -> None:
-        """The worker stopped and what it prepared removed (a build that published took its blobs already)."""
+        """The worker stopped and the blobs this build prepared and no push took removed (a blob another build
+        prepared stays its own)."""
         self.worker.stop()
-        for diff_id in self.queued:
+        for diff_id, task in self.pending:  # a build that failed before its push: what finished is counted
+            if task.done() and not task.cancelled() and task.exception() is None:
+                self._count(diff_id, task.result())
+        self.pending = []
+        for diff_id in self.made:
             blob_push.drop_prepared(self.codec, diff_id)
         for leftover in blob_push.blob_cache_dir(self.codec).glob(f".prepare-{self.token}-*"):
             leftover.unlink(missing_ok=True)
-        self.queued.clear()
+        self.made.clear()
 
 
 LEFTOVER_AGE = 3600  # seconds: a younger prepared blob may belong to a build under way
@@ -191,12 +230,16 @@ LEFTOVER_AGE = 3600  # seconds: a younger prepared blob may belong to a build un
 
 def leftovers(now: float | None = None) -> list[tuple[Path, int]]:
     """Prepared blobs (and unfinished ones) no build took: a build that was killed left them. (path, size), each a
-    regular file of the blob cache older than LEFTOVER_AGE (a link or anything else there is left alone)."""
+    regular file of the blob cache older than LEFTOVER_AGE, in a folder of the cache that is no link (anything else
+    there is left alone)."""
     import stat
 
     now = time.time() if now is None else now
     found = []
-    for folder in sorted((cache_root() / "blobs").glob("*")):
+    root = cache_root() / "blobs"
+    for folder in sorted(root.glob("*")):
+        if folder.is_symlink() or not folder.is_dir() or root.is_symlink():
+            continue
         for path in sorted(folder.glob("*.blob")) + sorted(folder.glob(".prepare-*")):
             try:
                 info = os.lstat(path)

@@ -109,23 +109,53 @@ def prepared_path(codec: LayerFormat, diff_id: str) -> Path:
 
 
 def take_prepared(codec: LayerFormat, diff_id: str, dest: Path) -> layer_blobs.Blob | None:
-    """The blob a build prepared for the layer, moved to ``dest`` (a link first: another push of the same layer
-    takes it at most once): None when there is none, or it is not a regular file of the size remembered (it is then
-    removed). The registry checks its bytes against the digest on upload."""
+    """The blob a build prepared for the layer, moved to ``dest`` (a rename: no link followed, and another push of
+    the same layer gets it at most once) and checked there as another party's file: a regular file of this user's,
+    no other name, the size remembered, bytes that hash to the digest remembered. None (and nothing left at
+    ``dest``) when there is none or it is not that blob: the push compresses the layer itself."""
     known = remembered(codec, diff_id)
     source = prepared_path(codec, diff_id)
-    if known is None:
+    if known is None or not own_regular(source, known.size):
         return None
     try:
-        info = os.lstat(source)
-        if not stat.S_ISREG(info.st_mode) or info.st_size != known.size:
-            source.unlink(missing_ok=True)
-            return None
-        os.link(source, dest)
-        source.unlink(missing_ok=True)
-    except OSError:  # none, taken by another push, or another filesystem: the layer is compressed here
+        os.rename(source, dest)
+    except OSError:  # none, or taken by another push
+        return None
+    try:
+        fd = os.open(dest, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        _remove(dest)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        sha = hashlib.sha256()
+        if _own_file(info, known.size):
+            while chunk := fh.read(4 << 20):
+                sha.update(chunk)
+    if "sha256:" + sha.hexdigest() != known.digest:
+        _remove(dest)
         return None
     return known
+
+
+def _remove(path: Path) -> None:
+    """What a swap put where a prepared blob was moved to: removed, whatever it is (no link followed)."""
+    if path.is_dir() and not path.is_symlink():
+        foreign_files.remove_tree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _own_file(info: os.stat_result, size: int) -> bool:
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1 and info.st_size == size
+
+
+def own_regular(path: Path, size: int) -> bool:
+    """Whether ``path`` is a regular file of this user's of ``size`` bytes with no other name (not a link)."""
+    try:
+        return _own_file(os.lstat(path), size)
+    except OSError:
+        return False
 
 
 def drop_prepared(codec: LayerFormat, diff_id: str) -> None:
