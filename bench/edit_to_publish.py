@@ -62,7 +62,8 @@ def project(folder: Path) -> ImageOptions:
 def whole_process(folder: Path, registry: str) -> None:
     """Step 4: one-line edits, each published by `imagekit build --push` as a process, as a user runs it."""
     matrix = (ROOT / "imagekit" / "data" / "default-matrix.toml").read_text()
-    (folder / "imagekit.toml").write_text(matrix + '\n[image]\ncopy = "."\nsmoke = ["python /opt/app/train.py --help"]\n')
+    image = '\n[image]\ncopy = "."\nsmoke = ["python /opt/app/train.py --help"]\n'
+    (folder / "imagekit.toml").write_text(matrix + image)
     times = []
     for n in range(4, 7):
         (folder / "train.py").write_text(TRAIN + f"print('edit {n}')\n")
