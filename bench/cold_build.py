@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peer", choices=("uv-bytecode", "uv"), default="uv-bytecode")
     ap.add_argument("--push-peer", action="store_true", help="also `docker push` the peer (its publish)")
+    ap.add_argument("--skip-peer", action="store_true", help="imagekit's builds only (an A/B of its settings)")
     ap.add_argument("--env", action="append", default=[], metavar="K=V", help="for imagekit (IMAGEKIT_PREPARE_BLOBS=0)")
     args = ap.parse_args()
     from tests.registry import Registry, free_port
@@ -118,6 +119,8 @@ def main() -> None:
                     for line in (state / "build" / args.cell / "Dockerfile").read_text().splitlines()
                     if line.startswith("FROM imagekit/base:")
                 )
+                if args.skip_peer:
+                    continue
                 drop_caches()
                 skip = tuple(n for n in PEERS if n != peer)
                 peer_s, _ = fed_peers(engine, base, cell, data, skip=skip, keep=True)[peer]
@@ -148,6 +151,8 @@ def main() -> None:
                 registry.stop()
                 remove_tags(engine, registry.address)
                 shutil.rmtree(Path(tmp) / "registry", ignore_errors=True)
+    if not rows:
+        return
     builds = [r[0] / r[2] for r in rows]
     print(f"median of {len(rows)} rounds: imagekit build + self-test / {peer} peer build: "
           f"{statistics.median(builds):.2f}x (each: {', '.join(f'{b:.2f}' for b in builds)})")  # fmt: skip

@@ -130,7 +130,11 @@ def test_a_code_change_rebuilds_and_pushes_only_the_code_layer(user_project, eng
     (second,) = json.loads(again.stdout)
     assert second["status"] == "published" and second["tag"] != first["tag"], again.stderr
     log = again.stderr
-    pushed = re.search(r": (\d+) layers? pushed \(([0-9.]+ [kMG]?B) read, [^)]* gzip\), (\d+) already there", log)
+    pushed = re.search(
+        r": (\d+) layers? pushed \(([0-9.]+ [kMG]?B) read, [^)]* gzip(?:, \d+ compressed during the build)?\), "
+        r"(\d+) already there",
+        log,
+    )
     assert pushed, log
     assert pushed[1] == "1" and int(pushed[3]) >= 5, log  # the code layer; every other one was in the registry
     assert pushed[2].endswith(" kB") or pushed[2].endswith(" B"), pushed[2]  # kilobytes read, not the image

@@ -70,7 +70,7 @@ def test_the_code_layer_alone_only_over_a_released_runs_layers(env, full, says):
     )  # fmt: skip
     (argv,) = engine.argv
     if says is None:
-        assert argv[1:] == ["--code-layer"] and "reg/acme:one's" in said[0], said
+        assert argv[1:] == ["--code-layer", "--code-to=/opt/app"] and "reg/acme:one's" in said[0], said
         assert result.report["reused"]["checks"] == ["torch-compile", "tiny-model"]  # dists-match-lock: run now
         assert result.report["ran"]["layers"][:-1] == LAYERS
     else:
