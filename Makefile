@@ -71,7 +71,7 @@ test-arm64: setup
 # on CUDA 11.8 (bookworm) and 12.4 (trixie) cells, two images with Debian's CUDA compiler, built and their kernels
 # compiled (1.6-2 GB of .debs each: docs/builds.md, "A CUDA compiler"); the torch 2.1.2 cell with only tensorboard held
 # to numpy 1 and a setuptools with pkg_resources by the companions table, built and self-tested; the torch cell again
-# through buildx, and the base bootstrapped again by a sudo user.
+# through buildx, the base bootstrapped again by a sudo user, two cells sharing CUDA layers and a second seeds case.
 test-images: setup
 	$(PY) -m pytest -q -s -m images
 

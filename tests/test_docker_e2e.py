@@ -516,6 +516,7 @@ def test_doctor_expect_image_ref_reads_the_manifest(real_build, registry, app, r
     assert res.exit_code == 1 and checks["lock-drift"]["status"] == "fail"  # this host is not the image
 
 
+@pytest.mark.images  # two more builds (40 s): `make test-images`; bench/layers.py measures the sharing on real cells
 def test_cells_with_the_same_cuda_pins_get_byte_identical_cuda_layers(engine, tmp_path, monkeypatch):
     """torch 2.5.1 and 2.6.0 pinning the same CUDA runtime: the second built with --no-cache still gives the CUDA
     layers the same digests (the bytes, not the build cache), and different torch layers above them."""

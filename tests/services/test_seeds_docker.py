@@ -174,7 +174,9 @@ def test_a_lock_pinning_pip_and_setuptools_is_one_environment_started_as_a_pod(e
     ("packages", "seeds"),
     [
         ([f"setuptools=={SETUPTOOLS}"], ["pip"]),  # tensorboard's case: setuptools locked, the venv's pip kept
-        ([], ["pip", "setuptools"]),  # neither locked: Python 3.11's venv keeps both of its seeds
+        pytest.param(  # neither locked: Python 3.11's venv keeps both of its seeds (`make test-images`)
+            [], ["pip", "setuptools"], marks=pytest.mark.images
+        ),
     ],
     ids=["setuptools-locked", "neither-locked"],
 )
