@@ -62,8 +62,13 @@ def project(folder: Path) -> ImageOptions:
 def whole_process(folder: Path, registry: str) -> None:
     """Step 4: one-line edits, each published by `imagekit build --push` as a process, as a user runs it."""
     matrix = (ROOT / "imagekit" / "data" / "default-matrix.toml").read_text()
-    image = '\n[image]\ncopy = "."\nsmoke = ["python /opt/app/train.py --help"]\n'
-    (folder / "imagekit.toml").write_text(matrix + image)
+    keys = 'copy = "."\nsmoke = ["python /opt/app/train.py --help"]\n'
+    matrix = (
+        matrix.replace("\n[image]\n", "\n[image]\n" + keys, 1)
+        if "\n[image]\n" in matrix
+        else matrix + "\n[image]\n" + keys
+    )
+    (folder / "imagekit.toml").write_text(matrix)
     times = []
     for n in range(4, 7):
         (folder / "train.py").write_text(TRAIN + f"print('edit {n}')\n")
