@@ -35,16 +35,10 @@ sys.path.insert(0, str(ROOT))
 
 from imagekit.effects.docker import Engine  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from cold_build import STEPS, drop_caches  # noqa: E402
+
 GOAL = 300.0
-STEPS = re.compile(r"^(?P<cell>\S+) time by step: (?P<steps>.*)$")
-
-
-def drop_caches() -> None:
-    try:
-        os.sync()
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    except OSError:
-        print("page cache NOT dropped (not root)", flush=True)
 
 
 def imagekit(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
