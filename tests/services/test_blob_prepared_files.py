@@ -34,7 +34,7 @@ def test_a_prepared_blob_is_moved_to_the_push_and_taken_once(codec, tmp_path):
     assert blob_push.take_prepared(codec, DIFF, tmp_path / "two") is None  # taken: another push compresses
 
 
-@pytest.mark.parametrize("plant", ["other bytes", "a link", "a second name", "a folder"])
+@pytest.mark.parametrize("plant", ["other bytes", "a link", "a second name", "a folder", "a FIFO"])
 def test_what_is_not_the_remembered_blob_is_not_taken(codec, tmp_path, plant):
     path = blob_push.prepared_path(codec, DIFF)
     elsewhere = tmp_path / "secret"
@@ -45,6 +45,8 @@ def test_what_is_not_the_remembered_blob_is_not_taken(codec, tmp_path, plant):
         path.symlink_to(elsewhere)
     elif plant == "a second name":
         os.link(elsewhere, path)  # another name of a file someone else may change
+    elif plant == "a FIFO":
+        os.mkfifo(path)  # opened, it would block the push forever
     else:
         path.mkdir()
     assert blob_push.take_prepared(codec, DIFF, tmp_path / "dest") is None
