@@ -60,3 +60,12 @@ def test_nothing_is_taken_without_a_remembered_digest(tmp_path, monkeypatch):
     blob_push.prepared_path(codec, DIFF).parent.mkdir(parents=True)
     blob_push.prepared_path(codec, DIFF).write_bytes(BLOB)
     assert blob_push.take_prepared(codec, DIFF, tmp_path / "dest") is None
+
+
+@pytest.mark.parametrize(("value", "on"), [("0", False), ("false", False), (" OFF\n", False), ("no", False),
+                                           ("1", True), ("", True), ("yes", True)])  # fmt: skip
+def test_preparing_is_turned_off_the_ways_a_user_writes_off(monkeypatch, value, on):
+    from imagekit.services.publishing import blob_prepare
+
+    monkeypatch.setenv("IMAGEKIT_PREPARE_BLOBS", value)
+    assert blob_prepare.enabled() is on

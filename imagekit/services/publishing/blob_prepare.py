@@ -36,8 +36,9 @@ from imagekit.services.publishing import blob_push
 
 
 def enabled() -> bool:
-    """Whether builds prepare their blobs (IMAGEKIT_PREPARE_BLOBS=0 turns it off: the push then compresses)."""
-    return os.environ.get("IMAGEKIT_PREPARE_BLOBS", "1").strip() != "0"
+    """Whether builds prepare their blobs: IMAGEKIT_PREPARE_BLOBS=0 (or false, no, off) turns it off, and the push
+    then compresses each layer after the self-test."""
+    return os.environ.get("IMAGEKIT_PREPARE_BLOBS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 @dataclass
