@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,25 +219,36 @@ class Engine:
         return self.load_layer(config, None, len(json.loads(config)["rootfs"]["diff_ids"]), tags)
 
     def load_layer(
-        self, config: bytes, layer: tuple[int, Iterator[bytes]] | None, layer_count: int, tags: list[str] | None = None
+        self,
+        config: bytes | Callable[[], bytes],
+        layer: tuple[int, Iterable[bytes]] | None,
+        layer_count: int,
+        tags: list[str] | None = None,
     ) -> str:
         """A new image from ``config``, its last layer the tar ``layer`` (its size and chunks; None: the engine holds
-        every layer), the rest found by their chains; returns its id. Raises ``EnvironmentFailure`` when the engine
-        refuses it (a layer it does not hold, a store that wants every blob)."""
+        every layer), the rest found by their chains; returns its id. ``config`` may be a function, called once the
+        layer's chunks were sent (a config naming the diff id they hashed to; the engine checks the layer against
+        it). Raises ``EnvironmentFailure`` when the engine refuses it (a layer it does not hold, a store that wants
+        every blob)."""
         import hashlib
 
         from docker.errors import APIError
 
         from imagekit.effects.layer_tar import load_archive
 
-        digest = hashlib.sha256(config).hexdigest()
+        sent: list[bytes] = []
+
+        def final() -> bytes:
+            sent.append(config() if callable(config) else config)
+            return sent[0]
+
         try:
             # the stream, decoded; docker-py raises nothing for an error in it
-            events = list(self.api.load_image(load_archive(config, layer, layer_count, tags or [])) or ())
+            events = list(self.api.load_image(load_archive(final, layer, layer_count, tags or [])) or ())
         except APIError as exc:
             raise EnvironmentFailure(f"docker load of an image failed: {exc}") from None
         errors = [e for e in events if isinstance(e, dict) and ("error" in e or "errorDetail" in e)]
-        found = self.image(f"sha256:{digest}")
+        found = self.image(f"sha256:{hashlib.sha256(sent[0]).hexdigest()}") if sent else None
         if errors or not found:
             raise EnvironmentFailure(f"docker load of an image failed: {json.dumps(errors or events)[:300]}")
         return found["Id"]

@@ -14,7 +14,7 @@ import json
 import os
 import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from imagekit.effects import foreign_files
@@ -22,11 +22,27 @@ from imagekit.effects import foreign_files
 CHUNK = 4 << 20
 
 
-class _Hashing(io.RawIOBase):
-    """A file that hashes what is written to it."""
+_ZEROS = bytes(CHUNK)
 
-    def __init__(self, fh) -> None:
-        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
+
+class _Zeros:
+    """A file's stand-in when a layer is only measured: as many bytes as asked, none read from the disk."""
+
+    def read(self, n: int) -> bytes:
+        return _ZEROS if n == CHUNK else bytes(n)
+
+    def __enter__(self) -> _Zeros:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+class _Hashing(io.RawIOBase):
+    """A file that hashes what is written to it (``measure``: only counts it)."""
+
+    def __init__(self, fh, measure: bool = False) -> None:
+        self.fh, self.sha, self.size, self.measure = fh, hashlib.sha256(), 0, measure
 
     def writable(self) -> bool:
         return True
@@ -35,7 +51,8 @@ class _Hashing(io.RawIOBase):
         return self.size
 
     def write(self, data) -> int:
-        self.sha.update(data)
+        if not self.measure:
+            self.sha.update(data)
         self.size += len(data)
         return self.fh.write(data) if self.fh is not None else len(data)
 
@@ -53,24 +70,37 @@ def _open_root(root: Path) -> int:
 
 
 def write_layer(root: Path, out, epoch: int, folders: dict[str, list[int]] | None = None) -> tuple[str, int]:
-    """Write the layer tar of everything under ``root`` to the binary file ``out`` (None: nowhere, only measured);
+    """Write the layer tar of everything under ``root`` to the binary file ``out`` (None: nowhere, only hashed);
     returns (diff id, size). What a build step left there is read as another party's files
     (`foreign_files.walk`): no link followed, ``root`` a folder, and a FIFO, a device, a socket, a setuid or setgid
     file, an owner above 65534 or a folder that cannot be listed refused by name (``foreign_files.Refused``)."""
-    folders = folders or {}
-    seen: dict[tuple[int, int], str] = {}
     sink = _Hashing(out)
+    _write(root, sink, epoch, folders or {}, measure=False)
+    return f"sha256:{sink.sha.hexdigest()}", sink.size
+
+
+def measure_layer(root: Path, epoch: int, folders: dict[str, list[int]] | None = None) -> int:
+    """The size of ``root``'s layer tar from its entries alone (no file's bytes read, nothing hashed): what
+    `docker load`'s archive must say before the tar streams in. The same walk and refusals as ``write_layer``."""
+    sink = _Hashing(None, measure=True)
+    _write(root, sink, epoch, folders or {}, measure=True)
+    return sink.size
+
+
+def _write(root: Path, sink: _Hashing, epoch: int, folders: dict, measure: bool) -> None:
+    seen: dict[tuple[int, int], str] = {}
     fd = _open_root(root)
     try:
         with tarfile.open(fileobj=sink, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK) as tar:  # type: ignore[call-overload]
             for entry in foreign_files.walk(fd):
-                _add(tar, entry, epoch, folders, seen)
+                _add(tar, entry, epoch, folders, seen, measure)
     finally:
         os.close(fd)
-    return f"sha256:{sink.sha.hexdigest()}", sink.size
 
 
-def _add(tar: tarfile.TarFile, entry: foreign_files.Entry, epoch: int, folders: dict, seen: dict) -> None:
+def _add(
+    tar: tarfile.TarFile, entry: foreign_files.Entry, epoch: int, folders: dict, seen: dict, measure: bool
+) -> None:
     st, rel = entry.info, entry.rel
     if foreign_files.privileged(st):
         raise foreign_files.Refused(rel, f"is setuid or setgid (mode {stat.S_IMODE(st.st_mode):o})")
@@ -96,38 +126,55 @@ def _add(tar: tarfile.TarFile, entry: foreign_files.Entry, epoch: int, folders: 
             return
         seen[key] = rel
         info.size = st.st_size
-        with entry.open() as src:
+        with _Zeros() if measure else entry.open() as src:
             tar.addfile(info, src)
 
 
-def stream_layer(root: Path, epoch: int, folders: dict[str, list[int]] | None, size: int) -> Iterator[bytes]:
-    """The layer tar of ``root`` again, as chunks (a thread writes it into a pipe): for `docker load`, after
-    ``write_layer(root, None, ...)`` measured it, so the tar is never written to disk. Raises ``ValueError`` when
-    it comes out another size than measured (the folder changed between the two)."""
-    import threading
+class Streamed:
+    """The layer tar of a staged folder as chunks, hashed on the way (a thread writes it into a pipe): for `docker
+    load`, after ``measure_layer`` gave its size, so the tar is never written to disk and the folder is read once.
+    ``diff_id`` is known once every chunk was taken. Raises ``ValueError`` at the end when the tar came out another
+    size than measured (the folder changed between the two)."""
 
-    read_fd, write_fd = os.pipe()
-    failure: list[BaseException] = []
+    def __init__(self, root: Path, epoch: int, folders: dict[str, list[int]] | None, size: int) -> None:
+        self.root, self.epoch, self.folders, self.size = root, epoch, folders, size
+        self.diff_id: str | None = None
 
-    def produce() -> None:
-        try:
-            with open(write_fd, "wb", buffering=CHUNK) as out:
-                write_layer(root, out, epoch, folders)
-        except BaseException as exc:  # handed to the reader
-            failure.append(exc)
+    def __iter__(self) -> Iterator[bytes]:
+        import threading
 
-    worker = threading.Thread(target=produce, daemon=True)
-    worker.start()
-    got = 0
-    with open(read_fd, "rb", buffering=0) as src:
-        while chunk := src.read(CHUNK):
-            got += len(chunk)
-            yield chunk
-    worker.join()
-    if failure:
-        raise failure[0]
-    if got != size:
-        raise ValueError(f"{root} gave a {got}-byte layer tar, {size} bytes a moment before: it changed")
+        read_fd, write_fd = os.pipe()
+        failure: list[BaseException] = []
+        made: list[tuple[str, int]] = []
+
+        def produce() -> None:
+            try:
+                with open(write_fd, "wb", buffering=CHUNK) as out:
+                    made.append(write_layer(self.root, out, self.epoch, self.folders))
+            except BaseException as exc:  # handed to the reader
+                failure.append(exc)
+
+        worker = threading.Thread(target=produce, daemon=True)
+        worker.start()
+        got = 0
+        with open(read_fd, "rb", buffering=0) as src:
+            while chunk := src.read(CHUNK):
+                got += len(chunk)
+                if got > self.size:
+                    break  # the reader stops; the writer's next write fails on the closed pipe
+                yield chunk
+        worker.join()
+        if failure and not isinstance(failure[0], BrokenPipeError):
+            raise failure[0]
+        if got != self.size or not made:
+            raise ValueError(f"{self.root} gave a layer tar of another size than the {self.size} bytes measured a "
+                             "moment before: it changed")  # fmt: skip
+        self.diff_id = made[0][0]
+
+
+def stream_layer(root: Path, epoch: int, folders: dict[str, list[int]] | None, size: int) -> Streamed:
+    """The layer tar of ``root`` as chunks of ``size`` bytes in all (``Streamed``: its diff id once read)."""
+    return Streamed(root, epoch, folders, size)
 
 
 def read_folders(stage: Path) -> dict[str, list[int]]:
@@ -163,14 +210,16 @@ def _folder_entry(rel: object, value: object) -> bool:
 
 
 def load_archive(
-    config: bytes, layer: tuple[int, Iterator[bytes]] | None, layer_count: int, tags: list[str] | None = None
+    config: bytes | Callable[[], bytes],
+    layer: tuple[int, Iterable[bytes]] | None,
+    layer_count: int,
+    tags: list[str] | None = None,
 ) -> Iterator[bytes]:
-    """`docker load`'s input: the config, a manifest naming ``layer_count`` layers, and the last layer's tar
-    (``layer``: its size and its chunks; None: the engine holds every layer). The engine reads no file of a layer whose
-    chain it holds."""
-    digest = hashlib.sha256(config).hexdigest()
+    """`docker load`'s input: the last layer's tar (``layer``: its size and its chunks; None: the engine holds every
+    layer), then the config and a manifest naming ``layer_count`` layers. The engine reads no file of a layer whose
+    chain it holds, and reads the manifest only once the whole archive is in, so ``config`` may be a function called
+    after the layer's chunks were taken (a config that names the diff id the stream just hashed)."""
     names = [f"{i}/layer.tar" for i in range(layer_count)]
-    manifest = json.dumps([{"Config": f"{digest}.json", "RepoTags": tags or [], "Layers": names}]).encode()
 
     def header(name: str, size: int) -> bytes:
         info = tarfile.TarInfo(name)
@@ -185,6 +234,9 @@ def load_archive(
         yield header(names[-1], size)
         yield from chunks
         yield pad(size)
+    config = config() if callable(config) else config
+    digest = hashlib.sha256(config).hexdigest()
+    manifest = json.dumps([{"Config": f"{digest}.json", "RepoTags": tags or [], "Layers": names}]).encode()
     for name, data in ((f"{digest}.json", config), ("manifest.json", manifest)):
         yield header(name, len(data)) + data + pad(len(data))
     yield b"\0" * 1024

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.effects import layer_tar
+from imagekit.effects import foreign_files, layer_tar
 from imagekit.image import steps
 from tests.conftest import ROOT
 
@@ -94,7 +94,10 @@ def test_the_layer_tar_is_the_same_bytes_for_the_same_files_whenever_they_were_w
     assert layer_tar.write_layer(a, None, EPOCH, folders) == got_a  # measured without writing: the same
     digest = "sha256:" + hashlib.sha256((tmp_path / "a.tar").read_bytes()).hexdigest()
     assert got_a == (digest, (tmp_path / "a.tar").stat().st_size)
-    assert b"".join(layer_tar.stream_layer(a, EPOCH, folders, got_a[1])) == (tmp_path / "a.tar").read_bytes()
+    assert layer_tar.measure_layer(a, EPOCH, folders) == got_a[1]  # its size from the entries, nothing read
+    stream = layer_tar.stream_layer(a, EPOCH, folders, got_a[1])
+    assert stream.diff_id is None  # known once every chunk was taken
+    assert b"".join(stream) == (tmp_path / "a.tar").read_bytes() and stream.diff_id == got_a[0]
     assert layer_tar.write_layer(b, None, EPOCH, folders) == got_a  # the same files written at another time
     with tarfile.open(tmp_path / "a.tar") as tar:
         members = {m.name: m for m in tar.getmembers()}
@@ -107,6 +110,24 @@ def test_the_layer_tar_is_the_same_bytes_for_the_same_files_whenever_they_were_w
     assert all(m.uname == "" and m.gname == "" for m in members.values())
     with pytest.raises(ValueError, match="changed"):
         list(layer_tar.stream_layer(a, EPOCH, folders, got_a[1] + 512))
+    (a / "opt/venv/grown.bin").write_bytes(b"x" * (layer_tar.CHUNK + 1))  # more than measured: the read stops
+    with pytest.raises(ValueError, match="changed"):
+        list(layer_tar.stream_layer(a, EPOCH, folders, got_a[1]))
+
+
+def test_measuring_a_layer_reads_no_file(tmp_path, monkeypatch):
+    """The size comes from the entries alone: no file is opened (the stream that follows reads each file once)."""
+    root = tmp_path / "root"
+    (root / "opt").mkdir(parents=True)
+    (root / "opt/big.bin").write_bytes(b"\1" * (layer_tar.CHUNK * 2 + 7))
+    (root / "opt/small").write_bytes(b"abc")
+    expected = layer_tar.write_layer(root, None, EPOCH)[1]
+
+    def opened(_entry):
+        raise AssertionError("a file was read to measure the layer")
+
+    monkeypatch.setattr(foreign_files.Entry, "open", opened)
+    assert layer_tar.measure_layer(root, EPOCH) == expected
 
 
 def test_folders_the_image_has_keep_their_owner_and_mode(tmp_path):
@@ -141,6 +162,8 @@ def test_the_load_archive_carries_the_layer_then_the_config_and_a_manifest_namin
     assert names == ["2/layer.tar", f"{digest}.json", "manifest.json"]
     layers = ["0/layer.tar", "1/layer.tar", "2/layer.tar"]
     assert manifest == [{"Config": f"{digest}.json", "RepoTags": [], "Layers": layers}]
+    later = b"".join(layer_tar.load_archive(lambda: config, (3, iter([b"abc"])), 3))  # a config made after
+    assert later == archive
     only_config = b"".join(layer_tar.load_archive(config, None, 2))
     with tarfile.open(fileobj=io.BytesIO(only_config)) as tar:
         assert tar.getnames() == [f"{digest}.json", "manifest.json"]

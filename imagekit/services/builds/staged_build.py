@@ -103,6 +103,20 @@ def build_staged(
     # on this engine may be running on one of them right now (removing them raced two CI runners building the same
     # cell side by side). They hold no layer of their own while the final image holds them all; each is recorded
     # (STEP_IMAGES), and `imagekit prune` removes the ones no tag names.
+    sweeper = _Sweeper(engine, base_id)
+    try:
+        current = _steps(engine, cell_steps, base, history, diff_ids, current, stage, sweeper, nocache=nocache,
+                         on_line=on_line, extra_hosts=extra_hosts, sde=source_date_epoch, epoch=epoch,
+                         on_image=on_image)  # fmt: skip
+    finally:
+        sweeper.finish()
+    engine.tag(current, *tag.rsplit(":", 1))
+    return current, history
+
+
+def _steps(engine, cell_steps, base, history, diff_ids, current, stage, sweeper, *, nocache, on_line, extra_hosts,
+           sde, epoch, on_image):  # fmt: skip
+    """Each step of the cell stage in turn (a cache hit loaded, a miss run); returns the last step's image."""
     for step in cell_steps:
         began = time.monotonic()
         on_line(f"Step {step.number}/{step.total} : RUN {step.command[:120]}")
@@ -119,8 +133,8 @@ def build_staged(
             except EnvironmentFailure:
                 image = None  # the engine no longer holds that layer: run the step again
         if image is None:
-            diff_id, image = _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts,
-                                  source_date_epoch, epoch, on_line)  # fmt: skip
+            diff_id, image = _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts, sde,
+                                  epoch, on_line, sweeper)  # fmt: skip
             _remember(key, diff_id)
         history.append(entry)
         diff_ids.append(diff_id)
@@ -128,8 +142,47 @@ def build_staged(
         _record_step_image(image)
         on_image(image)
         on_line(f"staged-layer: step {step.number} done in {time.monotonic() - began:.1f} s")
-    engine.tag(current, *tag.rsplit(":", 1))
-    return current, history
+    return current
+
+
+class _Sweeper:
+    """A step's staged files removed while the next step runs: the stage folder is renamed aside (the next step gets
+    an empty one) and a thread removes it. ``finish`` waits for them; what this user could not remove (install-layer's
+    files are root's where the build runs as another user) is removed by a container, as ``_clear`` does."""
+
+    def __init__(self, engine, image: str) -> None:
+        import threading
+
+        self.engine, self.image, self.lock = engine, image, threading.Lock()
+        self.threads: list = []
+        self.refused: list[Path] = []
+
+    def put(self, stage: Path) -> None:
+        import threading
+
+        if not os.path.lexists(stage):
+            return
+        aside = stage.parent / f".swept-{secrets.token_hex(8)}"  # in the private folder of all stages
+        os.rename(stage, aside)
+
+        def sweep() -> None:
+            try:
+                foreign_files.remove_tree(aside)
+            except (PermissionError, foreign_files.Refused):
+                with self.lock:
+                    self.refused.append(aside)
+
+        thread = threading.Thread(target=sweep, name="imagekit-sweep", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def finish(self) -> None:
+        for thread in self.threads:
+            thread.join()
+        self.threads = []
+        for aside in self.refused:
+            _clear(self.engine, aside, self.image)
+        self.refused = []
 
 
 STEP_IMAGES = "step-images"  # under the step cache: one image id a line, each step image this machine loaded
@@ -183,7 +236,7 @@ def history_of(engine, image: str, base: str) -> list[dict]:
     )
 
 
-def _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts, sde, epoch, on_line):
+def _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hosts, sde, epoch, on_line, sweeper):
     """Run ``step`` on ``current``; returns (the new layer's diff id, the new image)."""
     if not step.staged:
         code, tail, committed = engine.run_step(current, step.command, env={}, binds={}, extra_hosts=extra_hosts,
@@ -220,12 +273,17 @@ def _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hos
         try:
             began = time.monotonic()
             folders = layer_tar.read_folders(stage)
-            diff_id, size = layer_tar.write_layer(root, None, sde, folders)  # measured: the config names its digest
-            hashed = time.monotonic() - began
-            config = steps.layered_config(base, [*history, entry], [*diff_ids, diff_id], epoch)
+            size = layer_tar.measure_layer(root, sde, folders)  # `docker load`'s archive says it first
+            measured = time.monotonic() - began
             began = time.monotonic()
-            chunks = layer_tar.stream_layer(root, sde, folders, size)
-            image = engine.load_layer(config, (size, chunks), len(diff_ids) + 1)
+            stream = layer_tar.stream_layer(root, sde, folders, size)  # read once: hashed while the engine loads it
+
+            def config() -> bytes:  # the archive's last part: the config names the diff id the stream hashed to
+                assert stream.diff_id is not None
+                return steps.layered_config(base, [*history, entry], [*diff_ids, stream.diff_id], epoch)
+
+            image = engine.load_layer(config, (size, stream), len(diff_ids) + 1)
+            diff_id = stream.diff_id or ""  # set: the engine took the config that names it
         except foreign_files.Refused as exc:
             raise CheckFailed(
                 f"step {step.number} left what no layer of installs holds: {printable(exc.path, 300)} {exc.why}; "
@@ -233,11 +291,11 @@ def _run(engine, step, current, base, history, entry, diff_ids, stage, extra_hos
                 "a package installed in this or an earlier layer runs code in the build (a .pth file, an atexit "
                 "hook): find it in the step's output above, remove or pin it, and build again",
             ) from None
-        on_line(f"staged-layer: {size / 1e6:.0f} MB tar hashed in {hashed:.1f} s, loaded in "
+        on_line(f"staged-layer: {size / 1e6:.0f} MB tar measured in {measured:.1f} s, hashed and loaded in "
                 f"{time.monotonic() - began:.1f} s")  # fmt: skip
         return diff_id, image
     finally:
-        _clear(engine, stage, current)
+        sweeper.put(stage)  # removed while the next step runs
 
 
 def private(stage: Path) -> None:
