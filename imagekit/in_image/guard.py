@@ -735,7 +735,11 @@ def run(environ, now=time.time, sleep=time.sleep):
         + ")"
         + (" [dry run]" if s["dry_run"] else "")
     )
-    this_start = started  # runs and jobs that ended before it were another start's
+    # runs and jobs that ended before this start of the pod were another start's. The start is the container's (its
+    # PID 1's), not this process's: a job of a moment ends before a guard slow to start (a loaded host) reads its
+    # clock, and its exit is this start's all the same
+    container = guard_signs.started_at(1, now=started)
+    this_start = started if container is None else min(started, container)
     store = guard_files.State()
     started, blocked_since, said = guard_files.resume(store.load(), started, s)
     if said:

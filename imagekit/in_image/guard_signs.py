@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -181,6 +182,16 @@ def start_time(pid, proc=None):
     """When the process ``pid`` started, in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
     fields = _stat_fields(pid, proc)
     return int(fields[19]) if fields and _NUMBER.fullmatch(fields[19]) else None
+
+
+def started_at(pid, proc=None, now=None):
+    """When process ``pid`` started, in seconds since the epoch (its start in ticks since boot against
+    /proc/uptime, to the hundredth), or None when either cannot be read."""
+    start = start_time(pid, proc)
+    m = re.match(r"([0-9]{1,12}(?:\.[0-9]{1,3})?) ", _proc_text(f"{proc or PROC}/uptime", 256))
+    if start is None or not m:
+        return None
+    return (time.time() if now is None else now) - float(m.group(1)) + start / CLK_TCK
 
 
 def identity(pid, proc=None):

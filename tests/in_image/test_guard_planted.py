@@ -355,6 +355,32 @@ def test_job_mode_on_exit_leaves_the_end_to_the_guard(pod, tmp_path, job_mode, c
     assert code == 0 and pod.calls == [("runpod", "abc123xyz", "stop")] and (tmp_path / "model.pt.sha256").is_file()
 
 
+# Planted: guard.run counts exits from its own process's start (`this_start = started`): a job of a moment ended before
+# a guard slow to start (a loaded host) read its clock, and the pod was never ended.
+@pytest.mark.seconds
+def test_a_job_that_ended_before_the_guard_read_its_clock_still_ends_the_pod(pod, tmp_path, job_mode, monkeypatch):
+    from tests.in_image.test_guard_activity import _proc_tree, _process
+
+    monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "state" / "job"))
+    monkeypatch.setattr(guard_files, "JOB_EXIT", str(tmp_path / "state" / "job-exit"))
+    env = {**_env(tmp_path), "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_EXIT_GRACE": "1m"}
+    t0 = time.time()
+    with pytest.raises(StayedUp):
+        podstart.run_then_end(["sh", "-c", "exit 0"], env, guard, guard.settings(env)[0])
+    proc = _proc_tree(tmp_path)  # the container's PID 1 started 60 s before the guard's first look
+    (proc / "uptime").write_text("1000.00 1900.00\n")
+    _process(proc, 1, "/usr/bin/tini -- podstart", "/usr/bin/tini", 0, start=940 * guard_signs.CLK_TCK, comm="tini")
+    monkeypatch.setattr(guard_signs, "PROC", str(proc))
+    assert guard_signs.started_at(1, now=t0 + 5) == pytest.approx(t0 - 55)
+    code, ended = _drive(env, start=t0 + 5, until=t0 + 3600)  # the guard got going 5 s after the job ended
+    assert code == 0 and pod.calls == [("runpod", "abc123xyz", "stop")] and ended <= t0 + 5 + 60 + 2 * 30
+    monkeypatch.setattr(guard_signs, "PROC", str(tmp_path / "no-proc"))  # PID 1 not readable: from the guard's start
+    pod.calls.clear()
+    with pytest.raises(Stopped):
+        _drive(env, start=t0 + 5, until=t0 + 600)
+    assert pod.calls == []
+
+
 # ---- a run `pod run` started is a job ------------------------------------------------------------------------------
 # Planted: guard_files.job_running looks at the job-mode marker only (`return os.path.exists(JOB)`).
 @pytest.mark.seconds
