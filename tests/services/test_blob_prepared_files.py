@@ -63,9 +63,21 @@ def test_nothing_is_taken_without_a_remembered_digest(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("value", "on"), [("0", False), ("false", False), (" OFF\n", False), ("no", False),
-                                           ("1", True), ("", True), ("yes", True)])  # fmt: skip
-def test_preparing_is_turned_off_the_ways_a_user_writes_off(monkeypatch, value, on):
+                                           ("1", True), ("yes", True), ("On", True)])  # fmt: skip
+def test_preparing_is_turned_on_or_off_the_ways_a_user_writes_it(monkeypatch, value, on):
     from imagekit.services.publishing import blob_prepare
 
     monkeypatch.setenv("IMAGEKIT_PREPARE_BLOBS", value)
-    assert blob_prepare.enabled() is on
+    assert blob_prepare.enabled(cpus=2) is on and blob_prepare.enabled(cpus=64) is on
+
+
+@pytest.mark.parametrize("value", [None, "", "auto", " AUTO "])
+def test_by_default_blobs_are_prepared_only_where_cores_are_left_to_compress_on(monkeypatch, value):
+    from imagekit.services.publishing import blob_prepare
+
+    if value is None:
+        monkeypatch.delenv("IMAGEKIT_PREPARE_BLOBS", raising=False)
+    else:
+        monkeypatch.setenv("IMAGEKIT_PREPARE_BLOBS", value)
+    assert [blob_prepare.enabled(cpus=n) for n in (1, 2, 3, 4, 16)] == [False, False, False, True, True]
+    assert blob_prepare.enabled() is (len(os.sched_getaffinity(0)) >= blob_prepare.MIN_CPUS)
