@@ -138,17 +138,7 @@ def real_build(engine, registry, tmp_path_factory):
         release_index=state / "releases.json",
         push=True,
     )
-    # the layers compressed during the build whatever the machine's cores (by default only with 4 or more): the path
-    # `build --push` takes there, tested here on the real cell
-    before = os.environ.get("IMAGEKIT_PREPARE_BLOBS")
-    os.environ["IMAGEKIT_PREPARE_BLOBS"] = "1"
-    try:
-        result = build_cell(REAL_CELL, opts, engine, inputs.compat_data(), _log, progress=REAL_BUILD_PROGRESS)
-    finally:
-        if before is None:
-            os.environ.pop("IMAGEKIT_PREPARE_BLOBS", None)
-        else:
-            os.environ["IMAGEKIT_PREPARE_BLOBS"] = before
+    result = build_cell(REAL_CELL, opts, engine, inputs.compat_data(), _log, progress=REAL_BUILD_PROGRESS)
     assert result.status == "published", result.error and result.error.render()
     engine.tag(result.image_id, "imagekit-test/train", REAL_CELL.id)  # a stable local tag keeps the layer cache
     return result, opts

@@ -425,7 +425,8 @@ def _fake_opts(tmp_path, index_url, repository, push=True):
     )
 
 
-def test_failing_selftest_pushes_nothing(engine, registry, fake_index, tmp_path):
+def test_failing_selftest_pushes_nothing(engine, registry, fake_index, tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGEKIT_PREPARE_BLOBS", "1")  # layers compressed during the build, then discarded with it
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")
     repo = f"{registry.address}/imagekit-test/fake"
     res = build_cell(cell, _fake_opts(tmp_path, fake_index, repo), engine, inputs.compat_data(), _log)
@@ -450,6 +451,9 @@ def test_tampered_cached_wheel_fails_the_build(engine, registry, fake_index, tmp
     assert "does not match its hash" in res.error.message
 
 
+# the Dockerfile's path (remote engines): `make test-images`; test_staged_build_docker refuses a swapped wheel on the
+# staged path every run
+@pytest.mark.images
 def test_wheel_bytes_not_matching_the_lock_fail_docker_build(engine, fake_index, tmp_path):
     """Past the fetch check: pip's --require-hashes inside the Dockerfile refuses a swapped wheel."""
     cell = Cell("12.4", "2.5.1", "4.48.2", "3.11")

@@ -268,8 +268,21 @@ def test_a_failed_run_is_never_terminated_unless_terminate_always_asks(pod, tmp_
 # Planted: guard_files.exits_since keeps every exit file (the `st_mtime >= since` test gone): a run of the last start
 # ended the pod again as soon as `pod start` brought it back to fetch the outputs.
 @pytest.mark.seconds
-def test_a_run_that_ended_before_this_start_is_no_exit(pod, tmp_path):
+def _container_started(tmp_path, monkeypatch, ago: float) -> None:
+    """A /proc of the test's own whose PID 1 (the container's init) started ``ago`` seconds before the guard's first
+    look: the host's own PID 1 started whenever the machine booted."""
+    from tests.in_image.test_guard_activity import _proc_tree, _process
+
+    proc = _proc_tree(tmp_path)
+    (proc / "uptime").write_text("100000.00 1.00\n")
+    start = int((100000 - ago) * guard_signs.CLK_TCK)
+    _process(proc, 1, "/usr/bin/tini -- podstart", "/usr/bin/tini", 0, start=start, comm="tini")
+    monkeypatch.setattr(guard_signs, "PROC", str(proc))
+
+
+def test_a_run_that_ended_before_this_start_is_no_exit(pod, tmp_path, monkeypatch):
     t0 = time.time()
+    _container_started(tmp_path, monkeypatch, ago=0)  # this start of the pod: now
     _ended(tmp_path, "20261206T000000Z-1", 0, t0 - 3600)  # the last start's run, ended an hour ago
     env = _env(tmp_path, IMAGEKIT_ON_EXIT="stop")
     with pytest.raises(Stopped):
@@ -359,18 +372,13 @@ def test_job_mode_on_exit_leaves_the_end_to_the_guard(pod, tmp_path, job_mode, c
 # a guard slow to start (a loaded host) read its clock, and the pod was never ended.
 @pytest.mark.seconds
 def test_a_job_that_ended_before_the_guard_read_its_clock_still_ends_the_pod(pod, tmp_path, job_mode, monkeypatch):
-    from tests.in_image.test_guard_activity import _proc_tree, _process
-
     monkeypatch.setattr(guard_files, "JOB", str(tmp_path / "state" / "job"))
     monkeypatch.setattr(guard_files, "JOB_EXIT", str(tmp_path / "state" / "job-exit"))
     env = {**_env(tmp_path), "IMAGEKIT_ON_EXIT": "stop", "IMAGEKIT_EXIT_GRACE": "1m"}
     t0 = time.time()
     with pytest.raises(StayedUp):
         podstart.run_then_end(["sh", "-c", "exit 0"], env, guard, guard.settings(env)[0])
-    proc = _proc_tree(tmp_path)  # the container's PID 1 started 60 s before the guard's first look
-    (proc / "uptime").write_text("1000.00 1900.00\n")
-    _process(proc, 1, "/usr/bin/tini -- podstart", "/usr/bin/tini", 0, start=940 * guard_signs.CLK_TCK, comm="tini")
-    monkeypatch.setattr(guard_signs, "PROC", str(proc))
+    _container_started(tmp_path, monkeypatch, ago=60)  # the container's PID 1: 60 s before the guard's first look
     assert guard_signs.started_at(1, now=t0 + 5) == pytest.approx(t0 - 55)
     code, ended = _drive(env, start=t0 + 5, until=t0 + 3600)  # the guard got going 5 s after the job ended
     assert code == 0 and pod.calls == [("runpod", "abc123xyz", "stop")] and ended <= t0 + 5 + 60 + 2 * 30
