@@ -620,6 +620,9 @@ def test_runtime_config_is_set_without_a_commit_and_matches_a_commit(engine, tmp
             engine.remove(f"imagekit-test/cfg:{tag}")
 
 
+# a pulled base's history (nvidia/cuda bases): `make test-images`; the config's history matching is tested without
+# Docker (tests/image/test_imageconfig.py), the config over a local base every run (the test above)
+@pytest.mark.images
 def test_runtime_config_over_a_pulled_base_with_history_of_its_own(engine, registry, tmp_path):
     """A base pulled from a registry (as nvidia/cuda bases are) has history entries that name no image: their sizes
     say which made a layer. The config is still set without a commit, and the layers stay as built."""
