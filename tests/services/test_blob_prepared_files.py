@@ -81,3 +81,14 @@ def test_by_default_blobs_are_prepared_only_where_cores_are_left_to_compress_on(
         monkeypatch.setenv("IMAGEKIT_PREPARE_BLOBS", value)
     assert [blob_prepare.enabled(cpus=n) for n in (1, 2, 3, 4, 16)] == [False, False, False, True, True]
     assert blob_prepare.enabled() is (len(os.sched_getaffinity(0)) >= blob_prepare.MIN_CPUS)
+
+
+@pytest.mark.parametrize("value", ["maybe", "nan", "2", "on\noff", "1e9"])
+def test_a_value_that_is_not_on_off_or_auto_is_a_clear_error(monkeypatch, value):
+    from imagekit.errors import UsageError
+    from imagekit.services.publishing import blob_prepare
+
+    monkeypatch.setenv("IMAGEKIT_PREPARE_BLOBS", value)
+    with pytest.raises(UsageError, match="is not on, off or auto") as caught:
+        blob_prepare.enabled(cpus=8)
+    assert "unset it" in caught.value.hint

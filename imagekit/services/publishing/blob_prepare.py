@@ -47,6 +47,13 @@ def enabled(cpus: int | None = None) -> bool:
         return False
     if value in ("1", "true", "yes", "on"):
         return True
+    if value not in ("", "auto"):
+        from imagekit.errors import UsageError
+
+        raise UsageError(
+            f"IMAGEKIT_PREPARE_BLOBS={value[:20]!r} is not on, off or auto",
+            "set it to 1 (compress layers during the build), 0 (after the self-test) or auto, or unset it",
+        )
     return (available_cpus() if cpus is None else cpus) >= MIN_CPUS
 
 
