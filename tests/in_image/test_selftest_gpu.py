@@ -141,11 +141,27 @@ cuda = _Cuda("torch.cuda")
 SMI_LIST = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-4f7a1c2e-0000-0000-0000-000000000001)\n"
 
 
+# The fake image is the test's folder: the self-test's whole-image walk (image-hygiene, from /) walks that folder, not
+# the test machine's disk (with the Docker tests' layers beside it, a quarter of a minute per self-test). A walk of
+# another folder (the code layer's, --code-to) is the program's own.
+IMAGE_IS_THIS_FOLDER = """import importlib.util, sys
+spec = importlib.util.spec_from_file_location("hygiene", {hygiene!r})
+hygiene = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hygiene)
+sys.modules["hygiene"] = hygiene
+_walk = hygiene.walk
+hygiene.walk = lambda top="/": _walk({top!r} if top == "/" else top)
+"""
+
+
 def _fake_world(tmp: Path, smi_gpus: int) -> tuple[Path, Path]:
     """(bin with nvidia-smi, site with torch). nvidia-smi -L lists ``smi_gpus`` GPUs, or fails as with none."""
     site, bindir = tmp / "site", tmp / "bin"
     (site / "torch").mkdir(parents=True)
     (site / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (site / "sitecustomize.py").write_text(
+        IMAGE_IS_THIS_FOLDER.format(hygiene=str(DOCTOR_DIR / "hygiene.py"), top=str(tmp))
+    )
     bindir.mkdir()
     if smi_gpus:
         listing = "".join(SMI_LIST.replace("GPU 0", f"GPU {i}").replace("0001", f"000{i + 1}") for i in range(smi_gpus))
