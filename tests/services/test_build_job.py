@@ -37,6 +37,34 @@ def test_flags_that_cannot_work_are_refused_before_any_work(tmp_path):
         assert says in exc.value.message
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("IMAGEKIT_GZIP_LEVEL", "nan", "IMAGEKIT_GZIP_LEVEL='nan' is not a gzip level"),
+        ("IMAGEKIT_GZIP_LEVEL", "13", "IMAGEKIT_GZIP_LEVEL='13' is not a gzip level"),
+        ("IMAGEKIT_PREPARE_BLOBS", "maybe", "IMAGEKIT_PREPARE_BLOBS='maybe' is not on, off or auto"),
+    ],
+)
+def test_the_publishs_settings_from_the_environment_are_refused_before_the_build(
+    tmp_path, monkeypatch, variable, value, says
+):
+    """Before: IMAGEKIT_GZIP_LEVEL=nan was refused by the publish, after the build and the self-test had run."""
+    monkeypatch.setenv(variable, value)
+    request = build_job.BuildRequest(release_index=tmp_path / "index.json")
+    assert build_job.check(request) is None  # without --push they are not read
+    with pytest.raises(UsageError) as exc:
+        build_job.check(replace(request, push=True))
+    assert says in exc.value.message and exc.value.hint
+
+
+def test_imagekit_build_push_with_a_bad_gzip_level_stops_before_any_cell(app, runner, in_tmp, monkeypatch):
+    monkeypatch.setenv("IMAGEKIT_GZIP_LEVEL", "nan")
+    res = runner.invoke(app, ["build", "--push", "--state-dir", str(in_tmp / "state")])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "error: IMAGEKIT_GZIP_LEVEL='nan' is not a gzip level" in res.stderr and "hint: " in res.stderr
+    assert not (in_tmp / "state").exists() and list(in_tmp.iterdir()) == []  # nothing locked, fetched or built
+
+
 def test_the_job_carries_the_image_options_as_one_value(config, tmp_path):
     asked = []
 

@@ -55,11 +55,17 @@ class BuildRequest:
 
 
 def check(request: BuildRequest) -> object | None:
-    """Refuse now what would fail after the build: a broken release index, the audit gate's options, a signing key
-    without --push or that does not open (a wrong password). Returns the opened key (None without --sign-key)."""
+    """Refuse now what would fail after the build: a broken release index, the publish's settings in the environment
+    (IMAGEKIT_GZIP_LEVEL, IMAGEKIT_PREPARE_BLOBS), the audit gate's options, a signing key without --push or that does
+    not open (a wrong password). Returns the opened key (None without --sign-key)."""
     from imagekit.services.publishing.release_index import read_index
 
     read_index(request.release_index)  # a broken index is refused now, not after the build
+    if request.push:  # the publish's settings from the environment: refused now, not after the build and self-test
+        from imagekit.services.publishing import blob_prepare, blob_push
+
+        blob_push.default_gzip()
+        blob_prepare.enabled()
     if request.audit_fail_on not in AUDIT_LEVELS:
         raise UsageError(f"invalid --audit-fail-on {request.audit_fail_on!r}", "use low, medium, high or critical")
     if request.audit_osv is not None and not request.audit_osv.exists():
