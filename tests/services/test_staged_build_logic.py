@@ -302,3 +302,27 @@ def test_a_steps_staged_files_this_user_cannot_remove_are_removed_by_a_container
     assert len(set(refused)) == 2 and len(swept) == 2, (refused, swept)  # the two staged steps' folders
     assert all(seen["image"] == "sha256:basestage" for _, seen in swept)
     assert not list((tmp_path / "state/stage").iterdir())  # nothing left staged
+
+
+def test_what_a_killed_build_left_renamed_aside_is_swept_by_the_next_build(tmp_path):
+    """A build killed while sweeping a step's stage (gigabytes of torch) left its `.swept-*` folder for ever. The next
+    build sweeps one an hour old; a fresh one is a build beside it sweeping now, and a link is nobody's folder."""
+    import os
+    import time
+
+    stages = tmp_path / "state" / "stage"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("not the build's\n")
+    for name in (".swept-killed", ".swept-now"):
+        (stages / name / "opt" / "venv").mkdir(parents=True)
+        (stages / name / "opt" / "venv" / "torch.so").write_bytes(b"\0" * 1000)
+    (stages / ".swept-link").symlink_to(outside)
+    hours_ago = time.time() - 2 * staged_build.ABANDONED_S
+    for name in (".swept-killed", ".swept-link"):
+        os.utime(stages / name, (hours_ago, hours_ago), follow_symlinks=False)
+    _build(RecordingEngine(_effects()), tmp_path)
+    left = sorted(p.name for p in stages.iterdir())
+    assert left == [".swept-link", ".swept-now"], left
+    assert (stages / ".swept-now" / "opt" / "venv" / "torch.so").is_file()
+    assert (outside / "keep").read_text() == "not the build's\n"

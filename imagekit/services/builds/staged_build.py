@@ -104,6 +104,7 @@ def build_staged(
     # cell side by side). They hold no layer of their own while the final image holds them all; each is recorded
     # (STEP_IMAGES), and `imagekit prune` removes the ones no tag names.
     sweeper = _Sweeper(engine, base_id)
+    sweeper.reap(stage.parent)
     try:
         current = _steps(engine, cell_steps, base, history, diff_ids, current, stage, sweeper, nocache=nocache,
                          on_line=on_line, extra_hosts=extra_hosts, sde=source_date_epoch, epoch=epoch,
@@ -145,6 +146,9 @@ def _steps(engine, cell_steps, base, history, diff_ids, current, stage, sweeper,
     return current
 
 
+ABANDONED_S = 3600  # a `.swept-*` folder this old was left by a build that was killed while sweeping it
+
+
 class _Sweeper:
     """A step's staged files removed while the next step runs: the stage folder is renamed aside (the next step gets
     an empty one) and a thread removes it. ``finish`` waits for them; what this user could not remove (install-layer's
@@ -158,16 +162,41 @@ class _Sweeper:
         self.refused: list[Path] = []
 
     def put(self, stage: Path) -> None:
-        import threading
-
         if not os.path.lexists(stage):
             return
         aside = stage.parent / f".swept-{secrets.token_hex(8)}"  # in the private folder of all stages
         os.rename(stage, aside)
+        self._sweep(aside)
+
+    def reap(self, stages: Path, now: float | None = None) -> None:
+        """What a killed build left renamed aside (a ``.swept-*`` folder an hour old: a sweep takes seconds) is swept
+        with this build's own: a step's staged files are gigabytes. Each is renamed to a name of this build's first
+        and dated now, so a build beside this one that looks at the same moment takes another or none."""
+        now = time.time() if now is None else now
+        try:
+            entries = list(os.scandir(stages))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                old = entry.name.startswith(".swept-") and entry.is_dir(follow_symlinks=False)
+                if not old or now - entry.stat(follow_symlinks=False).st_mtime < ABANDONED_S:
+                    continue
+                mine = stages / f".swept-{secrets.token_hex(8)}"
+                os.rename(entry.path, mine)  # fails when another build took it first
+                os.utime(mine, follow_symlinks=False)
+            except OSError:
+                continue
+            self._sweep(mine)
+
+    def _sweep(self, aside: Path) -> None:
+        import threading
 
         def sweep() -> None:
             try:
                 foreign_files.remove_tree(aside)
+            except FileNotFoundError:
+                pass  # gone already
             except (PermissionError, foreign_files.Refused):
                 with self.lock:
                     self.refused.append(aside)
