@@ -266,9 +266,10 @@ def download(
     headers: Mapping[str, str] | None = None,
 ) -> None:
     """Stream ``url`` into ``dest`` (atomically: a temporary file in the same folder, renamed when the bytes are
-    all there, of the right hash, within ``max_bytes``). Nothing is left behind on any failure."""
+    all there, of the right hash, within ``max_bytes``). Nothing is left behind on any failure. ``dest``'s folder
+    must exist: a folder removed meanwhile (an interrupted fetch discarding its partial downloads) is never made
+    again, so nothing is left in it when the process exits."""
     max_bytes = min(max_bytes, MAX_DOWNLOAD)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".download-")
     h = hashlib.sha256()
     too_big = EnvironmentFailure(

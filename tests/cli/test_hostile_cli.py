@@ -559,7 +559,7 @@ def test_every_command_is_covered() -> None:
     assert all(COMMANDS[c] for c in COMMANDS)
 
 
-@pytest.mark.slow  # Hypothesis over every command: about 1.5 minutes on two cores
+@pytest.mark.slow  # Hypothesis over every command: under a minute on two cores (the click command built once)
 @pytest.mark.resolver  # a hostile value may still lock (against a dead index: uv refuses at once)
 @pytest.mark.parametrize("command", sorted(BASELINE))
 def test_hostile_values_fail_well(command: str, hostile_base: Path) -> None:

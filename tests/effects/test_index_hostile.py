@@ -148,6 +148,49 @@ def test_sigterm_during_fetch_removes_its_partial_downloads(hostile, tmp_path):
     assert _partials(cache) == []
 
 
+def test_a_download_whose_partial_folder_was_discarded_never_makes_it_again(hostile, tmp_path, monkeypatch):
+    """SIGTERM's discard removed a download's folder just as that download began (between its lock and its first
+    byte): the download made the folder again and wrote into it, and the process, exiting with 143 meanwhile, left
+    it for good (the CI run of `test_sigterm_during_fetch_...` above, once). Now the download fails there."""
+    import threading
+
+    from imagekit.locking.wheel_choice import Candidate
+    from imagekit.services.wheels import wheel_cache
+
+    data, sha = wheel_file(hostile.root, NUMPY)
+    hostile.routes[f"/files/{NUMPY}"] = Route(body=data, stall_after=len(data) // 2, chunk=256)
+    real_flock, signalled = fcntl.flock, []
+
+    def flock(fd, op):  # the signal arrives as the download has taken its lock
+        real_flock(fd, op)
+        if not signalled:
+            signalled.append(True)
+            wheel_cache.discard_partials()
+
+    monkeypatch.setattr(wheel_cache.fcntl, "flock", flock)
+    dest = tmp_path / "cache" / "wheels" / sha / NUMPY
+    dest.parent.mkdir(parents=True)
+    failed: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            wheel_cache.download(Candidate(NUMPY, f"{hostile.url}/files/{NUMPY}", sha, len(data)), dest)
+        except BaseException as exc:  # what the download raised is the evidence
+            failed.append(exc)
+
+    worker = threading.Thread(target=fetch, daemon=True)
+    worker.start()
+    try:
+        worker.join(10)
+        assert not hostile.stalled.is_set(), "the discarded download went on writing"
+        assert [type(e) for e in failed] == [wheel_cache.Interrupted] and not worker.is_alive()
+        assert _partials(tmp_path / "cache") == [] and not dest.exists()
+    finally:
+        hostile.release()
+        wheel_cache.allow_downloads()
+        worker.join(10)
+
+
 def test_the_next_fetch_sweeps_partials_no_live_process_holds(app, runner, hostile, tmp_path):
     _, sha = wheel_file(hostile.root, NUMPY)
     folder = tmp_path / "cache" / "wheels" / sha

@@ -111,6 +111,10 @@ def download(
                 headers=(auth or index_auth.IndexAuth()).headers(cand.url),
             )
             os.replace(staging / dest.name, dest)
+    except FileNotFoundError:
+        if _discarded.is_set():  # its folder discarded under it: the fetch was interrupted
+            raise Interrupted(cand.filename) from None
+        raise
     finally:
         with _live_lock:
             _live.discard(staging)
