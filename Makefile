@@ -51,11 +51,12 @@ pod:
 
 # Everything (what CI runs: .ci/run): the Docker tests one at a time (one engine), and beside them the tests that need
 # only Python, real sshd, real resolvers and loopback servers (a file's tests on one worker, in order): the Docker
-# tests mostly wait on the engine, the registry and gzip, so the two overlap. Both reports are printed; either
-# failing fails the target.
+# tests mostly wait on the engine, the registry and gzip, so the two overlap. The Docker tests are the longer part, so
+# the others run at a lower CPU priority (nice 5): they take the cores the builds leave while the guard's tests wait.
+# Both reports are printed; either failing fails the target.
 test: setup
 	@rm -f .test-python.log .test-python.rc; \
-	( $(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker and not images" --durations=10 >.test-python.log 2>&1; \
+	( nice -n 5 $(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker and not images" --durations=10 >.test-python.log 2>&1; \
 	  echo $$? >.test-python.rc ) & \
 	$(PY) -m pytest -q -m "not sweep and not emulated and not images and docker" --durations=10; docker=$$?; \
 	wait; echo "---- the tests without Docker (run beside them) ----"; cat .test-python.log; \
