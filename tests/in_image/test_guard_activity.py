@@ -530,16 +530,18 @@ def test_the_usage_of_a_job_is_its_whole_process_tree_read_from_proc(tmp_path):
     children's, and a finished child's time kept in its parent's (cutime)."""
     out = tmp_path / "data"
     script = (
-        f"{sys.executable} -c 'import time; t=time.time()\nwhile time.time()-t<0.6: pass'; "
+        f"{sys.executable} -c 'import time; t=time.process_time()\nwhile time.process_time()-t<0.6: pass'; "
         f'{sys.executable} -c \'import time\nf=open("{out}","wb")\nfor _ in range(50): f.write(bytes(65536)); '
-        "f.flush(); time.sleep(0.01)\ntime.sleep(5)' & sleep 5"
+        "f.flush(); time.sleep(0.01)\ntime.sleep(60)' & sleep 60"
     )
-    job = subprocess.Popen(["sh", "-c", script])
-    try:
-        time.sleep(2.0)
+    job = subprocess.Popen(["sh", "-c", script], start_new_session=True)  # its tree ends with it, below
+    try:  # read once the burner has ended (0.6 s of CPU, however long a busy machine takes) and the writer wrote
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (out.exists() and out.stat().st_size >= 50 * 65536):
+            time.sleep(0.05)
         usage = guard_signs.tree_usage([job.pid])
     finally:
-        job.kill()
+        os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     assert str(job.pid) in [k.split()[0] for k in usage]
     assert len(usage) >= 3  # the shell, the writer, sleep
