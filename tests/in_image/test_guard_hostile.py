@@ -35,10 +35,15 @@ def quick_retries(monkeypatch, tmp_path):
 
 # A child that imports the guard, sets some of its module constants, evaluates one expression and prints its JSON:
 # at most 1 GiB of memory (an unbounded read of /dev/zero is a MemoryError, not a swapped machine) and DEADLINE_S.
+# The child sees what conftest.guard_sees_only_the_test lets an in-process test see: no SSH sessions, Jupyter servers,
+# terminals or processes of the machine's (another test worker's sshd typed at a terminal 0 s before a sample once)
 _CHILD = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from imagekit.in_image import guard, guard_files, guard_signs
+guard_signs.SSHD_EXES, guard_signs.JUPYTER_RUNTIME, guard_signs.DEV = (), (), "/nonexistent/imagekit-test-dev"
+real_usage = guard_signs.process_usage
+guard_signs.process_usage = lambda proc=None: {} if proc is None else real_usage(proc)
 for name, value in json.loads(sys.argv[1]).items():
     owner = next((m for m in (guard_files, guard_signs, guard) if hasattr(m, name)), None)
     assert owner is not None, f"the guard has no {name} to point elsewhere"
