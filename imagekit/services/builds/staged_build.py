@@ -168,11 +168,11 @@ class _Sweeper:
         os.rename(stage, aside)
         self._sweep(aside)
 
-    def reap(self, stages: Path, now: float | None = None) -> None:
+    def reap(self, stages: Path) -> None:
         """What a killed build left renamed aside (a ``.swept-*`` folder an hour old: a sweep takes seconds) is swept
         with this build's own: a step's staged files are gigabytes. Each is renamed to a name of this build's first
         and dated now, so a build beside this one that looks at the same moment takes another or none."""
-        now = time.time() if now is None else now
+        now = time.time()
         try:
             entries = list(os.scandir(stages))
         except OSError:
