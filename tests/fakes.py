@@ -259,6 +259,14 @@ class RecordingRegistry:
         assert len(data) <= max_bytes
         return data
 
+    def holds_tags(self, remote: Remote) -> bool | None:
+        return None  # not told: each layer goes through a file, as to a registry that does not say
+
+    def start_upload(self, remote: Remote):
+        raise AssertionError("no streamed upload to a registry that does not say it is empty")
+
+    stream_upload = finish_upload = cancel_upload = start_upload
+
     def upload_blob(self, remote: Remote, digest: str, size: int, source: Path | bytes) -> None:
         self.calls.append(("registry.upload_blob", digest))
         if self.upload_error:

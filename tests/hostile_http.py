@@ -67,8 +67,15 @@ def serve(
             pass
 
         def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            req = Seen(self.command, self.path, dict(self.headers.items()), self.rfile.read(length))
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                body = bytearray()
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    body += self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()
+            else:
+                body = bytearray(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            req = Seen(self.command, self.path, dict(self.headers.items()), bytes(body))
             state.seen.append(req)
             route = state.routes.get(self.path.split("?")[0]) or state.fallback or (404, {}, b"not here")
             status, headers, body = route(req) if callable(route) else route
@@ -81,7 +88,7 @@ def serve(
             if self.command != "HEAD":
                 self.wfile.write(body)
 
-        do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _answer
+        do_GET = do_POST = do_PUT = do_PATCH = do_HEAD = do_DELETE = _answer
 
     server = http.server.ThreadingHTTPServer((host, 0), Handler)
     state.port = server.server_address[1]

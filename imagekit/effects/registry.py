@@ -357,6 +357,13 @@ class RegistryClient:
         from a file or bytes. The upload URL the registry answers must be on the registry's own origin: the bytes and
         the credentials go nowhere else, and the PUT follows no redirect."""
         digest = blob_digest(digest)
+        upload = self.start_upload(remote)
+        sent = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        body = source if isinstance(source, bytes) else _FileBody(source)
+        self._complete(upload, digest, sent, body)
+
+    def start_upload(self, remote: Remote) -> Upload:
+        """Open a blob upload (POST): where its bytes go, checked to be on the registry's own origin."""
         start = f"{remote.base}/blobs/uploads/"
         status, headers, answer, auth = self._authed_as(remote, start, "POST", b"", max_bytes=1 << 20)
         if status != 202:
@@ -364,30 +371,64 @@ class RegistryClient:
                 f"registry {remote.registry} refused an upload (HTTP {status}): {self._shown(answer)[:200]!r}",
                 "check push rights to the repository",
             )
-        location = {k.lower(): v for k, v in headers.items()}.get("location", "")
-        try:
-            untrusted.header_value(location, "its upload location")
-            target = httpx.URL(start).join(location)
-            elsewhere = urls.origin(str(target)) != urls.origin(start)
-        except (untrusted.UntrustedData, httpx.InvalidURL, urls.InvalidURL) as exc:
-            raise _refused(remote.registry, untrusted.UntrustedData(f"no usable upload location: {exc}")) from None
-        if elsewhere:
+        return Upload(remote, _upload_location(remote, start, headers), auth)
+
+    def stream_upload(self, upload: Upload, chunks: Iterable[bytes]) -> Upload:
+        """Send the bytes of an open upload as they come (one PATCH, chunked: their size and digest are not known
+        yet); the upload's next location. Not retried: ``chunks`` is read once."""
+        sent = {"Content-Type": "application/octet-stream", **({"Authorization": upload.auth} if upload.auth else {})}
+        status, headers, answer, _ = http.request_final("PATCH", upload.url, headers=sent, content=chunks,
+                                                        max_bytes=1 << 20, redirects=False)  # fmt: skip
+        if status != 202:
             raise EnvironmentFailure(
-                f"registry {remote.registry} sent the upload to another origin ({urls.display(str(target))})",
-                "imagekit uploads only to the registry itself; check --registry",
+                f"registry {upload.remote.registry} refused a streamed upload (HTTP {status}): "
+                f"{self._shown(answer)[:200]!r}",
+                "imagekit uploads each layer from a file instead",
             )
-        url = str(target.copy_merge_params({"digest": digest}))
-        sent = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-        if auth:
-            sent["Authorization"] = auth
-        body = source if isinstance(source, bytes) else _FileBody(source)
+        return Upload(upload.remote, _upload_location(upload.remote, upload.url, headers), upload.auth)
+
+    def finish_upload(self, upload: Upload, digest: str) -> None:
+        """Close a streamed upload as the blob ``digest`` (the registry checks the bytes it got against it)."""
+        self._complete(upload, blob_digest(digest), {"Content-Length": "0"}, b"")
+
+    def cancel_upload(self, upload: Upload) -> None:
+        """Drop an open upload (its bytes are not wanted: the registry holds the blob already, or they were not the
+        layer's); a registry that cannot is left to expire it."""
+        sent = {"Authorization": upload.auth} if upload.auth else {}
+        try:
+            http.request_final("DELETE", upload.url, headers=sent, max_bytes=1 << 20, redirects=False)
+        except EnvironmentFailure:
+            pass
+
+    def _complete(self, upload: Upload, digest: str, sent: dict[str, str], body: bytes | Iterable[bytes]) -> None:
+        url = str(httpx.URL(upload.url).copy_merge_params({"digest": digest}))
+        if upload.auth:
+            sent["Authorization"] = upload.auth
         status, _, answer, _ = http.request_final("PUT", url, headers=sent, content=body, max_bytes=1 << 20,
                                                   redirects=False)  # fmt: skip
         if status != 201:
             raise EnvironmentFailure(
-                f"registry {remote.registry} refused blob {digest} (HTTP {status}): {self._shown(answer)[:200]!r}",
+                f"registry {upload.remote.registry} refused blob {digest} (HTTP {status}): "
+                f"{self._shown(answer)[:200]!r}",
                 "retry the publish; nothing was tagged",
             )
+
+    def holds_tags(self, remote: Remote) -> bool | None:
+        """Whether the repository has a tag (one is asked for); None when the registry does not say (an error, an
+        answer that is not the API's). A repository without one holds no image a layer could be shared with."""
+        try:
+            status, _, body = self._authed(remote, f"{remote.base}/tags/list?n=1", max_bytes=1 << 20)
+        except EnvironmentFailure:
+            return None
+        if status == 404:
+            return False
+        if status != 200:
+            return None
+        try:
+            tags = untrusted.load_json(body, "the registry's tag list").get("tags")
+        except (untrusted.UntrustedData, AttributeError):
+            return None
+        return bool(tags) if tags is None or isinstance(tags, list) else None
 
     def blob_json(self, remote: Remote, digest: str) -> dict:
         """A JSON blob (an image config) by digest."""
@@ -435,6 +476,33 @@ class RegistryClient:
             hint = "the registry does not speak the registry API v2; check --registry"
             raise _refused(remote.registry, exc, hint) from None
         return OciManifest(digest, config)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A blob upload the registry opened: where its bytes go next, and the Authorization that opened it."""
+
+    remote: Remote
+    url: str
+    auth: str | None
+
+
+def _upload_location(remote: Remote, sent_to: str, headers: Any) -> str:
+    """The upload location a registry answered, on the registry's own origin (the bytes and the credentials go
+    nowhere else)."""
+    location = {k.lower(): v for k, v in dict(headers).items()}.get("location", "")
+    try:
+        untrusted.header_value(location, "its upload location")
+        target = httpx.URL(sent_to).join(location)
+        elsewhere = urls.origin(str(target)) != urls.origin(sent_to)
+    except (untrusted.UntrustedData, httpx.InvalidURL, urls.InvalidURL) as exc:
+        raise _refused(remote.registry, untrusted.UntrustedData(f"no usable upload location: {exc}")) from None
+    if elsewhere:
+        raise EnvironmentFailure(
+            f"registry {remote.registry} sent the upload to another origin ({urls.display(str(target))})",
+            "imagekit uploads only to the registry itself; check --registry",
+        )
+    return str(target)
 
 
 class _FileBody:

@@ -67,7 +67,8 @@ def test_the_same_image_is_the_same_blobs_and_manifest_on_every_push_and_pulls_b
 ):
     diff_ids = engine.image(image)["RootFS"]["Layers"]
     first, stats, manifest = _push(engine, registry, image, "imagekit-test/blobs-a", "t", tmp_path / "c1", monkeypatch)
-    assert (stats.sent, stats.present, len(manifest["layers"])) == (3, 0, 3)
+    # a repository with no image yet: each layer compressed straight into its upload
+    assert (stats.sent, stats.present, stats.streamed, len(manifest["layers"])) == (3, 0, 3, 3)
     assert manifest["config"]["digest"] == image and stats.read_bytes > layer_blobs.MEMBER
     remote = Remote.parse(f"{registry.address}/imagekit-test/blobs-a")
     for layer, diff_id in zip(manifest["layers"], diff_ids, strict=True):  # each blob is its layer, gzip
@@ -80,6 +81,11 @@ def test_the_same_image_is_the_same_blobs_and_manifest_on_every_push_and_pulls_b
     # through `docker save` (an engine whose store cannot be read here): the same again
     saved, stats, _ = _push(engine, registry, image, "imagekit-test/blobs-c", "t", tmp_path / "c3", monkeypatch, "save")
     assert saved == first and stats.sent == 3
+    # another machine (an empty cache) into a repository that holds an image: each layer compressed into a file and
+    # the registry asked first; it holds them all, so nothing is sent
+    other, stats, _ = _push(engine, registry, image, "imagekit-test/blobs-a", "t3", tmp_path / "c4", monkeypatch)
+    assert other == first and (stats.sent, stats.present, stats.streamed) == (0, 3, 0)
+    assert stats.read_bytes > layer_blobs.MEMBER
     # a re-publish with the cache: nothing read, nothing sent
     _, stats, _ = _push(engine, registry, image, "imagekit-test/blobs-a", "t2", tmp_path / "c1", monkeypatch)
     assert (stats.sent, stats.present, stats.read_bytes) == (0, 3, 0)

@@ -6,12 +6,19 @@ and names blobs by what it happened to compress; here the layer tars come straig
 `docker save` where that cannot be read: imagekit.effects.layer_export), each is checked against its diff id, cut
 into 16 MiB pieces compressed in parallel, and uploaded while the next layer is compressed. Which blob a layer made
 is remembered in the cache (per compressor identity), so a re-publish or a rebuild that changed one layer reads only
-that layer; the registry is asked (HEAD) before anything is trusted from that memory."""
+that layer; the registry is asked (HEAD) before anything is trusted from that memory.
+
+Into a repository that holds no image yet (no tag: the first publish of a project, or of a new repository), no layer
+can be shared with it, so nothing is asked first: each layer is compressed straight into its upload (one streamed
+PATCH, then the PUT naming its digest, which the registry checks), with no file between, and the upload ends with the
+compression. Elsewhere each layer is compressed into a file, the registry is asked whether it has that blob (another
+machine's push of the same layer), and only a blob it lacks is uploaded."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import re
 import stat
 import tempfile
@@ -27,7 +34,7 @@ from imagekit.effects import foreign_files
 from imagekit.effects.cache import cache_root
 from imagekit.effects.files import write_atomic
 from imagekit.effects.layer_export import LayerMismatch, Saved, save_export
-from imagekit.effects.registry import Remote
+from imagekit.effects.registry import Remote, Upload
 from imagekit.errors import EnvironmentFailure, UsageError
 from imagekit.oci import layer_blobs
 from imagekit.oci.layer_blobs import LayerFormat
@@ -50,12 +57,14 @@ class PushStats:
     seconds: float = 0.0
     compress_seconds: float = 0.0
     prepared: int = 0  # layers whose blob the build had compressed already (blob_prepare)
+    streamed: int = 0  # layers compressed straight into their upload (a repository with no image yet)
     notes: list[str] = field(default_factory=list)
     codec: str = "gzip"
 
     def summary(self) -> str:
         rate = f", {self.read_bytes / self.seconds / 1e6:.0f} MB/s of layers read" if self.read_bytes else ""
         ready = f", {self.prepared} compressed during the build" if self.prepared else ""
+        ready += f", {self.streamed} streamed as compressed" if self.streamed else ""
         return (
             f"{self.sent} layer{'s' if self.sent != 1 else ''} pushed ({human_bytes(self.read_bytes)} read, "
             f"{human_bytes(self.blob_bytes)} {self.codec}{ready}), {self.present} already there, in "
@@ -219,6 +228,8 @@ def push_image(
         export = engine.layer_export(image_id)
         if export is not None:
             config = export.config()
+            # a repository with no image cannot hold a blob of these layers: they stream as they are compressed
+            push.stream = push.stats.present < len(diff_ids) and registry.holds_tags(remote) is False
             push.from_store(export, diff_ids, Path(tmp), pool)
         else:
             config = push.from_save(lambda: engine.save(image_id), image_id, diff_ids, Path(tmp), pool)
@@ -263,6 +274,7 @@ class _Push:
         self.sending: list[Future[None]] = []
         self.counting = threading.Lock()
         self.saved: dict[str, Saved] = {}
+        self.stream = False  # compress each layer straight into its upload (stream_layer)
 
     def reuse_remembered(self, diff_ids: list[str]) -> None:
         """The layers whose blob this machine remembers and the registry holds: neither read nor sent."""
@@ -288,6 +300,8 @@ class _Push:
                 self.stats.prepared += 1
                 self.send(i, diff_id, ready, path, None)
                 continue
+            if self.stream and self.stream_layer(export, diff_ids, i, pool):
+                continue
             act = self.progress.begin(self.label, f"compress layer {_short(diff_id)}", unit="B")
             t0 = time.monotonic()
             meter = _Meter(act)
@@ -305,6 +319,72 @@ class _Push:
             self.stats.read_bytes += meter.read
             self.stats.compress_seconds += time.monotonic() - t0
             self.send(i, diff_id, blob, path, time.monotonic() - t0)
+
+    def stream_layer(self, export: LayerStore, diff_ids: list[str], i: int, pool: ThreadPoolExecutor) -> bool:
+        """Layer ``i`` read from the store, checked against its diff id and compressed straight into an upload (the
+        registry checks the bytes against the digest the PUT names). False when the registry refused the stream:
+        this layer and the rest then go through files."""
+        diff_id = diff_ids[i]
+        upload = self.registry.start_upload(self.remote)
+        pipe = _Pipe()
+        assert self.uploads is not None
+        sending = self.uploads.submit(self._stream, upload, pipe)
+        act = self.progress.begin(self.label, f"compress and upload layer {_short(diff_id)}", unit="B")
+        t0 = time.monotonic()
+        meter = _Meter(act)
+        got = blob = None
+        try:
+            got, blob = compress(export.layer(diff_ids, i), pipe, self.codec, pool, meter)
+        except _Ended:  # the upload ended before the layer did: its answer says why
+            pass
+        except BaseException as exc:
+            pipe.fail()
+            _settle(sending)
+            self.registry.cancel_upload(upload)
+            if isinstance(exc, OSError):
+                raise LayerMismatch(f"layer {i} cannot be read from the engine's store: {exc}", _SAVE_HINT) from None
+            raise
+        finally:
+            act.finish("")
+        pipe.close()
+        try:
+            upload = sending.result()
+        except EnvironmentFailure as exc:
+            self.stream = False
+            self.progress.line(self.label, f"warning: {exc.message}; each layer is uploaded from a file")
+            return False
+        if got is None or blob is None:
+            raise EnvironmentFailure(f"the upload of layer {i} ended before the layer", "retry the publish")
+        if got != diff_id:
+            self.registry.cancel_upload(upload)
+            raise LayerMismatch(
+                f"layer {i} read from the engine's store hashes to {got}, not its diff id {diff_id}", _SAVE_HINT
+            )
+        seconds = time.monotonic() - t0
+        self.stats.read_bytes += meter.read
+        self.stats.compress_seconds += seconds
+        self.blobs[i] = blob
+        remember(self.codec, diff_id, blob)
+        if self.registry.blob_size(self.remote, blob.digest) == blob.size:  # another push sent it meanwhile
+            self.registry.cancel_upload(upload)
+            self.stats.present += 1
+            return True
+        self.registry.finish_upload(upload, blob.digest)
+        self.stats.sent += 1
+        self.stats.streamed += 1
+        self.stats.blob_bytes += blob.size
+        self.progress.line(
+            self.label,
+            f"layer {_short(diff_id)}: pushed {human_bytes(blob.size)} {self.codec.name} "
+            f"(compressed and uploaded in {seconds:.1f} s)",
+        )
+        return True
+
+    def _stream(self, upload: Upload, pipe: _Pipe) -> Upload:
+        try:
+            return self.registry.stream_upload(upload, pipe)
+        finally:
+            pipe.ended.set()
 
     def from_save(
         self,
@@ -389,6 +469,65 @@ class _Push:
         return self.registry.put_manifest(
             self.remote, tag or layer_blobs.sha256(body), body, layer_blobs.manifest_type(body)
         )
+
+
+class _Ended(Exception):
+    """The upload stopped reading the layer's bytes (the registry answered, or the connection broke)."""
+
+
+class _Aborted(Exception):
+    """The layer could not be compressed to the end: its upload is abandoned."""
+
+
+class _Pipe:
+    """A layer's compressed bytes from the compressing thread to the upload's, a few pieces in flight. A writer
+    whose reader has ended gets _Ended instead of waiting for good; a reader whose writer failed gets _Aborted (so
+    the request ends unfinished, and the registry never completes it)."""
+
+    _FAILED = object()
+
+    def __init__(self, depth: int = 4) -> None:
+        self.queue: queue.Queue[object] = queue.Queue(depth)
+        self.ended = threading.Event()
+
+    def write(self, data: bytes) -> None:
+        if not self._put(data):
+            raise _Ended()
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._put(None)
+
+    def fail(self) -> None:
+        self._put(self._FAILED)
+
+    def _put(self, item: object) -> bool:
+        while not self.ended.is_set():
+            try:
+                self.queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if item is self._FAILED:
+                raise _Aborted("the layer could not be compressed to its end")
+            yield item  # type: ignore[misc]
+
+
+def _settle(future: Future) -> None:
+    """Wait for an abandoned upload to end; its failure is the abandonment's, not news."""
+    try:
+        future.result()
+    except Exception:
+        pass
 
 
 _SAVE_HINT = (
