@@ -49,19 +49,24 @@ pod:
 	  -e PUBLIC_KEY="$$(cat $$HOME/.ssh/*.pub 2>/dev/null)" 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) >/dev/null
 	@echo "started imagekit-pod:  ssh root@127.0.0.1 -p 2222  |  docker logs imagekit-pod  |  docker rm -f imagekit-pod"
 
-# Everything (what CI runs: .ci/run): the Docker tests one at a time (one engine), and beside them the tests that need
-# only Python, real sshd, real resolvers and loopback servers (a file's tests on one worker, in order): the Docker
-# tests mostly wait on the engine, the registry and gzip, so the two overlap. The Docker tests are the longer part, so
-# the others run at a lower CPU priority (nice 5): they take the cores the builds leave while the guard's tests wait.
-# Both reports are printed; either failing fails the target.
+# Everything (what CI runs: .ci/run), as three processes side by side, each report printed, either failing fails the
+# target: the Docker tests that use the session's real torch image (its build first, then the guard's and the pods'
+# tests, which mostly wait on their windows), the other Docker tests (their own small images, on the same engine), and
+# the tests that need only Python, real sshd, real resolvers and loopback servers (a file's tests on one worker, in
+# order). The real image's process is the longest and its guard tests time windows, so the others run at lower CPU
+# priorities (nice 5 and 10): they take the cores that process leaves while its tests wait.
 test: setup
-	@rm -f .test-python.log .test-python.rc; \
-	( nice -n 5 $(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker and not images" --durations=10 >.test-python.log 2>&1; \
+	@rm -f .test-*.log .test-*.rc; \
+	( nice -n 10 $(PY) -m pytest -q -n 2 --dist loadfile -m "not sweep and not docker and not images" --durations=10 >.test-python.log 2>&1; \
 	  echo $$? >.test-python.rc ) & \
-	$(PY) -m pytest -q -m "not sweep and not emulated and not images and docker" --durations=10; docker=$$?; \
-	wait; echo "---- the tests without Docker (run beside them) ----"; cat .test-python.log; \
-	python=$$(cat .test-python.rc); rm -f .test-python.log .test-python.rc; \
-	echo "tests without Docker: exit $$python; Docker tests: exit $$docker"; [ "$$docker" = 0 ] && [ "$$python" = 0 ]
+	( nice -n 5 $(PY) -m pytest -q -m "not sweep and not emulated and not images and docker and not real_image" --durations=10 >.test-docker.log 2>&1; \
+	  echo $$? >.test-docker.rc ) & \
+	$(PY) -m pytest -q -m "not sweep and not emulated and not images and docker and real_image" --durations=10; real=$$?; \
+	wait; echo "---- the other Docker tests (run beside them) ----"; cat .test-docker.log; \
+	echo "---- the tests without Docker (run beside them) ----"; cat .test-python.log; \
+	docker=$$(cat .test-docker.rc); python=$$(cat .test-python.rc); rm -f .test-*.log .test-*.rc; \
+	echo "tests without Docker: exit $$python; other Docker tests: exit $$docker; real image's tests: exit $$real"; \
+	[ "$$real" = 0 ] && [ "$$docker" = 0 ] && [ "$$python" = 0 ]
 
 # The torch 2.15 cell built for linux/arm64 on this host, under qemu from the base up (tens of minutes on two cores;
 # `make test` runs the same path on busybox images): docs/builds.md, "linux/arm64 images".

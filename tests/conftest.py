@@ -346,6 +346,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             mark = FIXTURE_MARKS.get(fixture)
             if mark and not item.get_closest_marker(mark):
                 item.add_marker(mark)
+        if "real_build" in getattr(item, "fixturenames", ()):  # `make test` runs these beside the other Docker tests
+            item.add_marker("real_image")
         if item.get_closest_marker("pip_tools") and shutil.which("pip-compile") is None:
             item.add_marker(pytest.mark.skip(reason="needs the pip-tools extra: pip install -e '.[pip-tools]'"))
 
