@@ -49,7 +49,7 @@ pod:
 	  -e PUBLIC_KEY="$$(cat $$HOME/.ssh/*.pub 2>/dev/null)" 127.0.0.1:5000/imagekit/train:$(DEMO_CELL) >/dev/null
 	@echo "started imagekit-pod:  ssh root@127.0.0.1 -p 2222  |  docker logs imagekit-pod  |  docker rm -f imagekit-pod"
 
-# Everything (what CI runs: .ci/run), as three processes side by side, each report printed, either failing fails the
+# Everything (what CI runs: .ci/run), as three processes side by side, each report printed, any failing fails the
 # target: the Docker tests that use the session's real torch image (its build first, then the guard's and the pods'
 # tests, which mostly wait on their windows), the other Docker tests (their own small images, on the same engine), and
 # the tests that need only Python, real sshd, real resolvers and loopback servers (a file's tests on one worker, in
